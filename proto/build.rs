@@ -1,0 +1,15 @@
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let fds = protox::compile(
+        [
+            "tutti/kernel/v1/kernel.proto",
+            "tutti/worker/v1/worker.proto",
+        ],
+        ["."],
+    )?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(fds)?;
+    println!("cargo:rerun-if-changed=tutti");
+    Ok(())
+}

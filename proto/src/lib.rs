@@ -1,0 +1,20 @@
+//! The only crate that knows the wire format: the generated gRPC code of
+//! `tutti.kernel.v1` and `tutti.worker.v1`, and the local-socket transport they run on
+//! (a Unix domain socket file in the owner-only `run/` directory, or a named pipe on Windows).
+#![forbid(unsafe_code)]
+
+pub mod transport;
+
+/// Control plane: CLI, frontend, shims and workers talk to the kernel.
+pub mod kernel {
+    #![allow(clippy::all, rust_2018_idioms)]
+    tonic::include_proto!("tutti.kernel.v1");
+}
+
+/// Data plane: the frontend calls a worker directly, naming the generation.
+pub mod worker {
+    #![allow(clippy::all, rust_2018_idioms)]
+    tonic::include_proto!("tutti.worker.v1");
+}
+
+pub use tonic;

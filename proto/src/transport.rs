@@ -1,0 +1,236 @@
+//! Local IPC endpoints for tonic: one code path for Unix domain sockets and Windows named
+//! pipes (via `interprocess`). Endpoint names are derived from the state directory, so every
+//! process of one runtime finds the others without configuration.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::Stream;
+use hyper_util::rt::TokioIo;
+use interprocess::local_socket::tokio::{Listener, Stream as LocalStream, prelude::*};
+use interprocess::local_socket::{ListenerOptions, Name};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tonic::transport::server::Connected;
+use tonic::transport::{Channel, Endpoint as TonicEndpoint, Uri};
+
+/// Errors of the local transport.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("cannot create the runtime directory {path}: {source}")]
+    RunDir { path: PathBuf, source: io::Error },
+    #[error("cannot listen on {endpoint}: {source}")]
+    Bind { endpoint: String, source: io::Error },
+    #[error("cannot connect to {endpoint}: {source}")]
+    Connect {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
+    #[error("invalid endpoint name {endpoint}: {source}")]
+    Name { endpoint: String, source: io::Error },
+}
+
+/// A named local endpoint: a socket file path on Unix, a pipe name on Windows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LocalEndpoint(String);
+
+impl LocalEndpoint {
+    pub fn from_wire(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    fn name(&self) -> Result<Name<'_>, TransportError> {
+        imp::name(&self.0).map_err(|source| TransportError::Name {
+            endpoint: self.0.clone(),
+            source,
+        })
+    }
+}
+
+impl std::fmt::Display for LocalEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `<state>/run`, created owner-only (0700 on Unix).
+pub fn run_dir(state_dir: &Path) -> Result<PathBuf, TransportError> {
+    let dir = state_dir.join("run");
+    imp::create_private_dir(&dir).map_err(|source| TransportError::RunDir {
+        path: dir.clone(),
+        source,
+    })?;
+    Ok(dir)
+}
+
+/// The kernel's control-plane endpoint for a state directory.
+pub fn kernel_endpoint(state_dir: &Path) -> LocalEndpoint {
+    imp::endpoint(state_dir, "kernel")
+}
+
+/// The endpoint a worker of one generation listens on. Each generation gets its own name,
+/// so a stale route can never reach a newer process.
+pub fn worker_endpoint(state_dir: &Path, key: &str, generation: u64) -> LocalEndpoint {
+    imp::endpoint(state_dir, &format!("w-{key}-{generation:x}"))
+}
+
+/// Listens on `endpoint` (owner-only) and yields connections for tonic's
+/// `serve_with_incoming*`.
+pub fn bind(endpoint: &LocalEndpoint) -> Result<Incoming, TransportError> {
+    let bind_err = |source| TransportError::Bind {
+        endpoint: endpoint.0.clone(),
+        source,
+    };
+    let opts = ListenerOptions::new()
+        .name(endpoint.name()?)
+        .try_overwrite(true);
+    let opts = imp::owner_only(opts);
+    let listener = opts.create_tokio().map_err(bind_err)?;
+    Ok(Incoming {
+        inner: Box::pin(futures_util::stream::unfold(
+            listener,
+            |l: Listener| async move {
+                let next = l.accept().await.map(IpcConn);
+                Some((next, l))
+            },
+        )),
+    })
+}
+
+/// Connects a tonic channel to a local endpoint. The channel reconnects lazily.
+pub async fn connect(endpoint: &LocalEndpoint) -> Result<Channel, TransportError> {
+    let target = endpoint.clone();
+    // The authority is ignored: the connector below decides where bytes go.
+    let channel = TonicEndpoint::from_static("http://tutti.local")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let target = target.clone();
+            async move {
+                let name = target
+                    .name()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+                let stream = LocalStream::connect(name).await?;
+                Ok::<_, io::Error>(TokioIo::new(IpcConn(stream)))
+            }
+        }))
+        .await
+        .map_err(|source| TransportError::Connect {
+            endpoint: endpoint.0.clone(),
+            source,
+        })?;
+    Ok(channel)
+}
+
+/// Incoming connections of a bound endpoint.
+pub struct Incoming {
+    inner: Pin<Box<dyn Stream<Item = io::Result<IpcConn>> + Send>>,
+}
+
+impl Stream for Incoming {
+    type Item = io::Result<IpcConn>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// One local-socket connection (a newtype so tonic's `Connected` can be implemented).
+pub struct IpcConn(LocalStream);
+
+impl Connected for IpcConn {
+    type ConnectInfo = ();
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for IpcConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for IpcConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+#[cfg(unix)]
+mod imp {
+    use super::LocalEndpoint;
+    use interprocess::local_socket::{GenericFilePath, ListenerOptions, Name, ToFsName};
+    use interprocess::os::unix::local_socket::ListenerOptionsExt;
+    use std::io;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use std::path::Path;
+
+    pub(super) fn name(s: &str) -> io::Result<Name<'_>> {
+        s.to_fs_name::<GenericFilePath>()
+    }
+
+    pub(super) fn endpoint(state_dir: &Path, stem: &str) -> LocalEndpoint {
+        LocalEndpoint(
+            state_dir
+                .join("run")
+                .join(format!("{stem}.sock"))
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
+
+    pub(super) fn owner_only(opts: ListenerOptions<'_>) -> ListenerOptions<'_> {
+        opts.mode(0o600)
+    }
+
+    pub(super) fn create_private_dir(dir: &Path) -> io::Result<()> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+    }
+}
+
+#[cfg(windows)]
+mod imp {
+    use super::LocalEndpoint;
+    use interprocess::local_socket::{GenericNamespaced, ListenerOptions, Name, ToNsName};
+    use std::io;
+    use std::path::Path;
+
+    pub(super) fn name(s: &str) -> io::Result<Name<'_>> {
+        s.to_ns_name::<GenericNamespaced>()
+    }
+
+    /// Pipe names are global: qualify them by a hash of the state directory.
+    pub(super) fn endpoint(state_dir: &Path, stem: &str) -> LocalEndpoint {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        state_dir.hash(&mut h);
+        LocalEndpoint(format!("tutti-{:016x}-{stem}", h.finish()))
+    }
+
+    /// Named pipes get the default DACL of the creating user's token, which grants full
+    /// control to the owner, SYSTEM and administrators only for write access.
+    pub(super) fn owner_only(opts: ListenerOptions<'_>) -> ListenerOptions<'_> {
+        opts
+    }
+
+    pub(super) fn create_private_dir(dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+}
