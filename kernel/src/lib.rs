@@ -1,1 +1,258 @@
-#![forbid(unsafe_code)]
+//! `tutti-kernel`: the authoritative state of the runtime (registry, generation table,
+//! session tokens) and the supervisor of every other process. See ARCHITECTURE.md.
+#![deny(unsafe_code)]
+
+mod demo;
+mod error;
+mod manifest;
+mod naming;
+mod paths;
+mod probe;
+mod registry;
+mod release;
+mod restart;
+mod secrets;
+mod service;
+mod services;
+mod skills;
+#[allow(unsafe_code)]
+mod spawn;
+mod state;
+mod supervisor;
+mod table;
+mod tokens;
+mod toolset;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::KernelError;
+pub use paths::default_state_dir;
+use tutti_proto::kernel::kernel_server::KernelServer;
+use tutti_proto::transport;
+
+use crate::state::{Kernel, lock};
+
+/// How to run the kernel.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub state_dir: PathBuf,
+    /// Install and connect the bundled example connectors first.
+    pub demo: bool,
+}
+
+/// Runs the kernel until SIGINT/SIGTERM, then shuts the whole set down and returns.
+pub async fn run(config: Config) -> Result<(), KernelError> {
+    let state_dir = absolute(&config.state_dir)?;
+    let paths = paths::Paths {
+        state: state_dir.clone(),
+        libexec: paths::libexec_dir().map_err(|source| KernelError::Io {
+            context: "finding the directory of tutti-kernel".into(),
+            source,
+        })?,
+    };
+    for dir in [paths.logs(), paths.releases(), paths.bin()] {
+        std::fs::create_dir_all(&dir).map_err(|source| KernelError::Io {
+            context: format!("creating {}", dir.display()),
+            source,
+        })?;
+    }
+    transport::run_dir(&state_dir)?;
+    let _lock = acquire_lock(&paths)?;
+    let secrets = secrets::SecretStore::open(&state_dir)?;
+
+    let mut registry = registry::Registry::load(&paths.registry())?;
+    registry.boot_epoch = registry.boot_epoch.checked_add(1).ok_or_else(|| KernelError::Refused("boot epoch exhausted".into()))?;
+    registry.save(&paths.registry())?;
+    let mut manifests = std::collections::BTreeMap::new();
+    let mut broken = Vec::new();
+    for (key, installed) in &registry.connectors {
+        match manifest::load(&installed.release_dir) {
+            Ok(m) => {
+                manifests.insert(key.clone(), m);
+            }
+            Err(p) => broken.push((key.clone(), p.join("; "))),
+        }
+    }
+    let keys: Vec<String> = manifests.keys().cloned().collect();
+    let k = Kernel::new(paths.clone(), secrets, registry, manifests);
+    for (key, err) in broken {
+        let mut inner = lock(&k.inner);
+        let c = inner.conns.entry(key).or_default();
+        c.status = state::Status::Failed;
+        c.last_error = format!("installed release is unreadable: {err}");
+    }
+
+    let endpoint = transport::kernel_endpoint(&state_dir);
+    let incoming = transport::bind(&endpoint)?;
+    let svc = service::Service { k: k.clone() };
+    let mut shutdown_rx = k.shutdown.subscribe();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(KernelServer::new(svc))
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = shutdown_rx.wait_for(|s| *s).await;
+            }),
+    );
+    tracing::info!(state_dir = %state_dir.display(), boot_epoch = k.boot_epoch, "kernel listening on {endpoint}");
+
+    let frontend = tokio::spawn(services::supervise(k.clone(), services::Role::Frontend));
+    let shims = tokio::spawn(services::supervise(k.clone(), services::Role::ShimManager));
+    for key in &keys {
+        supervisor::start_actor(&k, key);
+    }
+
+    let mut demo_keys = Vec::new();
+    if config.demo {
+        demo_keys = install_demo(&k).await;
+    }
+    let ready = announce_ready(k.clone(), demo_keys);
+
+    tokio::select! {
+        _ = ready => {}
+        _ = wait_for_signal() => {}
+    }
+    // The banner may not be printed if a signal came first; either way wait for the signal.
+    if !*k.shutdown.borrow() {
+        wait_for_signal().await;
+    }
+    shutdown(&k).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        let _ = frontend.await;
+        let _ = shims.await;
+    })
+    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    let _ = std::fs::remove_file(endpoint.as_str());
+    tracing::info!("kernel stopped");
+    Ok(())
+}
+
+fn absolute(p: &std::path::Path) -> Result<PathBuf, KernelError> {
+    std::fs::create_dir_all(p).map_err(|source| KernelError::Io { context: format!("creating state dir {}", p.display()), source })?;
+    std::path::absolute(p).map_err(|source| KernelError::Io { context: format!("resolving {}", p.display()), source })
+}
+
+/// One kernel per state dir: an exclusive lock on `run/kernel.lock`, held for the process
+/// lifetime (the OS drops it if the kernel dies).
+fn acquire_lock(paths: &paths::Paths) -> Result<std::fs::File, KernelError> {
+    use std::io::{Read, Seek, Write};
+    let path = paths.run().join("kernel.lock");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|source| KernelError::Io { context: format!("opening {}", path.display()), source })?;
+    if f.try_lock().is_err() {
+        let mut pid = String::new();
+        let _ = f.read_to_string(&mut pid);
+        return Err(KernelError::AlreadyRunning { state_dir: paths.state.clone(), pid: pid.trim().to_string() });
+    }
+    let _ = f.set_len(0);
+    let _ = f.rewind();
+    let _ = write!(f, "{}", std::process::id());
+    Ok(f)
+}
+
+async fn install_demo(k: &Arc<Kernel>) -> Vec<String> {
+    use tutti_proto::kernel::kernel_server::Kernel as _;
+    let dirs = match demo::write_releases(&k.paths.state, &k.paths.libexec) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!("demo connectors unavailable: {e}");
+            eprintln!("tutti: demo connectors unavailable: {e}");
+            return Vec::new();
+        }
+    };
+    let svc = service::Service { k: k.clone() };
+    let mut keys = Vec::new();
+    for dir in dirs {
+        let req = tutti_proto::kernel::InstallRequest { source_dir: dir.to_string_lossy().into_owned(), allow_commands: Vec::new() };
+        match svc.install(tonic::Request::new(req)).await {
+            Ok(r) => keys.push(r.into_inner().key),
+            Err(e) => eprintln!("tutti: demo install of {} failed: {}", dir.display(), e.message()),
+        }
+    }
+    keys
+}
+
+/// Prints the MCP URL once the frontend answers (and the demo connectors settled).
+async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let url = loop {
+        if let Some(u) = lock(&k.frontend_url).clone() {
+            break u;
+        }
+        if tokio::time::Instant::now() > deadline {
+            eprintln!("tutti: the MCP frontend did not start; see {}", k.paths.logs().join("frontend.log").display());
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    while tokio::time::Instant::now() < deadline {
+        let settled = {
+            let inner = lock(&k.inner);
+            demo.iter().all(|key| inner.conns.get(key).is_some_and(|c| c.status != state::Status::Starting))
+        };
+        if settled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("tutti is up. MCP server \"connector\": {url}");
+    println!("  state dir: {}", k.paths.state.display());
+    println!("  give an agent access: tutti session issue --workspace W --session S --format claude");
+    println!("  stop: Ctrl-C");
+    std::future::pending::<()>().await;
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Revoke all tokens, tell every watcher, stop every connector (draining calls), stop the
+/// frontend and the shim manager.
+async fn shutdown(k: &Arc<Kernel>) {
+    tracing::info!("shutting down");
+    {
+        let mut inner = lock(&k.inner);
+        lock(&k.tokens).revoke_all();
+        k.publish_other(
+            &mut inner,
+            tutti_proto::kernel::route_event::Event::SessionsRevoked(tutti_proto::kernel::SessionsRevoked {
+                all: true,
+                workspace: String::new(),
+                session: String::new(),
+            }),
+        );
+    }
+    let _ = k.shutdown.send(true);
+    let actors: Vec<_> = lock(&k.inner).actors.values().cloned().collect();
+    let mut waits = Vec::new();
+    for tx in actors {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        let _ = tx.send(supervisor::Msg::Stop { reason: "runtime shutdown".into(), done });
+        waits.push(wait);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(15), futures_util::future::join_all(waits)).await;
+}

@@ -1,1 +1,57 @@
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// The Tutti kernel: authoritative state and supervisor of the runtime's processes.
+#[derive(Parser)]
+#[command(name = "tutti-kernel", version)]
+struct Args {
+    /// State directory (else TUTTI_STATE_DIR, else the platform default).
+    #[arg(long, env = "TUTTI_STATE_DIR")]
+    state_dir: Option<std::path::PathBuf>,
+    /// Install and connect the bundled example connectors first.
+    #[arg(long)]
+    demo: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let Some(state_dir) = args.state_dir.or_else(tutti_kernel::default_state_dir) else {
+        eprintln!("tutti-kernel: no state directory; pass --state-dir DIR or set TUTTI_STATE_DIR");
+        return ExitCode::FAILURE;
+    };
+    init_tracing(&state_dir);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tutti-kernel: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(tutti_kernel::run(tutti_kernel::Config { state_dir, demo: args.demo })) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tutti-kernel: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Human-readable logs on stderr and in `logs/kernel.log`.
+fn init_tracing(state_dir: &std::path::Path) {
+    use tracing_subscriber::prelude::*;
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+    };
+    let logs = state_dir.join("logs");
+    let _ = std::fs::create_dir_all(&logs);
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(logs.join("kernel.log")).ok();
+    let file_layer = file.map(|f| {
+        tracing_subscriber::fmt::layer().with_ansi(false).with_writer(std::sync::Mutex::new(f)).with_filter(filter())
+    });
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter()))
+        .with(file_layer)
+        .init();
+}

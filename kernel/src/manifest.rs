@@ -1,0 +1,467 @@
+//! `connector.json` (SPEC §3): parsing, validation with one line per problem naming the
+//! field, placeholder expansion and the exact launch plan.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::naming::valid_key;
+
+pub const DEFAULT_START_MS: u32 = 30_000;
+pub const DEFAULT_CALL_MS: u32 = 60_000;
+
+#[derive(Clone, Debug)]
+pub struct Manifest {
+    pub key: String,
+    pub name: String,
+    pub description: String,
+    pub version: String,
+    pub mcp: Option<Mcp>,
+    pub cli: Option<Cli>,
+    pub skills: Vec<Skill>,
+    pub start_ms: u32,
+    pub call_ms: u32,
+    pub tool_risk: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Mcp {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        cwd: String,
+        env: BTreeMap<String, String>,
+        secrets: Vec<String>,
+    },
+    Http {
+        url: String,
+        auth: Auth,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub enum Auth {
+    None,
+    Bearer { secret: String },
+    Header { header: String, secret: String },
+}
+
+#[derive(Clone, Debug)]
+pub struct Cli {
+    pub entrypoint: String,
+    pub secrets: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Skill {
+    /// Directory relative to the release.
+    pub dir: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: String,
+}
+
+/// What a stdio upstream runs, after expansion.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StdioLaunch {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+}
+
+impl Manifest {
+    /// Every secret name the connector declares (mcp, http auth and cli), sorted, unique.
+    pub fn secret_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        match &self.mcp {
+            Some(Mcp::Stdio { secrets, .. }) => names.extend(secrets.iter().cloned()),
+            Some(Mcp::Http {
+                auth: Auth::Bearer { secret } | Auth::Header { secret, .. },
+                ..
+            }) => names.push(secret.clone()),
+            _ => {}
+        }
+        if let Some(cli) = &self.cli {
+            names.extend(cli.secrets.iter().cloned());
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// Reads and validates `<dir>/connector.json`. `Err` holds one line per problem.
+pub fn load(dir: &Path) -> Result<Manifest, Vec<String>> {
+    let path = dir.join("connector.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| vec![format!("connector.json: cannot read {}: {e}", path.display())])?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| vec![format!("connector.json: not valid JSON: {e}")])?;
+    parse(&value, dir)
+}
+
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn push(&mut self, field: &str, msg: impl std::fmt::Display) {
+        self.0.push(format!("connector.json: {field}: {msg}"));
+    }
+}
+
+fn string(obj: &Map<String, Value>, field: &str, path: &str, required: bool, p: &mut Problems) -> Option<String> {
+    match obj.get(field) {
+        None | Some(Value::Null) => {
+            if required {
+                p.push(path, "is required");
+            }
+            None
+        }
+        Some(Value::String(s)) if s.trim().is_empty() && required => {
+            p.push(path, "must not be empty");
+            None
+        }
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            p.push(path, format!("must be a string, got {}", kind(other)));
+            None
+        }
+    }
+}
+
+fn string_list(obj: &Map<String, Value>, field: &str, path: &str, p: &mut Problems) -> Vec<String> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| match v {
+                Value::String(s) => Some(s.clone()),
+                other => {
+                    p.push(&format!("{path}[{i}]"), format!("must be a string, got {}", kind(other)));
+                    None
+                }
+            })
+            .collect(),
+        Some(other) => {
+            p.push(path, format!("must be an array of strings, got {}", kind(other)));
+            Vec::new()
+        }
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn valid_env_name(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+}
+
+/// A relative path that stays inside the release (no `..`, not absolute).
+fn inside_release(rel: &str) -> bool {
+    let p = Path::new(rel);
+    !rel.is_empty()
+        && p.is_relative()
+        && p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
+pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
+    let mut p = Problems(Vec::new());
+    let Some(root) = value.as_object() else {
+        return Err(vec!["connector.json: must be a JSON object".into()]);
+    };
+    let key = string(root, "key", "key", true, &mut p).unwrap_or_default();
+    if !key.is_empty() && !valid_key(&key) {
+        p.push("key", format!("must match ^[a-z][a-z0-9-]{{0,23}}$, got {key:?}"));
+    }
+    let name = string(root, "name", "name", true, &mut p).unwrap_or_default();
+    let description = string(root, "description", "description", true, &mut p).unwrap_or_default();
+    let version = string(root, "version", "version", true, &mut p).unwrap_or_default();
+
+    let mcp = match root.get("mcp") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(m)) => parse_mcp(m, &mut p),
+        Some(other) => {
+            p.push("mcp", format!("must be an object, got {}", kind(other)));
+            None
+        }
+    };
+    let cli = match root.get("cli") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(c)) => {
+            let entrypoint = string(c, "entrypoint", "cli.entrypoint", true, &mut p).unwrap_or_default();
+            if !entrypoint.is_empty() {
+                if !inside_release(&entrypoint) {
+                    p.push("cli.entrypoint", format!("must be a relative path inside the release, got {entrypoint:?}"));
+                } else if !dir.join(&entrypoint).is_file() {
+                    p.push("cli.entrypoint", format!("{entrypoint:?} does not exist in the release"));
+                }
+            }
+            let secrets = string_list(c, "secrets", "cli.secrets", &mut p);
+            check_secret_names(&secrets, "cli.secrets", &mut p);
+            Some(Cli { entrypoint, secrets })
+        }
+        Some(other) => {
+            p.push("cli", format!("must be an object, got {}", kind(other)));
+            None
+        }
+    };
+    let mut skills = Vec::new();
+    for (i, rel) in string_list(root, "skills", "skills", &mut p).into_iter().enumerate() {
+        let field = format!("skills[{i}]");
+        if !inside_release(&rel) {
+            p.push(&field, format!("must be a directory inside the release, got {rel:?}"));
+            continue;
+        }
+        match crate::skills::read_skill(&dir.join(&rel)) {
+            Ok(meta) => skills.push(Skill {
+                dir: rel,
+                name: meta.name,
+                title: meta.title,
+                description: meta.description,
+            }),
+            Err(e) => p.push(&field, e),
+        }
+    }
+    if !root.contains_key("mcp") && !root.contains_key("cli") && skills.is_empty() {
+        p.push("mcp", "at least one of mcp, cli, skills must be present");
+    }
+    let (mut start_ms, mut call_ms) = (DEFAULT_START_MS, DEFAULT_CALL_MS);
+    if let Some(t) = root.get("timeouts") {
+        match t.as_object() {
+            Some(t) => {
+                for (field, slot) in [("startMs", &mut start_ms), ("callMs", &mut call_ms)] {
+                    if let Some(v) = t.get(field) {
+                        match v.as_u64() {
+                            Some(n) if n > 0 && n <= u64::from(u32::MAX) => *slot = n as u32,
+                            _ => p.push(&format!("timeouts.{field}"), "must be a positive integer (milliseconds)"),
+                        }
+                    }
+                }
+            }
+            None => p.push("timeouts", "must be an object"),
+        }
+    }
+    let mut tool_risk = BTreeMap::new();
+    if let Some(r) = root.get("toolRisk") {
+        match r.as_object() {
+            Some(m) => {
+                for (tool, level) in m {
+                    match level.as_str() {
+                        Some(l @ ("low" | "medium" | "high")) => {
+                            tool_risk.insert(tool.clone(), l.to_string());
+                        }
+                        _ => p.push(&format!("toolRisk.{tool}"), "must be \"low\", \"medium\" or \"high\""),
+                    }
+                }
+            }
+            None => p.push("toolRisk", "must be an object"),
+        }
+    }
+    if p.0.is_empty() {
+        Ok(Manifest { key, name, description, version, mcp, cli, skills, start_ms, call_ms, tool_risk })
+    } else {
+        Err(p.0)
+    }
+}
+
+fn check_secret_names(names: &[String], field: &str, p: &mut Problems) {
+    for (i, n) in names.iter().enumerate() {
+        if !valid_env_name(n) {
+            p.push(&format!("{field}[{i}]"), format!("{n:?} is not a valid environment variable name"));
+        }
+    }
+}
+
+fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
+    match string(m, "transport", "mcp.transport", true, p)?.as_str() {
+        "stdio" => {
+            let command = string(m, "command", "mcp.command", true, p).unwrap_or_default();
+            if command.contains(char::is_whitespace) && !command.contains('/') && !command.contains('\\') {
+                p.push("mcp.command", format!("must be a program name or path, not a shell command line: {command:?} (put arguments in mcp.args)"));
+            }
+            let args = string_list(m, "args", "mcp.args", p);
+            let cwd = string(m, "cwd", "mcp.cwd", false, p).unwrap_or_else(|| "${release}".into());
+            let mut env = BTreeMap::new();
+            match m.get("env") {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(e)) => {
+                    for (k, v) in e {
+                        if !valid_env_name(k) {
+                            p.push(&format!("mcp.env.{k}"), "is not a valid environment variable name");
+                        }
+                        match v.as_str() {
+                            Some(s) => {
+                                env.insert(k.clone(), s.to_string());
+                            }
+                            None => p.push(&format!("mcp.env.{k}"), "must be a string"),
+                        }
+                    }
+                }
+                Some(other) => p.push("mcp.env", format!("must be an object, got {}", kind(other))),
+            }
+            let secrets = string_list(m, "secrets", "mcp.secrets", p);
+            check_secret_names(&secrets, "mcp.secrets", p);
+            Some(Mcp::Stdio { command, args, cwd, env, secrets })
+        }
+        "http" => {
+            let url = string(m, "url", "mcp.url", true, p).unwrap_or_default();
+            if !url.is_empty() && !(url.starts_with("https://") || url.starts_with("http://")) {
+                p.push("mcp.url", format!("must be an http:// or https:// URL, got {url:?}"));
+            }
+            let auth = match m.get("auth") {
+                None | Some(Value::Null) => Auth::None,
+                Some(Value::Object(a)) => match string(a, "kind", "mcp.auth.kind", true, p).as_deref() {
+                    Some("none") => Auth::None,
+                    Some("bearer") => Auth::Bearer {
+                        secret: string(a, "secret", "mcp.auth.secret", true, p).unwrap_or_default(),
+                    },
+                    Some("header") => Auth::Header {
+                        header: string(a, "header", "mcp.auth.header", true, p).unwrap_or_default(),
+                        secret: string(a, "secret", "mcp.auth.secret", true, p).unwrap_or_default(),
+                    },
+                    Some(other) => {
+                        p.push("mcp.auth.kind", format!("must be none, bearer or header, got {other:?}"));
+                        Auth::None
+                    }
+                    None => Auth::None,
+                },
+                Some(other) => {
+                    p.push("mcp.auth", format!("must be an object, got {}", kind(other)));
+                    Auth::None
+                }
+            };
+            if let Auth::Bearer { secret } | Auth::Header { secret, .. } = &auth
+                && !secret.is_empty()
+                && !valid_env_name(secret)
+            {
+                p.push("mcp.auth.secret", format!("{secret:?} is not a valid secret name"));
+            }
+            Some(Mcp::Http { url, auth })
+        }
+        other => {
+            p.push("mcp.transport", format!("must be \"stdio\" or \"http\", got {other:?}"));
+            None
+        }
+    }
+}
+
+/// Expands `${release}` and `${state}`.
+pub fn expand(s: &str, release: &Path, state: &Path) -> String {
+    s.replace("${release}", &release.to_string_lossy())
+        .replace("${state}", &state.to_string_lossy())
+}
+
+/// The exact stdio launch: command resolved (absolute or on `path_var`), cwd absolute after
+/// expansion, relative args that name existing files resolved against cwd, env = base + env
+/// (secrets are added by the caller). Problems name the field.
+pub fn stdio_launch(
+    command: &str,
+    args: &[String],
+    cwd: &str,
+    env: &BTreeMap<String, String>,
+    release: &Path,
+    state: &Path,
+    base_env: &BTreeMap<String, String>,
+) -> Result<StdioLaunch, Vec<String>> {
+    let mut problems = Vec::new();
+    let cwd_expanded = expand(cwd, release, state);
+    let cwd_path = PathBuf::from(&cwd_expanded);
+    if !cwd_path.is_absolute() {
+        problems.push(format!(
+            "connector.json: mcp.cwd: must be an absolute path after expansion, got {cwd_expanded:?}"
+        ));
+    }
+    let cmd = expand(command, release, state);
+    let path_var = base_env.get("PATH").map(String::as_str).unwrap_or("");
+    let program = match crate::spawn::resolve_program(&cmd, path_var) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            problems.push(format!("connector.json: mcp.command: {e}"));
+            None
+        }
+    };
+    let args = args
+        .iter()
+        .map(|a| {
+            let a = expand(a, release, state);
+            let candidate = cwd_path.join(&a);
+            if Path::new(&a).is_relative() && !a.starts_with('-') && cwd_path.is_absolute() && candidate.exists() {
+                candidate.to_string_lossy().into_owned()
+            } else {
+                a
+            }
+        })
+        .collect();
+    let mut full_env = base_env.clone();
+    for (k, v) in env {
+        full_env.insert(k.clone(), expand(v, release, state));
+    }
+    match (problems.is_empty(), program) {
+        (true, Some(program)) => Ok(StdioLaunch { program, args, cwd: cwd_path, env: full_env }),
+        _ => Err(problems),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn dir() -> PathBuf {
+        std::env::temp_dir()
+    }
+
+    #[test]
+    fn problems_name_each_field() {
+        let v = json!({"key":"Bad_Key","version":3,"mcp":{"transport":"stdio","command":"node server.js"},"timeouts":{"startMs":-1}});
+        let e = parse(&v, &dir()).unwrap_err();
+        let all = e.join("\n");
+        for needle in ["key: must match", "name: is required", "description: is required", "version: must be a string",
+                       "mcp.command: must be a program name", "timeouts.startMs"] {
+            assert!(all.contains(needle), "missing {needle:?} in\n{all}");
+        }
+        assert!(e.iter().all(|l| l.starts_with("connector.json: ")));
+    }
+
+    #[test]
+    fn cwd_must_be_absolute_after_expansion() {
+        let base = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let e = stdio_launch("/bin/sh", &[], "rel/dir", &BTreeMap::new(), Path::new("/r"), Path::new("/s"), &base).unwrap_err();
+        assert_eq!(e, vec!["connector.json: mcp.cwd: must be an absolute path after expansion, got \"rel/dir\"".to_string()]);
+    }
+
+    #[test]
+    fn placeholders_and_relative_args() {
+        let rel = tempdir();
+        std::fs::write(rel.join("server.js"), "").expect("write");
+        let base = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let env = BTreeMap::from([("DATA".to_string(), "${state}/data".to_string())]);
+        let l = stdio_launch("sh", &["server.js".into(), "--x".into(), "missing.txt".into()], "${release}", &env, &rel, Path::new("/st"), &base).expect("ok");
+        assert!(l.program.is_absolute());
+        assert_eq!(l.args[0], rel.join("server.js").to_string_lossy());
+        assert_eq!(l.args[1], "--x");
+        assert_eq!(l.args[2], "missing.txt");
+        assert_eq!(l.cwd, rel);
+        assert_eq!(l.env.get("DATA").map(String::as_str), Some("/st/data"));
+        let e = stdio_launch("no-such-program-xyz", &[], "/", &BTreeMap::new(), &rel, Path::new("/st"), &base).unwrap_err();
+        assert!(e[0].contains("not found on PATH"), "{e:?}");
+    }
+
+    fn tempdir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tutti-manifest-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("mkdir");
+        d
+    }
+}

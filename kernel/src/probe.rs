@@ -1,0 +1,127 @@
+//! `tutti connector probe DIR|KEY`: start the upstream exactly as a worker would (it *is* a
+//! worker, under a probe generation that is never committed), page tools/list, validate
+//! every schema, report, stop. No tool is called.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tonic::Status;
+use tutti_proto::kernel as pb;
+
+use crate::manifest::{self, Manifest};
+use crate::naming::local_name;
+use crate::spawn::{self, ChildSpec};
+use crate::state::{Kernel, lock, sha256};
+use crate::toolset::{OfferedTool, check_input_schema};
+
+pub struct ProbeSlot {
+    pub key: String,
+    pub token_hash: [u8; 32],
+    pub launch: pb::LaunchSpec,
+    pub manifest: Manifest,
+    pub done: Option<oneshot::Sender<Result<pb::ProbeReply, String>>>,
+}
+
+pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeReply, Status> {
+    let target = PathBuf::from(&req.target);
+    let (manifest, release) = if target.is_absolute() && target.is_dir() {
+        let m = manifest::load(&target).map_err(|p| Status::failed_precondition(p.join("\n")))?;
+        (m, target)
+    } else {
+        let inner = lock(&k.inner);
+        let m = inner.manifests.get(&req.target).cloned().ok_or_else(|| {
+            Status::not_found(format!("{:?} is neither a release directory nor an installed connector", req.target))
+        })?;
+        let dir = Kernel::release_dir(&inner, &req.target).unwrap_or_default();
+        (m, dir)
+    };
+    if manifest.mcp.is_none() {
+        return Err(Status::failed_precondition(format!("{} has no mcp interface to probe", manifest.key)));
+    }
+    let launch = k.launch_spec(&manifest.key, &manifest, &release).map_err(Status::failed_precondition)?;
+    let generation = k.next_generation();
+    let token = crate::tokens::new_token().map_err(|e| Status::internal(e.to_string()))?;
+    let (tx, rx) = oneshot::channel();
+    let key = manifest.key.clone();
+    let start_ms = manifest.start_ms;
+    lock(&k.inner).probes.insert(
+        generation,
+        ProbeSlot { key: key.clone(), token_hash: sha256(&token), launch, manifest, done: Some(tx) },
+    );
+    let program = k.paths.sibling("tutti-upstream-worker");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(k.paths.logs().join(format!("probe-{key}.log"))).ok();
+    let env = vec![
+        ("PATH".to_string(), k.base_env.get("PATH").cloned().unwrap_or_default()),
+        ("TUTTI_WORKER_KEY".to_string(), key.clone()),
+        ("TUTTI_WORKER_GENERATION".to_string(), generation.to_string()),
+        ("TUTTI_WORKER_TOKEN".to_string(), token),
+    ];
+    let spawned = spawn::spawn(ChildSpec {
+        program: &program,
+        args: vec!["--state-dir".into(), k.paths.state.to_string_lossy().into_owned()],
+        env,
+        stderr: log,
+        death_signal_term: true,
+    });
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            lock(&k.inner).probes.remove(&generation);
+            return Err(Status::internal(format!("cannot start {}: {e}", program.display())));
+        }
+    };
+    let wait = Duration::from_millis(u64::from(start_ms)) + Duration::from_secs(3);
+    let outcome = tokio::select! {
+        r = rx => r.unwrap_or_else(|_| Err("the probe worker ended without a result".into())),
+        st = child.wait() => {
+            // Give a report that raced the exit a moment to land.
+            let late = lock(&k.inner).probes.get_mut(&generation).and_then(|s| s.done.take());
+            drop(late);
+            Err(format!("the upstream ended before listing its tools ({})", st.map(|s| s.to_string()).unwrap_or_default()))
+        }
+        _ = tokio::time::sleep(wait) => Err(format!("the upstream did not answer within startMs = {start_ms} ms")),
+    };
+    lock(&k.inner).probes.remove(&generation);
+    spawn::stop_group(&mut child, Duration::from_secs(2)).await;
+    outcome.map_err(|e| Status::failed_precondition(k.redact(&e)))
+}
+
+/// Called by OfferTools for a probe generation.
+pub fn finish(slot: &mut ProbeSlot, tools: &[OfferedTool], protocol_version: &str) {
+    let mut problems = Vec::new();
+    let mut seen = BTreeMap::new();
+    let mut out = Vec::new();
+    for t in tools {
+        let local = local_name(&slot.key, &t.upstream_name);
+        if let Some(other) = seen.insert(local.clone(), t.upstream_name.clone()) {
+            problems.push(format!("tools {other:?} and {:?} both map to the local name {local}", t.upstream_name));
+        }
+        if let Err(p) = check_input_schema(t.definition.get("inputSchema")) {
+            problems.push(format!("tool {:?}: inputSchema: {p}", t.upstream_name));
+        }
+        out.push(pb::ProbeTool {
+            upstream_name: t.upstream_name.clone(),
+            local_name: local,
+            description: t.definition.get("description").and_then(|d| d.as_str()).unwrap_or("").to_string(),
+        });
+    }
+    if let Some(done) = slot.done.take() {
+        let _ = done.send(Ok(pb::ProbeReply {
+            key: slot.key.clone(),
+            protocol_version: protocol_version.to_string(),
+            server_name: String::new(),
+            tools: out,
+            problems,
+        }));
+    }
+    let _ = &slot.manifest;
+}
+
+pub fn fail(slot: &mut ProbeSlot, message: String) {
+    if let Some(done) = slot.done.take() {
+        let _ = done.send(Err(message));
+    }
+}

@@ -1,0 +1,111 @@
+//! `registry.json`: the single authoritative record of installed connectors. Only the
+//! kernel writes it, by atomic replace (write temp, fsync, rename, fsync dir).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::KernelError;
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Registry {
+    #[serde(default)]
+    pub revision: u64,
+    /// Increased at every kernel start; the high half of every generation number.
+    #[serde(default)]
+    pub boot_epoch: u32,
+    #[serde(default)]
+    pub connectors: BTreeMap<String, Installed>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Installed {
+    pub version: String,
+    pub sha256: String,
+    /// Absolute path of the immutable release copy.
+    pub release_dir: PathBuf,
+    pub installed_at_unix: u64,
+    /// Trust: the exact argv or URL the user confirmed at install.
+    #[serde(default)]
+    pub confirmed_launch: Vec<String>,
+    #[serde(default)]
+    pub allow_commands: Vec<String>,
+    /// `ready` when connected and every declared secret is stored, else `required`.
+    pub auth: AuthState,
+    /// False after `tutti connector disconnect` until the next `connect`.
+    #[serde(default = "yes")]
+    pub connected: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthState {
+    Ready,
+    Required,
+}
+
+impl Registry {
+    pub fn load(path: &Path) -> Result<Registry, KernelError> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| KernelError::Registry {
+                path: path.to_path_buf(),
+                detail: format!("not valid: {e} (fix or move it away; the kernel never guesses)"),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Registry::default()),
+            Err(e) => Err(KernelError::Registry {
+                path: path.to_path_buf(),
+                detail: e.to_string(),
+            }),
+        }
+    }
+
+    /// Bumps the revision and replaces the file atomically.
+    pub fn save(&mut self, path: &Path) -> Result<(), KernelError> {
+        self.revision += 1;
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| KernelError::Registry {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        write_atomic(path, &bytes, false).map_err(|e| KernelError::Registry {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })
+    }
+}
+
+/// Write temp, fsync, rename, fsync the directory. `private` makes the file 0600 (Unix).
+pub fn write_atomic(path: &Path, bytes: &[u8], private: bool) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+        std::process::id()
+    ));
+    {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        if private {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        #[cfg(not(unix))]
+        let _ = private;
+        let mut f = opts.open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}

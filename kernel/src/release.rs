@@ -1,0 +1,110 @@
+//! Content-addressed release copies: `releases/<key>/<sha256>/`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Regular files of the release, sorted, relative. Symlinks and special files are refused
+/// so the copy is exactly what was hashed.
+fn files(root: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = root.join(&rel);
+        let rd = std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+            let ty = entry.file_type().map_err(|e| e.to_string())?;
+            let child = rel.join(entry.file_name());
+            if ty.is_dir() {
+                stack.push(child);
+            } else if ty.is_file() {
+                out.push(child);
+            } else {
+                return Err(format!(
+                    "{}: only regular files and directories can be part of a release (symlinks are refused)",
+                    child.display()
+                ));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(unix)]
+fn executable(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    m.permissions().mode() & 0o111 != 0
+}
+#[cfg(not(unix))]
+fn executable(_: &std::fs::Metadata) -> bool {
+    false
+}
+
+/// SHA-256 over every file's relative path, executable bit and content.
+pub fn hash_tree(root: &Path) -> Result<String, String> {
+    let mut h = Sha256::new();
+    for rel in files(root)? {
+        let path = root.join(&rel);
+        let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        h.update(rel.to_string_lossy().as_bytes());
+        h.update([0, u8::from(executable(&meta))]);
+        h.update(meta.len().to_le_bytes());
+        let mut f = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            let n = f.read(&mut buf).map_err(|e| format!("{}: {e}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Copies `src` to `dest` (via a temp dir and rename). An existing `dest` is kept: it holds
+/// the same content by construction.
+pub fn copy_release(src: &Path, dest: &Path) -> Result<(), String> {
+    if dest.is_dir() {
+        return Ok(());
+    }
+    let parent = dest.parent().ok_or("release path has no parent")?;
+    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let tmp = parent.join(format!(".tmp-{}-{}", std::process::id(), dest.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    for rel in files(src)? {
+        let to = tmp.join(&rel);
+        if let Some(p) = to.parent() {
+            std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+        std::fs::copy(src.join(&rel), &to).map_err(|e| format!("copying {}: {e}", rel.display()))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, dest).map_err(|e| format!("{}: {e}", dest.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_is_content_addressed_and_copy_is_faithful() {
+        let base = std::env::temp_dir().join(format!("tutti-release-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let src = base.join("src");
+        std::fs::create_dir_all(src.join("sub")).expect("mkdir");
+        std::fs::write(src.join("connector.json"), "{}").expect("w");
+        std::fs::write(src.join("sub/a.txt"), "hello").expect("w");
+        let h1 = hash_tree(&src).expect("hash");
+        assert_eq!(h1.len(), 64);
+        let dest = base.join("releases/k").join(&h1);
+        copy_release(&src, &dest).expect("copy");
+        assert_eq!(hash_tree(&dest).expect("hash"), h1);
+        std::fs::write(src.join("sub/a.txt"), "hellO").expect("w");
+        assert_ne!(hash_tree(&src).expect("hash"), h1);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}

@@ -1,0 +1,673 @@
+//! The Kernel gRPC service: the control plane for the CLI, the frontend, the shims and the
+//! workers. Errors become `tonic::Status` here and only here; their messages are
+//! user-facing (the CLI prints them as they are) and never carry a secret.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::Stream;
+use tokio::sync::broadcast::error::RecvError;
+use tonic::{Request, Response, Status};
+use tutti_proto::kernel as pb;
+use tutti_proto::kernel::kernel_server::Kernel as KernelRpc;
+
+use crate::manifest::{self, Manifest, Mcp};
+use crate::registry::{AuthState, Installed};
+use crate::state::{Kernel, Status as CStatus, lock, sha256};
+use crate::supervisor::{Msg, start_actor};
+use crate::toolset::{OfferedTool, validate};
+
+pub struct Service {
+    pub k: Arc<Kernel>,
+}
+
+fn precondition(msg: impl Into<String>) -> Status {
+    Status::failed_precondition(msg.into())
+}
+
+fn not_installed(key: &str) -> Status {
+    Status::not_found(format!(
+        "connector {key:?} is not installed (see `tutti connector available`)"
+    ))
+}
+
+/// A validated release ready to install.
+struct Plan {
+    manifest: Manifest,
+    sha: String,
+    release_dir: PathBuf,
+    reply: pb::InstallPlan,
+}
+
+impl Service {
+    fn plan(&self, req: &pb::InstallRequest) -> Result<Plan, Status> {
+        let src = PathBuf::from(&req.source_dir);
+        if !src.is_absolute() || !src.is_dir() {
+            return Err(Status::invalid_argument(format!(
+                "{}: not a directory",
+                req.source_dir
+            )));
+        }
+        let mut reply = pb::InstallPlan {
+            allowed_commands: req.allow_commands.clone(),
+            ..Default::default()
+        };
+        let manifest = match manifest::load(&src) {
+            Ok(m) => m,
+            Err(problems) => {
+                reply.problems = problems;
+                return Ok(Plan {
+                    manifest: placeholder_manifest(),
+                    sha: String::new(),
+                    release_dir: PathBuf::new(),
+                    reply,
+                });
+            }
+        };
+        let sha = crate::release::hash_tree(&src).map_err(precondition)?;
+        let release_dir = self.k.paths.releases().join(&manifest.key).join(&sha);
+        reply.key = manifest.key.clone();
+        reply.name = manifest.name.clone();
+        reply.version = manifest.version.clone();
+        reply.secret_names = manifest.secret_names();
+        if let Some(cli) = &manifest.cli {
+            reply.cli_entrypoint = cli.entrypoint.clone();
+        }
+        if let Some(old) = lock(&self.k.inner).registry.connectors.get(&manifest.key) {
+            reply.upgrades_version = old.version.clone();
+        }
+        match &manifest.mcp {
+            Some(Mcp::Stdio { command, args, cwd, env, .. }) => {
+                reply.transport = "stdio".into();
+                match manifest::stdio_launch(command, args, cwd, env, &release_dir, &self.k.paths.state, &self.k.base_env) {
+                    Ok(l) => {
+                        reply.argv = std::iter::once(l.program.to_string_lossy().into_owned())
+                            .chain(l.args)
+                            .collect();
+                        reply.cwd = l.cwd.to_string_lossy().into_owned();
+                    }
+                    Err(p) => reply.problems.extend(p),
+                }
+            }
+            Some(Mcp::Http { url, .. }) => {
+                reply.transport = "http".into();
+                reply.url = url.clone();
+            }
+            None => {}
+        }
+        Ok(Plan { manifest, sha, release_dir, reply })
+    }
+
+    fn reload(&self, key: &str) {
+        let tx = lock(&self.k.inner).actors.get(key).cloned();
+        match tx {
+            Some(tx) => {
+                let _ = tx.send(Msg::Reload);
+            }
+            None => {
+                start_actor(&self.k, key);
+            }
+        }
+    }
+}
+
+fn placeholder_manifest() -> Manifest {
+    Manifest {
+        key: String::new(),
+        name: String::new(),
+        description: String::new(),
+        version: String::new(),
+        mcp: None,
+        cli: None,
+        skills: Vec::new(),
+        start_ms: 0,
+        call_ms: 0,
+        tool_risk: BTreeMap::new(),
+    }
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RouteEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl KernelRpc for Service {
+    async fn plan_install(&self, req: Request<pb::InstallRequest>) -> Result<Response<pb::InstallPlan>, Status> {
+        Ok(Response::new(self.plan(req.get_ref())?.reply))
+    }
+
+    async fn install(&self, req: Request<pb::InstallRequest>) -> Result<Response<pb::InstallReply>, Status> {
+        let req = req.into_inner();
+        let plan = self.plan(&req)?;
+        if !plan.reply.problems.is_empty() {
+            return Err(precondition(plan.reply.problems.join("\n")));
+        }
+        crate::release::copy_release(Path::new(&req.source_dir), &plan.release_dir).map_err(precondition)?;
+        let key = plan.manifest.key.clone();
+        let upgraded;
+        let status;
+        {
+            let mut inner = lock(&self.k.inner);
+            let connected = inner.registry.connectors.get(&key).map(|c| c.auth == AuthState::Ready || c.connected).unwrap_or(true);
+            upgraded = inner.registry.connectors.contains_key(&key);
+            let auth = self.k.auth_state(&key, &plan.manifest, connected);
+            inner.registry.connectors.insert(
+                key.clone(),
+                Installed {
+                    version: plan.manifest.version.clone(),
+                    sha256: plan.sha.clone(),
+                    release_dir: plan.release_dir.clone(),
+                    installed_at_unix: now_unix(),
+                    confirmed_launch: if plan.reply.url.is_empty() { plan.reply.argv.clone() } else { vec![plan.reply.url.clone()] },
+                    allow_commands: req.allow_commands.clone(),
+                    auth,
+                    connected,
+                },
+            );
+            inner.manifests.insert(key.clone(), plan.manifest.clone());
+            let c = inner.conns.entry(key.clone()).or_default();
+            if auth == AuthState::Required {
+                c.status = CStatus::AuthRequired;
+            } else if c.status != CStatus::Ready {
+                c.status = CStatus::Starting;
+            }
+            status = c.status;
+            self.k.save_registry(&mut inner).map_err(|e| Status::internal(e.to_string()))?;
+        }
+        tracing::info!(key, version = %plan.manifest.version, sha = %plan.sha, upgraded, "installed");
+        self.reload(&key);
+        Ok(Response::new(pb::InstallReply {
+            key,
+            version: plan.manifest.version,
+            sha256: plan.sha,
+            upgraded,
+            status: status.as_str().into(),
+        }))
+    }
+
+    async fn uninstall(&self, req: Request<pb::KeyRequest>) -> Result<Response<pb::Empty>, Status> {
+        let key = req.into_inner().key;
+        let tx = {
+            let inner = lock(&self.k.inner);
+            if !inner.registry.connectors.contains_key(&key) {
+                return Err(not_installed(&key));
+            }
+            inner.actors.get(&key).cloned()
+        };
+        if let Some(tx) = tx {
+            let (done, wait) = tokio::sync::oneshot::channel();
+            let _ = tx.send(Msg::Stop { reason: "uninstalled".into(), done });
+            let _ = wait.await;
+        }
+        {
+            let mut inner = lock(&self.k.inner);
+            self.k.fence(&mut inner, &key, None, "uninstalled");
+            inner.actors.remove(&key);
+            inner.conns.remove(&key);
+            inner.manifests.remove(&key);
+            inner.registry.connectors.remove(&key);
+            self.k.save_registry(&mut inner).map_err(|e| Status::internal(e.to_string()))?;
+        }
+        self.k.secrets.delete(&key);
+        let _ = std::fs::remove_dir_all(self.k.paths.releases().join(&key));
+        tracing::info!(key, "uninstalled");
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn connect_connector(&self, req: Request<pb::ConnectRequest>) -> Result<Response<pb::Empty>, Status> {
+        let req = req.into_inner();
+        let declared = {
+            let inner = lock(&self.k.inner);
+            inner.manifests.get(&req.key).map(Manifest::secret_names).ok_or_else(|| not_installed(&req.key))?
+        };
+        for name in req.secrets.keys() {
+            if !declared.contains(name) {
+                return Err(Status::invalid_argument(format!(
+                    "{name} is not a secret of {} (declared: {})",
+                    req.key,
+                    if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
+                )));
+            }
+        }
+        for (name, value) in &req.secrets {
+            if value.is_empty() {
+                return Err(Status::invalid_argument(format!("the value given for {name} is empty")));
+            }
+        }
+        let values: BTreeMap<String, String> = req.secrets.into_iter().collect();
+        self.k.secrets.store(&req.key, &values).map_err(|e| Status::internal(e.to_string()))?;
+        let missing: Vec<String> = {
+            let stored = self.k.secrets.load(&req.key);
+            declared.iter().filter(|n| !stored.contains_key(*n)).cloned().collect()
+        };
+        {
+            let mut inner = lock(&self.k.inner);
+            let manifest = inner.manifests.get(&req.key).cloned().ok_or_else(|| not_installed(&req.key))?;
+            let auth = self.k.auth_state(&req.key, &manifest, true);
+            if let Some(c) = inner.registry.connectors.get_mut(&req.key) {
+                c.connected = true;
+                c.auth = auth;
+            }
+            self.k.save_registry(&mut inner).map_err(|e| Status::internal(e.to_string()))?;
+        }
+        self.reload(&req.key);
+        if !missing.is_empty() {
+            return Err(precondition(format!(
+                "stored; {} still needs {} (pass --from-env NAME or --stdin NAME)",
+                req.key,
+                missing.join(", ")
+            )));
+        }
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn disconnect_connector(&self, req: Request<pb::KeyRequest>) -> Result<Response<pb::Empty>, Status> {
+        let key = req.into_inner().key;
+        {
+            let mut inner = lock(&self.k.inner);
+            let c = inner.registry.connectors.get_mut(&key).ok_or_else(|| not_installed(&key))?;
+            c.connected = false;
+            c.auth = AuthState::Required;
+            self.k.fence(&mut inner, &key, None, "disconnected");
+            self.k.save_registry(&mut inner).map_err(|e| Status::internal(e.to_string()))?;
+        }
+        self.k.secrets.delete(&key);
+        self.reload(&key);
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn status(&self, _req: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
+        let inner = lock(&self.k.inner);
+        let mut connectors = Vec::new();
+        for (key, installed) in &inner.registry.connectors {
+            let m = inner.manifests.get(key);
+            let c = inner.conns.get(key);
+            let live = inner.table.live(key);
+            let mut s = pb::ConnectorStatus {
+                key: key.clone(),
+                name: m.map(|m| m.name.clone()).unwrap_or_default(),
+                version: installed.version.clone(),
+                generation: live.map(|r| r.generation).unwrap_or(0),
+                status: c.map(|c| c.status.as_str()).unwrap_or("stopped").into(),
+                tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
+                restarts: c.map(|c| c.restarts).unwrap_or(0),
+                last_error: c.map(|c| self.k.redact(&c.last_error)).unwrap_or_default(),
+                next_retry_unix_ms: c.map(|c| c.next_retry_unix_ms).unwrap_or(0),
+                non_json_stdout_lines: c.map(|c| c.non_json_lines).unwrap_or(0),
+                has_mcp: m.is_some_and(|m| m.mcp.is_some()),
+                has_cli: m.is_some_and(|m| m.cli.is_some()),
+                ..Default::default()
+            };
+            if let Some(r) = live {
+                for t in &r.tools {
+                    match t.risk {
+                        crate::toolset::Risk::Low => s.risk_low += 1,
+                        crate::toolset::Risk::Medium => s.risk_medium += 1,
+                        crate::toolset::Risk::High => {
+                            s.risk_high += 1;
+                            s.high_risk_tools.push(t.local_name.clone());
+                        }
+                    }
+                }
+            }
+            connectors.push(s);
+        }
+        Ok(Response::new(pb::StatusReply {
+            frontend_url: lock(&self.k.frontend_url).clone().unwrap_or_default(),
+            route_revision: inner.table.revision(),
+            state_dir: self.k.paths.state.to_string_lossy().into_owned(),
+            kernel_pid: std::process::id(),
+            connectors,
+            audit_dropped: 0,
+            bin_dir: self.k.paths.bin().to_string_lossy().into_owned(),
+        }))
+    }
+
+    async fn available(&self, _req: Request<pb::Empty>) -> Result<Response<pb::AvailableReply>, Status> {
+        let inner = lock(&self.k.inner);
+        let mut out = Vec::new();
+        for key in inner.registry.connectors.keys() {
+            let Some(m) = inner.manifests.get(key) else { continue };
+            let status = inner.conns.get(key).map(|c| c.status).unwrap_or(CStatus::Stopped);
+            let live = inner.table.live(key).is_some();
+            let iface_status = match status {
+                CStatus::Ready if live => "ready",
+                CStatus::Starting | CStatus::Restarting => "starting",
+                CStatus::AuthRequired => "auth_required",
+                _ => "unavailable",
+            };
+            let mut interfaces = Vec::new();
+            if m.mcp.is_some() {
+                interfaces.push(pb::InterfaceStatus {
+                    kind: "mcp".into(),
+                    status: iface_status.into(),
+                    server_name: "connector".into(),
+                    tool_prefix: format!("{key}_"),
+                    command: String::new(),
+                });
+            }
+            if m.cli.is_some() {
+                interfaces.push(pb::InterfaceStatus {
+                    kind: "cli".into(),
+                    status: iface_status.into(),
+                    server_name: String::new(),
+                    tool_prefix: String::new(),
+                    command: format!("tutti-connector-{key}"),
+                });
+            }
+            out.push(pb::AvailableConnector {
+                key: key.clone(),
+                name: m.name.clone(),
+                description: m.description.clone(),
+                skills: m
+                    .skills
+                    .iter()
+                    .map(|s| pb::SkillSummary {
+                        name: s.name.clone(),
+                        title: s.title.clone().unwrap_or_default(),
+                        description: s.description.clone(),
+                    })
+                    .collect(),
+                interfaces,
+            });
+        }
+        Ok(Response::new(pb::AvailableReply { connectors: out }))
+    }
+
+    async fn issue_session(&self, req: Request<pb::IssueSessionRequest>) -> Result<Response<pb::IssueSessionReply>, Status> {
+        let req = req.into_inner();
+        if req.workspace.is_empty() || req.session.is_empty() {
+            return Err(Status::invalid_argument("--workspace and --session must not be empty"));
+        }
+        let url = lock(&self.k.frontend_url)
+            .clone()
+            .ok_or_else(|| Status::unavailable("the MCP frontend is not running yet; try again in a moment"))?;
+        let token = crate::tokens::new_token().map_err(|e| Status::internal(format!("random: {e}")))?;
+        let id = crate::tokens::SessionId { workspace: req.workspace.clone(), session: req.session.clone() };
+        // Reissue revokes the previous token; its listen streams end.
+        {
+            let mut inner = lock(&self.k.inner);
+            let mut tokens = lock(&self.k.tokens);
+            let had = tokens.revoke(&id);
+            tokens.issue(id, &token);
+            drop(tokens);
+            if had {
+                self.k.publish_other(
+                    &mut inner,
+                    pb::route_event::Event::SessionsRevoked(pb::SessionsRevoked {
+                        all: false,
+                        workspace: req.workspace.clone(),
+                        session: req.session.clone(),
+                    }),
+                );
+            }
+        }
+        let inner = lock(&self.k.inner);
+        let mut skill_roots = Vec::new();
+        for (key, installed) in &inner.registry.connectors {
+            let ready = inner.conns.get(key).is_some_and(|c| c.status == CStatus::Ready);
+            if let (true, Some(m)) = (ready, inner.manifests.get(key)) {
+                for s in &m.skills {
+                    skill_roots.push(installed.release_dir.join(&s.dir).to_string_lossy().into_owned());
+                }
+            }
+        }
+        tracing::info!(workspace = %req.workspace, session = %req.session, "session issued");
+        Ok(Response::new(pb::IssueSessionReply {
+            token,
+            url,
+            skill_roots,
+            bin_dir: self.k.paths.bin().to_string_lossy().into_owned(),
+        }))
+    }
+
+    async fn revoke_session(&self, req: Request<pb::RevokeSessionRequest>) -> Result<Response<pb::RevokeSessionReply>, Status> {
+        let req = req.into_inner();
+        let mut inner = lock(&self.k.inner);
+        let revoked = if req.all {
+            lock(&self.k.tokens).revoke_all() as u32
+        } else {
+            if req.workspace.is_empty() || req.session.is_empty() {
+                return Err(Status::invalid_argument("give --workspace and --session, or --all"));
+            }
+            let id = crate::tokens::SessionId { workspace: req.workspace.clone(), session: req.session.clone() };
+            u32::from(lock(&self.k.tokens).revoke(&id))
+        };
+        self.k.publish_other(
+            &mut inner,
+            pb::route_event::Event::SessionsRevoked(pb::SessionsRevoked {
+                all: req.all,
+                workspace: req.workspace.clone(),
+                session: req.session.clone(),
+            }),
+        );
+        tracing::info!(all = req.all, workspace = %req.workspace, session = %req.session, revoked, "sessions revoked");
+        Ok(Response::new(pb::RevokeSessionReply { revoked }))
+    }
+
+    async fn probe(&self, req: Request<pb::ProbeRequest>) -> Result<Response<pb::ProbeReply>, Status> {
+        crate::probe::probe(&self.k, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn verify_session(&self, req: Request<pb::VerifySessionRequest>) -> Result<Response<pb::VerifySessionReply>, Status> {
+        let tokens = lock(&self.k.tokens);
+        Ok(Response::new(match tokens.verify(&req.get_ref().token) {
+            Some(id) => pb::VerifySessionReply { valid: true, workspace: id.workspace.clone(), session: id.session.clone() },
+            None => pb::VerifySessionReply::default(),
+        }))
+    }
+
+    type WatchRoutesStream = EventStream;
+
+    async fn watch_routes(&self, _req: Request<pb::WatchRoutesRequest>) -> Result<Response<EventStream>, Status> {
+        let (snapshot, mut rx) = {
+            let inner = lock(&self.k.inner);
+            (Kernel::snapshot_event(&inner), self.k.events.subscribe())
+        };
+        let k = self.k.clone();
+        let mut shutdown = self.k.shutdown.subscribe();
+        let stream = async_stream(move |tx| async move {
+            let mut last = snapshot.revision;
+            if tx.send(Ok(snapshot)).await.is_err() {
+                return;
+            }
+            loop {
+                tokio::select! {
+                    ev = rx.recv() => match ev {
+                        Ok(ev) => {
+                            if ev.revision <= last { continue; }
+                            last = ev.revision;
+                            if tx.send(Ok((*ev).clone())).await.is_err() { return; }
+                        }
+                        Err(RecvError::Lagged(_)) => {
+                            // Too slow: start over from a fresh snapshot.
+                            let snap = { let inner = lock(&k.inner); Kernel::snapshot_event(&inner) };
+                            last = snap.revision;
+                            if tx.send(Ok(snap)).await.is_err() { return; }
+                        }
+                        Err(RecvError::Closed) => return,
+                    },
+                    _ = shutdown.changed() => {
+                        let _ = tx.send(Ok(pb::RouteEvent { revision: last + 1, event: Some(pb::route_event::Event::Shutdown(pb::RuntimeShutdown {})) })).await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(stream))
+    }
+
+    async fn register_worker(&self, req: Request<pb::RegisterWorkerRequest>) -> Result<Response<pb::RegisterWorkerReply>, Status> {
+        let req = req.into_inner();
+        if let Some(slot) = lock(&self.k.inner).probes.get(&req.generation)
+            && slot.key == req.key
+            && slot.token_hash == sha256(&req.worker_token)
+        {
+            return Ok(Response::new(pb::RegisterWorkerReply { launch: Some(slot.launch.clone()) }));
+        }
+        let (manifest, release) = {
+            let inner = lock(&self.k.inner);
+            check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
+            let m = inner.manifests.get(&req.key).cloned().ok_or_else(|| not_installed(&req.key))?;
+            (m, Kernel::release_dir(&inner, &req.key).unwrap_or_default())
+        };
+        let launch = self.k.launch_spec(&req.key, &manifest, &release).map_err(precondition)?;
+        tracing::info!(key = %req.key, generation = req.generation, pid = req.pid, "worker registered");
+        Ok(Response::new(pb::RegisterWorkerReply { launch: Some(launch) }))
+    }
+
+    async fn offer_tools(&self, req: Request<pb::OfferToolsRequest>) -> Result<Response<pb::OfferToolsReply>, Status> {
+        let req = req.into_inner();
+        let mut inner = lock(&self.k.inner);
+        if let Some(slot) = inner.probes.get_mut(&req.generation)
+            && slot.key == req.key
+            && slot.token_hash == sha256(&req.worker_token)
+        {
+            let offered = offered_tools(&req.tools);
+            crate::probe::finish(slot, &offered, &req.protocol_version);
+            return Ok(Response::new(pb::OfferToolsReply { committed: false, error: "probe finished".into() }));
+        }
+        check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
+        let manifest = inner.manifests.get(&req.key).cloned().ok_or_else(|| not_installed(&req.key))?;
+        let offered = offered_tools(&req.tools);
+        let actor = inner.actors.get(&req.key).cloned();
+        match validate(&req.key, &offered, &manifest.tool_risk) {
+            Err(problems) => {
+                let error = format!("generation {} refused: {}", req.generation, problems.join("; "));
+                let live = inner.table.live(&req.key).is_some();
+                let c = inner.conns.entry(req.key.clone()).or_default();
+                c.last_error = error.clone();
+                if !live {
+                    c.status = CStatus::Failed;
+                }
+                tracing::warn!(key = %req.key, %error, "candidate refused");
+                if let Some(a) = actor {
+                    let _ = a.send(Msg::Refused(req.generation));
+                }
+                Ok(Response::new(pb::OfferToolsReply { committed: false, error }))
+            }
+            Ok(tools) => {
+                let endpoint = inner
+                    .conns
+                    .get(&req.key)
+                    .and_then(|c| c.workers.get(&req.generation))
+                    .map(|p| p.endpoint.clone())
+                    .unwrap_or_default();
+                let route = crate::table::Route {
+                    key: req.key.clone(),
+                    name: manifest.name.clone(),
+                    generation: req.generation,
+                    endpoint,
+                    call_timeout_ms: manifest.call_ms,
+                    has_cli: manifest.cli.is_some(),
+                    has_mcp: true,
+                    tools,
+                };
+                let n = route.tools.len();
+                let now = self.k.now();
+                if let Some((rev, change)) = inner.table.commit(route, now) {
+                    self.k.publish(rev, change);
+                }
+                let c = inner.conns.entry(req.key.clone()).or_default();
+                c.status = CStatus::Ready;
+                c.last_error.clear();
+                c.next_retry_unix_ms = 0;
+                tracing::info!(key = %req.key, generation = req.generation, tools = n, "committed");
+                if let Some(a) = actor {
+                    let _ = a.send(Msg::Committed(req.generation));
+                }
+                Ok(Response::new(pb::OfferToolsReply { committed: true, error: String::new() }))
+            }
+        }
+    }
+
+    async fn report_worker(&self, req: Request<pb::WorkerReport>) -> Result<Response<pb::Empty>, Status> {
+        let req = req.into_inner();
+        let actor = {
+            let mut inner = lock(&self.k.inner);
+            if let Some(slot) = inner.probes.get_mut(&req.generation)
+                && slot.key == req.key
+                && slot.token_hash == sha256(&req.worker_token)
+            {
+                if req.kind == "start_failed" || req.kind == "auth_failed" {
+                    crate::probe::fail(slot, req.message.clone());
+                }
+                return Ok(Response::new(pb::Empty {}));
+            }
+            check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
+            if req.kind == "non_json_stdout"
+                && let Some(c) = inner.conns.get_mut(&req.key)
+            {
+                c.non_json_lines = c.non_json_lines.max(req.count);
+            }
+            inner.actors.get(&req.key).cloned()
+        };
+        if let Some(a) = actor {
+            let _ = a.send(Msg::Report { generation: req.generation, kind: req.kind, message: req.message });
+        }
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn resolve_shim(&self, req: Request<pb::KeyRequest>) -> Result<Response<pb::ResolveShimReply>, Status> {
+        let key = req.into_inner().key;
+        let inner = lock(&self.k.inner);
+        let status = inner.conns.get(&key).map(|c| c.status.as_str()).unwrap_or("not installed");
+        let (Some(route), Some(m), Some(installed)) =
+            (inner.table.live(&key), inner.manifests.get(&key), inner.registry.connectors.get(&key))
+        else {
+            return Ok(Response::new(pb::ResolveShimReply { live: false, status: status.into(), ..Default::default() }));
+        };
+        let Some(cli) = (if route.has_cli { m.cli.as_ref() } else { None }) else {
+            return Ok(Response::new(pb::ResolveShimReply { live: false, status: "no cli interface".into(), ..Default::default() }));
+        };
+        let stored = self.k.secrets.load(&key);
+        let mut env: std::collections::HashMap<String, String> =
+            cli.secrets.iter().filter_map(|n| stored.get(n).map(|v| (n.clone(), v.clone()))).collect();
+        env.insert("TUTTI_CONNECTOR_KEY".into(), key.clone());
+        Ok(Response::new(pb::ResolveShimReply {
+            live: true,
+            status: status.into(),
+            generation: route.generation,
+            entrypoint: installed.release_dir.join(&cli.entrypoint).to_string_lossy().into_owned(),
+            env,
+        }))
+    }
+}
+
+fn offered_tools(tools: &[pb::OfferedTool]) -> Vec<OfferedTool> {
+    tools
+        .iter()
+        .map(|t| OfferedTool {
+            upstream_name: t.upstream_name.clone(),
+            definition: serde_json::from_str(&t.definition_json).unwrap_or(serde_json::Value::Null),
+        })
+        .collect()
+}
+
+/// A worker's RPC must come from the generation the kernel spawned and has not stopped.
+fn check_worker(inner: &crate::state::Inner, key: &str, generation: u64, token: &str) -> Result<(), Status> {
+    let ok = inner
+        .conns
+        .get(key)
+        .and_then(|c| c.workers.get(&generation))
+        .is_some_and(|p| p.token_hash == sha256(token));
+    if ok { Ok(()) } else { Err(precondition(format!("generation {generation} of {key} is fenced"))) }
+}
+
+/// A stream fed by a task through a bounded channel.
+fn async_stream<F, Fut>(f: F) -> EventStream
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<pb::RouteEvent, Status>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(f(tx));
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}

@@ -1,0 +1,119 @@
+//! Supervision of the frontend and the shim manager: restart with backoff, same port for
+//! the frontend across restarts.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::restart::{Decision, RestartPolicy, RestartTracker};
+use crate::spawn::{self, ChildSpec};
+use crate::state::{Kernel, lock};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Role {
+    Frontend,
+    ShimManager,
+}
+
+impl Role {
+    fn binary(self) -> &'static str {
+        match self {
+            Role::Frontend => "tutti-mcp-frontend",
+            Role::ShimManager => "tutti-shim-manager",
+        }
+    }
+    fn log(self) -> &'static str {
+        match self {
+            Role::Frontend => "frontend.log",
+            Role::ShimManager => "shim-manager.log",
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct FrontendInfo {
+    url: String,
+    port: u16,
+    pid: u32,
+}
+
+/// Runs `role` until shutdown; returns after its process is stopped.
+pub async fn supervise(k: Arc<Kernel>, role: Role) {
+    let mut shutdown = k.shutdown.subscribe();
+    let mut tracker = RestartTracker::default();
+    let policy = RestartPolicy { intensity: 10, crash_loop_retry: Duration::from_secs(10), ..RestartPolicy::default() };
+    let mut port: u16 = 0;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let program = k.paths.sibling(role.binary());
+        let mut args = vec!["--state-dir".to_string(), k.paths.state.to_string_lossy().into_owned()];
+        if role == Role::Frontend {
+            args.push("--port".into());
+            args.push(port.to_string());
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(k.paths.logs().join(role.log())).ok();
+        let mut env: Vec<(String, String)> =
+            k.base_env.iter().filter(|(n, _)| n.as_str() == "PATH" || n.as_str() == "HOME").map(|(a, b)| (a.clone(), b.clone())).collect();
+        if let Ok(v) = std::env::var("TUTTI_LIBEXEC_DIR") {
+            env.push(("TUTTI_LIBEXEC_DIR".into(), v));
+        }
+        if let Ok(v) = std::env::var("RUST_LOG") {
+            env.push(("RUST_LOG".into(), v));
+        }
+        let started = Instant::now();
+        let mut child = match spawn::spawn(ChildSpec { program: &program, args, env, stderr: log, death_signal_term: false }) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(binary = %program.display(), error = %e, "cannot start");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => continue,
+                    _ = shutdown.changed() => return,
+                }
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        tracing::info!(role = ?role, pid, "started");
+        if role == Role::Frontend {
+            let k2 = k.clone();
+            tokio::spawn(async move {
+                for _ in 0..400 {
+                    if let Ok(bytes) = std::fs::read(k2.paths.frontend_json())
+                        && let Ok(info) = serde_json::from_slice::<FrontendInfo>(&bytes)
+                        && info.pid == pid
+                    {
+                        *lock(&k2.frontend_url) = Some(info.url);
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            });
+        }
+        tokio::select! {
+            status = child.wait() => {
+                if role == Role::Frontend {
+                    *lock(&k.frontend_url) = None;
+                    if let Ok(bytes) = std::fs::read(k.paths.frontend_json())
+                        && let Ok(info) = serde_json::from_slice::<FrontendInfo>(&bytes)
+                    {
+                        port = info.port;
+                    }
+                }
+                spawn::sweep_group(pid);
+                tracing::warn!(role = ?role, status = ?status.ok(), "exited; restarting");
+                let delay = match tracker.on_exit(&policy, k.now(), started.elapsed(), 0.5) {
+                    Decision::RestartAfter(d) => d,
+                    Decision::GiveUp => policy.crash_loop_retry,
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+            _ = shutdown.changed() => {
+                spawn::stop_group(&mut child, Duration::from_secs(5)).await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! `SKILL.md` front matter: `name`, `description`, optional `title`.
+
+use std::path::Path;
+
+#[derive(Debug, serde::Deserialize)]
+pub struct SkillMeta {
+    pub name: String,
+    pub description: String,
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+/// Reads `<dir>/SKILL.md` and parses its YAML front matter. The error names the file.
+pub fn read_skill(dir: &Path) -> Result<SkillMeta, String> {
+    let file = dir.join("SKILL.md");
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
+    parse_front_matter(&text).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+pub fn parse_front_matter(text: &str) -> Result<SkillMeta, String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let rest = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))
+        .ok_or("no YAML front matter (the file must start with a --- line)")?;
+    let end = rest
+        .find("\n---")
+        .ok_or("front matter is not closed by a --- line")?;
+    let meta: SkillMeta =
+        serde_yaml_ng::from_str(&rest[..end]).map_err(|e| format!("front matter: {e}"))?;
+    if meta.name.trim().is_empty() {
+        return Err("front matter: name must not be empty".into());
+    }
+    if meta.description.trim().is_empty() {
+        return Err("front matter: description must not be empty".into());
+    }
+    Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_refuses() {
+        let m = parse_front_matter("---\nname: gh\ndescription: \"Work: with PRs\"\ntitle: GitHub\n---\nbody").expect("ok");
+        assert_eq!((m.name.as_str(), m.description.as_str(), m.title.as_deref()), ("gh", "Work: with PRs", Some("GitHub")));
+        assert!(parse_front_matter("name: x").unwrap_err().contains("no YAML front matter"));
+        assert!(parse_front_matter("---\nname: x\n---\n").unwrap_err().contains("description"));
+        assert!(parse_front_matter("---\nname: [\n---\n").is_err());
+    }
+}

@@ -1,0 +1,327 @@
+//! The kernel's shared state: registry, manifests, generation table, per-connector runtime
+//! status, and the route-event broadcast. One `std::sync::Mutex` guards it; no lock is held
+//! across an `.await`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::{broadcast, mpsc, watch};
+use tutti_proto::kernel as pb;
+
+use crate::manifest::{Auth, Manifest, Mcp};
+use crate::paths::Paths;
+use crate::registry::{AuthState, Registry};
+use crate::secrets::SecretStore;
+use crate::supervisor::Msg;
+use crate::table::{Change, GenerationTable, Route};
+use crate::tokens::TokenTable;
+
+/// Connector status values (SPEC §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Starting,
+    Ready,
+    Restarting,
+    CrashLoop,
+    AuthRequired,
+    AuthFailed,
+    Failed,
+    Stopped,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Starting => "starting",
+            Status::Ready => "ready",
+            Status::Restarting => "restarting",
+            Status::CrashLoop => "crash_loop",
+            Status::AuthRequired => "auth_required",
+            Status::AuthFailed => "auth_failed",
+            Status::Failed => "failed",
+            Status::Stopped => "stopped",
+        }
+    }
+}
+
+/// A spawned worker the kernel has not stopped yet: proof of identity for its RPCs.
+pub struct Pending {
+    pub token_hash: [u8; 32],
+    pub endpoint: String,
+}
+
+pub struct ConnState {
+    pub status: Status,
+    pub restarts: u32,
+    pub last_error: String,
+    pub next_retry_unix_ms: i64,
+    pub non_json_lines: u64,
+    pub workers: BTreeMap<u64, Pending>,
+}
+
+impl Default for ConnState {
+    fn default() -> Self {
+        Self {
+            status: Status::Starting,
+            restarts: 0,
+            last_error: String::new(),
+            next_retry_unix_ms: 0,
+            non_json_lines: 0,
+            workers: BTreeMap::new(),
+        }
+    }
+}
+
+pub struct Inner {
+    pub registry: Registry,
+    pub manifests: BTreeMap<String, Manifest>,
+    pub table: GenerationTable,
+    pub conns: BTreeMap<String, ConnState>,
+    pub actors: BTreeMap<String, mpsc::UnboundedSender<Msg>>,
+    pub probes: BTreeMap<u64, crate::probe::ProbeSlot>,
+}
+
+pub struct Kernel {
+    pub paths: Paths,
+    pub secrets: SecretStore,
+    pub inner: Mutex<Inner>,
+    pub tokens: Mutex<TokenTable>,
+    pub events: broadcast::Sender<Arc<pb::RouteEvent>>,
+    pub boot_epoch: u32,
+    next_gen: AtomicU32,
+    pub origin: Instant,
+    pub frontend_url: Mutex<Option<String>>,
+    pub shutdown: watch::Sender<bool>,
+    /// Environment the kernel passes on to upstreams (PATH, HOME, LANG, TMPDIR…).
+    pub base_env: BTreeMap<String, String>,
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; keep serving.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+pub fn sha256(s: &str) -> [u8; 32] {
+    Sha256::digest(s.as_bytes()).into()
+}
+
+impl Kernel {
+    pub fn new(paths: Paths, secrets: SecretStore, registry: Registry, manifests: BTreeMap<String, Manifest>) -> Arc<Self> {
+        let (events, _) = broadcast::channel(4096);
+        let (shutdown, _) = watch::channel(false);
+        let boot_epoch = registry.boot_epoch;
+        Arc::new(Self {
+            paths,
+            secrets,
+            inner: Mutex::new(Inner {
+                registry,
+                manifests,
+                table: GenerationTable::new(),
+                conns: BTreeMap::new(),
+                actors: BTreeMap::new(),
+                probes: BTreeMap::new(),
+            }),
+            tokens: Mutex::new(TokenTable::default()),
+            events,
+            boot_epoch,
+            next_gen: AtomicU32::new(1),
+            origin: Instant::now(),
+            frontend_url: Mutex::new(None),
+            shutdown,
+            base_env: base_env(),
+        })
+    }
+
+    /// A generation number never used before, also across kernel restarts.
+    pub fn next_generation(&self) -> u64 {
+        (u64::from(self.boot_epoch) << 32) | u64::from(self.next_gen.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    pub fn save_registry(&self, inner: &mut Inner) -> Result<(), crate::error::KernelError> {
+        inner.registry.save(&self.paths.registry())
+    }
+
+    /// Publishes a table change to every watcher (while the caller holds the lock, so the
+    /// order of events matches the order of revisions).
+    pub fn publish(&self, revision: u64, change: Change) {
+        let event = match change {
+            Change::Upsert { route, .. } => pb::route_event::Event::Upsert(route_to_pb(&route)),
+            Change::Removed { key, generation, reason } => {
+                pb::route_event::Event::Removed(pb::ConnectorRemoved { key, generation, reason })
+            }
+        };
+        let _ = self.events.send(Arc::new(pb::RouteEvent { revision, event: Some(event) }));
+    }
+
+    pub fn publish_other(&self, inner: &mut Inner, event: pb::route_event::Event) {
+        let revision = inner.table.bump();
+        let _ = self.events.send(Arc::new(pb::RouteEvent { revision, event: Some(event) }));
+    }
+
+    pub fn snapshot_event(inner: &Inner) -> pb::RouteEvent {
+        let (revision, routes) = inner.table.snapshot();
+        pb::RouteEvent {
+            revision,
+            event: Some(pb::route_event::Event::Snapshot(pb::RouteSnapshot {
+                connectors: routes.iter().map(route_to_pb).collect(),
+            })),
+        }
+    }
+
+    /// Fences whatever generation `key` has live; publishes the change.
+    pub fn fence(&self, inner: &mut Inner, key: &str, generation: Option<u64>, reason: &str) {
+        let now = self.now();
+        let change = match generation {
+            Some(g) => inner.table.fence(key, g, reason, now),
+            None => inner.table.remove(key, reason, now),
+        };
+        if let Some((rev, change)) = change {
+            tracing::info!(key, ?generation, reason, "fenced");
+            self.publish(rev, change);
+        }
+    }
+
+    /// Whether the connector may run now: connected and every declared secret stored.
+    pub fn auth_state(&self, key: &str, manifest: &Manifest, connected: bool) -> AuthState {
+        if !connected {
+            return AuthState::Required;
+        }
+        let stored = self.secrets.load(key);
+        if manifest.secret_names().iter().all(|n| stored.get(n).is_some_and(|v| !v.is_empty())) {
+            AuthState::Ready
+        } else {
+            AuthState::Required
+        }
+    }
+
+    /// Secret values of one connector, for redaction.
+    pub fn redactions(&self, key: &str) -> Vec<String> {
+        let mut v: Vec<String> = self.secrets.load(key).into_values().filter(|s| s.len() >= 4).collect();
+        v.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        v
+    }
+
+    /// Replaces every known secret value in `text` with `***`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut values = self.secrets.all_values();
+        values.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        let mut out = text.to_string();
+        for v in values.iter().filter(|v| v.len() >= 4) {
+            out = out.replace(v.as_str(), "***");
+        }
+        out
+    }
+
+    /// The LaunchSpec a worker gets (secrets included; travels only over the kernel socket).
+    pub fn launch_spec(&self, key: &str, manifest: &Manifest, release_dir: &std::path::Path) -> Result<pb::LaunchSpec, String> {
+        let secrets = self.secrets.load(key);
+        let redact = self.redactions(key);
+        let log_path = self.paths.connector_log(key).to_string_lossy().into_owned();
+        match &manifest.mcp {
+            Some(Mcp::Stdio { command, args, cwd, env, secrets: names }) => {
+                let launch = crate::manifest::stdio_launch(command, args, cwd, env, release_dir, &self.paths.state, &self.base_env)
+                    .map_err(|p| p.join("; "))?;
+                let mut env = launch.env;
+                for n in names {
+                    if let Some(v) = secrets.get(n) {
+                        env.insert(n.clone(), v.clone());
+                    }
+                }
+                Ok(pb::LaunchSpec {
+                    transport: "stdio".into(),
+                    command: launch.program.to_string_lossy().into_owned(),
+                    args: launch.args,
+                    cwd: launch.cwd.to_string_lossy().into_owned(),
+                    env: env.into_iter().collect(),
+                    url: String::new(),
+                    headers: Default::default(),
+                    start_timeout_ms: manifest.start_ms,
+                    call_timeout_ms: manifest.call_ms,
+                    redact,
+                    log_path,
+                })
+            }
+            Some(Mcp::Http { url, auth }) => {
+                let mut headers = std::collections::HashMap::new();
+                match auth {
+                    Auth::None => {}
+                    Auth::Bearer { secret } => {
+                        if let Some(v) = secrets.get(secret) {
+                            headers.insert("Authorization".to_string(), format!("Bearer {v}"));
+                        }
+                    }
+                    Auth::Header { header, secret } => {
+                        if let Some(v) = secrets.get(secret) {
+                            headers.insert(header.clone(), v.clone());
+                        }
+                    }
+                }
+                Ok(pb::LaunchSpec {
+                    transport: "http".into(),
+                    url: url.clone(),
+                    headers,
+                    start_timeout_ms: manifest.start_ms,
+                    call_timeout_ms: manifest.call_ms,
+                    redact,
+                    log_path,
+                    ..Default::default()
+                })
+            }
+            None => Err("connector has no mcp interface".into()),
+        }
+    }
+
+    pub fn release_dir(inner: &Inner, key: &str) -> Option<PathBuf> {
+        inner.registry.connectors.get(key).map(|c| c.release_dir.clone())
+    }
+}
+
+pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
+    pb::ConnectorRoute {
+        key: r.key.clone(),
+        name: r.name.clone(),
+        generation: r.generation,
+        worker_endpoint: r.endpoint.clone(),
+        call_timeout_ms: r.call_timeout_ms,
+        tools: r
+            .tools
+            .iter()
+            .map(|t| pb::RoutedTool {
+                name: t.local_name.clone(),
+                upstream_name: t.upstream_name.clone(),
+                definition_json: t.definition_json.clone(),
+                risk: t.risk.as_str().into(),
+            })
+            .collect(),
+        has_cli: r.has_cli,
+        has_mcp: r.has_mcp,
+    }
+}
+
+fn base_env() -> BTreeMap<String, String> {
+    let names: &[&str] = if cfg!(windows) {
+        &["PATH", "SystemRoot", "USERPROFILE", "TEMP", "PATHEXT"]
+    } else {
+        &["PATH", "HOME", "LANG", "TMPDIR"]
+    };
+    let mut env = BTreeMap::new();
+    for n in names {
+        if let Ok(v) = std::env::var(n) {
+            env.insert((*n).to_string(), v);
+        }
+    }
+    env.entry("PATH".into()).or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env
+}

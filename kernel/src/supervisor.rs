@@ -1,0 +1,412 @@
+//! Supervision. One actor task per installed connector owns its workers (at most a live
+//! one and a candidate); the frontend and the shim manager are supervised by
+//! `supervise_service`. Crash → fence at once → restart with backoff; past the intensity
+//! limit → `crash_loop`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{mpsc, oneshot};
+use tutti_proto::transport;
+use tutti_proto::worker as wpb;
+
+use crate::restart::{Decision, RestartPolicy, RestartTracker};
+use crate::spawn::{self, ChildSpec};
+use crate::state::{Kernel, Pending, Status, lock, sha256, unix_ms};
+use crate::table::Route;
+
+/// Messages to a connector actor.
+pub enum Msg {
+    /// Manifest, secrets or connection changed: (re)start a candidate, or stop if not routable.
+    Reload,
+    Committed(u64),
+    Refused(u64),
+    Exited { generation: u64, detail: String },
+    Report { generation: u64, kind: String, message: String },
+    StartTimeout(u64),
+    Retry(u64),
+    /// Fence and stop everything; the actor ends.
+    Stop { reason: String, done: oneshot::Sender<()> },
+}
+
+struct WorkerHandle {
+    started: Instant,
+    stop: Option<oneshot::Sender<Duration>>,
+    /// Resolves (with an error) once the process is reaped.
+    reaped: Option<oneshot::Receiver<()>>,
+}
+
+struct Actor {
+    k: Arc<Kernel>,
+    key: String,
+    tx: mpsc::UnboundedSender<Msg>,
+    live: Option<u64>,
+    candidate: Option<u64>,
+    workers: std::collections::BTreeMap<u64, WorkerHandle>,
+    tracker: RestartTracker,
+    policy: RestartPolicy,
+    retry_epoch: u64,
+    auth_failed: bool,
+    start_error: Option<String>,
+}
+
+/// Starts the actor of `key` and registers its mailbox.
+pub fn start_actor(k: &Arc<Kernel>, key: &str) -> mpsc::UnboundedSender<Msg> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let actor = Actor {
+        k: k.clone(),
+        key: key.to_string(),
+        tx: tx.clone(),
+        live: None,
+        candidate: None,
+        workers: Default::default(),
+        tracker: RestartTracker::default(),
+        policy: RestartPolicy::default(),
+        retry_epoch: 0,
+        auth_failed: false,
+        start_error: None,
+    };
+    lock(&k.inner).actors.insert(key.to_string(), tx.clone());
+    tokio::spawn(actor.run(rx));
+    let _ = tx.send(Msg::Reload);
+    tx
+}
+
+impl Actor {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                Msg::Reload => {
+                    self.tracker.reset();
+                    self.auth_failed = false;
+                    self.retry_epoch += 1;
+                    self.reload();
+                }
+                Msg::Committed(g) => self.on_committed(g),
+                Msg::Refused(g) => {
+                    if self.candidate == Some(g) {
+                        self.candidate = None;
+                        self.stop_worker(g, Duration::ZERO);
+                    }
+                }
+                Msg::Exited { generation, detail } => self.on_exit(generation, detail),
+                Msg::Report { generation, kind, message } => self.on_report(generation, &kind, message),
+                Msg::StartTimeout(g) => {
+                    if self.candidate == Some(g) {
+                        let ms = lock(&self.k.inner).manifests.get(&self.key).map(|m| m.start_ms).unwrap_or(0);
+                        self.start_error = Some(format!("upstream did not become ready within startMs = {ms} ms"));
+                        self.stop_worker(g, Duration::ZERO);
+                    }
+                }
+                Msg::Retry(epoch) => {
+                    if epoch == self.retry_epoch && self.live.is_none() && self.candidate.is_none() {
+                        self.reload();
+                    }
+                }
+                Msg::Stop { reason, done } => {
+                    self.stop_all(&reason).await;
+                    let _ = done.send(());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn set_status(&self, status: Status, error: Option<String>) {
+        let mut inner = lock(&self.k.inner);
+        let c = inner.conns.entry(self.key.clone()).or_default();
+        c.status = status;
+        if let Some(e) = error {
+            c.last_error = e;
+        }
+        if !matches!(status, Status::Restarting | Status::CrashLoop) {
+            c.next_retry_unix_ms = 0;
+        }
+    }
+
+    /// Start a candidate when routable; otherwise fence and stop.
+    fn reload(&mut self) {
+        let (manifest, release, auth_ready) = {
+            let inner = lock(&self.k.inner);
+            let Some(installed) = inner.registry.connectors.get(&self.key) else { return };
+            let Some(m) = inner.manifests.get(&self.key) else { return };
+            (m.clone(), installed.release_dir.clone(), installed.auth == crate::registry::AuthState::Ready)
+        };
+        if !auth_ready {
+            let live = self.live.take();
+            {
+                let mut inner = lock(&self.k.inner);
+                self.k.fence(&mut inner, &self.key, None, "auth required");
+            }
+            for g in live.into_iter().chain(self.candidate.take()) {
+                self.stop_worker(g, Duration::from_secs(2));
+            }
+            self.set_status(Status::AuthRequired, None);
+            return;
+        }
+        if manifest.mcp.is_none() {
+            // CLI/skills only: no worker; the generation marks the live release.
+            let generation = self.k.next_generation();
+            let mut inner = lock(&self.k.inner);
+            let route = Route {
+                key: self.key.clone(),
+                name: manifest.name.clone(),
+                generation,
+                endpoint: String::new(),
+                call_timeout_ms: manifest.call_ms,
+                has_cli: manifest.cli.is_some(),
+                has_mcp: false,
+                tools: Vec::new(),
+            };
+            let now = self.k.now();
+            if let Some((rev, change)) = inner.table.commit(route, now) {
+                self.k.publish(rev, change);
+            }
+            let c = inner.conns.entry(self.key.clone()).or_default();
+            c.status = Status::Ready;
+            c.last_error.clear();
+            return;
+        }
+        if let Some(old) = self.candidate.take() {
+            self.stop_worker(old, Duration::ZERO);
+        }
+        self.spawn_candidate(&manifest, &release);
+    }
+
+    fn spawn_candidate(&mut self, manifest: &crate::manifest::Manifest, _release: &std::path::Path) {
+        let generation = self.k.next_generation();
+        let token = match crate::tokens::new_token() {
+            Ok(t) => t,
+            Err(e) => {
+                self.set_status(Status::Failed, Some(format!("cannot draw random bytes: {e}")));
+                return;
+            }
+        };
+        let endpoint = transport::worker_endpoint(&self.k.paths.state, &self.key, generation);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.k.paths.connector_log(&self.key))
+            .ok();
+        let mut env: Vec<(String, String)> = self
+            .k
+            .base_env
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "PATH" | "HOME" | "SystemRoot" | "TEMP" | "TMPDIR"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        env.push(("TUTTI_WORKER_KEY".into(), self.key.clone()));
+        env.push(("TUTTI_WORKER_GENERATION".into(), generation.to_string()));
+        env.push(("TUTTI_WORKER_TOKEN".into(), token.clone()));
+        if let Ok(l) = std::env::var("TUTTI_WORKER_LOG") {
+            env.push(("RUST_LOG".into(), l));
+        }
+        let program = self.k.paths.sibling("tutti-upstream-worker");
+        let spec = ChildSpec {
+            program: &program,
+            args: vec!["--state-dir".into(), self.k.paths.state.to_string_lossy().into_owned()],
+            env,
+            stderr: log,
+            death_signal_term: true,
+        };
+        {
+            let mut inner = lock(&self.k.inner);
+            let c = inner.conns.entry(self.key.clone()).or_default();
+            c.workers.insert(generation, Pending { token_hash: sha256(&token), endpoint: endpoint.to_string() });
+            if self.live.is_none() {
+                c.status = if c.restarts > 0 { Status::Restarting } else { Status::Starting };
+            }
+        }
+        let child = match spawn::spawn(spec) {
+            Ok(c) => c,
+            Err(e) => {
+                lock(&self.k.inner).conns.entry(self.key.clone()).or_default().workers.remove(&generation);
+                let _ = self.tx.send(Msg::Exited {
+                    generation,
+                    detail: format!("cannot start {}: {e}", program.display()),
+                });
+                self.candidate = Some(generation);
+                self.workers.insert(generation, WorkerHandle { started: Instant::now(), stop: None, reaped: None });
+                return;
+            }
+        };
+        tracing::info!(key = %self.key, generation, pid = child.id(), "worker spawned");
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (reaped_tx, reaped_rx) = oneshot::channel();
+        tokio::spawn(watch_worker(self.tx.clone(), child, generation, endpoint, stop_rx, reaped_tx));
+        self.candidate = Some(generation);
+        self.start_error = None;
+        self.workers.insert(
+            generation,
+            WorkerHandle { started: Instant::now(), stop: Some(stop_tx), reaped: Some(reaped_rx) },
+        );
+        let tx = self.tx.clone();
+        let deadline = Duration::from_millis(u64::from(manifest.start_ms)) + Duration::from_secs(2);
+        tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            let _ = tx.send(Msg::StartTimeout(generation));
+        });
+    }
+
+    fn on_committed(&mut self, g: u64) {
+        if self.candidate != Some(g) {
+            return;
+        }
+        self.candidate = None;
+        if let Some(old) = self.live.replace(g) {
+            // Update: the old generation drains its in-flight calls, then stops.
+            lock(&self.k.inner).conns.entry(self.key.clone()).or_default().workers.remove(&old);
+            self.stop_worker(old, Duration::from_secs(10));
+        }
+    }
+
+    fn on_report(&mut self, g: u64, kind: &str, message: String) {
+        let message = self.k.redact(&message);
+        match kind {
+            "auth_failed" => {
+                self.auth_failed = true;
+                {
+                    let mut inner = lock(&self.k.inner);
+                    self.k.fence(&mut inner, &self.key, Some(g), "upstream refused the credentials");
+                }
+                let hint = format!("{message}; run `tutti connector connect {}` again", self.key);
+                self.set_status(Status::AuthFailed, Some(hint));
+            }
+            "start_failed" | "upstream_exited" => {
+                self.start_error = Some(message);
+            }
+            "non_json_stdout" => {}
+            _ => tracing::debug!(key = %self.key, kind, "worker report"),
+        }
+    }
+
+    fn on_exit(&mut self, g: u64, detail: String) {
+        let Some(handle) = self.workers.remove(&g) else { return };
+        lock(&self.k.inner).conns.entry(self.key.clone()).or_default().workers.remove(&g);
+        let reason = self.start_error.take().unwrap_or(detail);
+        let was_live = self.live == Some(g);
+        let was_candidate = self.candidate == Some(g);
+        if was_live {
+            self.live = None;
+            let mut inner = lock(&self.k.inner);
+            self.k.fence(&mut inner, &self.key, Some(g), "worker exited");
+        } else if was_candidate {
+            self.candidate = None;
+        } else {
+            return; // an old generation we stopped on purpose
+        }
+        if self.auth_failed {
+            return;
+        }
+        if self.live.is_some() {
+            // A failed upgrade candidate: the live generation stays.
+            lock(&self.k.inner).conns.entry(self.key.clone()).or_default().last_error =
+                format!("new generation failed to start: {}", self.k.redact(&reason));
+            return;
+        }
+        if lock(&self.k.inner).conns.get(&self.key).is_some_and(|c| c.status == Status::Failed) && was_candidate {
+            return; // refused at commit: retrying cannot help until the release changes
+        }
+        let uptime = handle.started.elapsed();
+        let jitter = f64::from(self.k.now().subsec_nanos() % 1000) / 1000.0;
+        let decision = self.tracker.on_exit(&self.policy, self.k.now(), uptime, jitter);
+        self.retry_epoch += 1;
+        let epoch = self.retry_epoch;
+        let (status, delay) = match decision {
+            Decision::RestartAfter(d) => (Status::Restarting, d),
+            Decision::GiveUp => (Status::CrashLoop, self.policy.crash_loop_retry),
+        };
+        {
+            let mut inner = lock(&self.k.inner);
+            let c = inner.conns.entry(self.key.clone()).or_default();
+            c.status = status;
+            c.restarts += 1;
+            c.last_error = self.k.redact(&reason);
+            c.next_retry_unix_ms = unix_ms(SystemTime::now() + delay);
+        }
+        tracing::warn!(key = %self.key, generation = g, reason = %self.k.redact(&reason), ?delay, status = status.as_str(), "worker exited");
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = tx.send(Msg::Retry(epoch));
+        });
+    }
+
+    fn stop_worker(&mut self, g: u64, grace: Duration) {
+        if let Some(h) = self.workers.get_mut(&g)
+            && let Some(stop) = h.stop.take()
+        {
+            let _ = stop.send(grace);
+        }
+    }
+
+    async fn stop_all(&mut self, reason: &str) {
+        {
+            let mut inner = lock(&self.k.inner);
+            self.k.fence(&mut inner, &self.key, None, reason);
+            if let Some(c) = inner.conns.get_mut(&self.key) {
+                c.workers.clear();
+                c.status = Status::Stopped;
+            }
+        }
+        self.live = None;
+        self.candidate = None;
+        let mut reaped = Vec::new();
+        for (_, mut h) in std::mem::take(&mut self.workers) {
+            if let Some(stop) = h.stop.take() {
+                let _ = stop.send(Duration::from_secs(2));
+            }
+            if let Some(r) = h.reaped.take() {
+                reaped.push(r);
+            }
+        }
+        // Every watcher drops its sender once the process is reaped and its group swept.
+        let _ = tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(reaped)).await;
+    }
+}
+
+/// Owns one worker process: reports its exit; on request stops it (gRPC Shutdown, then
+/// SIGTERM to the group, then SIGKILL).
+async fn watch_worker(
+    tx: mpsc::UnboundedSender<Msg>,
+    mut child: tokio::process::Child,
+    generation: u64,
+    endpoint: transport::LocalEndpoint,
+    stop: oneshot::Receiver<Duration>,
+    reaped: oneshot::Sender<()>,
+) {
+    let pid = child.id();
+    let detail = tokio::select! {
+        status = child.wait() => match status {
+            Ok(s) => format!("worker exited ({s})"),
+            Err(e) => format!("worker wait failed: {e}"),
+        },
+        grace = stop => {
+            let grace = grace.unwrap_or(Duration::ZERO);
+            if !grace.is_zero() {
+                ask_shutdown(&endpoint, generation, grace).await;
+                let _ = tokio::time::timeout(grace + Duration::from_millis(500), child.wait()).await;
+            }
+            spawn::stop_group(&mut child, Duration::from_secs(2)).await;
+            "stopped".to_string()
+        }
+    };
+    if let Some(pid) = pid {
+        // Whatever the upstream left behind in the worker's process group.
+        spawn::sweep_group(pid);
+    }
+    drop(reaped);
+    let _ = tx.send(Msg::Exited { generation, detail });
+}
+
+async fn ask_shutdown(endpoint: &transport::LocalEndpoint, generation: u64, grace: Duration) {
+    let fut = async {
+        let ch = transport::connect(endpoint).await.ok()?;
+        let mut client = wpb::worker_client::WorkerClient::new(ch);
+        client
+            .shutdown(wpb::ShutdownRequest { generation, grace_ms: grace.as_millis() as u32 })
+            .await
+            .ok()
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), fut).await;
+}

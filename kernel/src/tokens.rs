@@ -1,0 +1,100 @@
+//! Session tokens (SPEC §6): 32 random bytes, base64url, prefix `tts_`. Only the SHA-256 of
+//! each token is kept, in memory; lookups are by hash, so the token itself is never compared.
+
+use std::collections::HashMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use sha2::{Digest, Sha256};
+
+type Hash = [u8; 32];
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SessionId {
+    pub workspace: String,
+    pub session: String,
+}
+
+#[derive(Debug, Default)]
+pub struct TokenTable {
+    by_hash: HashMap<Hash, SessionId>,
+    by_session: HashMap<SessionId, Hash>,
+}
+
+fn hash(token: &str) -> Hash {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// A new token from 32 OS-random bytes.
+pub fn new_token() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("tts_{}", URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+impl TokenTable {
+    /// Binds `token` to `id`; a previous token of the same session is revoked at once.
+    pub fn issue(&mut self, id: SessionId, token: &str) {
+        let h = hash(token);
+        if let Some(old) = self.by_session.insert(id.clone(), h) {
+            self.by_hash.remove(&old);
+        }
+        self.by_hash.insert(h, id);
+    }
+
+    pub fn verify(&self, token: &str) -> Option<&SessionId> {
+        self.by_hash.get(&hash(token))
+    }
+
+    pub fn revoke(&mut self, id: &SessionId) -> bool {
+        match self.by_session.remove(id) {
+            Some(h) => {
+                self.by_hash.remove(&h);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn revoke_all(&mut self) -> usize {
+        let n = self.by_hash.len();
+        self.by_hash.clear();
+        self.by_session.clear();
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(w: &str, s: &str) -> SessionId {
+        SessionId { workspace: w.into(), session: s.into() }
+    }
+
+    #[test]
+    fn tokens_are_random_prefixed_base64url() {
+        let a = new_token().expect("rng");
+        let b = new_token().expect("rng");
+        assert_ne!(a, b);
+        assert!(a.starts_with("tts_"));
+        assert_eq!(a.len(), 4 + 43);
+        assert!(a[4..].bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+    }
+
+    #[test]
+    fn reissue_revokes_the_previous_token() {
+        let mut t = TokenTable::default();
+        t.issue(id("w", "s"), "tts_one");
+        assert_eq!(t.verify("tts_one"), Some(&id("w", "s")));
+        t.issue(id("w", "s"), "tts_two");
+        assert!(t.verify("tts_one").is_none());
+        assert!(t.verify("tts_two").is_some());
+        t.issue(id("w", "other"), "tts_three");
+        assert!(t.revoke(&id("w", "s")));
+        assert!(t.verify("tts_two").is_none());
+        assert!(t.verify("tts_three").is_some());
+        assert_eq!(t.revoke_all(), 1);
+        assert!(t.verify("tts_three").is_none());
+    }
+}
