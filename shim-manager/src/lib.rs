@@ -1,1 +1,62 @@
+//! `tutti-shim-manager` and the `tutti-shim` launcher (SPEC §8).
+//!
+//! The manager follows the kernel's route table (`WatchRoutes`) and keeps
+//! `<state>/bin/tutti-connector-<key>` in sync with it: a shim exists exactly while its
+//! connector has a cli interface and a live generation, and it is removed only on behalf of
+//! the generation that published it or a later one. Each shim runs `tutti-shim`, which asks
+//! the kernel (`ResolveShim`) for the live release and runs its entrypoint.
 #![forbid(unsafe_code)]
+
+mod error;
+mod launcher;
+mod manager;
+mod publish;
+mod shimfile;
+mod table;
+
+use std::path::PathBuf;
+
+pub use error::Error;
+pub use launcher::shim_main;
+
+/// Configuration of the shim manager.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The runtime's state directory (`--state-dir`); shims go to `<state_dir>/bin`.
+    pub state_dir: PathBuf,
+    /// Where the `tutti-shim` launcher lives (`TUTTI_LIBEXEC_DIR`); `None` means the
+    /// directory of the current executable.
+    pub libexec_dir: Option<PathBuf>,
+}
+
+/// Runs the shim manager until the kernel announces shutdown (`Ok`), or the kernel stays
+/// unreachable for 5 s, at start or after its stream ended (`Err`).
+pub async fn run(config: Config) -> Result<(), Error> {
+    let state_dir = std::path::absolute(&config.state_dir).map_err(|source| Error::StateDir {
+        path: config.state_dir.clone(),
+        source,
+    })?;
+    let libexec_dir = match config.libexec_dir {
+        Some(dir) => dir,
+        None => std::env::current_exe()
+            .map_err(|source| Error::CurrentExe { source })?
+            .parent()
+            .map(PathBuf::from)
+            .ok_or_else(|| Error::CurrentExe {
+                source: std::io::Error::other("the executable has no parent directory"),
+            })?,
+    };
+    let launcher = libexec_dir.join(format!("tutti-shim{}", std::env::consts::EXE_SUFFIX));
+    let launcher = std::path::absolute(&launcher).map_err(|source| Error::LauncherPath {
+        path: launcher.clone(),
+        source,
+    })?;
+    if !launcher.is_file() {
+        return Err(Error::LauncherMissing { path: launcher });
+    }
+    let bin_dir = state_dir.join("bin");
+    tracing::info!(bin = %bin_dir.display(), launcher = %launcher.display(), "shim manager starting");
+    let publisher = publish::Publisher::new(bin_dir, launcher, &state_dir)?;
+    let endpoint = tutti_proto::transport::kernel_endpoint(&state_dir);
+    manager::Manager::new(endpoint, publisher).run().await
+}

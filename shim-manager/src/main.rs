@@ -1,1 +1,80 @@
-fn main() {}
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+/// Publishes `tutti-connector-<key>` shims for the connectors the kernel routes.
+#[derive(Parser, Debug)]
+#[command(name = "tutti-shim-manager", version, about)]
+struct Args {
+    /// State directory (else TUTTI_STATE_DIR, else the platform default).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    match start(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn start(args: Args) -> anyhow::Result<()> {
+    let state_dir = args
+        .state_dir
+        .or_else(|| {
+            std::env::var_os("TUTTI_STATE_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .or_else(default_state_dir)
+        .context("no --state-dir, no TUTTI_STATE_DIR and no home directory")?;
+    let config = tutti_shim_manager::Config {
+        state_dir,
+        libexec_dir: std::env::var_os("TUTTI_LIBEXEC_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime
+        .block_on(tutti_shim_manager::run(config))
+        .context("shim manager failed")
+}
+
+/// Linux `$XDG_STATE_HOME/tutti` (`~/.local/state/tutti`), macOS
+/// `~/Library/Application Support/tutti`, Windows `%LOCALAPPDATA%\tutti`.
+fn default_state_dir() -> Option<PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if cfg!(windows) {
+        var("LOCALAPPDATA").map(|d| d.join("tutti"))
+    } else if cfg!(target_os = "macos") {
+        var("HOME").map(|h| h.join("Library/Application Support/tutti"))
+    } else {
+        var("XDG_STATE_HOME")
+            .or_else(|| var("HOME").map(|h| h.join(".local/state")))
+            .map(|d| d.join("tutti"))
+    }
+}
