@@ -1,1 +1,88 @@
-fn main() {}
+//! `tutti-fixture-server`: the fixture MCP server (see `tutti_tests::fixture`).
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use tutti_tests::fixture::{self, Config};
+
+/// A scriptable MCP server for tests: stdio (default) or legacy Streamable HTTP (`--http`).
+#[derive(Debug, Parser)]
+#[command(name = "tutti-fixture-server", version)]
+struct Args {
+    /// Comma-separated built-in tools or tool sets.
+    #[arg(long, value_delimiter = ',', default_value = "echo,add")]
+    tools: Vec<String>,
+    /// Paginate tools/list with this many tools per page.
+    #[arg(long, value_name = "N")]
+    page_size: Option<usize>,
+    /// Add N generated tools tool_0000….
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    many: usize,
+    /// Append one JSON line per received message to FILE.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// Print N non-JSON lines on stdout before anything else.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    banner: usize,
+    /// Print every environment variable to stderr at start.
+    #[arg(long)]
+    stderr_env: bool,
+    /// Exit 1 immediately.
+    #[arg(long)]
+    crash_at_start: bool,
+    /// Never answer anything (initialize included).
+    #[arg(long)]
+    hang_at_start: bool,
+    /// Answer N tools/call, then exit 1 (0: exit at the first call without answering).
+    #[arg(long, value_name = "N")]
+    exit_after_calls: Option<u64>,
+    /// Spawn a child of this program that sleeps forever.
+    #[arg(long)]
+    grandchild: bool,
+    /// Sleep forever (the grandchild's mode).
+    #[arg(long)]
+    sleep_forever: bool,
+    /// Add a tool whose inputSchema is {"type":"string"}.
+    #[arg(long)]
+    bad_schema: bool,
+    /// Add tools `a.b` and `a_b`.
+    #[arg(long)]
+    collide: bool,
+    /// N ms after initialized, add tool `late` and send notifications/tools/list_changed.
+    #[arg(long, value_name = "N")]
+    list_changed_after_ms: Option<u64>,
+    /// Ignore notifications/cancelled.
+    #[arg(long)]
+    ignore_cancel: bool,
+    /// Serve legacy Streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio (0 = pick).
+    #[arg(long, value_name = "PORT")]
+    http: Option<u16>,
+    /// With --http: require `Authorization: Bearer TOKEN`.
+    #[arg(long, value_name = "TOKEN", requires = "http")]
+    require_bearer: Option<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    fixture::run(Config {
+        tools: a.tools,
+        page_size: a.page_size,
+        many: a.many,
+        record: a.record,
+        banner: a.banner,
+        stderr_env: a.stderr_env,
+        crash_at_start: a.crash_at_start,
+        hang_at_start: a.hang_at_start,
+        exit_after_calls: a.exit_after_calls,
+        grandchild: a.grandchild,
+        sleep_forever: a.sleep_forever,
+        bad_schema: a.bad_schema,
+        collide: a.collide,
+        list_changed_after_ms: a.list_changed_after_ms,
+        ignore_cancel: a.ignore_cancel,
+        http: a.http,
+        require_bearer: a.require_bearer,
+    })?;
+    Ok(())
+}

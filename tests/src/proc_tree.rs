@@ -1,0 +1,223 @@
+//! Live processes from `/proc` (Linux), for orphan and zombie checks. On other systems every
+//! query answers "nothing found".
+//!
+//! "Live" means present and not a zombie (`Z`) or dead (`X`).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// One process as seen in `/proc`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    /// The state letter from `/proc/<pid>/stat` (`R`, `S`, `Z`, …).
+    pub state: char,
+    /// argv joined with spaces.
+    pub cmdline: String,
+}
+
+impl ProcInfo {
+    pub fn is_zombie(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Every process currently visible.
+pub fn snapshot() -> Vec<ProcInfo> {
+    imp::snapshot()
+}
+
+/// One process, if it exists (zombie or not).
+pub fn info(pid: u32) -> Option<ProcInfo> {
+    imp::read(pid)
+}
+
+/// Whether `pid` exists and is not a zombie.
+pub fn is_alive(pid: u32) -> bool {
+    info(pid).is_some_and(|p| !p.is_zombie())
+}
+
+/// Live pids whose own command line, or an ancestor's, contains any of `needles` (e.g. the
+/// state dir, or the fixture binary's path). The calling process and its ancestors are never
+/// included.
+pub fn live_matching(needles: &[&str]) -> Vec<u32> {
+    let procs = snapshot();
+    let by_pid: HashMap<u32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
+    let me = std::process::id();
+    let mut own_ancestry = vec![me];
+    let mut cur = me;
+    while let Some(p) = by_pid.get(&cur) {
+        if p.ppid == 0 || own_ancestry.contains(&p.ppid) {
+            break;
+        }
+        own_ancestry.push(p.ppid);
+        cur = p.ppid;
+    }
+    let matches = |p: &ProcInfo| {
+        needles
+            .iter()
+            .any(|n| !n.is_empty() && p.cmdline.contains(n))
+    };
+    let mut out: Vec<u32> = procs
+        .iter()
+        .filter(|p| !p.is_zombie() && !own_ancestry.contains(&p.pid))
+        .filter(|p| {
+            let mut cur = Some(*p);
+            let mut hops = 0;
+            while let Some(q) = cur {
+                if matches(q) {
+                    return true;
+                }
+                hops += 1;
+                if hops > 64 || q.ppid == 0 {
+                    break;
+                }
+                cur = by_pid.get(&q.ppid).copied();
+            }
+            false
+        })
+        .map(|p| p.pid)
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Live descendants of `pid` (children, grandchildren, …), not including `pid`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let procs = snapshot();
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for p in procs.iter().filter(|p| p.ppid == parent) {
+            if !out.contains(&p.pid) && p.pid != pid {
+                out.push(p.pid);
+                frontier.push(p.pid);
+            }
+        }
+    }
+    out.retain(|p| is_alive(*p));
+    out.sort_unstable();
+    out
+}
+
+/// Zombie children of `pid` (exited but never reaped by it).
+pub fn zombie_children(pid: u32) -> Vec<u32> {
+    snapshot()
+        .into_iter()
+        .filter(|p| p.ppid == pid && p.is_zombie())
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Waits until none of `pids` is alive; returns the survivors (empty on success).
+pub fn wait_gone(pids: &[u32], timeout: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let alive: Vec<u32> = pids.iter().copied().filter(|p| is_alive(*p)).collect();
+        if alive.is_empty() || Instant::now() >= deadline {
+            return alive;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Human-readable lines `pid ppid state cmdline` for failure messages.
+pub fn describe(pids: &[u32]) -> String {
+    pids.iter()
+        .map(|p| match info(*p) {
+            Some(i) => format!("{} {} {} {}", i.pid, i.ppid, i.state, i.cmdline),
+            None => format!("{p} <gone>"),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Parses `/proc/<pid>/stat` content: `(ppid, state)`. The command name may contain spaces and
+/// parentheses, so fields are read after the last `)`.
+pub fn parse_stat(stat: &str) -> Option<(u32, char)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((ppid, state))
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use super::{ProcInfo, parse_stat};
+
+    pub(super) fn snapshot() -> Vec<ProcInfo> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(read)
+            .collect()
+    }
+
+    pub(super) fn read(pid: u32) -> Option<ProcInfo> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (ppid, state) = parse_stat(&stat)?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .split('\0')
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        Some(ProcInfo {
+            pid,
+            ppid,
+            state,
+            cmdline,
+        })
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod imp {
+    use super::ProcInfo;
+
+    pub(super) fn snapshot() -> Vec<ProcInfo> {
+        Vec::new()
+    }
+
+    pub(super) fn read(_pid: u32) -> Option<ProcInfo> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_command_names() {
+        assert_eq!(parse_stat("12 (a b) c)) S 7 12 12 0"), Some((7, 'S')));
+        assert_eq!(parse_stat("13 (x) Z 1 0"), Some((1, 'Z')));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn sees_this_process_and_a_child() {
+        assert!(is_alive(std::process::id()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn sleep: {e}"));
+        let pid = child.id();
+        assert!(descendants(std::process::id()).contains(&pid));
+        assert!(live_matching(&["sleep 30"]).contains(&pid));
+        let _ = child.kill();
+        // Killed but not yet reaped: a zombie, so not alive.
+        assert!(wait_gone(&[pid], Duration::from_secs(5)).is_empty());
+        assert!(zombie_children(std::process::id()).contains(&pid));
+        let _ = child.wait();
+        assert!(info(pid).is_none() || !zombie_children(std::process::id()).contains(&pid));
+    }
+}
