@@ -1,1 +1,21 @@
-fn main() {}
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = match tutti_cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return tutti_cli::usage_error(&err),
+    };
+    // Diagnostics only, to stderr; `TUTTI_LOG=debug` to see more. Never secrets.
+    let filter = EnvFilter::try_from_env("TUTTI_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    tutti_cli::report(tutti_cli::run(cli))
+}

@@ -1,0 +1,446 @@
+//! The command line (SPEC §4, §6, §7), as clap derive types.
+//!
+//! `tutti connector capabilities|skills|skill|invoke` deliberately do not exist: clap rejects
+//! them as unrecognized subcommands and they appear in no help.
+
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+
+/// The `tutti` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tutti",
+    version,
+    about = "Tutti connector runtime: one local MCP server and CLI shims for your agents",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// State directory [default: $TUTTI_STATE_DIR, else the platform default]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the runtime (tutti-kernel) in the foreground; prints the MCP URL once ready
+    Up(UpArgs),
+    /// Show the kernel, the frontend and every connector
+    Status(JsonFlag),
+    /// Install, connect, probe and list connectors
+    #[command(subcommand)]
+    Connector(ConnectorCommand),
+    /// Issue and revoke agent session tokens
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// Run the kernel under the system's service manager (systemd, launchd, Windows services)
+    #[command(subcommand)]
+    Service(ServiceCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Install and connect the bundled example connectors first
+    #[arg(long)]
+    pub demo: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JsonFlag {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConnectorCommand {
+    /// Validate and install (or upgrade) a connector release directory
+    Install(InstallArgs),
+    /// Remove a connector: routes, shims, worker and secrets
+    Uninstall(KeyArg),
+    /// Store a connector's secret values and make it routable
+    Connect(ConnectArgs),
+    /// Delete a connector's secret values
+    Disconnect(KeyArg),
+    /// Start a connector's upstream once, list its tools and problems, stop it
+    Probe(ProbeArgs),
+    /// List installed connectors, their skills and interfaces (for agents)
+    Available(JsonFlag),
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The release directory (holding connector.json)
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Confirm non-interactively
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Allow the release to run this program (repeatable)
+    #[arg(long = "allow-command", value_name = "NAME")]
+    pub allow_commands: Vec<String>,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyArg {
+    /// The connector key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).multiple(true).args(["from_env", "stdin"])))]
+pub struct ConnectArgs {
+    /// The connector key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// Take secret NAME from the environment variable NAME (repeatable)
+    #[arg(long = "from-env", value_name = "NAME")]
+    pub from_env: Vec<String>,
+    /// Read secret NAME as one line of standard input (repeatable, read in order)
+    #[arg(long = "stdin", value_name = "NAME")]
+    pub stdin: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// A release directory, or the key of an installed connector
+    #[arg(value_name = "DIR|KEY")]
+    pub target: String,
+    /// Allow the release to run this program (repeatable)
+    #[arg(long = "allow-command", value_name = "NAME")]
+    pub allow_commands: Vec<String>,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Issue a session token and print the agent binding
+    Issue(IssueArgs),
+    /// Revoke one session's token, or all tokens
+    Revoke(RevokeArgs),
+}
+
+/// The binding formats of SPEC §6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// JSON: mcpServers (array), skillRoots, path
+    Runtime,
+    /// JSON for ACP session/new: mcpServers with headers as name/value pairs
+    Acp,
+    /// TOML table [mcp_servers.connector] for Codex
+    Codex,
+    /// JSON mcpServers object for Claude
+    Claude,
+    /// TOML table [mcp_servers.connector]
+    Tutti,
+}
+
+#[derive(Debug, Args)]
+pub struct IssueArgs {
+    /// Workspace the session belongs to
+    #[arg(long, value_name = "W")]
+    pub workspace: String,
+    /// Session id
+    #[arg(long, value_name = "S")]
+    pub session: String,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Runtime)]
+    pub format: Format,
+    /// The agent's ACP initialize response (JSON); bind only if it supports MCP over HTTP
+    #[arg(long, value_name = "FILE")]
+    pub acp_initialize: Option<PathBuf>,
+    /// Merge the table into DIR/config.toml (formats codex, tutti)
+    #[arg(long, value_name = "DIR")]
+    pub codex_home: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").required(true).args(["workspace", "all"])))]
+pub struct RevokeArgs {
+    /// Workspace of the session to revoke
+    #[arg(long, value_name = "W", requires = "session")]
+    pub workspace: Option<String>,
+    /// Session id to revoke
+    #[arg(long, value_name = "S", requires = "workspace")]
+    pub session: Option<String>,
+    /// Revoke every session token
+    #[arg(long, conflicts_with_all = ["workspace", "session"])]
+    pub all: bool,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServiceCommand {
+    /// Write (or print) the service definition for the kernel
+    Install(ServiceInstallArgs),
+    /// Stop and remove the service definition
+    Uninstall(ServiceScope),
+    /// Show whether the service is installed and whether a kernel answers
+    Status(ServiceStatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServiceInstallArgs {
+    /// A per-user service (systemd --user) instead of a system-wide one
+    #[arg(long)]
+    pub user: bool,
+    /// Print the definition to stdout and write nothing
+    #[arg(long)]
+    pub print: bool,
+    /// Also load and start it now (runs systemctl / launchctl / sc.exe)
+    #[arg(long, conflicts_with = "print")]
+    pub enable: bool,
+    /// Render for another platform (with --print)
+    #[arg(long, value_enum, hide = true)]
+    pub platform: Option<crate::service::Platform>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServiceScope {
+    /// The per-user service (systemd --user)
+    #[arg(long)]
+    pub user: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ServiceStatusArgs {
+    /// The per-user service (systemd --user)
+    #[arg(long)]
+    pub user: bool,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("tutti").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn removed_connector_subcommands_are_unrecognized() {
+        for sub in ["capabilities", "skills", "skill", "invoke"] {
+            let err = parse(&["connector", sub]).err().map(|e| e.kind());
+            assert_eq!(err, Some(ErrorKind::InvalidSubcommand), "{sub}");
+        }
+        let err = parse(&["connector", "skill", "read", "x"])
+            .err()
+            .map(|e| e.kind());
+        assert_eq!(err, Some(ErrorKind::InvalidSubcommand));
+    }
+
+    #[test]
+    fn removed_subcommands_appear_in_no_help() {
+        let mut cmd = Cli::command();
+        let mut helps = vec![cmd.render_long_help().to_string()];
+        for sub in cmd.get_subcommands_mut() {
+            helps.push(sub.render_long_help().to_string());
+            for subsub in sub.get_subcommands_mut() {
+                helps.push(subsub.render_long_help().to_string());
+            }
+        }
+        for help in helps {
+            for word in ["capabilities", "invoke", "skill read"] {
+                assert!(!help.contains(word), "help mentions {word}: {help}");
+            }
+        }
+    }
+
+    #[test]
+    fn state_dir_is_global() {
+        let cli = parse(&["status", "--state-dir", "/s", "--json"]).ok();
+        let cli = cli.map(|c| {
+            (
+                c.state_dir,
+                matches!(c.command, Command::Status(JsonFlag { json: true })),
+            )
+        });
+        assert_eq!(cli, Some((Some(PathBuf::from("/s")), true)));
+        let cli = parse(&["--state-dir", "/t", "connector", "available"]).ok();
+        assert_eq!(cli.and_then(|c| c.state_dir), Some(PathBuf::from("/t")));
+    }
+
+    #[test]
+    fn install_collects_repeated_allow_command() {
+        let cli = parse(&[
+            "connector",
+            "install",
+            "rel",
+            "--yes",
+            "--allow-command",
+            "node",
+            "--allow-command",
+            "uvx",
+        ])
+        .ok();
+        match cli.map(|c| c.command) {
+            Some(Command::Connector(ConnectorCommand::Install(a))) => {
+                assert_eq!(a.dir, PathBuf::from("rel"));
+                assert!(a.yes);
+                assert!(!a.json);
+                assert_eq!(a.allow_commands, ["node", "uvx"]);
+            }
+            other => panic!("unexpected parse: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn connect_needs_at_least_one_source() {
+        let err = parse(&["connector", "connect", "gh"])
+            .err()
+            .map(|e| e.kind());
+        assert_eq!(err, Some(ErrorKind::MissingRequiredArgument));
+        let cli = parse(&[
+            "connector",
+            "connect",
+            "gh",
+            "--from-env",
+            "A",
+            "--stdin",
+            "B",
+            "--stdin",
+            "C",
+        ])
+        .ok();
+        match cli.map(|c| c.command) {
+            Some(Command::Connector(ConnectorCommand::Connect(a))) => {
+                assert_eq!(a.key, "gh");
+                assert_eq!(a.from_env, ["A"]);
+                assert_eq!(a.stdin, ["B", "C"]);
+            }
+            other => panic!("unexpected parse: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn issue_defaults_to_runtime_and_takes_every_format() {
+        let cli = parse(&["session", "issue", "--workspace", "w", "--session", "s"]).ok();
+        match cli.map(|c| c.command) {
+            Some(Command::Session(SessionCommand::Issue(a))) => {
+                assert_eq!(a.format, Format::Runtime);
+            }
+            other => panic!("unexpected parse: {other:?}"),
+        }
+        for (name, want) in [
+            ("runtime", Format::Runtime),
+            ("acp", Format::Acp),
+            ("codex", Format::Codex),
+            ("claude", Format::Claude),
+            ("tutti", Format::Tutti),
+        ] {
+            let cli = parse(&[
+                "session",
+                "issue",
+                "--workspace",
+                "w",
+                "--session",
+                "s",
+                "--format",
+                name,
+            ])
+            .ok();
+            match cli.map(|c| c.command) {
+                Some(Command::Session(SessionCommand::Issue(a))) => assert_eq!(a.format, want),
+                other => panic!("unexpected parse: {other:?}"),
+            }
+        }
+        let err = parse(&["session", "issue", "--workspace", "w"])
+            .err()
+            .map(|e| e.kind());
+        assert_eq!(err, Some(ErrorKind::MissingRequiredArgument));
+        let err = parse(&[
+            "session",
+            "issue",
+            "--workspace",
+            "w",
+            "--session",
+            "s",
+            "--format",
+            "yaml",
+        ])
+        .err()
+        .map(|e| e.kind());
+        assert_eq!(err, Some(ErrorKind::InvalidValue));
+    }
+
+    #[test]
+    fn revoke_takes_a_session_or_all_but_not_both() {
+        assert!(parse(&["session", "revoke", "--all"]).is_ok());
+        assert!(parse(&["session", "revoke", "--workspace", "w", "--session", "s"]).is_ok());
+        assert!(parse(&["session", "revoke"]).is_err());
+        assert!(parse(&["session", "revoke", "--workspace", "w"]).is_err());
+        assert!(parse(&["session", "revoke", "--session", "s"]).is_err());
+        assert!(
+            parse(&[
+                "session",
+                "revoke",
+                "--all",
+                "--workspace",
+                "w",
+                "--session",
+                "s"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn service_commands_parse() {
+        match parse(&[
+            "service",
+            "install",
+            "--user",
+            "--print",
+            "--platform",
+            "macos",
+        ])
+        .ok()
+        .map(|c| c.command)
+        {
+            Some(Command::Service(ServiceCommand::Install(a))) => {
+                assert!(a.user && a.print && !a.enable);
+                assert_eq!(a.platform, Some(crate::service::Platform::Macos));
+            }
+            other => panic!("unexpected parse: {other:?}"),
+        }
+        assert!(parse(&["service", "install", "--print", "--enable"]).is_err());
+        assert!(parse(&["service", "uninstall", "--user"]).is_ok());
+        assert!(parse(&["service", "status", "--user", "--json"]).is_ok());
+        let help = Cli::command()
+            .find_subcommand_mut("service")
+            .and_then(|s| s.find_subcommand_mut("install"))
+            .map(|c| c.render_long_help().to_string())
+            .unwrap_or_default();
+        assert!(help.contains("--print"), "{help}");
+        assert!(!help.contains("--platform"), "{help}");
+    }
+
+    #[test]
+    fn up_takes_demo() {
+        match parse(&["up", "--demo"]).ok().map(|c| c.command) {
+            Some(Command::Up(UpArgs { demo: true })) => {}
+            other => panic!("unexpected parse: {other:?}"),
+        }
+    }
+}

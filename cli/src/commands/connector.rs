@@ -1,0 +1,909 @@
+//! `tutti connector install|uninstall|connect|disconnect|probe|available`.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{BufRead, IsTerminal as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::Serialize;
+use tutti_proto::kernel::{
+    AvailableConnector, AvailableReply, ConnectRequest, Empty, InstallPlan, InstallReply,
+    InstallRequest, KeyRequest, ProbeReply, ProbeRequest,
+};
+
+use crate::args::{ConnectArgs, InstallArgs, ProbeArgs};
+use crate::binding::SERVER_NAME;
+use crate::error::CliError;
+use crate::kernel::Kernel;
+use crate::output::{emit, first_line, json_line, note, one_line, shell_join, table};
+
+// === install ===
+
+pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitCode, CliError> {
+    let dir = absolute_dir(&args.dir)?;
+    let request = InstallRequest {
+        source_dir: dir.display().to_string(),
+        allow_commands: args.allow_commands,
+    };
+    let mut kernel = Kernel::connect(state_dir).await?;
+    let plan = match kernel.client.plan_install(request.clone()).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return Err(kernel.error(status)),
+    };
+    if !plan.problems.is_empty() {
+        for problem in &plan.problems {
+            note(&one_line(problem, 4096));
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    note(confirmation(&plan).trim_end());
+    if !args.yes {
+        confirm()?;
+    }
+    let reply = match kernel.client.install(request).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return Err(kernel.error(status)),
+    };
+    emit(&if args.json {
+        json_line(&InstallJson::from(&reply))?
+    } else {
+        format!(
+            "installed {} {} ({})\n",
+            reply.key, reply.version, reply.status
+        )
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn absolute_dir(dir: &Path) -> Result<PathBuf, CliError> {
+    let abs = std::path::absolute(dir).map_err(|e| CliError::io("resolve", dir, e))?;
+    if !abs.is_dir() {
+        return Err(CliError::NotADirectory { path: abs });
+    }
+    Ok(abs)
+}
+
+/// What will run, shown before the trust step (to stderr).
+fn confirmation(plan: &InstallPlan) -> String {
+    let mut out = format!(
+        "Install connector {} {} ({})\n",
+        plan.key, plan.version, plan.name
+    );
+    match plan.transport.as_str() {
+        "stdio" => {
+            out.push_str(&format!("  runs: {}\n", shell_join(&plan.argv)));
+            out.push_str(&format!("  in:   {}\n", plan.cwd));
+        }
+        "http" => out.push_str(&format!("  url:  {}\n", plan.url)),
+        _ => {}
+    }
+    if plan.secret_names.is_empty() {
+        out.push_str("  secrets: none\n");
+    } else {
+        let flags: Vec<String> = plan
+            .secret_names
+            .iter()
+            .map(|n| format!("--from-env {n}"))
+            .collect();
+        out.push_str(&format!(
+            "  secrets: {} (set them with: tutti connector connect {} {})\n",
+            plan.secret_names.join(", "),
+            plan.key,
+            flags.join(" ")
+        ));
+    }
+    if !plan.cli_entrypoint.is_empty() {
+        out.push_str(&format!(
+            "  cli:  tutti-connector-{} -> {}\n",
+            plan.key, plan.cli_entrypoint
+        ));
+    }
+    if !plan.allowed_commands.is_empty() {
+        out.push_str(&format!(
+            "  allowed commands: {}\n",
+            plan.allowed_commands.join(", ")
+        ));
+    }
+    if !plan.upgrades_version.is_empty() {
+        out.push_str(&format!("  upgrades: {}\n", plan.upgrades_version));
+    }
+    out
+}
+
+/// The trust step without `--yes`: ask on a terminal, refuse otherwise.
+fn confirm() -> Result<(), CliError> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(CliError::ConfirmationNeeded);
+    }
+    {
+        use std::io::Write as _;
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "Proceed? [y/N] ");
+        let _ = err.flush();
+    }
+    let mut answer = String::new();
+    stdin
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|source| CliError::Terminal {
+            action: "read the answer",
+            source,
+        })?;
+    if is_yes(&answer) {
+        Ok(())
+    } else {
+        Err(CliError::Cancelled)
+    }
+}
+
+fn is_yes(answer: &str) -> bool {
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+#[derive(Serialize)]
+struct InstallJson<'a> {
+    key: &'a str,
+    version: &'a str,
+    sha256: &'a str,
+    upgraded: bool,
+    status: &'a str,
+}
+
+impl<'a> From<&'a InstallReply> for InstallJson<'a> {
+    fn from(r: &'a InstallReply) -> Self {
+        Self {
+            key: &r.key,
+            version: &r.version,
+            sha256: &r.sha256,
+            upgraded: r.upgraded,
+            status: &r.status,
+        }
+    }
+}
+
+// === uninstall / connect / disconnect ===
+
+pub(crate) async fn uninstall(state_dir: &Path, key: String) -> Result<ExitCode, CliError> {
+    let mut kernel = Kernel::connect(state_dir).await?;
+    if let Err(status) = kernel
+        .client
+        .uninstall(KeyRequest { key: key.clone() })
+        .await
+    {
+        return Err(kernel.error(status));
+    }
+    emit(&format!("uninstalled {key}\n"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitCode, CliError> {
+    // Gather every value before talking to the kernel: a missing one changes nothing.
+    let stdin = std::io::stdin();
+    let interactive = !args.stdin.is_empty() && stdin.is_terminal();
+    let secrets = {
+        let mut input = stdin.lock();
+        let env = |name: &str| std::env::var_os(name);
+        let _echo = interactive.then(echo::off);
+        collect_secrets(&args.from_env, &args.stdin, env, &mut input, interactive)?
+    };
+    let mut kernel = Kernel::connect(state_dir).await?;
+    let request = ConnectRequest {
+        key: args.key.clone(),
+        secrets,
+    };
+    if let Err(status) = kernel.client.connect_connector(request).await {
+        return Err(kernel.error(status));
+    }
+    emit(&format!("connected {}\n", args.key))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Secret values by name: `--from-env NAME` from the environment variable NAME, then one
+/// line of `input` per `--stdin NAME`, in order. Errors name the variable, never a value.
+fn collect_secrets(
+    from_env: &[String],
+    from_stdin: &[String],
+    env: impl Fn(&str) -> Option<OsString>,
+    input: &mut dyn BufRead,
+    prompt: bool,
+) -> Result<HashMap<String, String>, CliError> {
+    let mut secrets = HashMap::new();
+    let mut add = |name: &str, value: String| {
+        if secrets.insert(name.to_owned(), value).is_some() {
+            return Err(CliError::DuplicateSecret {
+                name: name.to_owned(),
+            });
+        }
+        Ok(())
+    };
+    for name in from_env {
+        if name.is_empty() {
+            return Err(CliError::EmptyArgument { what: "--from-env" });
+        }
+        let value = env(name)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| CliError::EnvMissing { name: name.clone() })?;
+        let value = value
+            .into_string()
+            .map_err(|_| CliError::EnvNotUnicode { name: name.clone() })?;
+        add(name, value)?;
+    }
+    for name in from_stdin {
+        if name.is_empty() {
+            return Err(CliError::EmptyArgument { what: "--stdin" });
+        }
+        if prompt {
+            use std::io::Write as _;
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "{name}: ");
+            let _ = err.flush();
+        }
+        let mut line = Vec::new();
+        let read = input
+            .read_until(b'\n', &mut line)
+            .map_err(|source| CliError::io("read", "standard input", source))?;
+        if prompt {
+            note("");
+        }
+        if read == 0 {
+            return Err(CliError::StdinEnded { name: name.clone() });
+        }
+        while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            line.pop();
+        }
+        if line.is_empty() {
+            return Err(CliError::StdinEmpty { name: name.clone() });
+        }
+        let value = String::from_utf8(line)
+            .map_err(|_| CliError::StdinNotUnicode { name: name.clone() })?;
+        add(name, value)?;
+    }
+    Ok(secrets)
+}
+
+/// Turning terminal echo off while a secret is typed.
+#[cfg(unix)]
+mod echo {
+    use nix::sys::termios::{self, LocalFlags, SetArg, Termios};
+
+    pub(super) struct Guard(Option<Termios>);
+
+    pub(super) fn off() -> Guard {
+        let stdin = std::io::stdin();
+        let Ok(original) = termios::tcgetattr(&stdin) else {
+            return Guard(None);
+        };
+        let mut quiet = original.clone();
+        quiet.local_flags.remove(LocalFlags::ECHO);
+        match termios::tcsetattr(&stdin, SetArg::TCSANOW, &quiet) {
+            Ok(()) => Guard(Some(original)),
+            Err(_) => Guard(None),
+        }
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if let Some(original) = self.0.take() {
+                let _ = termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &original);
+            }
+        }
+    }
+}
+
+/// Windows consoles: values are read as typed (echo control is not implemented there).
+#[cfg(not(unix))]
+mod echo {
+    pub(super) struct Guard;
+
+    pub(super) fn off() -> Guard {
+        Guard
+    }
+}
+
+pub(crate) async fn disconnect(state_dir: &Path, key: String) -> Result<ExitCode, CliError> {
+    let mut kernel = Kernel::connect(state_dir).await?;
+    if let Err(status) = kernel
+        .client
+        .disconnect_connector(KeyRequest { key: key.clone() })
+        .await
+    {
+        return Err(kernel.error(status));
+    }
+    emit(&format!("disconnected {key}\n"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+// === probe ===
+
+pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode, CliError> {
+    let target = probe_target(&args.target)?;
+    let mut kernel = Kernel::connect(state_dir).await?;
+    let reply = match kernel
+        .client
+        .probe(ProbeRequest {
+            target,
+            allow_commands: args.allow_commands,
+        })
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(status) => return Err(kernel.error(status)),
+    };
+    if args.json {
+        emit(&json_line(&ProbeJson::from(&reply))?)?;
+    } else {
+        emit(&render_probe(&reply))?;
+        for problem in &reply.problems {
+            note(&one_line(problem, 4096));
+        }
+    }
+    Ok(if reply.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// An existing directory is a release (made absolute); anything else is a key.
+fn probe_target(target: &str) -> Result<String, CliError> {
+    let path = Path::new(target);
+    if !target.is_empty() && path.is_dir() {
+        let abs = std::path::absolute(path).map_err(|e| CliError::io("resolve", path, e))?;
+        return Ok(abs.display().to_string());
+    }
+    if target.is_empty() {
+        return Err(CliError::EmptyArgument { what: "DIR|KEY" });
+    }
+    Ok(target.to_owned())
+}
+
+fn render_probe(reply: &ProbeReply) -> String {
+    let mut out = format!("connector {}", reply.key);
+    if !reply.server_name.is_empty() {
+        out.push_str(&format!(": server {}", reply.server_name));
+    }
+    if !reply.protocol_version.is_empty() {
+        out.push_str(&format!(", protocol {}", reply.protocol_version));
+    }
+    out.push('\n');
+    if reply.tools.is_empty() {
+        out.push_str("no tools\n");
+    } else {
+        let rows: Vec<Vec<String>> = reply
+            .tools
+            .iter()
+            .map(|t| {
+                vec![
+                    t.local_name.clone(),
+                    t.upstream_name.clone(),
+                    one_line(first_line(&t.description), 120),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["TOOL", "UPSTREAM", "DESCRIPTION"], &rows));
+    }
+    if !reply.problems.is_empty() {
+        out.push_str(&format!(
+            "{} problem(s), see stderr\n",
+            reply.problems.len()
+        ));
+    }
+    out
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ProbeJson<'a> {
+    key: &'a str,
+    server_name: &'a str,
+    protocol_version: &'a str,
+    tools: Vec<ProbeToolJson<'a>>,
+    problems: &'a [String],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ProbeToolJson<'a> {
+    local_name: &'a str,
+    upstream_name: &'a str,
+    description: &'a str,
+}
+
+impl<'a> From<&'a ProbeReply> for ProbeJson<'a> {
+    fn from(r: &'a ProbeReply) -> Self {
+        Self {
+            key: &r.key,
+            server_name: &r.server_name,
+            protocol_version: &r.protocol_version,
+            tools: r
+                .tools
+                .iter()
+                .map(|t| ProbeToolJson {
+                    local_name: &t.local_name,
+                    upstream_name: &t.upstream_name,
+                    description: &t.description,
+                })
+                .collect(),
+            problems: &r.problems,
+        }
+    }
+}
+
+// === available ===
+
+pub(crate) async fn available(state_dir: &Path, json: bool) -> Result<ExitCode, CliError> {
+    let mut kernel = Kernel::connect(state_dir).await?;
+    let reply = match kernel.client.available(Empty {}).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return Err(kernel.error(status)),
+    };
+    let view = AvailableJson::from(&reply);
+    emit(&if json {
+        json_line(&view)?
+    } else {
+        render_available(&view)
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SPEC §7, exactly. Nothing else from the kernel's reply reaches it.
+#[derive(Debug, Serialize)]
+struct AvailableJson {
+    connectors: Vec<ConnectorView>,
+}
+
+#[derive(Debug, Serialize)]
+struct ConnectorView {
+    key: String,
+    name: String,
+    description: String,
+    skills: Vec<SkillView>,
+    interfaces: Vec<InterfaceView>,
+}
+
+#[derive(Debug, Serialize)]
+struct SkillView {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    title: Option<String>,
+    description: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind")]
+enum InterfaceView {
+    #[serde(rename = "mcp", rename_all = "camelCase")]
+    Mcp {
+        server_name: String,
+        tool_prefix: String,
+        status: String,
+    },
+    #[serde(rename = "cli")]
+    Cli { command: String, status: String },
+}
+
+fn or_default(value: &str, default: impl FnOnce() -> String) -> String {
+    if value.is_empty() {
+        default()
+    } else {
+        value.to_owned()
+    }
+}
+
+impl From<&AvailableConnector> for ConnectorView {
+    fn from(c: &AvailableConnector) -> Self {
+        let mut interfaces: Vec<InterfaceView> = c
+            .interfaces
+            .iter()
+            .filter_map(|i| match i.kind.as_str() {
+                "mcp" => Some(InterfaceView::Mcp {
+                    server_name: or_default(&i.server_name, || SERVER_NAME.to_owned()),
+                    tool_prefix: or_default(&i.tool_prefix, || format!("{}_", c.key)),
+                    status: i.status.clone(),
+                }),
+                "cli" => Some(InterfaceView::Cli {
+                    command: or_default(&i.command, || format!("tutti-connector-{}", c.key)),
+                    status: i.status.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        interfaces.sort_by_key(|i| match i {
+            InterfaceView::Mcp { .. } => 0,
+            InterfaceView::Cli { .. } => 1,
+        });
+        Self {
+            key: c.key.clone(),
+            name: c.name.clone(),
+            description: c.description.clone(),
+            skills: c
+                .skills
+                .iter()
+                .map(|s| SkillView {
+                    name: s.name.clone(),
+                    title: (!s.title.is_empty()).then(|| s.title.clone()),
+                    description: s.description.clone(),
+                })
+                .collect(),
+            interfaces,
+        }
+    }
+}
+
+impl From<&AvailableReply> for AvailableJson {
+    fn from(r: &AvailableReply) -> Self {
+        let mut connectors: Vec<ConnectorView> = r.connectors.iter().map(Into::into).collect();
+        connectors.sort_by(|a, b| a.key.cmp(&b.key));
+        Self { connectors }
+    }
+}
+
+fn render_available(view: &AvailableJson) -> String {
+    if view.connectors.is_empty() {
+        return "no connectors installed\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = view
+        .connectors
+        .iter()
+        .map(|c| {
+            let mut mcp = "-".to_owned();
+            let mut cli = "-".to_owned();
+            for i in &c.interfaces {
+                match i {
+                    InterfaceView::Mcp {
+                        tool_prefix,
+                        status,
+                        ..
+                    } => mcp = format!("{status} ({tool_prefix}*)"),
+                    InterfaceView::Cli { command, status } => cli = format!("{status} ({command})"),
+                }
+            }
+            let skills: Vec<&str> = c.skills.iter().map(|s| s.name.as_str()).collect();
+            vec![
+                c.key.clone(),
+                c.name.clone(),
+                mcp,
+                cli,
+                if skills.is_empty() {
+                    "-".to_owned()
+                } else {
+                    skills.join(", ")
+                },
+                one_line(&c.description, 80),
+            ]
+        })
+        .collect();
+    table(
+        &["KEY", "NAME", "MCP", "CLI", "SKILLS", "DESCRIPTION"],
+        &rows,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+    use std::io::Cursor;
+    use tutti_proto::kernel::{InterfaceStatus, ProbeTool, SkillSummary};
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let map: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn secrets_from_env_and_stdin_in_order() {
+        let mut input = Cursor::new(b"first\r\nsecond\n".to_vec());
+        let got = collect_secrets(
+            &names(&["A"]),
+            &names(&["B", "C"]),
+            env_of(&[("A", "alpha")]),
+            &mut input,
+            false,
+        )
+        .ok();
+        let want: HashMap<String, String> = [("A", "alpha"), ("B", "first"), ("C", "second")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        assert_eq!(got, Some(want));
+    }
+
+    #[test]
+    fn last_stdin_line_without_newline_counts() {
+        let mut input = Cursor::new(b"only".to_vec());
+        let got = collect_secrets(&[], &names(&["B"]), env_of(&[]), &mut input, false).ok();
+        assert_eq!(
+            got.and_then(|m| m.get("B").cloned()).as_deref(),
+            Some("only")
+        );
+    }
+
+    #[test]
+    fn secret_errors_name_the_variable_never_the_value() {
+        let mut input = Cursor::new(Vec::new());
+        let err = collect_secrets(&names(&["MISSING"]), &[], env_of(&[]), &mut input, false)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("MISSING"), "{err}");
+        let err = collect_secrets(&names(&["E"]), &[], env_of(&[("E", "")]), &mut input, false)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("environment variable E is not set or empty"),
+            "{err}"
+        );
+        let err = collect_secrets(&[], &names(&["B"]), env_of(&[]), &mut input, false).err();
+        assert!(matches!(err, Some(CliError::StdinEnded { .. })), "{err:?}");
+        let mut blank = Cursor::new(b"\r\n".to_vec());
+        let err = collect_secrets(&[], &names(&["B"]), env_of(&[]), &mut blank, false).err();
+        assert!(matches!(err, Some(CliError::StdinEmpty { .. })), "{err:?}");
+        let mut input = Cursor::new(b"hunter2\n".to_vec());
+        let err = collect_secrets(
+            &names(&["A"]),
+            &names(&["A"]),
+            env_of(&[("A", "s3cret")]),
+            &mut input,
+            false,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(err.contains("secret A is given more than once"), "{err}");
+        assert!(!err.contains("s3cret") && !err.contains("hunter2"), "{err}");
+    }
+
+    fn plan() -> InstallPlan {
+        InstallPlan {
+            key: "github".into(),
+            name: "GitHub".into(),
+            version: "1.4.0".into(),
+            transport: "stdio".into(),
+            argv: names(&["/usr/bin/node", "server.js", "--stdio", "a b"]),
+            cwd: "/s/releases/github/abc".into(),
+            url: String::new(),
+            secret_names: names(&["GITHUB_TOKEN", "ORG"]),
+            cli_entrypoint: "/s/releases/github/abc/bin/github-cli".into(),
+            problems: vec![],
+            upgrades_version: "1.3.0".into(),
+            allowed_commands: names(&["node"]),
+        }
+    }
+
+    #[test]
+    fn confirmation_shows_what_will_run() {
+        assert_eq!(
+            confirmation(&plan()),
+            "Install connector github 1.4.0 (GitHub)\n\
+             \x20 runs: /usr/bin/node server.js --stdio 'a b'\n\
+             \x20 in:   /s/releases/github/abc\n\
+             \x20 secrets: GITHUB_TOKEN, ORG (set them with: tutti connector connect github --from-env GITHUB_TOKEN --from-env ORG)\n\
+             \x20 cli:  tutti-connector-github -> /s/releases/github/abc/bin/github-cli\n\
+             \x20 allowed commands: node\n\
+             \x20 upgrades: 1.3.0\n"
+        );
+    }
+
+    #[test]
+    fn confirmation_for_http_without_secrets() {
+        let mut p = plan();
+        p.transport = "http".into();
+        p.argv.clear();
+        p.cwd.clear();
+        p.url = "https://example.com/mcp".into();
+        p.secret_names.clear();
+        p.cli_entrypoint.clear();
+        p.allowed_commands.clear();
+        p.upgrades_version.clear();
+        assert_eq!(
+            confirmation(&p),
+            "Install connector github 1.4.0 (GitHub)\n\
+             \x20 url:  https://example.com/mcp\n\
+             \x20 secrets: none\n"
+        );
+    }
+
+    #[test]
+    fn only_y_or_yes_confirms() {
+        for yes in ["y\n", "Y", " yes \r\n", "YES"] {
+            assert!(is_yes(yes), "{yes:?}");
+        }
+        for no in ["", "\n", "n", "no", "yep", "sure"] {
+            assert!(!is_yes(no), "{no:?}");
+        }
+    }
+
+    #[test]
+    fn probe_target_is_an_absolute_dir_or_a_key() {
+        let dir = crate::test_util::TempDir::new("probe");
+        assert_eq!(
+            probe_target(&dir.path().display().to_string()).ok(),
+            Some(dir.path().display().to_string())
+        );
+        assert_eq!(probe_target("github").ok().as_deref(), Some("github"));
+        assert!(probe_target("").is_err());
+    }
+
+    #[test]
+    fn install_dir_must_exist() {
+        let dir = crate::test_util::TempDir::new("install");
+        let missing = dir.path().join("nope");
+        assert!(matches!(
+            absolute_dir(&missing),
+            Err(CliError::NotADirectory { .. })
+        ));
+        assert_eq!(
+            absolute_dir(dir.path()).ok(),
+            Some(dir.path().to_path_buf())
+        );
+    }
+
+    #[test]
+    fn probe_json_and_text() {
+        let reply = ProbeReply {
+            key: "fx".into(),
+            protocol_version: "2025-06-18".into(),
+            server_name: "fixture".into(),
+            tools: vec![ProbeTool {
+                upstream_name: "echo".into(),
+                local_name: "fx_echo".into(),
+                description: "Echo it back.\nMore text.".into(),
+            }],
+            problems: names(&["tool bad: inputSchema: root type must be \"object\""]),
+        };
+        let got: Value =
+            serde_json::from_str(&json_line(&ProbeJson::from(&reply)).unwrap_or_default())
+                .unwrap_or(Value::Null);
+        assert_eq!(
+            got,
+            json!({"key": "fx", "serverName": "fixture", "protocolVersion": "2025-06-18",
+                   "tools": [{"localName": "fx_echo", "upstreamName": "echo", "description": "Echo it back.\nMore text."}],
+                   "problems": ["tool bad: inputSchema: root type must be \"object\""]})
+        );
+        let text = render_probe(&reply);
+        assert!(
+            text.starts_with("connector fx: server fixture, protocol 2025-06-18\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fx_echo  echo      Echo it back.\n"),
+            "{text}"
+        );
+        assert!(!text.contains("More text"), "{text}");
+    }
+
+    fn available_reply() -> AvailableReply {
+        AvailableReply {
+            connectors: vec![
+                AvailableConnector {
+                    key: "notes".into(),
+                    name: "Notes".into(),
+                    description: "Local notes".into(),
+                    skills: vec![],
+                    interfaces: vec![InterfaceStatus {
+                        kind: "cli".into(),
+                        status: "unavailable".into(),
+                        server_name: String::new(),
+                        tool_prefix: String::new(),
+                        command: "tutti-connector-notes".into(),
+                    }],
+                },
+                AvailableConnector {
+                    key: "github".into(),
+                    name: "GitHub".into(),
+                    description: "GitHub repository and issue operations".into(),
+                    skills: vec![
+                        SkillSummary {
+                            name: "github-workflow".into(),
+                            title: "GitHub Workflow".into(),
+                            description: "Work with repositories, issues and pull requests".into(),
+                        },
+                        SkillSummary {
+                            name: "triage".into(),
+                            title: String::new(),
+                            description: "Triage issues".into(),
+                        },
+                    ],
+                    interfaces: vec![
+                        InterfaceStatus {
+                            kind: "cli".into(),
+                            status: "ready".into(),
+                            server_name: String::new(),
+                            tool_prefix: String::new(),
+                            command: "tutti-connector-github".into(),
+                        },
+                        InterfaceStatus {
+                            kind: "mcp".into(),
+                            status: "ready".into(),
+                            server_name: "connector".into(),
+                            tool_prefix: "github_".into(),
+                            command: String::new(),
+                        },
+                    ],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn available_json_is_exactly_spec_7() {
+        let text = json_line(&AvailableJson::from(&available_reply())).unwrap_or_default();
+        let got: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert_eq!(
+            got,
+            json!({"connectors": [
+                {"key": "github", "name": "GitHub",
+                 "description": "GitHub repository and issue operations",
+                 "skills": [
+                    {"name": "github-workflow", "title": "GitHub Workflow",
+                     "description": "Work with repositories, issues and pull requests"},
+                    {"name": "triage", "description": "Triage issues"}
+                 ],
+                 "interfaces": [
+                    {"kind": "mcp", "serverName": "connector", "toolPrefix": "github_", "status": "ready"},
+                    {"kind": "cli", "command": "tutti-connector-github", "status": "ready"}
+                 ]},
+                {"key": "notes", "name": "Notes", "description": "Local notes", "skills": [],
+                 "interfaces": [{"kind": "cli", "command": "tutti-connector-notes", "status": "unavailable"}]}
+            ]})
+        );
+        // Field order as in the SPEC example.
+        assert!(
+            text.contains(
+                r#"{"kind":"mcp","serverName":"connector","toolPrefix":"github_","status":"ready"}"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.starts_with(r#"{"connectors":[{"key":"github","name":"GitHub","description""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn available_fills_missing_interface_fields() {
+        let mut reply = available_reply();
+        for c in &mut reply.connectors {
+            for i in &mut c.interfaces {
+                i.server_name.clear();
+                i.tool_prefix.clear();
+                i.command.clear();
+            }
+        }
+        let text = json_line(&AvailableJson::from(&reply)).unwrap_or_default();
+        assert!(
+            text.contains(r#""serverName":"connector","toolPrefix":"github_""#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""command":"tutti-connector-notes""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn available_table_is_readable() {
+        let text = render_available(&AvailableJson::from(&available_reply()));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("KEY"), "{text}");
+        assert!(lines[1].starts_with("github"), "{text}");
+        assert!(lines[1].contains("ready (github_*)"), "{text}");
+        assert!(lines[1].contains("github-workflow, triage"), "{text}");
+        assert!(lines[2].starts_with("notes"), "{text}");
+        assert_eq!(
+            render_available(&AvailableJson { connectors: vec![] }),
+            "no connectors installed\n"
+        );
+    }
+}

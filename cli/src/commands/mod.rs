@@ -1,0 +1,39 @@
+//! One module per command group. Each command returns the process exit code, or a
+//! [`CliError`] that `report` prints as one line.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::args::{Command, ConnectorCommand, ServiceCommand, SessionCommand};
+use crate::error::CliError;
+
+pub(crate) mod connector;
+pub(crate) mod service;
+pub(crate) mod session;
+pub(crate) mod status;
+pub(crate) mod up;
+
+/// Runs every command except `up` (which needs no async runtime).
+pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitCode, CliError> {
+    match command {
+        Command::Up(up) => up::run(state_dir, up.demo),
+        Command::Status(a) => status::run(state_dir, a.json).await,
+        Command::Connector(c) => match c {
+            ConnectorCommand::Install(a) => connector::install(state_dir, a).await,
+            ConnectorCommand::Uninstall(a) => connector::uninstall(state_dir, a.key).await,
+            ConnectorCommand::Connect(a) => connector::connect(state_dir, a).await,
+            ConnectorCommand::Disconnect(a) => connector::disconnect(state_dir, a.key).await,
+            ConnectorCommand::Probe(a) => connector::probe(state_dir, a).await,
+            ConnectorCommand::Available(a) => connector::available(state_dir, a.json).await,
+        },
+        Command::Session(s) => match s {
+            SessionCommand::Issue(a) => session::issue(state_dir, a).await,
+            SessionCommand::Revoke(a) => session::revoke(state_dir, a).await,
+        },
+        Command::Service(s) => match s {
+            ServiceCommand::Install(a) => service::install(state_dir, a),
+            ServiceCommand::Uninstall(a) => service::uninstall(a.user),
+            ServiceCommand::Status(a) => service::status(state_dir, a).await,
+        },
+    }
+}

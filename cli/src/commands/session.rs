@@ -1,0 +1,339 @@
+//! `tutti session issue|revoke`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::Serialize;
+use toml_edit::DocumentMut;
+use tutti_proto::kernel::{IssueSessionRequest, RevokeSessionRequest};
+
+use crate::args::{Format, IssueArgs, RevokeArgs};
+use crate::binding::{self, AcpGate, Binding};
+use crate::error::CliError;
+use crate::fsutil;
+use crate::kernel::Kernel;
+use crate::output::{emit, json_line, note};
+
+// === issue ===
+
+pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode, CliError> {
+    if args.workspace.is_empty() {
+        return Err(CliError::EmptyArgument {
+            what: "--workspace",
+        });
+    }
+    if args.session.is_empty() {
+        return Err(CliError::EmptyArgument { what: "--session" });
+    }
+    if args.acp_initialize.is_some() && args.format != Format::Acp {
+        return Err(CliError::FlagNotForFormat {
+            flag: "--acp-initialize",
+            formats: "acp",
+        });
+    }
+    if args.codex_home.is_some() && !matches!(args.format, Format::Codex | Format::Tutti) {
+        return Err(CliError::FlagNotForFormat {
+            flag: "--codex-home",
+            formats: "codex or tutti",
+        });
+    }
+
+    // The ACP gate comes before any token exists.
+    if let Some(file) = &args.acp_initialize
+        && let AcpGate::Refuse(reason) = acp_gate_file(file)?
+    {
+        note(&format!(
+            "tutti: not binding the MCP server: {reason} (in {}); no token was issued",
+            file.display()
+        ));
+        emit(&binding::acp_empty())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    // Read and check the Codex config before issuing, so a broken file costs no token.
+    let mut codex = match &args.codex_home {
+        Some(dir) => Some(CodexConfig::load(dir)?),
+        None => None,
+    };
+
+    let mut kernel = Kernel::connect(state_dir).await?;
+    let reply = match kernel
+        .client
+        .issue_session(IssueSessionRequest {
+            workspace: args.workspace,
+            session: args.session,
+        })
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(status) => return Err(kernel.error(status)),
+    };
+    let binding = Binding::from(reply);
+
+    if let Some(config) = &mut codex {
+        config.merge_and_write(&binding)?;
+        note(&format!(
+            "tutti: updated {} ([mcp_servers.{}])",
+            config.path.display(),
+            binding::SERVER_NAME
+        ));
+    }
+    emit(&binding::render(&binding, args.format)?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn acp_gate_file(file: &Path) -> Result<AcpGate, CliError> {
+    let text = fs::read_to_string(file).map_err(|e| CliError::io("read", file, e))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| CliError::AcpInitialize {
+            path: file.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    Ok(binding::acp_gate(&value))
+}
+
+/// `DIR/config.toml` of Codex, parsed up front and rewritten atomically.
+struct CodexConfig {
+    /// The file written: `DIR/config.toml`, or the file it links to.
+    path: PathBuf,
+    doc: DocumentMut,
+}
+
+impl CodexConfig {
+    fn load(dir: &Path) -> Result<Self, CliError> {
+        let mut path = dir.join("config.toml");
+        // Write through a symlink (dotfile managers) rather than replacing it.
+        if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            path = fs::canonicalize(&path).map_err(|e| CliError::io("resolve", &path, e))?;
+        }
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(CliError::io("read", &path, e)),
+        };
+        let doc = binding::parse_codex_config(&path, &text)?;
+        Ok(Self { path, doc })
+    }
+
+    fn merge_and_write(&mut self, binding: &Binding) -> Result<(), CliError> {
+        binding::merge_codex(&mut self.doc, binding).map_err(|()| CliError::CodexMcpServers {
+            path: self.path.clone(),
+        })?;
+        fsutil::write_atomic(&self.path, self.doc.to_string().as_bytes(), 0o600)
+            .map_err(|e| CliError::io("write", &self.path, e))
+    }
+}
+
+// === revoke ===
+
+pub(crate) async fn revoke(state_dir: &Path, args: RevokeArgs) -> Result<ExitCode, CliError> {
+    let request = RevokeSessionRequest {
+        workspace: args.workspace.unwrap_or_default(),
+        session: args.session.unwrap_or_default(),
+        all: args.all,
+    };
+    if !request.all && request.workspace.is_empty() {
+        return Err(CliError::EmptyArgument {
+            what: "--workspace",
+        });
+    }
+    if !request.all && request.session.is_empty() {
+        return Err(CliError::EmptyArgument { what: "--session" });
+    }
+    let mut kernel = Kernel::connect(state_dir).await?;
+    let reply = match kernel.client.revoke_session(request).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return Err(kernel.error(status)),
+    };
+    emit(&if args.json {
+        json_line(&RevokeJson {
+            revoked: reply.revoked,
+        })?
+    } else {
+        format!("revoked {}\n", reply.revoked)
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct RevokeJson {
+    revoked: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::TempDir;
+
+    fn binding() -> Binding {
+        Binding {
+            url: "http://127.0.0.1:5/mcp/connector".into(),
+            token: "tts_x".into(),
+            skill_roots: vec![],
+            bin_dir: "/s/bin".into(),
+        }
+    }
+
+    #[test]
+    fn codex_home_file_is_created_then_merged_keeping_other_settings() {
+        let home = TempDir::new("codex");
+        let dir = home.path().join("new-home");
+        let mut config = CodexConfig::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+        config
+            .merge_and_write(&binding())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.join("config.toml");
+        let written = fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            written,
+            binding::render(&binding(), Format::Codex).unwrap_or_default()
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = fs::metadata(&path)
+                .map(|m| m.permissions().mode() & 0o777)
+                .ok();
+            assert_eq!(mode, Some(0o600));
+        }
+
+        let before = "model = \"o3\"\n\n[mcp_servers.x]\ncommand = \"x\"\n";
+        fs::write(&path, before).unwrap_or_else(|e| panic!("{e}"));
+        let mut config = CodexConfig::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+        config
+            .merge_and_write(&binding())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let written = fs::read_to_string(&path).unwrap_or_default();
+        assert!(written.starts_with(before), "{written}");
+        assert!(written.contains("[mcp_servers.connector]\n"), "{written}");
+        // No temp file is left behind.
+        let leftovers: Vec<_> = fs::read_dir(&dir)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    }
+
+    #[test]
+    fn broken_codex_config_is_refused_before_issuing() {
+        let home = TempDir::new("codexbad");
+        fs::write(home.path().join("config.toml"), "[oops\n").unwrap_or_else(|e| panic!("{e}"));
+        let err = CodexConfig::load(home.path()).err();
+        assert!(matches!(err, Some(CliError::CodexConfig { .. })), "{err:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn codex_config_symlink_is_written_through() {
+        let home = TempDir::new("codexlink");
+        let real = home.path().join("real.toml");
+        fs::write(&real, "model = \"o3\"\n").unwrap_or_else(|e| panic!("{e}"));
+        let link = home.path().join("config.toml");
+        std::os::unix::fs::symlink(&real, &link).unwrap_or_else(|e| panic!("{e}"));
+        let mut config = CodexConfig::load(home.path()).unwrap_or_else(|e| panic!("{e}"));
+        config
+            .merge_and_write(&binding())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()));
+        let written = fs::read_to_string(&real).unwrap_or_default();
+        assert!(written.starts_with("model = \"o3\"\n"), "{written}");
+        assert!(written.contains("Bearer tts_x"), "{written}");
+    }
+
+    #[test]
+    fn acp_gate_reads_the_file() {
+        let dir = TempDir::new("acp");
+        let yes = dir.path().join("yes.json");
+        fs::write(
+            &yes,
+            r#"{"protocolVersion":1,"agentCapabilities":{"mcpCapabilities":{"http":true}}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(acp_gate_file(&yes).ok(), Some(AcpGate::Bind));
+        let no = dir.path().join("no.json");
+        fs::write(
+            &no,
+            r#"{"agentCapabilities":{"mcpCapabilities":{"sse":true}}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(acp_gate_file(&no), Ok(AcpGate::Refuse(_))));
+        let bad = dir.path().join("bad.json");
+        fs::write(&bad, "not json").unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            acp_gate_file(&bad),
+            Err(CliError::AcpInitialize { .. })
+        ));
+        assert!(matches!(
+            acp_gate_file(&dir.path().join("missing.json")),
+            Err(CliError::Io { .. })
+        ));
+    }
+
+    /// The ACP refusal and the flag checks never reach the kernel: with no kernel running,
+    /// they still succeed (or fail with their own message, not "no kernel").
+    #[tokio::test]
+    async fn acp_refusal_issues_nothing_and_needs_no_kernel() {
+        let dir = TempDir::new("acpnokernel");
+        let no = dir.path().join("no.json");
+        fs::write(
+            &no,
+            r#"{"agentCapabilities":{"mcpCapabilities":{"http":false}}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let args = IssueArgs {
+            workspace: "w".into(),
+            session: "s".into(),
+            format: Format::Acp,
+            acp_initialize: Some(no.clone()),
+            codex_home: None,
+        };
+        let got = issue(dir.path(), args).await;
+        assert!(
+            matches!(got, Ok(code) if code == ExitCode::SUCCESS),
+            "{got:?}"
+        );
+
+        let args = IssueArgs {
+            workspace: "w".into(),
+            session: "s".into(),
+            format: Format::Runtime,
+            acp_initialize: Some(no),
+            codex_home: None,
+        };
+        let got = issue(dir.path(), args).await;
+        assert!(
+            matches!(got, Err(CliError::FlagNotForFormat { .. })),
+            "{got:?}"
+        );
+
+        let args = IssueArgs {
+            workspace: "w".into(),
+            session: "s".into(),
+            format: Format::Claude,
+            acp_initialize: None,
+            codex_home: Some(dir.path().to_path_buf()),
+        };
+        let got = issue(dir.path(), args).await;
+        assert!(
+            matches!(got, Err(CliError::FlagNotForFormat { .. })),
+            "{got:?}"
+        );
+
+        // With http = true the gate passes and the command goes on to the kernel.
+        let yes = dir.path().join("yes.json");
+        fs::write(
+            &yes,
+            r#"{"agentCapabilities":{"mcpCapabilities":{"http":true}}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let args = IssueArgs {
+            workspace: "w".into(),
+            session: "s".into(),
+            format: Format::Acp,
+            acp_initialize: Some(yes),
+            codex_home: None,
+        };
+        let got = issue(dir.path(), args).await;
+        assert!(matches!(got, Err(CliError::NoKernel { .. })), "{got:?}");
+    }
+}

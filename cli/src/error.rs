@@ -1,0 +1,148 @@
+//! The one error type of the CLI. Every variant renders as `<problem>; <what to do>`, and
+//! `main` prints it as the single stderr line `tutti: <problem>; <what to do>`. No variant
+//! ever carries a secret value or a token.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Everything that can make a `tutti` command fail.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("no kernel is running for state dir {}; start it with `tutti up`", state_dir.display())]
+    NoKernel { state_dir: PathBuf },
+
+    #[error(
+        "cannot reach the kernel at {endpoint}: {reason}; check that `tutti up` runs for state dir {}",
+        state_dir.display()
+    )]
+    KernelUnreachable {
+        endpoint: String,
+        reason: String,
+        state_dir: PathBuf,
+    },
+
+    #[error(
+        "lost the connection to the kernel for state dir {} ({reason}); check `tutti status` and retry",
+        state_dir.display()
+    )]
+    KernelLost { state_dir: PathBuf, reason: String },
+
+    /// A gRPC status from the kernel: its message is already user-facing.
+    #[error("{message}")]
+    Kernel { code: tonic::Code, message: String },
+
+    #[error(
+        "cannot determine the state directory: {reason}; pass --state-dir DIR or set TUTTI_STATE_DIR"
+    )]
+    NoStateDir { reason: String },
+
+    #[error(
+        "cannot find {}; install tutti-kernel next to tutti or set TUTTI_LIBEXEC_DIR to its directory",
+        path.display()
+    )]
+    KernelBinaryMissing { path: PathBuf },
+
+    #[error("cannot start {}: {source}; check that it is an executable tutti-kernel", path.display())]
+    Exec { path: PathBuf, source: io::Error },
+
+    #[error(
+        "{} is not a directory; give the path of a connector release (a directory holding connector.json)",
+        path.display()
+    )]
+    NotADirectory { path: PathBuf },
+
+    #[error("confirmation needed; re-run with --yes to install non-interactively")]
+    ConfirmationNeeded,
+
+    #[error("install cancelled, nothing was installed; re-run and answer y to install")]
+    Cancelled,
+
+    #[error(
+        "environment variable {name} is not set or empty; set it to the secret value and re-run"
+    )]
+    EnvMissing { name: String },
+
+    #[error("environment variable {name} is not valid UTF-8; set it to a UTF-8 value and re-run")]
+    EnvNotUnicode { name: String },
+
+    #[error(
+        "standard input ended before a value for {name} was read; give one line per --stdin name, in order"
+    )]
+    StdinEnded { name: String },
+
+    #[error(
+        "the line read from standard input for {name} is empty; give one non-empty line per --stdin name"
+    )]
+    StdinEmpty { name: String },
+
+    #[error("the line read from standard input for {name} is not valid UTF-8; give a UTF-8 value")]
+    StdinNotUnicode { name: String },
+
+    #[error("secret {name} is given more than once; name each secret once")]
+    DuplicateSecret { name: String },
+
+    #[error("{what} must not be empty; give a non-empty value")]
+    EmptyArgument { what: &'static str },
+
+    #[error("{flag} applies only to --format {formats}; drop it or change --format")]
+    FlagNotForFormat {
+        flag: &'static str,
+        formats: &'static str,
+    },
+
+    #[error("cannot {action} {}: {source}; check the path and its permissions", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+
+    #[error("cannot {action}: {source}; check the terminal and retry")]
+    Terminal {
+        action: &'static str,
+        source: io::Error,
+    },
+
+    #[error("{} is not valid JSON ({reason}); pass the agent's ACP initialize response", path.display())]
+    AcpInitialize { path: PathBuf, reason: String },
+
+    #[error("{} is not valid TOML ({reason}); fix that file or move it away and re-run", path.display())]
+    CodexConfig { path: PathBuf, reason: String },
+
+    #[error("{} has `mcp_servers` that is not a table; fix that file and re-run", path.display())]
+    CodexMcpServers { path: PathBuf },
+
+    #[error("cannot encode the output as JSON: {reason}; report this as a bug")]
+    Json { reason: String },
+
+    #[error("cannot write {}: permission denied; re-run as root (e.g. with sudo), or use --user", path.display())]
+    ServiceNeedsRoot { path: PathBuf },
+
+    #[error("`{command}` failed: {reason}; run it yourself to see why")]
+    ToolFailed { command: String, reason: String },
+
+    #[error("--platform {platform} works only with --print on this system; add --print")]
+    ForeignPlatform { platform: &'static str },
+
+    #[error("--user has no meaning for {what}; drop it")]
+    UserScopeUnsupported { what: &'static str },
+
+    #[error("the path {} is not valid UTF-8; use a UTF-8 path", path.display())]
+    NotUtf8Path { path: PathBuf },
+
+    #[error("cannot find the home directory ({var} is not set); set {var} and re-run")]
+    NoHome { var: &'static str },
+
+    #[error("cannot start the async runtime: {source}; check the system's limits and retry")]
+    Runtime { source: io::Error },
+}
+
+impl CliError {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The connection to the kernel's control plane and the mapping of its failures to
+//! user-facing errors.
+
+use std::error::Error as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::tonic::transport::Channel;
+use tutti_proto::transport::{self, TransportError};
+
+use crate::error::CliError;
+
+/// A connected kernel client, plus the state dir for error messages.
+pub(crate) struct Kernel {
+    pub(crate) client: KernelClient<Channel>,
+    state_dir: PathBuf,
+}
+
+impl Kernel {
+    /// Connects to the kernel of `state_dir`. A missing or stale socket means no kernel runs.
+    pub(crate) async fn connect(state_dir: &Path) -> Result<Self, CliError> {
+        let endpoint = transport::kernel_endpoint(state_dir);
+        match transport::connect(&endpoint).await {
+            Ok(channel) => Ok(Self {
+                client: KernelClient::new(channel),
+                state_dir: state_dir.to_path_buf(),
+            }),
+            Err(err) => Err(connect_error(state_dir, &endpoint.to_string(), &err)),
+        }
+    }
+
+    /// Maps a failed RPC: the kernel's own statuses are user-facing and printed as is; a
+    /// broken connection says so.
+    pub(crate) fn error(&self, status: tonic::Status) -> CliError {
+        status_error(&self.state_dir, status)
+    }
+}
+
+fn connect_error(state_dir: &Path, endpoint: &str, err: &TransportError) -> CliError {
+    match io_kind(err) {
+        Some(io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => CliError::NoKernel {
+            state_dir: state_dir.to_path_buf(),
+        },
+        _ => CliError::KernelUnreachable {
+            endpoint: endpoint.to_owned(),
+            reason: innermost_message(err),
+            state_dir: state_dir.to_path_buf(),
+        },
+    }
+}
+
+/// The kind of the first `io::Error` in an error's source chain.
+fn io_kind(err: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return Some(io.kind());
+        }
+        cur = e.source();
+    }
+    None
+}
+
+fn innermost_message(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = err;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+pub(crate) fn status_error(state_dir: &Path, status: tonic::Status) -> CliError {
+    // Statuses made locally by tonic from a transport failure carry their cause as source;
+    // statuses sent by the kernel never do.
+    let transport_failure = status.source().is_some()
+        || (status.code() == tonic::Code::Unavailable
+            && (status.message().is_empty()
+                || status.message().contains("transport error")
+                || status.message().contains("error trying to connect")));
+    if transport_failure {
+        let reason = if status.message().is_empty() {
+            format!("{:?}", status.code())
+        } else {
+            status.message().to_owned()
+        };
+        return CliError::KernelLost {
+            state_dir: state_dir.to_path_buf(),
+            reason,
+        };
+    }
+    let message = if status.message().trim().is_empty() {
+        format!(
+            "the kernel refused the request ({}); see {} for details",
+            status.code().description(),
+            state_dir.join("logs").join("kernel.log").display()
+        )
+    } else {
+        status.message().to_owned()
+    };
+    CliError::Kernel {
+        code: status.code(),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_status_message_is_printed_as_is() {
+        let err = status_error(
+            Path::new("/s"),
+            tonic::Status::not_found("connector gh is not installed; see `tutti status`"),
+        );
+        assert_eq!(
+            err.to_string(),
+            "connector gh is not installed; see `tutti status`"
+        );
+    }
+
+    #[test]
+    fn empty_kernel_status_gets_a_message() {
+        let err = status_error(Path::new("/s"), tonic::Status::internal(""));
+        assert!(err.to_string().contains("kernel.log"), "{err}");
+    }
+
+    #[test]
+    fn transport_unavailable_means_lost_kernel() {
+        let err = status_error(
+            Path::new("/s"),
+            tonic::Status::unavailable("transport error"),
+        );
+        assert!(matches!(err, CliError::KernelLost { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn missing_socket_means_no_kernel() {
+        let dir = crate::test_util::TempDir::new("nokernel");
+        let err = Kernel::connect(dir.path()).await.err();
+        let msg = err.map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            msg,
+            format!(
+                "no kernel is running for state dir {}; start it with `tutti up`",
+                dir.path().display()
+            )
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! Text output helpers: aligned tables, one-line cells, shell-style quoting (display only)
+//! and time stamps.
+
+use std::io::Write as _;
+
+use chrono::{DateTime, Local, SecondsFormat, Utc};
+
+use crate::error::CliError;
+
+/// An aligned, left-justified table: a header row and data rows, columns separated by two
+/// spaces. The last column is not padded, so long free text (errors, descriptions) may run on.
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let columns = headers.len();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(columns) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header_cells: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header_cells).chain(rows.iter()) {
+        let mut line = String::new();
+        for (i, width) in widths.iter().enumerate() {
+            let cell = row.get(i).map(String::as_str).unwrap_or("");
+            if i + 1 == columns {
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                let pad = width.saturating_sub(cell.chars().count()) + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Makes free text safe for one table cell: control characters (newlines, tabs, escapes)
+/// become spaces, runs of whitespace collapse, and the text is cut at `max` characters.
+pub(crate) fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    let mut last_space = false;
+    for c in text.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if c == ' ' {
+            if last_space {
+                continue;
+            }
+            last_space = true;
+        } else {
+            last_space = false;
+        }
+        out.push(c);
+    }
+    let trimmed = out.trim();
+    if trimmed.chars().count() > max {
+        let cut: String = trimmed.chars().take(max.saturating_sub(1)).collect();
+        format!("{}…", cut.trim_end())
+    } else {
+        trimmed.to_owned()
+    }
+}
+
+/// The first line of a description (for tool listings).
+pub(crate) fn first_line(text: &str) -> &str {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+}
+
+/// Joins argv for display with POSIX shell-style quoting. For showing only: nothing ever runs
+/// this string through a shell.
+pub(crate) fn shell_join(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
+    if plain {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+/// Unix epoch milliseconds as RFC 3339 UTC (`2026-11-29T14:03:22.123Z`); `None` for 0 or an
+/// out-of-range value.
+pub(crate) fn rfc3339_utc(unix_ms: i64) -> Option<String> {
+    if unix_ms == 0 {
+        return None;
+    }
+    DateTime::<Utc>::from_timestamp_millis(unix_ms)
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+/// Unix epoch milliseconds in the local time zone, for people.
+pub(crate) fn local_time(unix_ms: i64) -> Option<String> {
+    if unix_ms == 0 {
+        return None;
+    }
+    DateTime::<Utc>::from_timestamp_millis(unix_ms).map(|t| {
+        DateTime::<Local>::from(t)
+            .format("%Y-%m-%d %H:%M:%S")
+            .to_string()
+    })
+}
+
+/// Writes command output to stdout. A closed stdout (`tutti status | head -1`) is not an
+/// error worth a message.
+pub(crate) fn emit(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(source) => Err(CliError::Io {
+            action: "write to",
+            path: "standard output".into(),
+            source,
+        }),
+    }
+}
+
+/// Writes one line to stderr (a notice, a prompt, a problem), ignoring a closed stderr.
+pub(crate) fn note(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}
+
+/// Serializes `value` as one line of JSON followed by a newline.
+pub(crate) fn json_line(value: &impl serde::Serialize) -> Result<String, CliError> {
+    serde_json::to_string(value)
+        .map(|mut s| {
+            s.push('\n');
+            s
+        })
+        .map_err(|e| CliError::Json {
+            reason: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_columns_and_leaves_last_unpadded() {
+        let out = table(
+            &["KEY", "STATUS", "LAST ERROR"],
+            &[
+                vec!["github".into(), "ready".into(), String::new()],
+                vec!["a".into(), "crash_loop".into(), "boom".into()],
+            ],
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "KEY     STATUS      LAST ERROR");
+        assert_eq!(lines[1], "github  ready");
+        assert_eq!(lines[2], "a       crash_loop  boom");
+    }
+
+    #[test]
+    fn one_line_strips_controls_and_cuts() {
+        assert_eq!(one_line("a\nb\t\tc", 80), "a b c");
+        assert_eq!(one_line("abcdefghij", 5), "abcd…");
+        assert_eq!(one_line("  x  ", 5), "x");
+    }
+
+    #[test]
+    fn first_line_skips_blank_lines() {
+        assert_eq!(first_line("\n  Hello world \nmore"), "Hello world");
+        assert_eq!(first_line(""), "");
+    }
+
+    #[test]
+    fn shell_join_quotes_only_when_needed() {
+        let argv = vec![
+            "/usr/bin/node".to_owned(),
+            "server.js".to_owned(),
+            "--name=a b".to_owned(),
+            "it's".to_owned(),
+            String::new(),
+        ];
+        assert_eq!(
+            shell_join(&argv),
+            r#"/usr/bin/node server.js '--name=a b' 'it'\''s' ''"#
+        );
+    }
+
+    #[test]
+    fn rfc3339_is_utc_with_z() {
+        assert_eq!(rfc3339_utc(0), None);
+        assert_eq!(
+            rfc3339_utc(1_764_424_800_123).as_deref(),
+            Some("2025-11-29T14:00:00.123Z")
+        );
+        assert!(local_time(1_764_424_800_123).is_some());
+    }
+}

@@ -1,0 +1,146 @@
+//! Which state directory a command works on: `--state-dir`, else `TUTTI_STATE_DIR`, else the
+//! platform default (SPEC §2). The result is made absolute against the caller's cwd, so the
+//! kernel and every other process see the same path.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use crate::error::CliError;
+
+/// Resolves the state directory from the flag and the real process environment.
+pub(crate) fn resolve(flag: Option<&Path>) -> Result<PathBuf, CliError> {
+    let dir = pick(flag, |name| std::env::var_os(name))?;
+    std::path::absolute(&dir).map_err(|e| CliError::NoStateDir {
+        reason: format!("cannot make {} absolute: {e}", dir.display()),
+    })
+}
+
+/// The choice itself, with the environment injected (pure, unit-tested).
+fn pick(flag: Option<&Path>, env: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf, CliError> {
+    if let Some(dir) = flag {
+        if dir.as_os_str().is_empty() {
+            return Err(CliError::EmptyArgument {
+                what: "--state-dir",
+            });
+        }
+        return Ok(dir.to_path_buf());
+    }
+    if let Some(dir) = env("TUTTI_STATE_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    platform::default_dir(&env)
+}
+
+#[cfg(all(unix, not(target_os = "macos")))]
+mod platform {
+    use super::*;
+
+    pub(super) fn default_dir(env: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, CliError> {
+        if let Some(xdg) = env("XDG_STATE_HOME").map(PathBuf::from) {
+            // The XDG spec says relative values are invalid and must be ignored.
+            if xdg.is_absolute() {
+                return Ok(xdg.join("tutti"));
+            }
+        }
+        let home = home(env)?;
+        Ok(home.join(".local").join("state").join("tutti"))
+    }
+
+    fn home(env: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, CliError> {
+        env("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from)
+            .ok_or_else(|| CliError::NoStateDir {
+                reason: "neither XDG_STATE_HOME nor HOME is set".to_owned(),
+            })
+    }
+}
+
+#[cfg(target_os = "macos")]
+mod platform {
+    use super::*;
+
+    pub(super) fn default_dir(env: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, CliError> {
+        env("HOME")
+            .filter(|h| !h.is_empty())
+            .map(|h| {
+                PathBuf::from(h)
+                    .join("Library")
+                    .join("Application Support")
+                    .join("tutti")
+            })
+            .ok_or_else(|| CliError::NoStateDir {
+                reason: "HOME is not set".to_owned(),
+            })
+    }
+}
+
+#[cfg(windows)]
+mod platform {
+    use super::*;
+
+    pub(super) fn default_dir(env: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, CliError> {
+        env("LOCALAPPDATA")
+            .filter(|h| !h.is_empty())
+            .map(|d| PathBuf::from(d).join("tutti"))
+            .ok_or_else(|| CliError::NoStateDir {
+                reason: "LOCALAPPDATA is not set".to_owned(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let map: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn flag_wins_over_env() {
+        let env = env_of(&[("TUTTI_STATE_DIR", "/from/env")]);
+        let got = pick(Some(Path::new("/from/flag")), env).ok();
+        assert_eq!(got, Some(PathBuf::from("/from/flag")));
+    }
+
+    #[test]
+    fn empty_flag_is_an_error() {
+        let got = pick(Some(Path::new("")), env_of(&[]));
+        assert!(matches!(got, Err(CliError::EmptyArgument { .. })));
+    }
+
+    #[test]
+    fn env_wins_over_default_and_empty_env_is_ignored() {
+        let env = env_of(&[("TUTTI_STATE_DIR", "/from/env"), ("HOME", "/home/u")]);
+        assert_eq!(pick(None, env).ok(), Some(PathBuf::from("/from/env")));
+        let env = env_of(&[("TUTTI_STATE_DIR", ""), ("HOME", "/home/u")]);
+        assert_ne!(pick(None, env).ok(), Some(PathBuf::from("")));
+    }
+
+    #[cfg(all(unix, not(target_os = "macos")))]
+    #[test]
+    fn linux_default_uses_xdg_state_home_then_home() {
+        let env = env_of(&[("XDG_STATE_HOME", "/x/state"), ("HOME", "/home/u")]);
+        assert_eq!(pick(None, env).ok(), Some(PathBuf::from("/x/state/tutti")));
+        let env = env_of(&[("XDG_STATE_HOME", "relative"), ("HOME", "/home/u")]);
+        assert_eq!(
+            pick(None, env).ok(),
+            Some(PathBuf::from("/home/u/.local/state/tutti"))
+        );
+        let env = env_of(&[("HOME", "/home/u")]);
+        assert_eq!(
+            pick(None, env).ok(),
+            Some(PathBuf::from("/home/u/.local/state/tutti"))
+        );
+        assert!(matches!(
+            pick(None, env_of(&[])),
+            Err(CliError::NoStateDir { .. })
+        ));
+    }
+}
