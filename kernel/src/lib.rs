@@ -6,6 +6,7 @@ mod demo;
 mod error;
 mod manifest;
 mod naming;
+mod notify;
 mod paths;
 mod probe;
 mod registry;
@@ -63,7 +64,9 @@ pub async fn run(config: Config) -> Result<(), KernelError> {
     let secrets = secrets::SecretStore::open(&state_dir)?;
 
     let mut registry = registry::Registry::load(&paths.registry())?;
-    registry.boot_epoch = registry.boot_epoch.checked_add(1).ok_or_else(|| KernelError::Refused("boot epoch exhausted".into()))?;
+    registry.boot_epoch = registry.boot_epoch.saturating_add(1);
+    // Reserve a fresh block of generation numbers above anything a previous kernel used.
+    registry.generation_ceiling += state::GENERATION_BLOCK;
     registry.save(&paths.registry())?;
     let mut manifests = std::collections::BTreeMap::new();
     let mut broken = Vec::new();
@@ -109,13 +112,10 @@ pub async fn run(config: Config) -> Result<(), KernelError> {
     }
     let ready = announce_ready(k.clone(), demo_keys);
 
+    // `ready` prints the banner and then never completes: the signal ends the kernel.
     tokio::select! {
         _ = ready => {}
         _ = wait_for_signal() => {}
-    }
-    // The banner may not be printed if a signal came first; either way wait for the signal.
-    if !*k.shutdown.borrow() {
-        wait_for_signal().await;
     }
     shutdown(&k).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
@@ -202,6 +202,10 @@ async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    while !notify::frontend_answers(&url).await && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    notify::notify("READY=1\nSTATUS=serving");
     println!("tutti is up. MCP server \"connector\": {url}");
     println!("  state dir: {}", k.paths.state.display());
     println!("  give an agent access: tutti session issue --workspace W --session S --format claude");
@@ -234,6 +238,7 @@ async fn wait_for_signal() {
 /// frontend and the shim manager.
 async fn shutdown(k: &Arc<Kernel>) {
     tracing::info!("shutting down");
+    notify::notify("STOPPING=1");
     {
         let mut inner = lock(&k.inner);
         lock(&k.tokens).revoke_all();

@@ -17,6 +17,10 @@ pub struct Registry {
     /// Increased at every kernel start; the high half of every generation number.
     #[serde(default)]
     pub boot_epoch: u32,
+    /// Generation numbers up to this one may have been handed out; a new kernel starts
+    /// above it, so generations never repeat across restarts.
+    #[serde(default)]
+    pub generation_ceiling: u64,
     #[serde(default)]
     pub connectors: BTreeMap<String, Installed>,
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -92,13 +92,16 @@ pub struct Kernel {
     pub tokens: Mutex<TokenTable>,
     pub events: broadcast::Sender<Arc<pb::RouteEvent>>,
     pub boot_epoch: u32,
-    next_gen: AtomicU32,
+    next_gen: AtomicU64,
     pub origin: Instant,
     pub frontend_url: Mutex<Option<String>>,
     pub shutdown: watch::Sender<bool>,
     /// Environment the kernel passes on to upstreams (PATH, HOME, LANG, TMPDIR…).
     pub base_env: BTreeMap<String, String>,
 }
+
+/// How many generation numbers one registry write reserves.
+pub const GENERATION_BLOCK: u64 = 1000;
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data behind; keep serving.
@@ -118,6 +121,7 @@ impl Kernel {
         let (events, _) = broadcast::channel(4096);
         let (shutdown, _) = watch::channel(false);
         let boot_epoch = registry.boot_epoch;
+        let first_generation = registry.generation_ceiling.saturating_sub(GENERATION_BLOCK) + 1;
         Arc::new(Self {
             paths,
             secrets,
@@ -132,7 +136,7 @@ impl Kernel {
             tokens: Mutex::new(TokenTable::default()),
             events,
             boot_epoch,
-            next_gen: AtomicU32::new(1),
+            next_gen: AtomicU64::new(first_generation),
             origin: Instant::now(),
             frontend_url: Mutex::new(None),
             shutdown,
@@ -140,9 +144,19 @@ impl Kernel {
         })
     }
 
-    /// A generation number never used before, also across kernel restarts.
+    /// A generation number never used before, also across kernel restarts: numbers are
+    /// handed out from blocks whose ceiling is persisted in `registry.json` before use.
+    /// Must be called without holding `inner`.
     pub fn next_generation(&self) -> u64 {
-        (u64::from(self.boot_epoch) << 32) | u64::from(self.next_gen.fetch_add(1, Ordering::Relaxed))
+        let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
+        let mut inner = lock(&self.inner);
+        if g > inner.registry.generation_ceiling {
+            inner.registry.generation_ceiling = g + GENERATION_BLOCK;
+            if let Err(e) = self.save_registry(&mut inner) {
+                tracing::error!("cannot persist the generation ceiling: {e}");
+            }
+        }
+        g
     }
 
     pub fn now(&self) -> Duration {
