@@ -1,1 +1,261 @@
+//! `tutti-mcp-frontend`: the local Streamable HTTP MCP server named `connector`
+//! (SPEC §5), serving both MCP eras (2025-06-18 legacy, 2026-07-28 modern) on
+//! `http://127.0.0.1:<port>/mcp/connector`.
+//!
+//! It follows the kernel's route table (`WatchRoutes`), verifies the bearer token with the
+//! kernel on every request, and sends each `tools/call` straight to the worker that owns
+//! the tool's generation. It never decides which generation is live.
 #![forbid(unsafe_code)]
+
+mod app;
+mod backend;
+mod call;
+mod error;
+mod headers;
+mod http;
+mod legacy;
+mod listen;
+mod modern;
+mod routes;
+mod rpc;
+mod validate;
+mod watcher;
+
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+pub use backend::{Backend, Identity, RouteStream};
+pub use error::Error;
+
+use app::App;
+use watcher::WatchEnd;
+
+/// Default `tools/list` page size.
+pub const DEFAULT_PAGE_SIZE: usize = 1000;
+/// How long in-flight requests may take to finish once the frontend is stopping.
+const DRAIN: Duration = Duration::from_secs(5);
+/// How long to retry binding a port that is still held (a crashed predecessor).
+const BIND_RETRY: Duration = Duration::from_secs(3);
+
+/// What `tutti-mcp-frontend` needs to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The runtime's state directory; `run/frontend.json` is written below it.
+    pub state_dir: PathBuf,
+    /// Port on 127.0.0.1; `0` picks a free one.
+    pub port: u16,
+    /// `tools/list` page size.
+    pub page_size: usize,
+}
+
+impl Config {
+    pub fn new(state_dir: PathBuf, port: u16) -> Self {
+        Self {
+            state_dir,
+            port,
+            page_size: DEFAULT_PAGE_SIZE,
+        }
+    }
+}
+
+/// Options of [`serve`].
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub page_size: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            page_size: DEFAULT_PAGE_SIZE,
+        }
+    }
+}
+
+/// Runs the frontend until SIGTERM/SIGINT (Ctrl-C) or the kernel's shutdown event
+/// (`Ok`), or until the kernel's route stream is lost for good (`Err`).
+pub async fn run(config: Config) -> Result<(), Error> {
+    let listener = bind(config.port).await?;
+    let addr = listener.local_addr().map_err(|source| Error::Bind {
+        addr: SocketAddr::from((Ipv4Addr::LOCALHOST, config.port)),
+        source,
+    })?;
+    write_frontend_file(&config.state_dir, addr.port())?;
+    tracing::info!(url = %endpoint_url(addr.port()), "MCP frontend listening");
+    let backend = Arc::new(backend::GrpcBackend::new(&config.state_dir));
+    serve(
+        listener,
+        backend,
+        ServeOptions {
+            page_size: config.page_size,
+        },
+        shutdown_signal(),
+    )
+    .await
+}
+
+/// Serves the MCP endpoint on `listener` with `backend` until `shutdown` resolves, the
+/// backend's route stream announces shutdown (`Ok`), or the route stream is lost (`Err`).
+/// On the way out every listen stream ends with its final result and in-flight requests
+/// get up to 5 s to finish.
+pub async fn serve(
+    listener: TcpListener,
+    backend: Arc<dyn Backend>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let app = Arc::new(App::new(backend, options.page_size));
+    let router = axum::Router::new()
+        .fallback(http::handle)
+        .with_state(app.clone());
+    let mut stopping = app.stopping.subscribe();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    });
+    let mut server = tokio::spawn(async move { server.await });
+    let mut watcher = tokio::spawn(watcher::run(app.clone()));
+
+    let outcome = tokio::select! {
+        () = shutdown => {
+            tracing::info!("stop signal received");
+            Ok(())
+        }
+        end = &mut watcher => match end {
+            Ok(WatchEnd::Shutdown) => {
+                tracing::info!("the runtime is shutting down");
+                Ok(())
+            }
+            Ok(WatchEnd::Lost(e)) => Err(e),
+            Err(e) => Err(Error::Task { task: "route watcher", detail: e.to_string() }),
+        },
+        served = &mut server => {
+            return match served {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(source)) => Err(Error::Serve { source }),
+                Err(e) => Err(Error::Task { task: "http server", detail: e.to_string() }),
+            };
+        }
+    };
+
+    app.stop();
+    watcher.abort();
+    if tokio::time::timeout(DRAIN, &mut server).await.is_err() {
+        tracing::warn!("in-flight requests did not finish within 5 s; exiting anyway");
+        server.abort();
+    }
+    outcome
+}
+
+fn endpoint_url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}{}", http::ENDPOINT_PATH)
+}
+
+async fn bind(port: u16) -> Result<TcpListener, Error> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let started = tokio::time::Instant::now();
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return Ok(listener),
+            Err(e)
+                if port != 0
+                    && e.kind() == std::io::ErrorKind::AddrInUse
+                    && started.elapsed() < BIND_RETRY =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(source) => return Err(Error::Bind { addr, source }),
+        }
+    }
+}
+
+/// Writes `<state>/run/frontend.json` atomically (temp file + rename).
+fn write_frontend_file(state_dir: &Path, port: u16) -> Result<(), Error> {
+    let run_dir = tutti_proto::transport::run_dir(state_dir)?;
+    let path = run_dir.join("frontend.json");
+    let temp = run_dir.join(format!("frontend.json.tmp-{}", std::process::id()));
+    let body = serde_json::json!({
+        "url": endpoint_url(port),
+        "port": port,
+        "pid": std::process::id(),
+    });
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&temp)?;
+        file.write_all(body.to_string().as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temp, &path)
+    };
+    write().map_err(|source| {
+        let _ = std::fs::remove_file(&temp);
+        Error::StateFile {
+            path: path.clone(),
+            source,
+        }
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT (Unix) / Ctrl-C (Windows).
+async fn shutdown_signal() {
+    imp::shutdown_signal().await;
+}
+
+#[cfg(unix)]
+mod imp {
+    use tokio::signal::unix::{SignalKind, signal};
+
+    pub(super) async fn shutdown_signal() {
+        let (term, int) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        );
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                tracing::warn!("cannot install signal handlers; only Ctrl-C stops the frontend");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+}
+
+#[cfg(windows)]
+mod imp {
+    pub(super) async fn shutdown_signal() {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontend_file_is_written_atomically() {
+        let dir = std::env::temp_dir().join(format!("tutti-fe-test-{}", std::process::id()));
+        write_frontend_file(&dir, 4242).expect("written");
+        let text = std::fs::read_to_string(dir.join("run").join("frontend.json")).expect("read");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(v["url"], "http://127.0.0.1:4242/mcp/connector");
+        assert_eq!(v["port"], 4242);
+        assert_eq!(v["pid"], std::process::id());
+        let leftovers = std::fs::read_dir(dir.join("run"))
+            .expect("dir")
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+            .count();
+        assert_eq!(leftovers, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,1 +1,77 @@
-fn main() {}
+#![forbid(unsafe_code)]
+//! `tutti-mcp-frontend --state-dir D --port P`: started and supervised by the kernel.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+use tutti_mcp_frontend::{Config, DEFAULT_PAGE_SIZE};
+
+/// The local MCP server named `connector` (started by tutti-kernel).
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// State directory (else TUTTI_STATE_DIR, else the platform default).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Port on 127.0.0.1 (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// tools/list page size.
+    #[arg(long, default_value_t = DEFAULT_PAGE_SIZE, hide = true)]
+    page_size: usize,
+}
+
+fn default_state_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("TUTTI_STATE_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let dir = if cfg!(windows) {
+        var("LOCALAPPDATA").map(|d| d.join("tutti"))
+    } else if cfg!(target_os = "macos") {
+        var("HOME").map(|h| h.join("Library").join("Application Support").join("tutti"))
+    } else {
+        var("XDG_STATE_HOME")
+            .map(|d| d.join("tutti"))
+            .or_else(|| var("HOME").map(|h| h.join(".local").join("state").join("tutti")))
+    };
+    dir.context("cannot find a state directory: pass --state-dir or set TUTTI_STATE_DIR")
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    match start(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tutti-mcp-frontend: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn start(args: Args) -> anyhow::Result<()> {
+    let state_dir = match args.state_dir {
+        Some(dir) => dir,
+        None => default_state_dir()?,
+    };
+    let mut config = Config::new(state_dir, args.port);
+    config.page_size = args.page_size.max(1);
+    tutti_mcp_frontend::run(config).await?;
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! Shared state of one running frontend.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::backend::{Backend, Identity};
+use crate::listen::Listeners;
+use crate::routes::RouteTable;
+
+/// How long a request waits for the kernel's first route snapshot.
+const FIRST_SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
+
+/// A legacy in-flight call, addressable by `notifications/cancelled`.
+type PendingKey = (Identity, String);
+
+pub(crate) struct App {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) page_size: usize,
+    /// `None` until the kernel's first snapshot arrived.
+    routes: watch::Sender<Option<Arc<RouteTable>>>,
+    /// Bumped whenever the visible tool list changed.
+    pub(crate) tools_version: watch::Sender<u64>,
+    pub(crate) listeners: Listeners,
+    /// Bumped before every session revocation is applied to listen streams.
+    revocations: AtomicU64,
+    pending: Mutex<HashMap<PendingKey, (u64, oneshot::Sender<()>)>>,
+    call_seq: AtomicU64,
+    call_prefix: String,
+    /// `true` once the frontend is stopping.
+    pub(crate) stopping: watch::Sender<bool>,
+}
+
+impl App {
+    pub(crate) fn new(backend: Arc<dyn Backend>, page_size: usize) -> Self {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        Self {
+            backend,
+            page_size: page_size.max(1),
+            routes: watch::channel(None).0,
+            tools_version: watch::channel(0).0,
+            listeners: Listeners::default(),
+            revocations: AtomicU64::new(0),
+            pending: Mutex::new(HashMap::new()),
+            call_seq: AtomicU64::new(0),
+            call_prefix: format!("f{:x}-{:x}", std::process::id(), started),
+            stopping: watch::channel(false).0,
+        }
+    }
+
+    /// The current route table, waiting (boundedly) for the first snapshot.
+    pub(crate) async fn routes(&self) -> Option<Arc<RouteTable>> {
+        let mut rx = self.routes.subscribe();
+        let ready = tokio::time::timeout(FIRST_SNAPSHOT_WAIT, rx.wait_for(Option::is_some)).await;
+        match ready {
+            Ok(Ok(table)) => table.clone(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn publish_routes(&self, table: Arc<RouteTable>, tools_changed: bool) {
+        self.backend.retain_endpoints(&table.endpoints());
+        self.routes.send_replace(Some(table));
+        if tools_changed {
+            self.tools_version.send_modify(|v| *v += 1);
+        }
+    }
+
+    pub(crate) fn revocation_seq(&self) -> u64 {
+        self.revocations.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn note_revocation(&self) {
+        self.revocations.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn next_call_id(&self) -> String {
+        let n = self.call_seq.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.call_prefix)
+    }
+
+    fn lock_pending(&self) -> MutexGuard<'_, HashMap<PendingKey, (u64, oneshot::Sender<()>)>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a legacy call so `notifications/cancelled` can reach it.
+    pub(crate) fn register_pending(
+        self: &Arc<Self>,
+        identity: &Identity,
+        request_id: &serde_json::Value,
+    ) -> (PendingGuard, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let key = (identity.clone(), request_id.to_string());
+        let ticket = self.call_seq.fetch_add(1, Ordering::Relaxed);
+        self.lock_pending().insert(key.clone(), (ticket, tx));
+        (
+            PendingGuard {
+                app: self.clone(),
+                key,
+                ticket,
+            },
+            rx,
+        )
+    }
+
+    /// Cancels a legacy call; `false` when no such call is in flight.
+    pub(crate) fn cancel_pending(
+        &self,
+        identity: &Identity,
+        request_id: &serde_json::Value,
+    ) -> bool {
+        let key = (identity.clone(), request_id.to_string());
+        match self.lock_pending().remove(&key) {
+            Some((_, tx)) => tx.send(()).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Starts stopping: ends every listen stream, stops accepting.
+    pub(crate) fn stop(&self) {
+        self.listeners.close_all();
+        self.stopping.send_replace(true);
+    }
+}
+
+/// Removes a legacy call's cancellation entry when the call ends.
+pub(crate) struct PendingGuard {
+    app: Arc<App>,
+    key: PendingKey,
+    ticket: u64,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        let mut pending = self.app.lock_pending();
+        if pending
+            .get(&self.key)
+            .is_some_and(|(t, _)| *t == self.ticket)
+        {
+            pending.remove(&self.key);
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The frontend's view of the rest of the runtime: the kernel (session verification, route
+//! events) and the workers (tool calls, cancellation). The HTTP layer only sees the
+//! [`Backend`] trait, so it can be driven in-process by a fake in tests.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Mutex;
+
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use tonic::transport::Channel;
+use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::kernel::{RouteEvent, VerifySessionRequest, WatchRoutesRequest};
+use tutti_proto::transport::{self, LocalEndpoint};
+use tutti_proto::worker::worker_client::WorkerClient;
+use tutti_proto::worker::{CallToolReply, CallToolRequest, CancelRequest};
+
+use crate::error::Error;
+
+/// Route events as they arrive from the kernel.
+pub type RouteStream = BoxStream<'static, Result<RouteEvent, Error>>;
+
+/// Who a valid session token belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub workspace: String,
+    pub session: String,
+}
+
+/// Everything the frontend needs from the kernel and the workers.
+///
+/// Implementations must be cheap to call concurrently: `verify_session` runs on every HTTP
+/// request and `call_tool` on every tool call.
+pub trait Backend: Send + Sync + 'static {
+    /// `Ok(Some(identity))` for a live token, `Ok(None)` for an unknown or revoked one.
+    fn verify_session<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Identity>, Error>>;
+
+    /// Opens the kernel's route stream: a snapshot first, then versioned changes.
+    fn watch_routes(&self) -> BoxFuture<'_, Result<RouteStream, Error>>;
+
+    /// Calls a tool on the worker listening at `endpoint`.
+    fn call_tool<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CallToolRequest,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>>;
+
+    /// Cancels an in-flight call on the worker listening at `endpoint`.
+    fn cancel<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CancelRequest,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Called after every route change with the endpoints still routed: connections to any
+    /// other endpoint may be dropped.
+    fn retain_endpoints(&self, _live: &HashSet<String>) {}
+}
+
+/// Largest gRPC message accepted from the kernel or a worker (tool results can be large).
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The production backend: gRPC over the runtime's local sockets.
+pub(crate) struct GrpcBackend {
+    kernel_endpoint: LocalEndpoint,
+    kernel: tokio::sync::Mutex<Option<KernelClient<Channel>>>,
+    workers: Mutex<HashMap<String, Channel>>,
+}
+
+impl GrpcBackend {
+    pub(crate) fn new(state_dir: &Path) -> Self {
+        Self {
+            kernel_endpoint: transport::kernel_endpoint(state_dir),
+            kernel: tokio::sync::Mutex::new(None),
+            workers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn kernel(&self) -> Result<KernelClient<Channel>, Error> {
+        let mut slot = self.kernel.lock().await;
+        if let Some(client) = slot.as_ref() {
+            return Ok(client.clone());
+        }
+        let channel = transport::connect(&self.kernel_endpoint)
+            .await
+            .map_err(|e| Error::KernelUnavailable {
+                detail: e.to_string(),
+            })?;
+        let client = KernelClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    async fn forget_kernel(&self) {
+        *self.kernel.lock().await = None;
+    }
+
+    async fn worker(&self, endpoint: &str) -> Result<WorkerClient<Channel>, Error> {
+        let cached = self.lock_workers().get(endpoint).cloned();
+        let channel = match cached {
+            Some(channel) => channel,
+            None => {
+                let channel = transport::connect(&LocalEndpoint::from_wire(endpoint))
+                    .await
+                    .map_err(|e| Error::WorkerUnavailable {
+                        endpoint: endpoint.to_owned(),
+                        detail: e.to_string(),
+                    })?;
+                self.lock_workers()
+                    .insert(endpoint.to_owned(), channel.clone());
+                channel
+            }
+        };
+        Ok(WorkerClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    fn forget_worker(&self, endpoint: &str) {
+        self.lock_workers().remove(endpoint);
+    }
+
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+        // A poisoned cache only ever holds channels; keep using it.
+        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn kernel_status(status: &tonic::Status) -> Error {
+    Error::KernelUnavailable {
+        detail: format!("{:?}: {}", status.code(), status.message()),
+    }
+}
+
+fn worker_status(endpoint: &str, generation: u64, status: &tonic::Status) -> Error {
+    let detail = format!("{:?}: {}", status.code(), status.message());
+    match status.code() {
+        tonic::Code::FailedPrecondition => Error::WorkerFenced {
+            endpoint: endpoint.to_owned(),
+            generation,
+            detail,
+        },
+        tonic::Code::DeadlineExceeded => Error::WorkerTimeout {
+            endpoint: endpoint.to_owned(),
+            detail,
+        },
+        _ => Error::WorkerUnavailable {
+            endpoint: endpoint.to_owned(),
+            detail,
+        },
+    }
+}
+
+impl Backend for GrpcBackend {
+    fn verify_session<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Identity>, Error>> {
+        Box::pin(async move {
+            let mut client = self.kernel().await?;
+            let request = VerifySessionRequest {
+                token: token.to_owned(),
+            };
+            match client.verify_session(request).await {
+                Ok(reply) => {
+                    let reply = reply.into_inner();
+                    Ok(reply.valid.then_some(Identity {
+                        workspace: reply.workspace,
+                        session: reply.session,
+                    }))
+                }
+                Err(status) => {
+                    if status.code() == tonic::Code::Unavailable {
+                        self.forget_kernel().await;
+                    }
+                    Err(kernel_status(&status))
+                }
+            }
+        })
+    }
+
+    fn watch_routes(&self) -> BoxFuture<'_, Result<RouteStream, Error>> {
+        Box::pin(async move {
+            // A fresh connection per watch: the old one is what just failed.
+            self.forget_kernel().await;
+            let mut client = self.kernel().await?;
+            match client.watch_routes(WatchRoutesRequest {}).await {
+                Ok(stream) => {
+                    let stream = stream
+                        .into_inner()
+                        .map(|item| item.map_err(|status| kernel_status(&status)));
+                    Ok(stream.boxed())
+                }
+                Err(status) => {
+                    self.forget_kernel().await;
+                    Err(kernel_status(&status))
+                }
+            }
+        })
+    }
+
+    fn call_tool<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CallToolRequest,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        Box::pin(async move {
+            let generation = request.generation;
+            let mut client = self.worker(endpoint).await?;
+            match client.call_tool(request).await {
+                Ok(reply) => Ok(reply.into_inner()),
+                Err(status) => {
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
+                    ) {
+                        self.forget_worker(endpoint);
+                    }
+                    Err(worker_status(endpoint, generation, &status))
+                }
+            }
+        })
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CancelRequest,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let generation = request.generation;
+            let mut client = self.worker(endpoint).await?;
+            client
+                .cancel(request)
+                .await
+                .map(|_| ())
+                .map_err(|status| worker_status(endpoint, generation, &status))
+        })
+    }
+
+    fn retain_endpoints(&self, live: &HashSet<String>) {
+        self.lock_workers()
+            .retain(|endpoint, _| live.contains(endpoint));
+    }
+}

@@ -1,0 +1,323 @@
+//! `tools/call`, shared by both eras: resolve the name to an immutable binding, validate
+//! the arguments, call the worker that owns the generation, and map every outcome.
+
+use std::future::pending;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
+
+use crate::app::App;
+use crate::backend::Backend;
+use crate::error::Error;
+use crate::routes::{Lookup, Tool};
+use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError};
+use crate::validate;
+
+/// The frontend's own deadline is the call timeout plus this much (the worker normally
+/// answers the timeout itself).
+const DEADLINE_GRACE: Duration = Duration::from_secs(2);
+
+fn tutti(reason: &str, key: &str, generation: u64) -> Value {
+    json!({"reason": reason, "connector": key, "generation": generation})
+}
+
+fn with_tutti(data: Option<Value>, tutti: Value) -> Value {
+    match data {
+        Some(Value::Object(mut map)) => {
+            map.insert("tutti".into(), tutti);
+            Value::Object(map)
+        }
+        Some(other) => json!({"upstream": other, "tutti": tutti}),
+        None => json!({"tutti": tutti}),
+    }
+}
+
+fn unavailable(key: &str, generation: u64, reason: &str, what: &str) -> RpcError {
+    RpcError::new(INTERNAL_ERROR, format!("[MCP_UNAVAILABLE] {key}: {what}"))
+        .with_data(json!({"tutti": tutti(reason, key, generation)}))
+}
+
+/// The name of a `tools/call` request, or the -32602 answer.
+pub(crate) fn tool_name(params: Option<&Value>) -> Result<&str, RpcError> {
+    params
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::new(INVALID_PARAMS, "Invalid params: name is required"))
+}
+
+/// Resolves a local tool name at call start.
+pub(crate) async fn resolve(app: &App, name: &str) -> Result<Arc<Tool>, RpcError> {
+    let Some(table) = app.routes().await else {
+        return Err(RpcError::new(
+            INTERNAL_ERROR,
+            "[MCP_UNAVAILABLE] connector: the route table is not available yet",
+        )
+        .with_data(json!({"tutti": {"reason": "unavailable"}})));
+    };
+    match table.lookup(name) {
+        Lookup::Found(tool) => Ok(tool),
+        Lookup::Gone(gone) => Err(RpcError::new(
+            INVALID_PARAMS,
+            format!("tool {name} is not available now; list tools again"),
+        )
+        .with_data(json!({"tutti": tutti("fenced", &gone.key, gone.generation)}))),
+        Lookup::Unknown => Err(RpcError::new(
+            INVALID_PARAMS,
+            format!("Unknown tool: {name}"),
+        )),
+    }
+}
+
+/// Sends `Cancel` to the worker unless disarmed (the call completed). Dropping the call's
+/// future (the client closed the stream) therefore cancels the upstream call.
+struct CancelGuard {
+    backend: Arc<dyn Backend>,
+    endpoint: String,
+    request: Option<CancelRequest>,
+}
+
+impl CancelGuard {
+    fn disarm(&mut self) {
+        self.request = None;
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        let Some(request) = self.request.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let backend = self.backend.clone();
+        let endpoint = std::mem::take(&mut self.endpoint);
+        handle.spawn(async move {
+            if let Err(e) = backend.cancel(&endpoint, request).await {
+                tracing::debug!(error = %e, "cancel not delivered");
+            }
+        });
+    }
+}
+
+/// Runs one call against a resolved binding. `Ok` is the `CallToolResult` to return
+/// (the upstream's, unchanged, or an `invalid_arguments` result).
+pub(crate) async fn execute(
+    app: &App,
+    tool: &Tool,
+    arguments: Option<&Value>,
+    cancelled: Option<oneshot::Receiver<()>>,
+) -> Result<Value, RpcError> {
+    let connector = &tool.connector;
+    let (key, generation) = (connector.key.as_str(), connector.generation);
+
+    let empty = Value::Object(Map::new());
+    let arguments = arguments.filter(|a| !a.is_null()).unwrap_or(&empty);
+    if let Err(text) = validate::check(&tool.validator, arguments) {
+        return Ok(json!({"content": [{"type": "text", "text": text}], "isError": true}));
+    }
+
+    let mut fence = connector.fence.subscribe();
+    if *fence.borrow_and_update() {
+        return Err(unavailable(
+            key,
+            generation,
+            "fenced",
+            &format!("generation {generation} was fenced"),
+        ));
+    }
+
+    let call_id = app.next_call_id();
+    let request = CallToolRequest {
+        generation,
+        call_id: call_id.clone(),
+        tool: tool.upstream_name.clone(),
+        arguments_json: arguments.to_string(),
+        timeout_ms: connector.timeout_ms,
+        meta_json: String::new(),
+    };
+    let mut guard = CancelGuard {
+        backend: app.backend.clone(),
+        endpoint: connector.endpoint.clone(),
+        request: Some(CancelRequest {
+            generation,
+            call_id,
+        }),
+    };
+    let deadline = Duration::from_millis(u64::from(connector.timeout_ms)) + DEADLINE_GRACE;
+    let fenced = async {
+        if fence.wait_for(|f| *f).await.is_err() {
+            pending::<()>().await;
+        }
+    };
+    let cancelled = async {
+        let delivered = match cancelled {
+            Some(rx) => rx.await.is_ok(),
+            None => false,
+        };
+        if !delivered {
+            pending::<()>().await;
+        }
+    };
+
+    tokio::select! {
+        reply = app.backend.call_tool(&connector.endpoint, request) => {
+            guard.disarm();
+            map_reply(key, generation, reply)
+        }
+        () = fenced => Err(unavailable(
+            key,
+            generation,
+            "fenced",
+            &format!("generation {generation} was fenced"),
+        )),
+        () = cancelled => Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")
+            .with_data(json!({"tutti": tutti("cancelled", key, generation)}))),
+        () = tokio::time::sleep(deadline) => Err(RpcError::new(
+            INTERNAL_ERROR,
+            format!(
+                "[MCP_TIMEOUT] {key}: tool {} did not answer within {} ms",
+                tool.name, connector.timeout_ms
+            ),
+        )
+        .with_data(json!({"tutti": tutti("timeout", key, generation)}))),
+    }
+}
+
+fn map_reply(
+    key: &str,
+    generation: u64,
+    reply: Result<tutti_proto::worker::CallToolReply, Error>,
+) -> Result<Value, RpcError> {
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(Error::WorkerFenced { .. }) => {
+            return Err(unavailable(
+                key,
+                generation,
+                "fenced",
+                &format!("generation {generation} was fenced"),
+            ));
+        }
+        Err(Error::WorkerTimeout { .. }) => {
+            return Err(RpcError::new(
+                INTERNAL_ERROR,
+                format!("[MCP_TIMEOUT] {key}: the call timed out"),
+            )
+            .with_data(json!({"tutti": tutti("timeout", key, generation)})));
+        }
+        Err(e) => {
+            tracing::warn!(connector = key, generation, error = %e, "worker call failed");
+            return Err(unavailable(
+                key,
+                generation,
+                "unavailable",
+                "worker unavailable",
+            ));
+        }
+    };
+    let generation = if reply.generation == 0 {
+        generation
+    } else {
+        reply.generation
+    };
+    match reply.outcome {
+        Some(call_tool_reply::Outcome::ResultJson(text)) => match serde_json::from_str(&text) {
+            Ok(result @ Value::Object(_)) => Ok(result),
+            _ => Err(unavailable(
+                key,
+                generation,
+                "unavailable",
+                "the worker returned a malformed result",
+            )),
+        },
+        Some(call_tool_reply::Outcome::Error(error)) => {
+            let data = if error.data_json.is_empty() {
+                None
+            } else {
+                serde_json::from_str(&error.data_json).ok()
+            };
+            let reason = if error.reason.is_empty() {
+                "upstream_error"
+            } else {
+                error.reason.as_str()
+            };
+            let code = if error.code == 0 {
+                INTERNAL_ERROR
+            } else {
+                i64::from(error.code)
+            };
+            Err(RpcError::new(code, error.message)
+                .with_data(with_tutti(data, tutti(reason, key, generation))))
+        }
+        None => Err(unavailable(
+            key,
+            generation,
+            "unavailable",
+            "the worker returned no outcome",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tutti_proto::worker::{CallError, CallToolReply};
+
+    #[test]
+    fn upstream_errors_keep_code_message_and_data() {
+        let reply = CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::Error(CallError {
+                code: -32001,
+                message: "nope".into(),
+                data_json: r#"{"why":"x"}"#.into(),
+                reason: "upstream_error".into(),
+            })),
+            generation: 9,
+        };
+        let e = map_reply("gh", 9, Ok(reply)).expect_err("error");
+        assert_eq!(e.code, -32001);
+        assert_eq!(e.message, "nope");
+        assert_eq!(
+            e.data,
+            Some(
+                json!({"why":"x","tutti":{"reason":"upstream_error","connector":"gh","generation":9}})
+            )
+        );
+    }
+
+    #[test]
+    fn transport_failures_are_unavailable() {
+        let e = map_reply(
+            "gh",
+            3,
+            Err(Error::WorkerUnavailable {
+                endpoint: "/x".into(),
+                detail: "gone".into(),
+            }),
+        )
+        .expect_err("error");
+        assert_eq!(e.code, INTERNAL_ERROR);
+        assert_eq!(e.message, "[MCP_UNAVAILABLE] gh: worker unavailable");
+        assert_eq!(
+            e.data
+                .and_then(|d| d["tutti"]["reason"].as_str().map(str::to_owned))
+                .as_deref(),
+            Some("unavailable")
+        );
+    }
+
+    #[test]
+    fn results_pass_unchanged() {
+        let text = r#"{"content":[{"type":"text","text":"hi"}],"structuredContent":{"a":1},"isError":false}"#;
+        let reply = CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::ResultJson(text.into())),
+            generation: 1,
+        };
+        let v = map_reply("gh", 1, Ok(reply)).expect("result");
+        assert_eq!(v, serde_json::from_str::<Value>(text).expect("json"));
+    }
+}

@@ -1,0 +1,243 @@
+//! The HTTP edge (SPEC §5): Host, Origin and bearer checks in that order, method, path,
+//! content type, body size, JSON-RPC framing, then era dispatch.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::backend::Identity;
+use crate::headers;
+use crate::routes::CursorError;
+use crate::rpc::{self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, RpcError};
+use crate::{legacy, modern};
+
+/// The one MCP endpoint.
+pub(crate) const ENDPOINT_PATH: &str = "/mcp/connector";
+/// Largest accepted request body.
+pub(crate) const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// The protocol version of the modern surface.
+pub(crate) const MODERN_VERSION: &str = "2026-07-28";
+pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// `serverInfo` of this server.
+pub(crate) fn server_info() -> Value {
+    json!({"name": "connector", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// One authenticated request, ready for an era's surface.
+pub(crate) struct Ctx {
+    pub(crate) app: Arc<App>,
+    pub(crate) identity: Identity,
+    pub(crate) token: String,
+    /// The revocation counter read before the token was verified.
+    pub(crate) revocations: u64,
+    pub(crate) headers: HeaderMap,
+}
+
+fn unauthorized() -> Response {
+    let mut response = rpc::reject(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized: a valid session token is required (Authorization: Bearer <token>)",
+    );
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+fn is_json_content_type(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+enum BodyError {
+    TooLarge,
+    Broken,
+}
+
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Vec<u8>, BodyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut bytes = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| BodyError::Broken)?;
+        if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(BodyError::TooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// Whether a request is served by the modern (2026-07-28) surface.
+fn is_modern(headers: &HeaderMap, message: &rpc::Message) -> bool {
+    let header = headers
+        .get(PROTOCOL_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    header == Some(MODERN_VERSION)
+        || message
+            .params()
+            .and_then(|p| p.get("_meta"))
+            .and_then(Value::as_object)
+            .is_some_and(|meta| meta.contains_key(META_PROTOCOL_VERSION))
+}
+
+/// The single handler behind every path and method.
+pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
+    let revocations = app.revocation_seq();
+    let (parts, body) = request.into_parts();
+
+    if !headers::host_allowed(&parts.headers) {
+        return rpc::reject(
+            StatusCode::FORBIDDEN,
+            "Forbidden: the Host header must name 127.0.0.1, localhost or [::1]",
+        );
+    }
+    if !headers::origin_allowed(&parts.headers) {
+        return rpc::reject(
+            StatusCode::FORBIDDEN,
+            "Forbidden: the Origin must be http:// on 127.0.0.1, localhost or [::1]",
+        );
+    }
+    if parts.uri.path() != ENDPOINT_PATH {
+        return rpc::reject(StatusCode::NOT_FOUND, "Not Found");
+    }
+    let Some(token) = headers::bearer_token(&parts.headers).map(str::to_owned) else {
+        return unauthorized();
+    };
+    let identity = match app.backend.verify_session(&token).await {
+        Ok(Some(identity)) => identity,
+        Ok(None) => return unauthorized(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot verify a session token");
+            return rpc::reject(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service Unavailable: the session cannot be verified now",
+            );
+        }
+    };
+    if parts.method != Method::POST {
+        let mut response = rpc::reject(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Method Not Allowed: this endpoint accepts POST only",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
+    }
+    if !is_json_content_type(&parts.headers) {
+        return rpc::reject(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Unsupported Media Type: Content-Type must be application/json",
+        );
+    }
+    let bytes = match read_body(&parts.headers, body).await {
+        Ok(bytes) => bytes,
+        Err(BodyError::TooLarge) => {
+            return rpc::reject(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Payload Too Large: the body exceeds 4 MiB",
+            );
+        }
+        Err(BodyError::Broken) => {
+            return rpc::reject(StatusCode::BAD_REQUEST, "Bad Request: unreadable body");
+        }
+    };
+    let object = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(object)) => object,
+        Ok(Value::Array(_)) => {
+            return rpc::error_response(
+                StatusCode::BAD_REQUEST,
+                &Value::Null,
+                &RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid Request: the body must be a single JSON-RPC request or notification object, not a batch",
+                ),
+            );
+        }
+        Ok(_) => {
+            return rpc::error_response(
+                StatusCode::BAD_REQUEST,
+                &Value::Null,
+                &RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid Request: the body must be a JSON-RPC object",
+                ),
+            );
+        }
+        Err(_) => {
+            return rpc::error_response(
+                StatusCode::BAD_REQUEST,
+                &Value::Null,
+                &RpcError::new(PARSE_ERROR, "Parse error"),
+            );
+        }
+    };
+    let message = match rpc::classify(&object) {
+        Ok(message) => message,
+        Err((id, error)) => return rpc::error_response(StatusCode::BAD_REQUEST, &id, &error),
+    };
+    let modern = is_modern(&parts.headers, &message);
+    let ctx = Ctx {
+        app,
+        identity,
+        token,
+        revocations,
+        headers: parts.headers,
+    };
+    if modern {
+        modern::handle(ctx, message).await
+    } else {
+        legacy::handle(ctx, message).await
+    }
+}
+
+/// One `tools/list` page for either era: `(tools, nextCursor)`.
+pub(crate) async fn list_tools(
+    app: &App,
+    params: Option<&Value>,
+) -> Result<(Vec<Value>, Option<String>), RpcError> {
+    let cursor = match params.and_then(|p| p.get("cursor")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(cursor)) => Some(cursor.as_str()),
+        Some(_) => {
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                "Invalid params: cursor must be a string",
+            ));
+        }
+    };
+    let Some(table) = app.routes().await else {
+        return Err(RpcError::new(
+            INTERNAL_ERROR,
+            "[MCP_UNAVAILABLE] connector: the route table is not available yet",
+        ));
+    };
+    table
+        .page(cursor, app.page_size)
+        .map_err(|e| match e {
+            CursorError::Malformed => RpcError::new(INVALID_PARAMS, "Invalid params: invalid cursor"),
+            CursorError::Stale => RpcError::new(
+                INVALID_PARAMS,
+                "Invalid params: the cursor belongs to an older tool list; list tools again from the start",
+            ),
+        })
+}

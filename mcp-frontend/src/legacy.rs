@@ -1,0 +1,101 @@
+//! The legacy surface: MCP 2025-06-18 (also 2025-03-26 and 2025-11-25 at initialize),
+//! without sessions: no `Mcp-Session-Id` is ever issued.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Map, Value, json};
+
+use crate::call;
+use crate::http::{Ctx, PROTOCOL_VERSION_HEADER, list_tools, server_info};
+use crate::rpc::{self, METHOD_NOT_FOUND, Message, RpcError, SERVER_ERROR};
+
+/// Versions this surface speaks; the first is the one offered when the client's is unknown.
+pub(crate) const VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2025-11-25"];
+
+pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
+    let id = match &message {
+        Message::Request { id, .. } => id.clone(),
+        _ => Value::Null,
+    };
+    if let Some(value) = ctx.headers.get(PROTOCOL_VERSION_HEADER) {
+        let requested = value.to_str().map(str::trim).unwrap_or_default();
+        if !VERSIONS.contains(&requested) {
+            return rpc::error_response(
+                StatusCode::BAD_REQUEST,
+                &id,
+                &RpcError::new(
+                    SERVER_ERROR,
+                    format!(
+                        "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
+                        VERSIONS.join(", ")
+                    ),
+                )
+                .with_data(json!({"supported": VERSIONS, "requested": requested})),
+            );
+        }
+    }
+    match message {
+        Message::Response => rpc::accepted(),
+        Message::Notification { method, params } => {
+            if method == "notifications/cancelled"
+                && let Some(request_id) = params.as_ref().and_then(|p| p.get("requestId"))
+                && ctx.app.cancel_pending(&ctx.identity, request_id)
+            {
+                tracing::debug!("legacy call cancelled by the client");
+            }
+            rpc::accepted()
+        }
+        Message::Request { id, method, params } => {
+            let answer = match method.as_str() {
+                "initialize" => Ok(initialize(params.as_ref())),
+                "ping" => Ok(json!({})),
+                "tools/list" => list_tools(&ctx.app, params.as_ref())
+                    .await
+                    .map(|(tools, next)| {
+                        let mut result = Map::new();
+                        result.insert("tools".into(), Value::Array(tools));
+                        if let Some(next) = next {
+                            result.insert("nextCursor".into(), Value::String(next));
+                        }
+                        Value::Object(result)
+                    }),
+                "tools/call" => tools_call(&ctx, &id, params.as_ref()).await,
+                "resources/list" => Ok(json!({"resources": []})),
+                "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
+                "prompts/list" => Ok(json!({"prompts": []})),
+                other => Err(RpcError::new(
+                    METHOD_NOT_FOUND,
+                    format!("Method not found: {other}"),
+                )),
+            };
+            let body = match answer {
+                Ok(result) => rpc::result_body(&id, result),
+                Err(error) => rpc::error_body(&id, &error),
+            };
+            rpc::json_response(StatusCode::OK, &body)
+        }
+    }
+}
+
+fn initialize(params: Option<&Value>) -> Value {
+    let requested = params
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str);
+    let version = match requested {
+        Some(v) if VERSIONS.contains(&v) => v,
+        _ => VERSIONS[0],
+    };
+    json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": false}, "resources": {}, "prompts": {}},
+        "serverInfo": server_info(),
+    })
+}
+
+async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Result<Value, RpcError> {
+    let name = call::tool_name(params)?;
+    let tool = call::resolve(&ctx.app, name).await?;
+    let (_guard, cancelled) = ctx.app.register_pending(&ctx.identity, id);
+    let arguments = params.and_then(|p| p.get("arguments"));
+    call::execute(&ctx.app, &tool, arguments, Some(cancelled)).await
+}

@@ -1,0 +1,288 @@
+//! `subscriptions/listen` (MCP 2026-07-28): a long-lived `text/event-stream` that
+//! acknowledges the subscription, then carries `notifications/tools/list_changed`, and ends
+//! with a final result when the session's token is revoked or the runtime shuts down.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tutti_proto::kernel::SessionsRevoked;
+
+use crate::app::App;
+use crate::backend::Identity;
+
+/// Keep-alive comments are sent at least this often.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// Every open listen stream, by the session that opened it.
+#[derive(Default)]
+pub(crate) struct Listeners {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    next: u64,
+    closed: bool,
+    entries: HashMap<u64, (Identity, watch::Sender<bool>)>,
+}
+
+impl Listeners {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a stream; its receiver turns `true` when the stream must end.
+    fn register(&self, identity: Identity) -> (u64, watch::Receiver<bool>) {
+        let mut inner = self.lock();
+        let (tx, rx) = watch::channel(inner.closed);
+        inner.next += 1;
+        let id = inner.next;
+        if !inner.closed {
+            inner.entries.insert(id, (identity, tx));
+        }
+        (id, rx)
+    }
+
+    fn unregister(&self, id: u64) {
+        self.lock().entries.remove(&id);
+    }
+
+    /// Ends the streams of the revoked session(s).
+    pub(crate) fn revoke(&self, revoked: &SessionsRevoked) {
+        let mut inner = self.lock();
+        inner.entries.retain(|_, (identity, end)| {
+            let matches = revoked.all
+                || (identity.workspace == revoked.workspace && identity.session == revoked.session);
+            if matches {
+                end.send_replace(true);
+            }
+            !matches
+        });
+    }
+
+    /// Ends every stream, now and for streams opened later.
+    pub(crate) fn close_all(&self) {
+        let mut inner = self.lock();
+        inner.closed = true;
+        for (_, (_, end)) in inner.entries.drain() {
+            end.send_replace(true);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+}
+
+/// Unregisters the stream when the response body is dropped (client gone or stream done).
+struct Registration {
+    app: Arc<App>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.app.listeners.unregister(self.id);
+    }
+}
+
+enum Phase {
+    Ack,
+    Open,
+    Closing,
+    Done,
+}
+
+struct Stream {
+    phase: Phase,
+    /// The request id, which is also the subscription id.
+    id: Value,
+    wants_tools: bool,
+    end_after_ack: bool,
+    tools: watch::Receiver<u64>,
+    end: watch::Receiver<bool>,
+    keep_alive: Interval,
+    _registration: Registration,
+}
+
+fn frame(message: &Value) -> Bytes {
+    Bytes::from(format!("event: message\ndata: {message}\n\n"))
+}
+
+/// Opens a listen stream. `revocations_at_start` is the revocation counter read before the
+/// token was verified, so a revocation racing with this request is not missed.
+pub(crate) async fn open(
+    app: Arc<App>,
+    identity: Identity,
+    token: &str,
+    revocations_at_start: u64,
+    id: Value,
+    params: Option<&Value>,
+) -> Response {
+    let wants_tools = params
+        .and_then(|p| p.get("notifications"))
+        .and_then(|n| n.get("toolsListChanged"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    let mut tools = app.tools_version.subscribe();
+    tools.borrow_and_update();
+    let (listener, end) = app.listeners.register(identity);
+    let registration = Registration {
+        app: app.clone(),
+        id: listener,
+    };
+    let mut end_after_ack = *end.borrow();
+    if !end_after_ack && app.revocation_seq() != revocations_at_start {
+        end_after_ack = !matches!(app.backend.verify_session(token).await, Ok(Some(_)));
+    }
+    let mut keep_alive = tokio::time::interval_at(Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let state = Stream {
+        phase: Phase::Ack,
+        id,
+        wants_tools,
+        end_after_ack,
+        tools,
+        end,
+        keep_alive,
+        _registration: registration,
+    };
+    let body = futures_util::stream::unfold(state, next_frame).map(Ok::<_, Infallible>);
+
+    let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+async fn next_frame(mut s: Stream) -> Option<(Bytes, Stream)> {
+    let meta = json!({ SUBSCRIPTION_ID: s.id });
+    match s.phase {
+        Phase::Ack => {
+            let notifications = if s.wants_tools {
+                json!({"toolsListChanged": true})
+            } else {
+                json!({})
+            };
+            let ack = json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/subscriptions/acknowledged",
+                "params": {"_meta": meta, "notifications": notifications},
+            });
+            s.phase = if s.end_after_ack {
+                Phase::Closing
+            } else {
+                Phase::Open
+            };
+            Some((frame(&ack), s))
+        }
+        Phase::Closing => {
+            s.phase = Phase::Done;
+            let done = final_result(&s.id);
+            Some((frame(&done), s))
+        }
+        Phase::Open => loop {
+            tokio::select! {
+                biased;
+                () = ended(&mut s.end) => {
+                    s.phase = Phase::Done;
+                    let done = final_result(&s.id);
+                    return Some((frame(&done), s));
+                }
+                changed = s.tools.changed(), if s.wants_tools => {
+                    if changed.is_err() {
+                        s.wants_tools = false;
+                        continue;
+                    }
+                    s.tools.borrow_and_update();
+                    let note = json!({
+                        "jsonrpc": "2.0",
+                        "method": "notifications/tools/list_changed",
+                        "params": {"_meta": meta},
+                    });
+                    return Some((frame(&note), s));
+                }
+                _ = s.keep_alive.tick() => {
+                    return Some((Bytes::from_static(b": keep-alive\n\n"), s));
+                }
+            }
+        },
+        Phase::Done => None,
+    }
+}
+
+/// Resolves once the stream must end (also if its registry entry is gone).
+async fn ended(end: &mut watch::Receiver<bool>) {
+    let _ = end.wait_for(|end| *end).await;
+}
+
+fn final_result(id: &Value) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "result": {"resultType": "complete", "_meta": { SUBSCRIPTION_ID: id }},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who(w: &str, s: &str) -> Identity {
+        Identity {
+            workspace: w.into(),
+            session: s.into(),
+        }
+    }
+
+    #[test]
+    fn revocation_ends_only_matching_streams() {
+        let l = Listeners::default();
+        let (_, a) = l.register(who("w", "a"));
+        let (_, b) = l.register(who("w", "b"));
+        l.revoke(&SessionsRevoked {
+            all: false,
+            workspace: "w".into(),
+            session: "a".into(),
+        });
+        assert!(*a.borrow());
+        assert!(!*b.borrow());
+        assert_eq!(l.len(), 1);
+        l.revoke(&SessionsRevoked {
+            all: true,
+            workspace: String::new(),
+            session: String::new(),
+        });
+        assert!(*b.borrow());
+        assert_eq!(l.len(), 0);
+    }
+
+    #[test]
+    fn closed_registry_ends_new_streams_at_once() {
+        let l = Listeners::default();
+        let (id, open) = l.register(who("w", "a"));
+        l.close_all();
+        assert!(*open.borrow());
+        let (_, late) = l.register(who("w", "b"));
+        assert!(*late.borrow());
+        l.unregister(id);
+        assert_eq!(l.len(), 0);
+    }
+}

@@ -1,0 +1,227 @@
+//! The modern surface: MCP 2026-07-28, stateless, with per-request `_meta` and the
+//! standard request headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
+//! `Mcp-Param-*`).
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Map, Value, json};
+
+use crate::call;
+use crate::headers::{self, HeaderProblem};
+use crate::http::{
+    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, list_tools, server_info,
+};
+use crate::listen;
+use crate::rpc::{
+    self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RpcError,
+    UNSUPPORTED_VERSION,
+};
+
+const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// Cache hints on discover and list results.
+const DISCOVER_TTL_MS: u64 = 3_600_000;
+const TOOLS_TTL_MS: u64 = 60_000;
+const EMPTY_LIST_TTL_MS: u64 = 3_600_000;
+
+fn bad(id: &Value, error: RpcError) -> Response {
+    rpc::error_response(StatusCode::BAD_REQUEST, id, &error)
+}
+
+fn mismatch(message: String) -> RpcError {
+    RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {message}"))
+}
+
+/// A header that must carry exactly `expected`.
+fn expect_header(ctx: &Ctx, name: &str, display: &str, expected: &str) -> Result<(), RpcError> {
+    match headers::decoded(&ctx.headers, name) {
+        Ok(value) if value == expected => Ok(()),
+        Ok(value) => Err(mismatch(format!(
+            "{display} header value '{value}' does not match body value '{expected}'"
+        ))),
+        Err(problem) => Err(mismatch(problem.describe(display))),
+    }
+}
+
+/// A cacheable result: `resultType`, `ttlMs`, `cacheScope` and the server's identity.
+fn cacheable(mut fields: Map<String, Value>, ttl_ms: u64) -> Value {
+    fields.insert("resultType".into(), json!("complete"));
+    fields.insert("ttlMs".into(), json!(ttl_ms));
+    fields.insert("cacheScope".into(), json!("private"));
+    fields.insert("_meta".into(), json!({ META_SERVER_INFO: server_info() }));
+    Value::Object(fields)
+}
+
+fn empty_list(field: &str) -> Value {
+    let mut fields = Map::new();
+    fields.insert(field.into(), json!([]));
+    cacheable(fields, EMPTY_LIST_TTL_MS)
+}
+
+pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
+    let (id, method, params) = match message {
+        Message::Notification { .. } => return rpc::accepted(),
+        Message::Response => {
+            return bad(
+                &Value::Null,
+                RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid Request: clients must not send responses",
+                ),
+            );
+        }
+        Message::Request { id, method, params } => (id, method, params),
+    };
+
+    // Required `_meta` fields (-32602), then header vs `_meta` (-32020), then support (-32022).
+    let meta = params
+        .as_ref()
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object);
+    let Some(meta) = meta else {
+        return bad(
+            &id,
+            RpcError::new(INVALID_PARAMS, "Invalid params: params._meta is required"),
+        );
+    };
+    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
+        return bad(
+            &id,
+            RpcError::new(
+                INVALID_PARAMS,
+                format!("Invalid params: _meta[\"{META_PROTOCOL_VERSION}\"] is required"),
+            ),
+        );
+    };
+    if !meta
+        .get(META_CLIENT_CAPABILITIES)
+        .is_some_and(Value::is_object)
+    {
+        return bad(
+            &id,
+            RpcError::new(
+                INVALID_PARAMS,
+                format!("Invalid params: _meta[\"{META_CLIENT_CAPABILITIES}\"] is required"),
+            ),
+        );
+    }
+    if let Err(e) = expect_header(
+        &ctx,
+        PROTOCOL_VERSION_HEADER,
+        "MCP-Protocol-Version",
+        version,
+    ) {
+        return bad(&id, e);
+    }
+    if version != MODERN_VERSION {
+        return bad(
+            &id,
+            RpcError::new(
+                UNSUPPORTED_VERSION,
+                format!("Unsupported protocol version: {version}"),
+            )
+            .with_data(json!({"supported": [MODERN_VERSION], "requested": version})),
+        );
+    }
+    if let Err(e) = expect_header(&ctx, "mcp-method", "Mcp-Method", &method) {
+        return bad(&id, e);
+    }
+
+    let answer = match method.as_str() {
+        "server/discover" => Ok(discover()),
+        "tools/list" => list_tools(&ctx.app, params.as_ref())
+            .await
+            .map(|(tools, next)| {
+                let mut fields = Map::new();
+                fields.insert("tools".into(), Value::Array(tools));
+                if let Some(next) = next {
+                    fields.insert("nextCursor".into(), Value::String(next));
+                }
+                cacheable(fields, TOOLS_TTL_MS)
+            }),
+        "tools/call" => return tools_call(&ctx, &id, params.as_ref()).await,
+        "subscriptions/listen" => {
+            return listen::open(
+                ctx.app.clone(),
+                ctx.identity.clone(),
+                &ctx.token,
+                ctx.revocations,
+                id,
+                params.as_ref(),
+            )
+            .await;
+        }
+        "resources/list" => Ok(empty_list("resources")),
+        "resources/templates/list" => Ok(empty_list("resourceTemplates")),
+        "prompts/list" => Ok(empty_list("prompts")),
+        other => {
+            return rpc::error_response(
+                StatusCode::NOT_FOUND,
+                &id,
+                &RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {other}")),
+            );
+        }
+    };
+    respond(&id, answer)
+}
+
+fn respond(id: &Value, answer: Result<Value, RpcError>) -> Response {
+    let body = match answer {
+        Ok(result) => rpc::result_body(id, result),
+        Err(error) => rpc::error_body(id, &error),
+    };
+    rpc::json_response(StatusCode::OK, &body)
+}
+
+fn discover() -> Value {
+    let mut fields = Map::new();
+    fields.insert("supportedVersions".into(), json!([MODERN_VERSION]));
+    fields.insert(
+        "capabilities".into(),
+        json!({"tools": {"listChanged": true}, "resources": {}, "prompts": {}}),
+    );
+    cacheable(fields, DISCOVER_TTL_MS)
+}
+
+async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
+    let name = match call::tool_name(params) {
+        Ok(name) => name,
+        Err(e) => return respond(id, Err(e)),
+    };
+    if let Err(e) = expect_header(ctx, "mcp-name", "Mcp-Name", name) {
+        return bad(id, e);
+    }
+    let tool = match call::resolve(&ctx.app, name).await {
+        Ok(tool) => tool,
+        Err(e) => return respond(id, Err(e)),
+    };
+    let arguments = params.and_then(|p| p.get("arguments"));
+    for param in &tool.param_headers {
+        let display = format!("Mcp-Param-{}", param.name);
+        let body = headers::argument_at(arguments, &param.path);
+        let problem = match (headers::decoded(&ctx.headers, &param.header), body) {
+            (Err(HeaderProblem::Missing), None) => None,
+            (Err(problem), _) => Some(problem.describe(&display)),
+            (Ok(_), None) => Some(format!(
+                "{display} header is present but the body has no value for it"
+            )),
+            (Ok(value), Some(body)) => (!headers::param_matches(param, &value, body))
+                .then(|| format!("{display} header does not match the body value")),
+        };
+        if let Some(problem) = problem {
+            return bad(id, mismatch(problem));
+        }
+    }
+    // Dropping this future (the client closed the stream) cancels the worker call.
+    let answer = call::execute(&ctx.app, &tool, arguments, None)
+        .await
+        .map(|mut result| {
+            if let Value::Object(fields) = &mut result {
+                fields
+                    .entry("resultType")
+                    .or_insert_with(|| json!("complete"));
+            }
+            result
+        });
+    respond(id, answer)
+}

@@ -1,0 +1,780 @@
+//! The route table: what the kernel committed, compiled once per generation into an
+//! immutable snapshot that requests read without locks or recomputation.
+//!
+//! [`RouteState`] is owned by the watcher task and applies the kernel's events; after each
+//! route change it produces a new [`RouteTable`] (`Arc`, swapped atomically by the caller).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonschema::Validator;
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+use tutti_proto::kernel::{ConnectorRoute, RouteEvent, SessionsRevoked, route_event};
+
+use crate::validate::{self, ParamHeader};
+
+/// Default call timeout when the route carries none (SPEC §3 `timeouts.callMs`).
+const DEFAULT_CALL_TIMEOUT_MS: u32 = 60_000;
+/// How many vanished tool names are remembered for the "not available now" answer.
+const REMEMBERED_NAMES: usize = 4096;
+
+/// Fires (`true`) when a generation is fenced; in-flight calls of that generation end.
+pub(crate) type Fence = Arc<watch::Sender<bool>>;
+
+/// One committed generation of one connector.
+#[derive(Debug)]
+pub(crate) struct Connector {
+    pub(crate) key: String,
+    pub(crate) generation: u64,
+    pub(crate) endpoint: String,
+    pub(crate) timeout_ms: u32,
+    pub(crate) fence: Fence,
+}
+
+/// One routable tool: the immutable binding a call resolves to.
+pub(crate) struct Tool {
+    pub(crate) name: String,
+    pub(crate) upstream_name: String,
+    pub(crate) connector: Arc<Connector>,
+    /// The tool exactly as `tools/list` shows it.
+    pub(crate) projected: Value,
+    pub(crate) validator: Validator,
+    pub(crate) param_headers: Vec<ParamHeader>,
+}
+
+/// Why a remembered name is not routable any more.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Gone {
+    pub(crate) key: String,
+    pub(crate) generation: u64,
+}
+
+/// What a tool name resolves to.
+pub(crate) enum Lookup {
+    Found(Arc<Tool>),
+    Gone(Gone),
+    Unknown,
+}
+
+/// An immutable snapshot of everything routable.
+pub(crate) struct RouteTable {
+    /// Revision at which the visible tool list last changed (cursors are bound to it).
+    pub(crate) list_revision: u64,
+    tools: Vec<Arc<Tool>>,
+    gone: Arc<HashMap<String, Gone>>,
+}
+
+/// A `tools/list` cursor that cannot be used.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum CursorError {
+    Malformed,
+    Stale,
+}
+
+impl RouteTable {
+    pub(crate) fn empty() -> Self {
+        Self {
+            list_revision: 0,
+            tools: Vec::new(),
+            gone: Arc::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn lookup(&self, name: &str) -> Lookup {
+        match self.tools.binary_search_by(|t| t.name.as_str().cmp(name)) {
+            Ok(i) => Lookup::Found(self.tools[i].clone()),
+            Err(_) => match self.gone.get(name) {
+                Some(gone) => Lookup::Gone(gone.clone()),
+                None => Lookup::Unknown,
+            },
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// One page of `tools/list` and the cursor of the next page, if any.
+    pub(crate) fn page(
+        &self,
+        cursor: Option<&str>,
+        page_size: usize,
+    ) -> Result<(Vec<Value>, Option<String>), CursorError> {
+        let start = match cursor {
+            None => 0,
+            Some(cursor) => {
+                let (revision, offset) = decode_cursor(cursor).ok_or(CursorError::Malformed)?;
+                if revision != self.list_revision {
+                    return Err(CursorError::Stale);
+                }
+                if offset > self.tools.len() {
+                    return Err(CursorError::Malformed);
+                }
+                offset
+            }
+        };
+        let page_size = page_size.max(1);
+        let end = start.saturating_add(page_size).min(self.tools.len());
+        let page = self.tools[start..end]
+            .iter()
+            .map(|t| t.projected.clone())
+            .collect();
+        let next = (end < self.tools.len()).then(|| encode_cursor(self.list_revision, end));
+        Ok((page, next))
+    }
+
+    fn projected(&self) -> impl Iterator<Item = &Value> {
+        self.tools.iter().map(|t| &t.projected)
+    }
+
+    /// Endpoints of every routed connector.
+    pub(crate) fn endpoints(&self) -> HashSet<String> {
+        self.tools
+            .iter()
+            .map(|t| t.connector.endpoint.clone())
+            .collect()
+    }
+}
+
+pub(crate) fn encode_cursor(revision: u64, offset: usize) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{revision}:{offset}"))
+}
+
+fn decode_cursor(cursor: &str) -> Option<(u64, usize)> {
+    let bytes = URL_SAFE_NO_PAD.decode(cursor.trim()).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (revision, offset) = text.split_once(':')?;
+    Some((revision.parse().ok()?, offset.parse().ok()?))
+}
+
+/// What applying one event did.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Effect {
+    /// The route table changed; `tools_changed` when the visible tool list differs.
+    Routes {
+        tools_changed: bool,
+    },
+    Revoked(SessionsRevoked),
+    Shutdown,
+    /// An event with nothing in it (unknown kind or an old revision).
+    Nothing,
+}
+
+struct Compiled {
+    connector: Arc<Connector>,
+    tools: Vec<Arc<Tool>>,
+}
+
+/// The mutable side, owned by the watcher task.
+pub(crate) struct RouteState {
+    revision: u64,
+    list_revision: u64,
+    connectors: BTreeMap<String, Compiled>,
+    /// Every generation seen and not fenced yet (including ones replaced by a newer
+    /// generation that may still be draining calls).
+    unfenced: HashMap<(String, u64), Fence>,
+    gone: HashMap<String, Gone>,
+    gone_order: VecDeque<String>,
+    table: Arc<RouteTable>,
+}
+
+impl RouteState {
+    pub(crate) fn new() -> Self {
+        Self {
+            revision: 0,
+            list_revision: 0,
+            connectors: BTreeMap::new(),
+            unfenced: HashMap::new(),
+            gone: HashMap::new(),
+            gone_order: VecDeque::new(),
+            table: Arc::new(RouteTable::empty()),
+        }
+    }
+
+    pub(crate) fn table(&self) -> Arc<RouteTable> {
+        self.table.clone()
+    }
+
+    /// Applies one kernel event. A snapshot is always applied (it may follow a reconnect
+    /// to a restarted kernel whose revisions start over); other events with a revision not
+    /// above the last one are ignored.
+    pub(crate) fn apply(&mut self, event: RouteEvent) -> Effect {
+        let Some(kind) = event.event else {
+            return Effect::Nothing;
+        };
+        let is_snapshot = matches!(kind, route_event::Event::Snapshot(_));
+        if !is_snapshot && event.revision <= self.revision && self.revision != 0 {
+            tracing::warn!(
+                revision = event.revision,
+                last = self.revision,
+                "ignoring an out-of-order route event"
+            );
+            return Effect::Nothing;
+        }
+        self.revision = event.revision;
+        match kind {
+            route_event::Event::Snapshot(snapshot) => {
+                let keep: HashSet<(String, u64)> = snapshot
+                    .connectors
+                    .iter()
+                    .filter(|c| c.has_mcp)
+                    .map(|c| (c.key.clone(), c.generation))
+                    .collect();
+                // Generations missing from a snapshot are gone: end their calls.
+                let stale: Vec<(String, u64)> = self
+                    .unfenced
+                    .keys()
+                    .filter(|k| !keep.contains(*k))
+                    .cloned()
+                    .collect();
+                for k in stale {
+                    if let Some(fence) = self.unfenced.remove(&k) {
+                        fence.send_replace(true);
+                    }
+                }
+                let mut next = BTreeMap::new();
+                for route in &snapshot.connectors {
+                    if let Some(compiled) = self.compile(route) {
+                        next.insert(route.key.clone(), compiled);
+                    }
+                }
+                self.replace_connectors(next)
+            }
+            route_event::Event::Upsert(route) => {
+                let mut next = std::mem::take(&mut self.connectors);
+                next.remove(&route.key);
+                if let Some(compiled) = self.compile(&route) {
+                    next.insert(route.key.clone(), compiled);
+                }
+                self.replace_connectors(next)
+            }
+            route_event::Event::Removed(removed) => {
+                let fenced: Vec<(String, u64)> = self
+                    .unfenced
+                    .keys()
+                    .filter(|(key, generation)| {
+                        *key == removed.key && *generation <= removed.generation
+                    })
+                    .cloned()
+                    .collect();
+                for k in fenced {
+                    if let Some(fence) = self.unfenced.remove(&k) {
+                        fence.send_replace(true);
+                    }
+                }
+                let mut next = std::mem::take(&mut self.connectors);
+                if next
+                    .get(&removed.key)
+                    .is_some_and(|c| c.connector.generation <= removed.generation)
+                {
+                    next.remove(&removed.key);
+                }
+                self.replace_connectors(next)
+            }
+            route_event::Event::SessionsRevoked(revoked) => Effect::Revoked(revoked),
+            route_event::Event::Shutdown(_) => Effect::Shutdown,
+        }
+    }
+
+    /// Compiles one connector's committed tool set (schemas, projections, headers).
+    fn compile(&mut self, route: &ConnectorRoute) -> Option<Compiled> {
+        if !route.has_mcp || route.worker_endpoint.is_empty() {
+            return None;
+        }
+        let id = (route.key.clone(), route.generation);
+        let fence = self
+            .unfenced
+            .entry(id)
+            .or_insert_with(|| Arc::new(watch::channel(false).0))
+            .clone();
+        let connector = Arc::new(Connector {
+            key: route.key.clone(),
+            generation: route.generation,
+            endpoint: route.worker_endpoint.clone(),
+            timeout_ms: if route.call_timeout_ms == 0 {
+                DEFAULT_CALL_TIMEOUT_MS
+            } else {
+                route.call_timeout_ms
+            },
+            fence,
+        });
+        let display_name = if route.name.is_empty() {
+            route.key.as_str()
+        } else {
+            route.name.as_str()
+        };
+        let mut tools = Vec::with_capacity(route.tools.len());
+        for routed in &route.tools {
+            let definition: Value = match serde_json::from_str(&routed.definition_json) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => {
+                    tracing::warn!(
+                        connector = %route.key,
+                        tool = %routed.name,
+                        "skipping a tool whose definition is not a JSON object"
+                    );
+                    continue;
+                }
+            };
+            let input_schema = definition
+                .get("inputSchema")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object"}));
+            let validator = match validate::compile(&input_schema) {
+                Ok(v) => v,
+                Err(problem) => {
+                    tracing::warn!(
+                        connector = %route.key,
+                        tool = %routed.name,
+                        %problem,
+                        "skipping a tool whose input schema does not compile"
+                    );
+                    continue;
+                }
+            };
+            let projected = project(
+                &routed.name,
+                &routed.upstream_name,
+                &routed.risk,
+                &route.key,
+                display_name,
+                &definition,
+                &input_schema,
+            );
+            tools.push(Arc::new(Tool {
+                name: routed.name.clone(),
+                upstream_name: routed.upstream_name.clone(),
+                connector: connector.clone(),
+                projected,
+                validator,
+                param_headers: validate::param_headers(&input_schema),
+            }));
+        }
+        Some(Compiled { connector, tools })
+    }
+
+    fn replace_connectors(&mut self, next: BTreeMap<String, Compiled>) -> Effect {
+        self.connectors = next;
+        let mut tools: Vec<Arc<Tool>> = self
+            .connectors
+            .values()
+            .flat_map(|c| c.tools.iter().cloned())
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools.dedup_by(|later, earlier| {
+            let duplicate = later.name == earlier.name;
+            if duplicate {
+                tracing::warn!(tool = %later.name, "two connectors offer the same local name");
+            }
+            duplicate
+        });
+
+        // Names that vanished are remembered; names that came back are forgotten.
+        let now: HashSet<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        let vanished: Vec<(String, Gone)> = self
+            .table
+            .tools
+            .iter()
+            .filter(|old| !now.contains(old.name.as_str()))
+            .map(|old| {
+                let gone = Gone {
+                    key: old.connector.key.clone(),
+                    generation: old.connector.generation,
+                };
+                (old.name.clone(), gone)
+            })
+            .collect();
+        for (name, gone) in vanished {
+            self.remember(&name, gone);
+        }
+        for name in &now {
+            if self.gone.remove(*name).is_some() {
+                self.gone_order.retain(|n| n != name);
+            }
+        }
+
+        let tools_changed = !self
+            .table
+            .projected()
+            .eq(tools.iter().map(|t| &t.projected));
+        if tools_changed {
+            self.list_revision = self.revision;
+        }
+        // Drop generations nobody routes to or waits on any more.
+        let live: HashSet<(String, u64)> = self
+            .connectors
+            .values()
+            .map(|c| (c.connector.key.clone(), c.connector.generation))
+            .collect();
+        self.unfenced
+            .retain(|k, fence| live.contains(k) || fence.receiver_count() > 0);
+
+        self.table = Arc::new(RouteTable {
+            list_revision: self.list_revision,
+            tools,
+            gone: Arc::new(self.gone.clone()),
+        });
+        Effect::Routes { tools_changed }
+    }
+
+    fn remember(&mut self, name: &str, gone: Gone) {
+        if self.gone.insert(name.to_owned(), gone).is_none() {
+            self.gone_order.push_back(name.to_owned());
+        }
+        while self.gone_order.len() > REMEMBERED_NAMES {
+            if let Some(oldest) = self.gone_order.pop_front() {
+                self.gone.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// The tool as `tools/list` shows it (SPEC §5).
+fn project(
+    local_name: &str,
+    upstream_name: &str,
+    risk: &str,
+    key: &str,
+    connector_name: &str,
+    definition: &Value,
+    input_schema: &Value,
+) -> Value {
+    let mut tool = Map::new();
+    tool.insert("name".into(), Value::String(local_name.to_owned()));
+    if let Some(title) = definition.get("title") {
+        tool.insert("title".into(), title.clone());
+    }
+    let description = definition
+        .get("description")
+        .and_then(Value::as_str)
+        .filter(|d| !d.trim().is_empty())
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("{connector_name}: {upstream_name}"));
+    tool.insert("description".into(), Value::String(description));
+    tool.insert("inputSchema".into(), input_schema.clone());
+    for field in ["outputSchema", "annotations"] {
+        if let Some(value) = definition.get(field) {
+            tool.insert(field.into(), value.clone());
+        }
+    }
+    let risk = match risk {
+        "low" | "medium" | "high" => risk,
+        _ => "medium",
+    };
+    tool.insert(
+        "_meta".into(),
+        json!({
+            "tutti/connector": key,
+            "tutti/upstreamName": upstream_name,
+            "tutti/risk": risk,
+        }),
+    );
+    Value::Object(tool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tutti_proto::kernel::{ConnectorRemoved, RouteSnapshot, RoutedTool, RuntimeShutdown};
+
+    fn tool(local: &str, upstream: &str, def: Value) -> RoutedTool {
+        RoutedTool {
+            name: local.into(),
+            upstream_name: upstream.into(),
+            definition_json: def.to_string(),
+            risk: "low".into(),
+        }
+    }
+
+    fn route(key: &str, generation: u64, tools: Vec<RoutedTool>) -> ConnectorRoute {
+        ConnectorRoute {
+            key: key.into(),
+            name: format!("{key} name"),
+            generation,
+            worker_endpoint: format!("/run/w-{key}-{generation}.sock"),
+            call_timeout_ms: 0,
+            tools,
+            has_cli: false,
+            has_mcp: true,
+        }
+    }
+
+    fn ev(revision: u64, event: route_event::Event) -> RouteEvent {
+        RouteEvent {
+            revision,
+            event: Some(event),
+        }
+    }
+
+    fn names(table: &RouteTable) -> Vec<String> {
+        table.tools.iter().map(|t| t.name.clone()).collect()
+    }
+
+    fn echo(key: &str) -> RoutedTool {
+        tool(
+            &format!("{key}_echo"),
+            "echo",
+            json!({"name":"echo","inputSchema":{"type":"object"}}),
+        )
+    }
+
+    #[test]
+    fn snapshot_projects_and_sorts() {
+        let mut s = RouteState::new();
+        let effect = s.apply(ev(
+            1,
+            route_event::Event::Snapshot(RouteSnapshot {
+                connectors: vec![
+                    route(
+                        "zeta",
+                        7,
+                        vec![tool(
+                            "zeta_b",
+                            "b",
+                            json!({"name":"b","description":"","title":"B","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true},"icons":[]}),
+                        )],
+                    ),
+                    route(
+                        "alpha",
+                        3,
+                        vec![tool(
+                            "alpha_a",
+                            "a",
+                            json!({"name":"a","description":"does a","inputSchema":{"type":"object","properties":{"x":{"type":"string"}}},"outputSchema":{"type":"object"}}),
+                        )],
+                    ),
+                ],
+            }),
+        ));
+        assert_eq!(
+            effect,
+            Effect::Routes {
+                tools_changed: true
+            }
+        );
+        let t = s.table();
+        assert_eq!(names(&t), vec!["alpha_a", "zeta_b"]);
+        assert_eq!(
+            t.tools[1].projected,
+            json!({"name":"zeta_b","title":"B","description":"zeta name: b","inputSchema":{"type":"object"},
+                   "annotations":{"readOnlyHint":true},
+                   "_meta":{"tutti/connector":"zeta","tutti/upstreamName":"b","tutti/risk":"low"}})
+        );
+        assert_eq!(t.tools[0].projected["description"], "does a");
+        assert_eq!(
+            t.tools[0].projected["outputSchema"],
+            json!({"type":"object"})
+        );
+        assert_eq!(t.tools[0].connector.timeout_ms, DEFAULT_CALL_TIMEOUT_MS);
+    }
+
+    #[test]
+    fn upsert_replaces_a_connector_and_detects_list_changes() {
+        let mut s = RouteState::new();
+        s.apply(ev(
+            1,
+            route_event::Event::Snapshot(RouteSnapshot {
+                connectors: vec![route("a", 1, vec![echo("a")])],
+            }),
+        ));
+        // Same tools, new generation: routes change, the visible list does not.
+        let effect = s.apply(ev(
+            2,
+            route_event::Event::Upsert(route("a", 2, vec![echo("a")])),
+        ));
+        assert_eq!(
+            effect,
+            Effect::Routes {
+                tools_changed: false
+            }
+        );
+        let t = s.table();
+        assert_eq!(t.list_revision, 1);
+        let Lookup::Found(found) = t.lookup("a_echo") else {
+            panic!("a_echo routable");
+        };
+        assert_eq!(found.connector.generation, 2);
+        // A new tool set: the list changed.
+        let effect = s.apply(ev(
+            3,
+            route_event::Event::Upsert(route("a", 3, vec![echo("a"), tool("a_x", "x", json!({}))])),
+        ));
+        assert_eq!(
+            effect,
+            Effect::Routes {
+                tools_changed: true
+            }
+        );
+        assert_eq!(s.table().list_revision, 3);
+        assert_eq!(names(&s.table()), vec!["a_echo", "a_x"]);
+    }
+
+    #[test]
+    fn removed_is_fenced_by_generation() {
+        let mut s = RouteState::new();
+        s.apply(ev(
+            1,
+            route_event::Event::Snapshot(RouteSnapshot {
+                connectors: vec![
+                    route("a", 5, vec![echo("a")]),
+                    route("b", 1, vec![echo("b")]),
+                ],
+            }),
+        ));
+        let Lookup::Found(old) = s.table().lookup("a_echo") else {
+            panic!("routable");
+        };
+        let mut fence = old.connector.fence.subscribe();
+        // An older generation's removal leaves the live one alone.
+        let effect = s.apply(ev(
+            2,
+            route_event::Event::Removed(ConnectorRemoved {
+                key: "a".into(),
+                generation: 4,
+                reason: "crashed".into(),
+            }),
+        ));
+        assert_eq!(
+            effect,
+            Effect::Routes {
+                tools_changed: false
+            }
+        );
+        assert!(matches!(s.table().lookup("a_echo"), Lookup::Found(_)));
+        assert!(!*fence.borrow_and_update());
+        // Removing generation 5 drops the connector and fires its fence.
+        let effect = s.apply(ev(
+            3,
+            route_event::Event::Removed(ConnectorRemoved {
+                key: "a".into(),
+                generation: 5,
+                reason: "uninstalled".into(),
+            }),
+        ));
+        assert_eq!(
+            effect,
+            Effect::Routes {
+                tools_changed: true
+            }
+        );
+        assert!(*fence.borrow_and_update());
+        match s.table().lookup("a_echo") {
+            Lookup::Gone(g) => assert_eq!(
+                g,
+                Gone {
+                    key: "a".into(),
+                    generation: 5
+                }
+            ),
+            _ => panic!("a_echo must be remembered as gone"),
+        }
+        assert!(matches!(s.table().lookup("nope"), Lookup::Unknown));
+        assert!(matches!(s.table().lookup("b_echo"), Lookup::Found(_)));
+        // It comes back: no longer "gone".
+        s.apply(ev(
+            4,
+            route_event::Event::Upsert(route("a", 6, vec![echo("a")])),
+        ));
+        assert!(matches!(s.table().lookup("a_echo"), Lookup::Found(_)));
+    }
+
+    #[test]
+    fn removal_fences_a_replaced_generation_still_in_flight() {
+        let mut s = RouteState::new();
+        s.apply(ev(
+            1,
+            route_event::Event::Upsert(route("a", 1, vec![echo("a")])),
+        ));
+        let Lookup::Found(old) = s.table().lookup("a_echo") else {
+            panic!("routable");
+        };
+        let mut fence = old.connector.fence.subscribe();
+        s.apply(ev(
+            2,
+            route_event::Event::Upsert(route("a", 2, vec![echo("a")])),
+        ));
+        assert!(!*fence.borrow_and_update());
+        s.apply(ev(
+            3,
+            route_event::Event::Removed(ConnectorRemoved {
+                key: "a".into(),
+                generation: 1,
+                reason: "replaced".into(),
+            }),
+        ));
+        assert!(*fence.borrow_and_update());
+        let Lookup::Found(live) = s.table().lookup("a_echo") else {
+            panic!("generation 2 stays routable");
+        };
+        assert_eq!(live.connector.generation, 2);
+    }
+
+    #[test]
+    fn session_and_shutdown_events() {
+        let mut s = RouteState::new();
+        let revoked = SessionsRevoked {
+            all: true,
+            workspace: String::new(),
+            session: String::new(),
+        };
+        assert_eq!(
+            s.apply(ev(1, route_event::Event::SessionsRevoked(revoked.clone()))),
+            Effect::Revoked(revoked)
+        );
+        assert_eq!(
+            s.apply(ev(2, route_event::Event::Shutdown(RuntimeShutdown {}))),
+            Effect::Shutdown
+        );
+        assert_eq!(
+            s.apply(ev(2, route_event::Event::Shutdown(RuntimeShutdown {}))),
+            Effect::Nothing
+        );
+    }
+
+    #[test]
+    fn pagination_and_cursors() {
+        let mut s = RouteState::new();
+        let tools = (0..5)
+            .map(|i| tool(&format!("a_t{i}"), &format!("t{i}"), json!({})))
+            .collect();
+        s.apply(ev(9, route_event::Event::Upsert(route("a", 1, tools))));
+        let t = s.table();
+        let (page, next) = t.page(None, 2).expect("first page");
+        assert_eq!(page.len(), 2);
+        let next = next.expect("more pages");
+        let (page, next) = t.page(Some(&next), 2).expect("second page");
+        assert_eq!(page[0]["name"], "a_t2");
+        let (page, next) = t.page(next.as_deref(), 2).expect("third page");
+        assert_eq!(page.len(), 1);
+        assert!(next.is_none());
+        assert_eq!(t.page(Some("%%%"), 2).err(), Some(CursorError::Malformed));
+        assert_eq!(
+            t.page(Some(&encode_cursor(9, 99)), 2).err(),
+            Some(CursorError::Malformed)
+        );
+        assert_eq!(
+            t.page(Some(&encode_cursor(8, 2)), 2).err(),
+            Some(CursorError::Stale)
+        );
+    }
+
+    #[test]
+    fn broken_tools_are_skipped() {
+        let mut s = RouteState::new();
+        let mut bad = tool("a_bad", "bad", json!({}));
+        bad.definition_json = "not json".into();
+        let remote = tool(
+            "a_remote",
+            "remote",
+            json!({"inputSchema":{"$ref":"https://example.com/s.json"}}),
+        );
+        s.apply(ev(
+            1,
+            route_event::Event::Upsert(route("a", 1, vec![bad, remote, echo("a")])),
+        ));
+        assert_eq!(names(&s.table()), vec!["a_echo"]);
+    }
+}

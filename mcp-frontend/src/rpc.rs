@@ -1,0 +1,205 @@
+//! JSON-RPC 2.0 messages and the HTTP responses that carry them.
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use serde_json::{Map, Value, json};
+
+pub(crate) const PARSE_ERROR: i64 = -32700;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+pub(crate) const INVALID_PARAMS: i64 = -32602;
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
+pub(crate) const REQUEST_CANCELLED: i64 = -32800;
+/// Transport-level rejections (TS SDK practice; not in the JSON-RPC spec).
+pub(crate) const SERVER_ERROR: i64 = -32000;
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
+pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// A JSON-RPC error object.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct RpcError {
+    pub(crate) code: i64,
+    pub(crate) message: String,
+    pub(crate) data: Option<Value>,
+}
+
+impl RpcError {
+    pub(crate) fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub(crate) fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    pub(crate) fn to_json(&self) -> Value {
+        let mut error = Map::new();
+        error.insert("code".into(), json!(self.code));
+        error.insert("message".into(), Value::String(self.message.clone()));
+        if let Some(data) = &self.data {
+            error.insert("data".into(), data.clone());
+        }
+        Value::Object(error)
+    }
+}
+
+/// One parsed client message.
+#[derive(Debug)]
+pub(crate) enum Message {
+    Request {
+        id: Value,
+        method: String,
+        params: Option<Value>,
+    },
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
+    /// A response to a server request (we never send any).
+    Response,
+}
+
+impl Message {
+    pub(crate) fn params(&self) -> Option<&Value> {
+        match self {
+            Self::Request { params, .. } | Self::Notification { params, .. } => params.as_ref(),
+            Self::Response => None,
+        }
+    }
+}
+
+/// Classifies one JSON object; an invalid one yields the id to answer with (or null).
+pub(crate) fn classify(object: &Map<String, Value>) -> Result<Message, (Value, RpcError)> {
+    let id = object.get("id");
+    let id_ok = matches!(id, Some(Value::String(_)))
+        || matches!(id, Some(Value::Number(n)) if n.is_i64() || n.is_u64());
+    let echo = if id_ok {
+        id.cloned().unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    };
+    let invalid = |why: &str| {
+        (
+            echo.clone(),
+            RpcError::new(INVALID_REQUEST, format!("Invalid Request: {why}")),
+        )
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid("jsonrpc must be \"2.0\""));
+    }
+    let params = object.get("params").cloned();
+    if params
+        .as_ref()
+        .is_some_and(|p| !p.is_object() && !p.is_array())
+    {
+        return Err(invalid("params must be an object"));
+    }
+    match object.get("method") {
+        Some(Value::String(method)) => match id {
+            None => Ok(Message::Notification {
+                method: method.clone(),
+                params,
+            }),
+            Some(_) if id_ok => Ok(Message::Request {
+                id: echo,
+                method: method.clone(),
+                params,
+            }),
+            Some(_) => Err(invalid("id must be a string or an integer")),
+        },
+        Some(_) => Err(invalid("method must be a string")),
+        None if id.is_some() && (object.contains_key("result") || object.contains_key("error")) => {
+            Ok(Message::Response)
+        }
+        None => Err(invalid("method is required")),
+    }
+}
+
+pub(crate) fn result_body(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+pub(crate) fn error_body(id: &Value, error: &RpcError) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()})
+}
+
+/// An `application/json` response.
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+pub(crate) fn error_response(status: StatusCode, id: &Value, error: &RpcError) -> Response {
+    json_response(status, &error_body(id, error))
+}
+
+/// A transport-level rejection (no request id known).
+pub(crate) fn reject(status: StatusCode, message: &str) -> Response {
+    error_response(
+        status,
+        &Value::Null,
+        &RpcError::new(SERVER_ERROR, message.to_owned()),
+    )
+}
+
+/// 202 Accepted with no body.
+pub(crate) fn accepted() -> Response {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::ACCEPTED;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn classification() {
+        assert!(matches!(
+            classify(&obj(json!({"jsonrpc":"2.0","id":1,"method":"ping"}))),
+            Ok(Message::Request { .. })
+        ));
+        assert!(matches!(
+            classify(&obj(
+                json!({"jsonrpc":"2.0","method":"notifications/initialized"})
+            )),
+            Ok(Message::Notification { .. })
+        ));
+        assert!(matches!(
+            classify(&obj(json!({"jsonrpc":"2.0","id":"a","result":{}}))),
+            Ok(Message::Response)
+        ));
+        let (id, e) = classify(&obj(json!({"jsonrpc":"1.0","id":7,"method":"ping"})))
+            .expect_err("bad version");
+        assert_eq!((id, e.code), (json!(7), INVALID_REQUEST));
+        let (id, e) = classify(&obj(json!({"jsonrpc":"2.0","id":null,"method":"ping"})))
+            .expect_err("null id");
+        assert_eq!((id, e.code), (Value::Null, INVALID_REQUEST));
+        let (_, e) = classify(&obj(json!({"jsonrpc":"2.0","id":1.5,"method":"ping"})))
+            .expect_err("float id");
+        assert_eq!(e.code, INVALID_REQUEST);
+        let (_, e) = classify(&obj(
+            json!({"jsonrpc":"2.0","id":1,"method":"x","params":3}),
+        ))
+        .expect_err("scalar params");
+        assert_eq!(e.code, INVALID_REQUEST);
+    }
+}

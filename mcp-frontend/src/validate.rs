@@ -1,0 +1,366 @@
+//! Argument validation against a tool's input schema, compiled once per committed
+//! generation, and the `x-mcp-header` parameters a schema declares.
+//!
+//! Error texts are built from the error *kind* only: jsonschema's own messages quote the
+//! offending value, and arguments may carry secrets, so they are never used.
+
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::{JsonType, ValidationError, Validator};
+use serde_json::Value;
+
+/// At most this many lines in one `invalid_arguments` text.
+const MAX_ERROR_LINES: usize = 10;
+/// Schema-provided text (enum options, constants, patterns) is cut at this many characters.
+const MAX_SCHEMA_TEXT: usize = 120;
+
+/// Compiles an input schema. Only local `$ref`s resolve: nothing is fetched from the
+/// network or the file system.
+pub(crate) fn compile(schema: &Value) -> Result<Validator, String> {
+    jsonschema::options()
+        .offline()
+        .build(schema)
+        .map_err(|e| describe_build_error(&e))
+}
+
+/// `Ok(())` when `arguments` satisfies the schema; otherwise the `invalid_arguments` text
+/// (one line per error, at most [`MAX_ERROR_LINES`]), which never contains argument values.
+pub(crate) fn check(validator: &Validator, arguments: &Value) -> Result<(), String> {
+    let mut lines = Vec::new();
+    let mut more = 0usize;
+    for error in validator.iter_errors(arguments) {
+        if lines.len() < MAX_ERROR_LINES {
+            lines.push(format!(
+                "invalid_arguments: {}: {} (schema {})",
+                pointer(error.instance_path().as_str()),
+                describe(&error),
+                pointer(error.schema_path().as_str()),
+            ));
+        } else {
+            more += 1;
+        }
+    }
+    if lines.is_empty() {
+        return Ok(());
+    }
+    if more > 0 {
+        lines.push(format!("invalid_arguments: and {more} more error(s)"));
+    }
+    Err(lines.join("\n"))
+}
+
+fn pointer(path: &str) -> &str {
+    if path.is_empty() { "/" } else { path }
+}
+
+fn schema_text(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= MAX_SCHEMA_TEXT {
+        text
+    } else {
+        let cut: String = text.chars().take(MAX_SCHEMA_TEXT).collect();
+        format!("{cut}…")
+    }
+}
+
+fn names(list: &[String]) -> String {
+    let shown: Vec<String> = list
+        .iter()
+        .take(10)
+        .map(|name| {
+            let short: String = name.chars().take(64).collect();
+            format!("\"{short}\"")
+        })
+        .collect();
+    let mut text = shown.join(", ");
+    if list.len() > shown.len() {
+        text.push_str(&format!(" and {} more", list.len() - shown.len()));
+    }
+    text
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn expected_types(kind: &TypeKind) -> String {
+    match kind {
+        TypeKind::Single(t) => t.to_string(),
+        TypeKind::Multiple(set) => {
+            let all: Vec<String> = set.iter().map(|t: JsonType| t.to_string()).collect();
+            all.join(" or ")
+        }
+    }
+}
+
+/// What failed, in words, without the instance's value.
+fn describe(error: &ValidationError<'_>) -> String {
+    match error.kind() {
+        ValidationErrorKind::AdditionalItems { limit } => {
+            format!("array has more than the {limit} allowed items")
+        }
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            format!(
+                "additional properties are not allowed ({})",
+                names(unexpected)
+            )
+        }
+        ValidationErrorKind::AnyOf { .. } => "does not match any schema of 'anyOf'".into(),
+        ValidationErrorKind::BacktrackLimitExceeded { .. }
+        | ValidationErrorKind::RegexEngineFailure { .. } => {
+            "the pattern could not be evaluated".into()
+        }
+        ValidationErrorKind::Constant { expected_value } => {
+            format!("must equal {}", schema_text(expected_value))
+        }
+        ValidationErrorKind::Contains => "no item matches the 'contains' schema".into(),
+        ValidationErrorKind::ContentEncoding { content_encoding } => {
+            format!("is not valid \"{content_encoding}\" content")
+        }
+        ValidationErrorKind::ContentMediaType { content_media_type } => {
+            format!("is not valid \"{content_media_type}\" content")
+        }
+        ValidationErrorKind::Custom { keyword, .. } => format!("fails the '{keyword}' keyword"),
+        ValidationErrorKind::Enum { options } => {
+            format!("must be one of {}", schema_text(options))
+        }
+        ValidationErrorKind::ExclusiveMaximum { limit } => {
+            format!("must be less than {}", schema_text(limit))
+        }
+        ValidationErrorKind::ExclusiveMinimum { limit } => {
+            format!("must be greater than {}", schema_text(limit))
+        }
+        ValidationErrorKind::FalseSchema => "no value is allowed here".into(),
+        ValidationErrorKind::Format { format } => format!("is not a valid \"{format}\""),
+        ValidationErrorKind::FromUtf8 { .. } => "decoded content is not valid UTF-8".into(),
+        ValidationErrorKind::MaxItems { limit } => format!("must have at most {limit} items"),
+        ValidationErrorKind::Maximum { limit } => {
+            format!("must be at most {}", schema_text(limit))
+        }
+        ValidationErrorKind::MaxLength { limit } => {
+            format!("must be at most {limit} characters long")
+        }
+        ValidationErrorKind::MaxProperties { limit } => {
+            format!("must have at most {limit} properties")
+        }
+        ValidationErrorKind::MinItems { limit } => format!("must have at least {limit} items"),
+        ValidationErrorKind::Minimum { limit } => {
+            format!("must be at least {}", schema_text(limit))
+        }
+        ValidationErrorKind::MinLength { limit } => {
+            format!("must be at least {limit} characters long")
+        }
+        ValidationErrorKind::MinProperties { limit } => {
+            format!("must have at least {limit} properties")
+        }
+        ValidationErrorKind::MultipleOf { multiple_of } => {
+            format!("must be a multiple of {multiple_of}")
+        }
+        ValidationErrorKind::Not { .. } => "must not match the 'not' schema".into(),
+        ValidationErrorKind::OneOfMultipleValid { .. } => {
+            "matches more than one schema of 'oneOf'".into()
+        }
+        ValidationErrorKind::OneOfNotValid { .. } => "does not match any schema of 'oneOf'".into(),
+        ValidationErrorKind::Pattern { pattern } => {
+            format!(
+                "does not match the pattern {}",
+                schema_text(&Value::String(pattern.clone()))
+            )
+        }
+        ValidationErrorKind::PropertyNames { .. } => {
+            "has a property name that is not allowed".into()
+        }
+        ValidationErrorKind::Required { property } => {
+            format!("missing required property {}", schema_text(property))
+        }
+        ValidationErrorKind::Type { kind } => format!(
+            "must be {}, got {}",
+            expected_types(kind),
+            type_name(error.instance())
+        ),
+        ValidationErrorKind::UnevaluatedItems { unexpected } => {
+            format!("has {} unevaluated item(s)", unexpected.len())
+        }
+        ValidationErrorKind::UnevaluatedProperties { unexpected } => {
+            format!(
+                "unevaluated properties are not allowed ({})",
+                names(unexpected)
+            )
+        }
+        ValidationErrorKind::UniqueItems => "items must be unique".into(),
+        ValidationErrorKind::Referencing(_) => "a schema reference could not be resolved".into(),
+    }
+}
+
+/// Why a schema did not compile (the schema is the upstream's, not a user's secret).
+fn describe_build_error(error: &ValidationError<'_>) -> String {
+    format!(
+        "{} at {}",
+        error.kind().keyword(),
+        pointer(error.schema_path().as_str())
+    )
+}
+
+/// The JSON type an `x-mcp-header` parameter declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ParamKind {
+    String,
+    Integer,
+    Boolean,
+    /// No (or another) `type`: compared by its JSON text.
+    Other,
+}
+
+/// One `Mcp-Param-<name>` header a tool's schema declares with `x-mcp-header`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ParamHeader {
+    /// The header name as declared (after `Mcp-Param-`).
+    pub(crate) name: String,
+    /// `mcp-param-<name>`, lowercased, for lookup.
+    pub(crate) header: String,
+    /// Property names from the arguments object down to the value.
+    pub(crate) path: Vec<String>,
+    pub(crate) kind: ParamKind,
+}
+
+/// Collects the `x-mcp-header` declarations reachable through `properties` only.
+pub(crate) fn param_headers(schema: &Value) -> Vec<ParamHeader> {
+    let mut out = Vec::new();
+    collect(schema, &mut Vec::new(), &mut out);
+    out
+}
+
+fn collect(schema: &Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (name, property) in properties {
+        path.push(name.clone());
+        if let Some(header) = property.get("x-mcp-header").and_then(Value::as_str) {
+            let kind = match property.get("type").and_then(Value::as_str) {
+                Some("string") => ParamKind::String,
+                Some("integer") => ParamKind::Integer,
+                Some("boolean") => ParamKind::Boolean,
+                _ => ParamKind::Other,
+            };
+            out.push(ParamHeader {
+                name: header.to_owned(),
+                header: format!("mcp-param-{}", header.to_ascii_lowercase()),
+                path: path.clone(),
+                kind,
+            });
+        }
+        collect(property, path, out);
+        path.pop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn text(schema: Value, args: Value) -> String {
+        let validator = compile(&schema).expect("schema compiles");
+        check(&validator, &args).expect_err("arguments are invalid")
+    }
+
+    #[test]
+    fn valid_arguments_pass() {
+        let v = compile(&json!({"type":"object","properties":{"a":{"type":"string"}}}))
+            .expect("compiles");
+        assert!(check(&v, &json!({"a":"x"})).is_ok());
+    }
+
+    #[test]
+    fn type_error_names_paths_but_not_the_value() {
+        let secret = "SECRET-VALUE-4711-do-not-echo";
+        let t = text(
+            json!({"type":"object","properties":{"count":{"type":"integer"}}}),
+            json!({"count": secret}),
+        );
+        assert_eq!(
+            t,
+            "invalid_arguments: /count: must be integer, got string (schema /properties/count/type)"
+        );
+        assert!(!t.contains(secret));
+    }
+
+    #[test]
+    fn no_kind_echoes_values() {
+        let secret = "SECRET-VALUE-4711";
+        let schema = json!({
+            "type":"object",
+            "properties":{
+                "a":{"type":"string","maxLength":3},
+                "b":{"type":"string","pattern":"^x$"},
+                "c":{"enum":["one","two"]},
+                "d":{"const":"k"},
+                "e":{"type":"string","format":"email"},
+                "f":{"not":{"type":"string"}},
+                "g":{"anyOf":[{"type":"integer"},{"type":"boolean"}]},
+                "h":{"oneOf":[{"type":"integer"},{"type":"boolean"}]},
+                "i":{"type":"array","uniqueItems":true}
+            },
+            "required":["z"],
+            "additionalProperties": false
+        });
+        let args = json!({
+            "a":secret,"b":secret,"c":secret,"d":secret,"e":secret,"f":secret,"g":secret,
+            "h":secret,"i":[secret,secret],"extra":secret
+        });
+        let t = text(schema, args);
+        assert!(!t.contains(secret), "{t}");
+        assert!(t.contains("missing required property \"z\""), "{t}");
+        assert!(
+            t.lines().all(|l| l.starts_with("invalid_arguments: ")),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn root_path_is_slash() {
+        let t = text(json!({"type":"object","required":["q"]}), json!({}));
+        assert_eq!(
+            t,
+            "invalid_arguments: /: missing required property \"q\" (schema /required)"
+        );
+    }
+
+    #[test]
+    fn remote_refs_are_not_fetched() {
+        assert!(compile(&json!({"$ref":"https://example.com/schema.json"})).is_err());
+        assert!(compile(&json!({"$ref":"file:///etc/passwd"})).is_err());
+        assert!(
+            compile(
+                &json!({"$defs":{"a":{"type":"string"}},"properties":{"x":{"$ref":"#/$defs/a"}}})
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn header_params_are_collected_through_properties() {
+        let schema = json!({"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "n":{"type":"integer","x-mcp-header":"N"},
+            "nested":{"type":"object","properties":{"flag":{"type":"boolean","x-mcp-header":"Flag"}}}
+        }});
+        let mut found = param_headers(&schema);
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(found.len(), 3);
+        assert_eq!(found[0].name, "Flag");
+        assert_eq!(found[0].header, "mcp-param-flag");
+        assert_eq!(found[0].path, vec!["nested".to_owned(), "flag".to_owned()]);
+        assert_eq!(found[0].kind, ParamKind::Boolean);
+        assert_eq!(found[1].kind, ParamKind::Integer);
+        assert_eq!(found[2].kind, ParamKind::String);
+    }
+}

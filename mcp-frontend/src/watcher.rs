@@ -1,0 +1,85 @@
+//! Follows the kernel's route stream and applies it to the shared state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::time::Instant;
+
+use crate::app::App;
+use crate::backend::RouteStream;
+use crate::error::Error;
+use crate::routes::{Effect, RouteState};
+
+/// How long a lost route stream may take to come back before the frontend gives up.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(5);
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Why the watcher stopped.
+pub(crate) enum WatchEnd {
+    /// The kernel announced its shutdown.
+    Shutdown,
+    /// The stream could not be re-established in time.
+    Lost(Error),
+}
+
+pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
+    let mut state = RouteState::new();
+    // When the stream was lost (None while healthy); the window to reconnect starts here.
+    let mut lost_since: Option<Instant> = Some(Instant::now());
+    loop {
+        let since = lost_since.unwrap_or_else(Instant::now);
+        let mut stream = match connect(&app, since + RECONNECT_WINDOW).await {
+            Ok(stream) => stream,
+            Err(e) => return WatchEnd::Lost(e),
+        };
+        loop {
+            match stream.next().await {
+                Some(Ok(event)) => {
+                    lost_since = None;
+                    match state.apply(event) {
+                        Effect::Routes { tools_changed } => {
+                            let table = state.table();
+                            tracing::debug!(tools = table.len(), tools_changed, "routes updated");
+                            app.publish_routes(table, tools_changed);
+                        }
+                        Effect::Revoked(revoked) => {
+                            app.note_revocation();
+                            app.listeners.revoke(&revoked);
+                        }
+                        Effect::Shutdown => return WatchEnd::Shutdown,
+                        Effect::Nothing => {}
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "the kernel's route stream failed; reconnecting");
+                    break;
+                }
+                None => {
+                    tracing::warn!("the kernel's route stream ended; reconnecting");
+                    break;
+                }
+            }
+        }
+        lost_since.get_or_insert_with(Instant::now);
+    }
+}
+
+async fn connect(app: &App, deadline: Instant) -> Result<RouteStream, Error> {
+    let mut last = String::from("no attempt finished in time");
+    loop {
+        match tokio::time::timeout_at(deadline, app.backend.watch_routes()).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => break,
+        }
+        if Instant::now() + RETRY_PAUSE >= deadline {
+            break;
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+    Err(Error::RoutesLost {
+        seconds: RECONNECT_WINDOW.as_secs(),
+        detail: last,
+    })
+}

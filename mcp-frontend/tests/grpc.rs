@@ -1,0 +1,288 @@
+//! `run()` end to end over the real gRPC backend: a fake kernel and a fake worker served
+//! with tonic on the runtime's local sockets, the frontend found through
+//! `run/frontend.json`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status};
+use tutti_mcp_frontend::{Config, run};
+use tutti_proto::kernel::kernel_server::{Kernel, KernelServer};
+use tutti_proto::kernel::*;
+use tutti_proto::transport;
+use tutti_proto::worker::worker_server::{Worker, WorkerServer};
+use tutti_proto::worker::{
+    self as wk, CallToolReply, CallToolRequest, CancelRequest, GenerationRequest, ShutdownRequest,
+    call_tool_reply,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+const TOKEN: &str = "tts_grpc_test_token";
+
+struct FakeKernel {
+    watch: std::sync::Mutex<Option<(mpsc::UnboundedReceiver<RouteEvent>, oneshot::Sender<()>)>>,
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+fn no<T>() -> Reply<T> {
+    Err(Status::unimplemented("not in this fake"))
+}
+
+#[tonic::async_trait]
+impl Kernel for FakeKernel {
+    async fn plan_install(&self, _: Request<InstallRequest>) -> Reply<InstallPlan> {
+        no()
+    }
+    async fn install(&self, _: Request<InstallRequest>) -> Reply<InstallReply> {
+        no()
+    }
+    async fn uninstall(&self, _: Request<KeyRequest>) -> Reply<Empty> {
+        no()
+    }
+    async fn connect_connector(&self, _: Request<ConnectRequest>) -> Reply<Empty> {
+        no()
+    }
+    async fn disconnect_connector(&self, _: Request<KeyRequest>) -> Reply<Empty> {
+        no()
+    }
+    async fn status(&self, _: Request<Empty>) -> Reply<StatusReply> {
+        no()
+    }
+    async fn available(&self, _: Request<Empty>) -> Reply<AvailableReply> {
+        no()
+    }
+    async fn issue_session(&self, _: Request<IssueSessionRequest>) -> Reply<IssueSessionReply> {
+        no()
+    }
+    async fn revoke_session(&self, _: Request<RevokeSessionRequest>) -> Reply<RevokeSessionReply> {
+        no()
+    }
+    async fn probe(&self, _: Request<ProbeRequest>) -> Reply<ProbeReply> {
+        no()
+    }
+    async fn verify_session(
+        &self,
+        request: Request<VerifySessionRequest>,
+    ) -> Reply<VerifySessionReply> {
+        let valid = request.into_inner().token == TOKEN;
+        Ok(Response::new(VerifySessionReply {
+            valid,
+            workspace: if valid { "w".into() } else { String::new() },
+            session: if valid { "s".into() } else { String::new() },
+        }))
+    }
+    type WatchRoutesStream = futures_util::stream::BoxStream<'static, Result<RouteEvent, Status>>;
+    async fn watch_routes(&self, _: Request<WatchRoutesRequest>) -> Reply<Self::WatchRoutesStream> {
+        let Some((rx, watching)) = self.watch.lock().expect("lock").take() else {
+            return Err(Status::unavailable("only one watcher in this fake"));
+        };
+        let _ = watching.send(());
+        use futures_util::StreamExt;
+        Ok(Response::new(
+            UnboundedReceiverStream::new(rx).map(Ok).boxed(),
+        ))
+    }
+    async fn register_worker(
+        &self,
+        _: Request<RegisterWorkerRequest>,
+    ) -> Reply<RegisterWorkerReply> {
+        no()
+    }
+    async fn offer_tools(&self, _: Request<OfferToolsRequest>) -> Reply<OfferToolsReply> {
+        no()
+    }
+    async fn report_worker(&self, _: Request<WorkerReport>) -> Reply<Empty> {
+        no()
+    }
+    async fn resolve_shim(&self, _: Request<KeyRequest>) -> Reply<ResolveShimReply> {
+        no()
+    }
+}
+
+struct FakeWorker {
+    calls: mpsc::UnboundedSender<CallToolRequest>,
+    cancels: mpsc::UnboundedSender<CancelRequest>,
+}
+
+#[tonic::async_trait]
+impl Worker for FakeWorker {
+    async fn call_tool(&self, request: Request<CallToolRequest>) -> Reply<CallToolReply> {
+        let request = request.into_inner();
+        let _ = self.calls.send(request.clone());
+        if request.tool == "hang" {
+            std::future::pending::<()>().await;
+        }
+        let result =
+            json!({"content":[{"type":"text","text":request.arguments_json}],"isError":false});
+        Ok(Response::new(CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::ResultJson(result.to_string())),
+            generation: request.generation,
+        }))
+    }
+    async fn cancel(&self, request: Request<CancelRequest>) -> Reply<wk::Empty> {
+        let _ = self.cancels.send(request.into_inner());
+        Ok(Response::new(wk::Empty {}))
+    }
+    async fn fence(&self, _: Request<GenerationRequest>) -> Reply<wk::Empty> {
+        no()
+    }
+    async fn shutdown(&self, _: Request<ShutdownRequest>) -> Reply<wk::Empty> {
+        no()
+    }
+}
+
+fn route(endpoint: &str) -> ConnectorRoute {
+    ConnectorRoute {
+        key: "demo".into(),
+        name: "Demo".into(),
+        generation: 1,
+        worker_endpoint: endpoint.into(),
+        call_timeout_ms: 30_000,
+        tools: vec![
+            RoutedTool {
+                name: "demo_echo".into(),
+                upstream_name: "echo".into(),
+                definition_json: json!({"name":"echo","inputSchema":{"type":"object"}}).to_string(),
+                risk: "low".into(),
+            },
+            RoutedTool {
+                name: "demo_hang".into(),
+                upstream_name: "hang".into(),
+                definition_json: json!({"name":"hang","inputSchema":{"type":"object"}}).to_string(),
+                risk: "low".into(),
+            },
+        ],
+        has_cli: false,
+        has_mcp: true,
+    }
+}
+
+#[tokio::test]
+async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
+    let state: PathBuf = std::env::temp_dir().join(format!("tfe-grpc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    transport::run_dir(&state).expect("run dir");
+
+    let (routes, routes_rx) = mpsc::unbounded_channel();
+    let (watching_tx, watching) = oneshot::channel();
+    let kernel = FakeKernel {
+        watch: std::sync::Mutex::new(Some((routes_rx, watching_tx))),
+    };
+    let incoming = transport::bind(&transport::kernel_endpoint(&state)).expect("bind kernel");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(KernelServer::new(kernel))
+            .serve_with_incoming(incoming),
+    );
+    let (calls_tx, mut calls) = mpsc::unbounded_channel();
+    let (cancels_tx, mut cancels) = mpsc::unbounded_channel();
+    let worker_endpoint = transport::worker_endpoint(&state, "demo", 1);
+    let incoming = transport::bind(&worker_endpoint).expect("bind worker");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(WorkerServer::new(FakeWorker {
+                calls: calls_tx,
+                cancels: cancels_tx,
+            }))
+            .serve_with_incoming(incoming),
+    );
+
+    let frontend = tokio::spawn(run(Config::new(state.clone(), 0)));
+    tokio::time::timeout(WAIT, watching)
+        .await
+        .expect("the frontend watches routes")
+        .expect("signal");
+    routes
+        .send(RouteEvent {
+            revision: 1,
+            event: Some(route_event::Event::Snapshot(RouteSnapshot {
+                connectors: vec![route(worker_endpoint.as_str())],
+            })),
+        })
+        .expect("snapshot");
+
+    let file: Value = serde_json::from_str(
+        &std::fs::read_to_string(state.join("run").join("frontend.json")).expect("frontend.json"),
+    )
+    .expect("json");
+    let url = file["url"].as_str().expect("url").to_owned();
+    assert_eq!(file["pid"], std::process::id());
+    assert_eq!(
+        url,
+        format!("http://127.0.0.1:{}/mcp/connector", file["port"])
+    );
+
+    let client = reqwest::Client::new();
+    let post = |body: Value, token: &str| {
+        client
+            .post(&url)
+            .header("authorization", format!("Bearer {token}"))
+            .json(&body)
+            .send()
+    };
+    let r = post(json!({"jsonrpc":"2.0","id":1,"method":"ping"}), "tts_wrong")
+        .await
+        .expect("send");
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+
+    let r = post(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo_echo","arguments":{"a":1}}}),
+        TOKEN,
+    )
+    .await
+    .expect("send");
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["result"]["content"][0]["text"], r#"{"a":1}"#, "{body}");
+    let echo = calls.recv().await.expect("echo call recorded");
+    assert_eq!((echo.tool.as_str(), echo.generation), ("echo", 1));
+
+    // A legacy cancellation reaches the worker over gRPC.
+    let call = tokio::spawn(post(
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo_hang"}}),
+        TOKEN,
+    ));
+    let hang = tokio::time::timeout(WAIT, calls.recv())
+        .await
+        .expect("the call reached the worker")
+        .expect("worker alive");
+    assert_eq!(hang.tool, "hang");
+    let r = post(
+        json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}),
+        TOKEN,
+    )
+    .await
+    .expect("send");
+    assert_eq!(r.status(), reqwest::StatusCode::ACCEPTED);
+    let cancel = tokio::time::timeout(WAIT, cancels.recv())
+        .await
+        .expect("the cancel reached the worker")
+        .expect("worker alive");
+    assert_eq!(cancel.call_id, hang.call_id);
+    assert_eq!(cancel.generation, 1);
+    let body: Value = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("answered")
+        .expect("task")
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(body["error"]["code"], -32800);
+
+    routes
+        .send(RouteEvent {
+            revision: 2,
+            event: Some(route_event::Event::Shutdown(RuntimeShutdown {})),
+        })
+        .expect("shutdown");
+    let outcome = tokio::time::timeout(WAIT, frontend)
+        .await
+        .expect("stops")
+        .expect("task");
+    assert!(outcome.is_ok(), "{outcome:?}");
+    let _ = std::fs::remove_dir_all(&state);
+}
