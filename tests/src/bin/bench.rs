@@ -1,0 +1,896 @@
+//! `tutti-bench`: the runtime's cost, side by side with a baseline in the same run.
+//!
+//! `cargo run --release -p tutti-tests --bin tutti-bench [-- --write docs/BENCHMARKS.md]`
+//! (`--smoke`: a few iterations, only checks that every section works; CI runs that).
+//! Needs `cargo build --release --workspace --bins` first (or debug binaries with
+//! `TUTTI_BIN_DIR=target/debug`), and `scripts/install-test-tools` for the peer row.
+
+#[cfg(unix)]
+mod bench {
+    use std::io::{BufRead, BufReader, Write};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use anyhow::{Context, Result, bail};
+    use clap::Parser;
+    use serde_json::{Value, json};
+    use tutti_tests::{Runtime, RuntimeOptions, fixture_bin, fixture_connector};
+
+    #[derive(Parser)]
+    #[command(name = "tutti-bench")]
+    struct Args {
+        /// A few iterations per section: checks the benchmark works; targets are not judged.
+        #[arg(long)]
+        smoke: bool,
+        /// Also write the table (with command, machine and date) to this Markdown file.
+        #[arg(long)]
+        write: Option<PathBuf>,
+    }
+
+    struct Scale {
+        calls: usize,
+        load_secs: u64,
+        connectors: usize,
+        list_iters: usize,
+        kills: usize,
+    }
+
+    #[derive(Default)]
+    struct Report {
+        rows: Vec<(String, String)>,
+        targets: Vec<(String, String, bool)>,
+    }
+
+    impl Report {
+        fn row(&mut self, what: &str, value: String) {
+            println!("{what:<58} {value}");
+            self.rows.push((what.to_string(), value));
+        }
+        fn target(&mut self, what: &str, measured: String, met: bool) {
+            self.targets.push((what.to_string(), measured, met));
+        }
+    }
+
+    fn pct(sorted: &[Duration], p: f64) -> Duration {
+        if sorted.is_empty() {
+            return Duration::ZERO;
+        }
+        let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+        sorted[i.min(sorted.len() - 1)]
+    }
+
+    fn fmt_us(d: Duration) -> String {
+        format!("{:.0} µs", d.as_secs_f64() * 1e6)
+    }
+
+    fn summary(mut v: Vec<Duration>) -> (Duration, Duration, Duration, String) {
+        v.sort();
+        let (p50, p90, p99) = (pct(&v, 0.5), pct(&v, 0.9), pct(&v, 0.99));
+        (
+            p50,
+            p90,
+            p99,
+            format!(
+                "p50 {} · p90 {} · p99 {} (n={})",
+                fmt_us(p50),
+                fmt_us(p90),
+                fmt_us(p99),
+                v.len()
+            ),
+        )
+    }
+
+    #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    pub async fn main() -> Result<()> {
+        let args = Args::parse();
+        let scale = if args.smoke {
+            Scale {
+                calls: 50,
+                load_secs: 1,
+                connectors: 3,
+                list_iters: 20,
+                kills: 2,
+            }
+        } else {
+            Scale {
+                calls: 5000,
+                load_secs: 5,
+                connectors: 50,
+                list_iters: 300,
+                kills: 10,
+            }
+        };
+        let mut r = Report::default();
+
+        // 1. Direct baseline: raw JSON-RPC over the fixture's stdio.
+        let direct = direct_calls(scale.calls)?;
+        let (d50, _, d99, s) = summary(direct);
+        r.row("tools/call echo, direct stdio (baseline)", s);
+
+        // `tutti up` to ready.
+        let up_ready = time_up_to_ready()?;
+        r.row(
+            "`tutti up` to ready (banner printed)",
+            format!("{:.0} ms", up_ready.as_secs_f64() * 1e3),
+        );
+
+        let mut rt = Runtime::start(RuntimeOptions::default());
+        rt.install_ok(
+            &fixture_connector("bench", &["--tools", "echo,sleep,whoami"]),
+            &[],
+        );
+        rt.wait_status("bench", "ready", Duration::from_secs(20));
+        let token = rt.issue_token("bench", "s1");
+        let url = rt.frontend_url().to_string();
+        let client = Client::new(&url, &token)?;
+
+        // 1b. Through the runtime, both eras, keep-alive.
+        for era in [Era::Legacy, Era::Modern] {
+            for _ in 0..20 {
+                client
+                    .call(era, "bench_echo", json!({"message": "x"}))
+                    .await?;
+            }
+            let mut v = Vec::with_capacity(scale.calls);
+            for _ in 0..scale.calls {
+                let t = Instant::now();
+                client
+                    .call(era, "bench_echo", json!({"message": "x"}))
+                    .await?;
+                v.push(t.elapsed());
+            }
+            let (p50, _, p99, s) = summary(v);
+            r.row(
+                &format!("tools/call echo via runtime, {} era", era.name()),
+                s,
+            );
+            let add50 = p50.saturating_sub(d50);
+            let add99 = p99.saturating_sub(d99);
+            r.row(
+                &format!("  added latency over direct, {}", era.name()),
+                format!("p50 +{} · p99 +{}", fmt_us(add50), fmt_us(add99)),
+            );
+            r.target(
+                &format!("added p50 ≤ 150 µs ({})", era.name()),
+                fmt_us(add50),
+                add50 <= Duration::from_micros(150),
+            );
+            r.target(
+                &format!("added p99 ≤ 1 ms ({})", era.name()),
+                fmt_us(add99),
+                add99 <= Duration::from_millis(1),
+            );
+        }
+
+        // 2. Throughput with 8 and 64 concurrent clients; RSS sampled under load.
+        let mut rss_peak = RssPeak::default();
+        for conc in [8usize, 64] {
+            let (ok, err, lat) = load(
+                &client,
+                conc,
+                Duration::from_secs(scale.load_secs),
+                &mut rss_peak,
+                rt.state_dir(),
+            )
+            .await;
+            let (_, _, _, s) = summary(lat);
+            r.row(
+                &format!("throughput, {conc} concurrent clients (legacy)"),
+                format!(
+                    "{:.0} calls/s, {err} errors · {s}",
+                    ok as f64 / scale.load_secs as f64
+                ),
+            );
+        }
+        r.row(
+            "RSS under load: kernel",
+            format!("{:.1} MiB", rss_peak.kernel as f64 / 1024.0),
+        );
+        r.row(
+            "RSS under load: frontend",
+            format!("{:.1} MiB", rss_peak.frontend as f64 / 1024.0),
+        );
+        r.row(
+            "RSS under load: worker (max)",
+            format!("{:.1} MiB", rss_peak.worker as f64 / 1024.0),
+        );
+        r.target(
+            "RSS worker ≤ 8 MiB",
+            format!("{:.1} MiB", rss_peak.worker as f64 / 1024.0),
+            rss_peak.worker <= 8 * 1024,
+        );
+        r.target(
+            "RSS kernel ≤ 12 MiB",
+            format!("{:.1} MiB", rss_peak.kernel as f64 / 1024.0),
+            rss_peak.kernel <= 12 * 1024,
+        );
+        r.target(
+            "RSS frontend ≤ 16 MiB",
+            format!("{:.1} MiB", rss_peak.frontend as f64 / 1024.0),
+            rss_peak.frontend <= 16 * 1024,
+        );
+
+        // 4 + 5. Crash: worker SIGKILL → first fenced error at a caller, → list_changed at a
+        // listener, → tools back.
+        let mut to_error = Vec::new();
+        let mut to_event = Vec::new();
+        let mut to_back = Vec::new();
+        for _ in 0..scale.kills {
+            let (e, ev, back) = crash_once(&client, &rt).await?;
+            to_error.push(e);
+            to_event.push(ev);
+            to_back.push(back);
+        }
+        let (_, _, e99, s) = summary(to_error.clone());
+        r.row("worker SIGKILL → first fenced error at a caller", s);
+        let (_, _, ev99, s2) = summary(to_event);
+        r.row(
+            "fence (worker SIGKILL) → tools/list_changed at a listener",
+            s2,
+        );
+        let (_, _, _, s3) = summary(to_back);
+        r.row("worker SIGKILL → its tools listed again", s3);
+        let mut sorted = to_error;
+        sorted.sort();
+        let worst = sorted.last().copied().unwrap_or_default();
+        r.target(
+            "crash → first fenced error ≤ 50 ms",
+            fmt_us(worst),
+            e99 <= Duration::from_millis(50),
+        );
+        r.target(
+            "list_changed ≤ 50 ms p99",
+            fmt_us(ev99),
+            ev99 <= Duration::from_millis(50),
+        );
+
+        // 3. tools/list of N connectors × 40 tools.
+        for i in 0..scale.connectors {
+            let key = format!("m{i:02}");
+            rt.install_ok(
+                &fixture_connector(&key, &["--tools", "echo", "--many", "39"]),
+                &[],
+            );
+        }
+        for i in 0..scale.connectors {
+            rt.wait_status(&format!("m{i:02}"), "ready", Duration::from_secs(60));
+        }
+        let expected = scale.connectors * 40 + 3;
+        let mut v = Vec::new();
+        for i in 0..scale.list_iters + 10 {
+            let t = Instant::now();
+            let n = client.list_all(Era::Legacy).await?;
+            if i >= 10 {
+                v.push(t.elapsed());
+            }
+            if n != expected {
+                bail!("tools/list returned {n} tools, expected {expected}");
+            }
+        }
+        let (l50, _, _, s) = summary(v);
+        r.row(
+            &format!("tools/list, {} tools (all pages, legacy)", expected),
+            s,
+        );
+        if !args.smoke {
+            r.target(
+                "tools/list of 2,000 tools ≤ 2 ms p50",
+                fmt_us(l50),
+                l50 <= Duration::from_millis(2),
+            );
+        }
+
+        // 7. The same echo upstream behind a peer gateway (supergateway, stateful Streamable HTTP).
+        match peer_calls(scale.calls).await {
+            Ok(v) => {
+                let (p50, _, _, s) = summary(v);
+                r.row("tools/call echo via supergateway 4.0.0 (peer)", s);
+                r.row(
+                    "  added latency over direct, peer",
+                    format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
+                );
+            }
+            Err(e) => r.row(
+                "tools/call echo via supergateway 4.0.0 (peer)",
+                format!("not measured: {e:#}"),
+            ),
+        }
+
+        rt.stop();
+        println!(
+            "\nTargets{}:",
+            if args.smoke {
+                " (smoke run: not judged)"
+            } else {
+                ""
+            }
+        );
+        for (what, measured, met) in &r.targets {
+            let verdict = if args.smoke {
+                "-"
+            } else if *met {
+                "met"
+            } else {
+                "MISSED"
+            };
+            println!("  {what:<40} {measured:>12}  {verdict}");
+        }
+        if let Some(path) = args.write {
+            write_doc(&path, &r)?;
+        }
+        Ok(())
+    }
+
+    // === direct baseline ===
+
+    fn direct_calls(n: usize) -> Result<Vec<Duration>> {
+        let mut child = Command::new(fixture_bin())
+            .args(["--tools", "echo"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the fixture server")?;
+        let mut stdin = child.stdin.take().context("stdin")?;
+        let mut stdout = BufReader::new(child.stdout.take().context("stdout")?);
+        let mut line = String::new();
+        let mut rpc = |msg: &Value, expect_reply: bool| -> Result<()> {
+            writeln!(stdin, "{msg}")?;
+            stdin.flush()?;
+            if expect_reply {
+                line.clear();
+                stdout.read_line(&mut line)?;
+            }
+            Ok(())
+        };
+        rpc(
+            &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}),
+            true,
+        )?;
+        rpc(
+            &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+            false,
+        )?;
+        let mut v = Vec::with_capacity(n);
+        for i in 0..(n + 20) {
+            let t = Instant::now();
+            rpc(
+                &json!({"jsonrpc":"2.0","id":i+1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"x"}}}),
+                true,
+            )?;
+            if i >= 20 {
+                v.push(t.elapsed());
+            }
+        }
+        drop(stdin);
+        let _ = child.wait();
+        Ok(v)
+    }
+
+    // === HTTP client ===
+
+    #[derive(Clone, Copy)]
+    enum Era {
+        Legacy,
+        Modern,
+    }
+
+    impl Era {
+        fn name(self) -> &'static str {
+            match self {
+                Era::Legacy => "legacy 2025-06-18",
+                Era::Modern => "modern 2026-07-28",
+            }
+        }
+    }
+
+    #[derive(Clone)]
+    struct Client {
+        http: reqwest::Client,
+        url: String,
+        auth: String,
+        id: Arc<AtomicU64>,
+    }
+
+    impl Client {
+        fn new(url: &str, token: &str) -> Result<Client> {
+            Ok(Client {
+                http: reqwest::Client::builder()
+                    .no_proxy()
+                    .pool_max_idle_per_host(128)
+                    .build()?,
+                url: url.to_string(),
+                auth: format!("Bearer {token}"),
+                id: Arc::new(AtomicU64::new(1)),
+            })
+        }
+
+        async fn post(
+            &self,
+            era: Era,
+            method: &str,
+            name: Option<&str>,
+            mut params: Value,
+        ) -> Result<Value> {
+            let id = self.id.fetch_add(1, Ordering::Relaxed);
+            let mut req = self
+                .http
+                .post(&self.url)
+                .header("Authorization", &self.auth)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json, text/event-stream");
+            if let Era::Modern = era {
+                params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}});
+                req = req
+                    .header("MCP-Protocol-Version", "2026-07-28")
+                    .header("Mcp-Method", method);
+                if let Some(n) = name {
+                    req = req.header("Mcp-Name", n);
+                }
+            }
+            let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params});
+            let resp = req.body(body.to_string()).send().await?;
+            let status = resp.status();
+            let v: Value = resp.json().await?;
+            if !status.is_success() {
+                bail!("HTTP {status}: {v}");
+            }
+            Ok(v)
+        }
+
+        async fn call(&self, era: Era, tool: &str, args: Value) -> Result<Value> {
+            let v = self
+                .post(
+                    era,
+                    "tools/call",
+                    Some(tool),
+                    json!({"name": tool, "arguments": args}),
+                )
+                .await?;
+            if v.get("error").is_some() {
+                bail!("{}", v["error"]);
+            }
+            Ok(v)
+        }
+
+        async fn list_all(&self, era: Era) -> Result<usize> {
+            let mut n = 0;
+            let mut cursor: Option<String> = None;
+            loop {
+                let params = match &cursor {
+                    Some(c) => json!({"cursor": c}),
+                    None => json!({}),
+                };
+                let v = self.post(era, "tools/list", None, params).await?;
+                n += v["result"]["tools"].as_array().map(Vec::len).unwrap_or(0);
+                match v["result"]["nextCursor"].as_str() {
+                    Some(c) => cursor = Some(c.to_string()),
+                    None => return Ok(n),
+                }
+            }
+        }
+    }
+
+    // === load ===
+
+    #[derive(Default)]
+    struct RssPeak {
+        kernel: u64,
+        frontend: u64,
+        worker: u64,
+    }
+
+    fn rss_kib(pid: u32) -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+            })
+            .unwrap_or(0)
+    }
+
+    fn children_named(ppid: u32, name: &str) -> Vec<u32> {
+        let mut out = Vec::new();
+        let Ok(rd) = std::fs::read_dir("/proc") else {
+            return out;
+        };
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some(close) = stat.rfind(')') else {
+                continue;
+            };
+            let comm = stat[stat.find('(').map(|i| i + 1).unwrap_or(0)..close].to_string();
+            let parent = stat[close + 2..]
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u32>().ok());
+            if parent == Some(ppid) && name.starts_with(&comm) {
+                out.push(pid);
+            }
+        }
+        out
+    }
+
+    fn sample_rss(peak: &mut RssPeak, state: &std::path::Path) {
+        let kernel: u32 = std::fs::read_to_string(state.join("run/kernel.lock"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        let frontend: u32 = std::fs::read(state.join("run/frontend.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| v["pid"].as_u64())
+            .unwrap_or(0) as u32;
+        peak.kernel = peak.kernel.max(rss_kib(kernel));
+        peak.frontend = peak.frontend.max(rss_kib(frontend));
+        for w in children_named(kernel, "tutti-upstream-worker") {
+            peak.worker = peak.worker.max(rss_kib(w));
+        }
+    }
+
+    async fn load(
+        client: &Client,
+        conc: usize,
+        dur: Duration,
+        peak: &mut RssPeak,
+        state: &std::path::Path,
+    ) -> (u64, u64, Vec<Duration>) {
+        let deadline = Instant::now() + dur;
+        let mut tasks = Vec::new();
+        for _ in 0..conc {
+            let c = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let (mut ok, mut err, mut lat) = (0u64, 0u64, Vec::new());
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    match c
+                        .call(Era::Legacy, "bench_echo", json!({"message": "x"}))
+                        .await
+                    {
+                        Ok(_) => ok += 1,
+                        Err(_) => err += 1,
+                    }
+                    lat.push(t.elapsed());
+                }
+                (ok, err, lat)
+            }));
+        }
+        while Instant::now() < deadline {
+            sample_rss(peak, state);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let (mut ok, mut err, mut lat) = (0, 0, Vec::new());
+        for t in tasks {
+            if let Ok((o, e, l)) = t.await {
+                ok += o;
+                err += e;
+                lat.extend(l);
+            }
+        }
+        (ok, err, lat)
+    }
+
+    // === crash ===
+
+    fn worker_pid(state: &std::path::Path, key: &str) -> Option<u32> {
+        let kernel: u32 = std::fs::read_to_string(state.join("run/kernel.lock"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        children_named(kernel, "tutti-upstream-worker")
+            .into_iter()
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| {
+                        env.split(|b| *b == 0)
+                            .any(|kv| kv == format!("TUTTI_WORKER_KEY={key}").as_bytes())
+                    })
+                    .unwrap_or(false)
+            })
+    }
+
+    /// Returns (kill → first error at an in-flight caller, kill → list_changed, kill → tools back).
+    async fn crash_once(client: &Client, rt: &Runtime) -> Result<(Duration, Duration, Duration)> {
+        let pid = worker_pid(rt.state_dir(), "bench").context("no worker for bench")?;
+        let mut listen = Listener::open(client).await?;
+        // Calls in flight when the worker dies.
+        let mut callers = Vec::new();
+        for _ in 0..4 {
+            let c = client.clone();
+            callers.push(tokio::spawn(async move {
+                let r = c
+                    .call(Era::Legacy, "bench_sleep", json!({"ms": 5000}))
+                    .await;
+                (Instant::now(), r.is_err())
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t0 = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )?;
+        let ev = listen
+            .next_list_changed(Duration::from_secs(5))
+            .await
+            .map(|t| t.duration_since(t0));
+        let mut first_err = None;
+        for c in callers {
+            if let Ok((t, true)) = c.await {
+                let d = t.duration_since(t0);
+                first_err = Some(first_err.map_or(d, |f: Duration| f.min(d)));
+            }
+        }
+        let back_deadline = Instant::now() + Duration::from_secs(10);
+        let back = loop {
+            let v = client
+                .post(Era::Legacy, "tools/list", None, json!({}))
+                .await?;
+            let has = v["result"]["tools"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|x| x["name"] == "bench_echo"));
+            if has {
+                break t0.elapsed();
+            }
+            if Instant::now() > back_deadline {
+                bail!("bench tools did not come back within 10 s");
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        // Let the restart backoff settle before the next round.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok((
+            first_err.context("no caller saw an error")?,
+            ev.context("no list_changed event")?,
+            back,
+        ))
+    }
+
+    struct Listener {
+        resp: reqwest::Response,
+        buf: String,
+    }
+
+    impl Listener {
+        async fn open(client: &Client) -> Result<Listener> {
+            let body = json!({"jsonrpc":"2.0","id":"bench-listen","method":"subscriptions/listen","params":{
+                "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},
+                "notifications":{"toolsListChanged":true}}});
+            let resp = client
+                .http
+                .post(&client.url)
+                .header("Authorization", &client.auth)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json, text/event-stream")
+                .header("MCP-Protocol-Version", "2026-07-28")
+                .header("Mcp-Method", "subscriptions/listen")
+                .body(body.to_string())
+                .send()
+                .await?;
+            let mut l = Listener {
+                resp,
+                buf: String::new(),
+            };
+            // The acknowledgement comes first.
+            l.next_event(Duration::from_secs(5))
+                .await
+                .context("no acknowledgement")?;
+            Ok(l)
+        }
+
+        async fn next_event(&mut self, timeout: Duration) -> Option<(Instant, Value)> {
+            let deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                if let Some(end) = self.buf.find("\n\n") {
+                    let event: String = self.buf.drain(..end + 2).collect();
+                    let data: String = event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .map(str::trim)
+                        .collect();
+                    if let Ok(v) = serde_json::from_str::<Value>(&data) {
+                        return Some((Instant::now(), v));
+                    }
+                    continue;
+                }
+                let chunk = tokio::time::timeout_at(deadline, self.resp.chunk())
+                    .await
+                    .ok()?
+                    .ok()??;
+                self.buf
+                    .push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
+            }
+        }
+
+        async fn next_list_changed(&mut self, timeout: Duration) -> Option<Instant> {
+            let deadline = Instant::now() + timeout;
+            while Instant::now() < deadline {
+                let (t, v) = self
+                    .next_event(deadline.saturating_duration_since(Instant::now()))
+                    .await?;
+                if v["method"] == "notifications/tools/list_changed" {
+                    return Some(t);
+                }
+            }
+            None
+        }
+    }
+
+    // === tutti up to ready ===
+
+    fn time_up_to_ready() -> Result<Duration> {
+        let dir = tempfile::tempdir()?;
+        let t0 = Instant::now();
+        let mut child: Child = Command::new(tutti_tests::bin("tutti"))
+            .arg("--state-dir")
+            .arg(dir.path())
+            .arg("up")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let out = child.stdout.take().context("stdout")?;
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line)?;
+        let ready = t0.elapsed();
+        if !line.contains("tutti is up") {
+            bail!("unexpected first line from tutti up: {line:?}");
+        }
+        let pid = child.id();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
+        let _ = child.wait();
+        Ok(ready)
+    }
+
+    // === peer: supergateway ===
+
+    async fn peer_calls(n: usize) -> Result<Vec<Duration>> {
+        let node_bin =
+            tutti_tests::node22().context("Node 22 missing (scripts/install-test-tools)")?;
+        let sg = tutti_tests::npm_package("supergateway")
+            .context("supergateway missing (scripts/install-test-tools)")?;
+        let entry = sg.join("dist/index.js");
+        let port = free_port()?;
+        let stdio_cmd = format!("{} --tools echo", fixture_bin().display());
+        let mut child = Command::new(&node_bin)
+            .arg(&entry)
+            .args([
+                "--stdio",
+                &stdio_cmd,
+                "--outputTransport",
+                "streamableHttp",
+                "--stateful",
+                "--logLevel",
+                "none",
+            ])
+            .args(["--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting supergateway")?;
+        let result = async {
+            let url = format!("http://127.0.0.1:{port}/mcp");
+            let http = reqwest::Client::builder().no_proxy().build()?;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}});
+            let session = loop {
+                let r = http
+                    .post(&url)
+                    .header("Content-Type", "application/json")
+                    .header("Accept", "application/json, text/event-stream")
+                    .body(init.to_string())
+                    .send()
+                    .await;
+                match r {
+                    Ok(resp) if resp.status().is_success() => {
+                        let sid = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+                        let _ = resp.text().await;
+                        break sid.context("supergateway issued no session id")?;
+                    }
+                    _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+                    Ok(resp) => bail!("supergateway initialize: HTTP {}", resp.status()),
+                    Err(e) => bail!("supergateway did not come up: {e}"),
+                }
+            };
+            let post = |body: Value| {
+                http.post(&url)
+                    .header("Content-Type", "application/json")
+                    .header("Accept", "application/json, text/event-stream")
+                    .header("mcp-session-id", &session)
+                    .header("MCP-Protocol-Version", "2025-06-18")
+                    .body(body.to_string())
+                    .send()
+            };
+            post(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await?.text().await?;
+            let mut v = Vec::with_capacity(n);
+            for i in 0..(n + 20) {
+                let t = Instant::now();
+                let text = post(json!({"jsonrpc":"2.0","id":i+1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"x"}}}))
+                    .await?
+                    .text()
+                    .await?;
+                if !text.contains("\"result\"") {
+                    bail!("supergateway call failed: {text}");
+                }
+                if i >= 20 {
+                    v.push(t.elapsed());
+                }
+            }
+            Ok(v)
+        }
+        .await;
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        result
+    }
+
+    fn free_port() -> Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    }
+
+    // === doc ===
+
+    fn write_doc(path: &std::path::Path, r: &Report) -> Result<()> {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown CPU".into());
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0);
+        let date = Command::new("date")
+            .arg("-u")
+            .arg("+%Y-%m-%d %H:%M UTC")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        let mut s = String::new();
+        s.push_str("# Benchmarks\n\nProduced by:\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools\nTUTTI_BIN_DIR=target/release cargo run --release -p tutti-tests --bin tutti-bench -- --write docs/BENCHMARKS.md\n```\n\n");
+        s.push_str(&format!("Machine: {cores} cores, {cpu}. Date: {date}.\n\n"));
+        s.push_str("| measurement | result |\n|---|---|\n");
+        for (what, value) in &r.rows {
+            s.push_str(&format!("| {} | {} |\n", what.trim(), value));
+        }
+        s.push_str("\n## Targets\n\n| target | measured | verdict |\n|---|---|---|\n");
+        for (what, measured, met) in &r.targets {
+            s.push_str(&format!(
+                "| {what} | {measured} | {} |\n",
+                if *met { "met" } else { "**missed**" }
+            ));
+        }
+        std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+#[cfg(unix)]
+fn main() -> anyhow::Result<()> {
+    bench::main()
+}
+
+#[cfg(not(unix))]
+fn main() {
+    eprintln!("tutti-bench runs on Linux only (it reads /proc)");
+}
