@@ -1,1 +1,460 @@
-#![forbid(unsafe_code)]
+//! `tutti-upstream-worker`: one process per connector generation, the MCP client of exactly
+//! one upstream, serving `tutti.worker.v1.Worker` on its own local endpoint.
+//!
+//! Life of a worker: bind the endpoint and serve → `RegisterWorker` (get the launch spec) →
+//! start the upstream, handshake and page `tools/list` within the start timeout →
+//! `OfferTools` → serve calls for its own generation until fenced, shut down, or the upstream
+//! goes away. The process exit code tells the kernel why it ended ([`Exit`]).
+#![deny(unsafe_code)]
+
+mod control;
+mod error;
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+mod pdeathsig;
+mod platform;
+mod redact;
+mod service;
+mod stdio;
+mod upstream;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tutti_proto::transport;
+use tutti_proto::worker::worker_server::WorkerServer;
+
+use crate::control::KernelLink;
+use crate::service::{Event, Shared, WorkerService};
+use crate::upstream::{RmcpUpstream, Session};
+
+pub use crate::error::WorkerError;
+pub use crate::redact::RedactingStderr;
+
+/// Start timeout when the launch spec names none (SPEC §3 default).
+const DEFAULT_START_TIMEOUT_MS: u32 = 30_000;
+/// How long in-flight gRPC responses (e.g. the reply to `Fence`) get to go out at exit.
+const SERVER_STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Who this worker is. Built from the environment the kernel sets ([`Config::from_env`]).
+#[derive(Clone)]
+pub struct Config {
+    pub state_dir: PathBuf,
+    /// Connector key.
+    pub key: String,
+    /// The generation this process serves.
+    pub generation: u64,
+    /// Proves the spawn to the kernel. Never logged, never in argv.
+    pub token: String,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("state_dir", &self.state_dir)
+            .field("key", &self.key)
+            .field("generation", &self.generation)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+impl Config {
+    /// Reads `TUTTI_WORKER_KEY`, `TUTTI_WORKER_GENERATION` (decimal) and `TUTTI_WORKER_TOKEN`.
+    pub fn from_env(state_dir: PathBuf) -> Result<Self, WorkerError> {
+        Self::from_vars(state_dir, |name| std::env::var(name).ok())
+    }
+
+    fn from_vars(
+        state_dir: PathBuf,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, WorkerError> {
+        let missing = |var: &'static str| WorkerError::Env {
+            var,
+            problem: "is not set".to_owned(),
+        };
+        let key = var("TUTTI_WORKER_KEY").ok_or_else(|| missing("TUTTI_WORKER_KEY"))?;
+        if !valid_key(&key) {
+            return Err(WorkerError::Env {
+                var: "TUTTI_WORKER_KEY",
+                problem: format!("{key:?} is not a connector key"),
+            });
+        }
+        let generation =
+            var("TUTTI_WORKER_GENERATION").ok_or_else(|| missing("TUTTI_WORKER_GENERATION"))?;
+        let generation = generation
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| WorkerError::Env {
+                var: "TUTTI_WORKER_GENERATION",
+                problem: format!("{generation:?} is not a decimal u64"),
+            })?;
+        let token = var("TUTTI_WORKER_TOKEN")
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| missing("TUTTI_WORKER_TOKEN"))?;
+        Ok(Self {
+            state_dir,
+            key,
+            generation,
+            token,
+        })
+    }
+}
+
+/// `^[a-z][a-z0-9-]{0,23}$` (SPEC §3).
+fn valid_key(key: &str) -> bool {
+    let mut chars = key.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && key.len() <= 24
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-'))
+}
+
+/// Why the worker ended; [`Exit::code`] is the process exit code the kernel sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Fenced, shut down, or the kernel went away: 0.
+    Done,
+    /// `RegisterWorker` failed (kernel unreachable, token refused, no launch spec): 2.
+    RegisterFailed,
+    /// The upstream could not be started, initialized or listed in time: 3.
+    StartFailed,
+    /// The kernel did not commit the offered tool set: 4.
+    OfferRefused,
+    /// The upstream exited (or its connection closed) on its own: 5.
+    UpstreamExited,
+    /// The upstream answered HTTP 401/403: 6.
+    AuthFailed,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Done => 0,
+            Exit::RegisterFailed => 2,
+            Exit::StartFailed => 3,
+            Exit::OfferRefused => 4,
+            Exit::UpstreamExited => 5,
+            Exit::AuthFailed => 6,
+        }
+    }
+}
+
+/// Runs the worker until it is fenced, shut down, or its upstream goes away.
+pub async fn run(config: Config) -> Result<Exit, WorkerError> {
+    transport::run_dir(&config.state_dir).map_err(WorkerError::RunDir)?;
+    let endpoint = transport::worker_endpoint(&config.state_dir, &config.key, config.generation);
+    let incoming = transport::bind(&endpoint).map_err(WorkerError::Bind)?;
+
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared::<RmcpUpstream>::new(
+        config.key.clone(),
+        config.generation,
+        events_tx,
+    ));
+    let (stop_server, server_stopped) = oneshot::channel::<()>();
+    let mut server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(WorkerServer::new(WorkerService::new(shared.clone())))
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = server_stopped.await;
+            }),
+    );
+    tracing::info!(
+        key = %config.key,
+        generation = config.generation,
+        endpoint = %endpoint,
+        "worker listening"
+    );
+
+    let exit = tokio::select! {
+        exit = drive(&config, endpoint.as_str(), &shared, &mut events) => Ok(exit),
+        // The server only ends early if it failed.
+        served = &mut server => {
+            let failure = match served {
+                Ok(Ok(())) => None,
+                Ok(Err(source)) => Some(source),
+                Err(join) => {
+                    tracing::error!(error = %join, "worker gRPC server task failed");
+                    None
+                }
+            };
+            shared.stop_calls();
+            match failure {
+                Some(source) => Err(WorkerError::Serve { endpoint: endpoint.to_string(), source }),
+                None => Ok(Exit::Done),
+            }
+        }
+    };
+
+    let _ = stop_server.send(());
+    if !server.is_finished()
+        && tokio::time::timeout(SERVER_STOP_GRACE, &mut server)
+            .await
+            .is_err()
+    {
+        tracing::debug!("gRPC connections still open at exit");
+        server.abort();
+    }
+    exit
+}
+
+/// Register, start, offer, then serve until something ends this generation.
+async fn drive(
+    config: &Config,
+    endpoint: &str,
+    shared: &Arc<Shared<RmcpUpstream>>,
+    events: &mut mpsc::UnboundedReceiver<Event>,
+) -> Exit {
+    let kernel = match KernelLink::connect(
+        &config.state_dir,
+        &config.key,
+        config.generation,
+        &config.token,
+    )
+    .await
+    {
+        Ok(kernel) => kernel,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot register with the kernel");
+            return Exit::RegisterFailed;
+        }
+    };
+    let spec = match kernel.register(endpoint).await {
+        Ok(spec) => spec,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot register with the kernel");
+            return Exit::RegisterFailed;
+        }
+    };
+    let redactor = Arc::new(redact::Redactor::new(spec.redact.iter().cloned()));
+    redact::install((*redactor).clone());
+    shared.set_call_timeout(spec.call_timeout_ms);
+    let start_ms = match spec.start_timeout_ms {
+        0 => DEFAULT_START_TIMEOUT_MS,
+        ms => ms,
+    };
+    tracing::info!(transport = %spec.transport, start_timeout_ms = start_ms, "registered");
+
+    let parent_gone = platform::parent_gone();
+    tokio::pin!(parent_gone);
+
+    // Start the upstream, but stay responsive to the kernel meanwhile.
+    let started = tokio::select! {
+        started = upstream::start(&spec, redactor.clone(), Duration::from_millis(u64::from(start_ms))) => started,
+        event = events.recv() => {
+            tracing::info!(?event, "stopped while the upstream was starting");
+            return Exit::Done;
+        }
+        () = &mut parent_gone => {
+            tracing::warn!("the kernel went away; exiting");
+            return Exit::Done;
+        }
+    };
+    let upstream::Started { mut session, tools } = match started {
+        Ok(started) => started,
+        Err(WorkerError::UpstreamAuth { message }) => {
+            tracing::error!(error = %message, "upstream authentication failed");
+            kernel.report("auth_failed", &message, 0).await;
+            return Exit::AuthFailed;
+        }
+        Err(e) => {
+            let message = redactor.redact(&e.to_string());
+            tracing::error!(error = %message, "upstream failed to start");
+            kernel.report("start_failed", &message, 0).await;
+            return Exit::StartFailed;
+        }
+    };
+
+    // Serve before offering: the kernel may route calls as soon as it commits.
+    shared.attach(session.upstream.clone());
+    if let Some(counter) = session.non_json.clone() {
+        tokio::spawn(report_non_json(kernel.clone(), counter));
+    }
+    match kernel.offer(&tools, &session.protocol_version).await {
+        Ok(reply) if reply.committed => {
+            tracing::info!(tools = tools.len(), "tool set committed");
+        }
+        Ok(reply) => {
+            tracing::error!(error = %redactor.redact(&reply.error), "the kernel refused the tool set");
+            shared.stop_calls();
+            session.stop().await;
+            return Exit::OfferRefused;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot offer the tool set");
+            shared.stop_calls();
+            session.stop().await;
+            return Exit::OfferRefused;
+        }
+    }
+
+    let list_changed = session.list_changed.clone();
+    let exit = loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(Event::Fenced) | Some(Event::ShutDown) | None => break Exit::Done,
+                Some(Event::AuthFailed(status)) => {
+                    let message = format!("the upstream refused the credentials ({status})");
+                    tracing::error!(error = %message, "upstream authentication failed");
+                    shared.stop_calls();
+                    kernel.report("auth_failed", &message, 0).await;
+                    break Exit::AuthFailed;
+                }
+            },
+            () = list_changed.notified() => {
+                reoffer(&kernel, &session, &redactor, Duration::from_millis(u64::from(start_ms))).await;
+            }
+            how = session.ended() => {
+                let message = redactor.redact(&how);
+                tracing::warn!(upstream = %message, "the upstream went away");
+                shared.stop_calls();
+                kernel.report("upstream_exited", &message, 0).await;
+                break Exit::UpstreamExited;
+            }
+            () = &mut parent_gone => {
+                tracing::warn!("the kernel went away; exiting");
+                break Exit::Done;
+            }
+        }
+    };
+    shared.stop_calls();
+    session.stop().await;
+    exit
+}
+
+/// The upstream said its tools changed: list every page again and offer the new set for the
+/// same generation. Failures are logged; the committed set stays live.
+async fn reoffer(
+    kernel: &KernelLink,
+    session: &Session,
+    redactor: &redact::Redactor,
+    within: Duration,
+) {
+    use crate::upstream::Upstream as _;
+    tracing::info!("upstream tool list changed; listing again");
+    let tools = match tokio::time::timeout(within, session.upstream.list_tools()).await {
+        Ok(Ok(tools)) => tools,
+        Ok(Err(failure)) => {
+            tracing::warn!(error = %redactor.redact(&format!("{failure:?}")), "tools/list failed");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(timeout_ms = within.as_millis(), "tools/list timed out");
+            return;
+        }
+    };
+    match kernel.offer(&tools, &session.protocol_version).await {
+        Ok(reply) if reply.committed => {
+            tracing::info!(tools = tools.len(), "changed tool set committed");
+        }
+        Ok(reply) => {
+            tracing::warn!(error = %redactor.redact(&reply.error), "the kernel refused the changed tool set");
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot offer the changed tool set"),
+    }
+}
+
+/// Reports the running total of non-JSON stdout lines, at most once per second.
+async fn report_non_json(kernel: KernelLink, counter: Arc<stdio::NonJsonCounter>) {
+    loop {
+        counter.changed().await;
+        let total = counter.total();
+        kernel
+            .report(
+                "non_json_stdout",
+                &format!("the upstream wrote {total} non-JSON line(s) to stdout"),
+                total,
+            )
+            .await;
+        // Rate limit, not synchronisation: later lines are folded into the next report.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    #[test]
+    fn config_from_environment() {
+        let config = Config::from_vars(
+            PathBuf::from("/s"),
+            vars(&[
+                ("TUTTI_WORKER_KEY", "github"),
+                ("TUTTI_WORKER_GENERATION", "4294967297"),
+                ("TUTTI_WORKER_TOKEN", "tok-secret"),
+            ]),
+        );
+        let config = config.ok();
+        assert_eq!(config.as_ref().map(|c| c.generation), Some((1 << 32) | 1));
+        assert_eq!(config.as_ref().map(|c| c.key.as_str()), Some("github"));
+        assert!(!format!("{config:?}").contains("tok-secret"));
+    }
+
+    #[test]
+    fn config_rejects_bad_values() {
+        let bad =
+            |pairs: &[(&str, &str)]| Config::from_vars(PathBuf::from("/s"), vars(pairs)).is_err();
+        assert!(bad(&[
+            ("TUTTI_WORKER_GENERATION", "1"),
+            ("TUTTI_WORKER_TOKEN", "t")
+        ]));
+        assert!(bad(&[
+            ("TUTTI_WORKER_KEY", "Bad_Key"),
+            ("TUTTI_WORKER_GENERATION", "1"),
+            ("TUTTI_WORKER_TOKEN", "t")
+        ]));
+        assert!(bad(&[
+            ("TUTTI_WORKER_KEY", "ok"),
+            ("TUTTI_WORKER_GENERATION", "0x10"),
+            ("TUTTI_WORKER_TOKEN", "t")
+        ]));
+        assert!(bad(&[
+            ("TUTTI_WORKER_KEY", "ok"),
+            ("TUTTI_WORKER_GENERATION", "1"),
+            ("TUTTI_WORKER_TOKEN", "")
+        ]));
+    }
+
+    #[test]
+    fn keys() {
+        assert!(valid_key("a"));
+        assert!(valid_key("github-2"));
+        assert!(valid_key(&"a".repeat(24)));
+        assert!(!valid_key(&"a".repeat(25)));
+        assert!(!valid_key("2x"));
+        assert!(!valid_key("a_b"));
+        assert!(!valid_key(""));
+    }
+
+    #[test]
+    fn exit_codes() {
+        let codes: Vec<u8> = [
+            Exit::Done,
+            Exit::RegisterFailed,
+            Exit::StartFailed,
+            Exit::OfferRefused,
+            Exit::UpstreamExited,
+            Exit::AuthFailed,
+        ]
+        .into_iter()
+        .map(Exit::code)
+        .collect();
+        assert_eq!(codes, [0, 2, 3, 4, 5, 6]);
+    }
+}

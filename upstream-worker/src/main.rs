@@ -1,1 +1,92 @@
-fn main() {}
+//! `tutti-upstream-worker --state-dir D` (spawned by the kernel; see ARCHITECTURE.md).
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+use tutti_upstream_worker::{Config, RedactingStderr, run};
+
+/// One upstream MCP client per process, serving the worker gRPC service.
+#[derive(Parser, Debug)]
+#[command(name = "tutti-upstream-worker", version)]
+struct Args {
+    /// State directory (else TUTTI_STATE_DIR, else the platform default).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_tracing();
+    let Some(state_dir) = args.state_dir.or_else(default_state_dir) else {
+        tracing::error!("no state directory: pass --state-dir or set TUTTI_STATE_DIR");
+        return ExitCode::FAILURE;
+    };
+    let config = match Config::from_env(state_dir) {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::error!(error = %e, "bad worker environment");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(run(config));
+    // Do not wait for stray blocking work (e.g. a stuck stderr write) at exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match outcome {
+        Ok(exit) => {
+            tracing::info!(?exit, code = exit.code(), "worker exiting");
+            ExitCode::from(exit.code())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "worker failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr (the kernel points it at `logs/connector-<key>.log`), with every secret
+/// value masked. rmcp is capped at warn whatever `RUST_LOG` says: at debug it logs raw
+/// upstream lines, which may carry secrets.
+fn init_tracing() {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let cap_rmcp = tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.target().starts_with("rmcp") && *meta.level() > tracing::Level::WARN)
+    });
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(RedactingStderr)
+        .with_ansi(false)
+        .with_filter(filter)
+        .with_filter(cap_rmcp);
+    tracing_subscriber::registry().with(layer).init();
+}
+
+fn default_state_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("TUTTI_STATE_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    let home = || std::env::var_os("HOME").map(PathBuf::from);
+    if cfg!(windows) {
+        std::env::var_os("LOCALAPPDATA").map(|d| PathBuf::from(d).join("tutti"))
+    } else if cfg!(target_os = "macos") {
+        home().map(|h| h.join("Library/Application Support/tutti"))
+    } else {
+        std::env::var_os("XDG_STATE_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home().map(|h| h.join(".local/state")))
+            .map(|d| d.join("tutti"))
+    }
+}

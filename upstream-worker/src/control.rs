@@ -1,0 +1,140 @@
+//! Our side of the control plane: RegisterWorker, OfferTools, ReportWorker.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tonic::transport::Channel;
+use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::kernel::{
+    LaunchSpec, OfferToolsReply, OfferToolsRequest, OfferedTool, RegisterWorkerRequest,
+    WorkerReport,
+};
+use tutti_proto::transport;
+
+use crate::error::WorkerError;
+
+/// How long a kernel RPC may take before we give up on it.
+const RPC_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Who we are, for every kernel RPC (the token proves the spawn; it is never logged).
+#[derive(Clone)]
+pub(crate) struct KernelLink {
+    client: KernelClient<Channel>,
+    key: String,
+    generation: u64,
+    token: String,
+}
+
+impl KernelLink {
+    pub(crate) async fn connect(
+        state_dir: &Path,
+        key: &str,
+        generation: u64,
+        token: &str,
+    ) -> Result<Self, WorkerError> {
+        let endpoint = transport::kernel_endpoint(state_dir);
+        let channel = transport::connect(&endpoint)
+            .await
+            .map_err(WorkerError::KernelConnect)?;
+        Ok(Self {
+            client: KernelClient::new(channel),
+            key: key.to_owned(),
+            generation,
+            token: token.to_owned(),
+        })
+    }
+
+    async fn rpc<T, F>(rpc: &'static str, call: F) -> Result<T, WorkerError>
+    where
+        F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        match tokio::time::timeout(RPC_TIMEOUT, call).await {
+            Ok(Ok(reply)) => Ok(reply.into_inner()),
+            Ok(Err(status)) => Err(WorkerError::kernel_rpc(rpc, &status)),
+            Err(_) => Err(WorkerError::KernelTimeout {
+                rpc,
+                ms: u64::try_from(RPC_TIMEOUT.as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+
+    /// Proves who we are and gets the launch spec.
+    pub(crate) async fn register(&self, endpoint: &str) -> Result<LaunchSpec, WorkerError> {
+        let mut client = self.client.clone();
+        let request = RegisterWorkerRequest {
+            key: self.key.clone(),
+            generation: self.generation,
+            worker_token: self.token.clone(),
+            endpoint: endpoint.to_owned(),
+            pid: std::process::id(),
+        };
+        let reply = Self::rpc("RegisterWorker", client.register_worker(request)).await?;
+        reply.launch.ok_or_else(|| WorkerError::LaunchSpec {
+            problem: "RegisterWorker returned no launch spec".to_owned(),
+        })
+    }
+
+    /// Offers the complete tool set of this generation.
+    pub(crate) async fn offer(
+        &self,
+        tools: &[serde_json::Value],
+        protocol_version: &str,
+    ) -> Result<OfferToolsReply, WorkerError> {
+        let mut client = self.client.clone();
+        let request = OfferToolsRequest {
+            key: self.key.clone(),
+            generation: self.generation,
+            worker_token: self.token.clone(),
+            tools: offered(tools),
+            protocol_version: protocol_version.to_owned(),
+        };
+        Self::rpc("OfferTools", client.offer_tools(request)).await
+    }
+
+    /// Tells the kernel what we observed; failures are only logged.
+    pub(crate) async fn report(&self, kind: &str, message: &str, count: u64) {
+        let mut client = self.client.clone();
+        let request = WorkerReport {
+            key: self.key.clone(),
+            generation: self.generation,
+            worker_token: self.token.clone(),
+            kind: kind.to_owned(),
+            message: message.to_owned(),
+            count,
+        };
+        if let Err(e) = Self::rpc("ReportWorker", client.report_worker(request)).await {
+            tracing::warn!(kind, error = %e, "could not report to the kernel");
+        }
+    }
+}
+
+/// The wire form of a tool list: the upstream name and the Tool object as JSON, unchanged.
+fn offered(tools: &[serde_json::Value]) -> Vec<OfferedTool> {
+    tools
+        .iter()
+        .map(|tool| OfferedTool {
+            upstream_name: tool
+                .get("name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            definition_json: tool.to_string(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offered_tools_keep_name_and_definition() {
+        let tools = vec![serde_json::json!({"name": "echo", "inputSchema": {"type": "object"}})];
+        let wire = offered(&tools);
+        assert_eq!(wire.len(), 1);
+        assert_eq!(wire[0].upstream_name, "echo");
+        let back: serde_json::Value =
+            serde_json::from_str(&wire[0].definition_json).unwrap_or_default();
+        assert_eq!(back, tools[0]);
+    }
+}

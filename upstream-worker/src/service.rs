@@ -1,0 +1,818 @@
+//! The `tutti.worker.v1.Worker` gRPC service: tool calls for exactly one generation.
+//!
+//! **Invariant:** a call is answered by the upstream only if it names this worker's own
+//! generation and the worker is neither fenced nor shutting down.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use rmcp::model::JsonObject;
+use tokio::sync::{mpsc, oneshot, watch};
+use tonic::{Request, Response, Status};
+use tutti_proto::worker::worker_server::Worker;
+use tutti_proto::worker::{
+    CallError, CallToolReply, CallToolRequest, CancelRequest, Empty, GenerationRequest,
+    ShutdownRequest, call_tool_reply,
+};
+
+use crate::upstream::{CallFailure, Upstream};
+
+/// Call timeout when neither the request nor the launch spec names one.
+pub(crate) const DEFAULT_CALL_TIMEOUT_MS: u32 = 60_000;
+
+/// Where the worker is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Registered or registering; the upstream is not ready yet.
+    Starting,
+    /// Calls are served.
+    Serving,
+    /// `Shutdown` received: no new calls, in-flight calls may finish.
+    Draining,
+    /// `Fence` received: nothing new, in-flight calls are answered `[MCP_UNAVAILABLE]`.
+    Fenced,
+    /// The upstream is gone or being stopped: calls are answered `[MCP_UNAVAILABLE]`.
+    Stopped,
+    /// `Shutdown` drained: new calls are refused, left-over calls answered `[MCP_UNAVAILABLE]`.
+    Closed,
+}
+
+/// What the main loop must act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// The kernel fenced this generation.
+    Fenced,
+    /// The kernel asked for a shutdown and draining is over.
+    ShutDown,
+    /// A call hit HTTP 401/403 (the status line).
+    AuthFailed(String),
+}
+
+/// Whether a call may proceed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    Admit,
+    /// Wrong generation, fenced or shutting down: the caller must list tools again.
+    Refuse,
+    /// Our generation, but the upstream is not ready (starting) or gone.
+    Unavailable,
+}
+
+/// The generation check, done on every call: equality with our own generation, and a phase
+/// that still takes new calls.
+pub(crate) fn admit(own: u64, requested: u64, phase: Phase) -> Admission {
+    if requested != own {
+        return Admission::Refuse;
+    }
+    match phase {
+        Phase::Serving => Admission::Admit,
+        Phase::Starting | Phase::Stopped => Admission::Unavailable,
+        Phase::Draining | Phase::Fenced | Phase::Closed => Admission::Refuse,
+    }
+}
+
+/// The refusal for a call that names another or a fenced generation (SPEC §5, -32602).
+pub(crate) fn refusal(key: &str, generation: u64) -> CallError {
+    CallError {
+        code: -32602,
+        message: format!(
+            "tool is not available now (generation {generation} of {key} is fenced); list tools again"
+        ),
+        data_json: String::new(),
+        reason: "fenced".to_owned(),
+    }
+}
+
+fn unavailable(key: &str, what: &str, reason: &str) -> CallError {
+    CallError {
+        code: -32603,
+        message: format!("[MCP_UNAVAILABLE] {key}: {what}"),
+        data_json: String::new(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn timed_out(key: &str, ms: u32) -> CallError {
+    CallError {
+        code: -32603,
+        message: format!("[MCP_TIMEOUT] {key}: tool call exceeded {ms} ms"),
+        data_json: String::new(),
+        reason: "timeout".to_owned(),
+    }
+}
+
+fn cancelled() -> CallError {
+    CallError {
+        code: -32800,
+        message: "Request cancelled".to_owned(),
+        data_json: String::new(),
+        reason: "cancelled".to_owned(),
+    }
+}
+
+/// Parses an optional JSON object field of a request (`""` = none).
+fn parse_object(field: &'static str, text: &str) -> Result<Option<JsonObject>, Status> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(map)) => Ok(Some(map)),
+        Ok(serde_json::Value::Null) => Ok(None),
+        Ok(_) => Err(Status::invalid_argument(format!(
+            "{field} must be a JSON object"
+        ))),
+        Err(e) => Err(Status::invalid_argument(format!(
+            "{field} is not valid JSON: {e}"
+        ))),
+    }
+}
+
+/// Drops `_meta` keys the MCP client sets itself (protocol metadata, progress token).
+fn upstream_meta(mut meta: JsonObject) -> Option<JsonObject> {
+    meta.retain(|k, _| k != "progressToken" && !k.starts_with("io.modelcontextprotocol/"));
+    (!meta.is_empty()).then_some(meta)
+}
+
+// === impl Shared ===
+
+/// State shared by the gRPC handlers and the main loop.
+pub(crate) struct Shared<U> {
+    key: String,
+    generation: u64,
+    phase: watch::Sender<Phase>,
+    upstream: OnceLock<Arc<U>>,
+    call_timeout_ms: AtomicU32,
+    /// In-flight calls by call id → their cancel trigger.
+    calls: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    inflight: watch::Sender<usize>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+impl<U: Upstream> Shared<U> {
+    pub(crate) fn new(key: String, generation: u64, events: mpsc::UnboundedSender<Event>) -> Self {
+        Self {
+            key,
+            generation,
+            phase: watch::Sender::new(Phase::Starting),
+            upstream: OnceLock::new(),
+            call_timeout_ms: AtomicU32::new(DEFAULT_CALL_TIMEOUT_MS),
+            calls: Mutex::new(HashMap::new()),
+            inflight: watch::Sender::new(0),
+            events,
+        }
+    }
+
+    pub(crate) fn set_call_timeout(&self, ms: u32) {
+        let ms = if ms == 0 { DEFAULT_CALL_TIMEOUT_MS } else { ms };
+        self.call_timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The upstream is ready: start serving (unless fenced or told to shut down meanwhile).
+    pub(crate) fn attach(&self, upstream: Arc<U>) {
+        let _ = self.upstream.set(upstream);
+        self.phase.send_if_modified(|p| {
+            let starting = *p == Phase::Starting;
+            if starting {
+                *p = Phase::Serving;
+            }
+            starting
+        });
+    }
+
+    /// No more upstream: in-flight calls are answered `[MCP_UNAVAILABLE]` (a fenced worker
+    /// keeps answering "fenced").
+    pub(crate) fn stop_calls(&self) {
+        self.phase.send_if_modified(|p| {
+            let change = !matches!(*p, Phase::Fenced | Phase::Stopped | Phase::Closed);
+            if change {
+                *p = Phase::Stopped;
+            }
+            change
+        });
+    }
+
+    fn check_generation(&self, requested: u64) -> Result<(), Status> {
+        if requested == self.generation {
+            Ok(())
+        } else {
+            Err(Status::failed_precondition(format!(
+                "generation {requested} is not served here (this is generation {} of {})",
+                self.generation, self.key
+            )))
+        }
+    }
+
+    fn register(self: &Arc<Self>, call_id: &str) -> Result<CallGuard<U>, Status> {
+        let (tx, rx) = oneshot::channel();
+        let id = if call_id.is_empty() {
+            None
+        } else {
+            let mut calls = self
+                .calls
+                .lock()
+                .map_err(|_| Status::internal("call table poisoned"))?;
+            if calls.contains_key(call_id) {
+                return Err(Status::already_exists(format!(
+                    "call {call_id} is already in flight"
+                )));
+            }
+            calls.insert(call_id.to_owned(), tx);
+            Some(call_id.to_owned())
+        };
+        self.inflight.send_modify(|n| *n += 1);
+        Ok(CallGuard {
+            shared: Arc::clone(self),
+            id,
+            cancel: Some(rx),
+        })
+    }
+
+    fn cancel(&self, call_id: &str) -> bool {
+        let trigger = self.calls.lock().ok().and_then(|mut c| c.remove(call_id));
+        match trigger {
+            Some(tx) => tx.send(()).is_ok(),
+            None => false,
+        }
+    }
+
+    async fn call(self: &Arc<Self>, req: CallToolRequest) -> Result<CallToolReply, Status> {
+        let reply = |outcome| CallToolReply {
+            outcome: Some(outcome),
+            generation: self.generation,
+        };
+        let error = |e| reply(call_tool_reply::Outcome::Error(e));
+        let phase = *self.phase.borrow();
+        match admit(self.generation, req.generation, phase) {
+            Admission::Admit => {}
+            Admission::Refuse => return Ok(error(refusal(&self.key, req.generation))),
+            Admission::Unavailable => {
+                return Ok(error(unavailable(
+                    &self.key,
+                    "upstream is not available",
+                    "unavailable",
+                )));
+            }
+        }
+        let Some(upstream) = self.upstream.get().cloned() else {
+            return Ok(error(unavailable(
+                &self.key,
+                "upstream is not available",
+                "unavailable",
+            )));
+        };
+        let arguments = parse_object("arguments_json", &req.arguments_json)?;
+        let meta = parse_object("meta_json", &req.meta_json)?.and_then(upstream_meta);
+        let timeout_ms = if req.timeout_ms > 0 {
+            req.timeout_ms
+        } else {
+            self.call_timeout_ms.load(Ordering::Relaxed)
+        };
+
+        let mut guard = self.register(&req.call_id)?;
+        let mut cancel = guard.cancel.take();
+        let mut phase = self.phase.subscribe();
+        tracing::debug!(call_id = %req.call_id, tool = %req.tool, timeout_ms, "tool call");
+
+        // Whatever ends the wait first also cancels the upstream request (and so does this
+        // handler being dropped because the caller went away).
+        let interrupt = async {
+            let cancelled = async {
+                match cancel.as_mut() {
+                    Some(rx) => rx.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Ok(()) = cancelled => Outcome::Cancelled,
+                () = tokio::time::sleep(Duration::from_millis(u64::from(timeout_ms))) => Outcome::TimedOut,
+                stopped = phase.wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed)) => {
+                    Outcome::Stopped(stopped.map(|p| *p).unwrap_or(Phase::Stopped))
+                }
+            }
+        };
+        let outcome = match upstream
+            .call_tool(req.tool, arguments, meta, interrupt)
+            .await
+        {
+            Ok(done) => Outcome::Done(done),
+            Err(interrupted) => interrupted,
+        };
+        drop(guard);
+
+        let answer = match outcome {
+            Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultJson(result.to_string()),
+            Outcome::Done(Err(failure)) => call_tool_reply::Outcome::Error(self.failure(failure)),
+            Outcome::Cancelled => call_tool_reply::Outcome::Error(cancelled()),
+            Outcome::TimedOut => call_tool_reply::Outcome::Error(timed_out(&self.key, timeout_ms)),
+            Outcome::Stopped(Phase::Fenced) => call_tool_reply::Outcome::Error(unavailable(
+                &self.key,
+                &format!("generation {} is fenced", self.generation),
+                "fenced",
+            )),
+            Outcome::Stopped(_) => call_tool_reply::Outcome::Error(unavailable(
+                &self.key,
+                "upstream connection closed",
+                "unavailable",
+            )),
+        };
+        Ok(reply(answer))
+    }
+
+    fn failure(&self, failure: CallFailure) -> CallError {
+        match failure {
+            CallFailure::Rpc {
+                code,
+                message,
+                data,
+            } => CallError {
+                code,
+                message,
+                data_json: data.map(|d| d.to_string()).unwrap_or_default(),
+                reason: "upstream_error".to_owned(),
+            },
+            CallFailure::Closed => {
+                unavailable(&self.key, "upstream connection closed", "unavailable")
+            }
+            CallFailure::Auth(status) => {
+                let _ = self.events.send(Event::AuthFailed(status));
+                unavailable(&self.key, "upstream refused the credentials", "unavailable")
+            }
+            CallFailure::Other(detail) => {
+                tracing::warn!(error = %detail, "tool call failed");
+                CallError {
+                    code: -32603,
+                    message: format!("{}: {detail}", self.key),
+                    data_json: String::new(),
+                    reason: "upstream_error".to_owned(),
+                }
+            }
+        }
+    }
+
+    fn fence(&self) {
+        self.phase.send_if_modified(|p| {
+            let change = *p != Phase::Fenced;
+            *p = Phase::Fenced;
+            change
+        });
+        let _ = self.events.send(Event::Fenced);
+    }
+
+    async fn shutdown(&self, grace: Duration) {
+        self.phase.send_if_modified(|p| {
+            let change = matches!(*p, Phase::Starting | Phase::Serving);
+            if change {
+                *p = Phase::Draining;
+            }
+            change
+        });
+        let mut inflight = self.inflight.subscribe();
+        if tokio::time::timeout(grace, inflight.wait_for(|n| *n == 0))
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                in_flight = *inflight.borrow(),
+                "shutdown grace period over; answering the remaining calls"
+            );
+        }
+        self.phase.send_if_modified(|p| {
+            let change = !matches!(*p, Phase::Fenced | Phase::Closed);
+            if change {
+                *p = Phase::Closed;
+            }
+            change
+        });
+        let _ = self.events.send(Event::ShutDown);
+    }
+}
+
+enum Outcome {
+    Done(Result<serde_json::Value, CallFailure>),
+    Cancelled,
+    TimedOut,
+    Stopped(Phase),
+}
+
+/// Keeps a call registered while it is in flight.
+struct CallGuard<U: Upstream> {
+    shared: Arc<Shared<U>>,
+    id: Option<String>,
+    cancel: Option<oneshot::Receiver<()>>,
+}
+
+impl<U: Upstream> Drop for CallGuard<U> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take()
+            && let Ok(mut calls) = self.shared.calls.lock()
+        {
+            calls.remove(&id);
+        }
+        self.shared
+            .inflight
+            .send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+// === impl WorkerService ===
+
+/// The gRPC service.
+pub(crate) struct WorkerService<U> {
+    shared: Arc<Shared<U>>,
+}
+
+impl<U> WorkerService<U> {
+    pub(crate) fn new(shared: Arc<Shared<U>>) -> Self {
+        Self { shared }
+    }
+}
+
+#[tonic::async_trait]
+impl<U: Upstream> Worker for WorkerService<U> {
+    async fn call_tool(
+        &self,
+        request: Request<CallToolRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        self.shared
+            .call(request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn cancel(&self, request: Request<CancelRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        self.shared.check_generation(req.generation)?;
+        let found = self.shared.cancel(&req.call_id);
+        tracing::debug!(call_id = %req.call_id, found, "cancel");
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn fence(&self, request: Request<GenerationRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        self.shared.check_generation(req.generation)?;
+        tracing::info!(generation = req.generation, "fenced by the kernel");
+        self.shared.fence();
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn shutdown(&self, request: Request<ShutdownRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        self.shared.check_generation(req.generation)?;
+        tracing::info!(grace_ms = req.grace_ms, "shutdown requested by the kernel");
+        self.shared
+            .shutdown(Duration::from_millis(u64::from(req.grace_ms)))
+            .await;
+        Ok(Response::new(Empty {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::sync::atomic::AtomicBool;
+
+    use serde_json::{Value, json};
+    use tokio::sync::Notify;
+
+    const KEY: &str = "demo";
+    const GEN: u64 = (3 << 32) | 7;
+
+    /// A scripted upstream: `echo` answers, `fail` errors, `gone` is closed, `hang` never
+    /// answers and records being dropped (= cancelled upstream).
+    #[derive(Default)]
+    struct Fake {
+        /// The `hang` call's work was dropped (by an interrupt or the caller).
+        hang_dropped: AtomicBool,
+        /// An interrupt ended a call (the real upstream sends `notifications/cancelled`).
+        interrupted: AtomicBool,
+        hang_started: Notify,
+    }
+
+    struct OnDrop<'a>(&'a AtomicBool);
+    impl Drop for OnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    impl Upstream for Fake {
+        async fn list_tools(&self) -> Result<Vec<Value>, CallFailure> {
+            Ok(vec![json!({"name": "echo"})])
+        }
+
+        async fn call_tool<W: Send>(
+            &self,
+            name: String,
+            arguments: Option<JsonObject>,
+            meta: Option<JsonObject>,
+            interrupt: impl Future<Output = W> + Send,
+        ) -> Result<Result<Value, CallFailure>, W> {
+            let work = self.work(name, arguments, meta);
+            tokio::select! {
+                done = work => Ok(done),
+                why = interrupt => {
+                    self.interrupted.store(true, Ordering::SeqCst);
+                    Err(why)
+                }
+            }
+        }
+    }
+
+    impl Fake {
+        async fn work(
+            &self,
+            name: String,
+            arguments: Option<JsonObject>,
+            meta: Option<JsonObject>,
+        ) -> Result<Value, CallFailure> {
+            match name.as_str() {
+                "echo" => Ok(json!({
+                    "content": [{"type": "text", "text": arguments.and_then(|a| a.get("message").cloned())}],
+                    "_meta": meta,
+                })),
+                "fail" => Err(CallFailure::Rpc {
+                    code: -32602,
+                    message: "Unknown tool: fail".into(),
+                    data: Some(json!({"x": 1})),
+                }),
+                "gone" => Err(CallFailure::Closed),
+                _ => {
+                    let _flag = OnDrop(&self.hang_dropped);
+                    self.hang_started.notify_one();
+                    std::future::pending::<()>().await;
+                    Err(CallFailure::Closed)
+                }
+            }
+        }
+    }
+
+    fn serving() -> (Arc<Shared<Fake>>, Arc<Fake>, mpsc::UnboundedReceiver<Event>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::new(KEY.to_owned(), GEN, tx));
+        let fake = Arc::new(Fake::default());
+        shared.attach(fake.clone());
+        (shared, fake, rx)
+    }
+
+    fn call(tool: &str, id: &str, generation: u64) -> CallToolRequest {
+        CallToolRequest {
+            generation,
+            call_id: id.to_owned(),
+            tool: tool.to_owned(),
+            arguments_json: r#"{"message":"hi"}"#.to_owned(),
+            timeout_ms: 0,
+            meta_json: String::new(),
+        }
+    }
+
+    fn error_of(reply: Result<CallToolReply, Status>) -> CallError {
+        match reply.ok().and_then(|r| r.outcome) {
+            Some(call_tool_reply::Outcome::Error(e)) => e,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn generation_check() {
+        assert_eq!(admit(GEN, GEN, Phase::Serving), Admission::Admit);
+        assert_eq!(admit(GEN, GEN + 1, Phase::Serving), Admission::Refuse);
+        assert_eq!(admit(GEN, GEN - 1, Phase::Serving), Admission::Refuse);
+        assert_eq!(admit(GEN, 0, Phase::Serving), Admission::Refuse);
+        assert_eq!(admit(GEN, GEN, Phase::Fenced), Admission::Refuse);
+        assert_eq!(admit(GEN, GEN, Phase::Draining), Admission::Refuse);
+        assert_eq!(admit(GEN, GEN, Phase::Closed), Admission::Refuse);
+        assert_eq!(admit(GEN, GEN, Phase::Starting), Admission::Unavailable);
+        assert_eq!(admit(GEN, GEN, Phase::Stopped), Admission::Unavailable);
+        assert_eq!(admit(GEN, GEN + 1, Phase::Starting), Admission::Refuse);
+    }
+
+    #[test]
+    fn refusal_names_generation_and_key() {
+        let e = refusal("github", 42);
+        assert_eq!(e.code, -32602);
+        assert_eq!(e.reason, "fenced");
+        assert_eq!(
+            e.message,
+            "tool is not available now (generation 42 of github is fenced); list tools again"
+        );
+    }
+
+    #[test]
+    fn meta_keeps_only_caller_keys() {
+        let meta = json!({"progressToken": 1, "io.modelcontextprotocol/protocolVersion": "x", "trace": "t"});
+        let Value::Object(meta) = meta else {
+            panic!("object")
+        };
+        let kept = upstream_meta(meta).unwrap_or_default();
+        assert_eq!(Value::Object(kept), json!({"trace": "t"}));
+    }
+
+    #[tokio::test]
+    async fn success_passes_the_result_through() {
+        let (shared, _, _) = serving();
+        let mut req = call("echo", "c1", GEN);
+        req.meta_json = r#"{"trace":"abc"}"#.to_owned();
+        let reply = shared.call(req).await.ok();
+        assert_eq!(reply.as_ref().map(|r| r.generation), Some(GEN));
+        let Some(call_tool_reply::Outcome::ResultJson(json)) = reply.and_then(|r| r.outcome) else {
+            panic!("expected a result");
+        };
+        let value: Value = serde_json::from_str(&json).unwrap_or_default();
+        assert_eq!(value["content"][0]["text"], "hi");
+        assert_eq!(value["_meta"]["trace"], "abc");
+        assert_eq!(*shared.inflight.borrow(), 0);
+    }
+
+    #[tokio::test]
+    async fn wrong_generation_is_refused() {
+        let (shared, _, _) = serving();
+        let e = error_of(shared.call(call("echo", "c1", GEN + 1)).await);
+        assert_eq!(e.code, -32602);
+        assert_eq!(e.reason, "fenced");
+        assert!(e.message.contains(&format!("generation {}", GEN + 1)));
+    }
+
+    #[tokio::test]
+    async fn not_ready_is_unavailable() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let shared: Arc<Shared<Fake>> = Arc::new(Shared::new(KEY.to_owned(), GEN, tx));
+        let e = error_of(shared.call(call("echo", "c1", GEN)).await);
+        assert_eq!((e.code, e.reason.as_str()), (-32603, "unavailable"));
+        assert!(e.message.starts_with("[MCP_UNAVAILABLE] demo: "));
+    }
+
+    #[tokio::test]
+    async fn upstream_errors_pass_unchanged() {
+        let (shared, _, _) = serving();
+        let e = error_of(shared.call(call("fail", "c1", GEN)).await);
+        assert_eq!(e.code, -32602);
+        assert_eq!(e.message, "Unknown tool: fail");
+        assert_eq!(e.data_json, r#"{"x":1}"#);
+        assert_eq!(e.reason, "upstream_error");
+        let e = error_of(shared.call(call("gone", "c2", GEN)).await);
+        assert_eq!(
+            e.message,
+            "[MCP_UNAVAILABLE] demo: upstream connection closed"
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_arguments_are_rejected() {
+        let (shared, _, _) = serving();
+        let mut req = call("echo", "c1", GEN);
+        req.arguments_json = "[1]".to_owned();
+        let status = shared.call(req).await.err().map(|s| s.code());
+        assert_eq!(status, Some(tonic::Code::InvalidArgument));
+        let mut req = call("echo", "c1", GEN);
+        req.arguments_json = String::new();
+        assert!(shared.call(req).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn timeout_cancels_upstream() {
+        let (shared, fake, _) = serving();
+        let mut req = call("hang", "c1", GEN);
+        req.timeout_ms = 30;
+        let e = error_of(shared.call(req).await);
+        assert_eq!(e.code, -32603);
+        assert_eq!(e.reason, "timeout");
+        assert_eq!(e.message, "[MCP_TIMEOUT] demo: tool call exceeded 30 ms");
+        assert!(fake.interrupted.load(Ordering::SeqCst));
+        assert!(fake.hang_dropped.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn cancel_answers_cancelled() {
+        let (shared, fake, _) = serving();
+        let service = WorkerService::new(shared.clone());
+        let pending = tokio::spawn({
+            let shared = shared.clone();
+            async move { shared.call(call("hang", "c9", GEN)).await }
+        });
+        fake.hang_started.notified().await;
+        // Wrong generation: refused, the call keeps running.
+        let refused = service
+            .cancel(Request::new(CancelRequest {
+                generation: GEN + 1,
+                call_id: "c9".into(),
+            }))
+            .await;
+        assert_eq!(
+            refused.err().map(|s| s.code()),
+            Some(tonic::Code::FailedPrecondition)
+        );
+        let ok = service
+            .cancel(Request::new(CancelRequest {
+                generation: GEN,
+                call_id: "c9".into(),
+            }))
+            .await;
+        assert!(ok.is_ok());
+        let e = error_of(
+            pending
+                .await
+                .unwrap_or_else(|_| Err(Status::internal("join"))),
+        );
+        assert_eq!(
+            (e.code, e.message.as_str(), e.reason.as_str()),
+            (-32800, "Request cancelled", "cancelled")
+        );
+        assert!(fake.interrupted.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn duplicate_call_ids_are_rejected() {
+        let (shared, fake, _) = serving();
+        let first = tokio::spawn({
+            let shared = shared.clone();
+            async move { shared.call(call("hang", "dup", GEN)).await }
+        });
+        fake.hang_started.notified().await;
+        let second = shared.call(call("echo", "dup", GEN)).await;
+        assert_eq!(
+            second.err().map(|s| s.code()),
+            Some(tonic::Code::AlreadyExists)
+        );
+        first.abort();
+    }
+
+    #[tokio::test]
+    async fn fence_answers_in_flight_and_refuses_new_calls() {
+        let (shared, fake, mut events) = serving();
+        let service = WorkerService::new(shared.clone());
+        let pending = tokio::spawn({
+            let shared = shared.clone();
+            async move { shared.call(call("hang", "c1", GEN)).await }
+        });
+        fake.hang_started.notified().await;
+        let wrong = service
+            .fence(Request::new(GenerationRequest {
+                generation: GEN - 1,
+            }))
+            .await;
+        assert!(wrong.is_err());
+        assert!(
+            service
+                .fence(Request::new(GenerationRequest { generation: GEN }))
+                .await
+                .is_ok()
+        );
+        assert_eq!(events.recv().await, Some(Event::Fenced));
+        let e = error_of(
+            pending
+                .await
+                .unwrap_or_else(|_| Err(Status::internal("join"))),
+        );
+        assert_eq!(e.code, -32603);
+        assert_eq!(e.reason, "fenced");
+        assert!(e.message.starts_with("[MCP_UNAVAILABLE] demo: "));
+        assert!(fake.interrupted.load(Ordering::SeqCst));
+        let e = error_of(shared.call(call("echo", "c2", GEN)).await);
+        assert_eq!((e.code, e.reason.as_str()), (-32602, "fenced"));
+    }
+
+    #[tokio::test]
+    async fn shutdown_drains_then_answers_the_rest() {
+        let (shared, fake, mut events) = serving();
+        let service = WorkerService::new(shared.clone());
+        let pending = tokio::spawn({
+            let shared = shared.clone();
+            async move { shared.call(call("hang", "c1", GEN)).await }
+        });
+        fake.hang_started.notified().await;
+        let done = service
+            .shutdown(Request::new(ShutdownRequest {
+                generation: GEN,
+                grace_ms: 20,
+            }))
+            .await;
+        assert!(done.is_ok());
+        assert_eq!(events.recv().await, Some(Event::ShutDown));
+        let e = error_of(
+            pending
+                .await
+                .unwrap_or_else(|_| Err(Status::internal("join"))),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (-32603, "unavailable"));
+        let e = error_of(shared.call(call("echo", "c2", GEN)).await);
+        assert_eq!((e.code, e.reason.as_str()), (-32602, "fenced"));
+    }
+
+    #[tokio::test]
+    async fn dropped_handler_cancels_upstream() {
+        let (shared, fake, _) = serving();
+        let pending = tokio::spawn({
+            let shared = shared.clone();
+            async move { shared.call(call("hang", "c1", GEN)).await }
+        });
+        fake.hang_started.notified().await;
+        pending.abort();
+        let _ = pending.await;
+        assert!(fake.hang_dropped.load(Ordering::SeqCst));
+        assert_eq!(*shared.inflight.borrow(), 0);
+        assert!(shared.calls.lock().map(|c| c.is_empty()).unwrap_or(false));
+    }
+}

@@ -1,0 +1,320 @@
+//! The stdio upstream's output streams.
+//!
+//! stdout: every line that parses as a JSON value is handed to rmcp through an in-memory pipe,
+//! so rmcp only ever sees JSON; any other line is counted, logged (redacted, truncated) and
+//! reported to the kernel (SPEC §9). stderr: every line goes to our stderr with secrets masked.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Notify;
+
+use crate::redact::{Redactor, trim_line_end};
+
+/// Longest stdout line (one JSON-RPC message) we accept; longer lines are dropped and counted.
+pub(crate) const MAX_STDOUT_LINE: usize = 64 * 1024 * 1024;
+/// Longest stderr line we copy whole; longer lines are cut.
+pub(crate) const MAX_STDERR_LINE: usize = 64 * 1024;
+/// How much of a non-JSON stdout line we log.
+pub(crate) const NON_JSON_LOG_CHARS: usize = 200;
+
+/// What a stdout line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LineKind {
+    /// A complete JSON value: forwarded to rmcp.
+    Json,
+    /// Empty or whitespace only: ignored, not counted.
+    Blank,
+    /// Anything else (banners, log lines, cut-off lines): counted and logged.
+    NonJson,
+}
+
+/// Classifies one stdout line (with or without its line terminator).
+pub(crate) fn classify(line: &[u8]) -> LineKind {
+    let line = trim_line_end(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return LineKind::Blank;
+    }
+    // rmcp tolerates a UTF-8 BOM, and so do we.
+    let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        Ok(_) => LineKind::Json,
+        Err(_) => LineKind::NonJson,
+    }
+}
+
+/// Result of one bounded line read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ReadLine {
+    /// `buf` holds a line (terminator included when there was one; EOF may end a last line).
+    Line,
+    /// The line was longer than the limit: `buf` holds its first `max` bytes, the rest was
+    /// read and discarded.
+    Cut,
+    /// End of stream, nothing read.
+    Eof,
+}
+
+/// Reads one `\n`-terminated line into `buf` (cleared first) without ever holding more than
+/// `max` bytes of it.
+pub(crate) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<ReadLine> {
+    buf.clear();
+    let mut cut = false;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(if cut {
+                ReadLine::Cut
+            } else if buf.is_empty() {
+                ReadLine::Eof
+            } else {
+                ReadLine::Line
+            });
+        }
+        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (&available[..=i], true),
+            None => (available, false),
+        };
+        let room = max.saturating_sub(buf.len());
+        if chunk.len() > room {
+            cut = true;
+        }
+        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len();
+        reader.consume(used);
+        if done {
+            return Ok(if cut { ReadLine::Cut } else { ReadLine::Line });
+        }
+    }
+}
+
+/// Counts non-JSON stdout lines and wakes the reporter.
+#[derive(Debug, Default)]
+pub(crate) struct NonJsonCounter {
+    total: AtomicU64,
+    changed: Notify,
+}
+
+impl NonJsonCounter {
+    fn bump(&self) -> u64 {
+        let total = self.total.fetch_add(1, Ordering::Relaxed) + 1;
+        self.changed.notify_one();
+        total
+    }
+
+    pub(crate) fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Resolves after the next bump (or at once if one happened since the last wait).
+    pub(crate) async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}
+
+/// Copies the upstream's stdout: JSON lines to `json_out` (newline-terminated), other lines
+/// counted in `counter` and logged. Returns at EOF of `stdout`; `json_out` is dropped then, so
+/// rmcp sees the end of the stream too. If rmcp stops reading, stdout is still drained so the
+/// upstream never blocks on a full pipe.
+pub(crate) async fn pump_stdout<R, W>(
+    stdout: R,
+    json_out: W,
+    redactor: Arc<Redactor>,
+    counter: Arc<NonJsonCounter>,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut reader = BufReader::new(stdout);
+    let mut json_out = Some(json_out);
+    let mut buf = Vec::new();
+    loop {
+        let outcome = read_line_bounded(&mut reader, &mut buf, MAX_STDOUT_LINE).await?;
+        let kind = match outcome {
+            ReadLine::Eof => break,
+            ReadLine::Cut => LineKind::NonJson,
+            ReadLine::Line => classify(&buf),
+        };
+        match kind {
+            LineKind::Blank => {}
+            LineKind::Json => {
+                if let Some(out) = json_out.as_mut() {
+                    let line = trim_line_end(&buf);
+                    let sent = async {
+                        out.write_all(line).await?;
+                        out.write_all(b"\n").await?;
+                        out.flush().await
+                    }
+                    .await;
+                    if sent.is_err() {
+                        tracing::debug!("the MCP client stopped reading; draining upstream stdout");
+                        json_out = None;
+                    }
+                }
+            }
+            LineKind::NonJson => {
+                let total = counter.bump();
+                let shown =
+                    redactor.redact_truncated(&buf, outcome == ReadLine::Cut, NON_JSON_LOG_CHARS);
+                tracing::warn!(total, line = %shown, "upstream wrote a non-JSON line to stdout");
+            }
+        }
+    }
+    if let Some(mut out) = json_out {
+        let _ = out.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Copies the upstream's stderr to `sink` line by line with secrets masked. Returns at EOF.
+pub(crate) async fn pump_stderr<R, W>(
+    stderr: R,
+    mut sink: W,
+    redactor: Arc<Redactor>,
+    last_line: Arc<std::sync::Mutex<Option<String>>>,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: std::io::Write,
+{
+    let mut reader = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    loop {
+        let outcome = read_line_bounded(&mut reader, &mut buf, MAX_STDERR_LINE).await?;
+        if outcome == ReadLine::Eof {
+            return Ok(());
+        }
+        let mut line = redactor.redact_line(&buf, outcome == ReadLine::Cut);
+        if !line.trim().is_empty()
+            && let Ok(mut last) = last_line.lock()
+        {
+            *last = Some(crate::redact::truncate_chars(&line, NON_JSON_LOG_CHARS));
+        }
+        line.push('\n');
+        // One write per line so lines never interleave with our own log events.
+        sink.write_all(line.as_bytes())?;
+        sink.flush()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_lines() {
+        assert_eq!(classify(br#"{"jsonrpc":"2.0","id":1}"#), LineKind::Json);
+        assert_eq!(classify(b"{\"a\":1}\r\n"), LineKind::Json);
+        assert_eq!(classify(b"[1,2]\n"), LineKind::Json);
+        assert_eq!(classify(b"\xEF\xBB\xBF{}\n"), LineKind::Json);
+        assert_eq!(classify(b"   \n"), LineKind::Blank);
+        assert_eq!(classify(b""), LineKind::Blank);
+        assert_eq!(
+            classify(b"Server starting on stdio...\n"),
+            LineKind::NonJson
+        );
+        assert_eq!(classify(b"{\"a\":1} trailing\n"), LineKind::NonJson);
+        assert_eq!(classify(b"{\"a\":\n"), LineKind::NonJson);
+        assert_eq!(classify(b"\xff\xfe\n"), LineKind::NonJson);
+    }
+
+    #[tokio::test]
+    async fn bounded_reader_splits_and_cuts() {
+        let data: &[u8] = b"short\nthis line is too long\nlast";
+        let mut reader = BufReader::with_capacity(4, data);
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_line_bounded(&mut reader, &mut buf, 10).await.ok(),
+            Some(ReadLine::Line)
+        );
+        assert_eq!(buf, b"short\n");
+        assert_eq!(
+            read_line_bounded(&mut reader, &mut buf, 10).await.ok(),
+            Some(ReadLine::Cut)
+        );
+        assert_eq!(buf, b"this line ");
+        assert_eq!(
+            read_line_bounded(&mut reader, &mut buf, 10).await.ok(),
+            Some(ReadLine::Line)
+        );
+        assert_eq!(buf, b"last");
+        assert_eq!(
+            read_line_bounded(&mut reader, &mut buf, 10).await.ok(),
+            Some(ReadLine::Eof)
+        );
+    }
+
+    #[tokio::test]
+    async fn stdout_pump_forwards_json_and_counts_the_rest() {
+        let input: &[u8] = b"Welcome to the server (token s3cr3t)\n\
+            {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\r\n\
+            \n\
+            not json either\n\
+            {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}";
+        let (json_tx, mut json_rx) = tokio::io::duplex(1 << 16);
+        let counter = Arc::new(NonJsonCounter::default());
+        let redactor = Arc::new(Redactor::new(["s3cr3t"]));
+        let pump = pump_stdout(input, json_tx, redactor, counter.clone());
+        let read_all = async {
+            let mut out = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut json_rx, &mut out)
+                .await
+                .map(|_| out)
+        };
+        let (pumped, forwarded) = tokio::join!(pump, read_all);
+        assert!(pumped.is_ok());
+        let forwarded = forwarded.unwrap_or_default();
+        assert_eq!(
+            String::from_utf8_lossy(&forwarded),
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\
+             {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n"
+        );
+        assert_eq!(counter.total(), 2);
+    }
+
+    #[tokio::test]
+    async fn stdout_pump_drains_when_the_client_is_gone() {
+        let input: &[u8] = b"{}\n{}\nbanner\n{}\n";
+        let (json_tx, json_rx) = tokio::io::duplex(8);
+        drop(json_rx);
+        let counter = Arc::new(NonJsonCounter::default());
+        let res = pump_stdout(
+            input,
+            json_tx,
+            Arc::new(Redactor::default()),
+            counter.clone(),
+        )
+        .await;
+        assert!(res.is_ok());
+        assert_eq!(counter.total(), 1);
+    }
+
+    #[tokio::test]
+    async fn stderr_pump_masks_secrets() {
+        let input: &[u8] = b"starting with key=abc123\nsecond line\n";
+        let mut sink = Vec::new();
+        let last = Arc::new(std::sync::Mutex::new(None));
+        let res = pump_stderr(
+            input,
+            &mut sink,
+            Arc::new(Redactor::new(["abc123"])),
+            last.clone(),
+        )
+        .await;
+        assert!(res.is_ok());
+        assert_eq!(
+            String::from_utf8_lossy(&sink),
+            "starting with key=***\nsecond line\n"
+        );
+        assert_eq!(
+            last.lock().ok().and_then(|l| l.clone()),
+            Some("second line".to_owned())
+        );
+    }
+}

@@ -1,0 +1,778 @@
+//! The upstream MCP server, behind our own small [`Upstream`] trait. The implementation is the
+//! official Rust SDK (`rmcp`, pinned exactly): a stdio child process whose stdout we read
+//! ourselves (see [`crate::stdio`]), or a remote Streamable HTTP endpoint.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::ClientHandler;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
+    ClientConfig, ClientRequest, Implementation, JsonObject, MetaObject, ProtocolVersion,
+    RequestId, RequestMetaObject, ServerNotification, ServerResult, SubscriptionFilter,
+};
+use rmcp::service::{
+    ClientCacheConfig, ClientInitializeError, ClientLifecycleMode, NotificationContext,
+    PeerRequestOptions, RoleClient, RunningService, RunningServiceCancellationToken,
+    serve_client_with_lifecycle,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::{
+    AuthRequiredError, InsufficientScopeError, StreamableHttpClientTransportConfig,
+    StreamableHttpError,
+};
+use rmcp::{Peer, ServiceError};
+use serde_json::Value;
+use tokio::process::Command;
+use tokio::sync::{Notify, oneshot, watch};
+use tutti_proto::kernel::LaunchSpec;
+
+use crate::error::WorkerError;
+use crate::platform;
+use crate::redact::Redactor;
+use crate::stdio::{self, MAX_STDOUT_LINE, NonJsonCounter};
+
+/// Largest HTTP JSON response / SSE event we accept from a remote upstream.
+const MAX_HTTP_MESSAGE: usize = 64 * 1024 * 1024;
+/// In-memory pipe between our stdout reader and rmcp.
+const PIPE_BUFFER: usize = 256 * 1024;
+/// The `reason` of the `notifications/cancelled` we send.
+const CANCEL_REASON: &str = "request cancelled";
+/// How long sending `notifications/cancelled` may hold up the reply to the caller.
+const CANCEL_SEND_LIMIT: Duration = Duration::from_secs(1);
+/// How long rmcp gets to wind down its transport when we stop.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Why a request to the upstream did not produce a result.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CallFailure {
+    /// The upstream answered with a JSON-RPC error: passed on unchanged.
+    Rpc {
+        code: i32,
+        message: String,
+        data: Option<Value>,
+    },
+    /// The connection to the upstream is gone.
+    Closed,
+    /// The upstream refused our credentials: the HTTP status line (401/403).
+    Auth(String),
+    /// Anything else (an unusable response, …); redacted detail.
+    Other(String),
+}
+
+/// The one upstream MCP server this worker is the client of.
+pub(crate) trait Upstream: Send + Sync + 'static {
+    /// Every page of `tools/list`, each tool as the upstream's JSON object.
+    fn list_tools(&self) -> impl Future<Output = Result<Vec<Value>, CallFailure>> + Send;
+
+    /// One `tools/call`: the upstream's `CallToolResult` as JSON, or why there is none.
+    ///
+    /// Cancellable two ways, both of which send `notifications/cancelled` for the request to
+    /// the upstream: when `interrupt` resolves first (timeout, `Cancel`, fencing) the
+    /// notification is sent before this returns `Err(why)`; when the returned future is
+    /// dropped (the gRPC caller went away) it is sent in the background.
+    fn call_tool<W: Send>(
+        &self,
+        name: String,
+        arguments: Option<JsonObject>,
+        meta: Option<JsonObject>,
+        interrupt: impl Future<Output = W> + Send,
+    ) -> impl Future<Output = Result<Result<Value, CallFailure>, W>> + Send;
+}
+
+// === impl RmcpUpstream ===
+
+/// [`Upstream`] over an initialized rmcp client.
+pub(crate) struct RmcpUpstream {
+    peer: Peer<RoleClient>,
+    redactor: Arc<Redactor>,
+}
+
+impl Upstream for RmcpUpstream {
+    async fn list_tools(&self) -> Result<Vec<Value>, CallFailure> {
+        let tools = self
+            .peer
+            .list_all_tools()
+            .await
+            .map_err(|e| self.failure(e))?;
+        tools
+            .iter()
+            .map(|tool| {
+                serde_json::to_value(tool)
+                    .map_err(|e| CallFailure::Other(format!("cannot encode a tool: {e}")))
+            })
+            .collect()
+    }
+
+    async fn call_tool<W: Send>(
+        &self,
+        name: String,
+        arguments: Option<JsonObject>,
+        meta: Option<JsonObject>,
+        interrupt: impl Future<Output = W> + Send,
+    ) -> Result<Result<Value, CallFailure>, W> {
+        let mut params = CallToolRequestParams::new(name);
+        params.arguments = arguments;
+        let mut options = PeerRequestOptions::no_options();
+        if let Some(meta) = meta {
+            options = options.with_meta(RequestMetaObject(MetaObject(meta)));
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut interrupt = std::pin::pin!(interrupt);
+        // Queueing the request can wait when rmcp is busy; the interrupt applies there too
+        // (an unqueued request needs no cancellation).
+        let sent = tokio::select! {
+            sent = self.peer.send_request_with_option(request, options) => sent,
+            why = &mut interrupt => return Err(why),
+        };
+        let handle = match sent {
+            Ok(handle) => handle,
+            Err(e) => return Ok(Err(self.failure(e))),
+        };
+        let id = handle.id.clone();
+        let mut guard = CancelOnDrop {
+            peer: self.peer.clone(),
+            id: Some(id.clone()),
+        };
+        let response = tokio::select! {
+            response = handle.await_response() => response,
+            why = &mut interrupt => {
+                guard.disarm();
+                send_cancelled(&self.peer, id).await;
+                return Err(why);
+            }
+        };
+        guard.disarm();
+        let result = match response {
+            Ok(result) => result,
+            Err(e) => return Ok(Err(self.failure(e))),
+        };
+        Ok(match result {
+            ServerResult::CallToolResult(result) => serde_json::to_value(result)
+                .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
+            // A result with no `content` decodes as one of these; pass its JSON on as is.
+            ServerResult::CustomResult(custom) => Ok(custom.0),
+            ServerResult::EmptyResult(_) => Ok(serde_json::json!({ "content": [] })),
+            _ => Err(CallFailure::Other(
+                "the upstream answered tools/call with an unexpected result type".to_owned(),
+            )),
+        })
+    }
+}
+
+impl RmcpUpstream {
+    fn failure(&self, error: ServiceError) -> CallFailure {
+        match error {
+            ServiceError::McpError(e) => CallFailure::Rpc {
+                code: e.code.0,
+                message: e.message.into_owned(),
+                data: e.data,
+            },
+            ServiceError::TransportClosed => CallFailure::Closed,
+            ServiceError::TransportSend(e) => match auth_failure(e.error.as_ref()) {
+                Some(status) => CallFailure::Auth(status),
+                None => {
+                    let detail = self.redactor.redact(&error_chain(e.error.as_ref()));
+                    tracing::warn!(error = %detail, "sending to the upstream failed");
+                    CallFailure::Closed
+                }
+            },
+            other => CallFailure::Other(self.redactor.redact(&other.to_string())),
+        }
+    }
+}
+
+/// Sends `notifications/cancelled` (in the background) for a request whose `call_tool` future
+/// was dropped: the gRPC caller went away.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move { send_cancelled(&peer, id).await });
+    }
+}
+
+/// Sends `notifications/cancelled` for request `id` (bounded: never holds up a reply).
+async fn send_cancelled(peer: &Peer<RoleClient>, id: RequestId) {
+    tracing::debug!(request_id = %id, "cancelling the upstream request");
+    let params = CancelledNotificationParam::new(Some(id), Some(CANCEL_REASON.to_owned()));
+    match tokio::time::timeout(CANCEL_SEND_LIMIT, peer.notify_cancelled(params)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not send notifications/cancelled"),
+        Err(_) => tracing::debug!("sending notifications/cancelled timed out"),
+    }
+}
+
+// === impl Handler ===
+
+/// Our rmcp client handler: no sampling, elicitation or roots capability; it only notices
+/// `notifications/tools/list_changed`.
+#[derive(Clone)]
+struct Handler {
+    info: ClientConfig,
+    list_changed: Arc<Notify>,
+}
+
+impl Handler {
+    fn new(list_changed: Arc<Notify>) -> Self {
+        let info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("tutti-upstream-worker", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
+        Self { info, list_changed }
+    }
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.notify_one();
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+}
+
+// === impl Session ===
+
+/// A started upstream: the client plus what it takes to watch and stop it.
+pub(crate) struct Session {
+    pub(crate) upstream: Arc<RmcpUpstream>,
+    pub(crate) protocol_version: String,
+    /// Woken on every `notifications/tools/list_changed`.
+    pub(crate) list_changed: Arc<Notify>,
+    /// Non-JSON stdout lines (stdio only).
+    pub(crate) non_json: Option<Arc<NonJsonCounter>>,
+    service: ServiceWatch,
+    child: Option<ChildHandle>,
+}
+
+/// A started upstream and its first complete tool list.
+pub(crate) struct Started {
+    pub(crate) session: Session,
+    pub(crate) tools: Vec<Value>,
+}
+
+impl Session {
+    /// Resolves when the upstream went away on its own, describing how ("exited with status
+    /// 1", "connection closed"). Cancel-safe.
+    pub(crate) async fn ended(&mut self) -> String {
+        match self.child.as_mut() {
+            Some(child) => {
+                tokio::select! {
+                    how = child.exited() => how,
+                    () = self.service.closed() => {
+                        // The client side ended (stdout closed): prefer the exit status.
+                        match tokio::time::timeout(Duration::from_secs(1), child.exited()).await {
+                            Ok(how) => how,
+                            Err(_) => "closed its stdout".to_owned(),
+                        }
+                    }
+                }
+            }
+            None => {
+                self.service.closed().await;
+                "connection closed".to_owned()
+            }
+        }
+    }
+
+    /// Stops the upstream: close the MCP connection (for stdio: its stdin), then SIGTERM,
+    /// then SIGKILL after 2 s.
+    pub(crate) async fn stop(mut self) {
+        self.service.close().await;
+        if let Some(child) = self.child.take() {
+            let how = child.stop().await;
+            tracing::info!(upstream = %how, "upstream stopped");
+        }
+    }
+}
+
+/// Watches the rmcp service task.
+struct ServiceWatch {
+    cancel: Option<RunningServiceCancellationToken>,
+    done: watch::Receiver<bool>,
+}
+
+impl ServiceWatch {
+    fn spawn(running: RunningService<RoleClient, Handler>) -> Self {
+        let cancel = Some(running.cancellation_token());
+        let (done_tx, done) = watch::channel(false);
+        tokio::spawn(async move {
+            let reason = running.waiting().await;
+            tracing::debug!(?reason, "MCP client session ended");
+            let _ = done_tx.send(true);
+        });
+        Self { cancel, done }
+    }
+
+    async fn closed(&mut self) {
+        let _ = self.done.wait_for(|done| *done).await;
+    }
+
+    async fn close(&mut self) {
+        if let Some(cancel) = self.cancel.take() {
+            cancel.cancel();
+        }
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.closed()).await;
+    }
+}
+
+/// The stdio child, owned by a supervisor task that reaps it.
+struct ChildHandle {
+    stop: Option<oneshot::Sender<()>>,
+    status: watch::Receiver<Option<String>>,
+}
+
+impl ChildHandle {
+    fn spawn(mut child: tokio::process::Child) -> Self {
+        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+        let (status_tx, status) = watch::channel(None);
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                status = child.wait() => status,
+                // A stop request, or the handle was dropped: stop it.
+                _ = &mut stop_rx => platform::stop_child(&mut child).await,
+            };
+            let _ = status_tx.send(Some(platform::describe_exit(&status)));
+        });
+        Self {
+            stop: Some(stop_tx),
+            status,
+        }
+    }
+
+    /// Resolves once the child has exited, describing how. Cancel-safe.
+    async fn exited(&mut self) -> String {
+        match self.status.wait_for(Option::is_some).await {
+            Ok(status) => status.clone().unwrap_or_default(),
+            Err(_) => "exited".to_owned(),
+        }
+    }
+
+    /// The current exit description, if it has exited.
+    fn exit_now(&self) -> Option<String> {
+        self.status.borrow().clone()
+    }
+
+    async fn stop(mut self) -> String {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.exited().await
+    }
+}
+
+// === start ===
+
+/// Starts the upstream described by `spec`, completes the MCP handshake and lists every page
+/// of tools, all within `within`.
+pub(crate) async fn start(
+    spec: &LaunchSpec,
+    redactor: Arc<Redactor>,
+    within: Duration,
+) -> Result<Started, WorkerError> {
+    match spec.transport.as_str() {
+        "stdio" => start_stdio(spec, redactor, within).await,
+        "http" => start_http(spec, redactor, within).await,
+        other => Err(WorkerError::LaunchSpec {
+            problem: format!("unknown transport {other:?}"),
+        }),
+    }
+}
+
+async fn start_stdio(
+    spec: &LaunchSpec,
+    redactor: Arc<Redactor>,
+    within: Duration,
+) -> Result<Started, WorkerError> {
+    let mut cmd = Command::new(&spec.command);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(&spec.env)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    platform::harden(&mut cmd);
+    // We are on a tokio task here (never spawn_blocking): PDEATHSIG follows this thread.
+    let mut child = cmd.spawn().map_err(|e| WorkerError::UpstreamStart {
+        message: redactor.redact(&format!("cannot start {}: {e}", spec.command)),
+    })?;
+    tracing::info!(pid = child.id(), command = %redactor.redact(&spec.command), "upstream started");
+
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(WorkerError::UpstreamStart {
+            message: "the upstream's stdio pipes are missing".to_owned(),
+        });
+    };
+    let mut child = ChildHandle::spawn(child);
+
+    let counter = Arc::new(NonJsonCounter::default());
+    let last_stderr = Arc::new(Mutex::new(None::<String>));
+    let (rmcp_side, pump_side) = tokio::io::duplex(PIPE_BUFFER);
+    tokio::spawn({
+        let (redactor, counter) = (redactor.clone(), counter.clone());
+        async move {
+            if let Err(e) = stdio::pump_stdout(stdout, pump_side, redactor, counter).await {
+                tracing::warn!(error = %e, "reading the upstream's stdout failed");
+            }
+        }
+    });
+    tokio::spawn({
+        let (redactor, last_stderr) = (redactor.clone(), last_stderr.clone());
+        async move {
+            if let Err(e) =
+                stdio::pump_stderr(stderr, std::io::stderr(), redactor, last_stderr).await
+            {
+                tracing::warn!(error = %e, "reading the upstream's stderr failed");
+            }
+        }
+    });
+
+    let list_changed = Arc::new(Notify::new());
+    let transport =
+        AsyncRwTransport::new_client(rmcp_side, stdin).with_max_line_length(MAX_STDOUT_LINE);
+    let handshake = async {
+        let running = serve_client_with_lifecycle(
+            Handler::new(list_changed.clone()),
+            transport,
+            ClientLifecycleMode::Initialize,
+        )
+        .await
+        .map_err(|e| init_failure(&e))?;
+        let listed = first_listing(running, redactor.clone()).await?;
+        Ok::<_, String>(listed)
+    };
+
+    let outcome = tokio::select! {
+        res = tokio::time::timeout(within, handshake) => match res {
+            Ok(res) => res,
+            Err(_) => Err(format!("timed out after {} ms", within.as_millis())),
+        },
+        // The child died during the handshake: say so rather than "connection closed".
+        how = child.exited() => Err(how),
+    };
+    match outcome {
+        Ok((running, upstream, protocol_version, tools)) => Ok(Started {
+            session: Session {
+                upstream,
+                protocol_version,
+                list_changed,
+                non_json: Some(counter),
+                service: ServiceWatch::spawn(running),
+                child: Some(child),
+            },
+            tools,
+        }),
+        Err(mut message) => {
+            // An early exit shows up as a closed connection first; prefer the exit status.
+            if let Ok(how) = tokio::time::timeout(Duration::from_millis(300), child.exited()).await
+                && !message.starts_with("exited")
+                && !message.starts_with("killed")
+            {
+                message = format!("{how} ({message})");
+            }
+            let exited = child.exit_now().is_some();
+            if let Some(last) = last_stderr.lock().ok().and_then(|l| l.clone()) {
+                message = format!("{message}; last stderr line: {last}");
+            }
+            if !exited {
+                let _ = child.stop().await;
+            }
+            Err(WorkerError::UpstreamStart {
+                message: redactor.redact(&message),
+            })
+        }
+    }
+}
+
+async fn start_http(
+    spec: &LaunchSpec,
+    redactor: Arc<Redactor>,
+    within: Duration,
+) -> Result<Started, WorkerError> {
+    let mut headers = HashMap::new();
+    for (name, value) in &spec.headers {
+        let header_name =
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                WorkerError::LaunchSpec {
+                    problem: format!("invalid HTTP header name {name:?}"),
+                }
+            })?;
+        let mut header_value =
+            reqwest::header::HeaderValue::from_str(value).map_err(|_| WorkerError::LaunchSpec {
+                problem: format!("invalid value for HTTP header {name:?}"),
+            })?;
+        header_value.set_sensitive(true);
+        headers.insert(header_name, header_value);
+    }
+    let config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
+        .custom_headers(headers)
+        .max_json_response_size(MAX_HTTP_MESSAGE)
+        .max_sse_event_size(MAX_HTTP_MESSAGE);
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let list_changed = Arc::new(Notify::new());
+
+    let handshake = async {
+        let running = serve_client_with_lifecycle(
+            Handler::new(list_changed.clone()),
+            transport,
+            ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_06_18),
+            },
+        )
+        .await
+        .map_err(|e| {
+            if let Some(status) = init_auth_failure(&e) {
+                WorkerError::UpstreamAuth {
+                    message: format!("the upstream refused the credentials ({status})"),
+                }
+            } else {
+                WorkerError::UpstreamStart {
+                    message: redactor.redact(&init_failure(&e)),
+                }
+            }
+        })?;
+        let listed = first_listing(running, redactor.clone()).await;
+        listed.map_err(|message| WorkerError::UpstreamStart {
+            message: redactor.redact(&message),
+        })
+    };
+    let (running, upstream, protocol_version, tools) =
+        match tokio::time::timeout(within, handshake).await {
+            Ok(res) => res?,
+            Err(_) => {
+                return Err(WorkerError::UpstreamStart {
+                    message: format!("timed out after {} ms", within.as_millis()),
+                });
+            }
+        };
+    subscribe_list_changed(&running, list_changed.clone());
+    Ok(Started {
+        session: Session {
+            upstream,
+            protocol_version,
+            list_changed,
+            non_json: None,
+            service: ServiceWatch::spawn(running),
+            child: None,
+        },
+        tools,
+    })
+}
+
+type Listed = (
+    RunningService<RoleClient, Handler>,
+    Arc<RmcpUpstream>,
+    String,
+    Vec<Value>,
+);
+
+/// After the handshake: no response caching (every list is fresh), then every tools page.
+async fn first_listing(
+    running: RunningService<RoleClient, Handler>,
+    redactor: Arc<Redactor>,
+) -> Result<Listed, String> {
+    let peer = running.peer().clone();
+    peer.set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    let protocol_version = peer
+        .peer_info()
+        .map(|info| info.protocol_version.as_str().to_owned())
+        .unwrap_or_default();
+    let upstream = Arc::new(RmcpUpstream { peer, redactor });
+    let tools = upstream.list_tools().await.map_err(|f| match f {
+        CallFailure::Rpc { code, message, .. } => {
+            format!("tools/list failed: JSON-RPC error {code}: {message}")
+        }
+        CallFailure::Closed => "connection closed during tools/list".to_owned(),
+        CallFailure::Auth(detail) | CallFailure::Other(detail) => {
+            format!("tools/list failed: {detail}")
+        }
+    })?;
+    tracing::info!(
+        protocol_version = %protocol_version,
+        tools = tools.len(),
+        "upstream initialized"
+    );
+    Ok((running, upstream, protocol_version, tools))
+}
+
+/// On a 2026-07-28 connection list changes arrive on a `subscriptions/listen` stream.
+fn subscribe_list_changed(running: &RunningService<RoleClient, Handler>, notify: Arc<Notify>) {
+    let peer = running.peer().clone();
+    let Some(info) = peer.peer_info() else {
+        return;
+    };
+    let wants = info
+        .capabilities
+        .tools
+        .as_ref()
+        .and_then(|t| t.list_changed)
+        .unwrap_or(false);
+    if info.protocol_version.has_initialize() || !wants {
+        return;
+    }
+    tokio::spawn(async move {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let mut subscription = match peer.listen(filter).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot subscribe to the upstream's tool list changes");
+                return;
+            }
+        };
+        loop {
+            match subscription.next().await {
+                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                    notify.notify_one();
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    tracing::debug!(end = ?subscription.end(), "tool list subscription ended");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "tool list subscription failed");
+                    return;
+                }
+            }
+        }
+    });
+}
+
+// === errors ===
+
+fn init_failure(error: &ClientInitializeError) -> String {
+    match error {
+        ClientInitializeError::TransportError { error, context } => {
+            format!("{context}: {}", error_chain(error.error.as_ref()))
+        }
+        ClientInitializeError::LegacyFallbackFailed { discover, fallback } => format!(
+            "server/discover failed ({}), then initialize failed ({})",
+            init_failure(discover),
+            init_failure(fallback)
+        ),
+        ClientInitializeError::JsonRpcError(e) => {
+            format!(
+                "initialization failed: JSON-RPC error {}: {}",
+                e.code.0, e.message
+            )
+        }
+        other => format!("initialization failed: {other}"),
+    }
+}
+
+/// The HTTP status, if initialization failed because the upstream refused our credentials.
+fn init_auth_failure(error: &ClientInitializeError) -> Option<String> {
+    match error {
+        ClientInitializeError::TransportError { error, .. } => auth_failure(error.error.as_ref()),
+        ClientInitializeError::LegacyFallbackFailed { discover, fallback } => {
+            init_auth_failure(discover).or_else(|| init_auth_failure(fallback))
+        }
+        _ => None,
+    }
+}
+
+const UNAUTHORIZED: &str = "HTTP 401 Unauthorized";
+const FORBIDDEN: &str = "HTTP 403 Forbidden";
+
+/// The HTTP status, if an error (or any of its sources) is an HTTP 401/403 from the upstream.
+fn auth_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if e.is::<AuthRequiredError>() {
+            return Some(UNAUTHORIZED.to_owned());
+        }
+        if e.is::<InsufficientScopeError>() {
+            return Some(FORBIDDEN.to_owned());
+        }
+        if let Some(http) = e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            match http {
+                StreamableHttpError::AuthRequired(_) => return Some(UNAUTHORIZED.to_owned()),
+                StreamableHttpError::InsufficientScope(_) => return Some(FORBIDDEN.to_owned()),
+                StreamableHttpError::UnexpectedServerResponse(text) => {
+                    if text.starts_with("HTTP 401") {
+                        return Some(UNAUTHORIZED.to_owned());
+                    }
+                    if text.starts_with("HTTP 403") {
+                        return Some(FORBIDDEN.to_owned());
+                    }
+                }
+                StreamableHttpError::Client(e) => match e.status().map(|s| s.as_u16()) {
+                    Some(401) => return Some(UNAUTHORIZED.to_owned()),
+                    Some(403) => return Some(FORBIDDEN.to_owned()),
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// `error: source: source…` on one line.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut current = error.source();
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        current = e.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_failures_are_recognised() {
+        let challenge: StreamableHttpError<reqwest::Error> =
+            StreamableHttpError::AuthRequired(AuthRequiredError::new("Bearer".to_owned()));
+        assert_eq!(auth_failure(&challenge).as_deref(), Some(UNAUTHORIZED));
+        let plain: StreamableHttpError<reqwest::Error> =
+            StreamableHttpError::UnexpectedServerResponse("HTTP 403 Forbidden: no".into());
+        assert_eq!(auth_failure(&plain).as_deref(), Some(FORBIDDEN));
+        let other: StreamableHttpError<reqwest::Error> =
+            StreamableHttpError::UnexpectedServerResponse("HTTP 500 oops".into());
+        assert_eq!(auth_failure(&other), None);
+    }
+
+    #[test]
+    fn error_chain_joins_sources() {
+        let inner = std::io::Error::other("inner cause");
+        let outer: StreamableHttpError<reqwest::Error> = StreamableHttpError::Io(inner);
+        assert_eq!(error_chain(&outer), "Io error: inner cause");
+    }
+}
