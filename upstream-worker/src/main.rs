@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use tutti_upstream_worker::{Config, RedactingStderr, run};
+use tutti_upstream_worker::{Config, RedactingStderr, kill_group_on_sigterm, run};
 
 /// One upstream MCP client per process, serving the worker gRPC service.
 #[derive(Parser, Debug)]
@@ -38,6 +38,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    runtime.spawn(kill_group_on_sigterm());
     let outcome = runtime.block_on(run(config));
     // Do not wait for stray blocking work (e.g. a stuck stderr write) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
