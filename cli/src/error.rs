@@ -103,9 +103,6 @@ pub enum CliError {
         source: io::Error,
     },
 
-    #[error("{} is not valid JSON ({reason}); pass the agent's ACP initialize response", path.display())]
-    AcpInitialize { path: PathBuf, reason: String },
-
     #[error("{} is not valid TOML ({reason}); fix that file or move it away and re-run", path.display())]
     CodexConfig { path: PathBuf, reason: String },
 

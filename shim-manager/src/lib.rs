@@ -29,8 +29,10 @@ pub struct Config {
     pub libexec_dir: Option<PathBuf>,
 }
 
-/// Runs the shim manager until the kernel announces shutdown (`Ok`), or the kernel stays
-/// unreachable for 5 s, at start or after its stream ended (`Err`).
+/// Runs the shim manager until the kernel announces shutdown or SIGTERM/SIGINT (Ctrl-C on
+/// Windows) arrives (`Ok`), or the kernel stays unreachable for 5 s, at start or after its
+/// stream ended (`Err`). Each way out first removes every shim in `bin/`: without a runtime
+/// no connector has a live generation (SPEC §8).
 pub async fn run(config: Config) -> Result<(), Error> {
     let state_dir = std::path::absolute(&config.state_dir).map_err(|source| Error::StateDir {
         path: config.state_dir.clone(),

@@ -43,16 +43,48 @@ impl Manager {
         }
     }
 
-    /// Runs until the kernel announces shutdown (`Ok`) or stays unreachable (`Err`).
+    /// Runs until the kernel announces shutdown or a stop signal arrives (`Ok`), or the
+    /// kernel stays unreachable (`Err`). Every way out first removes every shim this manager
+    /// published (SPEC §8: a shim exists only while its connector has a live generation, and
+    /// without a runtime there is none).
     pub(crate) async fn run(mut self) -> Result<(), Error> {
+        // Registered before anything else, so a stop signal never kills the process with
+        // shims left behind.
+        let stop = stop_signal::listen();
+        tokio::pin!(stop);
         loop {
-            let mut stream = self.open_watch().await?;
+            let opened = tokio::select! {
+                opened = self.open_watch() => opened,
+                signal = &mut stop => {
+                    tracing::info!(signal, "stop signal; removing every shim and exiting");
+                    self.retire_all();
+                    return Ok(());
+                }
+            };
+            let mut stream = match opened {
+                Ok(stream) => stream,
+                Err(e) => {
+                    self.retire_all();
+                    return Err(e);
+                }
+            };
             tracing::info!(endpoint = %self.endpoint, "following the kernel's route table");
             loop {
-                match stream.message().await {
+                let message = tokio::select! {
+                    message = stream.message() => message,
+                    signal = &mut stop => {
+                        tracing::info!(signal, "stop signal; removing every shim and exiting");
+                        self.retire_all();
+                        return Ok(());
+                    }
+                };
+                match message {
                     Ok(Some(event)) => {
                         if self.handle(event) == Flow::Shutdown {
-                            tracing::info!("runtime shutdown announced; exiting");
+                            tracing::info!(
+                                "runtime shutdown announced; removing every shim and exiting"
+                            );
+                            self.retire_all();
                             return Ok(());
                         }
                     }
@@ -68,6 +100,15 @@ impl Manager {
                 }
             }
         }
+    }
+
+    /// No generation is live any more: removes every published shim, then anything else of
+    /// ours left in `bin/` (a shim of a previous manager, a sidecar, a temp file).
+    fn retire_all(&mut self) {
+        for action in self.table.clear() {
+            self.apply(action, false);
+        }
+        self.sweep();
     }
 
     /// Connects and opens `WatchRoutes`, retrying for up to [`RECONNECT_BUDGET`].
@@ -201,4 +242,61 @@ fn accept_key(key: &str) -> bool {
         tracing::warn!(key = ?key, "ignoring a route with an invalid connector key");
     }
     ok
+}
+
+/// The signals that stop the manager like a shutdown event: SIGTERM and SIGINT (the kernel
+/// stops its children with SIGTERM), Ctrl-C on Windows.
+#[cfg(unix)]
+mod stop_signal {
+    use std::future::Future;
+
+    use tokio::signal::unix::{SignalKind, signal};
+
+    /// Registers the handlers now; the future resolves with the signal's name.
+    pub(super) fn listen() -> impl Future<Output = &'static str> + Send {
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        if let Err(e) = term.as_ref().and(int.as_ref()) {
+            tracing::warn!(error = %e, "cannot listen for stop signals");
+        }
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                },
+                (Ok(mut term), Err(_)) => {
+                    term.recv().await;
+                    "SIGTERM"
+                }
+                (Err(_), Ok(mut int)) => {
+                    int.recv().await;
+                    "SIGINT"
+                }
+                (Err(_), Err(_)) => std::future::pending().await,
+            }
+        }
+    }
+}
+
+#[cfg(windows)]
+mod stop_signal {
+    use std::future::Future;
+
+    /// Registers the handler now; the future resolves on Ctrl-C.
+    pub(super) fn listen() -> impl Future<Output = &'static str> + Send {
+        let ctrl_c = tokio::signal::windows::ctrl_c();
+        if let Err(e) = &ctrl_c {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+        }
+        async move {
+            match ctrl_c {
+                Ok(mut ctrl_c) => {
+                    ctrl_c.recv().await;
+                    "Ctrl-C"
+                }
+                Err(_) => std::future::pending().await,
+            }
+        }
+    }
 }

@@ -87,6 +87,14 @@ impl ShimTable {
         }
     }
 
+    /// Nothing is live any more (runtime shutdown): every published shim is removed.
+    pub(crate) fn clear(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.published)
+            .into_iter()
+            .map(|(key, generation)| Action::Remove { key, generation })
+            .collect()
+    }
+
     /// Keys whose shim should exist.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &str> {
         self.published.keys().map(String::as_str)
@@ -182,6 +190,19 @@ mod tests {
         let mut t = ShimTable::default();
         t.upsert(route("a", 1, true));
         assert_eq!(t.removed("a", 9), Some(remove("a", 9)));
+    }
+
+    #[test]
+    fn clear_removes_every_published_shim() {
+        let mut t = ShimTable::default();
+        t.snapshot([
+            route("a", 1, true),
+            route("b", 2, true),
+            route("c", 3, false),
+        ]);
+        assert_eq!(t.clear(), vec![remove("a", 1), remove("b", 2)]);
+        assert_eq!(t.keys().count(), 0);
+        assert_eq!(t.clear(), vec![]);
     }
 
     #[test]

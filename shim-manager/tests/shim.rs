@@ -670,21 +670,72 @@ async fn reconnects_within_five_seconds_then_gives_up() {
         waited >= Duration::from_secs(4),
         "gave up after {waited:?}, expected about 5 s of retries"
     );
+    // Without a kernel no generation is live: the manager leaves no shim behind.
+    assert_eq!(leftover_shims(&fx.bin), Vec::<String>::new());
+}
+
+/// Names of our files left in `bin/` (shims, sidecars, temp files).
+fn leftover_shims(bin: &Path) -> Vec<String> {
+    std::fs::read_dir(bin)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.trim_start_matches('.').starts_with("tutti-connector-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Publishes two shims, plus a stale one a previous manager left behind.
+async fn manager_with_two_shims(fx: &Fixture, fake: &FakeKernel) -> Child {
+    std::fs::create_dir_all(&fx.bin).expect("bin dir");
+    std::fs::write(fx.shim("stale"), b"#!/bin/sh\n").expect("stale shim");
+    fake.seed(route("alpha", 1, true));
+    fake.seed(route("beta", 2, true));
+    let manager = fx.start_manager(&libexec_dir());
+    fake.wait_connections(1).await;
+    wait_until("shims published", WITHIN, || {
+        fx.shim("alpha").exists() && fx.shim("beta").exists() && !fx.shim("stale").exists()
+    })
+    .await;
+    manager
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_event_exits_zero() {
+async fn shutdown_event_removes_every_shim_and_exits_zero() {
     let fx = Fixture::new();
     let fake = FakeKernel::new();
     let _kernel = KernelHandle::start(&fx.state, fake.clone());
-    let mut manager = fx.start_manager(&libexec_dir());
-    fake.wait_connections(1).await;
+    let mut manager = manager_with_two_shims(&fx, &fake).await;
     fake.shutdown();
     let status = tokio::time::timeout(STARTUP, manager.wait())
         .await
         .expect("manager exits on shutdown")
         .expect("wait");
     assert!(status.success(), "log:\n{}", fx.manager_log());
+    assert_eq!(leftover_shims(&fx.bin), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_removes_every_shim_and_exits_zero() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let fx = Fixture::new();
+    let fake = FakeKernel::new();
+    let _kernel = KernelHandle::start(&fx.state, fake.clone());
+    let mut manager = manager_with_two_shims(&fx, &fake).await;
+    let pid = manager
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .expect("pid");
+    kill(Pid::from_raw(pid), Signal::SIGTERM).expect("SIGTERM");
+    let status = tokio::time::timeout(STARTUP, manager.wait())
+        .await
+        .expect("manager exits on SIGTERM")
+        .expect("wait");
+    assert!(status.success(), "{status}; log:\n{}", fx.manager_log());
+    assert_eq!(leftover_shims(&fx.bin), Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,7 +41,7 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
 
     // The ACP gate comes before any token exists.
     if let Some(file) = &args.acp_initialize
-        && let AcpGate::Refuse(reason) = acp_gate_file(file)?
+        && let AcpGate::Refuse(reason) = acp_gate_file(file)
     {
         note(&format!(
             "tutti: not binding the MCP server: {reason} (in {}); no token was issued",
@@ -83,14 +83,18 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
     Ok(ExitCode::SUCCESS)
 }
 
-fn acp_gate_file(file: &Path) -> Result<AcpGate, CliError> {
-    let text = fs::read_to_string(file).map_err(|e| CliError::io("read", file, e))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| CliError::AcpInitialize {
-            path: file.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    Ok(binding::acp_gate(&value))
+/// Judges the agent's ACP `initialize` response in `file`. SPEC §6: the server is bound only
+/// when the agent declares `mcpCapabilities.http = true`; a file that cannot be read or is not
+/// JSON declares nothing, so it is a refusal (empty binding, exit 0), never an error.
+fn acp_gate_file(file: &Path) -> AcpGate {
+    let text = match fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => return AcpGate::Refuse(format!("the file cannot be read ({e})")),
+    };
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(value) => binding::acp_gate(&value),
+        Err(e) => AcpGate::Refuse(format!("the file is not valid JSON ({e})")),
+    }
 }
 
 /// `DIR/config.toml` of Codex, parsed up front and rewritten atomically.
@@ -249,24 +253,25 @@ mod tests {
             r#"{"protocolVersion":1,"agentCapabilities":{"mcpCapabilities":{"http":true}}}"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(acp_gate_file(&yes).ok(), Some(AcpGate::Bind));
+        assert_eq!(acp_gate_file(&yes), AcpGate::Bind);
         let no = dir.path().join("no.json");
         fs::write(
             &no,
             r#"{"agentCapabilities":{"mcpCapabilities":{"sse":true}}}"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(acp_gate_file(&no), Ok(AcpGate::Refuse(_))));
+        assert!(matches!(acp_gate_file(&no), AcpGate::Refuse(_)));
+        // Unreadable or not JSON: the agent declares nothing, so nothing is bound (SPEC §6).
         let bad = dir.path().join("bad.json");
         fs::write(&bad, "not json").unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(
-            acp_gate_file(&bad),
-            Err(CliError::AcpInitialize { .. })
-        ));
+        assert!(
+            matches!(acp_gate_file(&bad), AcpGate::Refuse(ref r) if r.contains("not valid JSON"))
+        );
         assert!(matches!(
             acp_gate_file(&dir.path().join("missing.json")),
-            Err(CliError::Io { .. })
+            AcpGate::Refuse(ref r) if r.contains("cannot be read")
         ));
+        assert!(matches!(acp_gate_file(dir.path()), AcpGate::Refuse(_)));
     }
 
     /// The ACP refusal and the flag checks never reach the kernel: with no kernel running,
@@ -285,6 +290,19 @@ mod tests {
             session: "s".into(),
             format: Format::Acp,
             acp_initialize: Some(no.clone()),
+            codex_home: None,
+        };
+        let got = issue(dir.path(), args).await;
+        assert!(
+            matches!(got, Ok(code) if code == ExitCode::SUCCESS),
+            "{got:?}"
+        );
+        // An unreadable file is a refusal too, not an error.
+        let args = IssueArgs {
+            workspace: "w".into(),
+            session: "s".into(),
+            format: Format::Acp,
+            acp_initialize: Some(dir.path().join("missing.json")),
             codex_home: None,
         };
         let got = issue(dir.path(), args).await;
