@@ -24,6 +24,8 @@ pub struct RuntimeOptions {
     pub args: Vec<String>,
     /// How long to wait for `frontendUrl` in `tutti status --json`.
     pub ready_timeout: Duration,
+    /// Working directory of `tutti up` (default: the test's own).
+    pub cwd: Option<PathBuf>,
 }
 
 impl Default for RuntimeOptions {
@@ -33,6 +35,7 @@ impl Default for RuntimeOptions {
             env: Vec::new(),
             args: Vec::new(),
             ready_timeout: Duration::from_secs(20),
+            cwd: None,
         }
     }
 }
@@ -47,6 +50,17 @@ pub struct Runtime {
     state: PathBuf,
     releases: u32,
     frontend_url: String,
+    opts: RuntimeOptions,
+}
+
+/// A live `tutti-upstream-worker` of one runtime, as seen in `/proc`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerProc {
+    pub pid: u32,
+    /// `TUTTI_WORKER_KEY` from its environment.
+    pub key: String,
+    /// `TUTTI_WORKER_GENERATION` from its environment (0 if unreadable).
+    pub generation: u64,
 }
 
 impl Runtime {
@@ -59,34 +73,137 @@ impl Runtime {
             .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
         let root = dir.path().to_path_buf();
         let state = root.join("state");
-        let open = |name: &str| {
-            std::fs::File::create(root.join(name))
-                .unwrap_or_else(|e| panic!("cannot create {name} in {}: {e}", root.display()))
-        };
-        let mut cmd = Command::new(bin("tutti"));
-        cmd.arg("up").arg("--state-dir").arg(&state);
-        if opts.demo {
-            cmd.arg("--demo");
-        }
-        cmd.args(&opts.args)
-            .env_remove("TUTTI_STATE_DIR")
-            .envs(opts.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(open("up.stdout"))
-            .stderr(open("up.stderr"));
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn `tutti up`: {e}"));
         let mut rt = Runtime {
-            child: Some(child),
+            child: None,
             dir: Some(dir),
             root,
             state,
             releases: 0,
             frontend_url: String::new(),
+            opts,
         };
-        rt.frontend_url = rt.wait_ready(opts.ready_timeout);
+        rt.spawn_up();
+        rt.frontend_url = rt.wait_ready(rt.opts.ready_timeout);
         rt
+    }
+
+    /// Spawns `tutti up` on this runtime's state dir (stdout/stderr appended to
+    /// `up.stdout` / `up.stderr` in the temporary root).
+    fn spawn_up(&mut self) {
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.root.join(name))
+                .unwrap_or_else(|e| panic!("cannot open {name} in {}: {e}", self.root.display()))
+        };
+        let mut cmd = Command::new(bin("tutti"));
+        cmd.arg("up").arg("--state-dir").arg(&self.state);
+        if self.opts.demo {
+            cmd.arg("--demo");
+        }
+        cmd.args(&self.opts.args)
+            .env_remove("TUTTI_STATE_DIR")
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(open("up.stdout"))
+            .stderr(open("up.stderr"));
+        if let Some(dir) = &self.opts.cwd {
+            cmd.current_dir(dir);
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn `tutti up`: {e}"));
+        self.child = Some(child);
+    }
+
+    /// Starts `tutti up` again on the same state dir after [`Runtime::stop`] or
+    /// [`Runtime::kill`], and waits for a `frontendUrl` as [`Runtime::start`] does. The URL
+    /// may change (a new kernel picks a new port).
+    pub fn restart(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "Runtime::restart: the runtime is still running; stop or kill it first"
+        );
+        self.spawn_up();
+        self.frontend_url = self.wait_ready(self.opts.ready_timeout);
+    }
+
+    /// SIGKILLs `tutti up` (the kernel) and reaps it; nothing is stopped cleanly. Returns
+    /// its exit status (`None` if it was not running).
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = child.kill();
+        child.wait().ok()
+    }
+
+    /// Live `tutti-upstream-worker` processes of this runtime (their command line names this
+    /// state dir), with key and generation read from their environment.
+    pub fn workers(&self) -> Vec<WorkerProc> {
+        Self::workers_in(&self.state)
+    }
+
+    /// [`Runtime::workers`] for the state dir `state`, for threads that cannot borrow the
+    /// runtime.
+    pub fn workers_in(state: &Path) -> Vec<WorkerProc> {
+        let state = state.to_string_lossy().into_owned();
+        crate::proc_tree::snapshot()
+            .into_iter()
+            .filter(|p| !p.is_zombie())
+            .filter(|p| {
+                p.cmdline.contains("tutti-upstream-worker") && p.cmdline.contains(state.as_str())
+            })
+            .map(|p| {
+                let env = crate::proc_tree::environ(p.pid).unwrap_or_default();
+                let get = |name: &str| {
+                    env.iter()
+                        .find(|(k, _)| k == name)
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default()
+                };
+                WorkerProc {
+                    pid: p.pid,
+                    key: get("TUTTI_WORKER_KEY"),
+                    generation: get("TUTTI_WORKER_GENERATION").parse().unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+
+    /// Every live process that belongs to this runtime: its command line, or an ancestor's,
+    /// names the temporary root (state dir, release copies, [`Runtime::private_fixture`]).
+    pub fn process_set(&self) -> Vec<u32> {
+        crate::proc_tree::live_matching(&[&self.root.to_string_lossy()])
+    }
+
+    /// A copy of the fixture server under this runtime's temporary root, so that every
+    /// process started from it (grandchildren and orphans included) names the root in its
+    /// command line and [`Runtime::process_set`] finds it.
+    pub fn private_fixture(&self) -> PathBuf {
+        let dir = self.root.join("fixture-bin");
+        let dest = dir.join(format!(
+            "tutti-fixture-server{}",
+            std::env::consts::EXE_SUFFIX
+        ));
+        if !dest.is_file() {
+            std::fs::create_dir_all(&dir)
+                .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+            let src = crate::fixture_bin();
+            if std::fs::hard_link(&src, &dest).is_err() {
+                std::fs::copy(&src, &dest).unwrap_or_else(|e| {
+                    panic!("cannot copy {} to {}: {e}", src.display(), dest.display())
+                });
+            }
+        }
+        dest
+    }
+
+    /// [`crate::fixture_connector`] whose command is [`Runtime::private_fixture`].
+    pub fn private_fixture_connector(&self, key: &str, args: &[&str]) -> Value {
+        let mut manifest = crate::fixture_connector(key, args);
+        manifest["mcp"]["command"] =
+            Value::String(self.private_fixture().to_string_lossy().into_owned());
+        manifest
     }
 
     fn wait_ready(&mut self, timeout: Duration) -> String {
@@ -339,6 +456,18 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.stop();
+        // Whatever a failing test left behind (e.g. an orphaned grandchild): SIGKILL it by
+        // pid; only processes naming this runtime's temporary root are touched.
+        let leftovers = self.process_set();
+        if !leftovers.is_empty() {
+            eprintln!(
+                "tutti-tests: killing processes left behind by this runtime:\n{}",
+                crate::proc_tree::describe(&leftovers)
+            );
+            for pid in leftovers {
+                kill_pid(pid);
+            }
+        }
         if std::thread::panicking()
             && let Some(dir) = self.dir.take()
         {
@@ -388,6 +517,19 @@ fn terminate(child: &mut Child) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
 }
+
+/// SIGKILL to one process (Unix; a no-op elsewhere).
+#[cfg(unix)]
+pub(crate) fn kill_pid(pid: u32) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+#[cfg(windows)]
+pub(crate) fn kill_pid(_pid: u32) {}
 
 #[cfg(windows)]
 fn terminate(child: &mut Child) {

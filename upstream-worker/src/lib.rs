@@ -373,6 +373,33 @@ async fn report_non_json(kernel: KernelLink, counter: Arc<stdio::NonJsonCounter>
     }
 }
 
+/// SIGTERM to a worker means "take everything down now": the kernel sends it as the
+/// parent-death signal and as the second stage of a stop. The worker kills its own process
+/// group (itself, its upstream and anything the upstream left behind, e.g. `npx`
+/// grandchildren), so no process of the tree outlives the kernel. The graceful path is the
+/// Worker `Shutdown` RPC.
+pub async fn kill_group_on_sigterm() {
+    #[cfg(unix)]
+    {
+        use nix::sys::signal::{Signal, killpg};
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            return;
+        };
+        if term.recv().await.is_some() {
+            let group = nix::unistd::getpgrp();
+            // Only when we lead our own group (as the kernel spawns us); never signal a
+            // group we merely joined.
+            if group == nix::unistd::getpid() {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+            std::process::exit(143);
+        }
+    }
+    #[cfg(not(unix))]
+    std::future::pending::<()>().await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -457,31 +484,4 @@ mod tests {
         .collect();
         assert_eq!(codes, [0, 2, 3, 4, 5, 6]);
     }
-}
-
-/// SIGTERM to a worker means "take everything down now": the kernel sends it as the
-/// parent-death signal and as the second stage of a stop. The worker kills its own process
-/// group (itself, its upstream and anything the upstream left behind, e.g. `npx`
-/// grandchildren), so no process of the tree outlives the kernel. The graceful path is the
-/// Worker `Shutdown` RPC.
-pub async fn kill_group_on_sigterm() {
-    #[cfg(unix)]
-    {
-        use nix::sys::signal::{Signal, killpg};
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            return;
-        };
-        if term.recv().await.is_some() {
-            let group = nix::unistd::getpgrp();
-            // Only when we lead our own group (as the kernel spawns us); never signal a
-            // group we merely joined.
-            if group == nix::unistd::getpid() {
-                let _ = killpg(group, Signal::SIGKILL);
-            }
-            std::process::exit(143);
-        }
-    }
-    #[cfg(not(unix))]
-    std::future::pending::<()>().await;
 }

@@ -468,14 +468,22 @@ async fn start_stdio(
         Ok::<_, String>(listed)
     };
 
+    // The deadline is polled by reference: when it fires the handshake (and with it the
+    // upstream's stdin) is still alive, so the last stderr line is the upstream's own and not
+    // its reaction to being cut off.
+    let mut handshake = Box::pin(handshake);
+    let deadline = tokio::time::sleep(within);
+    tokio::pin!(deadline);
     let outcome = tokio::select! {
-        res = tokio::time::timeout(within, handshake) => match res {
-            Ok(res) => res,
-            Err(_) => Err(format!("timed out after {} ms", within.as_millis())),
-        },
+        res = &mut handshake => res.map_err(StartFailure::Failed),
+        () = &mut deadline => Err(StartFailure::TimedOut {
+            last_stderr: last_stderr.lock().ok().and_then(|l| l.clone()),
+        }),
         // The child died during the handshake: say so rather than "connection closed".
-        how = child.exited() => Err(how),
+        how = child.exited() => Err(StartFailure::Failed(how)),
     };
+    // Closes the upstream's stdin unless the session took it over.
+    drop(handshake);
     match outcome {
         Ok((running, upstream, protocol_version, tools)) => Ok(Started {
             session: Session {
@@ -488,7 +496,19 @@ async fn start_stdio(
             },
             tools,
         }),
-        Err(mut message) => {
+        Err(StartFailure::TimedOut { last_stderr }) => {
+            // Our deadline, not the upstream's doing: whatever it does once its stdin closes
+            // (exit 0, say) must not be reported as the cause.
+            let mut message = start_timeout(within);
+            if let Some(last) = last_stderr {
+                message = format!("{message}; last stderr line: {last}");
+            }
+            child.stop().await;
+            Err(WorkerError::UpstreamStart {
+                message: redactor.redact(&message),
+            })
+        }
+        Err(StartFailure::Failed(mut message)) => {
             // An early exit shows up as a closed connection first; prefer the exit status.
             if let Ok(how) = tokio::time::timeout(Duration::from_millis(300), child.exited()).await
                 && !message.starts_with("exited")
@@ -508,6 +528,22 @@ async fn start_stdio(
             })
         }
     }
+}
+
+/// Why a stdio upstream did not start.
+enum StartFailure {
+    /// `timeouts.startMs` passed first; the last stderr line seen before it, if any.
+    TimedOut { last_stderr: Option<String> },
+    /// The handshake or listing failed, or the child exited (description).
+    Failed(String),
+}
+
+/// The one wording of a start timeout (stdio and http).
+fn start_timeout(within: Duration) -> String {
+    format!(
+        "timed out after {} ms (startMs) waiting for the MCP handshake and tools/list",
+        within.as_millis()
+    )
 }
 
 async fn start_http(
@@ -568,7 +604,7 @@ async fn start_http(
             Ok(res) => res?,
             Err(_) => {
                 return Err(WorkerError::UpstreamStart {
-                    message: format!("timed out after {} ms", within.as_millis()),
+                    message: start_timeout(within),
                 });
             }
         };

@@ -742,7 +742,10 @@ async fn start_timeout_names_the_limit() -> TestResult {
     )
     .await?;
     let report = h.report("start_failed").await?;
-    assert_eq!(report.message, "timed out after 400 ms");
+    assert_eq!(
+        report.message,
+        "timed out after 400 ms (startMs) waiting for the MCP handshake and tools/list"
+    );
     assert_eq!(h.exit_code().await?, Some(3));
     Ok(())
 }
