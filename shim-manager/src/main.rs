@@ -50,8 +50,7 @@ fn start(args: Args) -> anyhow::Result<()> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

@@ -31,7 +31,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    // One thread: a worker serves one upstream; a single-threaded runtime avoids cross-thread
+    // wake-ups on the per-call path and keeps the resident set small.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
