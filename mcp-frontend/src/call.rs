@@ -64,10 +64,11 @@ pub(crate) async fn resolve(app: &App, name: &str) -> Result<Arc<Tool>, RpcError
             format!("tool {name} is not available now; list tools again"),
         )
         .with_data(json!({"tutti": tutti("fenced", &gone.key, gone.generation)}))),
-        Lookup::Unknown => Err(RpcError::new(
-            INVALID_PARAMS,
-            format!("Unknown tool: {name}"),
-        )),
+        // No connector or generation is known for a name that never routed.
+        Lookup::Unknown => Err(
+            RpcError::new(INVALID_PARAMS, format!("Unknown tool: {name}"))
+                .with_data(json!({"tutti": {"reason": "unknown_tool"}})),
+        ),
     }
 }
 

@@ -210,6 +210,39 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
     }
 }
 
+/// A string parameter that names the target of a request (`uri`, `name`), or -32602.
+pub(crate) fn target_param<'a>(
+    params: Option<&'a Value>,
+    field: &str,
+) -> Result<&'a str, RpcError> {
+    params
+        .and_then(|p| p.get(field))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            RpcError::new(
+                INVALID_PARAMS,
+                format!("Invalid params: {field} is required"),
+            )
+        })
+}
+
+/// `resources/read`: no resources are projected (SPEC §5), so every URI is not found.
+/// `code` is -32602 on the modern surface (SEP-2164) and -32002 on the legacy one
+/// (MCP 2025-06-18); `data.uri` echoes the requested URI either way.
+pub(crate) fn read_resource(params: Option<&Value>, code: i64) -> Result<Value, RpcError> {
+    let uri = target_param(params, "uri")?;
+    Err(RpcError::new(code, format!("Resource not found: {uri}")).with_data(json!({"uri": uri})))
+}
+
+/// `prompts/get`: no prompts are projected (SPEC §5), so every name is unknown (-32602).
+pub(crate) fn get_prompt(params: Option<&Value>) -> Result<Value, RpcError> {
+    let name = target_param(params, "name")?;
+    Err(RpcError::new(
+        INVALID_PARAMS,
+        format!("Unknown prompt: {name}"),
+    ))
+}
+
 /// One `tools/list` page for either era: `(tools, nextCursor)`.
 pub(crate) async fn list_tools(
     app: &App,

@@ -6,8 +6,10 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use crate::call;
-use crate::http::{Ctx, PROTOCOL_VERSION_HEADER, list_tools, server_info};
-use crate::rpc::{self, METHOD_NOT_FOUND, Message, RpcError, SERVER_ERROR};
+use crate::http::{
+    Ctx, PROTOCOL_VERSION_HEADER, get_prompt, list_tools, read_resource, server_info,
+};
+use crate::rpc::{self, METHOD_NOT_FOUND, Message, RESOURCE_NOT_FOUND, RpcError, SERVER_ERROR};
 
 /// Versions this surface speaks; the first is the one offered when the client's is unknown.
 pub(crate) const VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2025-11-25"];
@@ -63,6 +65,8 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                 "resources/list" => Ok(json!({"resources": []})),
                 "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
                 "prompts/list" => Ok(json!({"prompts": []})),
+                "resources/read" => read_resource(params.as_ref(), RESOURCE_NOT_FOUND),
+                "prompts/get" => get_prompt(params.as_ref()),
                 other => Err(RpcError::new(
                     METHOD_NOT_FOUND,
                     format!("Method not found: {other}"),

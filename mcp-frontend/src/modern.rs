@@ -9,7 +9,8 @@ use serde_json::{Map, Value, json};
 use crate::call;
 use crate::headers::{self, HeaderProblem};
 use crate::http::{
-    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, list_tools, server_info,
+    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, get_prompt, list_tools,
+    read_resource, server_info, target_param,
 };
 use crate::listen;
 use crate::rpc::{
@@ -154,6 +155,24 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         "resources/list" => Ok(empty_list("resources")),
         "resources/templates/list" => Ok(empty_list("resourceTemplates")),
         "prompts/list" => Ok(empty_list("prompts")),
+        "resources/read" | "prompts/get" => {
+            // `Mcp-Name` carries `params.uri` / `params.name` (SEP-2243).
+            let field = if method == "resources/read" {
+                "uri"
+            } else {
+                "name"
+            };
+            if let Ok(target) = target_param(params.as_ref(), field)
+                && let Err(e) = expect_header(&ctx, "mcp-name", "Mcp-Name", target)
+            {
+                return bad(&id, e);
+            }
+            if method == "resources/read" {
+                read_resource(params.as_ref(), INVALID_PARAMS)
+            } else {
+                get_prompt(params.as_ref())
+            }
+        }
         other => {
             return rpc::error_response(
                 StatusCode::NOT_FOUND,

@@ -13,6 +13,8 @@ pub(crate) const INTERNAL_ERROR: i64 = -32603;
 pub(crate) const REQUEST_CANCELLED: i64 = -32800;
 /// Transport-level rejections (TS SDK practice; not in the JSON-RPC spec).
 pub(crate) const SERVER_ERROR: i64 = -32000;
+/// MCP 2025-06-18 "Resource not found" (the legacy surface's `resources/read`).
+pub(crate) const RESOURCE_NOT_FOUND: i64 = -32002;
 pub(crate) const HEADER_MISMATCH: i64 = -32020;
 pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
 

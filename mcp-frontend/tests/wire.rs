@@ -837,6 +837,10 @@ async fn unknown_tool_is_invalid_params() {
     let body = h.legacy_call(json!(1), "nope_tool", json!({})).await;
     assert_eq!(body["error"]["code"], -32602);
     assert_eq!(body["error"]["message"], "Unknown tool: nope_tool");
+    assert_eq!(
+        body["error"]["data"],
+        json!({"tutti": {"reason": "unknown_tool"}})
+    );
     h.stop().await.expect("clean stop");
 }
 
@@ -1082,6 +1086,55 @@ async fn modern_discover_lists_and_removed_methods() {
         assert_eq!(body["error"]["code"], -32601, "{method}");
         assert_eq!(body["id"], 500);
     }
+    h.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn nothing_to_read_or_get_in_either_era() {
+    let h = start().await;
+    let uri = "test://nonexistent";
+    let read = |name: &'static str| {
+        h.modern_request(json!(7), "resources/read", json!({"uri": uri}))
+            .header("mcp-name", name)
+    };
+    let r = read(uri).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["id"], 7);
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert_eq!(body["error"]["data"], json!({"uri": uri}));
+    // Mcp-Name must carry params.uri (SEP-2243).
+    let r = read("test://other").send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+
+    let r = h
+        .modern_request(json!(8), "prompts/get", json!({"name": "p"}))
+        .header("mcp-name", "p")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert_eq!(body["error"]["message"], "Unknown prompt: p");
+    let (status, body) = h.modern(json!(9), "prompts/get", json!({})).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (StatusCode::OK, json!(-32602))
+    );
+
+    let (status, body) = h
+        .legacy(json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":uri}}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["error"]["code"], -32002, "{body}");
+    assert_eq!(body["error"]["data"], json!({"uri": uri}));
+    let (_, body) = h
+        .legacy(json!({"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"p"}}))
+        .await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
     h.stop().await.expect("clean stop");
 }
 

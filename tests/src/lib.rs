@@ -11,6 +11,7 @@
 //! reports failure. Tests need `cargo build --workspace --bins` first (`scripts/test` does it).
 #![forbid(unsafe_code)]
 
+pub mod auth_proxy;
 pub mod fixture;
 mod mcp;
 pub mod proc_tree;
@@ -21,8 +22,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+pub use auth_proxy::AuthProxy;
 pub use mcp::{Era, Mcp, SseStream};
-pub use runtime::{Runtime, RuntimeOptions};
+pub use runtime::{Runtime, RuntimeOptions, WorkerProc};
 pub use stdio::{FixtureHttp, StdioClient};
 
 /// The MCP protocol version of the legacy surface.

@@ -33,6 +33,11 @@ pub fn info(pid: u32) -> Option<ProcInfo> {
     imp::read(pid)
 }
 
+/// The environment of `pid` as `(name, value)` pairs, if readable (Linux: same user).
+pub fn environ(pid: u32) -> Option<Vec<(String, String)>> {
+    imp::environ(pid)
+}
+
 /// Whether `pid` exists and is not a zombie.
 pub fn is_alive(pid: u32) -> bool {
     info(pid).is_some_and(|p| !p.is_zombie())
@@ -157,6 +162,17 @@ mod imp {
             .collect()
     }
 
+    pub(super) fn environ(pid: u32) -> Option<Vec<(String, String)>> {
+        let bytes = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        Some(
+            String::from_utf8_lossy(&bytes)
+                .split('\0')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        )
+    }
+
     pub(super) fn read(pid: u32) -> Option<ProcInfo> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let (ppid, state) = parse_stat(&stat)?;
@@ -187,6 +203,10 @@ mod imp {
     }
 
     pub(super) fn read(_pid: u32) -> Option<ProcInfo> {
+        None
+    }
+
+    pub(super) fn environ(_pid: u32) -> Option<Vec<(String, String)>> {
         None
     }
 }

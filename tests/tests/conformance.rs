@@ -1,0 +1,234 @@
+//! The official MCP conformance suite (`@modelcontextprotocol/conformance@0.2.0-alpha.12`)
+//! against the real runtime: `tutti up`, a fixture connector with key `test` whose upstream
+//! tools project to the names the suite calls (`simple_text` → `test_simple_text`, …), and
+//! the loopback `tutti-auth-proxy` that only adds the bearer token (the suite cannot send
+//! one). Both frozen requirement sets run with `tests/conformance/expected-failures.yml`; the
+//! suite itself fails the run on any failure or warning outside that file and on any entry of
+//! it that passes. Results: docs/CONFORMANCE.md.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tutti_tests::{
+    AuthProxy, Mcp, Runtime, RuntimeOptions, fixture_connector, npm_package, repo_root,
+    require_node22,
+};
+
+/// The upstream tools of the `test` connector: the suite's tool scenarios, the diagnostic
+/// tools of `server-stateless` (`logging_tool`, `streaming_elicitation`,
+/// `trigger_tool_change`) and one `x-mcp-header` tool (`param_header`).
+const TEST_TOOLS: &str =
+    "conformance,logging_tool,streaming_elicitation,trigger_tool_change,param_header";
+const REVISIONS: [&str; 2] = ["2026-07-28", "2025-11-25"];
+
+fn expected_failures() -> PathBuf {
+    repo_root()
+        .join("tests")
+        .join("conformance")
+        .join("expected-failures.yml")
+}
+
+/// The entries (`scenario` or `scenario:check`) of the expected-failures file with their
+/// one-line reasons (the comment after the entry).
+fn baseline_entries() -> Vec<(String, String)> {
+    let path = expected_failures();
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("- "))
+        .map(|rest| {
+            let (entry, reason) = rest
+                .split_once(" # ")
+                .unwrap_or_else(|| panic!("entry without a one-line reason: {rest}"));
+            assert!(!reason.trim().is_empty(), "empty reason: {rest}");
+            (entry.trim().to_owned(), reason.trim().to_owned())
+        })
+        .collect()
+}
+
+/// The scenarios a requirement set runs but does not score (`not_scored:` entries).
+fn not_scored(suite: &Path, revision: &str) -> Vec<String> {
+    let path = suite.join("requirements").join(format!("{revision}.yaml"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("- scenario: "))
+        .map(|s| s.trim().to_owned())
+        .collect()
+}
+
+/// `-` plus the suite's result-directory timestamp `2026-11-29T15-24-10-075Z`.
+const TIMESTAMP_SUFFIX: usize = 25;
+
+/// One row per scenario: `(scenario, passed checks, failed checks, warnings)`.
+fn results(out_dir: &Path) -> Vec<(String, usize, usize, usize)> {
+    let mut rows = Vec::new();
+    let entries = std::fs::read_dir(out_dir)
+        .unwrap_or_else(|e| panic!("no results in {}: {e}", out_dir.display()));
+    for entry in entries.filter_map(Result::ok) {
+        let dir = entry.path();
+        let Ok(text) = std::fs::read_to_string(dir.join("checks.json")) else {
+            continue;
+        };
+        let checks: Vec<Value> = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{}/checks.json: {e}", dir.display()));
+        let count = |s: &str| checks.iter().filter(|c| c["status"] == s).count();
+        // `server-<scenario>-<YYYY-MM-DDTHH-MM-SS-mmmZ>`.
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let scenario = name
+            .strip_prefix("server-")
+            .filter(|n| n.ends_with('Z') && n.len() > TIMESTAMP_SUFFIX)
+            .map(|n| n[..n.len() - TIMESTAMP_SUFFIX].to_owned())
+            .unwrap_or(name);
+        rows.push((
+            scenario,
+            count("SUCCESS"),
+            count("FAILURE"),
+            count("WARNING"),
+        ));
+    }
+    rows.sort();
+    rows
+}
+
+fn run_suite(node: &Path, suite: &Path, url: &str, revision: &str, out_dir: &Path) -> String {
+    let out = Command::new(node)
+        .arg(suite.join("dist").join("index.js"))
+        .args(["server", "--url", url, "--requirements", revision])
+        .arg("--expected-failures")
+        .arg(expected_failures())
+        .arg("-o")
+        .arg(out_dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the conformance suite: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let summary = stdout
+        .find("=== SUMMARY ===")
+        .map_or(stdout.as_str(), |i| &stdout[i..]);
+    assert!(
+        out.status.success(),
+        "conformance --requirements {revision} failed ({}):\n{summary}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("Baseline check passed"),
+        "no baseline verdict for {revision}:\n{summary}"
+    );
+    summary.to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_suite_passes_both_requirement_sets() {
+    let node = require_node22();
+    let suite = npm_package("@modelcontextprotocol/conformance").unwrap_or_else(|| {
+        panic!("this test needs @modelcontextprotocol/conformance: run scripts/install-test-tools")
+    });
+    let baseline = baseline_entries();
+    assert!(!baseline.is_empty());
+
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let tools: Vec<&str> = vec!["--tools", TEST_TOOLS];
+    rt.install_ok(&fixture_connector("test", &tools), &[]);
+    rt.wait_status("test", "ready", Duration::from_secs(20));
+    let token = rt.issue_token("conformance", "suite");
+    let proxy = AuthProxy::start(rt.frontend_url(), &token);
+
+    // The proxy adds the token and nothing else: without it the frontend refuses, through it
+    // the same request is served, and a foreign Host still gets 403 through the proxy.
+    let list = |mcp: Mcp| async move { mcp.request("tools/list", json!({})).await };
+    let (status, _, _) = list(Mcp::legacy(rt.frontend_url(), "")).await;
+    assert_eq!(status, 401, "the frontend must require the bearer token");
+    let (status, _, body) = list(Mcp::legacy(&proxy.url(), "")).await;
+    assert_eq!(status, 200, "through the proxy: {body}");
+    assert!(
+        body["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "test_simple_text")),
+        "{body}"
+    );
+    let evil = Mcp::legacy(&proxy.url(), "");
+    let (status, _, _) = evil
+        .post_raw(
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec(),
+            &[("Host".to_owned(), "evil.example.com".to_owned())],
+        )
+        .await;
+    assert_eq!(status, 403, "the proxy must preserve Host");
+
+    let mut report = String::new();
+    for revision in REVISIONS {
+        let out_dir = rt.root().join(format!("conformance-{revision}"));
+        let summary = run_suite(&node, &suite, &proxy.url(), revision, &out_dir);
+        let rows = results(&out_dir);
+        assert!(
+            rows.len() >= 20,
+            "too few scenarios ran for {revision}: {rows:?}"
+        );
+        // Tool calls really reached the upstream through the gateway.
+        for scenario in [
+            "tools-call-simple-text",
+            "tools-call-image",
+            "tools-call-error",
+        ] {
+            assert!(
+                rows.iter().any(|(s, ok, failed, warned)| s == scenario
+                    && *ok > 0
+                    && *failed == 0
+                    && *warned == 0),
+                "{scenario} did not pass for {revision}: {rows:?}"
+            );
+        }
+        let unscored = not_scored(&suite, revision);
+        report.push_str(&format!("\n### `--requirements {revision}`\n\n"));
+        report.push_str("| scenario | checks passed / failed / warnings | result | reason |\n");
+        report.push_str("|---|---|---|---|\n");
+        for (scenario, ok, failed, warned) in &rows {
+            let reasons: Vec<String> = baseline
+                .iter()
+                .filter_map(|(entry, reason)| {
+                    if entry == scenario {
+                        Some(reason.clone())
+                    } else {
+                        let check = entry.strip_prefix(&format!("{scenario}:"))?;
+                        Some(format!("`{check}`: {reason}"))
+                    }
+                })
+                .collect();
+            let (result, reason) = if unscored.contains(scenario) {
+                let result = if failed + warned == 0 {
+                    "pass (not scored)"
+                } else {
+                    "fail (not scored)"
+                };
+                (result, String::new())
+            } else if failed + warned == 0 {
+                ("pass", String::new())
+            } else {
+                ("expected failure", reasons.join("; "))
+            };
+            report.push_str(&format!(
+                "| {scenario} | {ok} / {failed} / {warned} | {result} | {reason} |\n"
+            ));
+        }
+        eprintln!("{summary}");
+    }
+    // The per-run table (for docs/CONFORMANCE.md); `--nocapture` shows it.
+    println!("{report}");
+    let _ = std::fs::write(rt.root().join("conformance-results.md"), &report);
+
+    // Every expected failure is explained in the docs.
+    let docs = repo_root().join("docs").join("CONFORMANCE.md");
+    let docs_text = std::fs::read_to_string(&docs)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", docs.display()));
+    for (entry, _) in &baseline {
+        assert!(
+            docs_text.contains(entry.as_str()),
+            "docs/CONFORMANCE.md does not explain the expected failure {entry}"
+        );
+    }
+    drop(proxy);
+}
