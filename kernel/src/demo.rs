@@ -8,11 +8,17 @@ use serde_json::json;
 
 /// Writes the demo release directories under `<state>/demo/` and returns them.
 pub fn write_releases(state: &Path, libexec: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let server = libexec.join(format!("tutti-fixture-server{}", std::env::consts::EXE_SUFFIX));
+    let server = libexec.join(format!(
+        "tutti-fixture-server{}",
+        std::env::consts::EXE_SUFFIX
+    ));
     if !server.is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
-            format!("{} is missing; build the workspace with `cargo build --workspace`", server.display()),
+            format!(
+                "{} is missing; build the workspace with `cargo build --workspace`",
+                server.display()
+            ),
         ));
     }
     let server = server.to_string_lossy().into_owned();

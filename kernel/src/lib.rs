@@ -130,12 +130,20 @@ pub async fn run(config: Config) -> Result<(), KernelError> {
 }
 
 fn absolute(p: &std::path::Path) -> Result<PathBuf, KernelError> {
-    std::fs::create_dir_all(p).map_err(|source| KernelError::Io { context: format!("creating state dir {}", p.display()), source })?;
-    std::path::absolute(p).map_err(|source| KernelError::Io { context: format!("resolving {}", p.display()), source })
+    std::fs::create_dir_all(p).map_err(|source| KernelError::Io {
+        context: format!("creating state dir {}", p.display()),
+        source,
+    })?;
+    std::path::absolute(p).map_err(|source| KernelError::Io {
+        context: format!("resolving {}", p.display()),
+        source,
+    })
 }
 
 /// One kernel per state dir: an exclusive lock on `run/kernel.lock`, held for the process
 /// lifetime (the OS drops it if the kernel dies).
+// `File::try_lock` is stable since Rust 1.89 while the workspace declares rust-version 1.88;
+// the toolchain in use is 1.95 (the workspace's rust-version should be raised).
 fn acquire_lock(paths: &paths::Paths) -> Result<std::fs::File, KernelError> {
     use std::io::{Read, Seek, Write};
     let path = paths.run().join("kernel.lock");
@@ -145,11 +153,17 @@ fn acquire_lock(paths: &paths::Paths) -> Result<std::fs::File, KernelError> {
         .create(true)
         .truncate(false)
         .open(&path)
-        .map_err(|source| KernelError::Io { context: format!("opening {}", path.display()), source })?;
+        .map_err(|source| KernelError::Io {
+            context: format!("opening {}", path.display()),
+            source,
+        })?;
     if f.try_lock().is_err() {
         let mut pid = String::new();
         let _ = f.read_to_string(&mut pid);
-        return Err(KernelError::AlreadyRunning { state_dir: paths.state.clone(), pid: pid.trim().to_string() });
+        return Err(KernelError::AlreadyRunning {
+            state_dir: paths.state.clone(),
+            pid: pid.trim().to_string(),
+        });
     }
     let _ = f.set_len(0);
     let _ = f.rewind();
@@ -170,10 +184,17 @@ async fn install_demo(k: &Arc<Kernel>) -> Vec<String> {
     let svc = service::Service { k: k.clone() };
     let mut keys = Vec::new();
     for dir in dirs {
-        let req = tutti_proto::kernel::InstallRequest { source_dir: dir.to_string_lossy().into_owned(), allow_commands: Vec::new() };
+        let req = tutti_proto::kernel::InstallRequest {
+            source_dir: dir.to_string_lossy().into_owned(),
+            allow_commands: Vec::new(),
+        };
         match svc.install(tonic::Request::new(req)).await {
             Ok(r) => keys.push(r.into_inner().key),
-            Err(e) => eprintln!("tutti: demo install of {} failed: {}", dir.display(), e.message()),
+            Err(e) => eprintln!(
+                "tutti: demo install of {} failed: {}",
+                dir.display(),
+                e.message()
+            ),
         }
     }
     keys
@@ -187,7 +208,10 @@ async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
             break u;
         }
         if tokio::time::Instant::now() > deadline {
-            eprintln!("tutti: the MCP frontend did not start; see {}", k.paths.logs().join("frontend.log").display());
+            eprintln!(
+                "tutti: the MCP frontend did not start; see {}",
+                k.paths.logs().join("frontend.log").display()
+            );
             std::future::pending::<()>().await;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -195,7 +219,12 @@ async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
     while tokio::time::Instant::now() < deadline {
         let settled = {
             let inner = lock(&k.inner);
-            demo.iter().all(|key| inner.conns.get(key).is_some_and(|c| c.status != state::Status::Starting))
+            demo.iter().all(|key| {
+                inner
+                    .conns
+                    .get(key)
+                    .is_some_and(|c| c.status != state::Status::Starting)
+            })
         };
         if settled {
             break;
@@ -208,7 +237,9 @@ async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
     notify::notify("READY=1\nSTATUS=serving");
     println!("tutti is up. MCP server \"connector\": {url}");
     println!("  state dir: {}", k.paths.state.display());
-    println!("  give an agent access: tutti session issue --workspace W --session S --format claude");
+    println!(
+        "  give an agent access: tutti session issue --workspace W --session S --format claude"
+    );
     println!("  stop: Ctrl-C");
     std::future::pending::<()>().await;
 }
@@ -216,7 +247,10 @@ async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
 #[cfg(unix)]
 async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => {}
@@ -244,11 +278,13 @@ async fn shutdown(k: &Arc<Kernel>) {
         lock(&k.tokens).revoke_all();
         k.publish_other(
             &mut inner,
-            tutti_proto::kernel::route_event::Event::SessionsRevoked(tutti_proto::kernel::SessionsRevoked {
-                all: true,
-                workspace: String::new(),
-                session: String::new(),
-            }),
+            tutti_proto::kernel::route_event::Event::SessionsRevoked(
+                tutti_proto::kernel::SessionsRevoked {
+                    all: true,
+                    workspace: String::new(),
+                    session: String::new(),
+                },
+            ),
         );
     }
     let _ = k.shutdown.send(true);
@@ -256,8 +292,15 @@ async fn shutdown(k: &Arc<Kernel>) {
     let mut waits = Vec::new();
     for tx in actors {
         let (done, wait) = tokio::sync::oneshot::channel();
-        let _ = tx.send(supervisor::Msg::Stop { reason: "runtime shutdown".into(), done });
+        let _ = tx.send(supervisor::Msg::Stop {
+            reason: "runtime shutdown".into(),
+            done,
+        });
         waits.push(wait);
     }
-    let _ = tokio::time::timeout(Duration::from_secs(15), futures_util::future::join_all(waits)).await;
+    let _ = tokio::time::timeout(
+        Duration::from_secs(15),
+        futures_util::future::join_all(waits),
+    )
+    .await;
 }

@@ -28,7 +28,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(tutti_kernel::run(tutti_kernel::Config { state_dir, demo: args.demo })) {
+    match rt.block_on(tutti_kernel::run(tutti_kernel::Config {
+        state_dir,
+        demo: args.demo,
+    })) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tutti-kernel: {e}");
@@ -46,12 +49,23 @@ fn init_tracing(state_dir: &std::path::Path) {
     };
     let logs = state_dir.join("logs");
     let _ = std::fs::create_dir_all(&logs);
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(logs.join("kernel.log")).ok();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(logs.join("kernel.log"))
+        .ok();
     let file_layer = file.map(|f| {
-        tracing_subscriber::fmt::layer().with_ansi(false).with_writer(std::sync::Mutex::new(f)).with_filter(filter())
+        tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(f))
+            .with_filter(filter())
     });
     tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter()))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter()),
+        )
         .with(file_layer)
         .init();
 }

@@ -95,11 +95,63 @@ impl Manifest {
 /// Reads and validates `<dir>/connector.json`. `Err` holds one line per problem.
 pub fn load(dir: &Path) -> Result<Manifest, Vec<String>> {
     let path = dir.join("connector.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| vec![format!("connector.json: cannot read {}: {e}", path.display())])?;
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        vec![format!(
+            "connector.json: cannot read {}: {e}",
+            path.display()
+        )]
+    })?;
     let value: Value = serde_json::from_str(&text)
         .map_err(|e| vec![format!("connector.json: not valid JSON: {e}")])?;
     parse(&value, dir)
+}
+
+/// The launch problems (command not found, cwd not absolute, …) of a release whose
+/// `connector.json` has other problems too, so that one refusal lists them all. Reads the
+/// stdio fields leniently; a field `reported` already names is not reported twice.
+pub fn launch_problems(
+    dir: &Path,
+    state: &Path,
+    base_env: &BTreeMap<String, String>,
+    reported: &[String],
+) -> Vec<String> {
+    let Some(value) = std::fs::read_to_string(dir.join("connector.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    else {
+        return Vec::new();
+    };
+    let mcp = &value["mcp"];
+    let Some(command) = mcp["command"].as_str().filter(|c| !c.is_empty()) else {
+        return Vec::new();
+    };
+    if mcp["transport"] != "stdio" {
+        return Vec::new();
+    }
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let args = strings(&mcp["args"]);
+    let cwd = mcp["cwd"].as_str().unwrap_or("${release}");
+    let problems = match stdio_launch(command, &args, cwd, &BTreeMap::new(), dir, state, base_env) {
+        Ok(_) => return Vec::new(),
+        Err(p) => p,
+    };
+    let field_of =
+        |line: &str| -> String { line.splitn(3, ": ").take(2).collect::<Vec<_>>().join(": ") };
+    problems
+        .into_iter()
+        .filter(|p| {
+            let field = field_of(p);
+            !reported.iter().any(|r| field_of(r) == field)
+        })
+        .collect()
 }
 
 struct Problems(Vec<String>);
@@ -110,7 +162,13 @@ impl Problems {
     }
 }
 
-fn string(obj: &Map<String, Value>, field: &str, path: &str, required: bool, p: &mut Problems) -> Option<String> {
+fn string(
+    obj: &Map<String, Value>,
+    field: &str,
+    path: &str,
+    required: bool,
+    p: &mut Problems,
+) -> Option<String> {
     match obj.get(field) {
         None | Some(Value::Null) => {
             if required {
@@ -139,13 +197,19 @@ fn string_list(obj: &Map<String, Value>, field: &str, path: &str, p: &mut Proble
             .filter_map(|(i, v)| match v {
                 Value::String(s) => Some(s.clone()),
                 other => {
-                    p.push(&format!("{path}[{i}]"), format!("must be a string, got {}", kind(other)));
+                    p.push(
+                        &format!("{path}[{i}]"),
+                        format!("must be a string, got {}", kind(other)),
+                    );
                     None
                 }
             })
             .collect(),
         Some(other) => {
-            p.push(path, format!("must be an array of strings, got {}", kind(other)));
+            p.push(
+                path,
+                format!("must be an array of strings, got {}", kind(other)),
+            );
             Vec::new()
         }
     }
@@ -173,7 +237,8 @@ fn inside_release(rel: &str) -> bool {
     let p = Path::new(rel);
     !rel.is_empty()
         && p.is_relative()
-        && p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        && p.components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
@@ -183,7 +248,10 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
     };
     let key = string(root, "key", "key", true, &mut p).unwrap_or_default();
     if !key.is_empty() && !valid_key(&key) {
-        p.push("key", format!("must match ^[a-z][a-z0-9-]{{0,23}}$, got {key:?}"));
+        p.push(
+            "key",
+            format!("must match ^[a-z][a-z0-9-]{{0,23}}$, got {key:?}"),
+        );
     }
     let name = string(root, "name", "name", true, &mut p).unwrap_or_default();
     let description = string(root, "description", "description", true, &mut p).unwrap_or_default();
@@ -200,17 +268,27 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
     let cli = match root.get("cli") {
         None | Some(Value::Null) => None,
         Some(Value::Object(c)) => {
-            let entrypoint = string(c, "entrypoint", "cli.entrypoint", true, &mut p).unwrap_or_default();
+            let entrypoint =
+                string(c, "entrypoint", "cli.entrypoint", true, &mut p).unwrap_or_default();
             if !entrypoint.is_empty() {
                 if !inside_release(&entrypoint) {
-                    p.push("cli.entrypoint", format!("must be a relative path inside the release, got {entrypoint:?}"));
+                    p.push(
+                        "cli.entrypoint",
+                        format!("must be a relative path inside the release, got {entrypoint:?}"),
+                    );
                 } else if !dir.join(&entrypoint).is_file() {
-                    p.push("cli.entrypoint", format!("{entrypoint:?} does not exist in the release"));
+                    p.push(
+                        "cli.entrypoint",
+                        format!("{entrypoint:?} does not exist in the release"),
+                    );
                 }
             }
             let secrets = string_list(c, "secrets", "cli.secrets", &mut p);
             check_secret_names(&secrets, "cli.secrets", &mut p);
-            Some(Cli { entrypoint, secrets })
+            Some(Cli {
+                entrypoint,
+                secrets,
+            })
         }
         Some(other) => {
             p.push("cli", format!("must be an object, got {}", kind(other)));
@@ -218,10 +296,16 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         }
     };
     let mut skills = Vec::new();
-    for (i, rel) in string_list(root, "skills", "skills", &mut p).into_iter().enumerate() {
+    for (i, rel) in string_list(root, "skills", "skills", &mut p)
+        .into_iter()
+        .enumerate()
+    {
         let field = format!("skills[{i}]");
         if !inside_release(&rel) {
-            p.push(&field, format!("must be a directory inside the release, got {rel:?}"));
+            p.push(
+                &field,
+                format!("must be a directory inside the release, got {rel:?}"),
+            );
             continue;
         }
         match crate::skills::read_skill(&dir.join(&rel)) {
@@ -245,7 +329,10 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
                     if let Some(v) = t.get(field) {
                         match v.as_u64() {
                             Some(n) if n > 0 && n <= u64::from(u32::MAX) => *slot = n as u32,
-                            _ => p.push(&format!("timeouts.{field}"), "must be a positive integer (milliseconds)"),
+                            _ => p.push(
+                                &format!("timeouts.{field}"),
+                                "must be a positive integer (milliseconds)",
+                            ),
                         }
                     }
                 }
@@ -262,7 +349,10 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
                         Some(l @ ("low" | "medium" | "high")) => {
                             tool_risk.insert(tool.clone(), l.to_string());
                         }
-                        _ => p.push(&format!("toolRisk.{tool}"), "must be \"low\", \"medium\" or \"high\""),
+                        _ => p.push(
+                            &format!("toolRisk.{tool}"),
+                            "must be \"low\", \"medium\" or \"high\"",
+                        ),
                     }
                 }
             }
@@ -270,7 +360,18 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         }
     }
     if p.0.is_empty() {
-        Ok(Manifest { key, name, description, version, mcp, cli, skills, start_ms, call_ms, tool_risk })
+        Ok(Manifest {
+            key,
+            name,
+            description,
+            version,
+            mcp,
+            cli,
+            skills,
+            start_ms,
+            call_ms,
+            tool_risk,
+        })
     } else {
         Err(p.0)
     }
@@ -279,7 +380,10 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
 fn check_secret_names(names: &[String], field: &str, p: &mut Problems) {
     for (i, n) in names.iter().enumerate() {
         if !valid_env_name(n) {
-            p.push(&format!("{field}[{i}]"), format!("{n:?} is not a valid environment variable name"));
+            p.push(
+                &format!("{field}[{i}]"),
+                format!("{n:?} is not a valid environment variable name"),
+            );
         }
     }
 }
@@ -288,7 +392,10 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
     match string(m, "transport", "mcp.transport", true, p)?.as_str() {
         "stdio" => {
             let command = string(m, "command", "mcp.command", true, p).unwrap_or_default();
-            if command.contains(char::is_whitespace) && !command.contains('/') && !command.contains('\\') {
+            if command.contains(char::is_whitespace)
+                && !command.contains('/')
+                && !command.contains('\\')
+            {
                 p.push("mcp.command", format!("must be a program name or path, not a shell command line: {command:?} (put arguments in mcp.args)"));
             }
             let args = string_list(m, "args", "mcp.args", p);
@@ -299,7 +406,10 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
                 Some(Value::Object(e)) => {
                     for (k, v) in e {
                         if !valid_env_name(k) {
-                            p.push(&format!("mcp.env.{k}"), "is not a valid environment variable name");
+                            p.push(
+                                &format!("mcp.env.{k}"),
+                                "is not a valid environment variable name",
+                            );
                         }
                         match v.as_str() {
                             Some(s) => {
@@ -313,16 +423,27 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
             }
             let secrets = string_list(m, "secrets", "mcp.secrets", p);
             check_secret_names(&secrets, "mcp.secrets", p);
-            Some(Mcp::Stdio { command, args, cwd, env, secrets })
+            Some(Mcp::Stdio {
+                command,
+                args,
+                cwd,
+                env,
+                secrets,
+            })
         }
         "http" => {
             let url = string(m, "url", "mcp.url", true, p).unwrap_or_default();
-            if !url.is_empty() && !(url.starts_with("https://") || url.starts_with("http://")) {
-                p.push("mcp.url", format!("must be an http:// or https:// URL, got {url:?}"));
+            if !(url.is_empty() || url.starts_with("https://") || url.starts_with("http://")) {
+                p.push(
+                    "mcp.url",
+                    format!("must be an http:// or https:// URL, got {url:?}"),
+                );
             }
             let auth = match m.get("auth") {
                 None | Some(Value::Null) => Auth::None,
-                Some(Value::Object(a)) => match string(a, "kind", "mcp.auth.kind", true, p).as_deref() {
+                Some(Value::Object(a)) => match string(a, "kind", "mcp.auth.kind", true, p)
+                    .as_deref()
+                {
                     Some("none") => Auth::None,
                     Some("bearer") => Auth::Bearer {
                         secret: string(a, "secret", "mcp.auth.secret", true, p).unwrap_or_default(),
@@ -332,13 +453,19 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
                         secret: string(a, "secret", "mcp.auth.secret", true, p).unwrap_or_default(),
                     },
                     Some(other) => {
-                        p.push("mcp.auth.kind", format!("must be none, bearer or header, got {other:?}"));
+                        p.push(
+                            "mcp.auth.kind",
+                            format!("must be none, bearer or header, got {other:?}"),
+                        );
                         Auth::None
                     }
                     None => Auth::None,
                 },
                 Some(other) => {
-                    p.push("mcp.auth", format!("must be an object, got {}", kind(other)));
+                    p.push(
+                        "mcp.auth",
+                        format!("must be an object, got {}", kind(other)),
+                    );
                     Auth::None
                 }
             };
@@ -346,12 +473,18 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
                 && !secret.is_empty()
                 && !valid_env_name(secret)
             {
-                p.push("mcp.auth.secret", format!("{secret:?} is not a valid secret name"));
+                p.push(
+                    "mcp.auth.secret",
+                    format!("{secret:?} is not a valid secret name"),
+                );
             }
             Some(Mcp::Http { url, auth })
         }
         other => {
-            p.push("mcp.transport", format!("must be \"stdio\" or \"http\", got {other:?}"));
+            p.push(
+                "mcp.transport",
+                format!("must be \"stdio\" or \"http\", got {other:?}"),
+            );
             None
         }
     }
@@ -375,6 +508,29 @@ pub fn stdio_launch(
     state: &Path,
     base_env: &BTreeMap<String, String>,
 ) -> Result<StdioLaunch, Vec<String>> {
+    stdio_launch_from(command, args, cwd, env, release, release, state, base_env)
+}
+
+/// [`stdio_launch`] for a release that is not copied yet: `${release}` expands to `release`
+/// (where it will live), but files under it are looked up in `files` (the source directory
+/// whose content the copy will hold). Without this, a release whose command is a file of
+/// its own (`"command": "${release}/bin/server"`) could never be installed.
+#[allow(clippy::too_many_arguments)]
+pub fn stdio_launch_from(
+    command: &str,
+    args: &[String],
+    cwd: &str,
+    env: &BTreeMap<String, String>,
+    release: &Path,
+    files: &Path,
+    state: &Path,
+    base_env: &BTreeMap<String, String>,
+) -> Result<StdioLaunch, Vec<String>> {
+    // Where a path under `release` is on disk right now.
+    let on_disk = |p: &Path| match p.strip_prefix(release) {
+        Ok(rest) if release != files => files.join(rest),
+        _ => p.to_path_buf(),
+    };
     let mut problems = Vec::new();
     let cwd_expanded = expand(cwd, release, state);
     let cwd_path = PathBuf::from(&cwd_expanded);
@@ -385,11 +541,23 @@ pub fn stdio_launch(
     }
     let cmd = expand(command, release, state);
     let path_var = base_env.get("PATH").map(String::as_str).unwrap_or("");
-    let program = match crate::spawn::resolve_program(&cmd, path_var) {
-        Ok(p) => Some(p),
-        Err(e) => {
-            problems.push(format!("connector.json: mcp.command: {e}"));
+    let cmd_path = Path::new(&cmd);
+    let program = if cmd_path.is_absolute() && cmd_path.starts_with(release) {
+        if on_disk(cmd_path).is_file() {
+            Some(cmd_path.to_path_buf())
+        } else {
+            problems.push(format!(
+                "connector.json: mcp.command: {cmd:?} does not exist in the release"
+            ));
             None
+        }
+    } else {
+        match crate::spawn::resolve_program(&cmd, path_var) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                problems.push(format!("connector.json: mcp.command: {e}"));
+                None
+            }
         }
     };
     let args = args
@@ -397,7 +565,11 @@ pub fn stdio_launch(
         .map(|a| {
             let a = expand(a, release, state);
             let candidate = cwd_path.join(&a);
-            if Path::new(&a).is_relative() && !a.starts_with('-') && cwd_path.is_absolute() && candidate.exists() {
+            if Path::new(&a).is_relative()
+                && !a.starts_with('-')
+                && cwd_path.is_absolute()
+                && on_disk(&candidate).exists()
+            {
                 candidate.to_string_lossy().into_owned()
             } else {
                 a
@@ -409,7 +581,12 @@ pub fn stdio_launch(
         full_env.insert(k.clone(), expand(v, release, state));
     }
     match (problems.is_empty(), program) {
-        (true, Some(program)) => Ok(StdioLaunch { program, args, cwd: cwd_path, env: full_env }),
+        (true, Some(program)) => Ok(StdioLaunch {
+            program,
+            args,
+            cwd: cwd_path,
+            env: full_env,
+        }),
         _ => Err(problems),
     }
 }
@@ -426,10 +603,16 @@ mod tests {
     #[test]
     fn problems_name_each_field() {
         let v = json!({"key":"Bad_Key","version":3,"mcp":{"transport":"stdio","command":"node server.js"},"timeouts":{"startMs":-1}});
-        let e = parse(&v, &dir()).unwrap_err();
+        let e = parse(&v, &dir()).expect_err("must be refused");
         let all = e.join("\n");
-        for needle in ["key: must match", "name: is required", "description: is required", "version: must be a string",
-                       "mcp.command: must be a program name", "timeouts.startMs"] {
+        for needle in [
+            "key: must match",
+            "name: is required",
+            "description: is required",
+            "version: must be a string",
+            "mcp.command: must be a program name",
+            "timeouts.startMs",
+        ] {
             assert!(all.contains(needle), "missing {needle:?} in\n{all}");
         }
         assert!(e.iter().all(|l| l.starts_with("connector.json: ")));
@@ -438,7 +621,16 @@ mod tests {
     #[test]
     fn cwd_must_be_absolute_after_expansion() {
         let base = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
-        let e = stdio_launch("/bin/sh", &[], "rel/dir", &BTreeMap::new(), Path::new("/r"), Path::new("/s"), &base).unwrap_err();
+        let e = stdio_launch(
+            "/bin/sh",
+            &[],
+            "rel/dir",
+            &BTreeMap::new(),
+            Path::new("/r"),
+            Path::new("/s"),
+            &base,
+        )
+        .expect_err("must be refused");
         assert_eq!(e, vec!["connector.json: mcp.cwd: must be an absolute path after expansion, got \"rel/dir\"".to_string()]);
     }
 
@@ -448,15 +640,122 @@ mod tests {
         std::fs::write(rel.join("server.js"), "").expect("write");
         let base = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
         let env = BTreeMap::from([("DATA".to_string(), "${state}/data".to_string())]);
-        let l = stdio_launch("sh", &["server.js".into(), "--x".into(), "missing.txt".into()], "${release}", &env, &rel, Path::new("/st"), &base).expect("ok");
+        let l = stdio_launch(
+            "sh",
+            &["server.js".into(), "--x".into(), "missing.txt".into()],
+            "${release}",
+            &env,
+            &rel,
+            Path::new("/st"),
+            &base,
+        )
+        .expect("ok");
         assert!(l.program.is_absolute());
         assert_eq!(l.args[0], rel.join("server.js").to_string_lossy());
         assert_eq!(l.args[1], "--x");
         assert_eq!(l.args[2], "missing.txt");
         assert_eq!(l.cwd, rel);
         assert_eq!(l.env.get("DATA").map(String::as_str), Some("/st/data"));
-        let e = stdio_launch("no-such-program-xyz", &[], "/", &BTreeMap::new(), &rel, Path::new("/st"), &base).unwrap_err();
+        let e = stdio_launch(
+            "no-such-program-xyz",
+            &[],
+            "/",
+            &BTreeMap::new(),
+            &rel,
+            Path::new("/st"),
+            &base,
+        )
+        .expect_err("must be refused");
         assert!(e[0].contains("not found on PATH"), "{e:?}");
+    }
+
+    #[test]
+    fn a_command_inside_a_release_not_copied_yet_is_checked_in_the_source() {
+        let src = tempdir().join("src-release");
+        std::fs::create_dir_all(src.join("bin")).expect("mkdir");
+        std::fs::write(src.join("bin/server"), "#!/bin/sh\n").expect("write");
+        std::fs::write(src.join("data.txt"), "").expect("write");
+        let dest = Path::new("/nonexistent/releases/k/abc");
+        let base = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let l = stdio_launch_from(
+            "${release}/bin/server",
+            &["data.txt".into()],
+            "${release}",
+            &BTreeMap::new(),
+            dest,
+            &src,
+            Path::new("/st"),
+            &base,
+        )
+        .expect("valid against the source");
+        // What will run is the copy's path, not the source's.
+        assert_eq!(l.program, dest.join("bin/server"));
+        assert_eq!(
+            l.args,
+            vec![dest.join("data.txt").to_string_lossy().into_owned()]
+        );
+        assert_eq!(l.cwd, dest);
+        let e = stdio_launch_from(
+            "${release}/bin/missing",
+            &[],
+            "${release}",
+            &BTreeMap::new(),
+            dest,
+            &src,
+            Path::new("/st"),
+            &base,
+        )
+        .expect_err("must be refused");
+        assert!(
+            e[0].contains("mcp.command") && e[0].contains("does not exist"),
+            "{e:?}"
+        );
+        // Once copied, the release itself is checked.
+        assert!(
+            stdio_launch(
+                "${release}/bin/server",
+                &[],
+                "${release}",
+                &BTreeMap::new(),
+                dest,
+                Path::new("/st"),
+                &base
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn launch_problems_complete_field_problems_without_repeating_a_field() {
+        let dir = tempdir().join("launchy");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let base = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let write =
+            |v: Value| std::fs::write(dir.join("connector.json"), v.to_string()).expect("write");
+        write(
+            json!({"key":"launchy","version":"1","mcp":{"transport":"stdio","command":"no-such-program-tutti","cwd":"rel/dir"}}),
+        );
+        let field_problems = load(&dir).expect_err("name and description are missing");
+        let launch = launch_problems(&dir, Path::new("/st"), &base, &field_problems);
+        assert_eq!(launch.len(), 2, "{launch:?}");
+        assert!(
+            launch
+                .iter()
+                .any(|l| l.starts_with("connector.json: mcp.command: ")),
+            "{launch:?}"
+        );
+        assert!(
+            launch
+                .iter()
+                .any(|l| l.starts_with("connector.json: mcp.cwd: ")),
+            "{launch:?}"
+        );
+        // A shell command line is already refused by the field check: not twice.
+        write(
+            json!({"key":"launchy","version":"1","mcp":{"transport":"stdio","command":"node server.js"}}),
+        );
+        let field_problems = load(&dir).expect_err("refused");
+        assert!(launch_problems(&dir, Path::new("/st"), &base, &field_problems).is_empty());
     }
 
     fn tempdir() -> PathBuf {

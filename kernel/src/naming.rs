@@ -60,7 +60,13 @@ mod tests {
         assert_eq!(&a[..39], &format!("github_{upstream}")[..39]);
         // sha256("a_really_long...") first 4 bytes, independent of the key.
         let digest = Sha256::digest(upstream.as_bytes());
-        assert_eq!(&a[40..], format!("{:02x}{:02x}{:02x}{:02x}", digest[0], digest[1], digest[2], digest[3]));
+        assert_eq!(
+            &a[40..],
+            format!(
+                "{:02x}{:02x}{:02x}{:02x}",
+                digest[0], digest[1], digest[2], digest[3]
+            )
+        );
         assert_eq!(&a[39..40], "_");
         // Exactly 48 stays as is.
         let exact = "x".repeat(48 - 2);

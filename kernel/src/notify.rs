@@ -11,8 +11,12 @@ pub fn notify(state: &str) {
 
 /// True once `url` (http://127.0.0.1:P/mcp/connector) answers a POST with any HTTP status.
 pub async fn frontend_answers(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else { return false };
-    let Some((authority, path)) = rest.split_once('/') else { return false };
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let Some((authority, path)) = rest.split_once('/') else {
+        return false;
+    };
     let fut = async {
         let mut s = tokio::net::TcpStream::connect(authority).await.ok()?;
         let body = r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#;
@@ -25,14 +29,22 @@ pub async fn frontend_answers(url: &str) -> bool {
         s.read_exact(&mut buf).await.ok()?;
         Some(buf.starts_with(b"HTTP/1.1 "))
     };
-    tokio::time::timeout(Duration::from_secs(2), fut).await.ok().flatten().unwrap_or(false)
+    tokio::time::timeout(Duration::from_secs(2), fut)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
 
 #[cfg(unix)]
 mod imp {
     pub(super) fn send(state: &str) {
-        let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return };
-        let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else { return };
+        let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+            return;
+        };
+        let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+            return;
+        };
         let bytes = path.as_encoded_bytes();
         #[cfg(target_os = "linux")]
         if let Some(name) = bytes.strip_prefix(b"@") {

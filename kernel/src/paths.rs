@@ -31,7 +31,8 @@ impl Paths {
         self.logs().join(format!("connector-{key}.log"))
     }
     pub fn sibling(&self, name: &str) -> PathBuf {
-        self.libexec.join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+        self.libexec
+            .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
     }
 }
 

@@ -33,15 +33,23 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     } else {
         let inner = lock(&k.inner);
         let m = inner.manifests.get(&req.target).cloned().ok_or_else(|| {
-            Status::not_found(format!("{:?} is neither a release directory nor an installed connector", req.target))
+            Status::not_found(format!(
+                "{:?} is neither a release directory nor an installed connector",
+                req.target
+            ))
         })?;
         let dir = Kernel::release_dir(&inner, &req.target).unwrap_or_default();
         (m, dir)
     };
     if manifest.mcp.is_none() {
-        return Err(Status::failed_precondition(format!("{} has no mcp interface to probe", manifest.key)));
+        return Err(Status::failed_precondition(format!(
+            "{} has no mcp interface to probe",
+            manifest.key
+        )));
     }
-    let launch = k.launch_spec(&manifest.key, &manifest, &release).map_err(Status::failed_precondition)?;
+    let launch = k
+        .launch_spec(&manifest.key, &manifest, &release)
+        .map_err(Status::failed_precondition)?;
     let generation = k.next_generation();
     let token = crate::tokens::new_token().map_err(|e| Status::internal(e.to_string()))?;
     let (tx, rx) = oneshot::channel();
@@ -49,19 +57,38 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     let start_ms = manifest.start_ms;
     lock(&k.inner).probes.insert(
         generation,
-        ProbeSlot { key: key.clone(), token_hash: sha256(&token), launch, manifest, done: Some(tx) },
+        ProbeSlot {
+            key: key.clone(),
+            token_hash: sha256(&token),
+            launch,
+            manifest,
+            done: Some(tx),
+        },
     );
     let program = k.paths.sibling("tutti-upstream-worker");
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(k.paths.logs().join(format!("probe-{key}.log"))).ok();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(k.paths.logs().join(format!("probe-{key}.log")))
+        .ok();
     let env = vec![
-        ("PATH".to_string(), k.base_env.get("PATH").cloned().unwrap_or_default()),
+        (
+            "PATH".to_string(),
+            k.base_env.get("PATH").cloned().unwrap_or_default(),
+        ),
         ("TUTTI_WORKER_KEY".to_string(), key.clone()),
-        ("TUTTI_WORKER_GENERATION".to_string(), generation.to_string()),
+        (
+            "TUTTI_WORKER_GENERATION".to_string(),
+            generation.to_string(),
+        ),
         ("TUTTI_WORKER_TOKEN".to_string(), token),
     ];
     let spawned = spawn::spawn(ChildSpec {
         program: &program,
-        args: vec!["--state-dir".into(), k.paths.state.to_string_lossy().into_owned()],
+        args: vec![
+            "--state-dir".into(),
+            k.paths.state.to_string_lossy().into_owned(),
+        ],
         env,
         stderr: log,
         death_signal_term: true,
@@ -70,7 +97,10 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         Ok(c) => c,
         Err(e) => {
             lock(&k.inner).probes.remove(&generation);
-            return Err(Status::internal(format!("cannot start {}: {e}", program.display())));
+            return Err(Status::internal(format!(
+                "cannot start {}: {e}",
+                program.display()
+            )));
         }
     };
     let wait = Duration::from_millis(u64::from(start_ms)) + Duration::from_secs(3);
@@ -97,7 +127,10 @@ pub fn finish(slot: &mut ProbeSlot, tools: &[OfferedTool], protocol_version: &st
     for t in tools {
         let local = local_name(&slot.key, &t.upstream_name);
         if let Some(other) = seen.insert(local.clone(), t.upstream_name.clone()) {
-            problems.push(format!("tools {other:?} and {:?} both map to the local name {local}", t.upstream_name));
+            problems.push(format!(
+                "tools {other:?} and {:?} both map to the local name {local}",
+                t.upstream_name
+            ));
         }
         if let Err(p) = check_input_schema(t.definition.get("inputSchema")) {
             problems.push(format!("tool {:?}: inputSchema: {p}", t.upstream_name));
@@ -105,7 +138,12 @@ pub fn finish(slot: &mut ProbeSlot, tools: &[OfferedTool], protocol_version: &st
         out.push(pb::ProbeTool {
             upstream_name: t.upstream_name.clone(),
             local_name: local,
-            description: t.definition.get("description").and_then(|d| d.as_str()).unwrap_or("").to_string(),
+            description: t
+                .definition
+                .get("description")
+                .and_then(|d| d.as_str())
+                .unwrap_or("")
+                .to_string(),
         });
     }
     if let Some(done) = slot.done.take() {

@@ -12,7 +12,8 @@ fn files(root: &Path) -> Result<Vec<PathBuf>, String> {
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let dir = root.join(&rel);
-        let rd = std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let rd =
+            std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
         for entry in rd {
             let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
             let ty = entry.file_type().map_err(|e| e.to_string())?;
@@ -55,7 +56,9 @@ pub fn hash_tree(root: &Path) -> Result<String, String> {
         let mut f = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut buf = [0u8; 64 * 1024];
         loop {
-            let n = f.read(&mut buf).map_err(|e| format!("{}: {e}", path.display()))?;
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             if n == 0 {
                 break;
             }
@@ -73,14 +76,21 @@ pub fn copy_release(src: &Path, dest: &Path) -> Result<(), String> {
     }
     let parent = dest.parent().ok_or("release path has no parent")?;
     std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    let tmp = parent.join(format!(".tmp-{}-{}", std::process::id(), dest.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()));
+    let tmp = parent.join(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        dest.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
+    ));
     let _ = std::fs::remove_dir_all(&tmp);
     for rel in files(src)? {
         let to = tmp.join(&rel);
         if let Some(p) = to.parent() {
             std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
         }
-        std::fs::copy(src.join(&rel), &to).map_err(|e| format!("copying {}: {e}", rel.display()))?;
+        std::fs::copy(src.join(&rel), &to)
+            .map_err(|e| format!("copying {}: {e}", rel.display()))?;
     }
     std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, dest).map_err(|e| format!("{}: {e}", dest.display()))

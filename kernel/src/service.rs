@@ -56,7 +56,15 @@ impl Service {
         };
         let manifest = match manifest::load(&src) {
             Ok(m) => m,
-            Err(problems) => {
+            Err(mut problems) => {
+                // List the launch problems in the same refusal, one line per problem.
+                let launch = manifest::launch_problems(
+                    &src,
+                    &self.k.paths.state,
+                    &self.k.base_env,
+                    &problems,
+                );
+                problems.extend(launch);
                 reply.problems = problems;
                 return Ok(Plan {
                     manifest: placeholder_manifest(),
@@ -79,9 +87,25 @@ impl Service {
             reply.upgrades_version = old.version.clone();
         }
         match &manifest.mcp {
-            Some(Mcp::Stdio { command, args, cwd, env, .. }) => {
+            Some(Mcp::Stdio {
+                command,
+                args,
+                cwd,
+                env,
+                ..
+            }) => {
                 reply.transport = "stdio".into();
-                match manifest::stdio_launch(command, args, cwd, env, &release_dir, &self.k.paths.state, &self.k.base_env) {
+                // Validated against the source: the release copy does not exist yet.
+                match manifest::stdio_launch_from(
+                    command,
+                    args,
+                    cwd,
+                    env,
+                    &release_dir,
+                    &src,
+                    &self.k.paths.state,
+                    &self.k.base_env,
+                ) {
                     Ok(l) => {
                         reply.argv = std::iter::once(l.program.to_string_lossy().into_owned())
                             .chain(l.args)
@@ -97,7 +121,12 @@ impl Service {
             }
             None => {}
         }
-        Ok(Plan { manifest, sha, release_dir, reply })
+        Ok(Plan {
+            manifest,
+            sha,
+            release_dir,
+            reply,
+        })
     }
 
     fn reload(&self, key: &str) {
@@ -139,23 +168,35 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RouteEvent, Status>> + S
 
 #[tonic::async_trait]
 impl KernelRpc for Service {
-    async fn plan_install(&self, req: Request<pb::InstallRequest>) -> Result<Response<pb::InstallPlan>, Status> {
+    async fn plan_install(
+        &self,
+        req: Request<pb::InstallRequest>,
+    ) -> Result<Response<pb::InstallPlan>, Status> {
         Ok(Response::new(self.plan(req.get_ref())?.reply))
     }
 
-    async fn install(&self, req: Request<pb::InstallRequest>) -> Result<Response<pb::InstallReply>, Status> {
+    async fn install(
+        &self,
+        req: Request<pb::InstallRequest>,
+    ) -> Result<Response<pb::InstallReply>, Status> {
         let req = req.into_inner();
         let plan = self.plan(&req)?;
         if !plan.reply.problems.is_empty() {
             return Err(precondition(plan.reply.problems.join("\n")));
         }
-        crate::release::copy_release(Path::new(&req.source_dir), &plan.release_dir).map_err(precondition)?;
+        crate::release::copy_release(Path::new(&req.source_dir), &plan.release_dir)
+            .map_err(precondition)?;
         let key = plan.manifest.key.clone();
         let upgraded;
         let status;
         {
             let mut inner = lock(&self.k.inner);
-            let connected = inner.registry.connectors.get(&key).map(|c| c.auth == AuthState::Ready || c.connected).unwrap_or(true);
+            let connected = inner
+                .registry
+                .connectors
+                .get(&key)
+                .map(|c| c.auth == AuthState::Ready || c.connected)
+                .unwrap_or(true);
             upgraded = inner.registry.connectors.contains_key(&key);
             let auth = self.k.auth_state(&key, &plan.manifest, connected);
             inner.registry.connectors.insert(
@@ -165,7 +206,11 @@ impl KernelRpc for Service {
                     sha256: plan.sha.clone(),
                     release_dir: plan.release_dir.clone(),
                     installed_at_unix: now_unix(),
-                    confirmed_launch: if plan.reply.url.is_empty() { plan.reply.argv.clone() } else { vec![plan.reply.url.clone()] },
+                    confirmed_launch: if plan.reply.url.is_empty() {
+                        plan.reply.argv.clone()
+                    } else {
+                        vec![plan.reply.url.clone()]
+                    },
                     allow_commands: req.allow_commands.clone(),
                     auth,
                     connected,
@@ -179,7 +224,9 @@ impl KernelRpc for Service {
                 c.status = CStatus::Starting;
             }
             status = c.status;
-            self.k.save_registry(&mut inner).map_err(|e| Status::internal(e.to_string()))?;
+            self.k
+                .save_registry(&mut inner)
+                .map_err(|e| Status::internal(e.to_string()))?;
         }
         tracing::info!(key, version = %plan.manifest.version, sha = %plan.sha, upgraded, "installed");
         self.reload(&key);
@@ -203,7 +250,10 @@ impl KernelRpc for Service {
         };
         if let Some(tx) = tx {
             let (done, wait) = tokio::sync::oneshot::channel();
-            let _ = tx.send(Msg::Stop { reason: "uninstalled".into(), done });
+            let _ = tx.send(Msg::Stop {
+                reason: "uninstalled".into(),
+                done,
+            });
             let _ = wait.await;
         }
         {
@@ -213,7 +263,9 @@ impl KernelRpc for Service {
             inner.conns.remove(&key);
             inner.manifests.remove(&key);
             inner.registry.connectors.remove(&key);
-            self.k.save_registry(&mut inner).map_err(|e| Status::internal(e.to_string()))?;
+            self.k
+                .save_registry(&mut inner)
+                .map_err(|e| Status::internal(e.to_string()))?;
         }
         self.k.secrets.delete(&key);
         let _ = std::fs::remove_dir_all(self.k.paths.releases().join(&key));
@@ -221,41 +273,67 @@ impl KernelRpc for Service {
         Ok(Response::new(pb::Empty {}))
     }
 
-    async fn connect_connector(&self, req: Request<pb::ConnectRequest>) -> Result<Response<pb::Empty>, Status> {
+    async fn connect_connector(
+        &self,
+        req: Request<pb::ConnectRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
         let req = req.into_inner();
         let declared = {
             let inner = lock(&self.k.inner);
-            inner.manifests.get(&req.key).map(Manifest::secret_names).ok_or_else(|| not_installed(&req.key))?
+            inner
+                .manifests
+                .get(&req.key)
+                .map(Manifest::secret_names)
+                .ok_or_else(|| not_installed(&req.key))?
         };
         for name in req.secrets.keys() {
             if !declared.contains(name) {
                 return Err(Status::invalid_argument(format!(
                     "{name} is not a secret of {} (declared: {})",
                     req.key,
-                    if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
+                    if declared.is_empty() {
+                        "none".to_string()
+                    } else {
+                        declared.join(", ")
+                    }
                 )));
             }
         }
         for (name, value) in &req.secrets {
             if value.is_empty() {
-                return Err(Status::invalid_argument(format!("the value given for {name} is empty")));
+                return Err(Status::invalid_argument(format!(
+                    "the value given for {name} is empty"
+                )));
             }
         }
         let values: BTreeMap<String, String> = req.secrets.into_iter().collect();
-        self.k.secrets.store(&req.key, &values).map_err(|e| Status::internal(e.to_string()))?;
+        self.k
+            .secrets
+            .store(&req.key, &values)
+            .map_err(|e| Status::internal(e.to_string()))?;
         let missing: Vec<String> = {
             let stored = self.k.secrets.load(&req.key);
-            declared.iter().filter(|n| !stored.contains_key(*n)).cloned().collect()
+            declared
+                .iter()
+                .filter(|n| !stored.contains_key(*n))
+                .cloned()
+                .collect()
         };
         {
             let mut inner = lock(&self.k.inner);
-            let manifest = inner.manifests.get(&req.key).cloned().ok_or_else(|| not_installed(&req.key))?;
+            let manifest = inner
+                .manifests
+                .get(&req.key)
+                .cloned()
+                .ok_or_else(|| not_installed(&req.key))?;
             let auth = self.k.auth_state(&req.key, &manifest, true);
             if let Some(c) = inner.registry.connectors.get_mut(&req.key) {
                 c.connected = true;
                 c.auth = auth;
             }
-            self.k.save_registry(&mut inner).map_err(|e| Status::internal(e.to_string()))?;
+            self.k
+                .save_registry(&mut inner)
+                .map_err(|e| Status::internal(e.to_string()))?;
         }
         self.reload(&req.key);
         if !missing.is_empty() {
@@ -268,15 +346,24 @@ impl KernelRpc for Service {
         Ok(Response::new(pb::Empty {}))
     }
 
-    async fn disconnect_connector(&self, req: Request<pb::KeyRequest>) -> Result<Response<pb::Empty>, Status> {
+    async fn disconnect_connector(
+        &self,
+        req: Request<pb::KeyRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
         let key = req.into_inner().key;
         {
             let mut inner = lock(&self.k.inner);
-            let c = inner.registry.connectors.get_mut(&key).ok_or_else(|| not_installed(&key))?;
+            let c = inner
+                .registry
+                .connectors
+                .get_mut(&key)
+                .ok_or_else(|| not_installed(&key))?;
             c.connected = false;
             c.auth = AuthState::Required;
             self.k.fence(&mut inner, &key, None, "disconnected");
-            self.k.save_registry(&mut inner).map_err(|e| Status::internal(e.to_string()))?;
+            self.k
+                .save_registry(&mut inner)
+                .map_err(|e| Status::internal(e.to_string()))?;
         }
         self.k.secrets.delete(&key);
         self.reload(&key);
@@ -330,12 +417,21 @@ impl KernelRpc for Service {
         }))
     }
 
-    async fn available(&self, _req: Request<pb::Empty>) -> Result<Response<pb::AvailableReply>, Status> {
+    async fn available(
+        &self,
+        _req: Request<pb::Empty>,
+    ) -> Result<Response<pb::AvailableReply>, Status> {
         let inner = lock(&self.k.inner);
         let mut out = Vec::new();
         for key in inner.registry.connectors.keys() {
-            let Some(m) = inner.manifests.get(key) else { continue };
-            let status = inner.conns.get(key).map(|c| c.status).unwrap_or(CStatus::Stopped);
+            let Some(m) = inner.manifests.get(key) else {
+                continue;
+            };
+            let status = inner
+                .conns
+                .get(key)
+                .map(|c| c.status)
+                .unwrap_or(CStatus::Stopped);
             let live = inner.table.live(key).is_some();
             let iface_status = match status {
                 CStatus::Ready if live => "ready",
@@ -381,16 +477,25 @@ impl KernelRpc for Service {
         Ok(Response::new(pb::AvailableReply { connectors: out }))
     }
 
-    async fn issue_session(&self, req: Request<pb::IssueSessionRequest>) -> Result<Response<pb::IssueSessionReply>, Status> {
+    async fn issue_session(
+        &self,
+        req: Request<pb::IssueSessionRequest>,
+    ) -> Result<Response<pb::IssueSessionReply>, Status> {
         let req = req.into_inner();
         if req.workspace.is_empty() || req.session.is_empty() {
-            return Err(Status::invalid_argument("--workspace and --session must not be empty"));
+            return Err(Status::invalid_argument(
+                "--workspace and --session must not be empty",
+            ));
         }
-        let url = lock(&self.k.frontend_url)
-            .clone()
-            .ok_or_else(|| Status::unavailable("the MCP frontend is not running yet; try again in a moment"))?;
-        let token = crate::tokens::new_token().map_err(|e| Status::internal(format!("random: {e}")))?;
-        let id = crate::tokens::SessionId { workspace: req.workspace.clone(), session: req.session.clone() };
+        let url = lock(&self.k.frontend_url).clone().ok_or_else(|| {
+            Status::unavailable("the MCP frontend is not running yet; try again in a moment")
+        })?;
+        let token =
+            crate::tokens::new_token().map_err(|e| Status::internal(format!("random: {e}")))?;
+        let id = crate::tokens::SessionId {
+            workspace: req.workspace.clone(),
+            session: req.session.clone(),
+        };
         // Reissue revokes the previous token; its listen streams end.
         {
             let mut inner = lock(&self.k.inner);
@@ -412,10 +517,19 @@ impl KernelRpc for Service {
         let inner = lock(&self.k.inner);
         let mut skill_roots = Vec::new();
         for (key, installed) in &inner.registry.connectors {
-            let ready = inner.conns.get(key).is_some_and(|c| c.status == CStatus::Ready);
+            let ready = inner
+                .conns
+                .get(key)
+                .is_some_and(|c| c.status == CStatus::Ready);
             if let (true, Some(m)) = (ready, inner.manifests.get(key)) {
                 for s in &m.skills {
-                    skill_roots.push(installed.release_dir.join(&s.dir).to_string_lossy().into_owned());
+                    skill_roots.push(
+                        installed
+                            .release_dir
+                            .join(&s.dir)
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
                 }
             }
         }
@@ -428,16 +542,24 @@ impl KernelRpc for Service {
         }))
     }
 
-    async fn revoke_session(&self, req: Request<pb::RevokeSessionRequest>) -> Result<Response<pb::RevokeSessionReply>, Status> {
+    async fn revoke_session(
+        &self,
+        req: Request<pb::RevokeSessionRequest>,
+    ) -> Result<Response<pb::RevokeSessionReply>, Status> {
         let req = req.into_inner();
         let mut inner = lock(&self.k.inner);
         let revoked = if req.all {
             lock(&self.k.tokens).revoke_all() as u32
         } else {
             if req.workspace.is_empty() || req.session.is_empty() {
-                return Err(Status::invalid_argument("give --workspace and --session, or --all"));
+                return Err(Status::invalid_argument(
+                    "give --workspace and --session, or --all",
+                ));
             }
-            let id = crate::tokens::SessionId { workspace: req.workspace.clone(), session: req.session.clone() };
+            let id = crate::tokens::SessionId {
+                workspace: req.workspace.clone(),
+                session: req.session.clone(),
+            };
             u32::from(lock(&self.k.tokens).revoke(&id))
         };
         self.k.publish_other(
@@ -452,21 +574,36 @@ impl KernelRpc for Service {
         Ok(Response::new(pb::RevokeSessionReply { revoked }))
     }
 
-    async fn probe(&self, req: Request<pb::ProbeRequest>) -> Result<Response<pb::ProbeReply>, Status> {
-        crate::probe::probe(&self.k, req.into_inner()).await.map(Response::new)
+    async fn probe(
+        &self,
+        req: Request<pb::ProbeRequest>,
+    ) -> Result<Response<pb::ProbeReply>, Status> {
+        crate::probe::probe(&self.k, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
-    async fn verify_session(&self, req: Request<pb::VerifySessionRequest>) -> Result<Response<pb::VerifySessionReply>, Status> {
+    async fn verify_session(
+        &self,
+        req: Request<pb::VerifySessionRequest>,
+    ) -> Result<Response<pb::VerifySessionReply>, Status> {
         let tokens = lock(&self.k.tokens);
         Ok(Response::new(match tokens.verify(&req.get_ref().token) {
-            Some(id) => pb::VerifySessionReply { valid: true, workspace: id.workspace.clone(), session: id.session.clone() },
+            Some(id) => pb::VerifySessionReply {
+                valid: true,
+                workspace: id.workspace.clone(),
+                session: id.session.clone(),
+            },
             None => pb::VerifySessionReply::default(),
         }))
     }
 
     type WatchRoutesStream = EventStream;
 
-    async fn watch_routes(&self, _req: Request<pb::WatchRoutesRequest>) -> Result<Response<EventStream>, Status> {
+    async fn watch_routes(
+        &self,
+        _req: Request<pb::WatchRoutesRequest>,
+    ) -> Result<Response<EventStream>, Status> {
         let (snapshot, mut rx) = {
             let inner = lock(&self.k.inner);
             (Kernel::snapshot_event(&inner), self.k.events.subscribe())
@@ -504,26 +641,43 @@ impl KernelRpc for Service {
         Ok(Response::new(stream))
     }
 
-    async fn register_worker(&self, req: Request<pb::RegisterWorkerRequest>) -> Result<Response<pb::RegisterWorkerReply>, Status> {
+    async fn register_worker(
+        &self,
+        req: Request<pb::RegisterWorkerRequest>,
+    ) -> Result<Response<pb::RegisterWorkerReply>, Status> {
         let req = req.into_inner();
         if let Some(slot) = lock(&self.k.inner).probes.get(&req.generation)
             && slot.key == req.key
             && slot.token_hash == sha256(&req.worker_token)
         {
-            return Ok(Response::new(pb::RegisterWorkerReply { launch: Some(slot.launch.clone()) }));
+            return Ok(Response::new(pb::RegisterWorkerReply {
+                launch: Some(slot.launch.clone()),
+            }));
         }
         let (manifest, release) = {
             let inner = lock(&self.k.inner);
             check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
-            let m = inner.manifests.get(&req.key).cloned().ok_or_else(|| not_installed(&req.key))?;
+            let m = inner
+                .manifests
+                .get(&req.key)
+                .cloned()
+                .ok_or_else(|| not_installed(&req.key))?;
             (m, Kernel::release_dir(&inner, &req.key).unwrap_or_default())
         };
-        let launch = self.k.launch_spec(&req.key, &manifest, &release).map_err(precondition)?;
+        let launch = self
+            .k
+            .launch_spec(&req.key, &manifest, &release)
+            .map_err(precondition)?;
         tracing::info!(key = %req.key, generation = req.generation, pid = req.pid, "worker registered");
-        Ok(Response::new(pb::RegisterWorkerReply { launch: Some(launch) }))
+        Ok(Response::new(pb::RegisterWorkerReply {
+            launch: Some(launch),
+        }))
     }
 
-    async fn offer_tools(&self, req: Request<pb::OfferToolsRequest>) -> Result<Response<pb::OfferToolsReply>, Status> {
+    async fn offer_tools(
+        &self,
+        req: Request<pb::OfferToolsRequest>,
+    ) -> Result<Response<pb::OfferToolsReply>, Status> {
         let req = req.into_inner();
         let mut inner = lock(&self.k.inner);
         if let Some(slot) = inner.probes.get_mut(&req.generation)
@@ -532,15 +686,26 @@ impl KernelRpc for Service {
         {
             let offered = offered_tools(&req.tools);
             crate::probe::finish(slot, &offered, &req.protocol_version);
-            return Ok(Response::new(pb::OfferToolsReply { committed: false, error: "probe finished".into() }));
+            return Ok(Response::new(pb::OfferToolsReply {
+                committed: false,
+                error: "probe finished".into(),
+            }));
         }
         check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
-        let manifest = inner.manifests.get(&req.key).cloned().ok_or_else(|| not_installed(&req.key))?;
+        let manifest = inner
+            .manifests
+            .get(&req.key)
+            .cloned()
+            .ok_or_else(|| not_installed(&req.key))?;
         let offered = offered_tools(&req.tools);
         let actor = inner.actors.get(&req.key).cloned();
         match validate(&req.key, &offered, &manifest.tool_risk) {
             Err(problems) => {
-                let error = format!("generation {} refused: {}", req.generation, problems.join("; "));
+                let error = format!(
+                    "generation {} refused: {}",
+                    req.generation,
+                    problems.join("; ")
+                );
                 let live = inner.table.live(&req.key).is_some();
                 let c = inner.conns.entry(req.key.clone()).or_default();
                 c.last_error = error.clone();
@@ -551,7 +716,10 @@ impl KernelRpc for Service {
                 if let Some(a) = actor {
                     let _ = a.send(Msg::Refused(req.generation));
                 }
-                Ok(Response::new(pb::OfferToolsReply { committed: false, error }))
+                Ok(Response::new(pb::OfferToolsReply {
+                    committed: false,
+                    error,
+                }))
             }
             Ok(tools) => {
                 let endpoint = inner
@@ -583,12 +751,18 @@ impl KernelRpc for Service {
                 if let Some(a) = actor {
                     let _ = a.send(Msg::Committed(req.generation));
                 }
-                Ok(Response::new(pb::OfferToolsReply { committed: true, error: String::new() }))
+                Ok(Response::new(pb::OfferToolsReply {
+                    committed: true,
+                    error: String::new(),
+                }))
             }
         }
     }
 
-    async fn report_worker(&self, req: Request<pb::WorkerReport>) -> Result<Response<pb::Empty>, Status> {
+    async fn report_worker(
+        &self,
+        req: Request<pb::WorkerReport>,
+    ) -> Result<Response<pb::Empty>, Status> {
         let req = req.into_inner();
         let actor = {
             let mut inner = lock(&self.k.inner);
@@ -610,32 +784,60 @@ impl KernelRpc for Service {
             inner.actors.get(&req.key).cloned()
         };
         if let Some(a) = actor {
-            let _ = a.send(Msg::Report { generation: req.generation, kind: req.kind, message: req.message });
+            let _ = a.send(Msg::Report {
+                generation: req.generation,
+                kind: req.kind,
+                message: req.message,
+            });
         }
         Ok(Response::new(pb::Empty {}))
     }
 
-    async fn resolve_shim(&self, req: Request<pb::KeyRequest>) -> Result<Response<pb::ResolveShimReply>, Status> {
+    async fn resolve_shim(
+        &self,
+        req: Request<pb::KeyRequest>,
+    ) -> Result<Response<pb::ResolveShimReply>, Status> {
         let key = req.into_inner().key;
         let inner = lock(&self.k.inner);
-        let status = inner.conns.get(&key).map(|c| c.status.as_str()).unwrap_or("not installed");
-        let (Some(route), Some(m), Some(installed)) =
-            (inner.table.live(&key), inner.manifests.get(&key), inner.registry.connectors.get(&key))
-        else {
-            return Ok(Response::new(pb::ResolveShimReply { live: false, status: status.into(), ..Default::default() }));
+        let status = inner
+            .conns
+            .get(&key)
+            .map(|c| c.status.as_str())
+            .unwrap_or("not installed");
+        let (Some(route), Some(m), Some(installed)) = (
+            inner.table.live(&key),
+            inner.manifests.get(&key),
+            inner.registry.connectors.get(&key),
+        ) else {
+            return Ok(Response::new(pb::ResolveShimReply {
+                live: false,
+                status: status.into(),
+                ..Default::default()
+            }));
         };
         let Some(cli) = (if route.has_cli { m.cli.as_ref() } else { None }) else {
-            return Ok(Response::new(pb::ResolveShimReply { live: false, status: "no cli interface".into(), ..Default::default() }));
+            return Ok(Response::new(pb::ResolveShimReply {
+                live: false,
+                status: "no cli interface".into(),
+                ..Default::default()
+            }));
         };
         let stored = self.k.secrets.load(&key);
-        let mut env: std::collections::HashMap<String, String> =
-            cli.secrets.iter().filter_map(|n| stored.get(n).map(|v| (n.clone(), v.clone()))).collect();
+        let mut env: std::collections::HashMap<String, String> = cli
+            .secrets
+            .iter()
+            .filter_map(|n| stored.get(n).map(|v| (n.clone(), v.clone())))
+            .collect();
         env.insert("TUTTI_CONNECTOR_KEY".into(), key.clone());
         Ok(Response::new(pb::ResolveShimReply {
             live: true,
             status: status.into(),
             generation: route.generation,
-            entrypoint: installed.release_dir.join(&cli.entrypoint).to_string_lossy().into_owned(),
+            entrypoint: installed
+                .release_dir
+                .join(&cli.entrypoint)
+                .to_string_lossy()
+                .into_owned(),
             env,
         }))
     }
@@ -652,13 +854,24 @@ fn offered_tools(tools: &[pb::OfferedTool]) -> Vec<OfferedTool> {
 }
 
 /// A worker's RPC must come from the generation the kernel spawned and has not stopped.
-fn check_worker(inner: &crate::state::Inner, key: &str, generation: u64, token: &str) -> Result<(), Status> {
+fn check_worker(
+    inner: &crate::state::Inner,
+    key: &str,
+    generation: u64,
+    token: &str,
+) -> Result<(), Status> {
     let ok = inner
         .conns
         .get(key)
         .and_then(|c| c.workers.get(&generation))
         .is_some_and(|p| p.token_hash == sha256(token));
-    if ok { Ok(()) } else { Err(precondition(format!("generation {generation} of {key} is fenced"))) }
+    if ok {
+        Ok(())
+    } else {
+        Err(precondition(format!(
+            "generation {generation} of {key} is fenced"
+        )))
+    }
 }
 
 /// A stream fed by a task through a bounded channel.

@@ -40,21 +40,36 @@ struct FrontendInfo {
 pub async fn supervise(k: Arc<Kernel>, role: Role) {
     let mut shutdown = k.shutdown.subscribe();
     let mut tracker = RestartTracker::default();
-    let policy = RestartPolicy { intensity: 10, crash_loop_retry: Duration::from_secs(10), ..RestartPolicy::default() };
+    let policy = RestartPolicy {
+        intensity: 10,
+        crash_loop_retry: Duration::from_secs(10),
+        ..RestartPolicy::default()
+    };
     let mut port: u16 = 0;
     loop {
         if *shutdown.borrow() {
             return;
         }
         let program = k.paths.sibling(role.binary());
-        let mut args = vec!["--state-dir".to_string(), k.paths.state.to_string_lossy().into_owned()];
+        let mut args = vec![
+            "--state-dir".to_string(),
+            k.paths.state.to_string_lossy().into_owned(),
+        ];
         if role == Role::Frontend {
             args.push("--port".into());
             args.push(port.to_string());
         }
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(k.paths.logs().join(role.log())).ok();
-        let mut env: Vec<(String, String)> =
-            k.base_env.iter().filter(|(n, _)| n.as_str() == "PATH" || n.as_str() == "HOME").map(|(a, b)| (a.clone(), b.clone())).collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(k.paths.logs().join(role.log()))
+            .ok();
+        let mut env: Vec<(String, String)> = k
+            .base_env
+            .iter()
+            .filter(|(n, _)| n.as_str() == "PATH" || n.as_str() == "HOME")
+            .map(|(a, b)| (a.clone(), b.clone()))
+            .collect();
         if let Ok(v) = std::env::var("TUTTI_LIBEXEC_DIR") {
             env.push(("TUTTI_LIBEXEC_DIR".into(), v));
         }
@@ -62,7 +77,13 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             env.push(("RUST_LOG".into(), v));
         }
         let started = Instant::now();
-        let mut child = match spawn::spawn(ChildSpec { program: &program, args, env, stderr: log, death_signal_term: false }) {
+        let mut child = match spawn::spawn(ChildSpec {
+            program: &program,
+            args,
+            env,
+            stderr: log,
+            death_signal_term: false,
+        }) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(binary = %program.display(), error = %e, "cannot start");
@@ -101,7 +122,7 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
                 }
                 spawn::sweep_group(pid);
                 tracing::warn!(role = ?role, status = ?status.ok(), "exited; restarting");
-                let delay = match tracker.on_exit(&policy, k.now(), started.elapsed(), 0.5) {
+                let delay = match tracker.on_exit(&policy, k.now(), started.elapsed(), false, 0.5) {
                     Decision::RestartAfter(d) => d,
                     Decision::GiveUp => policy.crash_loop_retry,
                 };

@@ -13,7 +13,8 @@ pub struct SkillMeta {
 /// Reads `<dir>/SKILL.md` and parses its YAML front matter. The error names the file.
 pub fn read_skill(dir: &Path) -> Result<SkillMeta, String> {
     let file = dir.join("SKILL.md");
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
     parse_front_matter(&text).map_err(|e| format!("{}: {e}", file.display()))
 }
 
@@ -43,10 +44,24 @@ mod tests {
 
     #[test]
     fn parses_and_refuses() {
-        let m = parse_front_matter("---\nname: gh\ndescription: \"Work: with PRs\"\ntitle: GitHub\n---\nbody").expect("ok");
-        assert_eq!((m.name.as_str(), m.description.as_str(), m.title.as_deref()), ("gh", "Work: with PRs", Some("GitHub")));
-        assert!(parse_front_matter("name: x").unwrap_err().contains("no YAML front matter"));
-        assert!(parse_front_matter("---\nname: x\n---\n").unwrap_err().contains("description"));
+        let m = parse_front_matter(
+            "---\nname: gh\ndescription: \"Work: with PRs\"\ntitle: GitHub\n---\nbody",
+        )
+        .expect("ok");
+        assert_eq!(
+            (m.name.as_str(), m.description.as_str(), m.title.as_deref()),
+            ("gh", "Work: with PRs", Some("GitHub"))
+        );
+        assert!(
+            parse_front_matter("name: x")
+                .expect_err("must be refused")
+                .contains("no YAML front matter")
+        );
+        assert!(
+            parse_front_matter("---\nname: x\n---\n")
+                .expect_err("must be refused")
+                .contains("description")
+        );
         assert!(parse_front_matter("---\nname: [\n---\n").is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! one `killpg` reaches its whole tree, `npx`-style grandchildren included) and, on Linux,
 //! `PR_SET_PDEATHSIG` so nothing outlives the kernel. Spawn only from tokio tasks, never from
 //! `spawn_blocking` threads: the death signal follows the spawning thread.
-#![allow(unsafe_code)]
+//! (`unsafe` is allowed for this module only, in lib.rs.)
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -89,7 +89,11 @@ mod imp {
         #[cfg(target_os = "linux")]
         {
             let parent = std::process::id();
-            let sig = if term { Signal::SIGTERM } else { Signal::SIGKILL };
+            let sig = if term {
+                Signal::SIGTERM
+            } else {
+                Signal::SIGKILL
+            };
             // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
             // calls (prctl, getppid, _exit); it allocates nothing and takes no locks.
             unsafe {
@@ -108,7 +112,11 @@ mod imp {
     }
 
     pub(super) fn signal_group(pgid: u32, kill: bool) {
-        let sig = if kill { Signal::SIGKILL } else { Signal::SIGTERM };
+        let sig = if kill {
+            Signal::SIGKILL
+        } else {
+            Signal::SIGTERM
+        };
         let _ = killpg(Pid::from_raw(pgid as i32), sig);
     }
 
@@ -116,7 +124,10 @@ mod imp {
         use std::os::unix::fs::PermissionsExt;
         std::env::split_paths(path_var)
             .map(|d| d.join(name))
-            .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+            .find(|p| {
+                p.metadata()
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
     }
 }
 

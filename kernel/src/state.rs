@@ -109,7 +109,9 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 pub fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 pub fn sha256(s: &str) -> [u8; 32] {
@@ -117,7 +119,12 @@ pub fn sha256(s: &str) -> [u8; 32] {
 }
 
 impl Kernel {
-    pub fn new(paths: Paths, secrets: SecretStore, registry: Registry, manifests: BTreeMap<String, Manifest>) -> Arc<Self> {
+    pub fn new(
+        paths: Paths,
+        secrets: SecretStore,
+        registry: Registry,
+        manifests: BTreeMap<String, Manifest>,
+    ) -> Arc<Self> {
         let (events, _) = broadcast::channel(4096);
         let (shutdown, _) = watch::channel(false);
         let boot_epoch = registry.boot_epoch;
@@ -172,16 +179,28 @@ impl Kernel {
     pub fn publish(&self, revision: u64, change: Change) {
         let event = match change {
             Change::Upsert { route, .. } => pb::route_event::Event::Upsert(route_to_pb(&route)),
-            Change::Removed { key, generation, reason } => {
-                pb::route_event::Event::Removed(pb::ConnectorRemoved { key, generation, reason })
-            }
+            Change::Removed {
+                key,
+                generation,
+                reason,
+            } => pb::route_event::Event::Removed(pb::ConnectorRemoved {
+                key,
+                generation,
+                reason,
+            }),
         };
-        let _ = self.events.send(Arc::new(pb::RouteEvent { revision, event: Some(event) }));
+        let _ = self.events.send(Arc::new(pb::RouteEvent {
+            revision,
+            event: Some(event),
+        }));
     }
 
     pub fn publish_other(&self, inner: &mut Inner, event: pb::route_event::Event) {
         let revision = inner.table.bump();
-        let _ = self.events.send(Arc::new(pb::RouteEvent { revision, event: Some(event) }));
+        let _ = self.events.send(Arc::new(pb::RouteEvent {
+            revision,
+            event: Some(event),
+        }));
     }
 
     pub fn snapshot_event(inner: &Inner) -> pb::RouteEvent {
@@ -213,7 +232,11 @@ impl Kernel {
             return AuthState::Required;
         }
         let stored = self.secrets.load(key);
-        if manifest.secret_names().iter().all(|n| stored.get(n).is_some_and(|v| !v.is_empty())) {
+        if manifest
+            .secret_names()
+            .iter()
+            .all(|n| stored.get(n).is_some_and(|v| !v.is_empty()))
+        {
             AuthState::Ready
         } else {
             AuthState::Required
@@ -222,7 +245,12 @@ impl Kernel {
 
     /// Secret values of one connector, for redaction.
     pub fn redactions(&self, key: &str) -> Vec<String> {
-        let mut v: Vec<String> = self.secrets.load(key).into_values().filter(|s| s.len() >= 4).collect();
+        let mut v: Vec<String> = self
+            .secrets
+            .load(key)
+            .into_values()
+            .filter(|s| s.len() >= 4)
+            .collect();
         v.sort_by_key(|s| std::cmp::Reverse(s.len()));
         v
     }
@@ -239,14 +267,33 @@ impl Kernel {
     }
 
     /// The LaunchSpec a worker gets (secrets included; travels only over the kernel socket).
-    pub fn launch_spec(&self, key: &str, manifest: &Manifest, release_dir: &std::path::Path) -> Result<pb::LaunchSpec, String> {
+    pub fn launch_spec(
+        &self,
+        key: &str,
+        manifest: &Manifest,
+        release_dir: &std::path::Path,
+    ) -> Result<pb::LaunchSpec, String> {
         let secrets = self.secrets.load(key);
         let redact = self.redactions(key);
         let log_path = self.paths.connector_log(key).to_string_lossy().into_owned();
         match &manifest.mcp {
-            Some(Mcp::Stdio { command, args, cwd, env, secrets: names }) => {
-                let launch = crate::manifest::stdio_launch(command, args, cwd, env, release_dir, &self.paths.state, &self.base_env)
-                    .map_err(|p| p.join("; "))?;
+            Some(Mcp::Stdio {
+                command,
+                args,
+                cwd,
+                env,
+                secrets: names,
+            }) => {
+                let launch = crate::manifest::stdio_launch(
+                    command,
+                    args,
+                    cwd,
+                    env,
+                    release_dir,
+                    &self.paths.state,
+                    &self.base_env,
+                )
+                .map_err(|p| p.join("; "))?;
                 let mut env = launch.env;
                 for n in names {
                     if let Some(v) = secrets.get(n) {
@@ -298,7 +345,11 @@ impl Kernel {
     }
 
     pub fn release_dir(inner: &Inner, key: &str) -> Option<PathBuf> {
-        inner.registry.connectors.get(key).map(|c| c.release_dir.clone())
+        inner
+            .registry
+            .connectors
+            .get(key)
+            .map(|c| c.release_dir.clone())
     }
 }
 
@@ -336,6 +387,7 @@ fn base_env() -> BTreeMap<String, String> {
             env.insert((*n).to_string(), v);
         }
     }
-    env.entry("PATH".into()).or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env.entry("PATH".into())
+        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
     env
 }

@@ -21,12 +21,22 @@ pub enum Msg {
     Reload,
     Committed(u64),
     Refused(u64),
-    Exited { generation: u64, detail: String },
-    Report { generation: u64, kind: String, message: String },
+    Exited {
+        generation: u64,
+        detail: String,
+    },
+    Report {
+        generation: u64,
+        kind: String,
+        message: String,
+    },
     StartTimeout(u64),
     Retry(u64),
     /// Fence and stop everything; the actor ends.
-    Stop { reason: String, done: oneshot::Sender<()> },
+    Stop {
+        reason: String,
+        done: oneshot::Sender<()>,
+    },
 }
 
 struct WorkerHandle {
@@ -90,16 +100,27 @@ impl Actor {
                     }
                 }
                 Msg::Exited { generation, detail } => self.on_exit(generation, detail),
-                Msg::Report { generation, kind, message } => self.on_report(generation, &kind, message),
+                Msg::Report {
+                    generation,
+                    kind,
+                    message,
+                } => self.on_report(generation, &kind, message),
                 Msg::StartTimeout(g) => {
                     if self.candidate == Some(g) {
-                        let ms = lock(&self.k.inner).manifests.get(&self.key).map(|m| m.start_ms).unwrap_or(0);
-                        self.start_error = Some(format!("upstream did not become ready within startMs = {ms} ms"));
+                        let ms = lock(&self.k.inner)
+                            .manifests
+                            .get(&self.key)
+                            .map(|m| m.start_ms)
+                            .unwrap_or(0);
+                        self.start_error = Some(format!(
+                            "upstream did not become ready within startMs = {ms} ms"
+                        ));
                         self.stop_worker(g, Duration::ZERO);
                     }
                 }
                 Msg::Retry(epoch) => {
-                    if epoch == self.retry_epoch && self.live.is_none() && self.candidate.is_none() {
+                    if epoch == self.retry_epoch && self.live.is_none() && self.candidate.is_none()
+                    {
                         self.reload();
                     }
                 }
@@ -128,9 +149,17 @@ impl Actor {
     fn reload(&mut self) {
         let (manifest, release, auth_ready) = {
             let inner = lock(&self.k.inner);
-            let Some(installed) = inner.registry.connectors.get(&self.key) else { return };
-            let Some(m) = inner.manifests.get(&self.key) else { return };
-            (m.clone(), installed.release_dir.clone(), installed.auth == crate::registry::AuthState::Ready)
+            let Some(installed) = inner.registry.connectors.get(&self.key) else {
+                return;
+            };
+            let Some(m) = inner.manifests.get(&self.key) else {
+                return;
+            };
+            (
+                m.clone(),
+                installed.release_dir.clone(),
+                installed.auth == crate::registry::AuthState::Ready,
+            )
         };
         if !auth_ready {
             let live = self.live.take();
@@ -173,12 +202,19 @@ impl Actor {
         self.spawn_candidate(&manifest, &release);
     }
 
-    fn spawn_candidate(&mut self, manifest: &crate::manifest::Manifest, _release: &std::path::Path) {
+    fn spawn_candidate(
+        &mut self,
+        manifest: &crate::manifest::Manifest,
+        _release: &std::path::Path,
+    ) {
         let generation = self.k.next_generation();
         let token = match crate::tokens::new_token() {
             Ok(t) => t,
             Err(e) => {
-                self.set_status(Status::Failed, Some(format!("cannot draw random bytes: {e}")));
+                self.set_status(
+                    Status::Failed,
+                    Some(format!("cannot draw random bytes: {e}")),
+                );
                 return;
             }
         };
@@ -192,7 +228,12 @@ impl Actor {
             .k
             .base_env
             .iter()
-            .filter(|(k, _)| matches!(k.as_str(), "PATH" | "HOME" | "SystemRoot" | "TEMP" | "TMPDIR"))
+            .filter(|(k, _)| {
+                matches!(
+                    k.as_str(),
+                    "PATH" | "HOME" | "SystemRoot" | "TEMP" | "TMPDIR"
+                )
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         env.push(("TUTTI_WORKER_KEY".into(), self.key.clone()));
@@ -204,7 +245,10 @@ impl Actor {
         let program = self.k.paths.sibling("tutti-upstream-worker");
         let spec = ChildSpec {
             program: &program,
-            args: vec!["--state-dir".into(), self.k.paths.state.to_string_lossy().into_owned()],
+            args: vec![
+                "--state-dir".into(),
+                self.k.paths.state.to_string_lossy().into_owned(),
+            ],
             env,
             stderr: log,
             death_signal_term: true,
@@ -212,33 +256,66 @@ impl Actor {
         {
             let mut inner = lock(&self.k.inner);
             let c = inner.conns.entry(self.key.clone()).or_default();
-            c.workers.insert(generation, Pending { token_hash: sha256(&token), endpoint: endpoint.to_string() });
+            c.workers.insert(
+                generation,
+                Pending {
+                    token_hash: sha256(&token),
+                    endpoint: endpoint.to_string(),
+                },
+            );
             if self.live.is_none() {
-                c.status = if c.restarts > 0 { Status::Restarting } else { Status::Starting };
+                c.status = if c.restarts > 0 {
+                    Status::Restarting
+                } else {
+                    Status::Starting
+                };
             }
         }
         let child = match spawn::spawn(spec) {
             Ok(c) => c,
             Err(e) => {
-                lock(&self.k.inner).conns.entry(self.key.clone()).or_default().workers.remove(&generation);
+                lock(&self.k.inner)
+                    .conns
+                    .entry(self.key.clone())
+                    .or_default()
+                    .workers
+                    .remove(&generation);
                 let _ = self.tx.send(Msg::Exited {
                     generation,
                     detail: format!("cannot start {}: {e}", program.display()),
                 });
                 self.candidate = Some(generation);
-                self.workers.insert(generation, WorkerHandle { started: Instant::now(), stop: None, reaped: None });
+                self.workers.insert(
+                    generation,
+                    WorkerHandle {
+                        started: Instant::now(),
+                        stop: None,
+                        reaped: None,
+                    },
+                );
                 return;
             }
         };
         tracing::info!(key = %self.key, generation, pid = child.id(), "worker spawned");
         let (stop_tx, stop_rx) = oneshot::channel();
         let (reaped_tx, reaped_rx) = oneshot::channel();
-        tokio::spawn(watch_worker(self.tx.clone(), child, generation, endpoint, stop_rx, reaped_tx));
+        tokio::spawn(watch_worker(
+            self.tx.clone(),
+            child,
+            generation,
+            endpoint,
+            stop_rx,
+            reaped_tx,
+        ));
         self.candidate = Some(generation);
         self.start_error = None;
         self.workers.insert(
             generation,
-            WorkerHandle { started: Instant::now(), stop: Some(stop_tx), reaped: Some(reaped_rx) },
+            WorkerHandle {
+                started: Instant::now(),
+                stop: Some(stop_tx),
+                reaped: Some(reaped_rx),
+            },
         );
         let tx = self.tx.clone();
         let deadline = Duration::from_millis(u64::from(manifest.start_ms)) + Duration::from_secs(2);
@@ -255,7 +332,12 @@ impl Actor {
         self.candidate = None;
         if let Some(old) = self.live.replace(g) {
             // Update: the old generation drains its in-flight calls, then stops.
-            lock(&self.k.inner).conns.entry(self.key.clone()).or_default().workers.remove(&old);
+            lock(&self.k.inner)
+                .conns
+                .entry(self.key.clone())
+                .or_default()
+                .workers
+                .remove(&old);
             self.stop_worker(old, Duration::from_secs(10));
         }
     }
@@ -267,9 +349,17 @@ impl Actor {
                 self.auth_failed = true;
                 {
                     let mut inner = lock(&self.k.inner);
-                    self.k.fence(&mut inner, &self.key, Some(g), "upstream refused the credentials");
+                    self.k.fence(
+                        &mut inner,
+                        &self.key,
+                        Some(g),
+                        "upstream refused the credentials",
+                    );
                 }
-                let hint = format!("{message}; run `tutti connector connect {}` again", self.key);
+                let hint = format!(
+                    "{message}; run `tutti connector connect {}` again",
+                    self.key
+                );
                 self.set_status(Status::AuthFailed, Some(hint));
             }
             "start_failed" | "upstream_exited" => {
@@ -281,15 +371,23 @@ impl Actor {
     }
 
     fn on_exit(&mut self, g: u64, detail: String) {
-        let Some(handle) = self.workers.remove(&g) else { return };
-        lock(&self.k.inner).conns.entry(self.key.clone()).or_default().workers.remove(&g);
+        let Some(handle) = self.workers.remove(&g) else {
+            return;
+        };
+        lock(&self.k.inner)
+            .conns
+            .entry(self.key.clone())
+            .or_default()
+            .workers
+            .remove(&g);
         let reason = self.start_error.take().unwrap_or(detail);
         let was_live = self.live == Some(g);
         let was_candidate = self.candidate == Some(g);
         if was_live {
             self.live = None;
             let mut inner = lock(&self.k.inner);
-            self.k.fence(&mut inner, &self.key, Some(g), "worker exited");
+            self.k
+                .fence(&mut inner, &self.key, Some(g), "worker exited");
         } else if was_candidate {
             self.candidate = None;
         } else {
@@ -300,16 +398,26 @@ impl Actor {
         }
         if self.live.is_some() {
             // A failed upgrade candidate: the live generation stays.
-            lock(&self.k.inner).conns.entry(self.key.clone()).or_default().last_error =
-                format!("new generation failed to start: {}", self.k.redact(&reason));
+            lock(&self.k.inner)
+                .conns
+                .entry(self.key.clone())
+                .or_default()
+                .last_error = format!("new generation failed to start: {}", self.k.redact(&reason));
             return;
         }
-        if lock(&self.k.inner).conns.get(&self.key).is_some_and(|c| c.status == Status::Failed) && was_candidate {
+        if lock(&self.k.inner)
+            .conns
+            .get(&self.key)
+            .is_some_and(|c| c.status == Status::Failed)
+            && was_candidate
+        {
             return; // refused at commit: retrying cannot help until the release changes
         }
         let uptime = handle.started.elapsed();
         let jitter = f64::from(self.k.now().subsec_nanos() % 1000) / 1000.0;
-        let decision = self.tracker.on_exit(&self.policy, self.k.now(), uptime, jitter);
+        let decision = self
+            .tracker
+            .on_exit(&self.policy, self.k.now(), uptime, was_live, jitter);
         self.retry_epoch += 1;
         let epoch = self.retry_epoch;
         let (status, delay) = match decision {
@@ -361,7 +469,11 @@ impl Actor {
             }
         }
         // Every watcher drops its sender once the process is reaped and its group swept.
-        let _ = tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(reaped)).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            futures_util::future::join_all(reaped),
+        )
+        .await;
     }
 }
 
@@ -384,8 +496,12 @@ async fn watch_worker(
         grace = stop => {
             let grace = grace.unwrap_or(Duration::ZERO);
             if !grace.is_zero() {
-                ask_shutdown(&endpoint, generation, grace).await;
+                // The worker answers Shutdown only once it has drained (up to `grace`), so
+                // the RPC runs on its own task while we wait for the exit: cancelling it
+                // early would abandon the drain and leave the worker running.
+                let rpc = tokio::spawn(ask_shutdown(endpoint.clone(), generation, grace));
                 let _ = tokio::time::timeout(grace + Duration::from_millis(500), child.wait()).await;
+                rpc.abort();
             }
             spawn::stop_group(&mut child, Duration::from_secs(2)).await;
             "stopped".to_string()
@@ -399,14 +515,22 @@ async fn watch_worker(
     let _ = tx.send(Msg::Exited { generation, detail });
 }
 
-async fn ask_shutdown(endpoint: &transport::LocalEndpoint, generation: u64, grace: Duration) {
+/// Asks the worker to drain and exit. Bounded by the grace period (plus a second to
+/// connect); the caller stops waiting for the exit at the same deadline anyway.
+async fn ask_shutdown(endpoint: transport::LocalEndpoint, generation: u64, grace: Duration) {
     let fut = async {
-        let ch = transport::connect(endpoint).await.ok()?;
+        let ch = tokio::time::timeout(Duration::from_secs(1), transport::connect(&endpoint))
+            .await
+            .ok()?
+            .ok()?;
         let mut client = wpb::worker_client::WorkerClient::new(ch);
         client
-            .shutdown(wpb::ShutdownRequest { generation, grace_ms: grace.as_millis() as u32 })
+            .shutdown(wpb::ShutdownRequest {
+                generation,
+                grace_ms: u32::try_from(grace.as_millis()).unwrap_or(u32::MAX),
+            })
             .await
             .ok()
     };
-    let _ = tokio::time::timeout(Duration::from_secs(1), fut).await;
+    let _ = tokio::time::timeout(grace + Duration::from_secs(1), fut).await;
 }

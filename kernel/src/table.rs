@@ -197,16 +197,38 @@ mod tests {
         let mut t = GenerationTable::new();
         let (r1, c1) = t.commit(route("a", 1, &["x", "y"]), T).expect("change");
         assert_eq!(r1, 1);
-        assert!(matches!(c1, Change::Upsert { tools_changed: true, .. }));
+        assert!(matches!(
+            c1,
+            Change::Upsert {
+                tools_changed: true,
+                ..
+            }
+        ));
         let (r2, c2) = t.commit(route("a", 2, &["x", "z"]), T).expect("change");
         assert_eq!(r2, 2);
-        assert!(matches!(c2, Change::Upsert { tools_changed: true, .. }));
+        assert!(matches!(
+            c2,
+            Change::Upsert {
+                tools_changed: true,
+                ..
+            }
+        ));
         let (_, live) = t.snapshot();
         assert_eq!(live.len(), 1);
         assert_eq!(live[0].generation, 2);
-        assert_eq!(live[0].tools.iter().map(|t| t.upstream_name.as_str()).collect::<Vec<_>>(), ["x", "z"]);
+        assert_eq!(
+            live[0]
+                .tools
+                .iter()
+                .map(|t| t.upstream_name.as_str())
+                .collect::<Vec<_>>(),
+            ["x", "z"]
+        );
         // The superseded generation is on the fence record.
-        assert!(t.fences().any(|f| f.generation == 1 && f.reason == "superseded"));
+        assert!(
+            t.fences()
+                .any(|f| f.generation == 1 && f.reason == "superseded")
+        );
     }
 
     #[test]
@@ -214,7 +236,13 @@ mod tests {
         let mut t = GenerationTable::new();
         t.commit(route("a", 1, &["x"]), T);
         let (_, c) = t.commit(route("a", 2, &["x"]), T).expect("route changed");
-        assert!(matches!(c, Change::Upsert { tools_changed: false, .. }));
+        assert!(matches!(
+            c,
+            Change::Upsert {
+                tools_changed: false,
+                ..
+            }
+        ));
         // Identical commit: nothing to publish, revision unchanged.
         assert!(t.commit(route("a", 2, &["x"]), T).is_none());
         assert_eq!(t.revision(), 2);
@@ -235,7 +263,14 @@ mod tests {
         assert!(t.fence("a", 4, "crash", T).is_none());
         let (rev, c) = t.fence("a", 5, "crash", T).expect("fenced");
         assert_eq!(rev, 2);
-        assert_eq!(c, Change::Removed { key: "a".into(), generation: 5, reason: "crash".into() });
+        assert_eq!(
+            c,
+            Change::Removed {
+                key: "a".into(),
+                generation: 5,
+                reason: "crash".into()
+            }
+        );
         assert!(t.live("a").is_none());
         assert!(t.fence("a", 5, "crash", T).is_none());
     }
@@ -249,7 +284,10 @@ mod tests {
         assert_eq!(b, 3);
         let (rev, s) = t.snapshot();
         assert_eq!(rev, 3);
-        assert_eq!(s.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            s.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         assert!(t.remove("zz", "x", T).is_none());
     }
 }

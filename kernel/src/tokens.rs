@@ -69,7 +69,10 @@ mod tests {
     use super::*;
 
     fn id(w: &str, s: &str) -> SessionId {
-        SessionId { workspace: w.into(), session: s.into() }
+        SessionId {
+            workspace: w.into(),
+            session: s.into(),
+        }
     }
 
     #[test]
@@ -79,7 +82,11 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.starts_with("tts_"));
         assert_eq!(a.len(), 4 + 43);
-        assert!(a[4..].bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+        assert!(
+            a[4..]
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
     }
 
     #[test]

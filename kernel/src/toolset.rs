@@ -59,9 +59,33 @@ const KNOWN_DIALECTS: &[&str] = &[
 
 /// Verbs that make a tool `high` risk when they appear as a word in its name or description.
 const OUTWARD_VERBS: &[&str] = &[
-    "delete", "remove", "drop", "destroy", "erase", "purge", "truncate", "wipe", "kill",
-    "send", "post", "publish", "email", "exec", "execute", "run", "write", "overwrite", "pay",
-    "transfer", "deploy", "merge", "push", "revoke", "shutdown", "terminate", "uninstall",
+    "delete",
+    "remove",
+    "drop",
+    "destroy",
+    "erase",
+    "purge",
+    "truncate",
+    "wipe",
+    "kill",
+    "send",
+    "post",
+    "publish",
+    "email",
+    "exec",
+    "execute",
+    "run",
+    "write",
+    "overwrite",
+    "pay",
+    "transfer",
+    "deploy",
+    "merge",
+    "push",
+    "revoke",
+    "shutdown",
+    "terminate",
+    "uninstall",
 ];
 
 /// Validates the whole candidate; any problem refuses the whole set.
@@ -240,7 +264,10 @@ mod tests {
     use serde_json::json;
 
     fn tool(name: &str, def: Value) -> OfferedTool {
-        OfferedTool { upstream_name: name.into(), definition: def }
+        OfferedTool {
+            upstream_name: name.into(),
+            definition: def,
+        }
     }
 
     fn obj() -> Value {
@@ -264,7 +291,7 @@ mod tests {
             tool("a.b", json!({"inputSchema": obj()})),
             tool("a_b", json!({"inputSchema": obj()})),
         ];
-        let e = validate("k", &t, &BTreeMap::new()).unwrap_err();
+        let e = validate("k", &t, &BTreeMap::new()).expect_err("must be refused");
         assert!(e[0].contains("k_a_b"), "{e:?}");
     }
 
@@ -272,28 +299,70 @@ mod tests {
     fn bad_schemas_are_refused() {
         for (schema, needle) in [
             (json!({"type":"string"}), "\"type\": \"object\""),
-            (json!({"type":"object","$schema":"http://example.com/s"}), "dialect"),
-            (json!({"type":"object","properties":{"a":{"$ref":"http://x/y"}}}), "non-local"),
-            (json!({"type":"object","properties":{"a":{"type":"number","x-mcp-header":"A"}}}), "string, integer"),
-            (json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":"bad name"}}}), "token"),
-            (json!({"type":"object","items":{"type":"string","x-mcp-header":"A"}}), "reachable"),
-            (json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":"A"},"b":{"type":"string","x-mcp-header":"a"}}}), "twice"),
-            (json!({"type":"object","properties":{"a":{"type":"strin"}}}), "compile"),
+            (
+                json!({"type":"object","$schema":"http://example.com/s"}),
+                "dialect",
+            ),
+            (
+                json!({"type":"object","properties":{"a":{"$ref":"http://x/y"}}}),
+                "non-local",
+            ),
+            (
+                json!({"type":"object","properties":{"a":{"type":"number","x-mcp-header":"A"}}}),
+                "string, integer",
+            ),
+            (
+                json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":"bad name"}}}),
+                "token",
+            ),
+            (
+                json!({"type":"object","items":{"type":"string","x-mcp-header":"A"}}),
+                "reachable",
+            ),
+            (
+                json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":"A"},"b":{"type":"string","x-mcp-header":"a"}}}),
+                "twice",
+            ),
+            (
+                json!({"type":"object","properties":{"a":{"type":"strin"}}}),
+                "compile",
+            ),
         ] {
-            let e = validate("k", &[tool("t", json!({"inputSchema": schema}))], &BTreeMap::new()).unwrap_err();
+            let e = validate(
+                "k",
+                &[tool("t", json!({"inputSchema": schema}))],
+                &BTreeMap::new(),
+            )
+            .expect_err("must be refused");
             assert!(e[0].contains(needle), "{needle}: {e:?}");
         }
         let ok = json!({"type":"object","$schema":"https://json-schema.org/draft/2020-12/schema",
             "properties":{"a":{"type":"string","x-mcp-header":"Region"},"b":{"$ref":"#/$defs/x"}},"$defs":{"x":{"type":"integer"}}});
-        assert!(validate("k", &[tool("t", json!({"inputSchema": ok}))], &BTreeMap::new()).is_ok());
+        assert!(
+            validate(
+                "k",
+                &[tool("t", json!({"inputSchema": ok}))],
+                &BTreeMap::new()
+            )
+            .is_ok()
+        );
     }
 
     #[test]
     fn risk_levels() {
-        assert_eq!(risk_of("get", &json!({"annotations":{"readOnlyHint":true}})), Risk::Low);
-        assert_eq!(risk_of("get", &json!({"annotations":{"destructiveHint":true}})), Risk::High);
+        assert_eq!(
+            risk_of("get", &json!({"annotations":{"readOnlyHint":true}})),
+            Risk::Low
+        );
+        assert_eq!(
+            risk_of("get", &json!({"annotations":{"destructiveHint":true}})),
+            Risk::High
+        );
         assert_eq!(risk_of("delete_item", &json!({})), Risk::High);
-        assert_eq!(risk_of("lookup", &json!({"description":"Send an email"})), Risk::High);
+        assert_eq!(
+            risk_of("lookup", &json!({"description":"Send an email"})),
+            Risk::High
+        );
         assert_eq!(risk_of("undeleteable", &json!({})), Risk::Medium);
         assert_eq!(risk_of("plain", &json!({})), Risk::Medium);
         let mut o = BTreeMap::new();

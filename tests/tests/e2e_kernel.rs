@@ -1,0 +1,1260 @@
+//! Issue 3 (kernel: generations, fencing, supervision, sessions, lifecycle), end to end over
+//! the real binaries and the fixture server's fault modes: chaos with worker SIGKILLs,
+//! orphans (uninstall, worker SIGKILL, kernel SIGKILL), crash loop, atomic update with a
+//! drained old generation, refused candidates, token revocation, a kernel SIGKILL followed
+//! by `tutti up` on the same state dir, a supervised frontend keeping its port, and calls in
+//! flight when their worker or upstream dies.
+//!
+//! The chaos test prints its random seed; rerun a sequence with `TUTTI_CHAOS_SEED=<n>`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tutti_tests::{Mcp, Runtime, RuntimeOptions, proc_tree};
+
+const READY: Duration = Duration::from_secs(20);
+/// A test-only secret value (never a real credential).
+const SECRET: &str = "fixture-secret-value-42";
+
+// ---------------------------------------------------------------------------------------
+// helpers
+
+fn tool_names(tools: &[Value]) -> Vec<String> {
+    tools
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The JSON a fixture tool put in its first text content (`whoami`: `{"pid","ppid",…}`).
+fn text_json(result: &Value) -> Value {
+    let text = result["content"][0]["text"].as_str().unwrap_or("");
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+fn generation(entry: &Value) -> u64 {
+    entry["generation"].as_u64().unwrap_or(0)
+}
+
+/// Calls `tool` and returns the fixture's `whoami` answer; panics on anything else.
+async fn whoami(mcp: &Mcp, tool: &str) -> Value {
+    let result = mcp.call_tool_ok(tool, json!({})).await;
+    let who = text_json(&result);
+    assert!(who["pid"].as_u64().is_some(), "{tool}: {result}");
+    who
+}
+
+#[cfg(unix)]
+fn sigkill(pid: u32) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if let Ok(p) = i32::try_from(pid) {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+}
+
+#[cfg(not(unix))]
+fn sigkill(pid: u32) {
+    panic!("this test sends SIGKILL (to pid {pid}): Unix only");
+}
+
+/// A tiny xorshift generator (no dependency; the seed is printed for reruns).
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Rng {
+        let seed = std::env::var("TUTTI_CHAOS_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            })
+            | 1;
+        eprintln!("chaos seed: TUTTI_CHAOS_SEED={seed}");
+        Rng(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Unix ms of an RFC 3339 UTC timestamp `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
+fn rfc3339_ms(s: &str) -> Option<i64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    let ms: i64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
+    // Days from civil (Howard Hinnant).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[test]
+fn rfc3339_parser_matches_known_instants() {
+    assert_eq!(rfc3339_ms("1970-01-01T00:00:00.000Z"), Some(0));
+    assert_eq!(rfc3339_ms("2000-03-01T00:00:01.5Z"), Some(951_868_801_500));
+    assert_eq!(
+        rfc3339_ms("2026-11-29T15:18:30.100Z"),
+        Some(1_795_965_510_100)
+    );
+    assert_eq!(rfc3339_ms("not a date"), None);
+}
+
+// ---------------------------------------------------------------------------------------
+// chaos
+
+const CHAOS_RUN: Duration = Duration::from_secs(20);
+/// A call to an instant tool that takes longer than this is a hang.
+const CALL_LIMIT: Duration = Duration::from_secs(5);
+const CHAOS_KEYS: [&str; 2] = ["ca", "cb"];
+
+#[derive(Debug)]
+enum Outcome {
+    /// `whoami` answered: the upstream's pid and its parent (the worker).
+    Who {
+        pid: u32,
+        ppid: u32,
+    },
+    Echo(String),
+    RpcError {
+        code: i64,
+        message: String,
+    },
+    Http {
+        status: u16,
+        body: String,
+    },
+    Hang,
+}
+
+#[derive(Debug)]
+struct Call {
+    key: &'static str,
+    tool: String,
+    start: Instant,
+    end: Instant,
+    outcome: Outcome,
+}
+
+#[derive(Clone, Debug)]
+struct Kill {
+    pid: u32,
+    key: String,
+    generation: u64,
+    /// Taken after the process was seen dead: any call that started later cannot have
+    /// been answered by it.
+    dead_at: Instant,
+}
+
+async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> Vec<Call> {
+    let mcp = Mcp::legacy(&url, &token);
+    mcp.initialize().await;
+    let mut calls = Vec::new();
+    let mut i = n;
+    while Instant::now() < until {
+        i += 1;
+        let key = CHAOS_KEYS[i % 2];
+        let echo = i.is_multiple_of(5);
+        let tool = if echo {
+            format!("{key}_echo")
+        } else {
+            format!("{key}_whoami")
+        };
+        let message = format!("c{n}-{i}");
+        let args = if echo {
+            json!({"message": message})
+        } else {
+            json!({})
+        };
+        let start = Instant::now();
+        let reply = tokio::time::timeout(CALL_LIMIT, mcp.call_tool(&tool, args)).await;
+        let end = Instant::now();
+        let outcome = match reply {
+            Err(_) => Outcome::Hang,
+            Ok((200, _, body)) => {
+                if let Some(err) = body.get("error") {
+                    Outcome::RpcError {
+                        code: err["code"].as_i64().unwrap_or(0),
+                        message: err["message"].as_str().unwrap_or("").to_owned(),
+                    }
+                } else if echo {
+                    Outcome::Echo(
+                        body["result"]["content"][0]["text"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_owned(),
+                    )
+                } else {
+                    let who = text_json(&body["result"]);
+                    match (who["pid"].as_u64(), who["ppid"].as_u64()) {
+                        (Some(pid), Some(ppid)) => Outcome::Who {
+                            pid: pid as u32,
+                            ppid: ppid as u32,
+                        },
+                        _ => Outcome::Http {
+                            status: 200,
+                            body: body.to_string(),
+                        },
+                    }
+                }
+            }
+            Ok((status, _, body)) => Outcome::Http {
+                status,
+                body: body.to_string(),
+            },
+        };
+        if let Outcome::Echo(text) = &outcome {
+            assert_eq!(text, &message, "echo answered another call's message");
+        }
+        calls.push(Call {
+            key,
+            tool,
+            start,
+            end,
+            outcome,
+        });
+    }
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_worker_kills_never_hang_misroute_or_outlive_their_fence() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    for key in CHAOS_KEYS {
+        let mut m = rt.private_fixture_connector(key, &["--tools", "whoami,echo"]);
+        m["timeouts"] = json!({"callMs": 30000});
+        rt.install_ok(&m, &[]);
+    }
+    for key in CHAOS_KEYS {
+        rt.wait_status(key, "ready", READY);
+    }
+    let token = rt.issue_token("chaos", "clients");
+    let url = rt.frontend_url().to_owned();
+    let all_tools: Vec<String> = {
+        let mut v: Vec<String> = CHAOS_KEYS
+            .iter()
+            .flat_map(|k| [format!("{k}_echo"), format!("{k}_whoami")])
+            .collect();
+        v.sort();
+        v
+    };
+
+    let start = Instant::now();
+    let until = start + CHAOS_RUN;
+    let clients: Vec<_> = (0..4)
+        .map(|n| tokio::spawn(chaos_client(url.clone(), token.clone(), n, until)))
+        .collect();
+
+    // Every worker pid ever seen -> (key, generation), sampled every 20 ms until the
+    // clients are done.
+    let seen: Arc<Mutex<HashMap<u32, (String, u64)>>> = Arc::default();
+    let scanning = Arc::new(AtomicBool::new(true));
+    let scanner = {
+        let (seen, scanning) = (seen.clone(), scanning.clone());
+        let state = rt.state_dir().to_path_buf();
+        std::thread::spawn(move || {
+            while scanning.load(Ordering::Relaxed) {
+                let ws = Runtime::workers_in(&state);
+                if let Ok(mut m) = seen.lock() {
+                    for w in ws {
+                        m.entry(w.pid).or_insert((w.key, w.generation));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+
+    // The killer runs here, on the test's own thread (the clients run on tokio's workers).
+    let mut rng = Rng::seeded();
+    let mut kills: Vec<Kill> = Vec::new();
+    loop {
+        let pause = Duration::from_millis(700 + rng.below(600));
+        if Instant::now() + pause >= until {
+            break;
+        }
+        std::thread::sleep(pause);
+        let workers = rt.workers();
+        if workers.is_empty() {
+            continue;
+        }
+        let victim = workers[rng.below(workers.len() as u64) as usize].clone();
+        if let Ok(mut m) = seen.lock() {
+            m.entry(victim.pid)
+                .or_insert((victim.key.clone(), victim.generation));
+        }
+        sigkill(victim.pid);
+        let survivors = proc_tree::wait_gone(&[victim.pid], Duration::from_secs(2));
+        assert!(
+            survivors.is_empty(),
+            "SIGKILL did not end worker {victim:?}"
+        );
+        kills.push(Kill {
+            pid: victim.pid,
+            key: victim.key,
+            generation: victim.generation,
+            dead_at: Instant::now(),
+        });
+    }
+    let last_kill = kills.last().map(|k| k.dead_at).unwrap_or(start);
+
+    // Within 2 s of the last kill, every tool is listed again.
+    let lister = Mcp::legacy(&url, &token);
+    lister.initialize().await;
+    let back = loop {
+        let names = {
+            let mut n = tool_names(&lister.list_tools().await);
+            n.sort();
+            n
+        };
+        if names == all_tools {
+            break Instant::now();
+        }
+        assert!(
+            last_kill.elapsed() < Duration::from_secs(10),
+            "tools never came back after the last kill; listed {names:?}\nstatus: {}\n{}",
+            rt.status_json(),
+            rt.diagnostics()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let recovery = back.saturating_duration_since(last_kill);
+
+    let mut calls = Vec::new();
+    for c in clients {
+        calls.extend(
+            c.await
+                .unwrap_or_else(|e| panic!("a chaos client panicked: {e}")),
+        );
+    }
+    scanning.store(false, Ordering::Relaxed);
+    let _ = scanner.join();
+    let seen: HashMap<u32, (String, u64)> = seen.lock().map(|m| m.clone()).unwrap_or_default();
+
+    // --- verdicts ---
+    let mut problems = Vec::new();
+    let mut answered = 0usize;
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    let mut slowest = Duration::ZERO;
+    let mut upstream_pids: BTreeMap<u32, u32> = BTreeMap::new();
+    for c in &calls {
+        slowest = slowest.max(c.end - c.start);
+        match &c.outcome {
+            Outcome::Hang => problems.push(format!(
+                "{} did not return within {CALL_LIMIT:?} (started {:?} into the run)",
+                c.tool,
+                c.start - start
+            )),
+            Outcome::Http { status, body } => {
+                problems.push(format!("{}: HTTP {status}: {body}", c.tool))
+            }
+            Outcome::RpcError { code, message } => {
+                let unavailable = *code == -32603 && message.starts_with("[MCP_UNAVAILABLE]");
+                let gone = *code == -32602 && message.contains("not available");
+                if !(unavailable || gone) {
+                    problems.push(format!(
+                        "{}: unexpected JSON-RPC error {code} {message}",
+                        c.tool
+                    ));
+                }
+                let class = message.split(':').next().unwrap_or("").to_owned();
+                *errors.entry(format!("{code} {class}")).or_default() += 1;
+            }
+            Outcome::Echo(_) => answered += 1,
+            Outcome::Who { pid, ppid } => {
+                answered += 1;
+                upstream_pids.insert(*pid, *ppid);
+                let Some((key, generation)) = seen.get(ppid) else {
+                    problems.push(format!(
+                        "{} was answered by pid {pid} whose parent {ppid} is not a worker of this runtime",
+                        c.tool
+                    ));
+                    continue;
+                };
+                if key != c.key {
+                    problems.push(format!(
+                        "{} was answered by a worker of {key} (generation {generation})",
+                        c.tool
+                    ));
+                }
+                for k in kills
+                    .iter()
+                    .filter(|k| k.key == c.key && k.dead_at < c.start)
+                {
+                    if k.generation >= *generation {
+                        problems.push(format!(
+                            "{} started {:?} after generation {} (pid {}) was killed, yet generation {generation} (worker {ppid}) answered it",
+                            c.tool,
+                            c.start - k.dead_at,
+                            k.generation,
+                            k.pid
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "chaos: {} calls, {answered} answered, errors {errors:?}, {} kills, slowest call {slowest:?}, recovery {recovery:?}",
+        calls.len(),
+        kills.len()
+    );
+    assert!(
+        problems.is_empty(),
+        "{} problem(s) in {} calls, e.g.:\n{}\n{}",
+        problems.len(),
+        calls.len(),
+        problems
+            .iter()
+            .take(15)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        rt.diagnostics()
+    );
+    assert!(
+        kills.len() >= 12,
+        "only {} kills in {CHAOS_RUN:?}",
+        kills.len()
+    );
+    assert!(
+        answered >= 200,
+        "only {answered} of {} calls were answered: the run proves little",
+        calls.len()
+    );
+    assert!(
+        recovery <= Duration::from_secs(2),
+        "all tools were back only {recovery:?} after the last kill (limit 2 s)\nstatus: {}",
+        rt.status_json()
+    );
+    for key in CHAOS_KEYS {
+        let entry = rt.connector_status(key).unwrap_or(Value::Null);
+        assert_eq!(entry["status"], json!("ready"), "{entry}");
+    }
+
+    // Upstreams of killed workers were swept with them.
+    let killed: BTreeSet<u32> = kills.iter().map(|k| k.pid).collect();
+    let orphans: Vec<u32> = upstream_pids
+        .iter()
+        .filter(|(_, ppid)| killed.contains(ppid))
+        .map(|(pid, _)| *pid)
+        .collect();
+    let left = proc_tree::wait_gone(&orphans, Duration::from_secs(3));
+    assert!(
+        left.is_empty(),
+        "upstreams of killed workers are still alive:\n{}",
+        proc_tree::describe(&left)
+    );
+
+    // No orphan at the end.
+    let set = rt.process_set();
+    let status = rt
+        .stop()
+        .unwrap_or_else(|| panic!("`tutti up` could not be waited for"));
+    assert!(
+        status.success(),
+        "`tutti up` exited with {status} after SIGTERM"
+    );
+    let mut everything: Vec<u32> = set;
+    everything.extend(upstream_pids.keys());
+    everything.extend(seen.keys());
+    let left = proc_tree::wait_gone(&everything, Duration::from_secs(5));
+    assert!(
+        left.is_empty() && rt.process_set().is_empty(),
+        "left behind after the stop:\n{}\n{}",
+        proc_tree::describe(&left),
+        proc_tree::describe(&rt.process_set())
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// orphans
+
+/// A connector whose upstream is a shell wrapper around the private fixture, which spawns a
+/// grandchild (`--grandchild`), as `npx` does: worker → sh → fixture → sleeper.
+fn wrapped_grandchild_connector(rt: &Runtime, key: &str) -> (Value, Vec<u8>) {
+    let script = format!(
+        "#!/bin/sh\n# npx-like wrapper: stays the parent of the real server\n\"{}\" --grandchild --tools whoami,echo\n",
+        rt.private_fixture().display()
+    );
+    let manifest = json!({
+        "key": key,
+        "name": format!("Wrapped {key}"),
+        "description": "Fixture behind a shell wrapper that starts a grandchild",
+        "version": "1.0.0",
+        "mcp": {"transport": "stdio", "command": "${release}/wrapper.sh", "args": []},
+    });
+    (manifest, script.into_bytes())
+}
+
+fn install_wrapped(rt: &mut Runtime, key: &str) {
+    let (manifest, script) = wrapped_grandchild_connector(rt, key);
+    rt.install_ok(&manifest, &[("wrapper.sh", &script)]);
+    rt.wait_status(key, "ready", READY);
+}
+
+/// The worker of `key` and its whole tree (wrapper, fixture, grandchild), checked against
+/// the fixture's own `whoami`.
+async fn upstream_tree(rt: &Runtime, mcp: &Mcp, key: &str) -> Vec<u32> {
+    let workers: Vec<_> = rt.workers().into_iter().filter(|w| w.key == key).collect();
+    assert_eq!(workers.len(), 1, "one worker of {key}: {workers:?}");
+    let worker = workers[0].pid;
+    let who = whoami(mcp, &format!("{key}_whoami")).await;
+    let mut tree = vec![worker];
+    tree.extend(proc_tree::descendants(worker));
+    for field in ["pid", "ppid", "grandchild"] {
+        let pid = who[field].as_u64().unwrap_or(0) as u32;
+        assert!(
+            tree.contains(&pid),
+            "whoami {field} {pid} is not below worker {worker}: {who}\n{}",
+            proc_tree::describe(&tree)
+        );
+    }
+    // worker, sh, fixture, grandchild
+    assert!(tree.len() >= 4, "tree: {}", proc_tree::describe(&tree));
+    tree
+}
+
+fn assert_gone(what: &str, tree: &[u32]) {
+    let left = proc_tree::wait_gone(tree, Duration::from_secs(5));
+    assert!(
+        left.is_empty(),
+        "{what}: part of the upstream tree is still alive 5 s later:\n{}",
+        proc_tree::describe(&left)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_orphans_after_uninstall_or_worker_sigkill() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    install_wrapped(&mut rt, "gone");
+    install_wrapped(&mut rt, "hit");
+    let token = rt.issue_token("orphans", "s");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+
+    // Uninstall.
+    let tree = upstream_tree(&rt, &mcp, "gone").await;
+    rt.tutti_ok(&["connector", "uninstall", "gone"]);
+    assert_gone("after `tutti connector uninstall`", &tree);
+    assert!(rt.connector_status("gone").is_none());
+
+    // Worker SIGKILL: the tree goes, a new generation comes back with a new tree.
+    let before = rt.wait_status("hit", "ready", READY);
+    let tree = upstream_tree(&rt, &mcp, "hit").await;
+    sigkill(tree[0]);
+    assert_gone("after SIGKILL of the worker", &tree);
+    let after = rt.wait_connector("hit", READY, "a new ready generation", |c| {
+        c["status"] == "ready" && generation(c) > generation(&before)
+    });
+    let fresh = upstream_tree(&rt, &mcp, "hit").await;
+    assert!(fresh.iter().all(|p| !tree.contains(p)), "{after}");
+
+    // And nothing else of the runtime is left after a clean stop.
+    let set = rt.process_set();
+    assert!(rt.stop().is_some_and(|s| s.success()));
+    assert_gone("after SIGTERM to `tutti up`", &set);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_orphans_after_kernel_sigkill() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    install_wrapped(&mut rt, "deep");
+    let token = rt.issue_token("orphans", "k");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let tree = upstream_tree(&rt, &mcp, "deep").await;
+    let set = rt.process_set();
+    assert!(tree.iter().all(|p| set.contains(p)));
+    rt.kill();
+    let left = proc_tree::wait_gone(&set, Duration::from_secs(5));
+    assert!(
+        left.is_empty(),
+        "after SIGKILL of the kernel these processes of its tree are still alive 5 s later \
+         (workers get PDEATHSIG=SIGTERM and must take their process group down):\n{}",
+        proc_tree::describe(&left)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// crash loop
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_loop_is_reported_while_other_connectors_keep_working() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("good", &["--tools", "echo"]),
+        &[],
+    );
+    rt.wait_status("good", "ready", READY);
+    let good_generation = generation(&rt.connector_status("good").unwrap_or(Value::Null));
+    let token = rt.issue_token("crash", "s");
+    let url = rt.frontend_url().to_owned();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let caller = {
+        let stop = stop.clone();
+        let (url, token) = (url.clone(), token.clone());
+        tokio::spawn(async move {
+            let mcp = Mcp::legacy(&url, &token);
+            mcp.initialize().await;
+            let mut ok = 0usize;
+            let mut failures = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let message = format!("still here {i}");
+                let reply = tokio::time::timeout(
+                    CALL_LIMIT,
+                    mcp.call_tool("good_echo", json!({"message": message})),
+                )
+                .await;
+                match reply {
+                    Ok((200, _, body))
+                        if body["result"]["content"][0]["text"] == json!(message) =>
+                    {
+                        ok += 1
+                    }
+                    Ok((status, _, body)) => failures.push(format!("HTTP {status}: {body}")),
+                    Err(_) => failures.push("timed out".to_owned()),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (ok, failures)
+        })
+    };
+
+    let started = Instant::now();
+    rt.install_ok(
+        &rt.private_fixture_connector("crashy", &["--crash-at-start"]),
+        &[],
+    );
+    let entry = rt.wait_status("crashy", "crash_loop", Duration::from_secs(20));
+    let took = started.elapsed();
+    // Give the caller some time with the crash loop in place, too.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (ok, failures) = caller
+        .await
+        .unwrap_or_else(|e| panic!("the caller panicked: {e}"));
+
+    eprintln!("crash loop after {took:?}: {entry}");
+    let last_error = entry["lastError"].as_str().unwrap_or("");
+    assert!(
+        !last_error.is_empty(),
+        "crash_loop without lastError: {entry}"
+    );
+    assert!(
+        entry["restarts"].as_u64().is_some_and(|r| r >= 5),
+        "crash_loop before 5 restarts: {entry}"
+    );
+    assert_eq!(entry["generation"], Value::Null, "nothing is live: {entry}");
+    let next = entry["nextRetryAt"]
+        .as_str()
+        .and_then(rfc3339_ms)
+        .unwrap_or_else(|| panic!("crash_loop without a parsable nextRetryAt: {entry}"));
+    let now = now_ms();
+    assert!(
+        next > now && next <= now + 61_000,
+        "nextRetryAt {} is not within the next minute: {entry}",
+        entry["nextRetryAt"]
+    );
+    // The other connector kept answering, throughout.
+    assert!(
+        failures.is_empty(),
+        "{} calls to the healthy connector failed during the crash loop, e.g. {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert!(ok >= 20, "only {ok} calls to the healthy connector");
+    let good = rt.connector_status("good").unwrap_or(Value::Null);
+    assert_eq!(good["status"], json!("ready"), "{good}");
+    assert_eq!(generation(&good), good_generation, "{good}");
+    // No worker of the crashing connector is left running in crash_loop.
+    assert!(
+        rt.workers().iter().all(|w| w.key != "crashy"),
+        "{:?}",
+        rt.workers()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// atomic update
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upgrades_switch_the_tool_set_atomically_and_drain_the_old_generation() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("other", &["--tools", "echo"]),
+        &[],
+    );
+    rt.install_ok(
+        &rt.private_fixture_connector("upd", &["--tools", "echo,add,sleep"]),
+        &[],
+    );
+    rt.wait_status("other", "ready", READY);
+    let first = rt.wait_status("upd", "ready", READY);
+    let token = rt.issue_token("atomic", "s");
+    let url = rt.frontend_url().to_owned();
+
+    let releases: [&[&str]; 3] = [
+        &["upd_add", "upd_echo", "upd_sleep"],
+        &["upd_echo", "upd_whoami"],
+        &["upd_add", "upd_echo"],
+    ];
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let lister = {
+        let stop = stop.clone();
+        let (url, token) = (url.clone(), token.clone());
+        tokio::spawn(async move {
+            let mcp = Mcp::legacy(&url, &token);
+            mcp.initialize().await;
+            let mut lists: Vec<Vec<Value>> = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                lists.push(mcp.list_tools().await);
+            }
+            lists
+        })
+    };
+
+    // A call in flight on the first generation when the upgrade commits: it finishes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let in_flight = {
+        let (url, token) = (url.clone(), token.clone());
+        tokio::spawn(async move {
+            let mcp = Mcp::legacy(&url, &token);
+            let started = Instant::now();
+            let reply = mcp.call_tool("upd_sleep", json!({"ms": 2000})).await;
+            (reply, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut last = generation(&first);
+    for (args, expected) in [("echo,whoami", releases[1]), ("echo,add", releases[2])] {
+        rt.install_ok(
+            &rt.private_fixture_connector("upd", &["--tools", args]),
+            &[],
+        );
+        let entry = rt.wait_connector("upd", READY, "the new generation", |c| {
+            c["status"] == "ready" && generation(c) > last
+        });
+        last = generation(&entry);
+        assert_eq!(
+            entry["toolCount"].as_u64(),
+            Some(expected.len() as u64),
+            "{entry}"
+        );
+        // Only the new generation's worker stays: the old one drains (the 2 s call) and
+        // exits then, not at the end of the kernel's 10 s grace period.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let upd: Vec<_> = rt
+                .workers()
+                .into_iter()
+                .filter(|w| w.key == "upd")
+                .collect();
+            if upd.len() == 1 && upd[0].generation == last {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the old worker did not exit within 5 s of the upgrade although its calls \
+                 were drained: {upd:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Let the lister see this release for a while.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let lists = lister
+        .await
+        .unwrap_or_else(|e| panic!("the lister panicked: {e}"));
+
+    let mut stage = 0usize;
+    let mut seen_stage = [0usize; 3];
+    for (i, tools) in lists.iter().enumerate() {
+        for t in tools {
+            let name = t["name"].as_str().unwrap_or("");
+            let (key, upstream) = name.split_once('_').unwrap_or(("", ""));
+            assert_eq!(t["_meta"]["tutti/connector"], json!(key), "list {i}: {t}");
+            assert_eq!(
+                t["_meta"]["tutti/upstreamName"],
+                json!(upstream),
+                "list {i}: {t}"
+            );
+        }
+        let names = tool_names(tools);
+        assert!(
+            names.contains(&"other_echo".to_owned()),
+            "list {i} lost another connector's tool: {names:?}"
+        );
+        let mut upd: Vec<&str> = names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| n.starts_with("upd_"))
+            .collect();
+        upd.sort_unstable();
+        let Some(s) = releases.iter().position(|r| *r == upd.as_slice()) else {
+            panic!(
+                "list {i} of {} shows upd's tools {upd:?}: missing or mixing generations \
+                 (valid sets: {releases:?})",
+                lists.len()
+            );
+        };
+        assert!(
+            s >= stage,
+            "list {i} went back from release {stage} to release {s}: {upd:?}"
+        );
+        stage = s;
+        seen_stage[s] += 1;
+    }
+    eprintln!(
+        "atomic update: {} lists, per release {seen_stage:?}",
+        lists.len()
+    );
+    assert!(
+        seen_stage.iter().all(|n| *n > 0),
+        "the lister did not see every release: {seen_stage:?}"
+    );
+    let ((status, _, body), took) = in_flight
+        .await
+        .unwrap_or_else(|e| panic!("the in-flight call panicked: {e}"));
+    assert!(
+        status == 200 && body.get("result").is_some() && body["result"]["isError"] != json!(true),
+        "a call in flight on the old generation must finish when an upgrade commits \
+         (HTTP {status} after {took:?}): {body}"
+    );
+    assert!(took >= Duration::from_millis(2000), "{took:?}: {body}");
+}
+
+// ---------------------------------------------------------------------------------------
+// refused candidates
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_candidate_leaves_the_live_generation_and_says_why() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("cand", &["--tools", "echo"]),
+        &[],
+    );
+    let live = rt.wait_status("cand", "ready", READY);
+    let token = rt.issue_token("cand", "s");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+
+    for (flag, needles) in [
+        ("--collide", &["a_b", "a.b"][..]),
+        ("--bad-schema", &["bad_schema", "inputSchema"][..]),
+    ] {
+        rt.install_ok(
+            &rt.private_fixture_connector("cand", &["--tools", "echo", flag]),
+            &[],
+        );
+        // The candidate ran and was refused: status names the reason.
+        let entry = rt.wait_connector("cand", READY, &format!("lastError for {flag}"), |c| {
+            c["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains(needles[0]))
+        });
+        let error = entry["lastError"].as_str().unwrap_or("");
+        assert!(
+            needles.iter().all(|n| error.contains(n)),
+            "{flag}: lastError must name the reason ({needles:?}): {entry}"
+        );
+        assert_eq!(entry["status"], json!("ready"), "{flag}: {entry}");
+        assert_eq!(generation(&entry), generation(&live), "{flag}: {entry}");
+        // Settle: the refused worker stops; the reason stays; the old generation serves.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ws: Vec<_> = rt
+                .workers()
+                .into_iter()
+                .filter(|w| w.key == "cand")
+                .collect();
+            if ws.len() == 1 && ws[0].generation == generation(&live) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{flag}: workers {ws:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let settled = rt.connector_status("cand").unwrap_or(Value::Null);
+        let error = settled["lastError"].as_str().unwrap_or("");
+        assert!(
+            needles.iter().all(|n| error.contains(n)),
+            "{flag}: the refusal reason was replaced once the candidate stopped: {settled}"
+        );
+        assert_eq!(settled["status"], json!("ready"), "{flag}: {settled}");
+        assert_eq!(generation(&settled), generation(&live), "{flag}: {settled}");
+        assert_eq!(tool_names(&mcp.list_tools().await), ["cand_echo"], "{flag}");
+        let echo = mcp
+            .call_tool_ok("cand_echo", json!({"message": flag}))
+            .await;
+        assert_eq!(echo["content"][0]["text"], json!(flag));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// tokens
+
+async fn list_status(url: &str, token: &str) -> u16 {
+    Mcp::legacy(url, token)
+        .request("tools/list", json!({}))
+        .await
+        .0
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reissue_revoke_revoke_all_and_restart_end_tokens() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let url = rt.frontend_url().to_owned();
+
+    // Reissue for the same (workspace, session) revokes the previous token at once.
+    let a = rt.issue_token("w", "s");
+    assert_eq!(list_status(&url, &a).await, 200);
+    let b = rt.issue_token("w", "s");
+    assert_ne!(a, b);
+    assert_eq!(
+        list_status(&url, &a).await,
+        401,
+        "reissued: the old token still works"
+    );
+    assert_eq!(list_status(&url, &b).await, 200);
+
+    // Revoke one session; others stay.
+    let other = rt.issue_token("w", "other");
+    rt.tutti_ok(&["session", "revoke", "--workspace", "w", "--session", "s"]);
+    assert_eq!(
+        list_status(&url, &b).await,
+        401,
+        "revoked token still works"
+    );
+    assert_eq!(
+        list_status(&url, &other).await,
+        200,
+        "revoke hit another session"
+    );
+
+    // Revoke all.
+    let c = rt.issue_token("w2", "s2");
+    assert_eq!(list_status(&url, &c).await, 200);
+    rt.tutti_ok(&["session", "revoke", "--all"]);
+    assert_eq!(
+        list_status(&url, &c).await,
+        401,
+        "revoke --all missed a token"
+    );
+    assert_eq!(
+        list_status(&url, &other).await,
+        401,
+        "revoke --all missed a token"
+    );
+
+    // Kernel restart: tokens live in kernel memory only.
+    let d = rt.issue_token("w", "s");
+    assert_eq!(list_status(&url, &d).await, 200);
+    assert!(rt.stop().is_some_and(|s| s.success()));
+    rt.restart();
+    let url = rt.frontend_url().to_owned();
+    assert_eq!(
+        list_status(&url, &d).await,
+        401,
+        "a token survived the kernel restart"
+    );
+    let e = rt.issue_token("w", "s");
+    assert_eq!(list_status(&url, &e).await, 200);
+}
+
+// ---------------------------------------------------------------------------------------
+// kernel SIGKILL, then `tutti up` again
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_kernel_sigkill_up_brings_connectors_back_with_higher_generations() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let keys = ["k1", "k2"];
+    for key in keys {
+        rt.install_ok(
+            &rt.private_fixture_connector(key, &["--tools", "whoami"]),
+            &[],
+        );
+    }
+    // A connector with a secret: its auth state must survive too.
+    let mut sec = rt.private_fixture_connector("sec", &["--tools", "env"]);
+    sec["mcp"]["secrets"] = json!(["FIXTURE_TOKEN"]);
+    rt.install_ok(&sec, &[]);
+    rt.wait_status("sec", "auth_required", READY);
+    let out = rt
+        .tutti_cmd(&["connector", "connect", "sec", "--from-env", "FIXTURE_TOKEN"])
+        .env("FIXTURE_TOKEN", SECRET)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `tutti connector connect`: {e}"));
+    assert!(
+        out.status.success(),
+        "connect failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut before = BTreeMap::new();
+    for key in keys.iter().chain(&["sec"]) {
+        before.insert(*key, generation(&rt.wait_status(key, "ready", READY)));
+    }
+    let token = rt.issue_token("restart", "s");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let old_pid = whoami(&mcp, "k1_whoami").await["pid"].clone();
+
+    let set = rt.process_set();
+    rt.kill();
+    let left = proc_tree::wait_gone(&set, Duration::from_secs(5));
+    assert!(
+        left.is_empty(),
+        "after a kernel SIGKILL its process set is still alive:\n{}",
+        proc_tree::describe(&left)
+    );
+
+    rt.restart();
+    let highest_before = before.values().copied().max().unwrap_or(0);
+    for key in keys.iter().chain(&["sec"]) {
+        let entry = rt.wait_status(key, "ready", READY);
+        assert!(
+            generation(&entry) > highest_before,
+            "{key}: generation {} is not above every generation before the restart ({before:?})",
+            generation(&entry)
+        );
+    }
+    let token = rt.issue_token("restart", "s");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let mut names = tool_names(&mcp.list_tools().await);
+    names.sort();
+    assert_eq!(names, ["k1_whoami", "k2_whoami", "sec_env"]);
+    // The stored secret still reaches the upstream (compared, never printed).
+    let env = text_json(&mcp.call_tool_ok("sec_env", json!({})).await);
+    assert!(
+        env["env"]["FIXTURE_TOKEN"] == json!(SECRET),
+        "the upstream of sec did not get its stored secret after the restart"
+    );
+    let who = whoami(&mcp, "k1_whoami").await;
+    assert_ne!(who["pid"], old_pid, "answered by the old upstream");
+}
+
+// ---------------------------------------------------------------------------------------
+// the frontend is supervised too
+
+/// `tools/list` over plain reqwest: `None` while nothing listens on the URL.
+async fn try_list(url: &str, token: &str) -> Option<(u16, Value)> {
+    let client = reqwest::Client::builder().no_proxy().build().ok()?;
+    let resp = client
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .header("Authorization", format!("Bearer {token}"))
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    let status = resp.status().as_u16();
+    let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+    Some((status, body))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_frontend_comes_back_on_the_same_port() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("fe", &["--tools", "echo"]),
+        &[],
+    );
+    rt.wait_status("fe", "ready", READY);
+    let token = rt.issue_token("frontend", "s");
+    let url = rt.frontend_url().to_owned();
+    let state = rt.state_dir().to_string_lossy().into_owned();
+    let frontend = || {
+        proc_tree::snapshot()
+            .into_iter()
+            .filter(|p| !p.is_zombie())
+            .filter(|p| p.cmdline.contains("tutti-mcp-frontend") && p.cmdline.contains(&state))
+            .map(|p| p.pid)
+            .collect::<Vec<_>>()
+    };
+    let before = frontend();
+    assert_eq!(before.len(), 1, "one frontend: {before:?}");
+    sigkill(before[0]);
+    assert!(proc_tree::wait_gone(&before, Duration::from_secs(2)).is_empty());
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let body = loop {
+        if let Some((200, body)) = try_list(&url, &token).await {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the frontend did not come back on {url} within 15 s\n{}",
+            rt.diagnostics()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let after = frontend();
+    assert!(
+        after.len() == 1 && after[0] != before[0],
+        "a new frontend process: before {before:?}, after {after:?}"
+    );
+    // Same URL, the session token still valid, the routes back.
+    assert_eq!(
+        tool_names(
+            body["result"]["tools"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+        ),
+        ["fe_echo"],
+        "{body}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let shown = rt.status_json()["frontendUrl"].clone();
+        if shown == json!(url) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "status shows {shown}, not {url}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// a crash in the middle of a call
+
+/// Starts `tool` (a long call), lets it reach the upstream, runs `crash`, and returns the
+/// reply and how long after the crash it came.
+async fn call_across_a_crash(
+    url: &str,
+    token: &str,
+    tool: &str,
+    args: Value,
+    crash: impl FnOnce(),
+) -> (Value, Duration) {
+    let call = {
+        let (url, token, tool) = (url.to_owned(), token.to_owned(), tool.to_owned());
+        tokio::spawn(async move {
+            let mcp = Mcp::legacy(&url, &token);
+            let reply =
+                tokio::time::timeout(Duration::from_secs(15), mcp.call_tool(&tool, args)).await;
+            (reply, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let crashed = Instant::now();
+    crash();
+    let (reply, at) = call
+        .await
+        .unwrap_or_else(|e| panic!("the call task panicked: {e}"));
+    let (status, _, body) = reply.unwrap_or_else(|_| panic!("{tool} hung across the crash"));
+    assert_eq!(status, 200, "{tool}: {body}");
+    (body, at.saturating_duration_since(crashed))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_in_flight_end_at_once_when_the_worker_or_upstream_dies() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("mid", &["--tools", "sleep,whoami"]),
+        &[],
+    );
+    rt.install_ok(
+        &rt.private_fixture_connector("dies", &["--tools", "sleep", "--exit-after-calls", "0"]),
+        &[],
+    );
+    let before = rt.wait_status("mid", "ready", READY);
+    rt.wait_status("dies", "ready", READY);
+    let token = rt.issue_token("mid", "s");
+    let url = rt.frontend_url().to_owned();
+
+    // The worker is SIGKILLed while the call waits on the upstream.
+    let worker = rt
+        .workers()
+        .into_iter()
+        .find(|w| w.key == "mid")
+        .unwrap_or_else(|| panic!("no worker of mid"));
+    let (body, after) =
+        call_across_a_crash(&url, &token, "mid_sleep", json!({"ms": 20000}), || {
+            sigkill(worker.pid)
+        })
+        .await;
+    assert_eq!(body["error"]["code"], json!(-32603), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("[MCP_UNAVAILABLE] mid")),
+        "{body}"
+    );
+    assert_eq!(
+        body["error"]["data"]["tutti"]["connector"],
+        json!("mid"),
+        "{body}"
+    );
+    assert_eq!(
+        body["error"]["data"]["tutti"]["generation"],
+        json!(generation(&before)),
+        "{body}"
+    );
+    assert!(
+        after < Duration::from_secs(2),
+        "answered {after:?} after the kill: {body}"
+    );
+
+    // The upstream exits in the middle of the call (its worker survives it).
+    let (body, after) =
+        call_across_a_crash(&url, &token, "dies_sleep", json!({"ms": 20000}), || {}).await;
+    assert_eq!(body["error"]["code"], json!(-32603), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("[MCP_UNAVAILABLE] dies")),
+        "{body}"
+    );
+    assert!(after < Duration::from_secs(2), "{after:?}: {body}");
+
+    // Both come back on their own.
+    rt.wait_connector("mid", READY, "a new generation", |c| {
+        c["status"] == "ready" && generation(c) > generation(&before)
+    });
+    rt.wait_status("dies", "ready", READY);
+}
