@@ -142,8 +142,6 @@ fn absolute(p: &std::path::Path) -> Result<PathBuf, KernelError> {
 
 /// One kernel per state dir: an exclusive lock on `run/kernel.lock`, held for the process
 /// lifetime (the OS drops it if the kernel dies).
-// `File::try_lock` is stable since Rust 1.89 while the workspace declares rust-version 1.88;
-// the toolchain in use is 1.95 (the workspace's rust-version should be raised).
 fn acquire_lock(paths: &paths::Paths) -> Result<std::fs::File, KernelError> {
     use std::io::{Read, Seek, Write};
     let path = paths.run().join("kernel.lock");
