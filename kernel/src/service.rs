@@ -262,6 +262,7 @@ impl KernelRpc for Service {
             inner.actors.remove(&key);
             inner.conns.remove(&key);
             inner.manifests.remove(&key);
+            inner.live_releases.remove(&key);
             inner.registry.connectors.remove(&key);
             self.k
                 .save_registry(&mut inner)
@@ -380,7 +381,11 @@ impl KernelRpc for Service {
             let mut s = pb::ConnectorStatus {
                 key: key.clone(),
                 name: m.map(|m| m.name.clone()).unwrap_or_default(),
-                version: installed.version.clone(),
+                // The version that is live, else the installed one.
+                version: match (live, inner.live_releases.get(key)) {
+                    (Some(_), Some(l)) => l.manifest.version.clone(),
+                    _ => installed.version.clone(),
+                },
                 generation: live.map(|r| r.generation).unwrap_or(0),
                 status: c.map(|c| c.status.as_str()).unwrap_or("stopped").into(),
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
@@ -516,20 +521,19 @@ impl KernelRpc for Service {
         }
         let inner = lock(&self.k.inner);
         let mut skill_roots = Vec::new();
-        for (key, installed) in &inner.registry.connectors {
+        for key in inner.registry.connectors.keys() {
             let ready = inner
                 .conns
                 .get(key)
                 .is_some_and(|c| c.status == CStatus::Ready);
-            if let (true, Some(m)) = (ready, inner.manifests.get(key)) {
-                for s in &m.skills {
-                    skill_roots.push(
-                        installed
-                            .release_dir
-                            .join(&s.dir)
-                            .to_string_lossy()
-                            .into_owned(),
-                    );
+            // The skills of the release that is live, not of a newer one still starting.
+            if let (true, true, Some(live)) = (
+                ready,
+                inner.table.live(key).is_some(),
+                inner.live_releases.get(key),
+            ) {
+                for s in &live.manifest.skills {
+                    skill_roots.push(live.release_dir.join(&s.dir).to_string_lossy().into_owned());
                 }
             }
         }
@@ -740,6 +744,14 @@ impl KernelRpc for Service {
                 };
                 let n = route.tools.len();
                 let now = self.k.now();
+                let release = inner
+                    .conns
+                    .get(&req.key)
+                    .and_then(|c| c.workers.get(&req.generation))
+                    .map(|p| p.release.clone());
+                if let Some(release) = release {
+                    inner.live_releases.insert(req.key.clone(), release);
+                }
                 if let Some((rev, change)) = inner.table.commit(route, now) {
                     self.k.publish(rev, change);
                 }
@@ -804,18 +816,19 @@ impl KernelRpc for Service {
             .get(&key)
             .map(|c| c.status.as_str())
             .unwrap_or("not installed");
-        let (Some(route), Some(m), Some(installed)) = (
-            inner.table.live(&key),
-            inner.manifests.get(&key),
-            inner.registry.connectors.get(&key),
-        ) else {
+        let (Some(route), Some(live)) = (inner.table.live(&key), inner.live_releases.get(&key))
+        else {
             return Ok(Response::new(pb::ResolveShimReply {
                 live: false,
                 status: status.into(),
                 ..Default::default()
             }));
         };
-        let Some(cli) = (if route.has_cli { m.cli.as_ref() } else { None }) else {
+        let Some(cli) = (if route.has_cli {
+            live.manifest.cli.as_ref()
+        } else {
+            None
+        }) else {
             return Ok(Response::new(pb::ResolveShimReply {
                 live: false,
                 status: "no cli interface".into(),
@@ -833,7 +846,7 @@ impl KernelRpc for Service {
             live: true,
             status: status.into(),
             generation: route.generation,
-            entrypoint: installed
+            entrypoint: live
                 .release_dir
                 .join(&cli.entrypoint)
                 .to_string_lossy()

@@ -52,6 +52,17 @@ impl Status {
 pub struct Pending {
     pub token_hash: [u8; 32],
     pub endpoint: String,
+    /// The release this generation runs (it becomes the live release at commit).
+    pub release: LiveRelease,
+}
+
+/// The release a live generation runs: what shims exec, which skill roots are bound and
+/// which version status shows. May differ from the newest installed release while an
+/// upgrade's candidate is starting, or when it was refused.
+#[derive(Clone, Debug)]
+pub struct LiveRelease {
+    pub release_dir: PathBuf,
+    pub manifest: Manifest,
 }
 
 pub struct ConnState {
@@ -83,6 +94,8 @@ pub struct Inner {
     pub conns: BTreeMap<String, ConnState>,
     pub actors: BTreeMap<String, mpsc::UnboundedSender<Msg>>,
     pub probes: BTreeMap<u64, crate::probe::ProbeSlot>,
+    /// Per connector, the release of its live (or last committed) generation.
+    pub live_releases: BTreeMap<String, LiveRelease>,
 }
 
 pub struct Kernel {
@@ -139,6 +152,7 @@ impl Kernel {
                 conns: BTreeMap::new(),
                 actors: BTreeMap::new(),
                 probes: BTreeMap::new(),
+                live_releases: BTreeMap::new(),
             }),
             tokens: Mutex::new(TokenTable::default()),
             events,

@@ -188,6 +188,13 @@ impl Actor {
                 tools: Vec::new(),
             };
             let now = self.k.now();
+            inner.live_releases.insert(
+                self.key.clone(),
+                crate::state::LiveRelease {
+                    release_dir: release.clone(),
+                    manifest: manifest.clone(),
+                },
+            );
             if let Some((rev, change)) = inner.table.commit(route, now) {
                 self.k.publish(rev, change);
             }
@@ -202,11 +209,7 @@ impl Actor {
         self.spawn_candidate(&manifest, &release);
     }
 
-    fn spawn_candidate(
-        &mut self,
-        manifest: &crate::manifest::Manifest,
-        _release: &std::path::Path,
-    ) {
+    fn spawn_candidate(&mut self, manifest: &crate::manifest::Manifest, release: &std::path::Path) {
         let generation = self.k.next_generation();
         let token = match crate::tokens::new_token() {
             Ok(t) => t,
@@ -261,6 +264,10 @@ impl Actor {
                 Pending {
                     token_hash: sha256(&token),
                     endpoint: endpoint.to_string(),
+                    release: crate::state::LiveRelease {
+                        release_dir: release.to_path_buf(),
+                        manifest: manifest.clone(),
+                    },
                 },
             );
             if self.live.is_none() {

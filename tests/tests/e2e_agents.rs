@@ -1361,3 +1361,70 @@ fn removed_connector_subcommands_do_not_exist() {
     }
     assert!(saw_available, "the connector help lists `available`");
 }
+
+/// An upgrade whose new generation is refused at commit leaves the old generation live: the
+/// shim keeps running the live release's entrypoint, `skillRoots` name the live release, and
+/// status shows the live version (not the newest installed one).
+#[test]
+fn a_refused_upgrade_keeps_the_live_release_for_shims_skills_and_status() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    install_tool(&mut rt, "1.0.0", "v1");
+    connect_tool(&rt);
+    rt.wait_status("tool", "ready", READY);
+    let live_dir = release_dir(&rt, "tool");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ran = run(
+        shim_cmd(&shim(&rt, "tool"), &[], dir.path(), &dir.path().join("m1")),
+        b"",
+    );
+    assert_eq!(report_of(&ran)["version"], json!("v1"));
+
+    // v2's upstream offers a tool with a bad schema: its generation is refused.
+    let mut v2 = tool_manifest("2.0.0");
+    v2["mcp"]["args"] = json!(["--tools", "echo", "--bad-schema"]);
+    let script = entrypoint("v2");
+    rt.install_ok(
+        &v2,
+        &[
+            ("bin/tool-cli", script.as_slice()),
+            ("skills/tool-workflow/SKILL.md", TOOL_SKILL.as_bytes()),
+        ],
+    );
+    let entry = rt.wait_connector("tool", READY, "the refusal of generation 2", |c| {
+        c["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused"))
+    });
+    assert_eq!(entry["status"], json!("ready"), "{entry}");
+    assert_eq!(
+        entry["version"],
+        json!("1.0.0"),
+        "status must show the live version: {entry}"
+    );
+
+    let ran = run(
+        shim_cmd(&shim(&rt, "tool"), &[], dir.path(), &dir.path().join("m2")),
+        b"",
+    );
+    assert_eq!(
+        report_of(&ran)["version"],
+        json!("v1"),
+        "the shim must run the live release, not the refused one"
+    );
+    let (binding, _) = issue(&rt, "refused", "runtime", &[]);
+    let binding = parse_json("runtime binding", &binding);
+    let roots: Vec<&str> = binding["skillRoots"]
+        .as_array()
+        .expect("skillRoots")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        roots,
+        [live_dir
+            .join("skills/tool-workflow")
+            .to_string_lossy()
+            .as_ref()],
+        "skillRoots must point into the live release"
+    );
+}
