@@ -2,6 +2,7 @@
 //! session tokens) and the supervisor of every other process. See ARCHITECTURE.md.
 #![deny(unsafe_code)]
 
+mod allowlist;
 mod demo;
 mod error;
 mod manifest;

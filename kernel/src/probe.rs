@@ -50,6 +50,29 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     let launch = k
         .launch_spec(&manifest.key, &manifest, &release)
         .map_err(Status::failed_precondition)?;
+    if launch.transport == "stdio" {
+        let allowed = req.allow_commands.clone();
+        crate::allowlist::check(
+            std::path::Path::new(&launch.command),
+            &[&release],
+            &k.paths.libexec,
+            &crate::allowlist::owner_allowed(),
+            &allowed,
+        )
+        .or_else(|e| {
+            // An installed connector was allowed at install time.
+            let installed = lock(&k.inner)
+                .registry
+                .connectors
+                .get(&manifest.key)
+                .is_some_and(|c| c.release_dir == release);
+            if installed {
+                Ok(())
+            } else {
+                Err(Status::failed_precondition(e))
+            }
+        })?;
+    }
     let generation = k.next_generation();
     let token = crate::tokens::new_token().map_err(|e| Status::internal(e.to_string()))?;
     let (tx, rx) = oneshot::channel();

@@ -107,6 +107,15 @@ impl Service {
                     &self.k.base_env,
                 ) {
                     Ok(l) => {
+                        if let Err(p) = crate::allowlist::check(
+                            &l.program,
+                            &[&release_dir, &src],
+                            &self.k.paths.libexec,
+                            &crate::allowlist::owner_allowed(),
+                            &req.allow_commands,
+                        ) {
+                            reply.problems.push(p);
+                        }
                         reply.argv = std::iter::once(l.program.to_string_lossy().into_owned())
                             .chain(l.args)
                             .collect();

@@ -8,6 +8,9 @@ use serde_json::Value;
 
 use crate::{bin, file_tail};
 
+/// Program names the test runtimes allow beyond the kernel's defaults.
+pub const TEST_ALLOWED_COMMANDS: &str = "tutti-fixture-server,mcp-server-time";
+
 /// How often status is polled while waiting for a condition.
 const POLL: Duration = Duration::from_millis(100);
 /// How long `Drop` waits after SIGTERM before SIGKILL.
@@ -104,6 +107,10 @@ impl Runtime {
         }
         cmd.args(&self.opts.args)
             .env_remove("TUTTI_STATE_DIR")
+            // The owner's launch allowlist for the test upstreams that live outside their
+            // releases (the fixture binary, copies of it, mcp-server-time). A test that sets
+            // TUTTI_ALLOW_COMMANDS itself (even to "") overrides it.
+            .env("TUTTI_ALLOW_COMMANDS", TEST_ALLOWED_COMMANDS)
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(open("up.stdout"))

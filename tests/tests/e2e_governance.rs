@@ -1,0 +1,147 @@
+//! Issue 9 (governance): risk levels on tools and the launch allowlist, over the real runtime.
+#![cfg(unix)]
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tutti_tests::{Mcp, Runtime, RuntimeOptions, fixture_bin, fixture_connector};
+
+const READY: Duration = Duration::from_secs(20);
+
+fn risks(tools: &[Value]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = tools
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap_or_default().to_string(),
+                t["_meta"]["tutti/risk"]
+                    .as_str()
+                    .unwrap_or("MISSING")
+                    .to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn risk_levels_come_from_hints_verbs_and_overrides_in_both_eras() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let tools = ["--tools", "read_only,destroy,delete_item,plain"];
+    rt.install_ok(&fixture_connector("gov", &tools), &[]);
+    let mut over = fixture_connector("ovr", &tools);
+    over["toolRisk"] = json!({"plain": "high", "destroy": "low"});
+    rt.install_ok(&over, &[]);
+    rt.wait_status("gov", "ready", READY);
+    rt.wait_status("ovr", "ready", READY);
+    let token = rt.issue_token("w", "gov");
+
+    let expected = vec![
+        ("gov_delete_item".to_string(), "high".to_string()),
+        ("gov_destroy".to_string(), "high".to_string()),
+        ("gov_plain".to_string(), "medium".to_string()),
+        ("gov_read_only".to_string(), "low".to_string()),
+        ("ovr_delete_item".to_string(), "high".to_string()),
+        ("ovr_destroy".to_string(), "low".to_string()),
+        ("ovr_plain".to_string(), "high".to_string()),
+        ("ovr_read_only".to_string(), "low".to_string()),
+    ];
+    let legacy = Mcp::legacy(rt.frontend_url(), &token);
+    assert_eq!(
+        risks(&legacy.list_tools().await),
+        expected,
+        "legacy tools/list _meta"
+    );
+    let modern = Mcp::modern(rt.frontend_url(), &token);
+    assert_eq!(
+        risks(&modern.list_tools().await),
+        expected,
+        "modern tools/list _meta"
+    );
+
+    let status = rt.status_json();
+    let gov = status["connectors"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["key"] == "gov"))
+        .cloned()
+        .expect("gov in status");
+    assert_eq!(gov["risk"]["low"], json!(1), "{gov}");
+    assert_eq!(gov["risk"]["medium"], json!(1), "{gov}");
+    assert_eq!(gov["risk"]["high"], json!(2), "{gov}");
+    let mut high: Vec<String> = gov["risk"]["highTools"]
+        .as_array()
+        .expect("highTools")
+        .iter()
+        .filter_map(|t| t.as_str().map(str::to_string))
+        .collect();
+    high.sort();
+    assert_eq!(high, ["gov_delete_item", "gov_destroy"]);
+}
+
+/// A release whose command is `/bin/sh` running a script of the release.
+fn sh_connector(rt: &mut Runtime) -> (Value, String) {
+    let manifest = json!({
+        "key": "shell",
+        "name": "Shell wrapper",
+        "description": "An upstream started through /bin/sh",
+        "version": "1.0.0",
+        "mcp": {"transport": "stdio", "command": "/bin/sh", "args": ["run.sh"]},
+    });
+    let script = format!("exec {} --tools echo\n", fixture_bin().display());
+    let dir = rt.write_release(&manifest, &[("run.sh", script.as_bytes())]);
+    (manifest, dir.to_string_lossy().into_owned())
+}
+
+#[test]
+fn commands_outside_the_release_need_the_allowlist() {
+    // No owner allowlist beyond the defaults for this runtime.
+    let mut rt = Runtime::start(RuntimeOptions {
+        env: vec![("TUTTI_ALLOW_COMMANDS".into(), String::new())],
+        ..RuntimeOptions::default()
+    });
+    let (_, dir) = sh_connector(&mut rt);
+    let refused = rt.tutti(&["connector", "install", &dir, "--yes"]);
+    assert!(!refused.status.success(), "/bin/sh must be refused");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("mcp.command") && stderr.contains("--allow-command sh"),
+        "the refusal must name the field and say how to allow it: {stderr}"
+    );
+    assert!(
+        !rt.state_dir().join("releases/shell").exists(),
+        "a refused install wrote a release"
+    );
+
+    let ok = rt.tutti(&[
+        "connector",
+        "install",
+        &dir,
+        "--yes",
+        "--allow-command",
+        "sh",
+    ]);
+    let stderr = String::from_utf8_lossy(&ok.stderr);
+    assert!(
+        ok.status.success(),
+        "install with --allow-command sh failed: {stderr}"
+    );
+    assert!(
+        stderr.contains("allowed commands") && stderr.contains("sh"),
+        "the confirmation must show the allowed command: {stderr}"
+    );
+    rt.wait_status("shell", "ready", READY);
+    let registry: Value = serde_json::from_slice(
+        &std::fs::read(rt.state_dir().join("registry.json")).expect("registry"),
+    )
+    .expect("registry json");
+    assert_eq!(
+        registry["connectors"]["shell"]["allowCommands"],
+        json!(["sh"]),
+        "the allowance is recorded in the registry"
+    );
+
+    // Bundled binaries (next to the kernel) and commands inside the release need nothing.
+    rt.install_ok(&fixture_connector("bundled", &["--tools", "echo"]), &[]);
+    rt.wait_status("bundled", "ready", READY);
+}
