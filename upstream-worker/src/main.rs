@@ -33,7 +33,10 @@ fn main() -> ExitCode {
     };
     // One thread: a worker serves one upstream; a single-threaded runtime avoids cross-thread
     // wake-ups on the per-call path and keeps the resident set small.
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");

@@ -476,9 +476,12 @@ mod bench {
                     .header("Accept", "application/json, text/event-stream");
                 if let Era::Modern = era {
                     params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}});
-                    req = req.header("MCP-Protocol-Version", "2026-07-28").header("Mcp-Method", "tools/list");
+                    req = req
+                        .header("MCP-Protocol-Version", "2026-07-28")
+                        .header("Mcp-Method", "tools/list");
                 }
-                let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/list","params":params}).to_string();
+                let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/list","params":params})
+                    .to_string();
                 let t = Instant::now();
                 let bytes = req.body(body).send().await?.bytes().await?;
                 wire += t.elapsed();
