@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 mod allowlist;
+mod audit;
 mod demo;
 mod error;
 mod manifest;

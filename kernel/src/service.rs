@@ -426,7 +426,7 @@ impl KernelRpc for Service {
             state_dir: self.k.paths.state.to_string_lossy().into_owned(),
             kernel_pid: std::process::id(),
             connectors,
-            audit_dropped: 0,
+            audit_dropped: self.k.audit.dropped(),
             bin_dir: self.k.paths.bin().to_string_lossy().into_owned(),
         }))
     }
@@ -546,6 +546,10 @@ impl KernelRpc for Service {
                 }
             }
         }
+        self.k.audit.record(
+            "session_issue",
+            serde_json::json!({"workspace": req.workspace, "session": req.session}),
+        );
         tracing::info!(workspace = %req.workspace, session = %req.session, "session issued");
         Ok(Response::new(pb::IssueSessionReply {
             token,
@@ -582,6 +586,10 @@ impl KernelRpc for Service {
                 workspace: req.workspace.clone(),
                 session: req.session.clone(),
             }),
+        );
+        self.k.audit.record(
+            "session_revoke",
+            serde_json::json!({"workspace": req.workspace, "session": req.session, "all": req.all, "revoked": revoked}),
         );
         tracing::info!(all = req.all, workspace = %req.workspace, session = %req.session, revoked, "sessions revoked");
         Ok(Response::new(pb::RevokeSessionReply { revoked }))
@@ -681,6 +689,23 @@ impl KernelRpc for Service {
             .k
             .launch_spec(&req.key, &manifest, &release)
             .map_err(precondition)?;
+        let mut env_names: Vec<&String> = launch.env.keys().collect();
+        env_names.sort();
+        let mut header_names: Vec<&String> = launch.headers.keys().collect();
+        header_names.sort();
+        self.k.audit.record(
+            "launch",
+            serde_json::json!({
+                "connector": req.key,
+                "generation": req.generation,
+                "transport": launch.transport,
+                "argv": std::iter::once(&launch.command).chain(launch.args.iter()).filter(|a| !a.is_empty()).collect::<Vec<_>>(),
+                "cwd": launch.cwd,
+                "url": launch.url,
+                "env": env_names,
+                "headers": header_names,
+            }),
+        );
         tracing::info!(key = %req.key, generation = req.generation, pid = req.pid, "worker registered");
         Ok(Response::new(pb::RegisterWorkerReply {
             launch: Some(launch),
@@ -725,6 +750,10 @@ impl KernelRpc for Service {
                 if !live {
                     c.status = CStatus::Failed;
                 }
+                self.k.audit.record(
+                    "refuse",
+                    serde_json::json!({"connector": req.key, "generation": req.generation, "reason": error}),
+                );
                 tracing::warn!(key = %req.key, %error, "candidate refused");
                 if let Some(a) = actor {
                     let _ = a.send(Msg::Refused(req.generation));
@@ -753,6 +782,12 @@ impl KernelRpc for Service {
                 };
                 let n = route.tools.len();
                 let now = self.k.now();
+                // The generation this commit supersedes (fenced in the same step).
+                let superseded = inner
+                    .table
+                    .live(&req.key)
+                    .map(|r| r.generation)
+                    .filter(|g| *g != req.generation);
                 let release = inner
                     .conns
                     .get(&req.key)
@@ -768,6 +803,10 @@ impl KernelRpc for Service {
                 c.status = CStatus::Ready;
                 c.last_error.clear();
                 c.next_retry_unix_ms = 0;
+                self.k.audit.record(
+                    "commit",
+                    serde_json::json!({"connector": req.key, "generation": req.generation, "tools": n, "superseded": superseded}),
+                );
                 tracing::info!(key = %req.key, generation = req.generation, tools = n, "committed");
                 if let Some(a) = actor {
                     let _ = a.send(Msg::Committed(req.generation));
@@ -810,6 +849,32 @@ impl KernelRpc for Service {
                 kind: req.kind,
                 message: req.message,
             });
+        }
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn record_calls(
+        &self,
+        req: Request<tonic::Streaming<pb::CallRecord>>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let mut stream = req.into_inner();
+        while let Some(record) = stream.message().await? {
+            self.k.audit.note_frontend_dropped(record.dropped_total);
+            self.k.audit.record(
+                "call",
+                serde_json::json!({
+                    "callTime": record.time_unix_ms,
+                    "workspace": record.workspace,
+                    "session": record.session,
+                    "tool": record.tool,
+                    "connector": record.connector,
+                    "generation": record.generation,
+                    "risk": record.risk,
+                    "durationUs": record.duration_us,
+                    "outcome": record.outcome,
+                    "errorCode": if record.error_code == 0 { None } else { Some(record.error_code) },
+                }),
+            );
         }
         Ok(Response::new(pb::Empty {}))
     }

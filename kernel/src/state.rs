@@ -111,6 +111,7 @@ pub struct Kernel {
     pub shutdown: watch::Sender<bool>,
     /// Environment the kernel passes on to upstreams (PATH, HOME, LANG, TMPDIR…).
     pub base_env: BTreeMap<String, String>,
+    pub audit: crate::audit::Audit,
 }
 
 /// How many generation numbers one registry write reserves.
@@ -141,6 +142,7 @@ impl Kernel {
         let (events, _) = broadcast::channel(4096);
         let (shutdown, _) = watch::channel(false);
         let boot_epoch = registry.boot_epoch;
+        let paths_audit = paths.logs().join("audit.jsonl");
         let first_generation = registry.generation_ceiling.saturating_sub(GENERATION_BLOCK) + 1;
         Arc::new(Self {
             paths,
@@ -162,6 +164,7 @@ impl Kernel {
             frontend_url: Mutex::new(None),
             shutdown,
             base_env: base_env(),
+            audit: crate::audit::Audit::start(paths_audit),
         })
     }
 
@@ -235,6 +238,12 @@ impl Kernel {
             None => inner.table.remove(key, reason, now),
         };
         if let Some((rev, change)) = change {
+            if let Change::Removed { generation, .. } = &change {
+                self.audit.record(
+                    "fence",
+                    serde_json::json!({"connector": key, "generation": generation, "reason": reason}),
+                );
+            }
             tracing::info!(key, ?generation, reason, "fenced");
             self.publish(rev, change);
         }

@@ -98,6 +98,9 @@ impl Kernel for FakeKernel {
     async fn report_worker(&self, _: Request<WorkerReport>) -> Reply<Empty> {
         no()
     }
+    async fn record_calls(&self, _: Request<tonic::Streaming<CallRecord>>) -> Reply<Empty> {
+        Err(Status::unimplemented("RecordCalls"))
+    }
     async fn resolve_shim(&self, _: Request<KeyRequest>) -> Reply<ResolveShimReply> {
         no()
     }

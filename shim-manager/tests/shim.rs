@@ -260,6 +260,12 @@ impl Kernel for FakeKernel {
     async fn report_worker(&self, _: Request<WorkerReport>) -> Result<Response<Empty>, Status> {
         unimplemented("ReportWorker")
     }
+    async fn record_calls(
+        &self,
+        _: Request<tonic::Streaming<tutti_proto::kernel::CallRecord>>,
+    ) -> Result<Response<Empty>, Status> {
+        unimplemented("RecordCalls")
+    }
     async fn resolve_shim(
         &self,
         request: Request<KeyRequest>,

@@ -145,3 +145,119 @@ fn commands_outside_the_release_need_the_allowlist() {
     rt.install_ok(&fixture_connector("bundled", &["--tools", "echo"]), &[]);
     rt.wait_status("bundled", "ready", READY);
 }
+
+fn audit_lines(rt: &Runtime) -> Vec<Value> {
+    let text = std::fs::read_to_string(rt.state_dir().join("logs/audit.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
+        })
+        .collect()
+}
+
+fn wait_audit(rt: &Runtime, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = audit_lines(rt);
+        if pred(&lines) {
+            return lines;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "audit.jsonl never showed {what}: {lines:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_log_records_launches_commits_fences_and_sessions_without_values() {
+    const SECRET: &str = "Audit-S3cret-9f2c41";
+    const ARG: &str = "distinctive-argument-77aa";
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let mut m = fixture_connector("aud", &["--tools", "echo,fail"]);
+    m["mcp"]["secrets"] = json!(["AUD_KEY"]);
+    rt.install_ok(&m, &[]);
+    let out = rt
+        .tutti_cmd(&["connector", "connect", "aud", "--from-env", "AUD_KEY"])
+        .env("AUD_KEY", SECRET)
+        .output()
+        .expect("connect");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rt.wait_status("aud", "ready", READY);
+    let token = rt.issue_token("ws-audit", "s-audit");
+    let legacy = Mcp::legacy(rt.frontend_url(), &token);
+    let echo = legacy
+        .call_tool_ok("aud_echo", json!({"message": ARG}))
+        .await;
+    assert_eq!(echo["content"][0]["text"], json!(ARG));
+    rt.tutti_ok(&[
+        "session",
+        "revoke",
+        "--workspace",
+        "ws-audit",
+        "--session",
+        "s-audit",
+    ]);
+    rt.tutti_ok(&["connector", "uninstall", "aud"]);
+
+    let lines = wait_audit(&rt, "the uninstall fence", |l| {
+        l.iter()
+            .any(|e| e["event"] == "fence" && e["reason"] == "uninstalled")
+    });
+    let find = |event: &str| {
+        lines
+            .iter()
+            .find(|e| e["event"] == event)
+            .unwrap_or_else(|| panic!("no {event} record in {lines:#?}"))
+            .clone()
+    };
+    let launch = find("launch");
+    assert_eq!(launch["connector"], json!("aud"));
+    assert!(
+        launch["argv"][0]
+            .as_str()
+            .is_some_and(|a| a.ends_with("tutti-fixture-server")),
+        "{launch}"
+    );
+    let env: Vec<&str> = launch["env"]
+        .as_array()
+        .expect("env names")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        env.contains(&"AUD_KEY") && env.contains(&"PATH"),
+        "env names: {env:?}"
+    );
+    assert!(
+        launch["cwd"]
+            .as_str()
+            .is_some_and(|c| c.contains("releases/aud")),
+        "{launch}"
+    );
+    let commit = find("commit");
+    assert_eq!(commit["generation"], launch["generation"]);
+    assert_eq!(commit["tools"], json!(2));
+    let issue = find("session_issue");
+    assert_eq!(
+        (issue["workspace"].as_str(), issue["session"].as_str()),
+        (Some("ws-audit"), Some("s-audit"))
+    );
+    let revoke = find("session_revoke");
+    assert_eq!(revoke["revoked"], json!(1));
+    for e in &lines {
+        assert!(
+            e["time"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "record without time: {e}"
+        );
+    }
+    let raw = std::fs::read_to_string(rt.state_dir().join("logs/audit.jsonl")).expect("audit");
+    for needle in [SECRET, ARG, token.as_str(), "tts_"] {
+        assert!(!raw.contains(needle), "audit.jsonl contains {needle:?}");
+    }
+}

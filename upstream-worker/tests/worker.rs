@@ -266,6 +266,9 @@ impl Kernel for FakeKernel {
         let _ = self.seen.send(Seen::Report(request.into_inner()));
         Ok(Response::new(k::Empty {}))
     }
+    async fn record_calls(&self, _: Request<tonic::Streaming<k::CallRecord>>) -> Res<k::Empty> {
+        Err(Status::unimplemented("RecordCalls"))
+    }
     async fn resolve_shim(&self, _: Request<k::KeyRequest>) -> Res<k::ResolveShimReply> {
         nope()
     }
