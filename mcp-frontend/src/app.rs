@@ -32,6 +32,8 @@ pub(crate) struct App {
     call_prefix: String,
     /// `true` once the frontend is stopping.
     pub(crate) stopping: watch::Sender<bool>,
+    /// Audit records of calls, shipped to the kernel off the hot path.
+    pub(crate) audit: crate::audit::CallAudit,
 }
 
 impl App {
@@ -41,6 +43,7 @@ impl App {
             .map(|d| d.as_millis())
             .unwrap_or_default();
         Self {
+            audit: crate::audit::CallAudit::start(backend.clone()),
             backend,
             page_size: page_size.max(1),
             routes: watch::channel(None).0,

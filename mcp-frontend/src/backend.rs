@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use tonic::transport::Channel;
 use tutti_proto::kernel::kernel_client::KernelClient;
-use tutti_proto::kernel::{RouteEvent, VerifySessionRequest, WatchRoutesRequest};
+use tutti_proto::kernel::{CallRecord, RouteEvent, VerifySessionRequest, WatchRoutesRequest};
 use tutti_proto::transport::{self, LocalEndpoint};
 use tutti_proto::worker::worker_client::WorkerClient;
 use tutti_proto::worker::{CallToolReply, CallToolRequest, CancelRequest};
@@ -59,6 +59,18 @@ pub trait Backend: Send + Sync + 'static {
     /// Called after every route change with the endpoints still routed: connections to any
     /// other endpoint may be dropped.
     fn retain_endpoints(&self, _live: &HashSet<String>) {}
+
+    /// Streams audit records of calls to the kernel until `records` ends. The default
+    /// (for backends without a kernel) discards them.
+    fn record_calls(
+        &self,
+        mut records: tokio::sync::mpsc::Receiver<CallRecord>,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            while records.recv().await.is_some() {}
+            Ok(())
+        })
+    }
 }
 
 /// Largest gRPC message accepted from the kernel or a worker (tool results can be large).
@@ -247,5 +259,19 @@ impl Backend for GrpcBackend {
     fn retain_endpoints(&self, live: &HashSet<String>) {
         self.lock_workers()
             .retain(|endpoint, _| live.contains(endpoint));
+    }
+
+    fn record_calls(
+        &self,
+        records: tokio::sync::mpsc::Receiver<CallRecord>,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let mut client = self.kernel().await?;
+            client
+                .record_calls(tokio_stream::wrappers::ReceiverStream::new(records))
+                .await
+                .map(|_| ())
+                .map_err(|status| kernel_status(&status))
+        })
     }
 }

@@ -3,14 +3,14 @@
 
 use std::future::pending;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
 
 use crate::app::App;
-use crate::backend::Backend;
+use crate::backend::{Backend, Identity};
 use crate::error::Error;
 use crate::routes::{Lookup, Tool};
 use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError};
@@ -104,9 +104,59 @@ impl Drop for CancelGuard {
     }
 }
 
-/// Runs one call against a resolved binding. `Ok` is the `CallToolResult` to return
-/// (the upstream's, unchanged, or an `invalid_arguments` result).
+/// Records the call in the audit log when it finishes, or as `cancelled` when its future is
+/// dropped (the client closed the stream).
+struct AuditGuard<'a> {
+    app: &'a App,
+    who: &'a Identity,
+    tool: &'a Tool,
+    started: Instant,
+    done: bool,
+}
+
+impl AuditGuard<'_> {
+    fn finish(&mut self, outcome: &Result<Value, RpcError>) {
+        self.done = true;
+        self.app
+            .audit
+            .record(self.who, self.tool, self.started, outcome);
+    }
+}
+
+impl Drop for AuditGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let cancelled = Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled"));
+            self.app
+                .audit
+                .record(self.who, self.tool, self.started, &cancelled);
+        }
+    }
+}
+
+/// Runs one call of `who` against a resolved binding and records it in the audit log. `Ok`
+/// is the `CallToolResult` to return (the upstream's, unchanged, or an `invalid_arguments`
+/// result).
 pub(crate) async fn execute(
+    app: &App,
+    who: &Identity,
+    tool: &Tool,
+    arguments: Option<&Value>,
+    cancelled: Option<oneshot::Receiver<()>>,
+) -> Result<Value, RpcError> {
+    let mut audit = AuditGuard {
+        app,
+        who,
+        tool,
+        started: Instant::now(),
+        done: false,
+    };
+    let outcome = execute_call(app, tool, arguments, cancelled).await;
+    audit.finish(&outcome);
+    outcome
+}
+
+async fn execute_call(
     app: &App,
     tool: &Tool,
     arguments: Option<&Value>,

@@ -8,12 +8,13 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
 
 use crate::app::App;
 use crate::backend::Identity;
 use crate::headers;
-use crate::routes::CursorError;
+use crate::routes::{CursorError, Page};
 use crate::rpc::{self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, RpcError};
 use crate::{legacy, modern};
 
@@ -66,10 +67,7 @@ enum BodyError {
 }
 
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<Vec<u8>, BodyError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = declared_length(headers);
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return Err(BodyError::TooLarge);
     }
@@ -83,6 +81,79 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Vec<u8>, BodyError
         bytes.extend_from_slice(&chunk);
     }
     Ok(bytes)
+}
+
+/// Bodies up to this size (by `Content-Length`) are read while the token is verified.
+const EARLY_BODY_BYTES: u64 = 64 * 1024;
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// A request body read during token verification, or not yet.
+enum PendingBody {
+    Parsed(Result<Map<String, Value>, ParseFailure>),
+    Unread(Body),
+}
+
+/// Why a body did not yield one JSON-RPC object.
+enum ParseFailure {
+    Body(BodyError),
+    Batch,
+    NotObject,
+    Syntax,
+}
+
+impl ParseFailure {
+    fn response(self) -> Response {
+        let (status, error) = match self {
+            Self::Body(BodyError::TooLarge) => {
+                return rpc::reject(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Payload Too Large: the body exceeds 4 MiB",
+                );
+            }
+            Self::Body(BodyError::Broken) => {
+                return rpc::reject(StatusCode::BAD_REQUEST, "Bad Request: unreadable body");
+            }
+            Self::Batch => (
+                StatusCode::BAD_REQUEST,
+                RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid Request: the body must be a single JSON-RPC request or notification object, not a batch",
+                ),
+            ),
+            Self::NotObject => (
+                StatusCode::BAD_REQUEST,
+                RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid Request: the body must be a JSON-RPC object",
+                ),
+            ),
+            Self::Syntax => (
+                StatusCode::BAD_REQUEST,
+                RpcError::new(PARSE_ERROR, "Parse error"),
+            ),
+        };
+        rpc::error_response(status, &Value::Null, &error)
+    }
+}
+
+/// Reads the body (bounded) and parses it as one JSON object.
+async fn read_and_parse(
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Map<String, Value>, ParseFailure> {
+    let bytes = read_body(headers, body).await.map_err(ParseFailure::Body)?;
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(Value::Array(_)) => Err(ParseFailure::Batch),
+        Ok(_) => Err(ParseFailure::NotObject),
+        Err(_) => Err(ParseFailure::Syntax),
+    }
 }
 
 /// Whether a request is served by the modern (2026-07-28) surface.
@@ -122,7 +193,27 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
     let Some(token) = headers::bearer_token(&parts.headers).map(str::to_owned) else {
         return unauthorized();
     };
-    let identity = match app.backend.verify_session(&token).await {
+    let is_post = parts.method == Method::POST;
+    let is_json = is_json_content_type(&parts.headers);
+    // A small body is read and parsed while the kernel verifies the token (the verification
+    // round trip dominates); nothing is acted on before the verdict, and every answer below
+    // keeps the documented check order. Larger bodies are only read once the token is valid.
+    let early = is_post
+        && is_json
+        && declared_length(&parts.headers).is_some_and(|n| n <= EARLY_BODY_BYTES);
+    let (verified, pending) = if early {
+        let (verified, parsed) = tokio::join!(
+            app.backend.verify_session(&token),
+            read_and_parse(&parts.headers, body)
+        );
+        (verified, PendingBody::Parsed(parsed))
+    } else {
+        (
+            app.backend.verify_session(&token).await,
+            PendingBody::Unread(body),
+        )
+    };
+    let identity = match verified {
         Ok(Some(identity)) => identity,
         Ok(None) => return unauthorized(),
         Err(e) => {
@@ -133,7 +224,7 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
             );
         }
     };
-    if parts.method != Method::POST {
+    if !is_post {
         let mut response = rpc::reject(
             StatusCode::METHOD_NOT_ALLOWED,
             "Method Not Allowed: this endpoint accepts POST only",
@@ -143,53 +234,19 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return response;
     }
-    if !is_json_content_type(&parts.headers) {
+    if !is_json {
         return rpc::reject(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Unsupported Media Type: Content-Type must be application/json",
         );
     }
-    let bytes = match read_body(&parts.headers, body).await {
-        Ok(bytes) => bytes,
-        Err(BodyError::TooLarge) => {
-            return rpc::reject(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "Payload Too Large: the body exceeds 4 MiB",
-            );
-        }
-        Err(BodyError::Broken) => {
-            return rpc::reject(StatusCode::BAD_REQUEST, "Bad Request: unreadable body");
-        }
+    let parsed = match pending {
+        PendingBody::Parsed(parsed) => parsed,
+        PendingBody::Unread(body) => read_and_parse(&parts.headers, body).await,
     };
-    let object = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(object)) => object,
-        Ok(Value::Array(_)) => {
-            return rpc::error_response(
-                StatusCode::BAD_REQUEST,
-                &Value::Null,
-                &RpcError::new(
-                    INVALID_REQUEST,
-                    "Invalid Request: the body must be a single JSON-RPC request or notification object, not a batch",
-                ),
-            );
-        }
-        Ok(_) => {
-            return rpc::error_response(
-                StatusCode::BAD_REQUEST,
-                &Value::Null,
-                &RpcError::new(
-                    INVALID_REQUEST,
-                    "Invalid Request: the body must be a JSON-RPC object",
-                ),
-            );
-        }
-        Err(_) => {
-            return rpc::error_response(
-                StatusCode::BAD_REQUEST,
-                &Value::Null,
-                &RpcError::new(PARSE_ERROR, "Parse error"),
-            );
-        }
+    let object = match parsed {
+        Ok(object) => object,
+        Err(failure) => return failure.response(),
     };
     let message = match rpc::classify(&object) {
         Ok(message) => message,
@@ -243,11 +300,30 @@ pub(crate) fn get_prompt(params: Option<&Value>) -> Result<Value, RpcError> {
     ))
 }
 
-/// One `tools/list` page for either era: `(tools, nextCursor)`.
+/// A `tools/list` result: the page's pre-serialized tools, the next cursor and the era's
+/// other fields.
+#[derive(Serialize)]
+pub(crate) struct ToolsResult {
+    #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    tools: Page,
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+impl ToolsResult {
+    /// The JSON-RPC response carrying this result.
+    pub(crate) fn respond(&self, id: &Value) -> Response {
+        rpc::result_response(id, self, self.tools.json_len() + 256)
+    }
+}
+
+/// One `tools/list` result for either era; `extra` are the era's other result fields.
 pub(crate) async fn list_tools(
     app: &App,
     params: Option<&Value>,
-) -> Result<(Vec<Value>, Option<String>), RpcError> {
+    extra: Map<String, Value>,
+) -> Result<ToolsResult, RpcError> {
     let cursor = match params.and_then(|p| p.get("cursor")) {
         None | Some(Value::Null) => None,
         Some(Value::String(cursor)) => Some(cursor.as_str()),
@@ -266,6 +342,11 @@ pub(crate) async fn list_tools(
     };
     table
         .page(cursor, app.page_size)
+        .map(|(tools, next_cursor)| ToolsResult {
+            next_cursor,
+            tools,
+            extra,
+        })
         .map_err(|e| match e {
             CursorError::Malformed => RpcError::new(INVALID_PARAMS, "Invalid params: invalid cursor"),
             CursorError::Stale => RpcError::new(

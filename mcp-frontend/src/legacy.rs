@@ -51,16 +51,10 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             let answer = match method.as_str() {
                 "initialize" => Ok(initialize(params.as_ref())),
                 "ping" => Ok(json!({})),
-                "tools/list" => list_tools(&ctx.app, params.as_ref())
-                    .await
-                    .map(|(tools, next)| {
-                        let mut result = Map::new();
-                        result.insert("tools".into(), Value::Array(tools));
-                        if let Some(next) = next {
-                            result.insert("nextCursor".into(), Value::String(next));
-                        }
-                        Value::Object(result)
-                    }),
+                "tools/list" => match list_tools(&ctx.app, params.as_ref(), Map::new()).await {
+                    Ok(page) => return page.respond(&id),
+                    Err(error) => Err(error),
+                },
                 "tools/call" => tools_call(&ctx, &id, params.as_ref()).await,
                 "resources/list" => Ok(json!({"resources": []})),
                 "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
@@ -101,5 +95,5 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Result<Val
     let tool = call::resolve(&ctx.app, name).await?;
     let (_guard, cancelled) = ctx.app.register_pending(&ctx.identity, id);
     let arguments = params.and_then(|p| p.get("arguments"));
-    call::execute(&ctx.app, &tool, arguments, Some(cancelled)).await
+    call::execute(&ctx.app, &ctx.identity, &tool, arguments, Some(cancelled)).await
 }

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod app;
+mod audit;
 mod backend;
 mod call;
 mod error;
@@ -114,6 +115,12 @@ pub async fn serve(
         .fallback(http::handle)
         .with_state(app.clone());
     let mut stopping = app.stopping.subscribe();
+    // Responses are written whole; no Nagle delay on the keep-alive connection.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         let _ = stopping.wait_for(|s| *s).await;
     });

@@ -45,12 +45,16 @@ fn expect_header(ctx: &Ctx, name: &str, display: &str, expected: &str) -> Result
 }
 
 /// A cacheable result: `resultType`, `ttlMs`, `cacheScope` and the server's identity.
-fn cacheable(mut fields: Map<String, Value>, ttl_ms: u64) -> Value {
+fn cacheable(fields: Map<String, Value>, ttl_ms: u64) -> Value {
+    Value::Object(cacheable_fields(fields, ttl_ms))
+}
+
+fn cacheable_fields(mut fields: Map<String, Value>, ttl_ms: u64) -> Map<String, Value> {
     fields.insert("resultType".into(), json!("complete"));
     fields.insert("ttlMs".into(), json!(ttl_ms));
     fields.insert("cacheScope".into(), json!("private"));
     fields.insert("_meta".into(), json!({ META_SERVER_INFO: server_info() }));
-    Value::Object(fields)
+    fields
 }
 
 fn empty_list(field: &str) -> Value {
@@ -130,16 +134,13 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
 
     let answer = match method.as_str() {
         "server/discover" => Ok(discover()),
-        "tools/list" => list_tools(&ctx.app, params.as_ref())
-            .await
-            .map(|(tools, next)| {
-                let mut fields = Map::new();
-                fields.insert("tools".into(), Value::Array(tools));
-                if let Some(next) = next {
-                    fields.insert("nextCursor".into(), Value::String(next));
-                }
-                cacheable(fields, TOOLS_TTL_MS)
-            }),
+        "tools/list" => {
+            let extra = cacheable_fields(Map::new(), TOOLS_TTL_MS);
+            match list_tools(&ctx.app, params.as_ref(), extra).await {
+                Ok(page) => return page.respond(&id),
+                Err(error) => Err(error),
+            }
+        }
         "tools/call" => return tools_call(&ctx, &id, params.as_ref()).await,
         "subscriptions/listen" => {
             return listen::open(
@@ -232,7 +233,7 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
         }
     }
     // Dropping this future (the client closed the stream) cancels the worker call.
-    let answer = call::execute(&ctx.app, &tool, arguments, None)
+    let answer = call::execute(&ctx.app, &ctx.identity, &tool, arguments, None)
         .await
         .map(|mut result| {
             if let Value::Object(fields) = &mut result {

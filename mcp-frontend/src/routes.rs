@@ -5,11 +5,14 @@
 //! route change it produces a new [`RouteTable`] (`Arc`, swapped atomically by the caller).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ops::Range;
 use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonschema::Validator;
+use serde::ser::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tutti_proto::kernel::{ConnectorRoute, RouteEvent, SessionsRevoked, route_event};
@@ -39,8 +42,9 @@ pub(crate) struct Tool {
     pub(crate) name: String,
     pub(crate) upstream_name: String,
     pub(crate) connector: Arc<Connector>,
-    /// The tool exactly as `tools/list` shows it.
-    pub(crate) projected: Value,
+    /// The tool exactly as `tools/list` shows it, serialized once at commit time: a page is
+    /// written by copying these bytes, never by cloning or re-serializing a `Value`.
+    pub(crate) projected: Box<RawValue>,
     pub(crate) validator: Validator,
     pub(crate) param_headers: Vec<ParamHeader>,
 }
@@ -97,12 +101,13 @@ impl RouteTable {
         self.tools.len()
     }
 
-    /// One page of `tools/list` and the cursor of the next page, if any.
+    /// One page of `tools/list` (serializes as the `tools` array) and the cursor of the next
+    /// page, if any.
     pub(crate) fn page(
-        &self,
+        self: &Arc<Self>,
         cursor: Option<&str>,
         page_size: usize,
-    ) -> Result<(Vec<Value>, Option<String>), CursorError> {
+    ) -> Result<(Page, Option<String>), CursorError> {
         let start = match cursor {
             None => 0,
             Some(cursor) => {
@@ -118,16 +123,16 @@ impl RouteTable {
         };
         let page_size = page_size.max(1);
         let end = start.saturating_add(page_size).min(self.tools.len());
-        let page = self.tools[start..end]
-            .iter()
-            .map(|t| t.projected.clone())
-            .collect();
+        let page = Page {
+            table: self.clone(),
+            range: start..end,
+        };
         let next = (end < self.tools.len()).then(|| encode_cursor(self.list_revision, end));
         Ok((page, next))
     }
 
-    fn projected(&self) -> impl Iterator<Item = &Value> {
-        self.tools.iter().map(|t| &t.projected)
+    fn projected(&self) -> impl Iterator<Item = &str> {
+        self.tools.iter().map(|t| t.projected.get())
     }
 
     /// Endpoints of every routed connector.
@@ -136,6 +141,37 @@ impl RouteTable {
             .iter()
             .map(|t| t.connector.endpoint.clone())
             .collect()
+    }
+}
+
+/// One `tools/list` page: a slice of an immutable table that serializes as a JSON array of
+/// the pre-serialized tools (a copy of their bytes).
+pub(crate) struct Page {
+    table: Arc<RouteTable>,
+    range: Range<usize>,
+}
+
+impl Page {
+    fn tools(&self) -> &[Arc<Tool>] {
+        self.table.tools.get(self.range.clone()).unwrap_or_default()
+    }
+
+    /// Bytes of the serialized array (to size the response buffer).
+    pub(crate) fn json_len(&self) -> usize {
+        let tools = self.tools();
+        let bytes: usize = tools.iter().map(|t| t.projected.get().len()).sum();
+        bytes + tools.len().saturating_sub(1) + 2
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.tools().len()
+    }
+}
+
+impl Serialize for Page {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.tools().iter().map(|t| &*t.projected))
     }
 }
 
@@ -344,6 +380,18 @@ impl RouteState {
                 &definition,
                 &input_schema,
             );
+            let projected = match serde_json::value::to_raw_value(&projected) {
+                Ok(raw) => raw,
+                Err(e) => {
+                    tracing::warn!(
+                        connector = %route.key,
+                        tool = %routed.name,
+                        error = %e,
+                        "skipping a tool that cannot be serialized"
+                    );
+                    continue;
+                }
+            };
             tools.push(Arc::new(Tool {
                 name: routed.name.clone(),
                 upstream_name: routed.upstream_name.clone(),
@@ -399,7 +447,7 @@ impl RouteState {
         let tools_changed = !self
             .table
             .projected()
-            .eq(tools.iter().map(|t| &t.projected));
+            .eq(tools.iter().map(|t| t.projected.get()));
         if tools_changed {
             self.list_revision = self.revision;
         }
@@ -509,6 +557,14 @@ mod tests {
         }
     }
 
+    fn projected(tool: &Tool) -> Value {
+        serde_json::from_str(tool.projected.get()).expect("projected JSON")
+    }
+
+    fn page_json(page: &Page) -> Value {
+        serde_json::to_value(page).expect("page JSON")
+    }
+
     fn names(table: &RouteTable) -> Vec<String> {
         table.tools.iter().map(|t| t.name.clone()).collect()
     }
@@ -558,14 +614,14 @@ mod tests {
         let t = s.table();
         assert_eq!(names(&t), vec!["alpha_a", "zeta_b"]);
         assert_eq!(
-            t.tools[1].projected,
+            projected(&t.tools[1]),
             json!({"name":"zeta_b","title":"B","description":"zeta name: b","inputSchema":{"type":"object"},
                    "annotations":{"readOnlyHint":true},
                    "_meta":{"tutti/connector":"zeta","tutti/upstreamName":"b","tutti/risk":"low"}})
         );
-        assert_eq!(t.tools[0].projected["description"], "does a");
+        assert_eq!(projected(&t.tools[0])["description"], "does a");
         assert_eq!(
-            t.tools[0].projected["outputSchema"],
+            projected(&t.tools[0])["outputSchema"],
             json!({"type":"object"})
         );
         assert_eq!(t.tools[0].connector.timeout_ms, DEFAULT_CALL_TIMEOUT_MS);
@@ -746,7 +802,12 @@ mod tests {
         assert_eq!(page.len(), 2);
         let next = next.expect("more pages");
         let (page, next) = t.page(Some(&next), 2).expect("second page");
-        assert_eq!(page[0]["name"], "a_t2");
+        assert_eq!(page_json(&page)[0]["name"], "a_t2");
+        assert_eq!(page_json(&page)[1], projected(&t.tools[3]));
+        assert_eq!(
+            page.json_len(),
+            serde_json::to_string(&page).expect("json").len()
+        );
         let (page, next) = t.page(next.as_deref(), 2).expect("third page");
         assert_eq!(page.len(), 1);
         assert!(next.is_none());

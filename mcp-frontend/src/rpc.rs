@@ -3,6 +3,7 @@
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 pub(crate) const PARSE_ERROR: i64 = -32700;
@@ -133,13 +134,52 @@ pub(crate) fn error_body(id: &Value, error: &RpcError) -> Value {
 
 /// An `application/json` response.
 pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut response = Response::new(Body::from(body.to_string()));
+    match serde_json::to_vec(body) {
+        Ok(bytes) => bytes_response(status, bytes),
+        Err(e) => unserializable(&e),
+    }
+}
+
+fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(bytes));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// Only a type with a failing `Serialize` impl gets here (never a `Value`).
+fn unserializable(e: &serde_json::Error) -> Response {
+    tracing::error!(error = %e, "cannot serialize a response");
+    reject(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal Server Error: the response cannot be serialized",
+    )
+}
+
+/// A JSON-RPC success envelope around any serializable result.
+#[derive(Serialize)]
+struct Envelope<'a, R> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    result: &'a R,
+}
+
+/// `200 OK` with `{"jsonrpc":"2.0","id":…,"result":…}`, serialized straight into one buffer
+/// of about `size_hint` bytes (no intermediate `Value`).
+pub(crate) fn result_response<R: Serialize>(id: &Value, result: &R, size_hint: usize) -> Response {
+    let mut bytes = Vec::with_capacity(size_hint.saturating_add(64));
+    let envelope = Envelope {
+        jsonrpc: "2.0",
+        id,
+        result,
+    };
+    match serde_json::to_writer(&mut bytes, &envelope) {
+        Ok(()) => bytes_response(StatusCode::OK, bytes),
+        Err(e) => unserializable(&e),
+    }
 }
 
 pub(crate) fn error_response(status: StatusCode, id: &Value, error: &RpcError) -> Response {

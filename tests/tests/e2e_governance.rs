@@ -175,7 +175,8 @@ async fn audit_log_records_launches_commits_fences_and_sessions_without_values()
     const SECRET: &str = "Audit-S3cret-9f2c41";
     const ARG: &str = "distinctive-argument-77aa";
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let mut m = fixture_connector("aud", &["--tools", "echo,fail"]);
+    let mut m = fixture_connector("aud", &["--tools", "echo,fail,rpc_error,sleep"]);
+    m["timeouts"] = json!({"callMs": 400});
     m["mcp"]["secrets"] = json!(["AUD_KEY"]);
     rt.install_ok(&m, &[]);
     let out = rt
@@ -195,6 +196,37 @@ async fn audit_log_records_launches_commits_fences_and_sessions_without_values()
         .call_tool_ok("aud_echo", json!({"message": ARG}))
         .await;
     assert_eq!(echo["content"][0]["text"], json!(ARG));
+    let failed = legacy.call_tool_ok("aud_fail", json!({})).await;
+    assert_eq!(failed["isError"], json!(true));
+    let invalid = legacy
+        .call_tool_ok("aud_echo", json!({"message": 7, "extra": ARG}))
+        .await;
+    assert_eq!(invalid["isError"], json!(true));
+    let (_, _, body) = legacy.call_tool("aud_rpc_error", json!({})).await;
+    assert_eq!(body["error"]["code"], json!(-32001), "{body}");
+    let (_, _, body) = legacy.call_tool("aud_sleep", json!({"ms": 3000})).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("[MCP_TIMEOUT]")),
+        "{body}"
+    );
+    // Cancelled: legacy notifications/cancelled for an in-flight call.
+    let long = Mcp::legacy(rt.frontend_url(), &token);
+    let cancel_me = tokio::spawn(async move {
+        let body = json!({"jsonrpc": "2.0", "id": "audit-cancel", "method": "tools/call",
+                          "params": {"name": "aud_sleep", "arguments": {"ms": 3000}}});
+        long.post_raw(body.to_string().into_bytes(), &[]).await
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    legacy
+        .notify(
+            "notifications/cancelled",
+            json!({"requestId": "audit-cancel"}),
+        )
+        .await;
+    let (_, _, body) = cancel_me.await.expect("join");
+    assert_eq!(body["error"]["code"], json!(-32800), "{body}");
     rt.tutti_ok(&[
         "session",
         "revoke",
@@ -205,9 +237,11 @@ async fn audit_log_records_launches_commits_fences_and_sessions_without_values()
     ]);
     rt.tutti_ok(&["connector", "uninstall", "aud"]);
 
-    let lines = wait_audit(&rt, "the uninstall fence", |l| {
+    // Call records travel frontend → kernel asynchronously: wait for all six.
+    let lines = wait_audit(&rt, "the uninstall fence and six call records", |l| {
         l.iter()
             .any(|e| e["event"] == "fence" && e["reason"] == "uninstalled")
+            && l.iter().filter(|e| e["event"] == "call").count() >= 6
     });
     let find = |event: &str| {
         lines
@@ -242,7 +276,7 @@ async fn audit_log_records_launches_commits_fences_and_sessions_without_values()
     );
     let commit = find("commit");
     assert_eq!(commit["generation"], launch["generation"]);
-    assert_eq!(commit["tools"], json!(2));
+    assert_eq!(commit["tools"], json!(4));
     let issue = find("session_issue");
     assert_eq!(
         (issue["workspace"].as_str(), issue["session"].as_str()),
@@ -250,6 +284,42 @@ async fn audit_log_records_launches_commits_fences_and_sessions_without_values()
     );
     let revoke = find("session_revoke");
     assert_eq!(revoke["revoked"], json!(1));
+    let calls: Vec<&Value> = lines.iter().filter(|e| e["event"] == "call").collect();
+    let outcomes: Vec<&str> = calls.iter().filter_map(|e| e["outcome"].as_str()).collect();
+    for want in [
+        "ok",
+        "tool_error",
+        "invalid_arguments",
+        "rpc_error",
+        "timeout",
+        "cancelled",
+    ] {
+        assert!(
+            outcomes.contains(&want),
+            "no {want} call record in {outcomes:?}"
+        );
+    }
+    for c in &calls {
+        assert_eq!(c["workspace"], json!("ws-audit"), "{c}");
+        assert_eq!(c["session"], json!("s-audit"), "{c}");
+        assert_eq!(c["connector"], json!("aud"), "{c}");
+        assert!(
+            c["tool"].as_str().is_some_and(|t| t.starts_with("aud_")),
+            "{c}"
+        );
+        assert!(
+            c["risk"]
+                .as_str()
+                .is_some_and(|r| ["low", "medium", "high"].contains(&r)),
+            "{c}"
+        );
+        assert!(c["durationUs"].as_u64().is_some(), "{c}");
+    }
+    let rpc = calls
+        .iter()
+        .find(|c| c["outcome"] == "rpc_error")
+        .expect("rpc_error record");
+    assert_eq!(rpc["errorCode"], json!(-32001));
     for e in &lines {
         assert!(
             e["time"].as_str().is_some_and(|t| t.ends_with('Z')),
@@ -260,4 +330,63 @@ async fn audit_log_records_launches_commits_fences_and_sessions_without_values()
     for needle in [SECRET, ARG, token.as_str(), "tts_"] {
         assert!(!raw.contains(needle), "audit.jsonl contains {needle:?}");
     }
+}
+
+/// Latency of `n` sequential echo calls (p50).
+async fn echo_p50(mcp: &Mcp, tool: &str, n: usize) -> Duration {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        mcp.call_tool_ok(tool, json!({"message": "x"})).await;
+        v.push(t.elapsed());
+    }
+    v.sort();
+    v[n / 2]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_audit_writer_drops_records_instead_of_slowing_calls() {
+    // Baseline runtime, then one whose audit writer sleeps 200 ms per record.
+    let mut base = Runtime::start(RuntimeOptions::default());
+    base.install_ok(&fixture_connector("fast", &["--tools", "echo"]), &[]);
+    base.wait_status("fast", "ready", READY);
+    let token = base.issue_token("w", "s");
+    let mcp = Mcp::legacy(base.frontend_url(), &token);
+    echo_p50(&mcp, "fast_echo", 50).await;
+    let unstalled = echo_p50(&mcp, "fast_echo", 300).await;
+    drop(base);
+
+    let mut rt = Runtime::start(RuntimeOptions {
+        env: vec![("TUTTI_AUDIT_STALL_MS".into(), "200".into())],
+        ..RuntimeOptions::default()
+    });
+    rt.install_ok(&fixture_connector("fast", &["--tools", "echo"]), &[]);
+    rt.wait_status("fast", "ready", READY);
+    let token = rt.issue_token("w", "s");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    // Fill the kernel's queue and the frontend's: 4096 + 4096 + in-flight records.
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let m = Mcp::legacy(rt.frontend_url(), &token);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..1200 {
+                m.call_tool_ok("fast_echo", json!({"message": "x"})).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("load task");
+    }
+    let stalled = echo_p50(&mcp, "fast_echo", 300).await;
+    // Within 2x of the unstalled run (plus a small floor for timer noise on a busy machine).
+    assert!(
+        stalled <= unstalled * 2 + Duration::from_micros(300),
+        "calls slowed down with a stalled audit writer: p50 {stalled:?} vs {unstalled:?}"
+    );
+    let status = rt.status_json();
+    let dropped = status["auditDropped"].as_u64().unwrap_or(0);
+    assert!(
+        dropped > 0,
+        "status must show dropped audit records: {status}"
+    );
 }

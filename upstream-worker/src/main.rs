@@ -63,20 +63,26 @@ fn main() -> ExitCode {
 /// value masked. rmcp is capped at warn whatever `RUST_LOG` says: at debug it logs raw
 /// upstream lines, which may carry secrets.
 fn init_tracing() {
-    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
 
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let cap_rmcp = tracing_subscriber::filter::filter_fn(|meta| {
-        !(meta.target().starts_with("rmcp") && *meta.level() > tracing::Level::WARN)
-    });
+    // Both filters are global and decide by callsite metadata only, so their verdicts are
+    // cached per callsite: a disabled span or event (h2's trace spans, rmcp's per-session
+    // span) costs nothing on the call path instead of a filter evaluation, span bookkeeping
+    // in the registry and a clone per spawned send.
+    let cap_rmcp = Targets::new()
+        .with_default(LevelFilter::TRACE)
+        .with_target("rmcp", LevelFilter::WARN);
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(RedactingStderr)
-        .with_ansi(false)
-        .with_filter(filter)
-        .with_filter(cap_rmcp);
-    tracing_subscriber::registry().with(layer).init();
+        .with_ansi(false);
+    tracing_subscriber::registry()
+        .with(cap_rmcp)
+        .with(filter)
+        .with(layer)
+        .init();
 }
 
 fn default_state_dir() -> Option<PathBuf> {

@@ -302,7 +302,7 @@ impl<U: Upstream> Shared<U> {
         drop(guard);
 
         let answer = match outcome {
-            Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultJson(result.to_string()),
+            Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultJson(result),
             Outcome::Done(Err(failure)) => call_tool_reply::Outcome::Error(self.failure(failure)),
             Outcome::Cancelled => call_tool_reply::Outcome::Error(cancelled()),
             Outcome::TimedOut => call_tool_reply::Outcome::Error(timed_out(&self.key, timeout_ms)),
@@ -390,7 +390,7 @@ impl<U: Upstream> Shared<U> {
 }
 
 enum Outcome {
-    Done(Result<serde_json::Value, CallFailure>),
+    Done(Result<String, CallFailure>),
     Cancelled,
     TimedOut,
     Stopped(Phase),
@@ -509,8 +509,12 @@ mod tests {
             arguments: Option<JsonObject>,
             meta: Option<JsonObject>,
             interrupt: impl Future<Output = W> + Send,
-        ) -> Result<Result<Value, CallFailure>, W> {
-            let work = self.work(name, arguments, meta);
+        ) -> Result<Result<String, CallFailure>, W> {
+            let work = async {
+                self.work(name, arguments, meta)
+                    .await
+                    .map(|v| v.to_string())
+            };
             tokio::select! {
                 done = work => Ok(done),
                 why = interrupt => {

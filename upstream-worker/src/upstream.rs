@@ -68,7 +68,8 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     /// Every page of `tools/list`, each tool as the upstream's JSON object.
     fn list_tools(&self) -> impl Future<Output = Result<Vec<Value>, CallFailure>> + Send;
 
-    /// One `tools/call`: the upstream's `CallToolResult` as JSON, or why there is none.
+    /// One `tools/call`: the upstream's `CallToolResult` as JSON text (serialized once, straight
+    /// from rmcp's model), or why there is none.
     ///
     /// Cancellable two ways, both of which send `notifications/cancelled` for the request to
     /// the upstream: when `interrupt` resolves first (timeout, `Cancel`, fencing) the
@@ -80,7 +81,7 @@ pub(crate) trait Upstream: Send + Sync + 'static {
         arguments: Option<JsonObject>,
         meta: Option<JsonObject>,
         interrupt: impl Future<Output = W> + Send,
-    ) -> impl Future<Output = Result<Result<Value, CallFailure>, W>> + Send;
+    ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send;
 }
 
 // === impl RmcpUpstream ===
@@ -113,7 +114,7 @@ impl Upstream for RmcpUpstream {
         arguments: Option<JsonObject>,
         meta: Option<JsonObject>,
         interrupt: impl Future<Output = W> + Send,
-    ) -> Result<Result<Value, CallFailure>, W> {
+    ) -> Result<Result<String, CallFailure>, W> {
         let mut params = CallToolRequestParams::new(name);
         params.arguments = arguments;
         let mut options = PeerRequestOptions::no_options();
@@ -151,11 +152,11 @@ impl Upstream for RmcpUpstream {
             Err(e) => return Ok(Err(self.failure(e))),
         };
         Ok(match result {
-            ServerResult::CallToolResult(result) => serde_json::to_value(result)
+            ServerResult::CallToolResult(result) => serde_json::to_string(&result)
                 .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
             // A result with no `content` decodes as one of these; pass its JSON on as is.
-            ServerResult::CustomResult(custom) => Ok(custom.0),
-            ServerResult::EmptyResult(_) => Ok(serde_json::json!({ "content": [] })),
+            ServerResult::CustomResult(custom) => Ok(custom.0.to_string()),
+            ServerResult::EmptyResult(_) => Ok(r#"{"content":[]}"#.to_owned()),
             _ => Err(CallFailure::Other(
                 "the upstream answered tools/call with an unexpected result type".to_owned(),
             )),
