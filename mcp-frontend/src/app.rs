@@ -59,6 +59,10 @@ impl App {
 
     /// The current route table, waiting (boundedly) for the first snapshot.
     pub(crate) async fn routes(&self) -> Option<Arc<RouteTable>> {
+        // Fast path (every request after the first snapshot): no receiver, no timer.
+        if let Some(table) = self.routes.borrow().as_ref() {
+            return Some(table.clone());
+        }
         let mut rx = self.routes.subscribe();
         let ready = tokio::time::timeout(FIRST_SNAPSHOT_WAIT, rx.wait_for(Option::is_some)).await;
         match ready {

@@ -90,18 +90,36 @@ fn classify(outcome: &Result<Value, RpcError>) -> (&'static str, i32) {
     }
 }
 
+/// Records arriving within this window after a first one travel together: one write and one
+/// kernel wake-up per window instead of one per call (a busy frontend would otherwise wake the
+/// kernel once more for every call it serves).
+const BATCH_WINDOW: Duration = Duration::from_millis(10);
+/// Most records gathered into one batch.
+const BATCH_MAX: usize = 256;
+
 /// Streams queued records to the kernel, one gRPC stream per connection; reconnects after a
 /// failure (records in flight on a broken stream are lost, which the audit log tolerates).
 async fn ship(backend: Arc<dyn Backend>, mut rx: mpsc::Receiver<CallRecord>) {
     loop {
-        let (tx, stream_rx) = mpsc::channel(256);
+        let (tx, stream_rx) = mpsc::channel(BATCH_MAX);
         let b = backend.clone();
         let mut call = tokio::spawn(async move { b.record_calls(stream_rx).await });
         loop {
             tokio::select! {
                 next = rx.recv() => match next {
-                    Some(record) => {
-                        if tx.send(record).await.is_err() {
+                    Some(first) => {
+                        let (batch, closed) = gather(first, &mut rx).await;
+                        let mut sent = true;
+                        for record in batch {
+                            if tx.send(record).await.is_err() {
+                                sent = false;
+                                break;
+                            }
+                        }
+                        if closed {
+                            return; // the frontend is stopping; `tx` drops and ends the stream
+                        }
+                        if !sent {
                             break; // the stream ended: reconnect
                         }
                     }
@@ -119,10 +137,55 @@ async fn ship(backend: Arc<dyn Backend>, mut rx: mpsc::Receiver<CallRecord>) {
     }
 }
 
+/// `first` plus whatever arrives within [`BATCH_WINDOW`] (at most [`BATCH_MAX`] records), and
+/// whether the queue was closed meanwhile.
+async fn gather(first: CallRecord, rx: &mut mpsc::Receiver<CallRecord>) -> (Vec<CallRecord>, bool) {
+    let mut batch = vec![first];
+    let window = tokio::time::sleep(BATCH_WINDOW);
+    tokio::pin!(window);
+    while batch.len() < BATCH_MAX {
+        tokio::select! {
+            more = rx.recv() => match more {
+                Some(record) => batch.push(record),
+                None => return (batch, true),
+            },
+            () = &mut window => break,
+        }
+    }
+    (batch, false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn record(n: u64) -> CallRecord {
+        CallRecord {
+            duration_us: n,
+            ..CallRecord::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn records_within_the_window_travel_together() {
+        let (tx, mut rx) = mpsc::channel(16);
+        for n in 1..=3 {
+            tx.try_send(record(n)).expect("queued");
+        }
+        let (batch, closed) = gather(record(0), &mut rx).await;
+        assert_eq!(
+            batch.iter().map(|r| r.duration_us).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert!(!closed);
+        // A record after the window is the next batch; a closed queue is reported.
+        tx.try_send(record(4)).expect("queued");
+        drop(tx);
+        let (batch, closed) = gather(record(9), &mut rx).await;
+        assert_eq!(batch.len(), 2);
+        assert!(closed);
+    }
 
     #[test]
     fn outcomes() {

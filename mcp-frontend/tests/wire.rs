@@ -555,6 +555,32 @@ async fn every_request_is_verified_and_revocation_holds() {
     h.stop().await.expect("clean stop");
 }
 
+/// Small bodies are read while the token is verified: nothing in them may act or answer
+/// before the verdict.
+#[tokio::test]
+async fn an_early_read_body_is_never_acted_on_without_a_valid_token() {
+    let mut h = start().await;
+    let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"demo_echo","arguments":{"text":"hi","count":2}}});
+    for body in [call.to_string(), "{not json".to_owned(), "[1,2]".to_owned()] {
+        let r = h
+            .client
+            .post(&h.url)
+            .header("authorization", "Bearer tts_nope")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{body}");
+    }
+    assert!(h.calls.try_recv().is_err(), "no call reached a worker");
+    h.legacy_call(json!(2), "demo_echo", json!({"text":"hi","count":2}))
+        .await;
+    assert_eq!(h.next_call().await.tool, "echo");
+    h.stop().await.expect("clean stop");
+}
+
 #[tokio::test]
 async fn methods_paths_content_type_and_size() {
     let h = start().await;
