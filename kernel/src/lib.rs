@@ -25,6 +25,8 @@ mod supervisor;
 mod table;
 mod tokens;
 mod toolset;
+#[cfg(windows)]
+mod winservice;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +36,8 @@ pub use error::KernelError;
 pub use paths::default_state_dir;
 use tutti_proto::kernel::kernel_server::KernelServer;
 use tutti_proto::transport;
+#[cfg(windows)]
+pub use winservice::{SERVICE_NAME, run_service};
 
 use crate::state::{Kernel, lock};
 
@@ -45,8 +49,18 @@ pub struct Config {
     pub demo: bool,
 }
 
-/// Runs the kernel until SIGINT/SIGTERM, then shuts the whole set down and returns.
+/// Runs the kernel until SIGINT/SIGTERM (on Windows: Ctrl-C, Ctrl-Break, console close or
+/// system shutdown), then shuts the whole set down and returns.
 pub async fn run(config: Config) -> Result<(), KernelError> {
+    run_until(config, wait_for_signal()).await
+}
+
+/// Runs the kernel until `stop` completes (the Windows service's Stop, a test), then runs
+/// the same graceful shutdown as [`run`] on a signal and returns.
+pub async fn run_until(
+    config: Config,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), KernelError> {
     let state_dir = absolute(&config.state_dir)?;
     let paths = paths::Paths {
         state: state_dir.clone(),
@@ -114,10 +128,10 @@ pub async fn run(config: Config) -> Result<(), KernelError> {
     }
     let ready = announce_ready(k.clone(), demo_keys);
 
-    // `ready` prints the banner and then never completes: the signal ends the kernel.
+    // `ready` prints the banner and then never completes: `stop` ends the kernel.
     tokio::select! {
         _ = ready => {}
-        _ = wait_for_signal() => {}
+        _ = stop => {}
     }
     shutdown(&k).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
@@ -263,7 +277,60 @@ async fn wait_for_signal() {
     }
 }
 
-#[cfg(not(unix))]
+/// Console events that end the kernel: Ctrl-C, Ctrl-Break, the console window closing and
+/// system shutdown/logoff. A handler that cannot be installed is logged and skipped.
+#[cfg(windows)]
+async fn wait_for_signal() {
+    use tokio::signal::windows::{ctrl_break, ctrl_c, ctrl_close, ctrl_shutdown};
+    fn unavailable(event: &str, e: &std::io::Error) {
+        tracing::warn!(error = %e, "cannot listen for {event}; it will not stop the kernel");
+    }
+    let c = async {
+        match ctrl_c() {
+            Ok(mut s) => s.recv().await,
+            Err(e) => {
+                unavailable("Ctrl-C", &e);
+                std::future::pending().await
+            }
+        }
+    };
+    let brk = async {
+        match ctrl_break() {
+            Ok(mut s) => s.recv().await,
+            Err(e) => {
+                unavailable("Ctrl-Break", &e);
+                std::future::pending().await
+            }
+        }
+    };
+    let close = async {
+        match ctrl_close() {
+            Ok(mut s) => s.recv().await,
+            Err(e) => {
+                unavailable("console close", &e);
+                std::future::pending().await
+            }
+        }
+    };
+    let shut = async {
+        match ctrl_shutdown() {
+            Ok(mut s) => s.recv().await,
+            Err(e) => {
+                unavailable("system shutdown", &e);
+                std::future::pending().await
+            }
+        }
+    };
+    let event = tokio::select! {
+        _ = c => "Ctrl-C",
+        _ = brk => "Ctrl-Break",
+        _ = close => "console close",
+        _ = shut => "system shutdown",
+    };
+    tracing::info!("{event}: stopping");
+}
+
+#[cfg(not(any(unix, windows)))]
 async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }

@@ -12,15 +12,31 @@ struct Args {
     /// Install and connect the bundled example connectors first.
     #[arg(long)]
     demo: bool,
+    /// Run under the Windows Service Control Manager (Windows only; the SCM starts it so).
+    #[arg(long, conflicts_with = "demo")]
+    service: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.service && !cfg!(windows) {
+        eprintln!(
+            "tutti-kernel: --service runs the kernel under the Windows Service Control Manager and exists only on Windows; on Linux and macOS run `tutti service install` (systemd unit / launchd agent) or start tutti-kernel directly"
+        );
+        return ExitCode::FAILURE;
+    }
     let Some(state_dir) = args.state_dir.or_else(tutti_kernel::default_state_dir) else {
         eprintln!("tutti-kernel: no state directory; pass --state-dir DIR or set TUTTI_STATE_DIR");
         return ExitCode::FAILURE;
     };
     init_tracing(&state_dir);
+    let config = tutti_kernel::Config {
+        state_dir,
+        demo: args.demo,
+    };
+    if args.service {
+        return run_service(config);
+    }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -28,16 +44,32 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(tutti_kernel::run(tutti_kernel::Config {
-        state_dir,
-        demo: args.demo,
-    })) {
+    match rt.block_on(tutti_kernel::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tutti-kernel: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--service`: the SCM's dispatcher owns this thread until the service stops.
+#[cfg(windows)]
+fn run_service(config: tutti_kernel::Config) -> ExitCode {
+    match tutti_kernel::run_service(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("tutti-kernel: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(windows))]
+fn run_service(_config: tutti_kernel::Config) -> ExitCode {
+    // Refused in `main` before anything starts; kept so both targets share one code path.
+    ExitCode::FAILURE
 }
 
 /// Human-readable logs on stderr and in `logs/kernel.log`.

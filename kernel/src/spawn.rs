@@ -1,7 +1,8 @@
 //! The one place the kernel starts processes. Every child gets its own process group (so
 //! one `killpg` reaches its whole tree, `npx`-style grandchildren included) and, on Linux,
 //! `PR_SET_PDEATHSIG` so nothing outlives the kernel. Spawn only from tokio tasks, never from
-//! `spawn_blocking` threads: the death signal follows the spawning thread.
+//! `spawn_blocking` threads: the death signal follows the spawning thread. On Windows every
+//! child is put in the kernel's kill-on-close Job Object instead.
 //! (`unsafe` is allowed for this module only, in lib.rs.)
 
 use std::path::{Path, PathBuf};
@@ -34,7 +35,8 @@ pub fn spawn(spec: ChildSpec<'_>) -> std::io::Result<Child> {
         None => cmd.stderr(Stdio::inherit()),
     };
     imp::configure(&mut cmd, spec.death_signal_term);
-    cmd.spawn()
+    let child = cmd.spawn()?;
+    imp::adopt(child)
 }
 
 /// Resolves a bare program name on `path_var` (no shell); absolute paths must exist.
@@ -59,22 +61,46 @@ pub fn resolve_program(command: &str, path_var: &str) -> Result<PathBuf, String>
 }
 
 /// SIGTERM to the group, SIGKILL after `grace`, then a final sweep of the group; always reaps.
+/// (Windows: terminates the child at once, there is no SIGTERM; its tree ends with the job.)
 pub async fn stop_group(child: &mut Child, grace: Duration) {
     let Some(pid) = child.id() else {
         return;
     };
-    imp::signal_group(pid, false);
+    imp::terminate(child, pid, false);
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        imp::signal_group(pid, true);
+        imp::terminate(child, pid, true);
         let _ = child.wait().await;
     }
     // Stragglers (grandchildren) of the group.
-    imp::signal_group(pid, true);
+    imp::sweep(pid);
 }
 
 /// Kills what is left of a process group whose leader has exited.
 pub fn sweep_group(pgid: u32) {
-    imp::signal_group(pgid, true);
+    imp::sweep(pgid);
+}
+
+/// The file names tried in each PATH directory for a bare `name` under `pathext` (the
+/// `PATHEXT` value): the name itself only if it already has an extension, then the name with
+/// each listed extension (lower-cased, duplicates dropped), in `PATHEXT` order.
+#[cfg(any(windows, test))]
+fn pathext_candidates(name: &str, pathext: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if Path::new(name).extension().is_some() {
+        out.push(name.to_string());
+    }
+    for ext in pathext.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let ext = ext.to_ascii_lowercase();
+        let candidate = if ext.starts_with('.') {
+            format!("{name}{ext}")
+        } else {
+            format!("{name}.{ext}")
+        };
+        if !out.contains(&candidate) {
+            out.push(candidate);
+        }
+    }
+    out
 }
 
 #[cfg(unix)]
@@ -111,7 +137,19 @@ mod imp {
         let _ = term;
     }
 
-    pub(super) fn signal_group(pgid: u32, kill: bool) {
+    pub(super) fn adopt(child: tokio::process::Child) -> std::io::Result<tokio::process::Child> {
+        Ok(child)
+    }
+
+    pub(super) fn terminate(_child: &mut tokio::process::Child, pgid: u32, kill: bool) {
+        signal_group(pgid, kill);
+    }
+
+    pub(super) fn sweep(pgid: u32) {
+        signal_group(pgid, true);
+    }
+
+    fn signal_group(pgid: u32, kill: bool) {
         let sig = if kill {
             Signal::SIGKILL
         } else {
@@ -133,40 +171,152 @@ mod imp {
 
 #[cfg(windows)]
 mod imp {
+    use std::ffi::c_void;
+    use std::io;
+    use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle};
     use std::path::PathBuf;
+    use std::sync::OnceLock;
+
+    use windows_sys::Win32::Foundation::FALSE;
+    use windows_sys::Win32::System::JobObjects::{
+        AssignProcessToJobObject, CreateJobObjectW, JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+        JOBOBJECT_EXTENDED_LIMIT_INFORMATION, JobObjectExtendedLimitInformation,
+        SetInformationJobObject,
+    };
+
+    /// Default `PATHEXT` when the variable is unset.
+    const DEFAULT_PATHEXT: &str = ".COM;.EXE;.BAT;.CMD";
+    /// CREATE_NEW_PROCESS_GROUP: a console Ctrl-C does not reach the children directly; the
+    /// kernel stops them itself.
+    const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
 
     pub(super) fn configure(cmd: &mut tokio::process::Command, _term: bool) {
-        // CREATE_NEW_PROCESS_GROUP: Ctrl-C to the console does not reach workers directly;
-        // the kernel stops them. Kill-on-close Job Objects are added by the supervisor.
-        cmd.creation_flags(0x0000_0200);
+        cmd.creation_flags(CREATE_NEW_PROCESS_GROUP);
     }
 
-    pub(super) fn signal_group(pid: u32, _kill: bool) {
-        // Without a Job Object handle, terminate via taskkill-free API is not available here;
-        // the supervisor's Job Object closes the tree.
-        let _ = pid;
+    /// The kernel's kill-on-close Job Object, created on first use. Its only handle lives in
+    /// this static (it is not inheritable), so when the kernel process ends, however it ends,
+    /// Windows closes the handle and terminates every process in the job: the workers and
+    /// everything they started (children of a process in a job join the job).
+    fn kernel_job() -> io::Result<&'static OwnedHandle> {
+        static JOB: OnceLock<Result<OwnedHandle, i32>> = OnceLock::new();
+        match JOB.get_or_init(create_job) {
+            Ok(job) => Ok(job),
+            Err(code) => Err(io::Error::from_raw_os_error(*code)),
+        }
     }
+
+    fn last_error_code() -> i32 {
+        io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    fn create_job() -> Result<OwnedHandle, i32> {
+        // SAFETY: null security attributes (default, non-inheritable) and a null name (an
+        // anonymous job) are documented valid arguments; the call returns a new handle or null.
+        let raw = unsafe { CreateJobObjectW(std::ptr::null(), std::ptr::null()) };
+        if raw.is_null() {
+            return Err(last_error_code());
+        }
+        // SAFETY: `raw` is a valid handle just returned to us and owned by nothing else.
+        let job = unsafe { OwnedHandle::from_raw_handle(raw) };
+        let mut info = JOBOBJECT_EXTENDED_LIMIT_INFORMATION::default();
+        info.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+        let size = u32::try_from(std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>())
+            .map_err(|_| 0)?;
+        // SAFETY: `job` is a valid job handle; the pointer and size describe a live, properly
+        // initialised JOBOBJECT_EXTENDED_LIMIT_INFORMATION that outlives the call.
+        let ok = unsafe {
+            SetInformationJobObject(
+                job.as_raw_handle(),
+                JobObjectExtendedLimitInformation,
+                (&raw const info).cast::<c_void>(),
+                size,
+            )
+        };
+        if ok == FALSE {
+            return Err(last_error_code());
+        }
+        Ok(job)
+    }
+
+    /// Puts a freshly spawned child into the kernel's kill-on-close job. A child that cannot
+    /// be put there is killed and the spawn fails: nothing may run that could outlive the
+    /// kernel. (Between CreateProcess and this call the child runs outside the job for a
+    /// moment; processes it starts in that window are not covered.)
+    pub(super) fn adopt(mut child: tokio::process::Child) -> io::Result<tokio::process::Child> {
+        let assigned = kernel_job().and_then(|job| {
+            let Some(process) = child.raw_handle() else {
+                return Err(io::Error::other(
+                    "the child exited before it could be put in the job",
+                ));
+            };
+            // SAFETY: `job` is a valid job handle owned by the static above; `process` is the
+            // child's process handle, kept open by `child` for the duration of the call.
+            let ok = unsafe { AssignProcessToJobObject(job.as_raw_handle(), process) };
+            if ok == FALSE {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+        match assigned {
+            Ok(()) => Ok(child),
+            Err(e) => {
+                let _ = child.start_kill();
+                Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot put the child in the kernel's kill-on-close job: {e}"),
+                ))
+            }
+        }
+    }
+
+    /// Terminates the child (TerminateProcess on the handle `child` holds, never by pid).
+    /// Windows has no SIGTERM for a console-less child, so both stages terminate; workers
+    /// were already asked to drain over gRPC.
+    pub(super) fn terminate(child: &mut tokio::process::Child, _pid: u32, _kill: bool) {
+        let _ = child.start_kill();
+    }
+
+    /// The leader has exited and been reaped, so its pid may already belong to an unrelated
+    /// process: never terminate by pid here. Whatever it left behind stays in the kernel's
+    /// kill-on-close job and ends with the kernel at the latest.
+    pub(super) fn sweep(_pid: u32) {}
 
     /// PATHEXT resolution without a shell: `node` finds `node.exe`, `npx` finds `npx.cmd`.
     pub(super) fn search_path(name: &str, path_var: &str) -> Option<PathBuf> {
-        let exts: Vec<String> = std::env::var("PATHEXT")
-            .unwrap_or_else(|_| ".COM;.EXE;.BAT;.CMD".into())
-            .split(';')
-            .filter(|e| !e.is_empty())
-            .map(str::to_ascii_lowercase)
-            .collect();
-        for dir in std::env::split_paths(path_var) {
-            let plain = dir.join(name);
-            if plain.extension().is_some() && plain.is_file() {
-                return Some(plain);
-            }
-            for e in &exts {
-                let p = dir.join(format!("{name}{e}"));
-                if p.is_file() {
-                    return Some(p);
-                }
-            }
-        }
-        None
+        let pathext = std::env::var("PATHEXT").unwrap_or_else(|_| DEFAULT_PATHEXT.into());
+        let candidates = super::pathext_candidates(name, &pathext);
+        std::env::split_paths(path_var)
+            .find_map(|dir| candidates.iter().map(|c| dir.join(c)).find(|p| p.is_file()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pathext_candidates;
+
+    #[test]
+    fn bare_names_get_every_pathext_extension_in_order() {
+        assert_eq!(
+            pathext_candidates("npx", ".COM;.EXE;.BAT;.CMD"),
+            ["npx.com", "npx.exe", "npx.bat", "npx.cmd"]
+        );
+    }
+
+    #[test]
+    fn names_with_an_extension_are_tried_as_is_first() {
+        assert_eq!(
+            pathext_candidates("node.exe", ".EXE;.CMD"),
+            ["node.exe", "node.exe.exe", "node.exe.cmd"]
+        );
+    }
+
+    #[test]
+    fn empty_entries_blanks_missing_dots_and_duplicates_are_tolerated() {
+        assert_eq!(
+            pathext_candidates("uvx", ";.EXE;; exe ;.Exe;CMD;"),
+            ["uvx.exe", "uvx.cmd"]
+        );
+        assert!(pathext_candidates("uvx", "").is_empty());
     }
 }

@@ -87,7 +87,7 @@ pub fn bind(endpoint: &LocalEndpoint) -> Result<Incoming, TransportError> {
     let opts = ListenerOptions::new()
         .name(endpoint.name()?)
         .try_overwrite(true);
-    let opts = imp::owner_only(opts);
+    let opts = imp::owner_only(opts).map_err(bind_err)?;
     let listener = opts.create_tokio().map_err(bind_err)?;
     Ok(Incoming {
         inner: Box::pin(futures_util::stream::unfold(
@@ -192,8 +192,8 @@ mod imp {
         )
     }
 
-    pub(super) fn owner_only(opts: ListenerOptions<'_>) -> ListenerOptions<'_> {
-        opts.mode(0o600)
+    pub(super) fn owner_only(opts: ListenerOptions<'_>) -> io::Result<ListenerOptions<'_>> {
+        Ok(opts.mode(0o600))
     }
 
     pub(super) fn create_private_dir(dir: &Path) -> io::Result<()> {
@@ -209,8 +209,11 @@ mod imp {
 mod imp {
     use super::LocalEndpoint;
     use interprocess::local_socket::{GenericNamespaced, ListenerOptions, Name, ToNsName};
+    use interprocess::os::windows::local_socket::ListenerOptionsExt;
+    use interprocess::os::windows::security_descriptor::SecurityDescriptor;
     use std::io;
     use std::path::Path;
+    use widestring::U16CString;
 
     pub(super) fn name(s: &str) -> io::Result<Name<'_>> {
         s.to_ns_name::<GenericNamespaced>()
@@ -224,10 +227,19 @@ mod imp {
         LocalEndpoint(format!("tutti-{:016x}-{stem}", h.finish()))
     }
 
-    /// Named pipes get the default DACL of the creating user's token, which grants full
-    /// control to the owner, SYSTEM and administrators only for write access.
-    pub(super) fn owner_only(opts: ListenerOptions<'_>) -> ListenerOptions<'_> {
-        opts
+    /// The pipe's DACL: protected (nothing inherited) with a single ACE granting GENERIC_ALL
+    /// to OWNER RIGHTS, i.e. to the pipe's owner, which is the default owner of the creating
+    /// token (the user; BUILTIN\Administrators for an elevated token; SYSTEM for a
+    /// LocalSystem service). Nobody else gets any access: not Everyone/Anonymous (the
+    /// default DACL's read access), not other users. (interprocess opens the first instance
+    /// with FILE_FLAG_FIRST_PIPE_INSTANCE, so a squatter's pipe of the same name fails `bind`.)
+    const OWNER_ONLY_SDDL: &str = "D:P(A;;GA;;;OW)";
+
+    pub(super) fn owner_only(opts: ListenerOptions<'_>) -> io::Result<ListenerOptions<'_>> {
+        let sddl = U16CString::from_str(OWNER_ONLY_SDDL)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let sd = SecurityDescriptor::deserialize(&sddl)?;
+        Ok(opts.security_descriptor(sd))
     }
 
     pub(super) fn create_private_dir(dir: &Path) -> io::Result<()> {
