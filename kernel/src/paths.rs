@@ -36,20 +36,9 @@ impl Paths {
     }
 }
 
-/// The platform default: `$XDG_STATE_HOME/tutti` (`~/.local/state/tutti`), macOS
-/// `~/Library/Application Support/tutti`, Windows `%LOCALAPPDATA%\tutti`.
+/// `TUTTI_STATE_DIR`, else the platform default (shared by every binary).
 pub fn default_state_dir() -> Option<PathBuf> {
-    if cfg!(windows) {
-        return std::env::var_os("LOCALAPPDATA").map(|d| PathBuf::from(d).join("tutti"));
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    if cfg!(target_os = "macos") {
-        return home.map(|h| h.join("Library/Application Support/tutti"));
-    }
-    match std::env::var_os("XDG_STATE_HOME") {
-        Some(x) if !x.is_empty() => Some(PathBuf::from(x).join("tutti")),
-        _ => home.map(|h| h.join(".local/state/tutti")),
-    }
+    tutti_proto::state_dir::from_env()
 }
 
 /// Directory of the running executable, or `TUTTI_LIBEXEC_DIR`.

@@ -26,24 +26,8 @@ struct Args {
 }
 
 fn default_state_dir() -> anyhow::Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("TUTTI_STATE_DIR").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    let var = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    let dir = if cfg!(windows) {
-        var("LOCALAPPDATA").map(|d| d.join("tutti"))
-    } else if cfg!(target_os = "macos") {
-        var("HOME").map(|h| h.join("Library").join("Application Support").join("tutti"))
-    } else {
-        var("XDG_STATE_HOME")
-            .map(|d| d.join("tutti"))
-            .or_else(|| var("HOME").map(|h| h.join(".local").join("state").join("tutti")))
-    };
-    dir.context("cannot find a state directory: pass --state-dir or set TUTTI_STATE_DIR")
+    tutti_proto::state_dir::from_env()
+        .context("cannot find a state directory: pass --state-dir or set TUTTI_STATE_DIR")
 }
 
 // One thread: the per-request path hops between several tasks (hyper's connection, tonic's

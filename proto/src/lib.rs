@@ -3,6 +3,7 @@
 //! (a Unix domain socket file in the owner-only `run/` directory, or a named pipe on Windows).
 #![forbid(unsafe_code)]
 
+pub mod state_dir;
 pub mod transport;
 
 /// Control plane: CLI, frontend, shims and workers talk to the kernel.

@@ -59,21 +59,6 @@ fn start(args: Args) -> anyhow::Result<()> {
         .context("shim manager failed")
 }
 
-/// Linux `$XDG_STATE_HOME/tutti` (`~/.local/state/tutti`), macOS
-/// `~/Library/Application Support/tutti`, Windows `%LOCALAPPDATA%\tutti`.
 fn default_state_dir() -> Option<PathBuf> {
-    let var = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if cfg!(windows) {
-        var("LOCALAPPDATA").map(|d| d.join("tutti"))
-    } else if cfg!(target_os = "macos") {
-        var("HOME").map(|h| h.join("Library/Application Support/tutti"))
-    } else {
-        var("XDG_STATE_HOME")
-            .or_else(|| var("HOME").map(|h| h.join(".local/state")))
-            .map(|d| d.join("tutti"))
-    }
+    tutti_proto::state_dir::from_env()
 }

@@ -86,19 +86,5 @@ fn init_tracing() {
 }
 
 fn default_state_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("TUTTI_STATE_DIR").filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(dir));
-    }
-    let home = || std::env::var_os("HOME").map(PathBuf::from);
-    if cfg!(windows) {
-        std::env::var_os("LOCALAPPDATA").map(|d| PathBuf::from(d).join("tutti"))
-    } else if cfg!(target_os = "macos") {
-        home().map(|h| h.join("Library/Application Support/tutti"))
-    } else {
-        std::env::var_os("XDG_STATE_HOME")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| home().map(|h| h.join(".local/state")))
-            .map(|d| d.join("tutti"))
-    }
+    tutti_proto::state_dir::from_env()
 }
