@@ -94,8 +94,9 @@ pub struct KeyArg {
     pub key: String,
 }
 
+/// Without `--from-env`/`--stdin` it only marks the connector connected again (a connector
+/// that declares no secrets, after `disconnect`); the kernel says which secrets are missing.
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("source").required(true).multiple(true).args(["from_env", "stdin"])))]
 pub struct ConnectArgs {
     /// The connector key
     #[arg(value_name = "KEY")]
@@ -306,11 +307,14 @@ mod tests {
     }
 
     #[test]
-    fn connect_needs_at_least_one_source() {
-        let err = parse(&["connector", "connect", "gh"])
-            .err()
-            .map(|e| e.kind());
-        assert_eq!(err, Some(ErrorKind::MissingRequiredArgument));
+    fn connect_takes_sources_or_none() {
+        // No source: reconnects a connector that declares no secrets (after `disconnect`).
+        let bare = parse(&["connector", "connect", "gh"]).ok();
+        assert!(
+            matches!(&bare, Some(Cli { command: Command::Connector(ConnectorCommand::Connect(a)), .. })
+                if a.key == "gh" && a.from_env.is_empty() && a.stdin.is_empty()),
+            "{bare:?}"
+        );
         let cli = parse(&[
             "connector",
             "connect",

@@ -77,11 +77,22 @@ pub fn usage_error(err: &clap::Error) -> ExitCode {
 /// `error: unrecognized subcommand 'invoke'\n\n  tip: …\n\nUsage: tutti connector <COMMAND>\n…`
 /// → `unrecognized subcommand 'invoke'; see \`tutti connector --help\``.
 fn usage_line(rendered: &str) -> String {
-    let problem = rendered
-        .lines()
-        .find(|l| !l.trim().is_empty())
+    let mut lines = rendered.lines().skip_while(|l| l.trim().is_empty());
+    let first = lines
+        .next()
         .map(|l| l.trim().trim_start_matches("error:").trim())
         .unwrap_or("invalid command line");
+    // "the following required arguments were not provided:" lists them on the next lines.
+    let problem = match first.strip_suffix(':') {
+        Some(head) => {
+            let items: Vec<&str> = lines
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            format!("{head}: {}", items.join(", "))
+        }
+        None => first.to_owned(),
+    };
     let command: Vec<&str> = rendered
         .lines()
         .find_map(|l| l.trim().strip_prefix("Usage:"))
@@ -120,5 +131,13 @@ mod tests {
         assert!(line.starts_with("unexpected argument '--bogus'"), "{line}");
         assert!(line.ends_with("; see `tutti status --help`"), "{line}");
         assert!(!line.contains('\n'));
+        let err = Cli::try_parse_from(["tutti", "session", "issue", "--workspace", "w"]).err();
+        let line = err
+            .map(|e| usage_line(&e.render().to_string()))
+            .unwrap_or_default();
+        assert!(
+            line.starts_with("the following required arguments were not provided: --session"),
+            "{line}"
+        );
     }
 }

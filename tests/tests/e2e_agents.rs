@@ -1428,3 +1428,19 @@ fn a_refused_upgrade_keeps_the_live_release_for_shims_skills_and_status() {
         "skillRoots must point into the live release"
     );
 }
+
+/// A connector that declares no secrets comes back after `disconnect` with a bare `connect`.
+#[test]
+fn a_connector_without_secrets_reconnects_with_a_bare_connect() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    install_notes(&mut rt);
+    rt.wait_status("notes", "ready", READY);
+    rt.tutti_ok(&["connector", "disconnect", "notes"]);
+    rt.wait_status("notes", "auth_required", READY);
+    wait_until("the notes shim to go", RUN, || !shim(&rt, "notes").exists());
+    rt.tutti_ok(&["connector", "connect", "notes"]);
+    rt.wait_status("notes", "ready", READY);
+    wait_until("the notes shim to return", RUN, || {
+        shim(&rt, "notes").exists()
+    });
+}
