@@ -858,18 +858,8 @@ impl KernelRpc for Service {
         req: Request<tonic::Streaming<pb::CallRecord>>,
     ) -> Result<Response<pb::Empty>, Status> {
         let mut stream = req.into_inner();
-        while let Some(mut record) = stream.message().await? {
+        while let Some(record) = stream.message().await? {
             self.k.audit.note_frontend_dropped(record.dropped_total);
-            if record.risk.is_empty() {
-                let inner = lock(&self.k.inner);
-                if let Some(t) = inner
-                    .table
-                    .live(&record.connector)
-                    .and_then(|r| r.tools.iter().find(|t| t.local_name == record.tool))
-                {
-                    record.risk = t.risk.as_str().to_string();
-                }
-            }
             self.k.audit.record(
                 "call",
                 serde_json::json!({

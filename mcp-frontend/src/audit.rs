@@ -51,8 +51,7 @@ impl CallAudit {
             tool: tool.name.clone(),
             connector: tool.connector.key.clone(),
             generation: tool.connector.generation,
-            // The kernel fills in the risk from its own table (it computed it at commit).
-            risk: String::new(),
+            risk: tool.risk.clone(),
             duration_us: started.elapsed().as_micros() as u64,
             outcome: outcome.into(),
             error_code,

@@ -47,6 +47,8 @@ pub(crate) struct Tool {
     pub(crate) projected: Box<RawValue>,
     pub(crate) validator: Validator,
     pub(crate) param_headers: Vec<ParamHeader>,
+    /// `low` | `medium` | `high`, computed by the kernel at commit (for the audit record).
+    pub(crate) risk: String,
 }
 
 /// Why a remembered name is not routable any more.
@@ -399,6 +401,7 @@ impl RouteState {
                 projected,
                 validator,
                 param_headers: validate::param_headers(&input_schema),
+                risk: routed.risk.clone(),
             }));
         }
         Some(Compiled { connector, tools })
