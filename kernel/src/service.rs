@@ -381,6 +381,7 @@ impl KernelRpc for Service {
     }
 
     async fn status(&self, _req: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
+        let redact = self.k.redactor();
         let inner = lock(&self.k.inner);
         let mut connectors = Vec::new();
         for (key, installed) in &inner.registry.connectors {
@@ -399,7 +400,7 @@ impl KernelRpc for Service {
                 status: c.map(|c| c.status.as_str()).unwrap_or("stopped").into(),
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
                 restarts: c.map(|c| c.restarts).unwrap_or(0),
-                last_error: c.map(|c| self.k.redact(&c.last_error)).unwrap_or_default(),
+                last_error: c.map(|c| redact(&c.last_error)).unwrap_or_default(),
                 next_retry_unix_ms: c.map(|c| c.next_retry_unix_ms).unwrap_or(0),
                 non_json_stdout_lines: c.map(|c| c.non_json_lines).unwrap_or(0),
                 has_mcp: m.is_some_and(|m| m.mcp.is_some()),

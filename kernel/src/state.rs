@@ -280,13 +280,26 @@ impl Kernel {
 
     /// Replaces every known secret value in `text` with `***`.
     pub fn redact(&self, text: &str) -> String {
-        let mut values = self.secrets.all_values();
+        self.redactor()(text)
+    }
+
+    /// Reads every stored secret value once and returns a function that masks them (longest
+    /// first), for callers that redact many texts in a row (`status`).
+    pub fn redactor(&self) -> impl Fn(&str) -> String + use<> {
+        let mut values: Vec<String> = self
+            .secrets
+            .all_values()
+            .into_iter()
+            .filter(|v| v.len() >= 4)
+            .collect();
         values.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        let mut out = text.to_string();
-        for v in values.iter().filter(|v| v.len() >= 4) {
-            out = out.replace(v.as_str(), "***");
+        move |text: &str| {
+            let mut out = text.to_string();
+            for v in &values {
+                out = out.replace(v.as_str(), "***");
+            }
+            out
         }
-        out
     }
 
     /// The LaunchSpec a worker gets (secrets included; travels only over the kernel socket).
