@@ -1371,6 +1371,8 @@ fn a_refused_upgrade_keeps_the_live_release_for_shims_skills_and_status() {
     install_tool(&mut rt, "1.0.0", "v1");
     connect_tool(&rt);
     rt.wait_status("tool", "ready", READY);
+    // The shim manager publishes on the commit event, asynchronously (SPEC: within 1 s).
+    wait_until("the tool shim", RUN, || shim(&rt, "tool").exists());
     let live_dir = release_dir(&rt, "tool");
     let dir = tempfile::tempdir().expect("tempdir");
     let ran = run(
