@@ -17,6 +17,7 @@ mod restart;
 mod secrets;
 mod service;
 mod services;
+mod session_caches;
 mod skills;
 #[allow(unsafe_code)]
 mod spawn;

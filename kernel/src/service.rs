@@ -511,14 +511,15 @@ impl KernelRpc for Service {
             workspace: req.workspace.clone(),
             session: req.session.clone(),
         };
-        // Reissue revokes the previous token; its listen streams end.
-        {
+        // Reissue revokes the previous token; its listen streams end, and no session cache
+        // accepts it once this returns.
+        let revoked_at = {
             let mut inner = lock(&self.k.inner);
             let mut tokens = lock(&self.k.tokens);
             let had = tokens.revoke(&id);
             tokens.issue(id, &token);
             drop(tokens);
-            if had {
+            had.then(|| {
                 self.k.publish_other(
                     &mut inner,
                     pb::route_event::Event::SessionsRevoked(pb::SessionsRevoked {
@@ -526,8 +527,11 @@ impl KernelRpc for Service {
                         workspace: req.workspace.clone(),
                         session: req.session.clone(),
                     }),
-                );
-            }
+                )
+            })
+        };
+        if let Some(revision) = revoked_at {
+            self.k.session_caches.settle(revision).await;
         }
         let inner = lock(&self.k.inner);
         let mut skill_roots = Vec::new();
@@ -565,29 +569,35 @@ impl KernelRpc for Service {
         req: Request<pb::RevokeSessionRequest>,
     ) -> Result<Response<pb::RevokeSessionReply>, Status> {
         let req = req.into_inner();
-        let mut inner = lock(&self.k.inner);
-        let revoked = if req.all {
-            lock(&self.k.tokens).revoke_all() as u32
-        } else {
-            if req.workspace.is_empty() || req.session.is_empty() {
-                return Err(Status::invalid_argument(
-                    "give --workspace and --session, or --all",
-                ));
-            }
-            let id = crate::tokens::SessionId {
-                workspace: req.workspace.clone(),
-                session: req.session.clone(),
+        if !req.all && (req.workspace.is_empty() || req.session.is_empty()) {
+            return Err(Status::invalid_argument(
+                "give --workspace and --session, or --all",
+            ));
+        }
+        let (revoked, revision) = {
+            let mut inner = lock(&self.k.inner);
+            let revoked = if req.all {
+                lock(&self.k.tokens).revoke_all() as u32
+            } else {
+                let id = crate::tokens::SessionId {
+                    workspace: req.workspace.clone(),
+                    session: req.session.clone(),
+                };
+                u32::from(lock(&self.k.tokens).revoke(&id))
             };
-            u32::from(lock(&self.k.tokens).revoke(&id))
+            let revision = self.k.publish_other(
+                &mut inner,
+                pb::route_event::Event::SessionsRevoked(pb::SessionsRevoked {
+                    all: req.all,
+                    workspace: req.workspace.clone(),
+                    session: req.session.clone(),
+                }),
+            );
+            (revoked, revision)
         };
-        self.k.publish_other(
-            &mut inner,
-            pb::route_event::Event::SessionsRevoked(pb::SessionsRevoked {
-                all: req.all,
-                workspace: req.workspace.clone(),
-                session: req.session.clone(),
-            }),
-        );
+        // "A revocation holds for every request that starts after the command returns": the
+        // frontend's session cache has dropped the token (or the frontend was stopped).
+        self.k.session_caches.settle(revision).await;
         self.k.audit.record(
             "session_revoke",
             serde_json::json!({"workspace": req.workspace, "session": req.session, "all": req.all, "revoked": revoked}),
@@ -620,19 +630,39 @@ impl KernelRpc for Service {
         }))
     }
 
+    async fn ack_routes(
+        &self,
+        req: Request<pb::AckRoutesRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let req = req.into_inner();
+        self.k.session_caches.ack(req.watcher_id, req.revision);
+        Ok(Response::new(pb::Empty {}))
+    }
+
     type WatchRoutesStream = EventStream;
 
     async fn watch_routes(
         &self,
-        _req: Request<pb::WatchRoutesRequest>,
+        req: Request<pb::WatchRoutesRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        let (snapshot, mut rx) = {
+        let req = req.into_inner();
+        let (snapshot, mut rx, registration) = {
             let inner = lock(&self.k.inner);
-            (Kernel::snapshot_event(&inner), self.k.events.subscribe())
+            let snapshot = Kernel::snapshot_event(&inner);
+            // Registered under the lock that orders revisions: every revocation published
+            // after this snapshot is waited for.
+            let registration = req.caches_sessions.then(|| {
+                self.k
+                    .session_caches
+                    .register(req.watcher_id, snapshot.revision)
+            });
+            (snapshot, self.k.events.subscribe(), registration)
         };
         let k = self.k.clone();
         let mut shutdown = self.k.shutdown.subscribe();
         let stream = async_stream(move |tx| async move {
+            // Lives as long as the stream: a watcher that is gone is not waited for.
+            let _registration = registration;
             let mut last = snapshot.revision;
             if tx.send(Ok(snapshot)).await.is_err() {
                 return;
@@ -653,6 +683,8 @@ impl KernelRpc for Service {
                         }
                         Err(RecvError::Closed) => return,
                     },
+                    // The watcher went away: end now (and drop its registration).
+                    _ = tx.closed() => return,
                     _ = shutdown.changed() => {
                         let _ = tx.send(Ok(pb::RouteEvent { revision: last + 1, event: Some(pb::route_event::Event::Shutdown(pb::RuntimeShutdown {})) })).await;
                         return;

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::{mpsc, oneshot};
+
 use crate::restart::{Decision, RestartPolicy, RestartTracker};
 use crate::spawn::{self, ChildSpec};
 use crate::state::{Kernel, lock};
@@ -46,6 +48,11 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
         ..RestartPolicy::default()
     };
     let mut port: u16 = 0;
+    // Requests to stop the frontend because its session cache did not confirm a revocation.
+    let mut fence_requests = match role {
+        Role::Frontend => k.session_caches.take_fence_requests(),
+        Role::ShimManager => None,
+    };
     loop {
         if *shutdown.borrow() {
             return;
@@ -87,10 +94,17 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(binary = %program.display(), error = %e, "cannot start");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(2)) => continue,
-                    _ = shutdown.changed() => return,
+                // Nothing runs, so nothing caches sessions: fence requests are answered at once.
+                let pause = tokio::time::sleep(Duration::from_secs(2));
+                tokio::pin!(pause);
+                loop {
+                    tokio::select! {
+                        _ = &mut pause => break,
+                        Some(done) = next_fence(&mut fence_requests) => { let _ = done.send(()); }
+                        _ = shutdown.changed() => return,
+                    }
                 }
+                continue;
             }
         };
         let pid = child.id().unwrap_or(0);
@@ -110,31 +124,60 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
                 }
             });
         }
-        tokio::select! {
-            status = child.wait() => {
-                if role == Role::Frontend {
-                    *lock(&k.frontend_url) = None;
-                    if let Ok(bytes) = std::fs::read(k.paths.frontend_json())
-                        && let Ok(info) = serde_json::from_slice::<FrontendInfo>(&bytes)
-                    {
-                        port = info.port;
-                    }
-                }
+        let status = tokio::select! {
+            Some(done) = next_fence(&mut fence_requests) => {
+                tracing::warn!(pid, "stopping the frontend: its session cache did not confirm a revocation");
+                let _ = child.start_kill();
+                let _ = child.wait().await;
                 spawn::sweep_group(pid);
-                tracing::warn!(role = ?role, status = ?status.ok(), "exited; restarting");
-                let delay = match tracker.on_exit(&policy, k.now(), started.elapsed(), false, 0.5) {
-                    Decision::RestartAfter(d) => d,
-                    Decision::GiveUp => policy.crash_loop_retry,
-                };
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = shutdown.changed() => return,
-                }
+                port = remember_port(&k, port);
+                let _ = done.send(());
+                // Not a crash of its own: start a fresh one (empty cache) on the same port now.
+                continue;
             }
+            status = child.wait() => status,
             _ = shutdown.changed() => {
                 spawn::stop_group(&mut child, Duration::from_secs(5)).await;
                 return;
             }
+        };
+        if role == Role::Frontend {
+            port = remember_port(&k, port);
         }
+        spawn::sweep_group(pid);
+        tracing::warn!(role = ?role, status = ?status.ok(), "exited; restarting");
+        let delay = match tracker.on_exit(&policy, k.now(), started.elapsed(), false, 0.5) {
+            Decision::RestartAfter(d) => d,
+            Decision::GiveUp => policy.crash_loop_retry,
+        };
+        // Nothing runs meanwhile, so nothing caches sessions: fence requests are answered at once.
+        let pause = tokio::time::sleep(delay);
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                _ = &mut pause => break,
+                Some(done) = next_fence(&mut fence_requests) => { let _ = done.send(()); }
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// The frontend is gone: forget its URL until the next one reports, keep its port.
+fn remember_port(k: &Kernel, port: u16) -> u16 {
+    *lock(&k.frontend_url) = None;
+    std::fs::read(k.paths.frontend_json())
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<FrontendInfo>(&bytes).ok())
+        .map_or(port, |info| info.port)
+}
+
+/// The next fence request, or never when this role has none.
+async fn next_fence(
+    requests: &mut Option<mpsc::UnboundedReceiver<oneshot::Sender<()>>>,
+) -> Option<oneshot::Sender<()>> {
+    match requests {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -112,6 +112,8 @@ pub struct Kernel {
     /// Environment the kernel passes on to upstreams (PATH, HOME, LANG, TMPDIR…).
     pub base_env: BTreeMap<String, String>,
     pub audit: crate::audit::Audit,
+    /// Route watchers that cache verified sessions; revocations wait for their confirmation.
+    pub session_caches: Arc<crate::session_caches::SessionCaches>,
 }
 
 /// How many generation numbers one registry write reserves.
@@ -165,6 +167,7 @@ impl Kernel {
             shutdown,
             base_env: base_env(),
             audit: crate::audit::Audit::start(paths_audit),
+            session_caches: Arc::default(),
         })
     }
 
@@ -212,12 +215,14 @@ impl Kernel {
         }));
     }
 
-    pub fn publish_other(&self, inner: &mut Inner, event: pb::route_event::Event) {
+    /// Publishes an event that is not a table change; returns its revision.
+    pub fn publish_other(&self, inner: &mut Inner, event: pb::route_event::Event) -> u64 {
         let revision = inner.table.bump();
         let _ = self.events.send(Arc::new(pb::RouteEvent {
             revision,
             event: Some(event),
         }));
+        revision
     }
 
     pub fn snapshot_event(inner: &Inner) -> pb::RouteEvent {

@@ -34,6 +34,8 @@ pub(crate) struct App {
     pub(crate) stopping: watch::Sender<bool>,
     /// Audit records of calls, shipped to the kernel off the hot path.
     pub(crate) audit: crate::audit::CallAudit,
+    /// Verified session tokens (hashes); see `sessions.rs` for why this is safe.
+    pub(crate) sessions: crate::sessions::SessionCache,
 }
 
 impl App {
@@ -54,7 +56,25 @@ impl App {
             call_seq: AtomicU64::new(0),
             call_prefix: format!("f{:x}-{:x}", std::process::id(), started),
             stopping: watch::channel(false).0,
+            sessions: crate::sessions::SessionCache::default(),
         }
+    }
+
+    /// Who `token` belongs to: from the session cache, or asked of the kernel (and cached
+    /// when the kernel's revocations are acknowledged by this frontend).
+    pub(crate) async fn verify_session(
+        &self,
+        token: &str,
+    ) -> Result<Option<Identity>, crate::error::Error> {
+        if let Some(identity) = self.sessions.lookup(token) {
+            return Ok(Some(identity));
+        }
+        let ticket = self.sessions.ticket();
+        let verified = self.backend.verify_session(token).await?;
+        if let Some(identity) = &verified {
+            self.sessions.insert(ticket, token, identity);
+        }
+        Ok(verified)
     }
 
     /// The current route table, waiting (boundedly) for the first snapshot.

@@ -11,7 +11,9 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use tonic::transport::Channel;
 use tutti_proto::kernel::kernel_client::KernelClient;
-use tutti_proto::kernel::{CallRecord, RouteEvent, VerifySessionRequest, WatchRoutesRequest};
+use tutti_proto::kernel::{
+    AckRoutesRequest, CallRecord, RouteEvent, VerifySessionRequest, WatchRoutesRequest,
+};
 use tutti_proto::transport::{self, LocalEndpoint};
 use tutti_proto::worker::worker_client::WorkerClient;
 use tutti_proto::worker::{CallToolReply, CallToolRequest, CancelRequest};
@@ -41,6 +43,19 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Opens the kernel's route stream: a snapshot first, then versioned changes.
     fn watch_routes(&self) -> BoxFuture<'_, Result<RouteStream, Error>>;
+
+    /// Whether the stream from [`Backend::watch_routes`] is registered as a session cache:
+    /// the kernel then waits for [`Backend::ack_routes`] of every revocation before it
+    /// reports the revocation done, so verified sessions may be cached. `false` (the
+    /// default) means every request is verified with the backend.
+    fn caches_sessions(&self) -> bool {
+        false
+    }
+
+    /// Confirms that every route event up to `revision` has been applied.
+    fn ack_routes(&self, _revision: u64) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
 
     /// Calls a tool on the worker listening at `endpoint`.
     fn call_tool<'a>(
@@ -81,6 +96,8 @@ pub(crate) struct GrpcBackend {
     kernel_endpoint: LocalEndpoint,
     kernel: tokio::sync::Mutex<Option<KernelClient<Channel>>>,
     workers: Mutex<HashMap<String, Channel>>,
+    /// The id of the current route stream (pid in the high half, attempt in the low half).
+    watcher_id: std::sync::atomic::AtomicU64,
 }
 
 impl GrpcBackend {
@@ -89,6 +106,7 @@ impl GrpcBackend {
             kernel_endpoint: transport::kernel_endpoint(state_dir),
             kernel: tokio::sync::Mutex::new(None),
             workers: Mutex::new(HashMap::new()),
+            watcher_id: std::sync::atomic::AtomicU64::new(u64::from(std::process::id()) << 32),
         }
     }
 
@@ -202,7 +220,15 @@ impl Backend for GrpcBackend {
             // A fresh connection per watch: the old one is what just failed.
             self.forget_kernel().await;
             let mut client = self.kernel().await?;
-            match client.watch_routes(WatchRoutesRequest {}).await {
+            let watcher_id = self
+                .watcher_id
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                + 1;
+            let request = WatchRoutesRequest {
+                watcher_id,
+                caches_sessions: true,
+            };
+            match client.watch_routes(request).await {
                 Ok(stream) => {
                     let stream = stream
                         .into_inner()
@@ -214,6 +240,25 @@ impl Backend for GrpcBackend {
                     Err(kernel_status(&status))
                 }
             }
+        })
+    }
+
+    fn caches_sessions(&self) -> bool {
+        true
+    }
+
+    fn ack_routes(&self, revision: u64) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let mut client = self.kernel().await?;
+            let request = AckRoutesRequest {
+                watcher_id: self.watcher_id.load(std::sync::atomic::Ordering::SeqCst),
+                revision,
+            };
+            client
+                .ack_routes(request)
+                .await
+                .map(|_| ())
+                .map_err(|status| kernel_status(&status))
         })
     }
 

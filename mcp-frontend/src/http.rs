@@ -195,23 +195,20 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
     };
     let is_post = parts.method == Method::POST;
     let is_json = is_json_content_type(&parts.headers);
-    // A small body is read and parsed while the kernel verifies the token (the verification
-    // round trip dominates); nothing is acted on before the verdict, and every answer below
+    // A small body is read and parsed while the token is verified (a kernel round trip unless
+    // the session cache knows it); nothing is acted on before the verdict, and every answer below
     // keeps the documented check order. Larger bodies are only read once the token is valid.
     let early = is_post
         && is_json
         && declared_length(&parts.headers).is_some_and(|n| n <= EARLY_BODY_BYTES);
     let (verified, pending) = if early {
         let (verified, parsed) = tokio::join!(
-            app.backend.verify_session(&token),
+            app.verify_session(&token),
             read_and_parse(&parts.headers, body)
         );
         (verified, PendingBody::Parsed(parsed))
     } else {
-        (
-            app.backend.verify_session(&token).await,
-            PendingBody::Unread(body),
-        )
+        (app.verify_session(&token).await, PendingBody::Unread(body))
     };
     let identity = match verified {
         Ok(Some(identity)) => identity,

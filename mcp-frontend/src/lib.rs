@@ -2,8 +2,9 @@
 //! (SPEC §5), serving both MCP eras (2025-06-18 legacy, 2026-07-28 modern) on
 //! `http://127.0.0.1:<port>/mcp/connector`.
 //!
-//! It follows the kernel's route table (`WatchRoutes`), verifies the bearer token with the
-//! kernel on every request, and sends each `tools/call` straight to the worker that owns
+//! It follows the kernel's route table (`WatchRoutes`), verifies bearer tokens with the
+//! kernel (keeping verified ones in a cache whose revocations the kernel waits for, see
+//! `sessions.rs`), and sends each `tools/call` straight to the worker that owns
 //! the tool's generation. It never decides which generation is live.
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ mod listen;
 mod modern;
 mod routes;
 mod rpc;
+mod sessions;
 mod validate;
 mod watcher;
 

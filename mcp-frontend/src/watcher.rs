@@ -9,6 +9,8 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::backend::RouteStream;
 use crate::error::Error;
+use tutti_proto::kernel::route_event;
+
 use crate::routes::{Effect, RouteState};
 
 /// How long a lost route stream may take to come back before the frontend gives up.
@@ -37,6 +39,13 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
             match stream.next().await {
                 Some(Ok(event)) => {
                     lost_since = None;
+                    let revision = event.revision;
+                    // A snapshot (the first, or a resync after the stream lagged) may follow
+                    // revocations this frontend never saw: start the session cache afresh.
+                    let resync = matches!(event.event, Some(route_event::Event::Snapshot(_)));
+                    if resync {
+                        app.sessions.reset(app.backend.caches_sessions());
+                    }
                     match state.apply(event) {
                         Effect::Routes { tools_changed } => {
                             let table = state.table();
@@ -44,11 +53,16 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                             app.publish_routes(table, tools_changed);
                         }
                         Effect::Revoked(revoked) => {
+                            app.sessions.revoke(&revoked);
                             app.note_revocation();
                             app.listeners.revoke(&revoked);
+                            acknowledge(&app, revision).await;
                         }
                         Effect::Shutdown => return WatchEnd::Shutdown,
                         Effect::Nothing => {}
+                    }
+                    if resync {
+                        acknowledge(&app, revision).await;
                     }
                 }
                 Some(Err(e)) => {
@@ -61,7 +75,22 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                 }
             }
         }
+        // Revocations may be missed while there is no stream: verify every request again.
+        app.sessions.reset(false);
         lost_since.get_or_insert_with(Instant::now);
+    }
+}
+
+/// Tells the kernel that every event up to `revision` is applied (the session cache no longer
+/// holds anything revoked by them). Without it the kernel stops this process after a grace
+/// period, so a failure only needs the cache off.
+async fn acknowledge(app: &App, revision: u64) {
+    if !app.backend.caches_sessions() {
+        return;
+    }
+    if let Err(e) = app.backend.ack_routes(revision).await {
+        tracing::warn!(error = %e, revision, "cannot confirm route events to the kernel; session cache off");
+        app.sessions.reset(false);
     }
 }
 

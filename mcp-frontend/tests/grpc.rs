@@ -3,6 +3,8 @@
 //! `run/frontend.json`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -24,6 +26,11 @@ const TOKEN: &str = "tts_grpc_test_token";
 
 struct FakeKernel {
     watch: std::sync::Mutex<Option<(mpsc::UnboundedReceiver<RouteEvent>, oneshot::Sender<()>)>>,
+    /// How often the valid token was verified.
+    verified: Arc<AtomicUsize>,
+    /// The watch request and every AckRoutes, in order.
+    watch_requests: mpsc::UnboundedSender<WatchRoutesRequest>,
+    acks: mpsc::UnboundedSender<AckRoutesRequest>,
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -69,6 +76,9 @@ impl Kernel for FakeKernel {
         request: Request<VerifySessionRequest>,
     ) -> Reply<VerifySessionReply> {
         let valid = request.into_inner().token == TOKEN;
+        if valid {
+            self.verified.fetch_add(1, Ordering::SeqCst);
+        }
         Ok(Response::new(VerifySessionReply {
             valid,
             workspace: if valid { "w".into() } else { String::new() },
@@ -76,7 +86,11 @@ impl Kernel for FakeKernel {
         }))
     }
     type WatchRoutesStream = futures_util::stream::BoxStream<'static, Result<RouteEvent, Status>>;
-    async fn watch_routes(&self, _: Request<WatchRoutesRequest>) -> Reply<Self::WatchRoutesStream> {
+    async fn watch_routes(
+        &self,
+        request: Request<WatchRoutesRequest>,
+    ) -> Reply<Self::WatchRoutesStream> {
+        let _ = self.watch_requests.send(request.into_inner());
         let Some((rx, watching)) = self.watch.lock().expect("lock").take() else {
             return Err(Status::unavailable("only one watcher in this fake"));
         };
@@ -85,6 +99,10 @@ impl Kernel for FakeKernel {
         Ok(Response::new(
             UnboundedReceiverStream::new(rx).map(Ok).boxed(),
         ))
+    }
+    async fn ack_routes(&self, request: Request<AckRoutesRequest>) -> Reply<Empty> {
+        let _ = self.acks.send(request.into_inner());
+        Ok(Response::new(Empty {}))
     }
     async fn register_worker(
         &self,
@@ -172,8 +190,14 @@ async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
 
     let (routes, routes_rx) = mpsc::unbounded_channel();
     let (watching_tx, watching) = oneshot::channel();
+    let verified = Arc::new(AtomicUsize::new(0));
+    let (watch_requests_tx, mut watch_requests) = mpsc::unbounded_channel();
+    let (acks_tx, mut acks) = mpsc::unbounded_channel();
     let kernel = FakeKernel {
         watch: std::sync::Mutex::new(Some((routes_rx, watching_tx))),
+        verified: verified.clone(),
+        watch_requests: watch_requests_tx,
+        acks: acks_tx,
     };
     let incoming = transport::bind(&transport::kernel_endpoint(&state)).expect("bind kernel");
     tokio::spawn(
@@ -276,9 +300,49 @@ async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
         .expect("json");
     assert_eq!(body["error"]["code"], -32800);
 
+    // The route stream registered as a session cache: three requests, one verification.
+    let watch = watch_requests.try_recv().expect("the watch request");
+    assert!(watch.caches_sessions, "{watch:?}");
+    assert_ne!(watch.watcher_id, 0);
+    let snapshot_ack = tokio::time::timeout(WAIT, acks.recv())
+        .await
+        .expect("the snapshot is confirmed")
+        .expect("kernel alive");
+    assert_eq!(
+        (snapshot_ack.watcher_id, snapshot_ack.revision),
+        (watch.watcher_id, 1)
+    );
+    assert_eq!(verified.load(Ordering::SeqCst), 1, "the cache was not used");
+
+    // A revocation empties the cache before it is confirmed; the next request asks again.
     routes
         .send(RouteEvent {
             revision: 2,
+            event: Some(route_event::Event::SessionsRevoked(SessionsRevoked {
+                all: false,
+                workspace: "w".into(),
+                session: "s".into(),
+            })),
+        })
+        .expect("revocation");
+    let ack = tokio::time::timeout(WAIT, acks.recv())
+        .await
+        .expect("the revocation is confirmed")
+        .expect("kernel alive");
+    assert_eq!((ack.watcher_id, ack.revision), (watch.watcher_id, 2));
+    let r = post(json!({"jsonrpc":"2.0","id":4,"method":"ping"}), TOKEN)
+        .await
+        .expect("send");
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    assert_eq!(
+        verified.load(Ordering::SeqCst),
+        2,
+        "a revoked session was answered from the cache"
+    );
+
+    routes
+        .send(RouteEvent {
+            revision: 3,
             event: Some(route_event::Event::Shutdown(RuntimeShutdown {})),
         })
         .expect("shutdown");

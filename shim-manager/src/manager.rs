@@ -140,7 +140,7 @@ impl Manager {
             .await
             .map_err(|e| e.to_string())?;
         let reply = KernelClient::new(channel)
-            .watch_routes(WatchRoutesRequest {})
+            .watch_routes(WatchRoutesRequest::default())
             .await
             .map_err(|status| format!("WatchRoutes: {}", status.message()))?;
         Ok(reply.into_inner())

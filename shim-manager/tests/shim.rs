@@ -224,6 +224,13 @@ impl Kernel for FakeKernel {
 
     type WatchRoutesStream = UnboundedReceiverStream<Result<RouteEvent, Status>>;
 
+    async fn ack_routes(
+        &self,
+        _: Request<tutti_proto::kernel::AckRoutesRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        Err(Status::unimplemented("the shim manager caches no sessions"))
+    }
+
     async fn watch_routes(
         &self,
         _: Request<WatchRoutesRequest>,

@@ -941,10 +941,22 @@ async fn list_status(url: &str, token: &str) -> u16 {
         .0
 }
 
+/// Live frontend processes of this runtime.
+fn frontend_pids(rt: &Runtime) -> Vec<u32> {
+    let state = rt.state_dir().to_string_lossy().into_owned();
+    proc_tree::snapshot()
+        .into_iter()
+        .filter(|p| !p.is_zombie())
+        .filter(|p| p.cmdline.contains("tutti-mcp-frontend") && p.cmdline.contains(&state))
+        .map(|p| p.pid)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn reissue_revoke_revoke_all_and_restart_end_tokens() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let url = rt.frontend_url().to_owned();
+    let frontend = frontend_pids(&rt);
 
     // Reissue for the same (workspace, session) revokes the previous token at once.
     let a = rt.issue_token("w", "s");
@@ -986,6 +998,13 @@ async fn reissue_revoke_revoke_all_and_restart_end_tokens() {
         401,
         "revoke --all missed a token"
     );
+    // The frontend caches verified tokens; each revocation above was confirmed by it, not
+    // enforced by stopping it.
+    assert_eq!(
+        frontend_pids(&rt),
+        frontend,
+        "the frontend was restarted during the revocations"
+    );
 
     // Kernel restart: tokens live in kernel memory only.
     let d = rt.issue_token("w", "s");
@@ -1000,6 +1019,82 @@ async fn reissue_revoke_revoke_all_and_restart_end_tokens() {
     );
     let e = rt.issue_token("w", "s");
     assert_eq!(list_status(&url, &e).await, 200);
+}
+
+#[cfg(unix)]
+fn signal(pid: u32, sig: nix::sys::signal::Signal) {
+    if let Ok(p) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), sig);
+    }
+}
+
+/// The frontend keeps verified tokens; a revocation it cannot confirm (here: the process is
+/// frozen) must not return while that cache could still accept the token.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revocation_the_frontend_cannot_confirm_stops_it_before_revoke_returns() {
+    use nix::sys::signal::Signal;
+    let rt = Runtime::start(RuntimeOptions::default());
+    let url = rt.frontend_url().to_owned();
+    let revoked = rt.issue_token("w", "revoked");
+    let kept = rt.issue_token("w", "kept");
+    // Both verified once, so both are in the frontend's cache.
+    assert_eq!(list_status(&url, &revoked).await, 200);
+    assert_eq!(list_status(&url, &kept).await, 200);
+    let before = frontend_pids(&rt);
+    assert_eq!(before.len(), 1, "one frontend: {before:?}");
+
+    signal(before[0], Signal::SIGSTOP);
+    let started = Instant::now();
+    let out = rt.tutti(&[
+        "session",
+        "revoke",
+        "--workspace",
+        "w",
+        "--session",
+        "revoked",
+    ]);
+    let took = started.elapsed();
+    // Whatever happens next, never leave a stopped process behind.
+    signal(before[0], Signal::SIGCONT);
+    assert!(
+        out.status.success(),
+        "revoke failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        took >= Duration::from_millis(1900),
+        "revoke returned after {took:?}, without the frozen frontend's confirmation"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "revoke took {took:?}: the fence of the frozen frontend is too slow"
+    );
+    // Stopped (SIGKILL works on a frozen process) before revoke returned.
+    assert!(
+        proc_tree::wait_gone(&before, Duration::from_millis(200)).is_empty(),
+        "the frontend that never confirmed is still running"
+    );
+
+    // A fresh frontend on the same URL: the revoked token is refused, the other one works.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some((200, _)) = try_list(&url, &kept).await {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no frontend on {url} 15 s after the fence\n{}",
+            rt.diagnostics()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(list_status(&url, &revoked).await, 401);
+    let after = frontend_pids(&rt);
+    assert!(
+        after.len() == 1 && after != before,
+        "a new frontend: before {before:?}, after {after:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1106,15 +1201,7 @@ async fn a_killed_frontend_comes_back_on_the_same_port() {
     rt.wait_status("fe", "ready", READY);
     let token = rt.issue_token("frontend", "s");
     let url = rt.frontend_url().to_owned();
-    let state = rt.state_dir().to_string_lossy().into_owned();
-    let frontend = || {
-        proc_tree::snapshot()
-            .into_iter()
-            .filter(|p| !p.is_zombie())
-            .filter(|p| p.cmdline.contains("tutti-mcp-frontend") && p.cmdline.contains(&state))
-            .map(|p| p.pid)
-            .collect::<Vec<_>>()
-    };
+    let frontend = || frontend_pids(&rt);
     let before = frontend();
     assert_eq!(before.len(), 1, "one frontend: {before:?}");
     sigkill(before[0]);

@@ -238,6 +238,9 @@ impl Kernel for FakeKernel {
     ) -> Res<Self::WatchRoutesStream> {
         nope()
     }
+    async fn ack_routes(&self, _: Request<k::AckRoutesRequest>) -> Res<k::Empty> {
+        nope()
+    }
     async fn register_worker(
         &self,
         request: Request<k::RegisterWorkerRequest>,

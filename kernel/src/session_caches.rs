@@ -1,0 +1,159 @@
+//! Acknowledged revocation for route watchers that cache verified sessions.
+//!
+//! The frontend keeps the tokens it has verified (as hashes) so that a request does not need a
+//! kernel round trip. That is only safe because a revocation is not finished until every such
+//! cache has dropped the token: the kernel publishes `SessionsRevoked` at revision R, the
+//! frontend applies it and calls `AckRoutes(R)`, and only then does `RevokeSession` return.
+//! A cache that does not confirm within [`ACK_TIMEOUT`] is fenced: the kernel stops the process
+//! holding it (its supervisor starts a fresh one, with an empty cache) before returning.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// How long a revocation waits for the caches to confirm before the holder is stopped.
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Live caching watchers: watcher id → highest revision it has confirmed.
+pub struct SessionCaches {
+    acked: watch::Sender<HashMap<u64, u64>>,
+    fence_tx: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    fence_rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<oneshot::Sender<()>>>>,
+}
+
+/// Deregisters a watcher when its route stream ends (the holder went away: nothing to wait for).
+pub struct Registration {
+    caches: Arc<SessionCaches>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.caches.acked.send_modify(|m| {
+            m.remove(&self.id);
+        });
+    }
+}
+
+impl Default for SessionCaches {
+    fn default() -> Self {
+        let (fence_tx, fence_rx) = mpsc::unbounded_channel();
+        Self {
+            acked: watch::Sender::new(HashMap::new()),
+            fence_tx,
+            fence_rx: std::sync::Mutex::new(Some(fence_rx)),
+        }
+    }
+}
+
+impl SessionCaches {
+    /// A watcher starts caching with everything up to `revision` applied (its cache is empty).
+    /// Call while holding the lock under which revisions are handed out.
+    pub fn register(self: &Arc<Self>, id: u64, revision: u64) -> Registration {
+        self.acked.send_modify(|m| {
+            m.insert(id, revision);
+        });
+        Registration {
+            caches: self.clone(),
+            id,
+        }
+    }
+
+    /// Records a confirmation; unknown watchers (already gone) are ignored.
+    pub fn ack(&self, id: u64, revision: u64) {
+        self.acked.send_if_modified(|m| match m.get_mut(&id) {
+            Some(acked) if *acked < revision => {
+                *acked = revision;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Waits until every live caching watcher has confirmed `revision` (or gone away). When one
+    /// has not after [`ACK_TIMEOUT`], asks the frontend supervisor to stop the frontend and waits
+    /// until it has. Returns whether the frontend had to be stopped.
+    pub async fn settle(&self, revision: u64) -> bool {
+        let mut rx = self.acked.subscribe();
+        let confirmed = tokio::time::timeout(
+            ACK_TIMEOUT,
+            rx.wait_for(|m| m.values().all(|&acked| acked >= revision)),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
+        if confirmed {
+            return false;
+        }
+        tracing::warn!(
+            revision,
+            "a session cache did not confirm a revocation in time; stopping the frontend"
+        );
+        let (done_tx, done_rx) = oneshot::channel();
+        if self.fence_tx.send(done_tx).is_ok() {
+            // The supervisor answers once the process is gone (or was not running); if the
+            // supervisor itself is gone, the frontend is being stopped anyway.
+            let _ = done_rx.await;
+        }
+        true
+    }
+
+    /// The frontend supervisor's end of fence requests (taken once).
+    pub fn take_fence_requests(&self) -> Option<mpsc::UnboundedReceiver<oneshot::Sender<()>>> {
+        self.fence_rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn settle_returns_once_every_cache_confirmed() {
+        let caches = Arc::new(SessionCaches::default());
+        let a = caches.register(1, 10);
+        let _b = caches.register(2, 10);
+        caches.ack(1, 12);
+        let settled = {
+            let waiting = caches.settle(12);
+            tokio::pin!(waiting);
+            assert!(
+                tokio::time::timeout(Duration::from_millis(10), &mut waiting)
+                    .await
+                    .is_err(),
+                "watcher 2 has not confirmed yet"
+            );
+            caches.ack(2, 13);
+            waiting.await
+        };
+        assert!(!settled, "no fence needed");
+        drop(a);
+        assert!(!caches.settle(13).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cache_that_goes_away_is_not_waited_for() {
+        let caches = Arc::new(SessionCaches::default());
+        let reg = caches.register(7, 1);
+        drop(reg);
+        assert!(!caches.settle(5).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_cache_gets_its_frontend_stopped() {
+        let caches = Arc::new(SessionCaches::default());
+        let mut fence = caches.take_fence_requests().expect("first take");
+        assert!(caches.take_fence_requests().is_none());
+        let _reg = caches.register(3, 1);
+        let supervisor = tokio::spawn(async move {
+            let done = fence.recv().await.expect("a fence request");
+            let _ = done.send(());
+        });
+        assert!(caches.settle(2).await, "the frontend was stopped");
+        supervisor.await.expect("supervisor task");
+    }
+}
