@@ -28,6 +28,9 @@ mod bench {
         /// Also write the table (with command, machine and date) to this Markdown file.
         #[arg(long)]
         write: Option<PathBuf>,
+        /// Only the per-call latency rows (direct vs runtime, both eras), for quick A/B runs.
+        #[arg(long, conflicts_with = "write")]
+        latency_only: bool,
     }
 
     struct Scale {
@@ -163,6 +166,11 @@ mod bench {
                 fmt_us(add99),
                 add99 <= Duration::from_millis(1),
             );
+        }
+
+        if args.latency_only {
+            rt.stop();
+            return Ok(());
         }
 
         // 2. Throughput with 8 and 64 concurrent clients; RSS sampled under load.
