@@ -130,21 +130,12 @@ mod bench {
         let url = rt.frontend_url().to_string();
         let client = Client::new(&url, &token)?;
 
-        // 1b. Through the runtime, both eras, keep-alive.
+        // 1b. Through the runtime, both eras: a minimal blocking HTTP/1.1 keep-alive client on
+        // one connection, the HTTP counterpart of the direct baseline's blocking stdio client,
+        // so the difference is the runtime's cost and not a client library's.
         for era in [Era::Legacy, Era::Modern] {
-            for _ in 0..20 {
-                client
-                    .call(era, "bench_echo", json!({"message": "x"}))
-                    .await?;
-            }
-            let mut v = Vec::with_capacity(scale.calls);
-            for _ in 0..scale.calls {
-                let t = Instant::now();
-                client
-                    .call(era, "bench_echo", json!({"message": "x"}))
-                    .await?;
-                v.push(t.elapsed());
-            }
+            let mut raw = RawHttp::connect(&url, &token, None)?;
+            let v = tokio::task::block_in_place(|| raw.echo_calls(era, "bench_echo", scale.calls))?;
             let (p50, _, p99, s) = summary(v);
             r.row(
                 &format!("tools/call echo via runtime, {} era", era.name()),
@@ -166,6 +157,25 @@ mod bench {
                 fmt_us(add99),
                 add99 <= Duration::from_millis(1),
             );
+        }
+        // The same calls with an ordinary async client (reqwest on tokio), for comparison:
+        // what an agent's HTTP stack adds on top.
+        {
+            for _ in 0..20 {
+                client
+                    .call(Era::Legacy, "bench_echo", json!({"message": "x"}))
+                    .await?;
+            }
+            let mut v = Vec::with_capacity(scale.calls);
+            for _ in 0..scale.calls {
+                let t = Instant::now();
+                client
+                    .call(Era::Legacy, "bench_echo", json!({"message": "x"}))
+                    .await?;
+                v.push(t.elapsed());
+            }
+            let (_, _, _, s) = summary(v);
+            r.row("tools/call echo via runtime, legacy, reqwest client", s);
         }
 
         if args.latency_only {
@@ -500,6 +510,136 @@ mod bench {
                     None => return Ok((n, wire)),
                 }
             }
+        }
+    }
+
+    /// A minimal blocking HTTP/1.1 client on one keep-alive connection (no pool, no runtime).
+    struct RawHttp {
+        stream: std::net::TcpStream,
+        reader: BufReader<std::net::TcpStream>,
+        head: String,
+        next_id: u64,
+    }
+
+    impl RawHttp {
+        /// `session`: an `mcp-session-id` to send (stateful peers).
+        fn connect(url: &str, token: &str, session: Option<&str>) -> Result<RawHttp> {
+            let rest = url
+                .strip_prefix("http://")
+                .context("only http:// URLs are supported")?;
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let stream = std::net::TcpStream::connect(authority)
+                .with_context(|| format!("connecting to {authority}"))?;
+            stream.set_nodelay(true)?;
+            stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+            let mut head = format!(
+                "POST {} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
+                if path.is_empty() { "/" } else { path }
+            );
+            if !token.is_empty() {
+                head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+            }
+            if let Some(sid) = session {
+                head.push_str(&format!("mcp-session-id: {sid}\r\n"));
+            }
+            Ok(RawHttp {
+                reader: BufReader::new(stream.try_clone()?),
+                stream,
+                head,
+                next_id: 1,
+            })
+        }
+
+        /// One POST; returns the status and the body (Content-Length or chunked).
+        fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
+            let request = format!(
+                "{}{extra_headers}Content-Length: {}\r\n\r\n{body}",
+                self.head,
+                body.len()
+            );
+            self.stream.write_all(request.as_bytes())?;
+            let mut line = String::new();
+            self.reader.read_line(&mut line)?;
+            let status: u16 = line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .with_context(|| format!("bad status line {line:?}"))?;
+            let mut length: Option<usize> = None;
+            let mut chunked = false;
+            loop {
+                line.clear();
+                if self.reader.read_line(&mut line)? == 0 {
+                    bail!("connection closed in the response head");
+                }
+                let l = line.trim_end();
+                if l.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = l.split_once(':') {
+                    let value = value.trim();
+                    if name.eq_ignore_ascii_case("content-length") {
+                        length = value.parse().ok();
+                    } else if name.eq_ignore_ascii_case("transfer-encoding")
+                        && value.eq_ignore_ascii_case("chunked")
+                    {
+                        chunked = true;
+                    }
+                }
+            }
+            let mut body = Vec::new();
+            if let Some(n) = length {
+                body.resize(n, 0);
+                std::io::Read::read_exact(&mut self.reader, &mut body)?;
+            } else if chunked {
+                loop {
+                    line.clear();
+                    self.reader.read_line(&mut line)?;
+                    let size = usize::from_str_radix(line.trim_end(), 16)
+                        .with_context(|| format!("bad chunk size {line:?}"))?;
+                    let start = body.len();
+                    body.resize(start + size + 2, 0);
+                    std::io::Read::read_exact(&mut self.reader, &mut body[start..])?;
+                    body.truncate(start + size);
+                    if size == 0 {
+                        break;
+                    }
+                }
+            } else {
+                bail!("a response without Content-Length or chunked encoding");
+            }
+            Ok((status, body))
+        }
+
+        /// `n` timed echo calls after 20 untimed ones; every answer must be a result.
+        fn echo_calls(&mut self, era: Era, tool: &str, n: usize) -> Result<Vec<Duration>> {
+            let extra = match era {
+                Era::Legacy => "MCP-Protocol-Version: 2025-06-18\r\n".to_string(),
+                Era::Modern => format!(
+                    "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\n"
+                ),
+            };
+            let mut v = Vec::with_capacity(n);
+            for i in 0..(n + 20) {
+                let id = self.next_id;
+                self.next_id += 1;
+                let mut params = json!({"name": tool, "arguments": {"message": "x"}});
+                if let Era::Modern = era {
+                    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}});
+                }
+                let t = Instant::now();
+                let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":params})
+                    .to_string();
+                let (status, reply) = self.post(&extra, &body)?;
+                if i >= 20 {
+                    v.push(t.elapsed());
+                }
+                let text = String::from_utf8_lossy(&reply);
+                if status != 200 || !text.contains("\"result\"") || text.contains("\"error\":{") {
+                    bail!("call failed: HTTP {status}: {text}");
+                }
+            }
+            Ok(v)
         }
     }
 
@@ -844,20 +984,9 @@ mod bench {
                     .send()
             };
             post(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await?.text().await?;
-            let mut v = Vec::with_capacity(n);
-            for i in 0..(n + 20) {
-                let t = Instant::now();
-                let text = post(json!({"jsonrpc":"2.0","id":i+1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"x"}}}))
-                    .await?
-                    .text()
-                    .await?;
-                if !text.contains("\"result\"") {
-                    bail!("supergateway call failed: {text}");
-                }
-                if i >= 20 {
-                    v.push(t.elapsed());
-                }
-            }
+            // The same minimal client as for the runtime rows.
+            let mut raw = RawHttp::connect(&url, "", Some(&session))?;
+            let v = tokio::task::block_in_place(|| raw.echo_calls(Era::Legacy, "echo", n))?;
             Ok(v)
         }
         .await;
