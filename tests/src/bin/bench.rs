@@ -1028,6 +1028,14 @@ mod bench {
         let mut s = String::new();
         s.push_str("# Benchmarks\n\nProduced by:\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools\nTUTTI_BIN_DIR=target/release cargo run --release -p tutti-tests --bin tutti-bench -- --write docs/BENCHMARKS.md\n```\n\n");
         s.push_str(&format!("Machine: {cores} cores, {cpu}. Date: {date}.\n\n"));
+        s.push_str(
+            "How: the direct baseline writes JSON-RPC lines to the fixture upstream's stdin and \
+             reads its replies (blocking, one process). The runtime and peer rows send the same \
+             calls with a minimal blocking HTTP/1.1 client on one keep-alive connection, so the \
+             added latency is the cost of the path, not of a client library; the reqwest row \
+             shows what an ordinary async client adds. Throughput, tools/list and the fault rows \
+             use reqwest on tokio. Percentiles are over n timed calls after 20 untimed ones.\n\n",
+        );
         s.push_str("| measurement | result |\n|---|---|\n");
         for (what, value) in &r.rows {
             s.push_str(&format!("| {} | {} |\n", what.trim(), value));
