@@ -37,7 +37,15 @@ fn main() -> ExitCode {
     if args.service {
         return run_service(config);
     }
-    let rt = match tokio::runtime::Runtime::new() {
+    // One thread, like the frontend and the workers: the kernel's per-request work is small
+    // (session checks, audit records, route events), and blocking file work (hashing and
+    // copying releases) runs on the blocking pool. Fewer threads, fewer malloc arenas, no
+    // cross-thread wake-ups. Children are spawned from runtime tasks, i.e. from this thread,
+    // which lives as long as the kernel (PR_SET_PDEATHSIG follows the spawning thread).
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tutti-kernel: cannot start the async runtime: {e}");

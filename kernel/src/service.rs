@@ -3,7 +3,7 @@
 //! user-facing (the CLI prints them as they are) and never carry a secret.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -42,6 +42,15 @@ struct Plan {
 }
 
 impl Service {
+    /// [`Service::plan`] on the blocking pool: it hashes every file of the release, which
+    /// must not stall the kernel's single runtime thread. (It starts no process.)
+    async fn plan_off_thread(&self, req: pb::InstallRequest) -> Result<Plan, Status> {
+        let svc = Service { k: self.k.clone() };
+        tokio::task::spawn_blocking(move || svc.plan(&req))
+            .await
+            .map_err(|e| Status::internal(format!("install plan task: {e}")))?
+    }
+
     fn plan(&self, req: &pb::InstallRequest) -> Result<Plan, Status> {
         let src = PathBuf::from(&req.source_dir);
         if !src.is_absolute() || !src.is_dir() {
@@ -181,7 +190,9 @@ impl KernelRpc for Service {
         &self,
         req: Request<pb::InstallRequest>,
     ) -> Result<Response<pb::InstallPlan>, Status> {
-        Ok(Response::new(self.plan(req.get_ref())?.reply))
+        Ok(Response::new(
+            self.plan_off_thread(req.into_inner()).await?.reply,
+        ))
     }
 
     async fn install(
@@ -189,11 +200,15 @@ impl KernelRpc for Service {
         req: Request<pb::InstallRequest>,
     ) -> Result<Response<pb::InstallReply>, Status> {
         let req = req.into_inner();
-        let plan = self.plan(&req)?;
+        let plan = self.plan_off_thread(req.clone()).await?;
         if !plan.reply.problems.is_empty() {
             return Err(precondition(plan.reply.problems.join("\n")));
         }
-        crate::release::copy_release(Path::new(&req.source_dir), &plan.release_dir)
+        // Copying a whole release is blocking file work: off the (single) runtime thread.
+        let (source, dest) = (PathBuf::from(&req.source_dir), plan.release_dir.clone());
+        tokio::task::spawn_blocking(move || crate::release::copy_release(&source, &dest))
+            .await
+            .map_err(|e| Status::internal(format!("release copy task: {e}")))?
             .map_err(precondition)?;
         let key = plan.manifest.key.clone();
         let upgraded;

@@ -103,7 +103,15 @@ fn serve(config: Config) -> Result<(), String> {
     let handle = service_control_handler::register(SERVICE_NAME, handler)
         .map_err(|e| format!("cannot register the service control handler: {e}"))?;
 
-    let rt = match tokio::runtime::Runtime::new() {
+    // One thread, like the frontend and the workers: the kernel's per-request work is small
+    // (session checks, audit records, route events), and blocking file work (hashing and
+    // copying releases) runs on the blocking pool. Fewer threads, fewer malloc arenas, no
+    // cross-thread wake-ups. Children are spawned from runtime tasks, i.e. from this thread,
+    // which lives as long as the kernel (PR_SET_PDEATHSIG follows the spawning thread).
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             report_stopped(handle, ServiceExitCode::ServiceSpecific(FAILED_EXIT_CODE));

@@ -276,6 +276,32 @@ mod bench {
         for i in 0..scale.connectors {
             rt.wait_status(&format!("m{i:02}"), "ready", Duration::from_secs(60));
         }
+        // What each additional connector costs: the workers share their program's pages, so
+        // VmRSS counts those in full in every worker while PSS divides them and USS leaves
+        // them out (the RSS target above is judged on VmRSS).
+        let kernel_pid: u32 = std::fs::read_to_string(rt.state_dir().join("run/kernel.lock"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        let workers = children_named(kernel_pid, "tutti-upstream-worker");
+        let mem: Vec<(u64, u64, u64)> = workers.iter().filter_map(|&w| smaps_kib(w)).collect();
+        if !mem.is_empty() {
+            let n = mem.len() as f64;
+            let avg =
+                |f: fn(&(u64, u64, u64)) -> u64| mem.iter().map(f).sum::<u64>() as f64 / n / 1024.0;
+            r.row(
+                &format!(
+                    "memory per worker, {} workers idle (RSS / PSS / USS)",
+                    mem.len()
+                ),
+                format!(
+                    "{:.1} / {:.2} / {:.2} MiB",
+                    avg(|m| m.0),
+                    avg(|m| m.1),
+                    avg(|m| m.2)
+                ),
+            );
+        }
         let expected = scale.connectors * 40 + 3;
         let mut v = Vec::new();
         for i in 0..scale.list_iters + 10 {
@@ -661,6 +687,23 @@ mod bench {
                     .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
             })
             .unwrap_or(0)
+    }
+
+    /// (Rss, Pss, Private) of a process in KiB, from `/proc/<pid>/smaps_rollup`.
+    fn smaps_kib(pid: u32) -> Option<(u64, u64, u64)> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+        let field = |name: &str| -> u64 {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Some((
+            field("Rss:"),
+            field("Pss:"),
+            field("Private_Clean:") + field("Private_Dirty:"),
+        ))
     }
 
     fn children_named(ppid: u32, name: &str) -> Vec<u32> {
