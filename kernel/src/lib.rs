@@ -250,12 +250,18 @@ async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     notify::notify("READY=1\nSTATUS=serving");
-    println!("tutti is up. MCP server \"connector\": {url}");
-    println!("  state dir: {}", k.paths.state.display());
-    println!(
-        "  give an agent access: tutti session issue --workspace W --session S --format claude"
+    // The banner is for whoever started `tutti up`; if they stopped reading (`| head -1`, a
+    // closed terminal) the runtime keeps running: write errors are ignored, never a panic
+    // as `println!` would.
+    let banner = format!(
+        "tutti is up. MCP server \"connector\": {url}\n  state dir: {}\n  give an agent access: tutti session issue --workspace W --session S --format claude\n  stop: Ctrl-C\n",
+        k.paths.state.display()
     );
-    println!("  stop: Ctrl-C");
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
+    }
     std::future::pending::<()>().await;
 }
 
