@@ -97,6 +97,16 @@ pub enum CliError {
         source: io::Error,
     },
 
+    #[error(
+        "cannot read standard input: {source}; pipe the values in, one line per --stdin name, or run on a terminal"
+    )]
+    StdinRead { source: io::Error },
+
+    #[error(
+        "cannot write to standard output: {source}; check where the output is redirected and retry"
+    )]
+    StdoutWrite { source: io::Error },
+
     #[error("cannot {action}: {source}; check the terminal and retry")]
     Terminal {
         action: &'static str,

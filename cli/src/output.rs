@@ -121,11 +121,7 @@ pub(crate) fn emit(text: &str) -> Result<(), CliError> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(source) => Err(CliError::Io {
-            action: "write to",
-            path: "standard output".into(),
-            source,
-        }),
+        Err(source) => Err(CliError::StdoutWrite { source }),
     }
 }
 

@@ -119,23 +119,20 @@ WantedBy={wanted_by}
     )
 }
 
+/// One `systemctl` argument list for the user's manager (`--user`) or the system's.
+pub(crate) fn systemctl_args(user: bool, rest: &[&str]) -> Vec<String> {
+    user.then_some("--user")
+        .into_iter()
+        .chain(rest.iter().copied())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The `systemctl` argument lists that load and start the unit.
 pub(crate) fn systemd_enable_commands(user: bool) -> Vec<Vec<String>> {
-    let scope: Vec<String> = if user {
-        vec!["--user".to_owned()]
-    } else {
-        Vec::new()
-    };
-    let with = |rest: &[&str]| -> Vec<String> {
-        scope
-            .iter()
-            .cloned()
-            .chain(rest.iter().map(|s| (*s).to_owned()))
-            .collect()
-    };
     vec![
-        with(&["daemon-reload"]),
-        with(&["enable", "--now", SERVICE_NAME]),
+        systemctl_args(user, &["daemon-reload"]),
+        systemctl_args(user, &["enable", "--now", SERVICE_NAME]),
     ]
 }
 
@@ -338,6 +335,18 @@ mod tests {
             ["/home/u/100%%/$state"]
         );
         assert_eq!(systemd_word(r#"a"b\c"#, false), r#""a\"b\\c""#);
+    }
+
+    #[test]
+    fn systemctl_args_put_the_scope_first() {
+        assert_eq!(
+            systemctl_args(true, &["is-active", SERVICE_NAME]),
+            ["--user", "is-active", "tutti-kernel"]
+        );
+        assert_eq!(
+            systemctl_args(false, &["disable", "--now", SERVICE_NAME]),
+            ["disable", "--now", "tutti-kernel"]
+        );
     }
 
     #[test]

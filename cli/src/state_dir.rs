@@ -92,15 +92,7 @@ mod platform {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let map: HashMap<String, OsString> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
+    use crate::test_util::env_of;
 
     #[test]
     fn flag_wins_over_env() {

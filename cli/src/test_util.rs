@@ -1,5 +1,8 @@
-//! Test helpers: a self-removing temporary directory (no extra dependency).
+//! Test helpers: a self-removing temporary directory (no extra dependency) and an injected
+//! environment.
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -27,4 +30,14 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// An environment lookup (`name -> value`) made of `pairs`, for code that takes its
+/// environment as a function.
+pub(crate) fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + use<> {
+    let map: HashMap<String, OsString> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+        .collect();
+    move |name| map.get(name).cloned()
 }

@@ -99,9 +99,11 @@ pub async fn run_until(
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
     for (key, err) in broken {
         let mut inner = lock(&k.inner);
-        let c = inner.conns.entry(key).or_default();
+        let c = inner.conns.entry(key.clone()).or_default();
         c.status = state::Status::Failed;
-        c.last_error = format!("installed release is unreadable: {err}");
+        c.last_error = format!(
+            "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
+        );
     }
 
     let endpoint = transport::kernel_endpoint(&state_dir);

@@ -318,7 +318,14 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
             Err(e) => p.push(&field, e),
         }
     }
-    if !root.contains_key("mcp") && !root.contains_key("cli") && skills.is_empty() {
+    // Given means present, not null and not an empty list (`"mcp": null` or `"skills": []`
+    // declare nothing); a field that is given but invalid has its own problem already.
+    let given = |field: &str| match root.get(field) {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    };
+    if !given("mcp") && !given("cli") && !given("skills") {
         p.push("mcp", "at least one of mcp, cli, skills must be present");
     }
     let (mut start_ms, mut call_ms) = (DEFAULT_START_MS, DEFAULT_CALL_MS);
@@ -469,6 +476,15 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
                     Auth::None
                 }
             };
+            if let Auth::Header { header, .. } = &auth
+                && !header.is_empty()
+                && !header.bytes().all(crate::toolset::is_tchar)
+            {
+                p.push(
+                    "mcp.auth.header",
+                    format!("must be an HTTP header name such as \"X-Api-Key\" (no spaces or separators), got {header:?}"),
+                );
+            }
             if let Auth::Bearer { secret } | Auth::Header { secret, .. } = &auth
                 && !secret.is_empty()
                 && !valid_env_name(secret)
@@ -616,6 +632,48 @@ mod tests {
             assert!(all.contains(needle), "missing {needle:?} in\n{all}");
         }
         assert!(e.iter().all(|l| l.starts_with("connector.json: ")));
+    }
+
+    #[test]
+    fn a_null_or_empty_interface_declares_nothing() {
+        let base = json!({"key":"k","name":"K","description":"d","version":"1"});
+        for extra in [
+            json!({}),
+            json!({"mcp": null}),
+            json!({"cli": null, "skills": []}),
+        ] {
+            let mut v = base.clone();
+            if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+                m.extend(e.clone());
+            }
+            let e = parse(&v, &dir()).expect_err("no interface must be refused");
+            assert_eq!(
+                e,
+                vec!["connector.json: mcp: at least one of mcp, cli, skills must be present"],
+                "{v}"
+            );
+        }
+        // An interface that is given but invalid is reported once, under its own field.
+        let mut v = base.clone();
+        v["mcp"] = json!({"transport": "ftp"});
+        let e = parse(&v, &dir()).expect_err("must be refused");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("mcp.transport"), "{e:?}");
+    }
+
+    #[test]
+    fn an_auth_header_must_be_a_header_name() {
+        let mut v = json!({"key":"k","name":"K","description":"d","version":"1",
+            "mcp":{"transport":"http","url":"https://x/mcp",
+                   "auth":{"kind":"header","header":"X Api Key","secret":"API_KEY"}}});
+        let e = parse(&v, &dir()).expect_err("must be refused");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("connector.json: mcp.auth.header: "),
+            "{e:?}"
+        );
+        v["mcp"]["auth"]["header"] = json!("X-Api-Key");
+        assert!(parse(&v, &dir()).is_ok());
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! worker, under a probe generation that is never committed), page tools/list, validate
 //! every schema, report, stop. No tool is called.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +14,7 @@ use crate::manifest::{self, Manifest};
 use crate::naming::local_name;
 use crate::spawn::{self, ChildSpec};
 use crate::state::{Kernel, lock, sha256};
-use crate::toolset::{OfferedTool, check_input_schema};
+use crate::toolset::{OfferedTool, validate};
 
 pub struct ProbeSlot {
     pub key: String,
@@ -128,11 +127,11 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     };
     let wait = Duration::from_millis(u64::from(start_ms)) + Duration::from_secs(3);
     let outcome = tokio::select! {
+        // Biased: the worker reports (`OfferTools`, `ReportWorker`) before it exits, so when
+        // both are ready the report, which says why, wins over the bare exit status.
+        biased;
         r = rx => r.unwrap_or_else(|_| Err("the probe worker ended without a result".into())),
         st = child.wait() => {
-            // Give a report that raced the exit a moment to land.
-            let late = lock(&k.inner).probes.get_mut(&generation).and_then(|s| s.done.take());
-            drop(late);
             Err(format!("the upstream ended before listing its tools ({})", st.map(|s| s.to_string()).unwrap_or_default()))
         }
         _ = tokio::time::sleep(wait) => Err(format!("the upstream did not answer within startMs = {start_ms} ms")),
@@ -143,21 +142,15 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
 }
 
 /// Called by OfferTools for a probe generation.
+/// Its problems are exactly the ones the commit of this tool set would refuse it for
+/// ([`validate`], SPEC §5.1), so a clean probe means the generation would commit.
 pub fn finish(slot: &mut ProbeSlot, tools: &[OfferedTool], protocol_version: &str) {
-    let mut problems = Vec::new();
-    let mut seen = BTreeMap::new();
+    let problems = validate(&slot.key, tools, &slot.manifest.tool_risk)
+        .err()
+        .unwrap_or_default();
     let mut out = Vec::new();
     for t in tools {
         let local = local_name(&slot.key, &t.upstream_name);
-        if let Some(other) = seen.insert(local.clone(), t.upstream_name.clone()) {
-            problems.push(format!(
-                "tools {other:?} and {:?} both map to the local name {local}",
-                t.upstream_name
-            ));
-        }
-        if let Err(p) = check_input_schema(t.definition.get("inputSchema")) {
-            problems.push(format!("tool {:?}: inputSchema: {p}", t.upstream_name));
-        }
         out.push(pb::ProbeTool {
             upstream_name: t.upstream_name.clone(),
             local_name: local,
@@ -178,7 +171,6 @@ pub fn finish(slot: &mut ProbeSlot, tools: &[OfferedTool], protocol_version: &st
             problems,
         }));
     }
-    let _ = &slot.manifest;
 }
 
 pub fn fail(slot: &mut ProbeSlot, message: String) {

@@ -33,6 +33,20 @@ fn not_installed(key: &str) -> Status {
     ))
 }
 
+/// The manifest of an installed connector. One whose installed release could not be read at
+/// kernel start is in the registry but has none: say so, and how to get out of it.
+fn manifest_of<'a>(inner: &'a crate::state::Inner, key: &str) -> Result<&'a Manifest, Status> {
+    inner.manifests.get(key).ok_or_else(|| {
+        if inner.registry.connectors.contains_key(key) {
+            precondition(format!(
+                "the installed release of connector {key} cannot be read (see `tutti status`); reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
+            ))
+        } else {
+            not_installed(key)
+        }
+    })
+}
+
 /// A validated release ready to install.
 struct Plan {
     manifest: Manifest,
@@ -53,9 +67,15 @@ impl Service {
 
     fn plan(&self, req: &pb::InstallRequest) -> Result<Plan, Status> {
         let src = PathBuf::from(&req.source_dir);
-        if !src.is_absolute() || !src.is_dir() {
+        if !src.is_absolute() {
             return Err(Status::invalid_argument(format!(
-                "{}: not a directory",
+                "{}: the release directory must be given as an absolute path",
+                req.source_dir
+            )));
+        }
+        if !src.is_dir() {
+            return Err(Status::invalid_argument(format!(
+                "{}: not a directory (give the directory that holds connector.json)",
                 req.source_dir
             )));
         }
@@ -175,6 +195,50 @@ fn placeholder_manifest() -> Manifest {
     }
 }
 
+/// The agent-facing interface status of `tutti connector available` (SPEC §7). Refused
+/// credentials (`auth_failed`) read as `auth_required`: for an agent the way out is the same,
+/// the user runs `tutti connector connect` again.
+fn interface_status(status: CStatus, live: bool) -> &'static str {
+    match status {
+        CStatus::Ready if live => "ready",
+        CStatus::Starting | CStatus::Restarting => "starting",
+        CStatus::AuthRequired | CStatus::AuthFailed => "auth_required",
+        CStatus::Ready | CStatus::CrashLoop | CStatus::Failed | CStatus::Stopped => "unavailable",
+    }
+}
+
+/// `connect` stored what it was given but the connector still lacks secrets: name them and
+/// the command that supplies them.
+fn missing_secrets_message(key: &str, missing: &[String], stored_some: bool) -> String {
+    let first = missing.first().map(String::as_str).unwrap_or("NAME");
+    let plural = missing.len() > 1;
+    format!(
+        "connector {key} still needs the secret{s} {names} before it can run{stored}; run \
+         `tutti connector connect {key} --from-env {first}` (or `--stdin {first}`){each}",
+        s = if plural { "s" } else { "" },
+        names = missing.join(", "),
+        stored = if stored_some {
+            " (the values given were stored)"
+        } else {
+            ""
+        },
+        each = if plural {
+            ", naming every missing secret"
+        } else {
+            ""
+        },
+    )
+}
+
+/// The exact argv (stdio) or URL (http) the install confirmation showed.
+fn confirmed_launch(plan: &pb::InstallPlan) -> Vec<String> {
+    if plan.url.is_empty() {
+        plan.argv.clone()
+    } else {
+        vec![plan.url.clone()]
+    }
+}
+
 fn now_unix() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -230,11 +294,7 @@ impl KernelRpc for Service {
                     sha256: plan.sha.clone(),
                     release_dir: plan.release_dir.clone(),
                     installed_at_unix: now_unix(),
-                    confirmed_launch: if plan.reply.url.is_empty() {
-                        plan.reply.argv.clone()
-                    } else {
-                        vec![plan.reply.url.clone()]
-                    },
+                    confirmed_launch: confirmed_launch(&plan.reply),
                     allow_commands: req.allow_commands.clone(),
                     auth,
                     connected,
@@ -252,6 +312,18 @@ impl KernelRpc for Service {
                 .save_registry(&mut inner)
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
+        // The trust step: what the user confirmed (names and the launch line, no values).
+        self.k.audit.record(
+            "install",
+            serde_json::json!({
+                "connector": key,
+                "version": plan.manifest.version,
+                "sha256": plan.sha,
+                "upgraded": upgraded,
+                "confirmedLaunch": confirmed_launch(&plan.reply),
+                "allowCommands": req.allow_commands,
+            }),
+        );
         tracing::info!(key, version = %plan.manifest.version, sha = %plan.sha, upgraded, "installed");
         self.reload(&key);
         Ok(Response::new(pb::InstallReply {
@@ -294,6 +366,9 @@ impl KernelRpc for Service {
         }
         self.k.secrets.delete(&key);
         let _ = std::fs::remove_dir_all(self.k.paths.releases().join(&key));
+        self.k
+            .audit
+            .record("uninstall", serde_json::json!({"connector": key}));
         tracing::info!(key, "uninstalled");
         Ok(Response::new(pb::Empty {}))
     }
@@ -305,11 +380,7 @@ impl KernelRpc for Service {
         let req = req.into_inner();
         let declared = {
             let inner = lock(&self.k.inner);
-            inner
-                .manifests
-                .get(&req.key)
-                .map(Manifest::secret_names)
-                .ok_or_else(|| not_installed(&req.key))?
+            manifest_of(&inner, &req.key)?.secret_names()
         };
         for name in req.secrets.keys() {
             if !declared.contains(name) {
@@ -346,11 +417,7 @@ impl KernelRpc for Service {
         };
         {
             let mut inner = lock(&self.k.inner);
-            let manifest = inner
-                .manifests
-                .get(&req.key)
-                .cloned()
-                .ok_or_else(|| not_installed(&req.key))?;
+            let manifest = manifest_of(&inner, &req.key)?.clone();
             let auth = self.k.auth_state(&req.key, &manifest, true);
             if let Some(c) = inner.registry.connectors.get_mut(&req.key) {
                 c.connected = true;
@@ -360,12 +427,16 @@ impl KernelRpc for Service {
                 .save_registry(&mut inner)
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
+        self.k.audit.record(
+            "connect",
+            serde_json::json!({"connector": req.key, "secrets": values.keys().collect::<Vec<_>>(), "missing": missing}),
+        );
         self.reload(&req.key);
         if !missing.is_empty() {
-            return Err(precondition(format!(
-                "stored; {} still needs {} (pass --from-env NAME or --stdin NAME)",
-                req.key,
-                missing.join(", ")
+            return Err(precondition(missing_secrets_message(
+                &req.key,
+                &missing,
+                !values.is_empty(),
             )));
         }
         Ok(Response::new(pb::Empty {}))
@@ -391,6 +462,9 @@ impl KernelRpc for Service {
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
         self.k.secrets.delete(&key);
+        self.k
+            .audit
+            .record("disconnect", serde_json::json!({"connector": key}));
         self.reload(&key);
         Ok(Response::new(pb::Empty {}))
     }
@@ -462,13 +536,7 @@ impl KernelRpc for Service {
                 .get(key)
                 .map(|c| c.status)
                 .unwrap_or(CStatus::Stopped);
-            let live = inner.table.live(key).is_some();
-            let iface_status = match status {
-                CStatus::Ready if live => "ready",
-                CStatus::Starting | CStatus::Restarting => "starting",
-                CStatus::AuthRequired => "auth_required",
-                _ => "unavailable",
-            };
+            let iface_status = interface_status(status, inner.table.live(key).is_some());
             let mut interfaces = Vec::new();
             if m.mcp.is_some() {
                 interfaces.push(pb::InterfaceStatus {
@@ -726,11 +794,7 @@ impl KernelRpc for Service {
         let (manifest, release) = {
             let inner = lock(&self.k.inner);
             check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
-            let m = inner
-                .manifests
-                .get(&req.key)
-                .cloned()
-                .ok_or_else(|| not_installed(&req.key))?;
+            let m = manifest_of(&inner, &req.key)?.clone();
             (m, Kernel::release_dir(&inner, &req.key).unwrap_or_default())
         };
         let launch = self
@@ -778,11 +842,7 @@ impl KernelRpc for Service {
             }));
         }
         check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
-        let manifest = inner
-            .manifests
-            .get(&req.key)
-            .cloned()
-            .ok_or_else(|| not_installed(&req.key))?;
+        let manifest = manifest_of(&inner, &req.key)?.clone();
         let offered = offered_tools(&req.tools);
         let actor = inner.actors.get(&req.key).cloned();
         match validate(&req.key, &offered, &manifest.tool_risk) {
@@ -1018,4 +1078,34 @@ where
     let (tx, rx) = tokio::sync::mpsc::channel(256);
     tokio::spawn(f(tx));
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_statuses_are_the_four_of_the_spec() {
+        assert_eq!(interface_status(CStatus::Ready, true), "ready");
+        assert_eq!(interface_status(CStatus::Ready, false), "unavailable");
+        assert_eq!(interface_status(CStatus::Restarting, false), "starting");
+        assert_eq!(
+            interface_status(CStatus::AuthFailed, false),
+            "auth_required"
+        );
+        assert_eq!(interface_status(CStatus::CrashLoop, false), "unavailable");
+        assert_eq!(interface_status(CStatus::Failed, false), "unavailable");
+    }
+
+    #[test]
+    fn a_missing_secret_message_names_the_secrets_and_the_fix() {
+        let one = missing_secrets_message("gh", &["GITHUB_TOKEN".into()], true);
+        assert_eq!(
+            one,
+            "connector gh still needs the secret GITHUB_TOKEN before it can run (the values given were stored); run `tutti connector connect gh --from-env GITHUB_TOKEN` (or `--stdin GITHUB_TOKEN`)"
+        );
+        let two = missing_secrets_message("gh", &["A".into(), "B".into()], false);
+        assert!(two.starts_with("connector gh still needs the secrets A, B before it can run; run `tutti connector connect gh --from-env A`"), "{two}");
+        assert!(two.ends_with("naming every missing secret"), "{two}");
+    }
 }

@@ -94,15 +94,8 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(binary = %program.display(), error = %e, "cannot start");
-                // Nothing runs, so nothing caches sessions: fence requests are answered at once.
-                let pause = tokio::time::sleep(Duration::from_secs(2));
-                tokio::pin!(pause);
-                loop {
-                    tokio::select! {
-                        _ = &mut pause => break,
-                        Some(done) = next_fence(&mut fence_requests) => { let _ = done.send(()); }
-                        _ = shutdown.changed() => return,
-                    }
+                if !pause(Duration::from_secs(2), &mut fence_requests, &mut shutdown).await {
+                    return;
                 }
                 continue;
             }
@@ -150,15 +143,26 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             Decision::RestartAfter(d) => d,
             Decision::GiveUp => policy.crash_loop_retry,
         };
-        // Nothing runs meanwhile, so nothing caches sessions: fence requests are answered at once.
-        let pause = tokio::time::sleep(delay);
-        tokio::pin!(pause);
-        loop {
-            tokio::select! {
-                _ = &mut pause => break,
-                Some(done) = next_fence(&mut fence_requests) => { let _ = done.send(()); }
-                _ = shutdown.changed() => return,
-            }
+        if !pause(delay, &mut fence_requests, &mut shutdown).await {
+            return;
+        }
+    }
+}
+
+/// Waits `delay` before the next start; `false` if the runtime shuts down meanwhile. Nothing
+/// runs then, so nothing caches sessions: fence requests are answered at once.
+async fn pause(
+    delay: Duration,
+    fence_requests: &mut Option<mpsc::UnboundedReceiver<oneshot::Sender<()>>>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    let sleep = tokio::time::sleep(delay);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            _ = &mut sleep => return true,
+            Some(done) = next_fence(fence_requests) => { let _ = done.send(()); }
+            _ = shutdown.changed() => return false,
         }
     }
 }

@@ -273,14 +273,7 @@ impl Kernel {
 
     /// Secret values of one connector, for redaction.
     pub fn redactions(&self, key: &str) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .secrets
-            .load(key)
-            .into_values()
-            .filter(|s| s.len() >= 4)
-            .collect();
-        v.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        v
+        redaction_list(self.secrets.load(key).into_values())
     }
 
     /// Replaces every known secret value in `text` with `***`.
@@ -291,13 +284,7 @@ impl Kernel {
     /// Reads every stored secret value once and returns a function that masks them (longest
     /// first), for callers that redact many texts in a row (`status`).
     pub fn redactor(&self) -> impl Fn(&str) -> String + use<> {
-        let mut values: Vec<String> = self
-            .secrets
-            .all_values()
-            .into_iter()
-            .filter(|v| v.len() >= 4)
-            .collect();
-        values.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        let values = redaction_list(self.secrets.all_values());
         move |text: &str| {
             let mut out = text.to_string();
             for v in &values {
@@ -392,6 +379,15 @@ impl Kernel {
             .get(key)
             .map(|c| c.release_dir.clone())
     }
+}
+
+/// The values to mask, longest first (so a value containing another is masked whole). Values
+/// shorter than 4 characters are left out: masking every `a` or `42` in a log would destroy
+/// it and hide nothing worth hiding.
+fn redaction_list(values: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut v: Vec<String> = values.into_iter().filter(|s| s.len() >= 4).collect();
+    v.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    v
 }
 
 pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {

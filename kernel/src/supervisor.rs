@@ -281,12 +281,7 @@ impl Actor {
         let child = match spawn::spawn(spec) {
             Ok(c) => c,
             Err(e) => {
-                lock(&self.k.inner)
-                    .conns
-                    .entry(self.key.clone())
-                    .or_default()
-                    .workers
-                    .remove(&generation);
+                self.forget_worker(generation);
                 let _ = self.tx.send(Msg::Exited {
                     generation,
                     detail: format!("cannot start {}: {e}", program.display()),
@@ -339,12 +334,7 @@ impl Actor {
         self.candidate = None;
         if let Some(old) = self.live.replace(g) {
             // Update: the old generation drains its in-flight calls, then stops.
-            lock(&self.k.inner)
-                .conns
-                .entry(self.key.clone())
-                .or_default()
-                .workers
-                .remove(&old);
+            self.forget_worker(old);
             self.stop_worker(old, Duration::from_secs(10));
         }
     }
@@ -381,13 +371,10 @@ impl Actor {
         let Some(handle) = self.workers.remove(&g) else {
             return;
         };
-        lock(&self.k.inner)
-            .conns
-            .entry(self.key.clone())
-            .or_default()
-            .workers
-            .remove(&g);
-        let reason = self.start_error.take().unwrap_or(detail);
+        self.forget_worker(g);
+        // Redacted once (it reads every stored secret): status, the log line and the
+        // upgrade error all show this text.
+        let reason = self.k.redact(&self.start_error.take().unwrap_or(detail));
         let was_live = self.live == Some(g);
         let was_candidate = self.candidate == Some(g);
         if was_live {
@@ -409,7 +396,7 @@ impl Actor {
                 .conns
                 .entry(self.key.clone())
                 .or_default()
-                .last_error = format!("new generation failed to start: {}", self.k.redact(&reason));
+                .last_error = format!("new generation failed to start: {reason}");
             return;
         }
         if lock(&self.k.inner)
@@ -436,15 +423,22 @@ impl Actor {
             let c = inner.conns.entry(self.key.clone()).or_default();
             c.status = status;
             c.restarts += 1;
-            c.last_error = self.k.redact(&reason);
+            c.last_error = reason.clone();
             c.next_retry_unix_ms = unix_ms(SystemTime::now() + delay);
         }
-        tracing::warn!(key = %self.key, generation = g, reason = %self.k.redact(&reason), ?delay, status = status.as_str(), "worker exited");
+        tracing::warn!(key = %self.key, generation = g, %reason, ?delay, status = status.as_str(), "worker exited");
         let tx = self.tx.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let _ = tx.send(Msg::Retry(epoch));
         });
+    }
+
+    /// Revokes generation `g`'s identity: its RPCs are refused from now on.
+    fn forget_worker(&self, g: u64) {
+        if let Some(c) = lock(&self.k.inner).conns.get_mut(&self.key) {
+            c.workers.remove(&g);
+        }
     }
 
     fn stop_worker(&mut self, g: u64, grace: Duration) {

@@ -254,7 +254,8 @@ fn walk_headers(v: &Value, reachable: bool, names: &mut HashSet<String>) -> Resu
     }
 }
 
-fn is_tchar(b: u8) -> bool {
+/// An RFC 9110 token character (header names).
+pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 

@@ -12,6 +12,7 @@ use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
 use crate::app::App;
 use crate::backend::{Backend, Identity};
 use crate::error::Error;
+use crate::http::routes_not_ready;
 use crate::routes::{Lookup, Tool};
 use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError};
 use crate::validate;
@@ -40,6 +41,31 @@ fn unavailable(key: &str, generation: u64, reason: &str, what: &str) -> RpcError
         .with_data(json!({"tutti": tutti(reason, key, generation)}))
 }
 
+/// The binding's generation was fenced before the call reached the upstream: the SPEC §5 row
+/// "removed or fenced" (-32602, list tools again), the same answer as a vanished name.
+fn not_available(name: &str, key: &str, generation: u64) -> RpcError {
+    RpcError::new(
+        INVALID_PARAMS,
+        format!("tool {name} is not available now; list tools again"),
+    )
+    .with_data(json!({"tutti": tutti("fenced", key, generation)}))
+}
+
+/// The generation was fenced while the call was in flight (SPEC §5: -32603 unavailable).
+fn fenced_mid_call(key: &str, generation: u64) -> RpcError {
+    unavailable(
+        key,
+        generation,
+        "fenced",
+        &format!("generation {generation} was fenced"),
+    )
+}
+
+fn timed_out(key: &str, generation: u64, what: &str) -> RpcError {
+    RpcError::new(INTERNAL_ERROR, format!("[MCP_TIMEOUT] {key}: {what}"))
+        .with_data(json!({"tutti": tutti("timeout", key, generation)}))
+}
+
 /// The name of a `tools/call` request, or the -32602 answer.
 pub(crate) fn tool_name(params: Option<&Value>) -> Result<&str, RpcError> {
     params
@@ -51,19 +77,11 @@ pub(crate) fn tool_name(params: Option<&Value>) -> Result<&str, RpcError> {
 /// Resolves a local tool name at call start.
 pub(crate) async fn resolve(app: &App, name: &str) -> Result<Arc<Tool>, RpcError> {
     let Some(table) = app.routes().await else {
-        return Err(RpcError::new(
-            INTERNAL_ERROR,
-            "[MCP_UNAVAILABLE] connector: the route table is not available yet",
-        )
-        .with_data(json!({"tutti": {"reason": "unavailable"}})));
+        return Err(routes_not_ready());
     };
     match table.lookup(name) {
         Lookup::Found(tool) => Ok(tool),
-        Lookup::Gone(gone) => Err(RpcError::new(
-            INVALID_PARAMS,
-            format!("tool {name} is not available now; list tools again"),
-        )
-        .with_data(json!({"tutti": tutti("fenced", &gone.key, gone.generation)}))),
+        Lookup::Gone(gone) => Err(not_available(name, &gone.key, gone.generation)),
         // No connector or generation is known for a name that never routed.
         Lookup::Unknown => Err(
             RpcError::new(INVALID_PARAMS, format!("Unknown tool: {name}"))
@@ -173,12 +191,8 @@ async fn execute_call(
 
     let mut fence = connector.fence.subscribe();
     if *fence.borrow_and_update() {
-        return Err(unavailable(
-            key,
-            generation,
-            "fenced",
-            &format!("generation {generation} was fenced"),
-        ));
+        // Fenced between resolution and now: nothing was sent upstream.
+        return Err(not_available(&tool.name, key, generation));
     }
 
     let call_id = app.next_call_id();
@@ -217,48 +231,34 @@ async fn execute_call(
     tokio::select! {
         reply = app.backend.call_tool(&connector.endpoint, request) => {
             guard.disarm();
-            map_reply(key, generation, reply)
+            map_reply(&tool.name, key, generation, reply)
         }
-        () = fenced => Err(unavailable(
-            key,
-            generation,
-            "fenced",
-            &format!("generation {generation} was fenced"),
-        )),
+        () = fenced => Err(fenced_mid_call(key, generation)),
         () = cancelled => Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")
             .with_data(json!({"tutti": tutti("cancelled", key, generation)}))),
-        () = tokio::time::sleep(deadline) => Err(RpcError::new(
-            INTERNAL_ERROR,
-            format!(
-                "[MCP_TIMEOUT] {key}: tool {} did not answer within {} ms",
+        () = tokio::time::sleep(deadline) => Err(timed_out(
+            key,
+            generation,
+            &format!(
+                "tool {} did not answer within {} ms",
                 tool.name, connector.timeout_ms
             ),
-        )
-        .with_data(json!({"tutti": tutti("timeout", key, generation)}))),
+        )),
     }
 }
 
 fn map_reply(
+    name: &str,
     key: &str,
     generation: u64,
     reply: Result<tutti_proto::worker::CallToolReply, Error>,
 ) -> Result<Value, RpcError> {
     let reply = match reply {
         Ok(reply) => reply,
-        Err(Error::WorkerFenced { .. }) => {
-            return Err(unavailable(
-                key,
-                generation,
-                "fenced",
-                &format!("generation {generation} was fenced"),
-            ));
-        }
+        // The worker refused the call up front: it never reached the upstream.
+        Err(Error::WorkerFenced { .. }) => return Err(not_available(name, key, generation)),
         Err(Error::WorkerTimeout { .. }) => {
-            return Err(RpcError::new(
-                INTERNAL_ERROR,
-                format!("[MCP_TIMEOUT] {key}: the call timed out"),
-            )
-            .with_data(json!({"tutti": tutti("timeout", key, generation)})));
+            return Err(timed_out(key, generation, "the call timed out"));
         }
         Err(e) => {
             tracing::warn!(connector = key, generation, error = %e, "worker call failed");
@@ -329,7 +329,7 @@ mod tests {
             })),
             generation: 9,
         };
-        let e = map_reply("gh", 9, Ok(reply)).expect_err("error");
+        let e = map_reply("gh_x", "gh", 9, Ok(reply)).expect_err("error");
         assert_eq!(e.code, -32001);
         assert_eq!(e.message, "nope");
         assert_eq!(
@@ -343,6 +343,7 @@ mod tests {
     #[test]
     fn transport_failures_are_unavailable() {
         let e = map_reply(
+            "gh_x",
             "gh",
             3,
             Err(Error::WorkerUnavailable {
@@ -362,13 +363,37 @@ mod tests {
     }
 
     #[test]
+    fn a_worker_refusing_a_fenced_generation_says_list_again() {
+        let e = map_reply(
+            "gh_x",
+            "gh",
+            4,
+            Err(Error::WorkerFenced {
+                endpoint: "/x".into(),
+                generation: 4,
+                detail: "fenced".into(),
+            }),
+        )
+        .expect_err("error");
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert_eq!(
+            e.message,
+            "tool gh_x is not available now; list tools again"
+        );
+        assert_eq!(
+            e.data,
+            Some(json!({"tutti":{"reason":"fenced","connector":"gh","generation":4}}))
+        );
+    }
+
+    #[test]
     fn results_pass_unchanged() {
         let text = r#"{"content":[{"type":"text","text":"hi"}],"structuredContent":{"a":1},"isError":false}"#;
         let reply = CallToolReply {
             outcome: Some(call_tool_reply::Outcome::ResultJson(text.into())),
             generation: 1,
         };
-        let v = map_reply("gh", 1, Ok(reply)).expect("result");
+        let v = map_reply("gh_x", "gh", 1, Ok(reply)).expect("result");
         assert_eq!(v, serde_json::from_str::<Value>(text).expect("json"));
     }
 }

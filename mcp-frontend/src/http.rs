@@ -1,9 +1,9 @@
-//! The HTTP edge (SPEC §5): Host, Origin and bearer checks in that order, method, path,
+//! The HTTP edge (SPEC §5): Host, Origin and bearer checks in that order, then path, method,
 //! content type, body size, JSON-RPC framing, then era dispatch.
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, BodyDataStream};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
@@ -42,15 +42,27 @@ pub(crate) struct Ctx {
     pub(crate) headers: HeaderMap,
 }
 
-fn unauthorized() -> Response {
-    let mut response = rpc::reject(
-        StatusCode::UNAUTHORIZED,
-        "Unauthorized: a valid session token is required (Authorization: Bearer <token>)",
-    );
+/// A transport-level rejection that also names what the client must send.
+fn reject_with(
+    status: StatusCode,
+    message: &str,
+    name: header::HeaderName,
+    value: &'static str,
+) -> Response {
+    let mut response = rpc::reject(status, message);
     response
         .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        .insert(name, HeaderValue::from_static(value));
     response
+}
+
+fn unauthorized() -> Response {
+    reject_with(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized: send Authorization: Bearer <token> with a live session token (issue one with `tutti session issue --workspace W --session S`)",
+        header::WWW_AUTHENTICATE,
+        "Bearer",
+    )
 }
 
 fn is_json_content_type(headers: &HeaderMap) -> bool {
@@ -66,16 +78,34 @@ enum BodyError {
     Broken,
 }
 
+/// An oversized body is still read and discarded up to this many bytes before the 413 is sent:
+/// a client that is still uploading would otherwise see a connection reset instead of the 413.
+const DRAIN_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Reads and discards the rest of a rejected body (bounded by [`DRAIN_LIMIT_BYTES`]).
+async fn drain(stream: &mut BodyDataStream, mut seen: u64) {
+    while seen <= DRAIN_LIMIT_BYTES {
+        match stream.next().await {
+            Some(Ok(chunk)) => seen += chunk.len() as u64,
+            _ => return,
+        }
+    }
+}
+
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<Vec<u8>, BodyError> {
     let declared = declared_length(headers);
+    let mut stream = body.into_data_stream();
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        if declared.is_some_and(|n| n <= DRAIN_LIMIT_BYTES) {
+            drain(&mut stream, 0).await;
+        }
         return Err(BodyError::TooLarge);
     }
     let mut bytes = Vec::with_capacity(declared.map_or(0, |n| n as usize));
-    let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|_| BodyError::Broken)?;
         if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+            drain(&mut stream, (bytes.len() + chunk.len()) as u64).await;
             return Err(BodyError::TooLarge);
         }
         bytes.extend_from_slice(&chunk);
@@ -187,9 +217,6 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
             "Forbidden: the Origin must be http:// on 127.0.0.1, localhost or [::1]",
         );
     }
-    if parts.uri.path() != ENDPOINT_PATH {
-        return rpc::reject(StatusCode::NOT_FOUND, "Not Found");
-    }
     let Some(token) = headers::bearer_token(&parts.headers).map(str::to_owned) else {
         return unauthorized();
     };
@@ -198,7 +225,9 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
     // A small body is read and parsed while the token is verified (a kernel round trip unless
     // the session cache knows it); nothing is acted on before the verdict, and every answer below
     // keeps the documented check order. Larger bodies are only read once the token is valid.
-    let early = is_post
+    let on_endpoint = parts.uri.path() == ENDPOINT_PATH;
+    let early = on_endpoint
+        && is_post
         && is_json
         && declared_length(&parts.headers).is_some_and(|n| n <= EARLY_BODY_BYTES);
     let (verified, pending) = if early {
@@ -217,19 +246,25 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
             tracing::warn!(error = %e, "cannot verify a session token");
             return rpc::reject(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "Service Unavailable: the session cannot be verified now",
+                "Service Unavailable: the session token cannot be verified because the kernel is not answering; retry, and check `tutti status`",
             );
         }
     };
+    // SPEC §5: the bearer check comes before everything else but Host and Origin, so an
+    // unauthenticated request gets 401 on every path.
+    if !on_endpoint {
+        return rpc::reject(
+            StatusCode::NOT_FOUND,
+            "Not Found: the MCP endpoint is /mcp/connector",
+        );
+    }
     if !is_post {
-        let mut response = rpc::reject(
+        return reject_with(
             StatusCode::METHOD_NOT_ALLOWED,
             "Method Not Allowed: this endpoint accepts POST only",
+            header::ALLOW,
+            "POST",
         );
-        response
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return response;
     }
     if !is_json {
         return rpc::reject(
@@ -245,7 +280,7 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         Ok(object) => object,
         Err(failure) => return failure.response(),
     };
-    let message = match rpc::classify(&object) {
+    let message = match rpc::classify(object) {
         Ok(message) => message,
         Err((id, error)) => return rpc::error_response(StatusCode::BAD_REQUEST, &id, &error),
     };
@@ -315,6 +350,16 @@ impl ToolsResult {
     }
 }
 
+/// The kernel's first route snapshot has not arrived (the runtime is still starting, or the
+/// frontend lost the kernel): nothing can be listed or called yet.
+pub(crate) fn routes_not_ready() -> RpcError {
+    RpcError::new(
+        INTERNAL_ERROR,
+        "[MCP_UNAVAILABLE] connector: the runtime has not sent its tool routes yet; retry in a few seconds, and run `tutti status` if it persists",
+    )
+    .with_data(json!({"tutti": {"reason": "unavailable"}}))
+}
+
 /// One `tools/list` result for either era; `extra` are the era's other result fields.
 pub(crate) async fn list_tools(
     app: &App,
@@ -332,10 +377,7 @@ pub(crate) async fn list_tools(
         }
     };
     let Some(table) = app.routes().await else {
-        return Err(RpcError::new(
-            INTERNAL_ERROR,
-            "[MCP_UNAVAILABLE] connector: the route table is not available yet",
-        ));
+        return Err(routes_not_ready());
     };
     table
         .page(cursor, app.page_size)

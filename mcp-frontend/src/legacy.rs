@@ -66,11 +66,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     format!("Method not found: {other}"),
                 )),
             };
-            let body = match answer {
-                Ok(result) => rpc::result_body(&id, result),
-                Err(error) => rpc::error_body(&id, &error),
-            };
-            rpc::json_response(StatusCode::OK, &body)
+            rpc::answer_response(&id, answer)
         }
     }
 }

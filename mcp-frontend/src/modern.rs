@@ -182,15 +182,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             );
         }
     };
-    respond(&id, answer)
-}
-
-fn respond(id: &Value, answer: Result<Value, RpcError>) -> Response {
-    let body = match answer {
-        Ok(result) => rpc::result_body(id, result),
-        Err(error) => rpc::error_body(id, &error),
-    };
-    rpc::json_response(StatusCode::OK, &body)
+    rpc::answer_response(&id, answer)
 }
 
 fn discover() -> Value {
@@ -206,27 +198,29 @@ fn discover() -> Value {
 async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
     let name = match call::tool_name(params) {
         Ok(name) => name,
-        Err(e) => return respond(id, Err(e)),
+        Err(e) => return rpc::answer_response(id, Err(e)),
     };
     if let Err(e) = expect_header(ctx, "mcp-name", "Mcp-Name", name) {
         return bad(id, e);
     }
     let tool = match call::resolve(&ctx.app, name).await {
         Ok(tool) => tool,
-        Err(e) => return respond(id, Err(e)),
+        Err(e) => return rpc::answer_response(id, Err(e)),
     };
     let arguments = params.and_then(|p| p.get("arguments"));
     for param in &tool.param_headers {
-        let display = format!("Mcp-Param-{}", param.name);
+        // The display name is only built for an error (this loop runs on every call).
+        let display = || format!("Mcp-Param-{}", param.name);
         let body = headers::argument_at(arguments, &param.path);
         let problem = match (headers::decoded(&ctx.headers, &param.header), body) {
             (Err(HeaderProblem::Missing), None) => None,
-            (Err(problem), _) => Some(problem.describe(&display)),
+            (Err(problem), _) => Some(problem.describe(&display())),
             (Ok(_), None) => Some(format!(
-                "{display} header is present but the body has no value for it"
+                "{} header is present but the body has no value for it",
+                display()
             )),
             (Ok(value), Some(body)) => (!headers::param_matches(param, &value, body))
-                .then(|| format!("{display} header does not match the body value")),
+                .then(|| format!("{} header does not match the body value", display())),
         };
         if let Some(problem) = problem {
             return bad(id, mismatch(problem));
@@ -243,5 +237,5 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
             }
             result
         });
-    respond(id, answer)
+    rpc::answer_response(id, answer)
 }

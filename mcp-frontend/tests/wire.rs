@@ -650,6 +650,81 @@ async fn methods_paths_content_type_and_size() {
     h.stop().await.expect("clean stop");
 }
 
+/// An oversized body is drained and answered 413, repeatedly on one client (the drain ends;
+/// it never hangs). The connection-reset race the drain prevents shows up against the real
+/// binary (tests/tests/e2e_frontend.rs `status_codes_on_the_wire`), not reliably in-process.
+#[tokio::test]
+async fn oversized_bodies_always_get_413() {
+    let h = start().await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(6 * 1024 * 1024)
+    );
+    for attempt in 0..5 {
+        let r = h
+            .post()
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("attempt {attempt}: {e}"));
+        assert_eq!(
+            r.status(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "attempt {attempt}"
+        );
+    }
+    h.stop().await.expect("clean stop");
+}
+
+/// SPEC §5 "every request, in this order": the bearer check precedes the path and method
+/// checks, so an unauthenticated request is 401 on any path and with any method.
+#[tokio::test]
+async fn bearer_is_checked_before_path_and_method() {
+    let h = start().await;
+    for path in [
+        "/",
+        "/mcp",
+        "/mcp/connector/x",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let r = h
+            .client
+            .post(format!("{}{path}", h.base))
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(
+            r.headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok()),
+            Some("Bearer"),
+            "{path}"
+        );
+    }
+    let r = h.client.get(&h.url).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // With a valid token, another path is still 404 (never 405), and names the endpoint.
+    let r = h
+        .client
+        .get(format!("{}/mcp", h.base))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let body: Value = r.json().await.expect("json");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/mcp/connector")),
+        "{body}"
+    );
+    h.stop().await.expect("clean stop");
+}
+
 #[tokio::test]
 async fn framing_errors_batches_and_notifications() {
     let h = start().await;

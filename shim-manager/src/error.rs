@@ -29,14 +29,20 @@ pub enum Error {
         last_error: String,
     },
     #[error(
-        "not started through a tutti-connector shim (no shim argument, and no sidecar next to {exe})"
+        "not started through a tutti-connector shim (no shim argument, and no sidecar next to {exe}); run tutti-connector-<key> from the runtime's bin directory instead"
     )]
     NotAShim { exe: String },
-    #[error("cannot read the shim sidecar {path}: {source}")]
+    #[error(
+        "cannot read the shim sidecar {path}: {source}; restart the runtime (tutti up) so the shim manager rewrites it"
+    )]
     SidecarRead { path: PathBuf, source: io::Error },
-    #[error("malformed shim sidecar {path}")]
+    #[error(
+        "malformed shim sidecar {path}; restart the runtime (tutti up) so the shim manager rewrites it"
+    )]
     SidecarMalformed { path: PathBuf },
-    #[error("the shim sidecar {path} names connector {found}, not {expected}")]
+    #[error(
+        "the shim sidecar {path} names connector {found}, not {expected}; restart the runtime (tutti up) so the shim manager rewrites it"
+    )]
     SidecarMismatch {
         path: PathBuf,
         expected: String,

@@ -106,8 +106,7 @@ fn recover_invocation(args: &[OsString]) -> Result<Invocation, Error> {
     })
 }
 
-/// The outcome of asking the kernel.
-#[derive(Debug)]
+/// The outcome of asking the kernel. No `Debug`: the reply carries secret values.
 enum Lookup {
     Unreachable,
     TimedOut,
@@ -116,10 +115,23 @@ enum Lookup {
 }
 
 /// What to run.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(PartialEq, Eq)]
 struct Launch {
     entrypoint: PathBuf,
+    /// The declared secrets (values!) and `TUTTI_CONNECTOR_KEY`.
     env: HashMap<String, String>,
+}
+
+/// Names only: `env` holds secret values, which must never reach a message (SPEC §9).
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&str> = self.env.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        f.debug_struct("Launch")
+            .field("entrypoint", &self.entrypoint)
+            .field("env", &names)
+            .finish()
+    }
 }
 
 async fn lookup(state_dir: &Path, key: &str) -> Lookup {
@@ -176,6 +188,26 @@ fn unavailable_message(key: &str, status: &str) -> String {
     format!("connector {key} is not available ({})", status.trim())
 }
 
+/// The entrypoint with the user's arguments verbatim: the caller's environment plus
+/// `TUTTI_CONNECTOR_KEY` and the declared secrets (SPEC §8). Shared by both platforms.
+fn entrypoint_command(key: &str, launch: &Launch, args: Vec<OsString>) -> std::process::Command {
+    let mut command = std::process::Command::new(&launch.entrypoint);
+    command
+        .args(args)
+        .env("TUTTI_CONNECTOR_KEY", key)
+        .envs(&launch.env);
+    command
+}
+
+/// Says why the entrypoint could not be started and returns the shell-like exit code.
+fn cannot_run(prog: &str, launch: &Launch, err: &std::io::Error) -> i32 {
+    eprintln!(
+        "{prog}: cannot run the entrypoint {}: {err}; cli.entrypoint must be an executable file of the release (fix it, then tutti connector install DIR)",
+        launch.entrypoint.display()
+    );
+    exec_failure_code(err)
+}
+
 fn exec_failure_code(err: &std::io::Error) -> i32 {
     if err.kind() == std::io::ErrorKind::NotFound {
         EXIT_NOT_FOUND
@@ -189,7 +221,7 @@ mod sys {
     use std::ffi::OsString;
     use std::os::unix::process::CommandExt;
 
-    use super::{Launch, exec_failure_code};
+    use super::{Launch, cannot_run, entrypoint_command};
 
     /// Replaces this process with the entrypoint: signals and the exit status are its own.
     pub(super) fn run_entrypoint(
@@ -201,16 +233,8 @@ mod sys {
     ) -> i32 {
         // Nothing of the RPC may survive into the entrypoint (threads, sockets).
         drop(runtime);
-        let err = std::process::Command::new(&launch.entrypoint)
-            .args(args)
-            .env("TUTTI_CONNECTOR_KEY", key)
-            .envs(&launch.env)
-            .exec();
-        eprintln!(
-            "{prog}: cannot run the entrypoint {}: {err}",
-            launch.entrypoint.display()
-        );
-        exec_failure_code(&err)
+        let err = entrypoint_command(key, &launch, args).exec();
+        cannot_run(prog, &launch, &err)
     }
 }
 
@@ -218,7 +242,7 @@ mod sys {
 mod sys {
     use std::ffi::OsString;
 
-    use super::{Launch, exec_failure_code};
+    use super::{Launch, cannot_run, entrypoint_command};
 
     /// Runs the entrypoint as a child and returns its exit code. Ctrl-C reaches the child
     /// from the console; the shim only ignores it and keeps waiting.
@@ -232,20 +256,10 @@ mod sys {
         runtime.block_on(async move {
             // While this listener exists, Ctrl-C does not terminate the shim.
             let mut ctrl_c = tokio::signal::windows::ctrl_c().ok();
-            let mut child = match tokio::process::Command::new(&launch.entrypoint)
-                .args(args)
-                .env("TUTTI_CONNECTOR_KEY", key)
-                .envs(&launch.env)
-                .spawn()
-            {
+            let command = entrypoint_command(key, &launch, args);
+            let mut child = match tokio::process::Command::from(command).spawn() {
                 Ok(child) => child,
-                Err(err) => {
-                    eprintln!(
-                        "{prog}: cannot run the entrypoint {}: {err}",
-                        launch.entrypoint.display()
-                    );
-                    return exec_failure_code(&err);
-                }
+                Err(err) => return cannot_run(prog, &launch, &err),
             };
             loop {
                 tokio::select! {
@@ -334,6 +348,17 @@ mod tests {
             launch.env.get("TUTTI_CONNECTOR_KEY").map(String::as_str),
             Some("k")
         );
+    }
+
+    #[test]
+    fn debug_of_a_launch_shows_no_secret_value() {
+        let launch = Launch {
+            entrypoint: PathBuf::from("/r/bin/cli"),
+            env: HashMap::from([("API_TOKEN".to_owned(), "s3cr3t-value".to_owned())]),
+        };
+        let shown = format!("{launch:?}");
+        assert!(shown.contains("API_TOKEN"), "{shown}");
+        assert!(!shown.contains("s3cr3t-value"), "{shown}");
     }
 
     #[test]

@@ -35,14 +35,10 @@ fn main() -> ExitCode {
 }
 
 fn start(args: Args) -> anyhow::Result<()> {
+    // `state_dir::from_env` is TUTTI_STATE_DIR, else the platform default (SPEC §2).
     let state_dir = args
         .state_dir
-        .or_else(|| {
-            std::env::var_os("TUTTI_STATE_DIR")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .or_else(default_state_dir)
+        .or_else(tutti_proto::state_dir::from_env)
         .context("no --state-dir, no TUTTI_STATE_DIR and no home directory")?;
     let config = tutti_shim_manager::Config {
         state_dir,
@@ -57,8 +53,4 @@ fn start(args: Args) -> anyhow::Result<()> {
     runtime
         .block_on(tutti_shim_manager::run(config))
         .context("shim manager failed")
-}
-
-fn default_state_dir() -> Option<PathBuf> {
-    tutti_proto::state_dir::from_env()
 }

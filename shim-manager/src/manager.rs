@@ -55,11 +55,7 @@ impl Manager {
         loop {
             let opened = tokio::select! {
                 opened = self.open_watch() => opened,
-                signal = &mut stop => {
-                    tracing::info!(signal, "stop signal; removing every shim and exiting");
-                    self.retire_all();
-                    return Ok(());
-                }
+                signal = &mut stop => return self.stopped_by(signal),
             };
             let mut stream = match opened {
                 Ok(stream) => stream,
@@ -72,11 +68,7 @@ impl Manager {
             loop {
                 let message = tokio::select! {
                     message = stream.message() => message,
-                    signal = &mut stop => {
-                        tracing::info!(signal, "stop signal; removing every shim and exiting");
-                        self.retire_all();
-                        return Ok(());
-                    }
+                    signal = &mut stop => return self.stopped_by(signal),
                 };
                 match message {
                     Ok(Some(event)) => {
@@ -100,6 +92,13 @@ impl Manager {
                 }
             }
         }
+    }
+
+    /// A stop signal arrived: the same way out as a shutdown event.
+    fn stopped_by(&mut self, signal: &str) -> Result<(), Error> {
+        tracing::info!(signal, "stop signal; removing every shim and exiting");
+        self.retire_all();
+        Ok(())
     }
 
     /// No generation is live any more: removes every published shim, then anything else of

@@ -60,17 +60,10 @@ impl Publisher {
         match shimfile::render(&self.launcher_bytes, key, &self.state_dir_bytes, self.style) {
             Rendered::Script(content) => {
                 if force || !file_is(&target, &content) {
-                    let tmp = self.temp_path(key);
-                    write_new(&tmp, &content)
-                        .and_then(|()| sys::make_executable(&tmp))
-                        .and_then(|()| fs::rename(&tmp, &target))
-                        .map_err(|source| {
-                            let _ = fs::remove_file(&tmp);
-                            Error::Publish {
-                                path: target.clone(),
-                                source,
-                            }
-                        })?;
+                    self.replace(key, &target, |tmp| {
+                        write_new(tmp, &content)?;
+                        sys::make_executable(tmp)
+                    })?;
                 }
                 // A copy published earlier (e.g. for a longer path) leaves a sidecar behind.
                 remove_if_exists(&sidecar)
@@ -78,30 +71,15 @@ impl Publisher {
             Rendered::Copy { sidecar: content } => {
                 // The sidecar goes first, so the copy never runs without it.
                 if force || !file_is(&sidecar, &content) {
-                    let tmp = self.temp_path(key);
-                    write_new(&tmp, &content)
-                        .and_then(|()| fs::rename(&tmp, &sidecar))
-                        .map_err(|source| {
-                            let _ = fs::remove_file(&tmp);
-                            Error::Publish {
-                                path: sidecar.clone(),
-                                source,
-                            }
-                        })?;
+                    self.replace(key, &sidecar, |tmp| write_new(tmp, &content))?;
                 }
                 if force || !self.copy_is_current(&target) {
-                    let tmp = self.temp_path(key);
-                    fs::copy(&self.launcher, &tmp)
-                        .and_then(|_| fs::File::open(&tmp)?.sync_all())
-                        .and_then(|()| sys::make_executable(&tmp))
-                        .and_then(|()| fs::rename(&tmp, &target))
-                        .map_err(|source| {
-                            let _ = fs::remove_file(&tmp);
-                            Error::Publish {
-                                path: target.clone(),
-                                source,
-                            }
-                        })?;
+                    let launcher = self.launcher.clone();
+                    self.replace(key, &target, |tmp| {
+                        fs::copy(&launcher, tmp)?;
+                        fs::File::open(tmp)?.sync_all()?;
+                        sys::make_executable(tmp)
+                    })?;
                 }
                 Ok(())
             }
@@ -164,6 +142,26 @@ impl Publisher {
             }
             _ => false,
         }
+    }
+
+    /// Atomically replaces `target`: `fill` writes a fresh temp file in `bin/`, which is then
+    /// renamed over `target`; on any failure the temp file is deleted and `target` is untouched.
+    fn replace(
+        &mut self,
+        key: &str,
+        target: &Path,
+        fill: impl FnOnce(&Path) -> io::Result<()>,
+    ) -> Result<(), Error> {
+        let tmp = self.temp_path(key);
+        fill(&tmp)
+            .and_then(|()| fs::rename(&tmp, target))
+            .map_err(|source| {
+                let _ = fs::remove_file(&tmp);
+                Error::Publish {
+                    path: target.to_path_buf(),
+                    source,
+                }
+            })
     }
 
     fn temp_path(&mut self, key: &str) -> PathBuf {

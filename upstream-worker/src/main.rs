@@ -20,7 +20,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     init_tracing();
-    let Some(state_dir) = args.state_dir.or_else(default_state_dir) else {
+    let Some(state_dir) = args.state_dir.or_else(tutti_proto::state_dir::from_env) else {
         tracing::error!("no state directory: pass --state-dir or set TUTTI_STATE_DIR");
         return ExitCode::FAILURE;
     };
@@ -83,8 +83,4 @@ fn init_tracing() {
         .with(filter)
         .with(layer)
         .init();
-}
-
-fn default_state_dir() -> Option<PathBuf> {
-    tutti_proto::state_dir::from_env()
 }

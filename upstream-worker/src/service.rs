@@ -244,23 +244,20 @@ impl<U: Upstream> Shared<U> {
         };
         let error = |e| reply(call_tool_reply::Outcome::Error(e));
         let phase = *self.phase.borrow();
-        match admit(self.generation, req.generation, phase) {
-            Admission::Admit => {}
-            Admission::Refuse => return Ok(error(refusal(&self.key, req.generation))),
-            Admission::Unavailable => {
+        let upstream = match (
+            admit(self.generation, req.generation, phase),
+            self.upstream.get(),
+        ) {
+            (Admission::Admit, Some(upstream)) => Arc::clone(upstream),
+            (Admission::Refuse, _) => return Ok(error(refusal(&self.key, req.generation))),
+            // Not ready yet, gone, or (never while serving) no upstream attached.
+            (Admission::Unavailable, _) | (Admission::Admit, None) => {
                 return Ok(error(unavailable(
                     &self.key,
                     "upstream is not available",
                     "unavailable",
                 )));
             }
-        }
-        let Some(upstream) = self.upstream.get().cloned() else {
-            return Ok(error(unavailable(
-                &self.key,
-                "upstream is not available",
-                "unavailable",
-            )));
         };
         let arguments = parse_object("arguments_json", &req.arguments_json)?;
         let meta = parse_object("meta_json", &req.meta_json)?.and_then(upstream_meta);
@@ -572,6 +569,31 @@ mod tests {
         }
     }
 
+    /// Starts a `hang` call with id `id` and returns once the fake upstream is working on it.
+    async fn hanging(
+        shared: &Arc<Shared<Fake>>,
+        fake: &Fake,
+        id: &str,
+    ) -> tokio::task::JoinHandle<Result<CallToolReply, Status>> {
+        let pending = tokio::spawn({
+            let (shared, req) = (shared.clone(), call("hang", id, GEN));
+            async move { shared.call(req).await }
+        });
+        fake.hang_started.notified().await;
+        pending
+    }
+
+    /// The error a spawned call ended with.
+    async fn joined_error(
+        pending: tokio::task::JoinHandle<Result<CallToolReply, Status>>,
+    ) -> CallError {
+        error_of(
+            pending
+                .await
+                .unwrap_or_else(|_| Err(Status::internal("join"))),
+        )
+    }
+
     fn error_of(reply: Result<CallToolReply, Status>) -> CallError {
         match reply.ok().and_then(|r| r.outcome) {
             Some(call_tool_reply::Outcome::Error(e)) => e,
@@ -692,11 +714,7 @@ mod tests {
     async fn cancel_answers_cancelled() {
         let (shared, fake, _) = serving();
         let service = WorkerService::new(shared.clone());
-        let pending = tokio::spawn({
-            let shared = shared.clone();
-            async move { shared.call(call("hang", "c9", GEN)).await }
-        });
-        fake.hang_started.notified().await;
+        let pending = hanging(&shared, &fake, "c9").await;
         // Wrong generation: refused, the call keeps running.
         let refused = service
             .cancel(Request::new(CancelRequest {
@@ -715,11 +733,7 @@ mod tests {
             }))
             .await;
         assert!(ok.is_ok());
-        let e = error_of(
-            pending
-                .await
-                .unwrap_or_else(|_| Err(Status::internal("join"))),
-        );
+        let e = joined_error(pending).await;
         assert_eq!(
             (e.code, e.message.as_str(), e.reason.as_str()),
             (-32800, "Request cancelled", "cancelled")
@@ -730,11 +744,7 @@ mod tests {
     #[tokio::test]
     async fn duplicate_call_ids_are_rejected() {
         let (shared, fake, _) = serving();
-        let first = tokio::spawn({
-            let shared = shared.clone();
-            async move { shared.call(call("hang", "dup", GEN)).await }
-        });
-        fake.hang_started.notified().await;
+        let first = hanging(&shared, &fake, "dup").await;
         let second = shared.call(call("echo", "dup", GEN)).await;
         assert_eq!(
             second.err().map(|s| s.code()),
@@ -747,11 +757,7 @@ mod tests {
     async fn fence_answers_in_flight_and_refuses_new_calls() {
         let (shared, fake, mut events) = serving();
         let service = WorkerService::new(shared.clone());
-        let pending = tokio::spawn({
-            let shared = shared.clone();
-            async move { shared.call(call("hang", "c1", GEN)).await }
-        });
-        fake.hang_started.notified().await;
+        let pending = hanging(&shared, &fake, "c1").await;
         let wrong = service
             .fence(Request::new(GenerationRequest {
                 generation: GEN - 1,
@@ -765,11 +771,7 @@ mod tests {
                 .is_ok()
         );
         assert_eq!(events.recv().await, Some(Event::Fenced));
-        let e = error_of(
-            pending
-                .await
-                .unwrap_or_else(|_| Err(Status::internal("join"))),
-        );
+        let e = joined_error(pending).await;
         assert_eq!(e.code, -32603);
         assert_eq!(e.reason, "fenced");
         assert!(e.message.starts_with("[MCP_UNAVAILABLE] demo: "));
@@ -782,11 +784,7 @@ mod tests {
     async fn shutdown_drains_then_answers_the_rest() {
         let (shared, fake, mut events) = serving();
         let service = WorkerService::new(shared.clone());
-        let pending = tokio::spawn({
-            let shared = shared.clone();
-            async move { shared.call(call("hang", "c1", GEN)).await }
-        });
-        fake.hang_started.notified().await;
+        let pending = hanging(&shared, &fake, "c1").await;
         let done = service
             .shutdown(Request::new(ShutdownRequest {
                 generation: GEN,
@@ -795,11 +793,7 @@ mod tests {
             .await;
         assert!(done.is_ok());
         assert_eq!(events.recv().await, Some(Event::ShutDown));
-        let e = error_of(
-            pending
-                .await
-                .unwrap_or_else(|_| Err(Status::internal("join"))),
-        );
+        let e = joined_error(pending).await;
         assert_eq!((e.code, e.reason.as_str()), (-32603, "unavailable"));
         let e = error_of(shared.call(call("echo", "c2", GEN)).await);
         assert_eq!((e.code, e.reason.as_str()), (-32602, "fenced"));
@@ -808,11 +802,7 @@ mod tests {
     #[tokio::test]
     async fn dropped_handler_cancels_upstream() {
         let (shared, fake, _) = serving();
-        let pending = tokio::spawn({
-            let shared = shared.clone();
-            async move { shared.call(call("hang", "c1", GEN)).await }
-        });
-        fake.hang_started.notified().await;
+        let pending = hanging(&shared, &fake, "c1").await;
         pending.abort();
         let _ = pending.await;
         assert!(fake.hang_dropped.load(Ordering::SeqCst));

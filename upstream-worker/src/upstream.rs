@@ -419,7 +419,7 @@ async fn start_stdio(
     platform::harden(&mut cmd);
     // We are on a tokio task here (never spawn_blocking): PDEATHSIG follows this thread.
     let mut child = cmd.spawn().map_err(|e| WorkerError::UpstreamStart {
-        message: redactor.redact(&format!("cannot start {}: {e}", spec.command)),
+        message: redactor.redact(&spawn_failure(spec, &e)),
     })?;
     tracing::info!(pid = child.id(), command = %redactor.redact(&spec.command), "upstream started");
 
@@ -529,6 +529,30 @@ async fn start_stdio(
             })
         }
     }
+}
+
+/// Why the stdio command could not be spawned, naming the manifest field to fix. "No such
+/// file or directory" alone would not say whether the command or the working directory is
+/// missing.
+fn spawn_failure(spec: &LaunchSpec, error: &std::io::Error) -> String {
+    let command = &spec.command;
+    if error.kind() != std::io::ErrorKind::NotFound {
+        return format!("cannot start {command}: {error}");
+    }
+    if !std::path::Path::new(&spec.cwd).is_dir() {
+        return format!(
+            "cannot start {command}: the working directory {} does not exist (check mcp.cwd)",
+            spec.cwd
+        );
+    }
+    if std::path::Path::new(command).is_absolute() {
+        return format!("cannot start {command}: no such file (check mcp.command)");
+    }
+    let path = spec.env.get("PATH").map_or("", String::as_str);
+    format!(
+        "cannot start {command}: not found on the upstream's PATH ({path}); install it there or \
+         give mcp.command as an absolute path"
+    )
 }
 
 /// Why a stdio upstream did not start.
@@ -804,6 +828,38 @@ mod tests {
         let other: StreamableHttpError<reqwest::Error> =
             StreamableHttpError::UnexpectedServerResponse("HTTP 500 oops".into());
         assert_eq!(auth_failure(&other), None);
+    }
+
+    #[test]
+    fn spawn_failures_name_what_to_fix() {
+        let dir = std::env::temp_dir();
+        let spec = |command: &str, cwd: &str| LaunchSpec {
+            command: command.to_owned(),
+            cwd: cwd.to_owned(),
+            env: HashMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+            ..LaunchSpec::default()
+        };
+        let not_found = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let cwd = dir.to_string_lossy();
+        assert_eq!(
+            spawn_failure(&spec("nodex", &cwd), &not_found),
+            "cannot start nodex: not found on the upstream's PATH (/usr/bin:/bin); install it \
+             there or give mcp.command as an absolute path"
+        );
+        assert_eq!(
+            spawn_failure(&spec("/nope/server", &cwd), &not_found),
+            "cannot start /nope/server: no such file (check mcp.command)"
+        );
+        let missing = dir.join("tutti-no-such-dir-for-this-test");
+        let missing = missing.to_string_lossy();
+        assert_eq!(
+            spawn_failure(&spec("node", &missing), &not_found),
+            format!(
+                "cannot start node: the working directory {missing} does not exist (check mcp.cwd)"
+            )
+        );
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert!(spawn_failure(&spec("node", &cwd), &denied).starts_with("cannot start node: "));
     }
 
     #[test]

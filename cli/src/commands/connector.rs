@@ -27,10 +27,12 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         allow_commands: args.allow_commands,
     };
     let mut kernel = Kernel::connect(state_dir).await?;
-    let plan = match kernel.client.plan_install(request.clone()).await {
-        Ok(r) => r.into_inner(),
-        Err(status) => return Err(kernel.error(status)),
-    };
+    let plan = kernel
+        .client
+        .plan_install(request.clone())
+        .await
+        .map_err(|status| kernel.error(status))?
+        .into_inner();
     if !plan.problems.is_empty() {
         for problem in &plan.problems {
             note(&one_line(problem, 4096));
@@ -41,10 +43,12 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
     if !args.yes {
         confirm()?;
     }
-    let reply = match kernel.client.install(request).await {
-        Ok(r) => r.into_inner(),
-        Err(status) => return Err(kernel.error(status)),
-    };
+    let reply = kernel
+        .client
+        .install(request)
+        .await
+        .map_err(|status| kernel.error(status))?
+        .into_inner();
     emit(&if args.json {
         json_line(&InstallJson::from(&reply))?
     } else {
@@ -167,13 +171,11 @@ impl<'a> From<&'a InstallReply> for InstallJson<'a> {
 
 pub(crate) async fn uninstall(state_dir: &Path, key: String) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
-    if let Err(status) = kernel
+    kernel
         .client
         .uninstall(KeyRequest { key: key.clone() })
         .await
-    {
-        return Err(kernel.error(status));
-    }
+        .map_err(|status| kernel.error(status))?;
     emit(&format!("uninstalled {key}\n"))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -193,9 +195,11 @@ pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitC
         key: args.key.clone(),
         secrets,
     };
-    if let Err(status) = kernel.client.connect_connector(request).await {
-        return Err(kernel.error(status));
-    }
+    kernel
+        .client
+        .connect_connector(request)
+        .await
+        .map_err(|status| kernel.error(status))?;
     emit(&format!("connected {}\n", args.key))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -243,7 +247,7 @@ fn collect_secrets(
         let mut line = Vec::new();
         let read = input
             .read_until(b'\n', &mut line)
-            .map_err(|source| CliError::io("read", "standard input", source))?;
+            .map_err(|source| CliError::StdinRead { source })?;
         if prompt {
             note("");
         }
@@ -304,13 +308,11 @@ mod echo {
 
 pub(crate) async fn disconnect(state_dir: &Path, key: String) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
-    if let Err(status) = kernel
+    kernel
         .client
         .disconnect_connector(KeyRequest { key: key.clone() })
         .await
-    {
-        return Err(kernel.error(status));
-    }
+        .map_err(|status| kernel.error(status))?;
     emit(&format!("disconnected {key}\n"))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -320,17 +322,15 @@ pub(crate) async fn disconnect(state_dir: &Path, key: String) -> Result<ExitCode
 pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode, CliError> {
     let target = probe_target(&args.target)?;
     let mut kernel = Kernel::connect(state_dir).await?;
-    let reply = match kernel
+    let reply = kernel
         .client
         .probe(ProbeRequest {
             target,
             allow_commands: args.allow_commands,
         })
         .await
-    {
-        Ok(r) => r.into_inner(),
-        Err(status) => return Err(kernel.error(status)),
-    };
+        .map_err(|status| kernel.error(status))?
+        .into_inner();
     if args.json {
         emit(&json_line(&ProbeJson::from(&reply))?)?;
     } else {
@@ -435,10 +435,12 @@ impl<'a> From<&'a ProbeReply> for ProbeJson<'a> {
 
 pub(crate) async fn available(state_dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
-    let reply = match kernel.client.available(Empty {}).await {
-        Ok(r) => r.into_inner(),
-        Err(status) => return Err(kernel.error(status)),
-    };
+    let reply = kernel
+        .client
+        .available(Empty {})
+        .await
+        .map_err(|status| kernel.error(status))?
+        .into_inner();
     let view = AvailableJson::from(&reply);
     emit(&if json {
         json_line(&view)?
@@ -584,17 +586,10 @@ fn render_available(view: &AvailableJson) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::env_of;
     use serde_json::{Value, json};
     use std::io::Cursor;
     use tutti_proto::kernel::{InterfaceStatus, ProbeTool, SkillSummary};
-
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let map: HashMap<String, OsString> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| (*s).to_owned()).collect()
@@ -626,6 +621,24 @@ mod tests {
             got.and_then(|m| m.get("B").cloned()).as_deref(),
             Some("only")
         );
+    }
+
+    /// A failing standard input is named as such, with what to do, not as a file path.
+    #[test]
+    fn unreadable_stdin_says_how_to_give_values() {
+        struct Broken;
+        impl std::io::Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("input/output error"))
+            }
+        }
+        let mut input = std::io::BufReader::new(Broken);
+        let err = collect_secrets(&[], &names(&["B"]), env_of(&[]), &mut input, false).err();
+        assert!(matches!(err, Some(CliError::StdinRead { .. })), "{err:?}");
+        let text = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.starts_with("cannot read standard input: "), "{text}");
+        assert!(text.contains("one line per --stdin name"), "{text}");
+        assert!(!text.contains("path"), "{text}");
     }
 
     #[test]

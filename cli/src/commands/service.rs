@@ -240,19 +240,15 @@ pub(crate) fn uninstall(user: bool) -> Result<ExitCode, CliError> {
                 ))?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let scope: Vec<String> = if user { vec!["--user".into()] } else { vec![] };
-            let disable: Vec<String> = scope
-                .iter()
-                .cloned()
-                .chain(["disable", "--now", SERVICE_NAME].map(String::from))
-                .collect();
-            best_effort("systemctl", &disable);
+            best_effort(
+                "systemctl",
+                &service::systemctl_args(user, &["disable", "--now", SERVICE_NAME]),
+            );
             remove_definition(&path)?;
-            let reload: Vec<String> = scope
-                .into_iter()
-                .chain(std::iter::once("daemon-reload".to_owned()))
-                .collect();
-            best_effort("systemctl", &reload);
+            best_effort(
+                "systemctl",
+                &service::systemctl_args(user, &["daemon-reload"]),
+            );
             emit(&format!("removed {}\n", path.display()))?;
         }
         Platform::Macos => {
@@ -336,12 +332,7 @@ pub(crate) async fn status(
     let (definition, manager) = match platform {
         Platform::Linux => {
             let path = systemd_unit_path(args.user, &env)?;
-            let mut query: Vec<String> = if args.user {
-                vec!["--user".into()]
-            } else {
-                vec![]
-            };
-            query.extend(["is-active", SERVICE_NAME].map(String::from));
+            let query = service::systemctl_args(args.user, &["is-active", SERVICE_NAME]);
             // `is-active` exits non-zero for inactive units; its stdout is the answer.
             let manager = Command::new("systemctl")
                 .args(&query)
@@ -376,21 +367,19 @@ pub(crate) async fn status(
         (Some(path), _) => path.exists(),
         (None, _) => manager.is_some(),
     };
-    let kernel = match Kernel::connect(state_dir).await {
-        Ok(mut k) => match k.client.status(Empty {}).await {
-            Ok(r) => KernelAnswer {
-                running: true,
-                pid: Some(r.into_inner().kernel_pid),
-            },
-            Err(_) => KernelAnswer {
-                running: false,
-                pid: None,
-            },
-        },
-        Err(_) => KernelAnswer {
-            running: false,
-            pid: None,
-        },
+    // A kernel runs when it answers; its pid is all this view needs from it.
+    let pid = match Kernel::connect(state_dir).await {
+        Ok(mut k) => k
+            .client
+            .status(Empty {})
+            .await
+            .ok()
+            .map(|r| r.into_inner().kernel_pid),
+        Err(_) => None,
+    };
+    let kernel = KernelAnswer {
+        running: pid.is_some(),
+        pid,
     };
     let view = ServiceStatusJson {
         platform: platform.name(),
@@ -454,15 +443,7 @@ fn render_status(v: &ServiceStatusJson) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let map: HashMap<String, OsString> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
+    use crate::test_util::env_of;
 
     #[test]
     fn unit_paths() {

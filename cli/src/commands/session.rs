@@ -58,17 +58,15 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
     };
 
     let mut kernel = Kernel::connect(state_dir).await?;
-    let reply = match kernel
+    let reply = kernel
         .client
         .issue_session(IssueSessionRequest {
             workspace: args.workspace,
             session: args.session,
         })
         .await
-    {
-        Ok(r) => r.into_inner(),
-        Err(status) => return Err(kernel.error(status)),
-    };
+        .map_err(|status| kernel.error(status))?
+        .into_inner();
     let binding = Binding::from(reply);
 
     if let Some(config) = &mut codex {
@@ -146,10 +144,12 @@ pub(crate) async fn revoke(state_dir: &Path, args: RevokeArgs) -> Result<ExitCod
         return Err(CliError::EmptyArgument { what: "--session" });
     }
     let mut kernel = Kernel::connect(state_dir).await?;
-    let reply = match kernel.client.revoke_session(request).await {
-        Ok(r) => r.into_inner(),
-        Err(status) => return Err(kernel.error(status)),
-    };
+    let reply = kernel
+        .client
+        .revoke_session(request)
+        .await
+        .map_err(|status| kernel.error(status))?
+        .into_inner();
     emit(&if args.json {
         json_line(&RevokeJson {
             revoked: reply.revoked,

@@ -12,10 +12,12 @@ use crate::output::{emit, json_line, local_time, one_line, rfc3339_utc, table};
 
 pub(crate) async fn run(state_dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
-    let reply = match kernel.client.status(Empty {}).await {
-        Ok(r) => r.into_inner(),
-        Err(status) => return Err(kernel.error(status)),
-    };
+    let reply = kernel
+        .client
+        .status(Empty {})
+        .await
+        .map_err(|status| kernel.error(status))?
+        .into_inner();
     let text = if json {
         json_line(&StatusJson::new(&reply, state_dir))?
     } else {
