@@ -9,6 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Small starting buffers instead of tonic's 8 KiB per message (src/codec.rs).
+        .codec_path("crate::codec::LeanCodec")
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=tutti");
     Ok(())

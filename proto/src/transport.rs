@@ -15,6 +15,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint as TonicEndpoint, Uri};
 
+#[cfg(unix)]
+#[allow(unsafe_code)] // one commented call: tokio's fd registration
+mod uds;
+
 /// Errors of the local transport.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -93,7 +97,7 @@ pub fn bind(endpoint: &LocalEndpoint) -> Result<Incoming, TransportError> {
         inner: Box::pin(futures_util::stream::unfold(
             listener,
             |l: Listener| async move {
-                let next = l.accept().await.map(IpcConn);
+                let next = l.accept().await.and_then(IpcConn::new);
                 Some((next, l))
             },
         )),
@@ -112,7 +116,7 @@ pub async fn connect(endpoint: &LocalEndpoint) -> Result<Channel, TransportError
                     .name()
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
                 let stream = LocalStream::connect(name).await?;
-                Ok::<_, io::Error>(TokioIo::new(IpcConn(stream)))
+                Ok::<_, io::Error>(TokioIo::new(IpcConn::new(stream)?))
             }
         }))
         .await
@@ -135,8 +139,15 @@ impl Stream for Incoming {
     }
 }
 
-/// One local-socket connection (a newtype so tonic's `Connected` can be implemented).
-pub struct IpcConn(LocalStream);
+/// One local-socket connection (a newtype so tonic's `Connected` can be implemented). On Unix
+/// it is a [`uds::UdsConn`] (read interest only, see there); on Windows the named pipe stream.
+pub struct IpcConn(imp::Conn);
+
+impl IpcConn {
+    fn new(stream: LocalStream) -> io::Result<Self> {
+        imp::conn(stream).map(Self)
+    }
+}
 
 impl Connected for IpcConn {
     type ConnectInfo = ();
@@ -161,6 +172,16 @@ impl AsyncWrite for IpcConn {
     ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.0).poll_write(cx, buf)
     }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.0).poll_flush(cx)
     }
@@ -177,6 +198,17 @@ mod imp {
     use std::io;
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     use std::path::Path;
+
+    pub(super) type Conn = super::uds::UdsConn;
+
+    pub(super) fn conn(stream: interprocess::local_socket::tokio::Stream) -> io::Result<Conn> {
+        match stream {
+            interprocess::local_socket::tokio::Stream::UdSocket(s) => {
+                let fd = std::os::fd::OwnedFd::try_from(s)?;
+                Conn::new(std::os::unix::net::UnixStream::from(fd))
+            }
+        }
+    }
 
     pub(super) fn name(s: &str) -> io::Result<Name<'_>> {
         s.to_fs_name::<GenericFilePath>()
@@ -214,6 +246,12 @@ mod imp {
     use std::io;
     use std::path::Path;
     use widestring::U16CString;
+
+    pub(super) type Conn = interprocess::local_socket::tokio::Stream;
+
+    pub(super) fn conn(stream: Conn) -> io::Result<Conn> {
+        Ok(stream)
+    }
 
     pub(super) fn name(s: &str) -> io::Result<Name<'_>> {
         s.to_ns_name::<GenericNamespaced>()

@@ -1,26 +1,73 @@
 //! `tutti-upstream-worker --state-dir D` (spawned by the kernel; see ARCHITECTURE.md).
 #![forbid(unsafe_code)]
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
-use tracing_subscriber::EnvFilter;
 use tutti_upstream_worker::{Config, RedactingStderr, kill_group_on_sigterm, run};
 
-/// One upstream MCP client per process, serving the worker gRPC service.
-#[derive(Parser, Debug)]
-#[command(name = "tutti-upstream-worker", version)]
-struct Args {
-    /// State directory (else TUTTI_STATE_DIR, else the platform default).
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
+const USAGE: &str = "\
+One upstream MCP client per process, serving the worker gRPC service.
+Started by tutti-kernel, which passes the rest of its configuration in the environment.
+
+Usage: tutti-upstream-worker [--state-dir DIR]
+
+Options:
+      --state-dir DIR  State directory (else TUTTI_STATE_DIR, else the platform default)
+  -h, --help           Print help
+  -V, --version        Print version
+";
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+enum Cli {
+    Run { state_dir: Option<PathBuf> },
+    Help,
+    Version,
+}
+
+/// Parses the worker's command line. By hand rather than with clap: the worker is started only
+/// by the kernel with one option, and clap's parser would be ~150 KiB of code resident in every
+/// worker process (docs/PERFORMANCE.md, worker RSS).
+fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
+    let mut state_dir = None;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("-h" | "--help") => return Ok(Cli::Help),
+            Some("-V" | "--version") => return Ok(Cli::Version),
+            Some("--state-dir") => match args.next() {
+                Some(dir) => state_dir = Some(PathBuf::from(dir)),
+                None => return Err("--state-dir needs a directory".into()),
+            },
+            Some(s) if s.starts_with("--state-dir=") => {
+                state_dir = Some(PathBuf::from(&s["--state-dir=".len()..]));
+            }
+            _ => return Err(format!("unexpected argument {arg:?}")),
+        }
+    }
+    Ok(Cli::Run { state_dir })
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let state_dir = match parse_cli(std::env::args_os().skip(1)) {
+        Ok(Cli::Run { state_dir }) => state_dir,
+        Ok(Cli::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Cli::Version) => {
+            println!("tutti-upstream-worker {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
     init_tracing();
-    let Some(state_dir) = args.state_dir.or_else(tutti_proto::state_dir::from_env) else {
+    let Some(state_dir) = state_dir.or_else(tutti_proto::state_dir::from_env) else {
         tracing::error!("no state directory: pass --state-dir or set TUTTI_STATE_DIR");
         return ExitCode::FAILURE;
     };
@@ -62,12 +109,25 @@ fn main() -> ExitCode {
 /// Logs go to stderr (the kernel points it at `logs/connector-<key>.log`), with every secret
 /// value masked. rmcp is capped at warn whatever `RUST_LOG` says: at debug it logs raw
 /// upstream lines, which may carry secrets.
+///
+/// `RUST_LOG` is read as `target=level` directives (`Targets`), not as a full `EnvFilter`:
+/// span and field filters are not needed here, and `EnvFilter` compiles its directives with
+/// regular expressions, which put the regex engine's code and tables in every worker's
+/// resident set (docs/PERFORMANCE.md, worker RSS).
 fn init_tracing() {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
 
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let default = || Targets::new().with_default(LevelFilter::INFO);
+    let mut unreadable = None;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => spec.parse::<Targets>().unwrap_or_else(|e| {
+            unreadable = Some((spec, e));
+            default()
+        }),
+        _ => default(),
+    };
     // Both filters are global and decide by callsite metadata only, so their verdicts are
     // cached per callsite: a disabled span or event (h2's trace spans, rmcp's per-session
     // span) costs nothing on the call path instead of a filter evaluation, span bookkeeping
@@ -83,4 +143,34 @@ fn init_tracing() {
         .with(filter)
         .with(layer)
         .init();
+    if let Some((spec, error)) = unreadable {
+        tracing::warn!(
+            rust_log = %spec,
+            %error,
+            "RUST_LOG is not a list of `target=level` directives; logging at info"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, String> {
+        parse_cli(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn command_line() {
+        let run = |dir: Option<&str>| Cli::Run {
+            state_dir: dir.map(PathBuf::from),
+        };
+        assert_eq!(parse(&[]), Ok(run(None)));
+        assert_eq!(parse(&["--state-dir", "/s d"]), Ok(run(Some("/s d"))));
+        assert_eq!(parse(&["--state-dir=/s"]), Ok(run(Some("/s"))));
+        assert_eq!(parse(&["--version"]), Ok(Cli::Version));
+        assert_eq!(parse(&["-h"]), Ok(Cli::Help));
+        assert!(parse(&["--state-dir"]).is_err_and(|e| e.contains("needs a directory")));
+        assert!(parse(&["--bogus"]).is_err_and(|e| e.contains("--bogus")));
+    }
 }

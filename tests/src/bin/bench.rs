@@ -31,6 +31,10 @@ mod bench {
         /// Only the per-call latency rows (direct vs runtime, both eras), for quick A/B runs.
         #[arg(long, conflicts_with = "write")]
         latency_only: bool,
+        /// Calls per latency row (default 5,000); raise it to keep the runtime busy long
+        /// enough to attach `perf` or `strace` to its processes.
+        #[arg(long, conflicts_with = "write")]
+        calls: Option<usize>,
     }
 
     struct Scale {
@@ -105,6 +109,10 @@ mod bench {
                 list_iters: 300,
                 kills: 10,
             }
+        };
+        let scale = Scale {
+            calls: args.calls.unwrap_or(scale.calls),
+            ..scale
         };
         let mut r = Report::default();
 
