@@ -191,7 +191,10 @@ mod tests {
         let expected = data.clone();
         let writer = tokio::spawn(async move {
             a.write_all(&data).await.expect("write all");
-            assert!(a.write.is_none(), "the write registration is dropped after use");
+            assert!(
+                a.write.is_none(),
+                "the write registration is dropped after use"
+            );
             a.shutdown().await.expect("shutdown");
         });
         let mut got = Vec::new();
