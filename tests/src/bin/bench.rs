@@ -1058,6 +1058,25 @@ mod bench {
 
     // === doc ===
 
+    /// How this machine's idle CPUs wait, which sets the cost of every cross-CPU wake-up and so
+    /// of every process hop (docs/PERFORMANCE.md, third pass): a VM whose idle vCPUs halt at
+    /// once (`haltpoll` with `guest_halt_poll_ns` 0) pays a hypervisor exit per hop.
+    fn idle_polling() -> String {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        match (
+            read("/sys/devices/system/cpu/cpuidle/current_driver"),
+            read("/sys/module/haltpoll/parameters/guest_halt_poll_ns"),
+        ) {
+            (Some(driver), Some(ns)) => format!(", cpuidle {driver} (guest_halt_poll_ns {ns})"),
+            (Some(driver), None) => format!(", cpuidle {driver}"),
+            _ => String::new(),
+        }
+    }
+
     fn write_doc(path: &std::path::Path, r: &Report) -> Result<()> {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
@@ -1078,7 +1097,10 @@ mod bench {
             .unwrap_or_default();
         let mut s = String::new();
         s.push_str("# Benchmarks\n\nProduced by:\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools\nTUTTI_BIN_DIR=target/release cargo run --release -p tutti-tests --bin tutti-bench -- --write docs/BENCHMARKS.md\n```\n\n");
-        s.push_str(&format!("Machine: {cores} cores, {cpu}. Date: {date}.\n\n"));
+        s.push_str(&format!(
+            "Machine: {cores} cores, {cpu}{}. Date: {date}.\n\n",
+            idle_polling()
+        ));
         s.push_str(
             "How: the direct baseline writes JSON-RPC lines to the fixture upstream's stdin and \
              reads its replies (blocking, one process). The runtime and peer rows send the same \
