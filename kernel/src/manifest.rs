@@ -6,8 +6,6 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::naming::valid_key;
-
 pub const DEFAULT_START_MS: u32 = 30_000;
 pub const DEFAULT_CALL_MS: u32 = 60_000;
 
@@ -247,7 +245,7 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         return Err(vec!["connector.json: must be a JSON object".into()]);
     };
     let key = string(root, "key", "key", true, &mut p).unwrap_or_default();
-    if !key.is_empty() && !valid_key(&key) {
+    if !key.is_empty() && !tutti_proto::key::is_valid(&key) {
         p.push(
             "key",
             format!("must match ^[a-z][a-z0-9-]{{0,23}}$, got {key:?}"),

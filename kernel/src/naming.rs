@@ -32,14 +32,6 @@ pub fn local_name(key: &str, upstream: &str) -> String {
     format!("{}_{}", &full[..HASHED_PREFIX], hex)
 }
 
-/// SPEC §3: `^[a-z][a-z0-9-]{0,23}$`.
-pub fn valid_key(key: &str) -> bool {
-    let mut chars = key.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
-        && key.len() <= 24
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,17 +63,5 @@ mod tests {
         // Exactly 48 stays as is.
         let exact = "x".repeat(48 - 2);
         assert_eq!(local_name("k", &exact), format!("k_{exact}"));
-    }
-
-    #[test]
-    fn keys() {
-        assert!(valid_key("github"));
-        assert!(valid_key("a"));
-        assert!(valid_key("my-db2"));
-        assert!(!valid_key("My"));
-        assert!(!valid_key("a_b"));
-        assert!(!valid_key("1a"));
-        assert!(!valid_key(""));
-        assert!(!valid_key(&"a".repeat(25)));
     }
 }

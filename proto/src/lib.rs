@@ -4,6 +4,7 @@
 #![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call)
 
 pub mod codec;
+pub mod key;
 pub mod state_dir;
 pub mod transport;
 

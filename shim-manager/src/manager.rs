@@ -12,7 +12,6 @@ use tutti_proto::transport::{self, LocalEndpoint};
 
 use crate::Error;
 use crate::publish::Publisher;
-use crate::shimfile;
 use crate::table::{Action, RouteView, ShimTable};
 
 /// How long the kernel may stay unreachable (at start, or after the stream ended).
@@ -236,7 +235,7 @@ impl Manager {
 }
 
 fn accept_key(key: &str) -> bool {
-    let ok = shimfile::valid_key(key);
+    let ok = tutti_proto::key::is_valid(key);
     if !ok {
         tracing::warn!(key = ?key, "ignoring a route with an invalid connector key");
     }

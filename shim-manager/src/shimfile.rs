@@ -23,21 +23,6 @@ const ARG_TAG: &[u8] = b"tutti-shim:v1:";
 /// script (`BINPRM_BUF_SIZE`) and silently truncates a longer line.
 pub(crate) const MAX_SHEBANG_LINE: usize = 255;
 
-/// `^[a-z][a-z0-9-]{0,23}$` (SPEC §3). Keys become file names, so they are checked again here.
-pub(crate) fn valid_key(key: &str) -> bool {
-    let bytes = key.as_bytes();
-    match bytes.split_first() {
-        Some((first, rest)) => {
-            first.is_ascii_lowercase()
-                && rest.len() <= 23
-                && rest
-                    .iter()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        }
-        None => false,
-    }
-}
-
 /// `tutti-connector-<key>` (`.exe` on Windows).
 pub(crate) fn shim_file_name(key: &str) -> String {
     format!("{SHIM_PREFIX}{key}{}", std::env::consts::EXE_SUFFIX)
@@ -52,7 +37,7 @@ pub(crate) fn sidecar_file_name(key: &str) -> String {
 pub(crate) fn sidecar_for_exe(exe: &Path) -> Option<(String, PathBuf)> {
     let stem = exe.file_stem()?.to_str()?;
     let key = stem.strip_prefix(SHIM_PREFIX)?;
-    if !valid_key(key) {
+    if !tutti_proto::key::is_valid(key) {
         return None;
     }
     let dir = exe.parent()?;
@@ -107,7 +92,7 @@ pub(crate) fn parse_arg(arg: &[u8]) -> Option<(String, Vec<u8>)> {
     let colon = rest.iter().position(|b| *b == b':')?;
     let (key, dir) = (&rest[..colon], &rest[colon + 1..]);
     let key = std::str::from_utf8(key).ok()?;
-    if !valid_key(key) || dir.is_empty() || dir.contains(&0) {
+    if !tutti_proto::key::is_valid(key) || dir.is_empty() || dir.contains(&0) {
         return None;
     }
     Some((key.to_owned(), dir.to_vec()))
@@ -261,26 +246,6 @@ mod tests {
                 &s[..end]
             }
             Rendered::Copy { .. } => panic!("expected a script, got {r:?}"),
-        }
-    }
-
-    #[test]
-    fn keys() {
-        for ok in ["a", "github", "my-tool-2", "abcdefghijklmnopqrstuvwx"] {
-            assert!(valid_key(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "1abc",
-            "Abc",
-            "a_b",
-            "a.b",
-            "a/b",
-            "../x",
-            "abcdefghijklmnopqrstuvwxy",
-            "a b",
-        ] {
-            assert!(!valid_key(bad), "{bad}");
         }
     }
 

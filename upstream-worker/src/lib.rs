@@ -76,7 +76,7 @@ impl Config {
             problem: "is not set".to_owned(),
         };
         let key = var("TUTTI_WORKER_KEY").ok_or_else(|| missing("TUTTI_WORKER_KEY"))?;
-        if !valid_key(&key) {
+        if !tutti_proto::key::is_valid(&key) {
             return Err(WorkerError::Env {
                 var: "TUTTI_WORKER_KEY",
                 problem: format!("{key:?} is not a connector key"),
@@ -101,14 +101,6 @@ impl Config {
             token,
         })
     }
-}
-
-/// `^[a-z][a-z0-9-]{0,23}$` (SPEC §3).
-fn valid_key(key: &str) -> bool {
-    let mut chars = key.chars();
-    matches!(chars.next(), Some('a'..='z'))
-        && key.len() <= 24
-        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-'))
 }
 
 /// Why the worker ended; [`Exit::code`] is the process exit code the kernel sees.
@@ -456,17 +448,6 @@ mod tests {
             ("TUTTI_WORKER_GENERATION", "1"),
             ("TUTTI_WORKER_TOKEN", "")
         ]));
-    }
-
-    #[test]
-    fn keys() {
-        assert!(valid_key("a"));
-        assert!(valid_key("github-2"));
-        assert!(valid_key(&"a".repeat(24)));
-        assert!(!valid_key(&"a".repeat(25)));
-        assert!(!valid_key("2x"));
-        assert!(!valid_key("a_b"));
-        assert!(!valid_key(""));
     }
 
     #[test]
