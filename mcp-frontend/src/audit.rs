@@ -8,13 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tutti_proto::kernel::CallRecord;
 
 use crate::backend::{Backend, Identity};
+use crate::call::Outcome;
 use crate::routes::Tool;
-use crate::rpc::{REQUEST_CANCELLED, RpcError};
 
 const QUEUE: usize = 4096;
 
@@ -38,9 +37,9 @@ impl CallAudit {
         who: &Identity,
         tool: &Tool,
         started: Instant,
-        outcome: &Result<Value, RpcError>,
+        outcome: Outcome,
+        error_code: i32,
     ) {
-        let (outcome, error_code) = classify(outcome);
         let record = CallRecord {
             time_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -53,38 +52,12 @@ impl CallAudit {
             generation: tool.connector.generation,
             risk: tool.risk.clone(),
             duration_us: started.elapsed().as_micros() as u64,
-            outcome: outcome.into(),
+            outcome: outcome.as_str().into(),
             error_code,
             dropped_total: self.dropped.load(Ordering::Relaxed),
         };
         if self.tx.try_send(record).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-fn classify(outcome: &Result<Value, RpcError>) -> (&'static str, i32) {
-    match outcome {
-        Ok(v) if v.get("isError").and_then(Value::as_bool) == Some(true) => {
-            let text = v["content"][0]["text"].as_str().unwrap_or("");
-            if text.starts_with("invalid_arguments:") {
-                ("invalid_arguments", 0)
-            } else {
-                ("tool_error", 0)
-            }
-        }
-        Ok(_) => ("ok", 0),
-        Err(e) => {
-            let code = i32::try_from(e.code).unwrap_or(i32::MIN);
-            if e.code == REQUEST_CANCELLED {
-                ("cancelled", code)
-            } else if e.message.starts_with("[MCP_TIMEOUT]") {
-                ("timeout", code)
-            } else if e.message.starts_with("[MCP_UNAVAILABLE]") {
-                ("unavailable", code)
-            } else {
-                ("rpc_error", code)
-            }
         }
     }
 }
@@ -157,7 +130,6 @@ async fn gather(first: CallRecord, rx: &mut mpsc::Receiver<CallRecord>) -> (Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn record(n: u64) -> CallRecord {
         CallRecord {
@@ -184,37 +156,5 @@ mod tests {
         let (batch, closed) = gather(record(9), &mut rx).await;
         assert_eq!(batch.len(), 2);
         assert!(closed);
-    }
-
-    #[test]
-    fn outcomes() {
-        assert_eq!(classify(&Ok(json!({"content": []}))).0, "ok");
-        assert_eq!(
-            classify(&Ok(
-                json!({"content": [{"type":"text","text":"boom"}], "isError": true})
-            ))
-            .0,
-            "tool_error"
-        );
-        assert_eq!(
-            classify(&Ok(json!({"content": [{"type":"text","text":"invalid_arguments: /a: x"}], "isError": true}))).0,
-            "invalid_arguments"
-        );
-        assert_eq!(
-            classify(&Err(RpcError::new(-32800, "Request cancelled"))),
-            ("cancelled", -32800)
-        );
-        assert_eq!(
-            classify(&Err(RpcError::new(-32603, "[MCP_TIMEOUT] k: t"))).0,
-            "timeout"
-        );
-        assert_eq!(
-            classify(&Err(RpcError::new(-32603, "[MCP_UNAVAILABLE] k: t"))).0,
-            "unavailable"
-        );
-        assert_eq!(
-            classify(&Err(RpcError::new(-32001, "upstream"))),
-            ("rpc_error", -32001)
-        );
     }
 }

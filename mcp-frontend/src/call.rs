@@ -17,6 +17,54 @@ use crate::routes::{Lookup, Tool};
 use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError};
 use crate::validate;
 
+/// How a call ended, as its audit record says. Decided where the answer is made (from the
+/// worker's `CallError.reason` for its answers), never parsed back out of message text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The upstream's result.
+    Ok,
+    /// The upstream's result with `isError: true`.
+    ToolError,
+    /// Refused by the tool's input schema; nothing was sent upstream.
+    InvalidArguments,
+    /// A JSON-RPC error other than the kinds below (upstream errors, a fenced name).
+    RpcError,
+    Timeout,
+    /// The worker or the upstream went away, or the generation was fenced mid-call.
+    Unavailable,
+    Cancelled,
+}
+
+impl Outcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolError => "tool_error",
+            Self::InvalidArguments => "invalid_arguments",
+            Self::RpcError => "rpc_error",
+            Self::Timeout => "timeout",
+            Self::Unavailable => "unavailable",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// What the worker's answer means (`CallError.reason` and code, tutti.worker.v1).
+    fn of_worker_error(reason: &str, code: i64) -> Self {
+        match reason {
+            "timeout" => Self::Timeout,
+            "cancelled" => Self::Cancelled,
+            "unavailable" => Self::Unavailable,
+            // Refused before it reached the upstream (-32602, list tools again) or fenced
+            // while in flight (-32603).
+            "fenced" if code != INVALID_PARAMS => Self::Unavailable,
+            _ => Self::RpcError,
+        }
+    }
+}
+
+/// A call's answer and how it ended.
+type Ended = (Result<Value, RpcError>, Outcome);
+
 /// The frontend's own deadline is the call timeout plus this much (the worker normally
 /// answers the timeout itself).
 const DEADLINE_GRACE: Duration = Duration::from_secs(2);
@@ -133,21 +181,25 @@ struct AuditGuard<'a> {
 }
 
 impl AuditGuard<'_> {
-    fn finish(&mut self, outcome: &Result<Value, RpcError>) {
+    fn finish(&mut self, (answer, outcome): &Ended) {
         self.done = true;
+        let code = match answer {
+            Ok(_) => 0,
+            Err(e) => i32::try_from(e.code).unwrap_or(i32::MIN),
+        };
         self.app
             .audit
-            .record(self.who, self.tool, self.started, outcome);
+            .record(self.who, self.tool, self.started, *outcome, code);
     }
 }
 
 impl Drop for AuditGuard<'_> {
     fn drop(&mut self) {
         if !self.done {
-            let cancelled = Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled"));
+            let code = i32::try_from(REQUEST_CANCELLED).unwrap_or(i32::MIN);
             self.app
                 .audit
-                .record(self.who, self.tool, self.started, &cancelled);
+                .record(self.who, self.tool, self.started, Outcome::Cancelled, code);
         }
     }
 }
@@ -169,9 +221,9 @@ pub(crate) async fn execute(
         started: Instant::now(),
         done: false,
     };
-    let outcome = execute_call(app, tool, arguments, cancelled).await;
-    audit.finish(&outcome);
-    outcome
+    let ended = execute_call(app, tool, arguments, cancelled).await;
+    audit.finish(&ended);
+    ended.0
 }
 
 async fn execute_call(
@@ -179,20 +231,26 @@ async fn execute_call(
     tool: &Tool,
     arguments: Option<&Value>,
     cancelled: Option<oneshot::Receiver<()>>,
-) -> Result<Value, RpcError> {
+) -> Ended {
     let connector = &tool.connector;
     let (key, generation) = (connector.key.as_str(), connector.generation);
 
     let empty = Value::Object(Map::new());
     let arguments = arguments.filter(|a| !a.is_null()).unwrap_or(&empty);
     if let Err(text) = validate::check(&tool.validator, arguments) {
-        return Ok(json!({"content": [{"type": "text", "text": text}], "isError": true}));
+        return (
+            Ok(json!({"content": [{"type": "text", "text": text}], "isError": true})),
+            Outcome::InvalidArguments,
+        );
     }
 
     let mut fence = connector.fence.subscribe();
     if *fence.borrow_and_update() {
         // Fenced between resolution and now: nothing was sent upstream.
-        return Err(not_available(&tool.name, key, generation));
+        return (
+            Err(not_available(&tool.name, key, generation)),
+            Outcome::RpcError,
+        );
     }
 
     let call_id = app.next_call_id();
@@ -233,17 +291,23 @@ async fn execute_call(
             guard.disarm();
             map_reply(&tool.name, key, generation, reply)
         }
-        () = fenced => Err(fenced_mid_call(key, generation)),
-        () = cancelled => Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")
-            .with_data(json!({"tutti": tutti("cancelled", key, generation)}))),
-        () = tokio::time::sleep(deadline) => Err(timed_out(
-            key,
-            generation,
-            &format!(
-                "tool {} did not answer within {} ms",
-                tool.name, connector.timeout_ms
-            ),
-        )),
+        () = fenced => (Err(fenced_mid_call(key, generation)), Outcome::Unavailable),
+        () = cancelled => (
+            Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")
+                .with_data(json!({"tutti": tutti("cancelled", key, generation)}))),
+            Outcome::Cancelled,
+        ),
+        () = tokio::time::sleep(deadline) => (
+            Err(timed_out(
+                key,
+                generation,
+                &format!(
+                    "tool {} did not answer within {} ms",
+                    tool.name, connector.timeout_ms
+                ),
+            )),
+            Outcome::Timeout,
+        ),
     }
 }
 
@@ -252,22 +316,30 @@ fn map_reply(
     key: &str,
     generation: u64,
     reply: Result<tutti_proto::worker::CallToolReply, Error>,
-) -> Result<Value, RpcError> {
+) -> Ended {
     let reply = match reply {
         Ok(reply) => reply,
         // The worker refused the call up front: it never reached the upstream.
-        Err(Error::WorkerFenced { .. }) => return Err(not_available(name, key, generation)),
+        Err(Error::WorkerFenced { .. }) => {
+            return (Err(not_available(name, key, generation)), Outcome::RpcError);
+        }
         Err(Error::WorkerTimeout { .. }) => {
-            return Err(timed_out(key, generation, "the call timed out"));
+            return (
+                Err(timed_out(key, generation, "the call timed out")),
+                Outcome::Timeout,
+            );
         }
         Err(e) => {
             tracing::warn!(connector = key, generation, error = %e, "worker call failed");
-            return Err(unavailable(
-                key,
-                generation,
-                "unavailable",
-                "worker unavailable",
-            ));
+            return (
+                Err(unavailable(
+                    key,
+                    generation,
+                    "unavailable",
+                    "worker unavailable",
+                )),
+                Outcome::Unavailable,
+            );
         }
     };
     let generation = if reply.generation == 0 {
@@ -277,13 +349,23 @@ fn map_reply(
     };
     match reply.outcome {
         Some(call_tool_reply::Outcome::ResultJson(text)) => match serde_json::from_str(&text) {
-            Ok(result @ Value::Object(_)) => Ok(result),
-            _ => Err(unavailable(
-                key,
-                generation,
-                "unavailable",
-                "the worker returned a malformed result",
-            )),
+            Ok(result @ Value::Object(_)) => {
+                let outcome = if result.get("isError").and_then(Value::as_bool) == Some(true) {
+                    Outcome::ToolError
+                } else {
+                    Outcome::Ok
+                };
+                (Ok(result), outcome)
+            }
+            _ => (
+                Err(unavailable(
+                    key,
+                    generation,
+                    "unavailable",
+                    "the worker returned a malformed result",
+                )),
+                Outcome::Unavailable,
+            ),
         },
         Some(call_tool_reply::Outcome::Error(error)) => {
             let data = if error.data_json.is_empty() {
@@ -301,15 +383,21 @@ fn map_reply(
             } else {
                 i64::from(error.code)
             };
-            Err(RpcError::new(code, error.message)
-                .with_data(with_tutti(data, tutti(reason, key, generation))))
+            (
+                Err(RpcError::new(code, error.message)
+                    .with_data(with_tutti(data, tutti(reason, key, generation)))),
+                Outcome::of_worker_error(reason, code),
+            )
         }
-        None => Err(unavailable(
-            key,
-            generation,
-            "unavailable",
-            "the worker returned no outcome",
-        )),
+        None => (
+            Err(unavailable(
+                key,
+                generation,
+                "unavailable",
+                "the worker returned no outcome",
+            )),
+            Outcome::Unavailable,
+        ),
     }
 }
 
@@ -329,7 +417,9 @@ mod tests {
             })),
             generation: 9,
         };
-        let e = map_reply("gh_x", "gh", 9, Ok(reply)).expect_err("error");
+        let (answer, outcome) = map_reply("gh_x", "gh", 9, Ok(reply));
+        assert_eq!(outcome, Outcome::RpcError);
+        let e = answer.expect_err("error");
         assert_eq!(e.code, -32001);
         assert_eq!(e.message, "nope");
         assert_eq!(
@@ -342,7 +432,7 @@ mod tests {
 
     #[test]
     fn transport_failures_are_unavailable() {
-        let e = map_reply(
+        let (answer, outcome) = map_reply(
             "gh_x",
             "gh",
             3,
@@ -350,8 +440,9 @@ mod tests {
                 endpoint: "/x".into(),
                 detail: "gone".into(),
             }),
-        )
-        .expect_err("error");
+        );
+        assert_eq!(outcome, Outcome::Unavailable);
+        let e = answer.expect_err("error");
         assert_eq!(e.code, INTERNAL_ERROR);
         assert_eq!(e.message, "[MCP_UNAVAILABLE] gh: worker unavailable");
         assert_eq!(
@@ -364,7 +455,7 @@ mod tests {
 
     #[test]
     fn a_worker_refusing_a_fenced_generation_says_list_again() {
-        let e = map_reply(
+        let (answer, outcome) = map_reply(
             "gh_x",
             "gh",
             4,
@@ -373,8 +464,9 @@ mod tests {
                 generation: 4,
                 detail: "fenced".into(),
             }),
-        )
-        .expect_err("error");
+        );
+        assert_eq!(outcome, Outcome::RpcError);
+        let e = answer.expect_err("error");
         assert_eq!(e.code, INVALID_PARAMS);
         assert_eq!(
             e.message,
@@ -393,7 +485,52 @@ mod tests {
             outcome: Some(call_tool_reply::Outcome::ResultJson(text.into())),
             generation: 1,
         };
-        let v = map_reply("gh_x", "gh", 1, Ok(reply)).expect("result");
-        assert_eq!(v, serde_json::from_str::<Value>(text).expect("json"));
+        let (answer, outcome) = map_reply("gh_x", "gh", 1, Ok(reply));
+        assert_eq!(outcome, Outcome::Ok);
+        assert_eq!(
+            answer.expect("result"),
+            serde_json::from_str::<Value>(text).expect("json")
+        );
+    }
+
+    /// The audit outcome follows the worker's `reason` field, not its message text.
+    #[test]
+    fn outcomes_of_worker_answers() {
+        let error = |code: i32, reason: &str| {
+            let reply = CallToolReply {
+                outcome: Some(call_tool_reply::Outcome::Error(CallError {
+                    code,
+                    message: "whatever the text says".into(),
+                    data_json: String::new(),
+                    reason: reason.into(),
+                })),
+                generation: 2,
+            };
+            map_reply("gh_x", "gh", 2, Ok(reply)).1
+        };
+        assert_eq!(error(-32603, "timeout"), Outcome::Timeout);
+        assert_eq!(error(-32800, "cancelled"), Outcome::Cancelled);
+        assert_eq!(error(-32603, "unavailable"), Outcome::Unavailable);
+        assert_eq!(error(-32603, "fenced"), Outcome::Unavailable);
+        assert_eq!(error(-32602, "fenced"), Outcome::RpcError);
+        assert_eq!(error(-32001, "upstream_error"), Outcome::RpcError);
+        let tool_error = CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::ResultJson(
+                r#"{"content":[{"type":"text","text":"boom"}],"isError":true}"#.into(),
+            )),
+            generation: 2,
+        };
+        assert_eq!(
+            map_reply("gh_x", "gh", 2, Ok(tool_error)).1,
+            Outcome::ToolError
+        );
+        let malformed = CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::ResultJson("[1]".into())),
+            generation: 2,
+        };
+        assert_eq!(
+            map_reply("gh_x", "gh", 2, Ok(malformed)).1,
+            Outcome::Unavailable
+        );
     }
 }
