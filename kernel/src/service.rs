@@ -529,6 +529,17 @@ impl KernelRpc for Service {
         let mut out = Vec::new();
         for key in inner.registry.connectors.keys() {
             let Some(m) = inner.manifests.get(key) else {
+                // Installed, but its release cannot be read (SPEC §7 lists every installed
+                // connector): nothing of it can run, and only `tutti status` has the details.
+                out.push(pb::AvailableConnector {
+                    key: key.clone(),
+                    name: key.clone(),
+                    description:
+                        "not usable: its installed release cannot be read (`tutti status` says why)"
+                            .into(),
+                    skills: Vec::new(),
+                    interfaces: Vec::new(),
+                });
                 continue;
             };
             let status = inner

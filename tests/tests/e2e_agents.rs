@@ -183,6 +183,68 @@ fn three_connectors(rt: &mut Runtime) {
     rt.wait_status("locked", "auth_required", READY);
 }
 
+/// SPEC §7 lists every installed connector, also one whose installed release can no longer be
+/// read: it is there, says so, offers no interface, and the others are unaffected.
+#[test]
+fn available_lists_a_connector_whose_release_cannot_be_read() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    install_tool(&mut rt, "1.0.0", "v1");
+    connect_tool(&rt);
+    install_notes(&mut rt);
+    rt.wait_status("notes", "ready", READY);
+    rt.stop();
+    // Break the release of `notes`: its manifest is gone.
+    let releases = rt.state_dir().join("releases").join("notes");
+    let mut broken = 0;
+    for entry in std::fs::read_dir(&releases).expect("releases/notes") {
+        let dir = entry.expect("release entry").path();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+            .expect("make the release dir writable");
+        std::fs::remove_file(dir.join("connector.json")).expect("remove connector.json");
+        broken += 1;
+    }
+    assert_eq!(broken, 1, "one release of notes");
+    rt.restart();
+    rt.wait_status("tool", "ready", READY);
+
+    let text = rt.tutti_ok(&["connector", "available", "--json"]);
+    let v: Value = serde_json::from_str(&text).expect("available --json");
+    let connectors = v["connectors"].as_array().expect("connectors");
+    let keys: Vec<&str> = connectors
+        .iter()
+        .filter_map(|c| c["key"].as_str())
+        .collect();
+    assert_eq!(keys, ["notes", "tool"], "{text}");
+    let notes = &connectors[0];
+    assert_eq!(notes["interfaces"], json!([]), "{text}");
+    assert_eq!(notes["skills"], json!([]), "{text}");
+    assert!(
+        notes["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("cannot be read") && d.contains("tutti status")),
+        "{text}"
+    );
+    assert!(
+        connectors[1]["interfaces"]
+            .as_array()
+            .is_some_and(|i| !i.is_empty()),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&rt.state_dir().to_string_lossy().to_string()),
+        "{text}"
+    );
+    let status = rt.connector_status("notes").expect("notes in status");
+    assert!(
+        status["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("unreadable")),
+        "{status}"
+    );
+}
+
 // === helpers ===
 
 fn shim(rt: &Runtime, key: &str) -> PathBuf {
