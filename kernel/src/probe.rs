@@ -13,7 +13,7 @@ use tutti_proto::kernel as pb;
 use crate::manifest::{self, Manifest};
 use crate::naming::local_name;
 use crate::spawn::{self, ChildSpec};
-use crate::state::{Kernel, lock, sha256};
+use crate::state::{Credentials, Kernel, lock, sha256};
 use crate::toolset::{OfferedTool, validate};
 
 pub struct ProbeSlot {
@@ -46,8 +46,28 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
             manifest.key
         )));
     }
+    // Stored secrets go only to the installed release itself (probed by key or by its path): a
+    // folder that merely claims an installed key could send them anywhere.
+    let is_installed_release = lock(&k.inner)
+        .registry
+        .connectors
+        .get(&manifest.key)
+        .is_some_and(|c| c.release_dir == release);
+    let credentials = if is_installed_release {
+        Credentials::Stored
+    } else {
+        Credentials::Withheld
+    };
+    let withheld_hint = (credentials == Credentials::Withheld
+        && !k.secrets.load(&manifest.key).is_empty())
+    .then(|| {
+        format!(
+            " (the stored credentials of the installed connector {key} are given only to its installed release: probe that with `tutti connector probe {key}`)",
+            key = manifest.key
+        )
+    });
     let launch = k
-        .launch_spec(&manifest.key, &manifest, &release)
+        .launch_spec(&manifest.key, &manifest, &release, credentials)
         .map_err(Status::failed_precondition)?;
     if launch.transport == "stdio" {
         let allowed = req.allow_commands.clone();
@@ -60,12 +80,7 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         )
         .or_else(|e| {
             // An installed connector was allowed at install time.
-            let installed = lock(&k.inner)
-                .registry
-                .connectors
-                .get(&manifest.key)
-                .is_some_and(|c| c.release_dir == release);
-            if installed {
+            if is_installed_release {
                 Ok(())
             } else {
                 Err(Status::failed_precondition(e))
@@ -138,7 +153,10 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     };
     lock(&k.inner).probes.remove(&generation);
     spawn::stop_group(&mut child, Duration::from_secs(2)).await;
-    outcome.map_err(|e| Status::failed_precondition(k.redact(&e)))
+    outcome.map_err(|e| {
+        let hint = withheld_hint.as_deref().unwrap_or_default();
+        Status::failed_precondition(k.redact(&format!("{e}{hint}")))
+    })
 }
 
 /// Called by OfferTools for a probe generation.

@@ -15,7 +15,7 @@ use tutti_proto::kernel::kernel_server::Kernel as KernelRpc;
 
 use crate::manifest::{self, Manifest, Mcp};
 use crate::registry::{AuthState, Installed};
-use crate::state::{Kernel, Status as CStatus, lock, sha256};
+use crate::state::{Credentials, Kernel, Status as CStatus, lock, sha256};
 use crate::supervisor::{Msg, start_actor};
 use crate::toolset::{OfferedTool, validate};
 
@@ -810,7 +810,7 @@ impl KernelRpc for Service {
         };
         let launch = self
             .k
-            .launch_spec(&req.key, &manifest, &release)
+            .launch_spec(&req.key, &manifest, &release, Credentials::Stored)
             .map_err(precondition)?;
         let mut env_names: Vec<&String> = launch.env.keys().collect();
         env_names.sort();

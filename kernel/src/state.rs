@@ -134,6 +134,15 @@ pub fn sha256(s: &str) -> [u8; 32] {
     Sha256::digest(s.as_bytes()).into()
 }
 
+/// Whether a launch gets the connector's stored secrets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credentials {
+    /// The installed release: its stored secrets go into the environment or headers.
+    Stored,
+    /// Anything else that only claims the key (a probed folder): it could send them anywhere.
+    Withheld,
+}
+
 impl Kernel {
     pub fn new(
         paths: Paths,
@@ -294,14 +303,19 @@ impl Kernel {
         }
     }
 
-    /// The LaunchSpec a worker gets (secrets included; travels only over the kernel socket).
+    /// The LaunchSpec a worker gets (with `Credentials::Stored`, the connector's stored
+    /// secrets; it travels only over the kernel socket).
     pub fn launch_spec(
         &self,
         key: &str,
         manifest: &Manifest,
         release_dir: &std::path::Path,
+        credentials: Credentials,
     ) -> Result<pb::LaunchSpec, String> {
-        let secrets = self.secrets.load(key);
+        let secrets = match credentials {
+            Credentials::Stored => self.secrets.load(key),
+            Credentials::Withheld => Default::default(),
+        };
         let redact = self.redactions(key);
         let log_path = self.paths.connector_log(key).to_string_lossy().into_owned();
         match &manifest.mcp {

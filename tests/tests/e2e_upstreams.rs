@@ -1288,6 +1288,53 @@ fn recorded_methods(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Stored credentials go only to the installed release. A folder that merely claims an
+/// installed key (same key, any URL) is probed without them, so it cannot collect them; the
+/// installed release, probed by key, gets them.
+#[test]
+fn a_probed_folder_claiming_an_installed_key_gets_no_stored_credentials() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let right = format!("right-{}", random_hex());
+    let fixture = FixtureAt::start(
+        free_port(),
+        &["--tools", "echo", "--require-bearer", &right],
+    );
+    let url = format!("http://127.0.0.1:{}/mcp", fixture.port);
+    let manifest = http_connector("remote", &url, Some(bearer("API_TOKEN")));
+    rt.install_ok(&manifest, &[]);
+    let out = rt
+        .tutti_cmd(&["connector", "connect", "remote", "--from-env", "API_TOKEN"])
+        .env("API_TOKEN", &right)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
+    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    rt.wait_status("remote", "ready", READY);
+
+    // By key: the installed release, with its stored token, lists the tools.
+    let (out, probe) = probe_json(&rt, "remote");
+    assert!(out.status.success(), "probe remote: {:?}", lines_of(&out));
+    assert!(
+        probe_tool_names(&probe, "upstreamName").contains("echo"),
+        "{probe}"
+    );
+
+    // The same manifest in another folder gets no token: the upstream refuses it, and the
+    // answer says how to probe the installed release.
+    let dir = rt.write_release(&manifest, &[]);
+    let out = rt.tutti(&["connector", "probe", &dir.to_string_lossy()]);
+    let (stdout, stderr) = lines_of(&out);
+    assert!(
+        !out.status.success(),
+        "a folder claiming key remote was probed with the stored token: {stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("given only to its installed release")
+            && stderr.contains("tutti connector probe remote"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains(&right) && !stderr.contains(&right));
+}
+
 #[test]
 fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
     let mut rt = Runtime::start(RuntimeOptions::default());
