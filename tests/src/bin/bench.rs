@@ -39,6 +39,7 @@ mod bench {
 
     struct Scale {
         calls: usize,
+        big_calls: usize,
         load_secs: u64,
         connectors: usize,
         list_iters: usize,
@@ -96,6 +97,7 @@ mod bench {
         let scale = if args.smoke {
             Scale {
                 calls: 50,
+                big_calls: 5,
                 load_secs: 1,
                 connectors: 3,
                 list_iters: 20,
@@ -104,6 +106,7 @@ mod bench {
         } else {
             Scale {
                 calls: 5000,
+                big_calls: 300,
                 load_secs: 5,
                 connectors: 50,
                 list_iters: 300,
@@ -130,7 +133,7 @@ mod bench {
 
         let mut rt = Runtime::start(RuntimeOptions::default());
         rt.install_ok(
-            &fixture_connector("bench", &["--tools", "echo,sleep,whoami"]),
+            &fixture_connector("bench", &["--tools", "echo,sleep,whoami,big"]),
             &[],
         );
         rt.wait_status("bench", "ready", Duration::from_secs(20));
@@ -184,6 +187,23 @@ mod bench {
             }
             let (_, _, _, s) = summary(v);
             r.row("tools/call echo via runtime, legacy, reqwest client", s);
+        }
+        // A large result (1 MiB of text), direct and through the runtime: what the path costs
+        // per byte (HTTP, gRPC and JSON handling in the frontend and the worker).
+        {
+            let big = json!({"bytes": 1 << 20});
+            let n = scale.big_calls;
+            let (d50, _, _, s) = summary(direct_tool_calls(n, "big", &big)?);
+            r.row("tools/call big (1 MiB result), direct stdio", s);
+            let mut raw = RawHttp::connect(&url, &token, None)?;
+            let v =
+                tokio::task::block_in_place(|| raw.tool_calls(Era::Legacy, "bench_big", &big, n))?;
+            let (p50, _, _, s) = summary(v);
+            r.row("tools/call big (1 MiB result) via runtime, legacy", s);
+            r.row(
+                "  added latency over direct, 1 MiB result",
+                format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
+            );
         }
 
         if args.latency_only {
@@ -378,8 +398,13 @@ mod bench {
     // === direct baseline ===
 
     fn direct_calls(n: usize) -> Result<Vec<Duration>> {
+        direct_tool_calls(n, "echo", &json!({"message": "x"}))
+    }
+
+    /// `n` timed calls of `tool` (after 20 untimed ones), raw JSON-RPC over the fixture's stdio.
+    fn direct_tool_calls(n: usize, tool: &str, arguments: &Value) -> Result<Vec<Duration>> {
         let mut child = Command::new(fixture_bin())
-            .args(["--tools", "echo"])
+            .args(["--tools", "echo,big"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -409,7 +434,7 @@ mod bench {
         for i in 0..(n + 20) {
             let t = Instant::now();
             rpc(
-                &json!({"jsonrpc":"2.0","id":i+1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"x"}}}),
+                &json!({"jsonrpc":"2.0","id":i+1,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
                 true,
             )?;
             if i >= 20 {
@@ -647,6 +672,17 @@ mod bench {
 
         /// `n` timed echo calls after 20 untimed ones; every answer must be a result.
         fn echo_calls(&mut self, era: Era, tool: &str, n: usize) -> Result<Vec<Duration>> {
+            self.tool_calls(era, tool, &json!({"message": "x"}), n)
+        }
+
+        /// `n` timed calls of `tool` (after 20 untimed ones) on this connection.
+        fn tool_calls(
+            &mut self,
+            era: Era,
+            tool: &str,
+            arguments: &Value,
+            n: usize,
+        ) -> Result<Vec<Duration>> {
             let extra = match era {
                 Era::Legacy => "MCP-Protocol-Version: 2025-06-18\r\n".to_string(),
                 Era::Modern => format!(
@@ -657,7 +693,7 @@ mod bench {
             for i in 0..(n + 20) {
                 let id = self.next_id;
                 self.next_id += 1;
-                let mut params = json!({"name": tool, "arguments": {"message": "x"}});
+                let mut params = json!({"name": tool, "arguments": arguments});
                 if let Era::Modern = era {
                     params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}});
                 }
