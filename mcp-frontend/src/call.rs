@@ -5,6 +5,9 @@ use std::future::pending;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
@@ -63,7 +66,138 @@ impl Outcome {
 }
 
 /// A call's answer and how it ended.
-type Ended = (Result<Value, RpcError>, Outcome);
+type Ended = (Result<CallResult, RpcError>, Outcome);
+
+/// A `CallToolResult` as the worker sent it: JSON text checked to be one object and read only
+/// for the two fields the frontend needs, then written to the client as it is. Not parsed into
+/// a tree and serialized again: for a 1 MiB result that round trip was most of the frontend's
+/// work (docs/PERFORMANCE.md), and numbers keep their exact text.
+#[derive(Debug)]
+pub(crate) struct CallResult {
+    raw: Box<RawValue>,
+    is_error: bool,
+    has_result_type: bool,
+}
+
+impl CallResult {
+    /// `None` unless `text` is exactly one JSON object.
+    pub(crate) fn from_json(text: String) -> Option<Self> {
+        let shape: Shape = serde_json::from_str(&text).ok()?;
+        let raw = RawValue::from_string(text).ok()?;
+        Some(Self {
+            raw,
+            is_error: shape.is_error,
+            has_result_type: shape.has_result_type,
+        })
+    }
+
+    /// One of our own results (a JSON object built here).
+    fn from_value(value: &Value) -> Option<Self> {
+        Self::from_json(value.to_string())
+    }
+
+    /// `isError: true`.
+    pub(crate) fn is_error(&self) -> bool {
+        self.is_error
+    }
+
+    /// The modern surface's form: `"resultType": "complete"` added when the upstream set none.
+    pub(crate) fn with_result_type(self) -> Self {
+        if self.has_result_type {
+            return self;
+        }
+        // `RawValue` holds the object without surrounding whitespace, so it starts with `{`.
+        let text = self.raw.get();
+        let rest = text.strip_prefix('{').unwrap_or(text);
+        let spliced = if rest.trim_start().starts_with('}') {
+            r#"{"resultType":"complete"}"#.to_owned()
+        } else {
+            format!(r#"{{"resultType":"complete",{rest}"#)
+        };
+        Self::from_json(spliced).unwrap_or(self)
+    }
+
+    /// Length of the JSON text.
+    pub(crate) fn len(&self) -> usize {
+        self.raw.get().len()
+    }
+}
+
+impl Serialize for CallResult {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.raw.serialize(serializer)
+    }
+}
+
+/// What [`CallResult::from_json`] reads of a result: a pass over the text that keeps nothing
+/// but these two facts (and fails unless it is one object).
+struct Shape {
+    is_error: bool,
+    has_result_type: bool,
+}
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(ShapeVisitor)
+    }
+}
+
+struct ShapeVisitor;
+
+impl<'de> Visitor<'de> for ShapeVisitor {
+    type Value = Shape;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
+        let mut shape = Shape {
+            is_error: false,
+            has_result_type: false,
+        };
+        while let Some(key) = map.next_key::<ShapeKey>()? {
+            match key {
+                ShapeKey::IsError => shape.is_error = map.next_value::<Value>()? == json!(true),
+                ShapeKey::ResultType => {
+                    shape.has_result_type = true;
+                    map.next_value::<IgnoredAny>()?;
+                }
+                ShapeKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(shape)
+    }
+}
+
+/// A key of a result object, classified without allocating.
+enum ShapeKey {
+    IsError,
+    ResultType,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for ShapeKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = ShapeKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<ShapeKey, E> {
+                Ok(match key {
+                    "isError" => ShapeKey::IsError,
+                    "resultType" => ShapeKey::ResultType,
+                    _ => ShapeKey::Other,
+                })
+            }
+        }
+        deserializer.deserialize_identifier(KeyVisitor)
+    }
+}
 
 /// The frontend's own deadline is the call timeout plus this much (the worker normally
 /// answers the timeout itself).
@@ -213,7 +347,7 @@ pub(crate) async fn execute(
     tool: &Tool,
     arguments: Option<&Value>,
     cancelled: Option<oneshot::Receiver<()>>,
-) -> Result<Value, RpcError> {
+) -> Result<CallResult, RpcError> {
     let mut audit = AuditGuard {
         app,
         who,
@@ -238,10 +372,10 @@ async fn execute_call(
     let empty = Value::Object(Map::new());
     let arguments = arguments.filter(|a| !a.is_null()).unwrap_or(&empty);
     if let Err(text) = validate::check(&tool.validator, arguments) {
-        return (
-            Ok(json!({"content": [{"type": "text", "text": text}], "isError": true})),
-            Outcome::InvalidArguments,
-        );
+        let result = json!({"content": [{"type": "text", "text": text}], "isError": true});
+        let answer = CallResult::from_value(&result)
+            .ok_or_else(|| RpcError::new(INTERNAL_ERROR, "cannot encode a result"));
+        return (answer, Outcome::InvalidArguments);
     }
 
     let mut fence = connector.fence.subscribe();
@@ -348,16 +482,16 @@ fn map_reply(
         reply.generation
     };
     match reply.outcome {
-        Some(call_tool_reply::Outcome::ResultJson(text)) => match serde_json::from_str(&text) {
-            Ok(result @ Value::Object(_)) => {
-                let outcome = if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        Some(call_tool_reply::Outcome::ResultJson(text)) => match CallResult::from_json(text) {
+            Some(result) => {
+                let outcome = if result.is_error() {
                     Outcome::ToolError
                 } else {
                     Outcome::Ok
                 };
                 (Ok(result), outcome)
             }
-            _ => (
+            None => (
                 Err(unavailable(
                     key,
                     generation,
@@ -487,10 +621,68 @@ mod tests {
         };
         let (answer, outcome) = map_reply("gh_x", "gh", 1, Ok(reply));
         assert_eq!(outcome, Outcome::Ok);
+        let result = answer.expect("result");
+        // Byte for byte, also in the envelope.
+        assert_eq!(result.raw.get(), text);
+        #[derive(Serialize)]
+        struct Envelope<'a> {
+            result: &'a CallResult,
+        }
+        let envelope = serde_json::to_string(&Envelope { result: &result }).expect("envelope");
+        assert_eq!(envelope, format!(r#"{{"result":{text}}}"#));
+    }
+
+    #[test]
+    fn result_text_is_checked_and_read_without_a_tree() {
+        let shape =
+            |t: &str| CallResult::from_json(t.to_owned()).map(|r| (r.is_error, r.has_result_type));
+        assert_eq!(shape(r#"{"content":[]}"#), Some((false, false)));
         assert_eq!(
-            answer.expect("result"),
-            serde_json::from_str::<Value>(text).expect("json")
+            shape(r#" {"isError": true, "content": []} "#),
+            Some((true, false))
         );
+        assert_eq!(
+            shape(r#"{"isError":"yes","resultType":null}"#),
+            Some((false, true))
+        );
+        // Keys are compared after unescaping.
+        assert_eq!(shape(r#"{"is\u0045rror":true}"#), Some((true, false)));
+        for bad in [
+            "[1]",
+            "1",
+            "\"x\"",
+            "{",
+            r#"{"a":1} {"b":2}"#,
+            r#"{"a":}"#,
+            "",
+        ] {
+            assert!(CallResult::from_json(bad.to_owned()).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_modern_form_adds_result_type_once() {
+        let modern = |t: &str| {
+            let r = CallResult::from_json(t.to_owned())
+                .expect("object")
+                .with_result_type();
+            serde_json::from_str::<Value>(r.raw.get()).expect("still JSON")
+        };
+        assert_eq!(modern("{}"), json!({"resultType": "complete"}));
+        assert_eq!(modern("{ }"), json!({"resultType": "complete"}));
+        assert_eq!(
+            modern(r#"{"content":[],"isError":false}"#),
+            json!({"resultType": "complete", "content": [], "isError": false})
+        );
+        assert_eq!(
+            modern(r#"{"resultType":"incomplete","x":1}"#),
+            json!({"resultType": "incomplete", "x": 1})
+        );
+        let twice = CallResult::from_json("{\"a\":1}".into())
+            .expect("object")
+            .with_result_type()
+            .with_result_type();
+        assert_eq!(twice.raw.get().matches("resultType").count(), 1);
     }
 
     /// The audit outcome follows the worker's `reason` field, not its message text.

@@ -55,7 +55,9 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     Ok(page) => return page.respond(&id),
                     Err(error) => Err(error),
                 },
-                "tools/call" => tools_call(&ctx, &id, params.as_ref()).await,
+                "tools/call" => {
+                    return rpc::call_response(&id, tools_call(&ctx, &id, params.as_ref()).await);
+                }
                 "resources/list" => Ok(json!({"resources": []})),
                 "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
                 "prompts/list" => Ok(json!({"prompts": []})),
@@ -86,7 +88,11 @@ fn initialize(params: Option<&Value>) -> Value {
     })
 }
 
-async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Result<Value, RpcError> {
+async fn tools_call(
+    ctx: &Ctx,
+    id: &Value,
+    params: Option<&Value>,
+) -> Result<call::CallResult, RpcError> {
     let name = call::tool_name(params)?;
     let tool = call::resolve(&ctx.app, name).await?;
     let (_guard, cancelled) = ctx.app.register_pending(&ctx.identity, id);

@@ -229,13 +229,6 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
     // Dropping this future (the client closed the stream) cancels the worker call.
     let answer = call::execute(&ctx.app, &ctx.identity, &tool, arguments, None)
         .await
-        .map(|mut result| {
-            if let Value::Object(fields) = &mut result {
-                fields
-                    .entry("resultType")
-                    .or_insert_with(|| json!("complete"));
-            }
-            result
-        });
-    rpc::answer_response(id, answer)
+        .map(call::CallResult::with_result_type);
+    rpc::call_response(id, answer)
 }

@@ -187,6 +187,18 @@ pub(crate) fn answer_response(id: &Value, answer: Result<Value, RpcError>) -> Re
     json_response(StatusCode::OK, &body)
 }
 
+/// `200 OK` with a `tools/call` answer: the result's JSON text as the worker sent it, or the
+/// error.
+pub(crate) fn call_response(
+    id: &Value,
+    answer: Result<crate::call::CallResult, RpcError>,
+) -> Response {
+    match answer {
+        Ok(result) => result_response(id, &result, result.len()),
+        Err(error) => json_response(StatusCode::OK, &error_body(id, &error)),
+    }
+}
+
 pub(crate) fn error_response(status: StatusCode, id: &Value, error: &RpcError) -> Response {
     json_response(status, &error_body(id, error))
 }
