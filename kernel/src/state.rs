@@ -280,11 +280,6 @@ impl Kernel {
         }
     }
 
-    /// Secret values of one connector, for redaction.
-    pub fn redactions(&self, key: &str) -> Vec<String> {
-        redaction_list(self.secrets.load(key).into_values())
-    }
-
     /// Replaces every known secret value in `text` with `***`.
     pub fn redact(&self, text: &str) -> String {
         self.redactor()(text)
@@ -312,11 +307,12 @@ impl Kernel {
         release_dir: &std::path::Path,
         credentials: Credentials,
     ) -> Result<pb::LaunchSpec, String> {
+        // Withheld: neither the values nor the list of values to mask leave the kernel.
         let secrets = match credentials {
             Credentials::Stored => self.secrets.load(key),
             Credentials::Withheld => Default::default(),
         };
-        let redact = self.redactions(key);
+        let redact = redaction_list(secrets.values().cloned());
         let log_path = self.paths.connector_log(key).to_string_lossy().into_owned();
         match &manifest.mcp {
             Some(Mcp::Stdio {
