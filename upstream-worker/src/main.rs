@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -41,10 +42,11 @@ fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
                 Some(dir) => state_dir = Some(PathBuf::from(dir)),
                 None => return Err("--state-dir needs a directory".into()),
             },
-            Some(s) if s.starts_with("--state-dir=") => {
-                state_dir = Some(PathBuf::from(&s["--state-dir=".len()..]));
-            }
-            _ => return Err(format!("unexpected argument {arg:?}")),
+            Some(s) => match s.strip_prefix("--state-dir=") {
+                Some(dir) => state_dir = Some(PathBuf::from(dir)),
+                None => return Err(format!("unexpected argument {s:?}")),
+            },
+            None => return Err(format!("unexpected argument {arg:?}")),
         }
     }
     Ok(Cli::Run { state_dir })
@@ -53,12 +55,14 @@ fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
 fn main() -> ExitCode {
     let state_dir = match parse_cli(std::env::args_os().skip(1)) {
         Ok(Cli::Run { state_dir }) => state_dir,
+        // Written with the error ignored: `print!` would panic on a closed pipe.
         Ok(Cli::Help) => {
-            print!("{USAGE}");
+            let _ = std::io::stdout().write_all(USAGE.as_bytes());
             return ExitCode::SUCCESS;
         }
         Ok(Cli::Version) => {
-            println!("tutti-upstream-worker {}", env!("CARGO_PKG_VERSION"));
+            let version = format!("tutti-upstream-worker {}\n", env!("CARGO_PKG_VERSION"));
+            let _ = std::io::stdout().write_all(version.as_bytes());
             return ExitCode::SUCCESS;
         }
         Err(e) => {
