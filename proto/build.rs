@@ -11,6 +11,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // Small starting buffers instead of tonic's 8 KiB per message (src/codec.rs).
         .codec_path("crate::codec::LeanCodec")
+        // Messages with secret values get a hand-written Debug (src/redacted.rs).
+        .skip_debug([
+            ".tutti.kernel.v1.LaunchSpec",
+            ".tutti.kernel.v1.ResolveShimReply",
+            ".tutti.kernel.v1.ConnectRequest",
+        ])
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=tutti");
     Ok(())

@@ -25,69 +25,19 @@ fn pick(flag: Option<&Path>, env: impl Fn(&str) -> Option<OsString>) -> Result<P
         }
         return Ok(dir.to_path_buf());
     }
-    if let Some(dir) = env("TUTTI_STATE_DIR").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    platform::default_dir(&env)
+    // The same rule every other binary uses (tutti_proto::state_dir), so they all meet.
+    tutti_proto::state_dir::resolve(env).ok_or_else(|| CliError::NoStateDir {
+        reason: NO_DEFAULT.to_owned(),
+    })
 }
 
+/// Why there is no platform default.
 #[cfg(all(unix, not(target_os = "macos")))]
-mod platform {
-    use super::*;
-
-    pub(super) fn default_dir(env: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, CliError> {
-        if let Some(xdg) = env("XDG_STATE_HOME").map(PathBuf::from) {
-            // The XDG spec says relative values are invalid and must be ignored.
-            if xdg.is_absolute() {
-                return Ok(xdg.join("tutti"));
-            }
-        }
-        let home = home(env)?;
-        Ok(home.join(".local").join("state").join("tutti"))
-    }
-
-    fn home(env: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, CliError> {
-        env("HOME")
-            .filter(|h| !h.is_empty())
-            .map(PathBuf::from)
-            .ok_or_else(|| CliError::NoStateDir {
-                reason: "neither XDG_STATE_HOME nor HOME is set".to_owned(),
-            })
-    }
-}
-
+const NO_DEFAULT: &str = "neither XDG_STATE_HOME nor HOME is set";
 #[cfg(target_os = "macos")]
-mod platform {
-    use super::*;
-
-    pub(super) fn default_dir(env: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, CliError> {
-        env("HOME")
-            .filter(|h| !h.is_empty())
-            .map(|h| {
-                PathBuf::from(h)
-                    .join("Library")
-                    .join("Application Support")
-                    .join("tutti")
-            })
-            .ok_or_else(|| CliError::NoStateDir {
-                reason: "HOME is not set".to_owned(),
-            })
-    }
-}
-
+const NO_DEFAULT: &str = "HOME is not set";
 #[cfg(windows)]
-mod platform {
-    use super::*;
-
-    pub(super) fn default_dir(env: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, CliError> {
-        env("LOCALAPPDATA")
-            .filter(|h| !h.is_empty())
-            .map(|d| PathBuf::from(d).join("tutti"))
-            .ok_or_else(|| CliError::NoStateDir {
-                reason: "LOCALAPPDATA is not set".to_owned(),
-            })
-    }
-}
+const NO_DEFAULT: &str = "LOCALAPPDATA is not set";
 
 #[cfg(test)]
 mod tests {

@@ -349,7 +349,7 @@ async fn wait_for_signal() {
 async fn shutdown(k: &Arc<Kernel>) {
     tracing::info!("shutting down");
     notify::notify("STOPPING=1");
-    {
+    let revoked_at = {
         let mut inner = lock(&k.inner);
         lock(&k.tokens).revoke_all();
         k.publish_other(
@@ -361,8 +361,11 @@ async fn shutdown(k: &Arc<Kernel>) {
                     session: String::new(),
                 },
             ),
-        );
-    }
+        )
+    };
+    // Revoked before anything drains (SPEC §4), confirmed by the session caches like any
+    // other revocation.
+    k.session_caches.settle(revoked_at).await;
     let _ = k.shutdown.send(true);
     let actors: Vec<_> = lock(&k.inner).actors.values().cloned().collect();
     let mut waits = Vec::new();

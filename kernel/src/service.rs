@@ -365,7 +365,9 @@ impl KernelRpc for Service {
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
         self.k.secrets.delete(&key);
-        let _ = std::fs::remove_dir_all(self.k.paths.releases().join(&key));
+        // Off the kernel's one runtime thread: a release can hold many files.
+        let releases = self.k.paths.releases().join(&key);
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(releases)).await;
         self.k
             .audit
             .record("uninstall", serde_json::json!({"connector": key}));
@@ -745,11 +747,20 @@ impl KernelRpc for Service {
             let snapshot = Kernel::snapshot_event(&inner);
             // Registered under the lock that orders revisions: every revocation published
             // after this snapshot is waited for.
-            let registration = req.caches_sessions.then(|| {
-                self.k
-                    .session_caches
-                    .register(req.watcher_id, snapshot.revision)
-            });
+            let registration = match req.caches_sessions {
+                true => Some(
+                    self.k
+                        .session_caches
+                        .register(req.watcher_id, snapshot.revision)
+                        .ok_or_else(|| {
+                            Status::already_exists(format!(
+                                "watcher id {} is already watching routes; watch with a new id",
+                                req.watcher_id
+                            ))
+                        })?,
+                ),
+                false => None,
+            };
             (snapshot, self.k.events.subscribe(), registration)
         };
         let k = self.k.clone();

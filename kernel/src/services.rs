@@ -125,6 +125,13 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
                 spawn::sweep_group(pid);
                 port = remember_port(&k, port);
                 let _ = done.send(());
+                // Requests queued meanwhile were about the process that is gone, not about
+                // the fresh one started next.
+                if let Some(rx) = fence_requests.as_mut() {
+                    while let Ok(queued) = rx.try_recv() {
+                        let _ = queued.send(());
+                    }
+                }
                 // Not a crash of its own: start a fresh one (empty cache) on the same port now.
                 continue;
             }

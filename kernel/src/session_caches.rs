@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -16,23 +17,38 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// How long a revocation waits for the caches to confirm before the holder is stopped.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Live caching watchers: watcher id → highest revision it has confirmed.
+/// Live caching watchers: watcher id → (highest revision it has confirmed, registration).
 pub struct SessionCaches {
-    acked: watch::Sender<HashMap<u64, u64>>,
+    acked: watch::Sender<HashMap<u64, Acked>>,
+    registrations: AtomicU64,
     fence_tx: mpsc::UnboundedSender<oneshot::Sender<()>>,
     fence_rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<oneshot::Sender<()>>>>,
+}
+
+#[derive(Clone, Copy)]
+struct Acked {
+    revision: u64,
+    /// Which registration holds the id, so a late drop never removes a newer one.
+    registration: u64,
 }
 
 /// Deregisters a watcher when its route stream ends (the holder went away: nothing to wait for).
 pub struct Registration {
     caches: Arc<SessionCaches>,
     id: u64,
+    registration: u64,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.caches.acked.send_modify(|m| {
-            m.remove(&self.id);
+        self.caches.acked.send_if_modified(|m| {
+            let ours = m
+                .get(&self.id)
+                .is_some_and(|a| a.registration == self.registration);
+            if ours {
+                m.remove(&self.id);
+            }
+            ours
         });
     }
 }
@@ -42,6 +58,7 @@ impl Default for SessionCaches {
         let (fence_tx, fence_rx) = mpsc::unbounded_channel();
         Self {
             acked: watch::Sender::new(HashMap::new()),
+            registrations: AtomicU64::new(0),
             fence_tx,
             fence_rx: std::sync::Mutex::new(Some(fence_rx)),
         }
@@ -50,22 +67,36 @@ impl Default for SessionCaches {
 
 impl SessionCaches {
     /// A watcher starts caching with everything up to `revision` applied (its cache is empty).
-    /// Call while holding the lock under which revisions are handed out.
-    pub fn register(self: &Arc<Self>, id: u64, revision: u64) -> Registration {
-        self.acked.send_modify(|m| {
-            m.insert(id, revision);
+    /// Call while holding the lock under which revisions are handed out. `None` when `id` is
+    /// already registered (ids name watchers in `AckRoutes`, so they must be unique).
+    pub fn register(self: &Arc<Self>, id: u64, revision: u64) -> Option<Registration> {
+        let registration = self.registrations.fetch_add(1, Ordering::Relaxed);
+        let mut taken = false;
+        self.acked.send_if_modified(|m| {
+            taken = m.contains_key(&id);
+            if !taken {
+                m.insert(
+                    id,
+                    Acked {
+                        revision,
+                        registration,
+                    },
+                );
+            }
+            !taken
         });
-        Registration {
+        (!taken).then(|| Registration {
             caches: self.clone(),
             id,
-        }
+            registration,
+        })
     }
 
     /// Records a confirmation; unknown watchers (already gone) are ignored.
     pub fn ack(&self, id: u64, revision: u64) {
         self.acked.send_if_modified(|m| match m.get_mut(&id) {
-            Some(acked) if *acked < revision => {
-                *acked = revision;
+            Some(acked) if acked.revision < revision => {
+                acked.revision = revision;
                 true
             }
             _ => false,
@@ -79,13 +110,16 @@ impl SessionCaches {
         let mut rx = self.acked.subscribe();
         let confirmed = tokio::time::timeout(
             ACK_TIMEOUT,
-            rx.wait_for(|m| m.values().all(|&acked| acked >= revision)),
+            rx.wait_for(|m| m.values().all(|a| a.revision >= revision)),
         )
         .await
         .is_ok_and(|r| r.is_ok());
         if confirmed {
             return false;
         }
+        // The laggards are about to be stopped: no later revocation waits for them again.
+        self.acked
+            .send_modify(|m| m.retain(|_, a| a.revision >= revision));
         tracing::warn!(
             revision,
             "a session cache did not confirm a revocation in time; stopping the frontend"
@@ -155,5 +189,38 @@ mod tests {
         });
         assert!(caches.settle(2).await, "the frontend was stopped");
         supervisor.await.expect("supervisor task");
+        // The stopped cache is not waited for again, even before its stream has ended.
+        assert!(
+            !caches.settle(3).await,
+            "a later revocation waits for no one"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watcher_ids_are_unique_and_a_late_drop_spares_a_newer_registration() {
+        let caches = Arc::new(SessionCaches::default());
+        let first = caches.register(9, 1).expect("first registration");
+        assert!(caches.register(9, 1).is_none(), "id 9 is taken");
+        // The first holder is fenced (removed by settle) and its id registered again.
+        let mut fence = caches.take_fence_requests().expect("fence requests");
+        let supervisor = tokio::spawn(async move {
+            let done = fence.recv().await.expect("a fence request");
+            let _ = done.send(());
+        });
+        assert!(caches.settle(2).await);
+        supervisor.await.expect("supervisor task");
+        let _second = caches.register(9, 2).expect("id free again");
+        // The old stream ends late: the newer registration must still be waited for.
+        drop(first);
+        let waiting = caches.settle(3);
+        tokio::pin!(waiting);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), &mut waiting)
+                .await
+                .is_err(),
+            "the newer registration has not confirmed revision 3"
+        );
+        caches.ack(9, 3);
+        assert!(!waiting.await);
     }
 }

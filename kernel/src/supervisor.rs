@@ -372,9 +372,7 @@ impl Actor {
             return;
         };
         self.forget_worker(g);
-        // Redacted once (it reads every stored secret): status, the log line and the
-        // upgrade error all show this text.
-        let reason = self.k.redact(&self.start_error.take().unwrap_or(detail));
+        let detail = self.start_error.take().unwrap_or(detail);
         let was_live = self.live == Some(g);
         let was_candidate = self.candidate == Some(g);
         if was_live {
@@ -387,6 +385,9 @@ impl Actor {
         } else {
             return; // an old generation we stopped on purpose
         }
+        // Redacted once, and only when shown (it reads every stored secret): status, the log
+        // line and the upgrade error all show this text.
+        let reason = self.k.redact(&detail);
         if self.auth_failed {
             return;
         }

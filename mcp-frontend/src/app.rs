@@ -25,8 +25,6 @@ pub(crate) struct App {
     /// Bumped whenever the visible tool list changed.
     pub(crate) tools_version: watch::Sender<u64>,
     pub(crate) listeners: Listeners,
-    /// Bumped before every session revocation is applied to listen streams.
-    revocations: AtomicU64,
     pending: Mutex<HashMap<PendingKey, (u64, oneshot::Sender<()>)>>,
     call_seq: AtomicU64,
     call_prefix: String,
@@ -51,7 +49,6 @@ impl App {
             routes: watch::channel(None).0,
             tools_version: watch::channel(0).0,
             listeners: Listeners::default(),
-            revocations: AtomicU64::new(0),
             pending: Mutex::new(HashMap::new()),
             call_seq: AtomicU64::new(0),
             call_prefix: format!("f{:x}-{:x}", std::process::id(), started),
@@ -99,14 +96,6 @@ impl App {
         }
     }
 
-    pub(crate) fn revocation_seq(&self) -> u64 {
-        self.revocations.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn note_revocation(&self) {
-        self.revocations.fetch_add(1, Ordering::SeqCst);
-    }
-
     pub(crate) fn next_call_id(&self) -> String {
         let n = self.call_seq.fetch_add(1, Ordering::Relaxed);
         format!("{}-{n}", self.call_prefix)
@@ -151,6 +140,8 @@ impl App {
 
     /// Starts stopping: ends every listen stream, stops accepting.
     pub(crate) fn stop(&self) {
+        // The kernel stops waiting for this frontend's confirmations once it is stopping.
+        self.sessions.reset(false);
         self.listeners.close_all();
         self.stopping.send_replace(true);
     }

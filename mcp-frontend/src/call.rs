@@ -114,7 +114,15 @@ impl CallResult {
         } else {
             format!(r#"{{"resultType":"complete",{rest}"#)
         };
-        Self::from_json(spliced).unwrap_or(self)
+        // Valid by construction; `from_string` checks it once more (one pass, no tree).
+        match RawValue::from_string(spliced) {
+            Ok(raw) => Self {
+                raw,
+                is_error: self.is_error,
+                has_result_type: true,
+            },
+            Err(_) => self,
+        }
     }
 
     /// Length of the JSON text.
@@ -517,6 +525,11 @@ fn map_reply(
             } else {
                 i64::from(error.code)
             };
+            if reason == "fenced" && code == INVALID_PARAMS {
+                // The worker refused a call for a generation it no longer serves: the same
+                // SPEC §5 answer as a generation fenced before the call was sent.
+                return (Err(not_available(name, key, generation)), Outcome::RpcError);
+            }
             (
                 Err(RpcError::new(code, error.message)
                     .with_data(with_tutti(data, tutti(reason, key, generation)))),
@@ -683,6 +696,34 @@ mod tests {
             .with_result_type()
             .with_result_type();
         assert_eq!(twice.raw.get().matches("resultType").count(), 1);
+    }
+
+    /// The worker's own refusal of a fenced generation gets the frontend's one answer for it.
+    #[test]
+    fn a_worker_refusal_of_a_fenced_generation_reads_like_any_fenced_call() {
+        let reply = CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::Error(CallError {
+                code: -32602,
+                message:
+                    "tool is not available now (generation 4 of gh is fenced); list tools again"
+                        .into(),
+                data_json: String::new(),
+                reason: "fenced".into(),
+            })),
+            generation: 4,
+        };
+        let (answer, outcome) = map_reply("gh_x", "gh", 4, Ok(reply));
+        assert_eq!(outcome, Outcome::RpcError);
+        let e = answer.expect_err("error");
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert_eq!(
+            e.message,
+            "tool gh_x is not available now; list tools again"
+        );
+        assert_eq!(
+            e.data,
+            Some(json!({"tutti":{"reason":"fenced","connector":"gh","generation":4}}))
+        );
     }
 
     /// The audit outcome follows the worker's `reason` field, not its message text.

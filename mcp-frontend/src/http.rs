@@ -37,8 +37,9 @@ pub(crate) struct Ctx {
     pub(crate) app: Arc<App>,
     pub(crate) identity: Identity,
     pub(crate) token: String,
-    /// The revocation counter read before the token was verified.
-    pub(crate) revocations: u64,
+    /// The session cache's epoch read before the token was verified (it moves with every
+    /// revocation or resync, so a listen stream opened meanwhile checks the token again).
+    pub(crate) ticket: crate::sessions::Ticket,
     pub(crate) headers: HeaderMap,
 }
 
@@ -202,7 +203,7 @@ fn is_modern(headers: &HeaderMap, message: &rpc::Message) -> bool {
 
 /// The single handler behind every path and method.
 pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
-    let revocations = app.revocation_seq();
+    let ticket = app.sessions.ticket();
     let (parts, body) = request.into_parts();
 
     if !headers::host_allowed(&parts.headers) {
@@ -289,7 +290,7 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         app,
         identity,
         token,
-        revocations,
+        ticket,
         headers: parts.headers,
     };
     if modern {

@@ -70,13 +70,20 @@ impl Listeners {
         });
     }
 
-    /// Ends every stream, now and for streams opened later.
-    pub(crate) fn close_all(&self) {
+    /// Ends every open stream (new ones still open): after a resync, revocations may have
+    /// been missed, and the streams do not hold their tokens to check again. A client whose
+    /// session is still valid simply listens again.
+    pub(crate) fn end_open(&self) {
         let mut inner = self.lock();
-        inner.closed = true;
         for (_, (_, end)) in inner.entries.drain() {
             end.send_replace(true);
         }
+    }
+
+    /// Ends every stream, now and for streams opened later.
+    pub(crate) fn close_all(&self) {
+        self.lock().closed = true;
+        self.end_open();
     }
 
     #[cfg(test)]
@@ -120,13 +127,13 @@ fn frame(message: &Value) -> Bytes {
     Bytes::from(format!("event: message\ndata: {message}\n\n"))
 }
 
-/// Opens a listen stream. `revocations_at_start` is the revocation counter read before the
-/// token was verified, so a revocation racing with this request is not missed.
+/// Opens a listen stream. `ticket_at_start` is the session cache's epoch read before the token
+/// was verified, so a revocation (or resync) racing with this request is not missed.
 pub(crate) async fn open(
     app: Arc<App>,
     identity: Identity,
     token: &str,
-    revocations_at_start: u64,
+    ticket_at_start: crate::sessions::Ticket,
     id: Value,
     params: Option<&Value>,
 ) -> Response {
@@ -143,7 +150,7 @@ pub(crate) async fn open(
         id: listener,
     };
     let mut end_after_ack = *end.borrow();
-    if !end_after_ack && app.revocation_seq() != revocations_at_start {
+    if !end_after_ack && app.sessions.ticket() != ticket_at_start {
         end_after_ack = !matches!(app.backend.verify_session(token).await, Ok(Some(_)));
     }
     let mut keep_alive = tokio::time::interval_at(Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
@@ -272,6 +279,20 @@ mod tests {
         });
         assert!(*b.borrow());
         assert_eq!(l.len(), 0);
+    }
+
+    /// After a resync every open stream ends, but listening again works.
+    #[test]
+    fn a_resync_ends_open_streams_and_keeps_accepting_new_ones() {
+        let l = Listeners::default();
+        let (_, a) = l.register(who("w", "a"));
+        let (_, b) = l.register(who("v", "b"));
+        l.end_open();
+        assert!(*a.borrow() && *b.borrow());
+        assert_eq!(l.len(), 0);
+        let (_, again) = l.register(who("w", "a"));
+        assert!(!*again.borrow());
+        assert_eq!(l.len(), 1);
     }
 
     #[test]

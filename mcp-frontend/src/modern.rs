@@ -147,7 +147,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                 ctx.app.clone(),
                 ctx.identity.clone(),
                 &ctx.token,
-                ctx.revocations,
+                ctx.ticket,
                 id,
                 params.as_ref(),
             )

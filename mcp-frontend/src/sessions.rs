@@ -34,7 +34,7 @@ struct State {
 }
 
 /// Taken before asking the kernel; lets the answer be cached only if nothing was revoked since.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Ticket(u64);
 
 fn hash(token: &str) -> [u8; 32] {

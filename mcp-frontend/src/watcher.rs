@@ -40,11 +40,14 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                 Some(Ok(event)) => {
                     lost_since = None;
                     let revision = event.revision;
-                    // A snapshot (the first, or a resync after the stream lagged) may follow
-                    // revocations this frontend never saw: start the session cache afresh.
+                    // A snapshot (the first, or a resync after the stream lagged or was lost)
+                    // may follow revocations this frontend never saw: everything that relied on
+                    // an earlier verdict starts afresh before the snapshot is acknowledged (the
+                    // session cache, listen streams, listens being opened), as SPEC §6 holds.
                     let resync = matches!(event.event, Some(route_event::Event::Snapshot(_)));
                     if resync {
                         app.sessions.reset(app.backend.caches_sessions());
+                        app.listeners.end_open();
                     }
                     match state.apply(event) {
                         Effect::Routes { tools_changed } => {
@@ -54,7 +57,6 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                         }
                         Effect::Revoked(revoked) => {
                             app.sessions.revoke(&revoked);
-                            app.note_revocation();
                             app.listeners.revoke(&revoked);
                             acknowledge(&app, revision).await;
                         }

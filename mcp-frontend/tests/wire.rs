@@ -602,12 +602,7 @@ async fn methods_paths_content_type_and_size() {
             Some("POST")
         );
     }
-    for path in [
-        "/",
-        "/mcp",
-        "/mcp/connector/x",
-        "/.well-known/oauth-protected-resource",
-    ] {
+    for path in OTHER_PATHS {
         let r = h
             .client
             .post(format!("{}{path}", h.base))
@@ -650,6 +645,14 @@ async fn methods_paths_content_type_and_size() {
     h.stop().await.expect("clean stop");
 }
 
+/// Paths other than the MCP endpoint (SPEC §5: 404 once authenticated).
+const OTHER_PATHS: [&str; 4] = [
+    "/",
+    "/mcp",
+    "/mcp/connector/x",
+    "/.well-known/oauth-protected-resource",
+];
+
 /// An oversized body is drained and answered 413, repeatedly on one client (the drain ends;
 /// it never hangs). The connection-reset race the drain prevents shows up against the real
 /// binary (tests/tests/e2e_frontend.rs `status_codes_on_the_wire`), not reliably in-process.
@@ -682,12 +685,7 @@ async fn oversized_bodies_always_get_413() {
 #[tokio::test]
 async fn bearer_is_checked_before_path_and_method() {
     let h = start().await;
-    for path in [
-        "/",
-        "/mcp",
-        "/mcp/connector/x",
-        "/.well-known/oauth-protected-resource",
-    ] {
+    for path in OTHER_PATHS {
         let r = h
             .client
             .post(format!("{}{path}", h.base))

@@ -5,6 +5,7 @@
 
 pub mod codec;
 pub mod key;
+mod redacted;
 pub mod state_dir;
 pub mod transport;
 

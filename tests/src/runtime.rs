@@ -29,6 +29,9 @@ pub struct RuntimeOptions {
     pub ready_timeout: Duration,
     /// Working directory of `tutti up` (default: the test's own).
     pub cwd: Option<PathBuf>,
+    /// Give `tutti up` a stdout pipe whose reader is already gone (a closed terminal,
+    /// `tutti up | head -1`), instead of `up.stdout`.
+    pub closed_stdout: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -39,6 +42,7 @@ impl Default for RuntimeOptions {
             args: Vec::new(),
             ready_timeout: Duration::from_secs(20),
             cwd: None,
+            closed_stdout: false,
         }
     }
 }
@@ -113,14 +117,20 @@ impl Runtime {
             .env("TUTTI_ALLOW_COMMANDS", TEST_ALLOWED_COMMANDS)
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(open("up.stdout"))
             .stderr(open("up.stderr"));
+        if self.opts.closed_stdout {
+            cmd.stdout(Stdio::piped());
+        } else {
+            cmd.stdout(open("up.stdout"));
+        }
         if let Some(dir) = &self.opts.cwd {
             cmd.current_dir(dir);
         }
-        let child = cmd
+        let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn `tutti up`: {e}"));
+        // The pipe's only reader goes away before anything is written to it.
+        drop(child.stdout.take());
         self.child = Some(child);
     }
 
@@ -286,6 +296,29 @@ impl Runtime {
             .unwrap_or_else(|e| panic!("cannot run `tutti {}`: {e}", args.join(" ")))
     }
 
+    /// `tutti connector connect KEY --from-env VAR` with `VAR=value` in its environment;
+    /// panics unless it succeeds or if the value shows up in its output.
+    pub fn connect_from_env(&self, key: &str, var: &str, value: &str) {
+        let out = self
+            .tutti_cmd(&["connector", "connect", key, "--from-env", var])
+            .env(var, value)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run `tutti connector connect {key}`: {e}"));
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success(),
+            "`tutti connector connect {key}` failed with {}\nstdout: {stdout}\nstderr: {stderr}",
+            out.status
+        );
+        assert!(
+            !stdout.contains(value) && !stderr.contains(value),
+            "`tutti connector connect {key}` printed the secret value"
+        );
+    }
+
     /// Runs `tutti ARGS…`, panics unless it succeeds, returns its stdout.
     pub fn tutti_ok(&self, args: &[&str]) -> String {
         let out = self.tutti(args);
@@ -435,6 +468,13 @@ impl Runtime {
         std::fs::read(self.root.join("up.stdout"))
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
+    }
+
+    /// The exit status of `tutti up` if it has exited (`None` while it runs).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Stops the runtime like Ctrl-C would: SIGTERM, wait up to 10 s, then SIGKILL. Returns

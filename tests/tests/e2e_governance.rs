@@ -179,16 +179,7 @@ async fn audit_log_records_launches_commits_fences_and_sessions_without_values()
     m["timeouts"] = json!({"callMs": 400});
     m["mcp"]["secrets"] = json!(["AUD_KEY"]);
     rt.install_ok(&m, &[]);
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "aud", "--from-env", "AUD_KEY"])
-        .env("AUD_KEY", SECRET)
-        .output()
-        .expect("connect");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rt.connect_from_env("aud", "AUD_KEY", SECRET);
     rt.wait_status("aud", "ready", READY);
     let token = rt.issue_token("ws-audit", "s-audit");
     let legacy = Mcp::legacy(rt.frontend_url(), &token);

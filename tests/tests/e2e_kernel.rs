@@ -49,10 +49,14 @@ async fn whoami(mcp: &Mcp, tool: &str) -> Value {
 
 #[cfg(unix)]
 fn sigkill(pid: u32) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
+    signal(pid, nix::sys::signal::Signal::SIGKILL);
+}
+
+/// Sends `sig` to `pid`; a process that is already gone is not an error here.
+#[cfg(unix)]
+fn signal(pid: u32, sig: nix::sys::signal::Signal) {
     if let Ok(p) = i32::try_from(pid) {
-        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), sig);
     }
 }
 
@@ -1021,13 +1025,6 @@ async fn reissue_revoke_revoke_all_and_restart_end_tokens() {
     assert_eq!(list_status(&url, &e).await, 200);
 }
 
-#[cfg(unix)]
-fn signal(pid: u32, sig: nix::sys::signal::Signal) {
-    if let Ok(p) = i32::try_from(pid) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), sig);
-    }
-}
-
 /// The frontend keeps verified tokens; a revocation it cannot confirm (here: the process is
 /// frozen) must not return while that cache could still accept the token.
 #[cfg(unix)]
@@ -1115,16 +1112,7 @@ async fn after_a_kernel_sigkill_up_brings_connectors_back_with_higher_generation
     sec["mcp"]["secrets"] = json!(["FIXTURE_TOKEN"]);
     rt.install_ok(&sec, &[]);
     rt.wait_status("sec", "auth_required", READY);
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "sec", "--from-env", "FIXTURE_TOKEN"])
-        .env("FIXTURE_TOKEN", SECRET)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `tutti connector connect`: {e}"));
-    assert!(
-        out.status.success(),
-        "connect failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rt.connect_from_env("sec", "FIXTURE_TOKEN", SECRET);
     let mut before = BTreeMap::new();
     for key in keys.iter().chain(&["sec"]) {
         before.insert(*key, generation(&rt.wait_status(key, "ready", READY)));

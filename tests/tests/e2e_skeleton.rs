@@ -378,61 +378,24 @@ fn a_second_up_on_the_same_state_dir_fails_clearly() {
 #[cfg(unix)]
 #[test]
 fn up_keeps_running_when_nobody_reads_its_output() {
-    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let tutti = |args: &[&str]| {
-        Command::new(tutti_tests::bin("tutti"))
-            .arg("--state-dir")
-            .arg(state.path())
-            .args(args)
-            .env_remove("TUTTI_STATE_DIR")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run tutti {args:?}: {e}"))
-    };
-    let mut up = Command::new(tutti_tests::bin("tutti"))
-        .arg("--state-dir")
-        .arg(state.path())
-        .arg("up")
-        .env_remove("TUTTI_STATE_DIR")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn tutti up: {e}"));
-    // Nobody will ever read the banner: the pipe's only reader is gone before it is written.
-    drop(up.stdout.take());
-
-    // Ready = the kernel answers and reports the frontend's URL (the banner comes right after).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = tutti(&["status", "--json"]);
-        if out.status.success()
-            && serde_json::from_slice::<Value>(&out.stdout)
-                .is_ok_and(|v| v["frontendUrl"].as_str().is_some_and(|u| !u.is_empty()))
-        {
-            break;
-        }
-        assert!(
-            up.try_wait().ok().flatten().is_none(),
-            "tutti up exited before it was ready: {:?}",
-            up.try_wait()
-        );
-        assert!(Instant::now() < deadline, "tutti up not ready within 20 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Ready = the kernel answers and reports the frontend's URL (the banner comes right after);
+    // `Runtime::start` fails the test if `tutti up` exits before that.
+    let mut rt = Runtime::start(RuntimeOptions {
+        closed_stdout: true,
+        ..RuntimeOptions::default()
+    });
     // Give the banner write time to fail, then check the runtime is still there.
     std::thread::sleep(Duration::from_millis(500));
     assert!(
-        up.try_wait().ok().flatten().is_none(),
-        "tutti up died after its banner could not be written: {:?}",
-        up.try_wait()
+        rt.exited().is_none(),
+        "tutti up died after its banner could not be written: {:?}\n{}",
+        rt.exited(),
+        rt.diagnostics()
     );
-    assert!(tutti(&["status", "--json"]).status.success());
-
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(up.id()).unwrap_or(i32::MAX));
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let status = up
-        .wait()
-        .unwrap_or_else(|e| panic!("cannot wait for tutti up: {e}"));
-    assert!(status.success(), "tutti up after SIGTERM: {status}");
+    assert!(rt.tutti(&["status", "--json"]).status.success());
+    let status = rt.stop();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "tutti up after SIGTERM: {status:?}"
+    );
 }

@@ -470,12 +470,7 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
     assert!(!names.iter().any(|n| n.starts_with("remote_")), "{names:?}");
 
     // A wrong secret: the upstream answers 401 → auth_failed, with the way out in the status.
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "remote", "--from-env", "API_TOKEN"])
-        .env("API_TOKEN", &wrong)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
-    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    rt.connect_from_env("remote", "API_TOKEN", &wrong);
     let failed = rt.wait_status("remote", "auth_failed", READY);
     let last_error = failed["lastError"].as_str().unwrap_or("");
     assert!(
@@ -500,12 +495,7 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
     );
 
     // The right secret: ready, routable in both eras.
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "remote", "--from-env", "API_TOKEN"])
-        .env("API_TOKEN", &right)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
-    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    rt.connect_from_env("remote", "API_TOKEN", &right);
     let ready = rt.wait_status("remote", "ready", READY);
     assert_eq!(ready["lastError"], Value::Null, "{ready}");
     for mcp in [&legacy, &modern] {
@@ -528,12 +518,7 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
     let header_auth = json!({"kind": "header", "header": "Authorization", "secret": "AUTH_HEADER"});
     rt.install_ok(&http_connector("hdr", &url, Some(header_auth)), &[]);
     rt.wait_status("hdr", "auth_required", READY);
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "hdr", "--from-env", "AUTH_HEADER"])
-        .env("AUTH_HEADER", format!("Bearer {right}"))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
-    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    rt.connect_from_env("hdr", "AUTH_HEADER", &format!("Bearer {right}"));
     rt.wait_status("hdr", "ready", READY);
     let result = modern
         .call_tool_ok("hdr_echo", json!({"message": "through a header"}))
@@ -575,12 +560,7 @@ async fn remote_upstream_restarts_large_results_and_revoked_credentials() {
         &http_connector("remote", &url, Some(bearer("API_TOKEN"))),
         &[],
     );
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "remote", "--from-env", "API_TOKEN"])
-        .env("API_TOKEN", &first)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
-    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    rt.connect_from_env("remote", "API_TOKEN", &first);
     let ready = rt.wait_status("remote", "ready", READY);
     let generation = ready["generation"].clone();
 
@@ -681,12 +661,7 @@ async fn remote_upstream_restarts_large_results_and_revoked_credentials() {
     assert_eq!(body["error"]["code"], -32602, "{body}");
 
     // New credentials: ready again.
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "remote", "--from-env", "API_TOKEN"])
-        .env("API_TOKEN", &second)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
-    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    rt.connect_from_env("remote", "API_TOKEN", &second);
     rt.wait_status("remote", "ready", READY);
     let result = modern
         .call_tool_ok("remote_echo", json!({"message": "welcome back"}))
@@ -1302,12 +1277,7 @@ fn a_probed_folder_claiming_an_installed_key_gets_no_stored_credentials() {
     let url = format!("http://127.0.0.1:{}/mcp", fixture.port);
     let manifest = http_connector("remote", &url, Some(bearer("API_TOKEN")));
     rt.install_ok(&manifest, &[]);
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "remote", "--from-env", "API_TOKEN"])
-        .env("API_TOKEN", &right)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
-    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    rt.connect_from_env("remote", "API_TOKEN", &right);
     rt.wait_status("remote", "ready", READY);
 
     // By key: the installed release, with its stored token, lists the tools.

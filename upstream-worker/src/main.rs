@@ -151,7 +151,7 @@ fn init_tracing() {
         tracing::warn!(
             rust_log = %spec,
             %error,
-            "RUST_LOG is not a list of `target=level` directives; logging at info"
+            "TUTTI_WORKER_LOG (the worker's RUST_LOG) is not a comma-separated list of `target=level` directives; logging at info"
         );
     }
 }

@@ -545,10 +545,26 @@ fn spawn_failure(spec: &LaunchSpec, error: &std::io::Error) -> String {
             spec.cwd
         );
     }
-    if std::path::Path::new(command).is_absolute() {
+    let path = spec.env.get("PATH").map_or("", String::as_str);
+    let program = std::path::Path::new(command);
+    let exists = if program.is_absolute() {
+        program.is_file()
+    } else if program.components().count() > 1 {
+        std::path::Path::new(&spec.cwd).join(program).is_file()
+    } else {
+        std::env::split_paths(path).any(|dir| dir.join(program).is_file())
+    };
+    if exists {
+        // execve also says ENOENT when the file is there but its `#!` interpreter (or its
+        // dynamic loader) is not.
+        return format!(
+            "cannot start {command}: it exists, but its interpreter (the #! line) or loader was \
+             not found; install that, or point mcp.command at the interpreter"
+        );
+    }
+    if program.is_absolute() {
         return format!("cannot start {command}: no such file (check mcp.command)");
     }
-    let path = spec.env.get("PATH").map_or("", String::as_str);
     format!(
         "cannot start {command}: not found on the upstream's PATH ({path}); install it there or \
          give mcp.command as an absolute path"
@@ -860,6 +876,37 @@ mod tests {
         );
         let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
         assert!(spawn_failure(&spec("node", &cwd), &denied).starts_with("cannot start node: "));
+    }
+
+    /// A script whose `#!` interpreter is missing also fails with ENOENT; the message must
+    /// not send the user looking for the script.
+    #[cfg(unix)]
+    #[test]
+    fn a_missing_interpreter_is_not_reported_as_a_missing_command() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tutti-interp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let script = dir.join("server");
+        std::fs::write(&script, "#!/nonexistent/interpreter\n").expect("script");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let error = std::process::Command::new(&script)
+            .spawn()
+            .expect_err("the interpreter does not exist");
+        assert_eq!(error.kind(), std::io::ErrorKind::NotFound);
+        let command = script.to_string_lossy().into_owned();
+        let spec = LaunchSpec {
+            command: command.clone(),
+            cwd: dir.to_string_lossy().into_owned(),
+            ..LaunchSpec::default()
+        };
+        let message = spawn_failure(&spec, &error);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            message.starts_with(&format!(
+                "cannot start {command}: it exists, but its interpreter"
+            )),
+            "{message}"
+        );
     }
 
     #[test]

@@ -287,11 +287,7 @@ mod bench {
         // What each additional connector costs: the workers share their program's pages, so
         // VmRSS counts those in full in every worker while PSS divides them and USS leaves
         // them out (the RSS target above is judged on VmRSS).
-        let kernel_pid: u32 = std::fs::read_to_string(rt.state_dir().join("run/kernel.lock"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        let workers = children_named(kernel_pid, "tutti-upstream-worker");
+        let workers = worker_pids(rt.state_dir());
         let mem: Vec<(u64, u64, u64)> = workers.iter().filter_map(|&w| smaps_kib(w)).collect();
         if !mem.is_empty() {
             let n = mem.len() as f64;
@@ -782,11 +778,21 @@ mod bench {
         out
     }
 
-    fn sample_rss(peak: &mut RssPeak, state: &std::path::Path) {
-        let kernel: u32 = std::fs::read_to_string(state.join("run/kernel.lock"))
+    /// The kernel's pid, from its lock file (0 if unreadable).
+    fn kernel_pid(state: &std::path::Path) -> u32 {
+        std::fs::read_to_string(state.join("run/kernel.lock"))
             .ok()
             .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
+            .unwrap_or(0)
+    }
+
+    /// The kernel's worker processes.
+    fn worker_pids(state: &std::path::Path) -> Vec<u32> {
+        children_named(kernel_pid(state), "tutti-upstream-worker")
+    }
+
+    fn sample_rss(peak: &mut RssPeak, state: &std::path::Path) {
+        let kernel = kernel_pid(state);
         let frontend: u32 = std::fs::read(state.join("run/frontend.json"))
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
@@ -794,7 +800,7 @@ mod bench {
             .unwrap_or(0) as u32;
         peak.kernel = peak.kernel.max(rss_kib(kernel));
         peak.frontend = peak.frontend.max(rss_kib(frontend));
-        for w in children_named(kernel, "tutti-upstream-worker") {
+        for w in worker_pids(state) {
             peak.worker = peak.worker.max(rss_kib(w));
         }
     }
@@ -844,21 +850,14 @@ mod bench {
     // === crash ===
 
     fn worker_pid(state: &std::path::Path, key: &str) -> Option<u32> {
-        let kernel: u32 = std::fs::read_to_string(state.join("run/kernel.lock"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        children_named(kernel, "tutti-upstream-worker")
-            .into_iter()
-            .find(|pid| {
-                std::fs::read(format!("/proc/{pid}/environ"))
-                    .map(|env| {
-                        env.split(|b| *b == 0)
-                            .any(|kv| kv == format!("TUTTI_WORKER_KEY={key}").as_bytes())
-                    })
-                    .unwrap_or(false)
-            })
+        worker_pids(state).into_iter().find(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| {
+                    env.split(|b| *b == 0)
+                        .any(|kv| kv == format!("TUTTI_WORKER_KEY={key}").as_bytes())
+                })
+                .unwrap_or(false)
+        })
     }
 
     /// Returns (kill → first error at an in-flight caller, kill → list_changed, kill → tools back).
