@@ -61,7 +61,8 @@ pub fn resolve_program(command: &str, path_var: &str) -> Result<PathBuf, String>
 }
 
 /// SIGTERM to the group, SIGKILL after `grace`, then a final sweep of the group; always reaps.
-/// (Windows: terminates the child at once, there is no SIGTERM; its tree ends with the job.)
+/// (Windows: terminates the child at once, there is no SIGTERM; a worker's upstream tree ends
+/// with the worker's own kill-on-close job, anything else with the kernel's.)
 pub async fn stop_group(child: &mut Child, grace: Duration) {
     let Some(pid) = child.id() else {
         return;
@@ -171,18 +172,11 @@ mod imp {
 
 #[cfg(windows)]
 mod imp {
-    use std::ffi::c_void;
     use std::io;
-    use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle};
     use std::path::PathBuf;
     use std::sync::OnceLock;
 
-    use windows_sys::Win32::Foundation::FALSE;
-    use windows_sys::Win32::System::JobObjects::{
-        AssignProcessToJobObject, CreateJobObjectW, JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
-        JOBOBJECT_EXTENDED_LIMIT_INFORMATION, JobObjectExtendedLimitInformation,
-        SetInformationJobObject,
-    };
+    use tutti_proto::job::KillOnCloseJob;
 
     /// Default `PATHEXT` when the variable is unset.
     const DEFAULT_PATHEXT: &str = ".COM;.EXE;.BAT;.CMD";
@@ -198,45 +192,14 @@ mod imp {
     /// this static (it is not inheritable), so when the kernel process ends, however it ends,
     /// Windows closes the handle and terminates every process in the job: the workers and
     /// everything they started (children of a process in a job join the job).
-    fn kernel_job() -> io::Result<&'static OwnedHandle> {
-        static JOB: OnceLock<Result<OwnedHandle, i32>> = OnceLock::new();
-        match JOB.get_or_init(create_job) {
+    fn kernel_job() -> io::Result<&'static KillOnCloseJob> {
+        static JOB: OnceLock<Result<KillOnCloseJob, String>> = OnceLock::new();
+        match JOB.get_or_init(|| KillOnCloseJob::new().map_err(|e| e.to_string())) {
             Ok(job) => Ok(job),
-            Err(code) => Err(io::Error::from_raw_os_error(*code)),
+            Err(e) => Err(io::Error::other(format!(
+                "cannot create the kernel's job: {e}"
+            ))),
         }
-    }
-
-    fn last_error_code() -> i32 {
-        io::Error::last_os_error().raw_os_error().unwrap_or(0)
-    }
-
-    fn create_job() -> Result<OwnedHandle, i32> {
-        // SAFETY: null security attributes (default, non-inheritable) and a null name (an
-        // anonymous job) are documented valid arguments; the call returns a new handle or null.
-        let raw = unsafe { CreateJobObjectW(std::ptr::null(), std::ptr::null()) };
-        if raw.is_null() {
-            return Err(last_error_code());
-        }
-        // SAFETY: `raw` is a valid handle just returned to us and owned by nothing else.
-        let job = unsafe { OwnedHandle::from_raw_handle(raw) };
-        let mut info = JOBOBJECT_EXTENDED_LIMIT_INFORMATION::default();
-        info.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
-        let size = u32::try_from(std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>())
-            .map_err(|_| 0)?;
-        // SAFETY: `job` is a valid job handle; the pointer and size describe a live, properly
-        // initialised JOBOBJECT_EXTENDED_LIMIT_INFORMATION that outlives the call.
-        let ok = unsafe {
-            SetInformationJobObject(
-                job.as_raw_handle(),
-                JobObjectExtendedLimitInformation,
-                (&raw const info).cast::<c_void>(),
-                size,
-            )
-        };
-        if ok == FALSE {
-            return Err(last_error_code());
-        }
-        Ok(job)
     }
 
     /// Puts a freshly spawned child into the kernel's kill-on-close job. A child that cannot
@@ -244,21 +207,7 @@ mod imp {
     /// kernel. (Between CreateProcess and this call the child runs outside the job for a
     /// moment; processes it starts in that window are not covered.)
     pub(super) fn adopt(mut child: tokio::process::Child) -> io::Result<tokio::process::Child> {
-        let assigned = kernel_job().and_then(|job| {
-            let Some(process) = child.raw_handle() else {
-                return Err(io::Error::other(
-                    "the child exited before it could be put in the job",
-                ));
-            };
-            // SAFETY: `job` is a valid job handle owned by the static above; `process` is the
-            // child's process handle, kept open by `child` for the duration of the call.
-            let ok = unsafe { AssignProcessToJobObject(job.as_raw_handle(), process) };
-            if ok == FALSE {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-        match assigned {
+        match kernel_job().and_then(|job| job.assign(&child)) {
             Ok(()) => Ok(child),
             Err(e) => {
                 let _ = child.start_kill();
@@ -279,7 +228,8 @@ mod imp {
 
     /// The leader has exited and been reaped, so its pid may already belong to an unrelated
     /// process: never terminate by pid here. Whatever it left behind stays in the kernel's
-    /// kill-on-close job and ends with the kernel at the latest.
+    /// kill-on-close job and ends with the kernel at the latest (a worker's upstream tree
+    /// already ended with the worker's own job).
     pub(super) fn sweep(_pid: u32) {}
 
     /// PATHEXT resolution without a shell: `node` finds `node.exe`, `npx` finds `npx.cmd`.

@@ -1,9 +1,13 @@
 //! The only crate that knows the wire format: the generated gRPC code of
 //! `tutti.kernel.v1` and `tutti.worker.v1`, and the local-socket transport they run on
-//! (a Unix domain socket file in the owner-only `run/` directory, or a named pipe on Windows).
-#![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call)
+//! (a Unix domain socket file in the owner-only `run/` directory, or a named pipe on Windows),
+//! plus the few rules every process shares (state directory, connector keys, Windows jobs).
+#![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call) and
+// job (Windows FFI, each call commented)
 
 pub mod codec;
+#[cfg(windows)]
+pub mod job;
 pub mod key;
 mod redacted;
 pub mod state_dir;

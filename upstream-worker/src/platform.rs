@@ -42,6 +42,28 @@ pub(crate) fn harden(cmd: &mut Command) {
     imp::harden(cmd);
 }
 
+/// What binds the upstream's whole process tree to this worker beyond the child itself.
+/// Windows: the worker's own kill-on-close Job Object (nested in the kernel's), so that the
+/// tree ends when the upstream is stopped or this worker ends, however it ends. Unix: nothing
+/// here; the upstream shares the worker's process group, which the kernel signals and sweeps,
+/// and dies with the worker by `PR_SET_PDEATHSIG` on Linux.
+pub(crate) struct Containment(imp::Containment);
+
+/// Binds the just-spawned upstream's tree to this worker (see [`Containment`]). Never fails:
+/// where it cannot be done the kernel's job still ends the tree with the kernel, and a warning
+/// says so.
+pub(crate) fn contain(child: &Child) -> Containment {
+    Containment(imp::contain(child))
+}
+
+impl Containment {
+    /// Ends whatever the upstream left running once the child itself has exited or been
+    /// stopped (Windows: terminates the job; Unix: nothing, see [`Containment`]).
+    pub(crate) fn end_tree(&self) {
+        self.0.end_tree();
+    }
+}
+
 /// Resolves when our parent process (the kernel) has gone away. Never resolves where that
 /// cannot be observed.
 pub(crate) async fn parent_gone() {
@@ -83,6 +105,16 @@ mod imp {
         let _ = cmd;
     }
 
+    pub(super) struct Containment;
+
+    impl Containment {
+        pub(super) fn end_tree(&self) {}
+    }
+
+    pub(super) fn contain(_child: &Child) -> Containment {
+        Containment
+    }
+
     pub(super) async fn parent_gone() {
         let parent = getppid();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -111,6 +143,35 @@ mod imp {
     }
 
     pub(super) fn harden(_cmd: &mut Command) {}
+
+    pub(super) struct Containment(Option<tutti_proto::job::KillOnCloseJob>);
+
+    impl Containment {
+        pub(super) fn end_tree(&self) {
+            if let Some(job) = &self.0
+                && let Err(e) = job.terminate(1)
+            {
+                tracing::warn!(error = %e, "cannot end the upstream's leftover processes");
+            }
+        }
+    }
+
+    pub(super) fn contain(child: &Child) -> Containment {
+        let job = tutti_proto::job::KillOnCloseJob::new().and_then(|job| {
+            job.assign(child)?;
+            Ok(job)
+        });
+        match job {
+            Ok(job) => Containment(Some(job)),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot give the upstream its own job; its processes end with the kernel's"
+                );
+                Containment(None)
+            }
+        }
+    }
 
     /// The kernel's Job Object ends us with it; nothing to poll here.
     pub(super) async fn parent_gone() {

@@ -346,7 +346,7 @@ struct ChildHandle {
 }
 
 impl ChildHandle {
-    fn spawn(mut child: tokio::process::Child) -> Self {
+    fn spawn(mut child: tokio::process::Child, contained: platform::Containment) -> Self {
         let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let (status_tx, status) = watch::channel(None);
         tokio::spawn(async move {
@@ -355,6 +355,8 @@ impl ChildHandle {
                 // A stop request, or the handle was dropped: stop it.
                 _ = &mut stop_rx => platform::stop_child(&mut child).await,
             };
+            // Whatever the upstream started and left behind goes with it.
+            contained.end_tree();
             let _ = status_tx.send(Some(platform::describe_exit(&status)));
         });
         Self {
@@ -430,7 +432,8 @@ async fn start_stdio(
             message: "the upstream's stdio pipes are missing".to_owned(),
         });
     };
-    let mut child = ChildHandle::spawn(child);
+    let contained = platform::contain(&child);
+    let mut child = ChildHandle::spawn(child, contained);
 
     let counter = Arc::new(NonJsonCounter::default());
     let last_stderr = Arc::new(Mutex::new(None::<String>));
