@@ -428,7 +428,10 @@ async fn execute_call(
         }
     };
 
+    // Biased: a reply that is already there wins over a fence or a deadline noticed in the
+    // same poll (the worker answered before it went away, so its answer is the one to give).
     tokio::select! {
+        biased;
         reply = app.backend.call_tool(&connector.endpoint, request) => {
             guard.disarm();
             map_reply(&tool.name, key, generation, reply)
