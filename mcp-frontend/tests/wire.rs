@@ -33,6 +33,9 @@ struct Fake {
     routes: Mutex<Option<mpsc::UnboundedReceiver<RouteEvent>>>,
     calls: mpsc::UnboundedSender<CallToolRequest>,
     cancels: mpsc::UnboundedSender<CancelRequest>,
+    /// For the tool `race`: a route event the fake sends (through the kernel's stream) while
+    /// it answers, so that the fence and the answer are both there at the frontend's next poll.
+    race_event: Mutex<Option<(mpsc::UnboundedSender<RouteEvent>, RouteEvent)>>,
 }
 
 impl Fake {
@@ -72,10 +75,25 @@ impl Backend for Fake {
         request: CallToolRequest,
     ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
         let _ = self.calls.send(request.clone());
+        let race_event = self.race_event.lock().expect("lock").take();
         Box::pin(async move {
             let generation = request.generation;
             match request.tool.as_str() {
                 "hang" => std::future::pending().await,
+                "race" => {
+                    if let Some((routes, event)) = race_event {
+                        let _ = routes.send(event);
+                        // Let the route watcher apply it (a current-thread runtime runs every
+                        // other ready task before a yielded one) before the answer is ready.
+                        tokio::task::yield_now().await;
+                    }
+                    Ok(CallToolReply {
+                        outcome: Some(call_tool_reply::Outcome::ResultJson(
+                            r#"{"content":[{"type":"text","text":"answered"}]}"#.into(),
+                        )),
+                        generation,
+                    })
+                }
                 "boom" => Ok(CallToolReply {
                     outcome: Some(call_tool_reply::Outcome::Error(CallError {
                         code: -32001,
@@ -255,6 +273,7 @@ async fn start_with(page_size: usize) -> Harness {
         routes: Mutex::new(Some(routes_rx)),
         calls: calls_tx,
         cancels: cancels_tx,
+        race_event: Mutex::new(None),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -989,6 +1008,44 @@ async fn dead_worker_is_unavailable_at_once() {
     );
     assert_eq!(body["error"]["data"]["tutti"]["reason"], "unavailable");
     assert_eq!(body["error"]["data"]["tutti"]["connector"], "demo");
+    h.stop().await.expect("clean stop");
+}
+
+/// The worker's answer and the fence of its generation arrive together (the worker answered,
+/// then went away): the answer is given, not "fenced" (the frontend's select is biased to the
+/// reply). Repeated, because an unbiased select picks either branch at random.
+#[tokio::test]
+async fn an_answer_that_is_there_wins_over_a_fence_seen_in_the_same_poll() {
+    let mut h = start().await;
+    for round in 0..12u64 {
+        let generation = 10 + round;
+        let race = tool(
+            "demo_race",
+            "race",
+            json!({"name":"race","inputSchema":{"type":"object"}}),
+        );
+        h.change_tools(route_event::Event::Upsert(demo(generation, vec![race])))
+            .await;
+        h.revision += 1;
+        let removed = event(
+            h.revision,
+            route_event::Event::Removed(ConnectorRemoved {
+                key: "demo".into(),
+                generation,
+                reason: "worker exited".into(),
+            }),
+        );
+        let routes = h.routes.clone().expect("route stream open");
+        *h.fake.race_event.lock().expect("lock") = Some((routes, removed));
+        let body = h.legacy_call(json!(round), "demo_race", json!({})).await;
+        assert_eq!(
+            body["result"]["content"][0]["text"], "answered",
+            "round {round}: {body}"
+        );
+        // The fence did land: the name is gone now.
+        let body = h.legacy_call(json!("after"), "demo_race", json!({})).await;
+        assert_eq!(body["error"]["code"], -32602, "round {round}: {body}");
+    }
     h.stop().await.expect("clean stop");
 }
 
