@@ -16,7 +16,7 @@ use tutti_proto::kernel::{
 };
 use tutti_proto::transport::{self, LocalEndpoint};
 use tutti_proto::worker::worker_client::WorkerClient;
-use tutti_proto::worker::{CallToolReply, CallToolRequest, CancelRequest};
+use tutti_proto::worker::{CallToolReply, CallToolRequest, CancelRequest, call_tool_event};
 
 use crate::error::Error;
 
@@ -63,6 +63,19 @@ pub trait Backend: Send + Sync + 'static {
         endpoint: &'a str,
         request: CallToolRequest,
     ) -> BoxFuture<'a, Result<CallToolReply, Error>>;
+
+    /// [`Backend::call_tool`] for a client that asked for progress: each of the upstream's
+    /// progress notifications for the call (its params as JSON text, without a token) goes to
+    /// `progress` as it comes, all before the reply. A full or closed `progress` loses them,
+    /// never the call. The default (backends without progress) sends none.
+    fn call_tool_with_progress<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CallToolRequest,
+        _progress: tokio::sync::mpsc::Sender<String>,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        self.call_tool(endpoint, request)
+    }
 
     /// Cancels an in-flight call on the worker listening at `endpoint`.
     fn cancel<'a>(
@@ -282,6 +295,45 @@ impl Backend for GrpcBackend {
                     Err(worker_status(endpoint, generation, &status))
                 }
             }
+        })
+    }
+
+    fn call_tool_with_progress<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CallToolRequest,
+        progress: tokio::sync::mpsc::Sender<String>,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        Box::pin(async move {
+            let generation = request.generation;
+            let mut client = self.worker(endpoint).await?;
+            let failed = |status: tonic::Status| {
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
+                ) {
+                    self.forget_worker(endpoint);
+                }
+                worker_status(endpoint, generation, &status)
+            };
+            let mut events = client
+                .call_tool_stream(request)
+                .await
+                .map_err(failed)?
+                .into_inner();
+            while let Some(event) = events.next().await {
+                match event.map_err(failed)?.event {
+                    Some(call_tool_event::Event::ProgressJson(note)) => {
+                        let _ = progress.try_send(note);
+                    }
+                    Some(call_tool_event::Event::Reply(reply)) => return Ok(reply),
+                    None => {}
+                }
+            }
+            Err(Error::WorkerUnavailable {
+                endpoint: endpoint.to_owned(),
+                detail: "the call's stream ended without a reply".to_owned(),
+            })
         })
     }
 

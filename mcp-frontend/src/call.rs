@@ -9,7 +9,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
 
 use crate::app::App;
@@ -355,6 +355,7 @@ pub(crate) async fn execute(
     tool: &Tool,
     arguments: Option<&Value>,
     cancelled: Option<oneshot::Receiver<()>>,
+    progress: Option<mpsc::Sender<String>>,
 ) -> Result<CallResult, RpcError> {
     let mut audit = AuditGuard {
         app,
@@ -363,7 +364,7 @@ pub(crate) async fn execute(
         started: Instant::now(),
         done: false,
     };
-    let ended = execute_call(app, tool, arguments, cancelled).await;
+    let ended = execute_call(app, tool, arguments, cancelled, progress).await;
     audit.finish(&ended);
     ended.0
 }
@@ -373,6 +374,7 @@ async fn execute_call(
     tool: &Tool,
     arguments: Option<&Value>,
     cancelled: Option<oneshot::Receiver<()>>,
+    progress: Option<mpsc::Sender<String>>,
 ) -> Ended {
     let connector = &tool.connector;
     let (key, generation) = (connector.key.as_str(), connector.generation);
@@ -432,7 +434,16 @@ async fn execute_call(
     // same poll (the worker answered before it went away, so its answer is the one to give).
     tokio::select! {
         biased;
-        reply = app.backend.call_tool(&connector.endpoint, request) => {
+        reply = async {
+            match progress {
+                Some(progress) => {
+                    app.backend
+                        .call_tool_with_progress(&connector.endpoint, request, progress)
+                        .await
+                }
+                None => app.backend.call_tool(&connector.endpoint, request).await,
+            }
+        } => {
             guard.disarm();
             map_reply(&tool.name, key, generation, reply)
         }

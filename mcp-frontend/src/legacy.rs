@@ -9,6 +9,7 @@ use crate::call;
 use crate::http::{
     Ctx, PROTOCOL_VERSION_HEADER, get_prompt, list_tools, read_resource, server_info,
 };
+use crate::progress;
 use crate::rpc::{self, METHOD_NOT_FOUND, Message, RESOURCE_NOT_FOUND, RpcError, SERVER_ERROR};
 
 /// Versions this surface speaks; the first is the one offered when the client's is unknown.
@@ -56,6 +57,9 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     Err(error) => Err(error),
                 },
                 "tools/call" => {
+                    if let Some(token) = progress::requested(params.as_ref(), &ctx.headers) {
+                        return tools_call_with_progress(ctx, id, params, token).await;
+                    }
                     return rpc::call_response(&id, tools_call(&ctx, &id, params.as_ref()).await);
                 }
                 "resources/list" => Ok(json!({"resources": []})),
@@ -97,5 +101,45 @@ async fn tools_call(
     let tool = call::resolve(&ctx.app, name).await?;
     let (_guard, cancelled) = ctx.app.register_pending(&ctx.identity, id);
     let arguments = params.and_then(|p| p.get("arguments"));
-    call::execute(&ctx.app, &ctx.identity, &tool, arguments, Some(cancelled)).await
+    call::execute(
+        &ctx.app,
+        &ctx.identity,
+        &tool,
+        arguments,
+        Some(cancelled),
+        None,
+    )
+    .await
+}
+
+/// `tools/call` with `_meta.progressToken`: answered as an event stream (see [`progress`]).
+async fn tools_call_with_progress(
+    ctx: Ctx,
+    id: Value,
+    params: Option<Value>,
+    token: Value,
+) -> Response {
+    let tool = match call::tool_name(params.as_ref()) {
+        Ok(name) => call::resolve(&ctx.app, name).await,
+        Err(e) => Err(e),
+    };
+    let tool = match tool {
+        Ok(tool) => tool,
+        Err(e) => return rpc::call_response(&id, Err(e)),
+    };
+    let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
+    let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
+    let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
+    progress::respond(id, token, move |sink| async move {
+        let _pending = pending;
+        call::execute(
+            &app,
+            &identity,
+            &tool,
+            arguments.as_ref(),
+            Some(cancelled),
+            Some(sink),
+        )
+        .await
+    })
 }

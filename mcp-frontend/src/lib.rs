@@ -18,6 +18,7 @@ mod http;
 mod legacy;
 mod listen;
 mod modern;
+mod progress;
 mod routes;
 mod rpc;
 mod sessions;

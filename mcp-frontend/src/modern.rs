@@ -226,8 +226,18 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
             return bad(id, mismatch(problem));
         }
     }
+    if let Some(token) = crate::progress::requested(params, &ctx.headers) {
+        let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
+        let arguments = arguments.cloned();
+        // The call runs inside the stream: closing it cancels the worker call.
+        return crate::progress::respond(id.clone(), token, move |sink| async move {
+            call::execute(&app, &identity, &tool, arguments.as_ref(), None, Some(sink))
+                .await
+                .map(call::CallResult::with_result_type)
+        });
+    }
     // Dropping this future (the client closed the stream) cancels the worker call.
-    let answer = call::execute(&ctx.app, &ctx.identity, &tool, arguments, None)
+    let answer = call::execute(&ctx.app, &ctx.identity, &tool, arguments, None, None)
         .await
         .map(call::CallResult::with_result_type);
     rpc::call_response(id, answer)

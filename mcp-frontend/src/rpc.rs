@@ -199,6 +199,26 @@ pub(crate) fn call_response(
     }
 }
 
+/// The JSON-RPC response message of a `tools/call` answer as bytes (the last event of a
+/// `text/event-stream` answer).
+pub(crate) fn call_message(
+    id: &Value,
+    answer: &Result<crate::call::CallResult, RpcError>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    match answer {
+        Ok(result) => {
+            let mut bytes = Vec::with_capacity(result.len().saturating_add(64));
+            let envelope = Envelope {
+                jsonrpc: "2.0",
+                id,
+                result,
+            };
+            serde_json::to_writer(&mut bytes, &envelope).map(|()| bytes)
+        }
+        Err(error) => serde_json::to_vec(&error_body(id, error)),
+    }
+}
+
 pub(crate) fn error_response(status: StatusCode, id: &Value, error: &RpcError) -> Response {
     json_response(status, &error_body(id, error))
 }

@@ -17,8 +17,8 @@ use tutti_proto::kernel::*;
 use tutti_proto::transport;
 use tutti_proto::worker::worker_server::{Worker, WorkerServer};
 use tutti_proto::worker::{
-    self as wk, CallToolReply, CallToolRequest, CancelRequest, GenerationRequest, ShutdownRequest,
-    call_tool_reply,
+    self as wk, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, GenerationRequest,
+    ShutdownRequest, call_tool_event, call_tool_reply,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -144,6 +144,37 @@ impl Worker for FakeWorker {
             generation: request.generation,
         }))
     }
+    type CallToolStreamStream =
+        tokio_stream::Iter<std::vec::IntoIter<Result<CallToolEvent, Status>>>;
+    /// Two progress notifications, then the reply.
+    async fn call_tool_stream(
+        &self,
+        request: Request<CallToolRequest>,
+    ) -> Reply<Self::CallToolStreamStream> {
+        let request = request.into_inner();
+        let _ = self.calls.send(request.clone());
+        let progress = |n: u32| {
+            Ok(CallToolEvent {
+                event: Some(call_tool_event::Event::ProgressJson(
+                    json!({"progress": n, "total": 2, "message": format!("step {n}")}).to_string(),
+                )),
+            })
+        };
+        let reply = CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::ResultJson(
+                json!({"content":[{"type":"text","text":"streamed"}]}).to_string(),
+            )),
+            generation: request.generation,
+        };
+        let events = vec![
+            progress(1),
+            progress(2),
+            Ok(CallToolEvent {
+                event: Some(call_tool_event::Event::Reply(reply)),
+            }),
+        ];
+        Ok(Response::new(tokio_stream::iter(events)))
+    }
     async fn cancel(&self, request: Request<CancelRequest>) -> Reply<wk::Empty> {
         let _ = self.cancels.send(request.into_inner());
         Ok(Response::new(wk::Empty {}))
@@ -266,6 +297,43 @@ async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
     assert_eq!(body["result"]["content"][0]["text"], r#"{"a":1}"#, "{body}");
     let echo = calls.recv().await.expect("echo call recorded");
     assert_eq!((echo.tool.as_str(), echo.generation), ("echo", 1));
+
+    // A client that asked for progress gets the worker's progress notifications, with its own
+    // token, then the answer, as an event stream.
+    let r = client
+        .post(&url)
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc":"2.0","id":"p","method":"tools/call",
+            "params":{"name":"demo_echo","arguments":{},"_meta":{"progressToken":"tok-1"}}}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(
+        r.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("text/event-stream")
+    );
+    let text = r.text().await.expect("body");
+    let messages: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).expect("json event"))
+        .collect();
+    assert_eq!(messages.len(), 3, "{text}");
+    for (n, message) in messages[..2].iter().enumerate() {
+        assert_eq!(
+            message,
+            &json!({"jsonrpc":"2.0","method":"notifications/progress","params":{
+                "progress": n + 1, "total": 2, "message": format!("step {}", n + 1),
+                "progressToken": "tok-1"}})
+        );
+    }
+    assert_eq!(messages[2]["id"], "p");
+    assert_eq!(messages[2]["result"]["content"][0]["text"], "streamed");
+    let streamed = calls.recv().await.expect("streamed call recorded");
+    assert_eq!(streamed.tool, "echo");
 
     // A legacy cancellation reaches the worker over gRPC.
     let call = tokio::spawn(post(

@@ -133,6 +133,12 @@ async def main():
                 for name, args in json.loads(sys.argv[4]):
                     r = await c.call_tool(name, args)
                     out(event="called", name=name, result=dump(r))
+            elif what == "progress":
+                seen = []
+                async def on_progress(progress, total, message):
+                    seen.append({"progress": progress, "total": total, "message": message})
+                r = await c.call_tool(sys.argv[4], {}, progress_callback=on_progress)
+                out(event="called", progress=seen, result=dump(r))
             elif what == "listen":
                 try:
                     async with c.listen(tools_list_changed=True) as sub:
@@ -306,6 +312,44 @@ fn python_sdk_lists_and_calls_in_both_eras() {
             json!({"sum": 5}),
             "mode={mode}: {add}"
         );
+        assert!(
+            py.wait(CLIENT_RUN).success(),
+            "mode={mode}: {}",
+            py.stderr_text()
+        );
+    }
+}
+
+#[test]
+fn python_sdk_sees_the_upstreams_progress_in_both_eras() {
+    let (rt, token, _) = runtime_with("fx", "tool_with_progress,echo");
+    for mode in ["legacy", "auto"] {
+        let mut py = PyClient::spawn(
+            &rt,
+            &token,
+            &["progress", rt.frontend_url(), mode, "fx_tool_with_progress"],
+        );
+        py.next("connected", CLIENT_RUN);
+        let called = py.next("the call with progress", CLIENT_RUN);
+        // The fixture reports 0, 50 and 100 of 100 before it answers.
+        let progress: Vec<(f64, f64)> = called["progress"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| Some((p["progress"].as_f64()?, p["total"].as_f64()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            progress,
+            [(0.0, 100.0), (50.0, 100.0), (100.0, 100.0)],
+            "mode={mode}: {called}"
+        );
+        assert_eq!(
+            called["progress"][1]["message"], "Completed step 50 of 100",
+            "mode={mode}: {called}"
+        );
+        assert_ne!(called["result"]["isError"], true, "mode={mode}: {called}");
         assert!(
             py.wait(CLIENT_RUN).success(),
             "mode={mode}: {}",

@@ -13,11 +13,15 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Request, Response, Status};
 use tutti_proto::worker::worker_server::Worker;
 use tutti_proto::worker::{
-    CallError, CallToolReply, CallToolRequest, CancelRequest, Empty, GenerationRequest,
-    ShutdownRequest, call_tool_reply,
+    CallError, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, Empty,
+    GenerationRequest, ShutdownRequest, call_tool_event, call_tool_reply,
 };
 
-use crate::upstream::{CallFailure, Upstream};
+use crate::upstream::{CallFailure, ProgressSink, Upstream};
+
+/// Progress notifications of one streamed call that may wait for the gRPC stream; more are
+/// dropped (progress is advisory, the answer is not).
+const PROGRESS_BUFFER: usize = 64;
 
 /// Call timeout when neither the request nor the launch spec names one.
 pub(crate) const DEFAULT_CALL_TIMEOUT_MS: u32 = 60_000;
@@ -237,7 +241,11 @@ impl<U: Upstream> Shared<U> {
         }
     }
 
-    async fn call(self: &Arc<Self>, req: CallToolRequest) -> Result<CallToolReply, Status> {
+    async fn call(
+        self: &Arc<Self>,
+        req: CallToolRequest,
+        progress: Option<ProgressSink>,
+    ) -> Result<CallToolReply, Status> {
         let reply = |outcome| CallToolReply {
             outcome: Some(outcome),
             generation: self.generation,
@@ -290,7 +298,7 @@ impl<U: Upstream> Shared<U> {
             }
         };
         let outcome = match upstream
-            .call_tool(req.tool, arguments, meta, interrupt)
+            .call_tool(req.tool, arguments, meta, progress, interrupt)
             .await
         {
             Ok(done) => Outcome::Done(done),
@@ -413,6 +421,38 @@ impl<U: Upstream> Drop for CallGuard<U> {
     }
 }
 
+/// Runs one call for `CallToolStream`: its progress notifications as they come, then the
+/// reply. When the caller goes away the call is dropped, which cancels it upstream (as a
+/// dropped `CallTool` handler does).
+async fn stream_call<U: Upstream>(
+    shared: Arc<Shared<U>>,
+    request: CallToolRequest,
+    events: mpsc::Sender<Result<CallToolEvent, Status>>,
+) {
+    let event = |event| Ok(CallToolEvent { event: Some(event) });
+    let (sink, mut progress) = mpsc::channel(PROGRESS_BUFFER);
+    let call = shared.call(request, Some(sink));
+    let mut call = std::pin::pin!(call);
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            Some(note) = progress.recv() => {
+                // Never waits: the stream's buffer holds a full progress buffer plus the reply.
+                let _ = events.try_send(event(call_tool_event::Event::ProgressJson(note)));
+            }
+            outcome = &mut call => break outcome,
+            () = events.closed() => return,
+        }
+    };
+    while let Ok(note) = progress.try_recv() {
+        let _ = events.try_send(event(call_tool_event::Event::ProgressJson(note)));
+    }
+    let last = outcome.map(|reply| CallToolEvent {
+        event: Some(call_tool_event::Event::Reply(reply)),
+    });
+    let _ = events.send(last).await;
+}
+
 // === impl WorkerService ===
 
 /// The gRPC service.
@@ -433,9 +473,27 @@ impl<U: Upstream> Worker for WorkerService<U> {
         request: Request<CallToolRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         self.shared
-            .call(request.into_inner())
+            .call(request.into_inner(), None)
             .await
             .map(Response::new)
+    }
+
+    type CallToolStreamStream =
+        tokio_stream::wrappers::ReceiverStream<Result<CallToolEvent, Status>>;
+
+    async fn call_tool_stream(
+        &self,
+        request: Request<CallToolRequest>,
+    ) -> Result<Response<Self::CallToolStreamStream>, Status> {
+        let (events, stream) = mpsc::channel(PROGRESS_BUFFER + 1);
+        tokio::spawn(stream_call(
+            self.shared.clone(),
+            request.into_inner(),
+            events,
+        ));
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            stream,
+        )))
     }
 
     async fn cancel(&self, request: Request<CancelRequest>) -> Result<Response<Empty>, Status> {
@@ -505,9 +563,17 @@ mod tests {
             name: String,
             arguments: Option<JsonObject>,
             meta: Option<JsonObject>,
+            progress: Option<ProgressSink>,
             interrupt: impl Future<Output = W> + Send,
         ) -> Result<Result<String, CallFailure>, W> {
             let work = async {
+                if name == "progress"
+                    && let Some(sink) = &progress
+                {
+                    for step in [1, 2] {
+                        let _ = sink.try_send(json!({"progress": step, "total": 2}).to_string());
+                    }
+                }
                 self.work(name, arguments, meta)
                     .await
                     .map(|v| v.to_string())
@@ -540,6 +606,7 @@ mod tests {
                     data: Some(json!({"x": 1})),
                 }),
                 "gone" => Err(CallFailure::Closed),
+                "progress" => Ok(json!({"content": []})),
                 _ => {
                     let _flag = OnDrop(&self.hang_dropped);
                     self.hang_started.notify_one();
@@ -577,7 +644,7 @@ mod tests {
     ) -> tokio::task::JoinHandle<Result<CallToolReply, Status>> {
         let pending = tokio::spawn({
             let (shared, req) = (shared.clone(), call("hang", id, GEN));
-            async move { shared.call(req).await }
+            async move { shared.call(req, None).await }
         });
         fake.hang_started.notified().await;
         pending
@@ -641,7 +708,7 @@ mod tests {
         let (shared, _, _) = serving();
         let mut req = call("echo", "c1", GEN);
         req.meta_json = r#"{"trace":"abc"}"#.to_owned();
-        let reply = shared.call(req).await.ok();
+        let reply = shared.call(req, None).await.ok();
         assert_eq!(reply.as_ref().map(|r| r.generation), Some(GEN));
         let Some(call_tool_reply::Outcome::ResultJson(json)) = reply.and_then(|r| r.outcome) else {
             panic!("expected a result");
@@ -655,7 +722,7 @@ mod tests {
     #[tokio::test]
     async fn wrong_generation_is_refused() {
         let (shared, _, _) = serving();
-        let e = error_of(shared.call(call("echo", "c1", GEN + 1)).await);
+        let e = error_of(shared.call(call("echo", "c1", GEN + 1), None).await);
         assert_eq!(e.code, -32602);
         assert_eq!(e.reason, "fenced");
         assert!(e.message.contains(&format!("generation {}", GEN + 1)));
@@ -665,7 +732,7 @@ mod tests {
     async fn not_ready_is_unavailable() {
         let (tx, _rx) = mpsc::unbounded_channel();
         let shared: Arc<Shared<Fake>> = Arc::new(Shared::new(KEY.to_owned(), GEN, tx));
-        let e = error_of(shared.call(call("echo", "c1", GEN)).await);
+        let e = error_of(shared.call(call("echo", "c1", GEN), None).await);
         assert_eq!((e.code, e.reason.as_str()), (-32603, "unavailable"));
         assert!(e.message.starts_with("[MCP_UNAVAILABLE] demo: "));
     }
@@ -673,12 +740,12 @@ mod tests {
     #[tokio::test]
     async fn upstream_errors_pass_unchanged() {
         let (shared, _, _) = serving();
-        let e = error_of(shared.call(call("fail", "c1", GEN)).await);
+        let e = error_of(shared.call(call("fail", "c1", GEN), None).await);
         assert_eq!(e.code, -32602);
         assert_eq!(e.message, "Unknown tool: fail");
         assert_eq!(e.data_json, r#"{"x":1}"#);
         assert_eq!(e.reason, "upstream_error");
-        let e = error_of(shared.call(call("gone", "c2", GEN)).await);
+        let e = error_of(shared.call(call("gone", "c2", GEN), None).await);
         assert_eq!(
             e.message,
             "[MCP_UNAVAILABLE] demo: upstream connection closed"
@@ -690,11 +757,11 @@ mod tests {
         let (shared, _, _) = serving();
         let mut req = call("echo", "c1", GEN);
         req.arguments_json = "[1]".to_owned();
-        let status = shared.call(req).await.err().map(|s| s.code());
+        let status = shared.call(req, None).await.err().map(|s| s.code());
         assert_eq!(status, Some(tonic::Code::InvalidArgument));
         let mut req = call("echo", "c1", GEN);
         req.arguments_json = String::new();
-        assert!(shared.call(req).await.is_ok());
+        assert!(shared.call(req, None).await.is_ok());
     }
 
     #[tokio::test]
@@ -702,7 +769,7 @@ mod tests {
         let (shared, fake, _) = serving();
         let mut req = call("hang", "c1", GEN);
         req.timeout_ms = 30;
-        let e = error_of(shared.call(req).await);
+        let e = error_of(shared.call(req, None).await);
         assert_eq!(e.code, -32603);
         assert_eq!(e.reason, "timeout");
         assert_eq!(e.message, "[MCP_TIMEOUT] demo: tool call exceeded 30 ms");
@@ -745,7 +812,7 @@ mod tests {
     async fn duplicate_call_ids_are_rejected() {
         let (shared, fake, _) = serving();
         let first = hanging(&shared, &fake, "dup").await;
-        let second = shared.call(call("echo", "dup", GEN)).await;
+        let second = shared.call(call("echo", "dup", GEN), None).await;
         assert_eq!(
             second.err().map(|s| s.code()),
             Some(tonic::Code::AlreadyExists)
@@ -776,7 +843,7 @@ mod tests {
         assert_eq!(e.reason, "fenced");
         assert!(e.message.starts_with("[MCP_UNAVAILABLE] demo: "));
         assert!(fake.interrupted.load(Ordering::SeqCst));
-        let e = error_of(shared.call(call("echo", "c2", GEN)).await);
+        let e = error_of(shared.call(call("echo", "c2", GEN), None).await);
         assert_eq!((e.code, e.reason.as_str()), (-32602, "fenced"));
     }
 
@@ -795,8 +862,57 @@ mod tests {
         assert_eq!(events.recv().await, Some(Event::ShutDown));
         let e = joined_error(pending).await;
         assert_eq!((e.code, e.reason.as_str()), (-32603, "unavailable"));
-        let e = error_of(shared.call(call("echo", "c2", GEN)).await);
+        let e = error_of(shared.call(call("echo", "c2", GEN), None).await);
         assert_eq!((e.code, e.reason.as_str()), (-32602, "fenced"));
+    }
+
+    #[tokio::test]
+    async fn a_streamed_call_sends_its_progress_then_the_reply() {
+        let (shared, _, _) = serving();
+        let (events, mut stream) = mpsc::channel(8);
+        stream_call(shared.clone(), call("progress", "p1", GEN), events).await;
+        let mut seen = Vec::new();
+        while let Ok(Ok(event)) = stream.try_recv() {
+            seen.push(event.event);
+        }
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!(
+            seen[0],
+            Some(call_tool_event::Event::ProgressJson(
+                r#"{"progress":1,"total":2}"#.into()
+            ))
+        );
+        assert_eq!(
+            seen[1],
+            Some(call_tool_event::Event::ProgressJson(
+                r#"{"progress":2,"total":2}"#.into()
+            ))
+        );
+        assert!(
+            matches!(
+                &seen[2],
+                Some(call_tool_event::Event::Reply(CallToolReply {
+                    outcome: Some(call_tool_reply::Outcome::ResultJson(_)),
+                    ..
+                }))
+            ),
+            "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_streamed_call_whose_caller_left_is_cancelled_upstream() {
+        let (shared, fake, _) = serving();
+        let (events, stream) = mpsc::channel(8);
+        let streaming = tokio::spawn(stream_call(shared.clone(), call("hang", "s1", GEN), events));
+        fake.hang_started.notified().await;
+        drop(stream);
+        tokio::time::timeout(Duration::from_secs(5), streaming)
+            .await
+            .expect("the streamed call ends when its caller leaves")
+            .expect("task");
+        assert!(fake.hang_dropped.load(Ordering::SeqCst));
+        assert_eq!(*shared.inflight.borrow(), 0);
     }
 
     #[tokio::test]

@@ -8,10 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::ClientHandler;
+use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
-    ClientConfig, ClientRequest, Implementation, JsonObject, MetaObject, ProtocolVersion,
-    RequestId, RequestMetaObject, ServerNotification, ServerResult, SubscriptionFilter,
+    ClientConfig, ClientRequest, Implementation, JsonObject, MetaObject, ProgressNotificationParam,
+    ProtocolVersion, RequestId, RequestMetaObject, ServerNotification, ServerResult,
+    SubscriptionFilter,
 };
 use rmcp::service::{
     ClientCacheConfig, ClientInitializeError, ClientLifecycleMode, NotificationContext,
@@ -63,6 +65,10 @@ pub(crate) enum CallFailure {
     Other(String),
 }
 
+/// Where the upstream's `notifications/progress` for one call go: the params as a JSON object
+/// (progress, total, message) without the upstream's token, in the order they came.
+pub(crate) type ProgressSink = tokio::sync::mpsc::Sender<String>;
+
 /// The one upstream MCP server this worker is the client of.
 pub(crate) trait Upstream: Send + Sync + 'static {
     /// Every page of `tools/list`, each tool as the upstream's JSON object.
@@ -75,11 +81,16 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     /// the upstream: when `interrupt` resolves first (timeout, `Cancel`, fencing) the
     /// notification is sent before this returns `Err(why)`; when the returned future is
     /// dropped (the gRPC caller went away) it is sent in the background.
+    ///
+    /// With `progress`, the upstream's progress notifications for this call are forwarded
+    /// there (all of them before this returns); a sink that is full or gone loses them, the
+    /// call goes on.
     fn call_tool<W: Send>(
         &self,
         name: String,
         arguments: Option<JsonObject>,
         meta: Option<JsonObject>,
+        progress: Option<ProgressSink>,
         interrupt: impl Future<Output = W> + Send,
     ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send;
 }
@@ -90,6 +101,8 @@ pub(crate) trait Upstream: Send + Sync + 'static {
 pub(crate) struct RmcpUpstream {
     peer: Peer<RoleClient>,
     redactor: Arc<Redactor>,
+    /// The upstream's progress notifications, by the token rmcp put on each request.
+    progress: ProgressDispatcher,
 }
 
 impl Upstream for RmcpUpstream {
@@ -113,6 +126,7 @@ impl Upstream for RmcpUpstream {
         name: String,
         arguments: Option<JsonObject>,
         meta: Option<JsonObject>,
+        progress: Option<ProgressSink>,
         interrupt: impl Future<Output = W> + Send,
     ) -> Result<Result<String, CallFailure>, W> {
         let mut params = CallToolRequestParams::new(name);
@@ -138,15 +152,42 @@ impl Upstream for RmcpUpstream {
             peer: self.peer.clone(),
             id: Some(id.clone()),
         };
-        let response = tokio::select! {
-            response = handle.await_response() => response,
-            why = &mut interrupt => {
-                guard.disarm();
-                send_cancelled(&self.peer, id).await;
-                return Err(why);
+        // Subscribed before this task yields, i.e. before rmcp has even written the request
+        // (one thread), so no notification can come too early.
+        let mut progress = match progress {
+            Some(sink) => Some((
+                self.progress.subscribe(handle.progress_token.clone()).await,
+                sink,
+            )),
+            None => None,
+        };
+        let response = handle.await_response();
+        let mut response = std::pin::pin!(response);
+        let response = loop {
+            tokio::select! {
+                // Progress first: every notification the upstream sent before its answer is
+                // forwarded before the answer.
+                biased;
+                Some(note) = next_progress(&mut progress) => forward_progress(&mut progress, note),
+                response = &mut response => break response,
+                why = &mut interrupt => {
+                    guard.disarm();
+                    send_cancelled(&self.peer, id).await;
+                    return Err(why);
+                }
             }
         };
         guard.disarm();
+        // rmcp hands each notification to a task of its own; give those queued before the
+        // answer their turn, then pass on what they delivered.
+        if progress.is_some() {
+            tokio::task::yield_now().await;
+            while let Some(Some(note)) =
+                futures_util::FutureExt::now_or_never(next_progress(&mut progress))
+            {
+                forward_progress(&mut progress, note);
+            }
+        }
         let result = match response {
             Ok(result) => result,
             Err(e) => return Ok(Err(self.failure(e))),
@@ -183,6 +224,38 @@ impl RmcpUpstream {
             },
             other => CallFailure::Other(self.redactor.redact(&other.to_string())),
         }
+    }
+}
+
+type ProgressRoute = Option<(
+    rmcp::handler::client::progress::ProgressSubscriber,
+    ProgressSink,
+)>;
+
+/// The next progress notification of a call that asked for them (never, otherwise).
+async fn next_progress(route: &mut ProgressRoute) -> Option<ProgressNotificationParam> {
+    match route.as_mut() {
+        Some((subscriber, _)) => futures_util::StreamExt::next(subscriber).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Passes one notification on without its token; stops forwarding when the sink is gone.
+fn forward_progress(route: &mut ProgressRoute, note: ProgressNotificationParam) {
+    let Some((_, sink)) = route.as_ref() else {
+        return;
+    };
+    let mut params = match serde_json::to_value(&note) {
+        Ok(Value::Object(params)) => params,
+        _ => return,
+    };
+    params.remove("progressToken");
+    match sink.try_send(Value::Object(params).to_string()) {
+        Ok(()) => {}
+        Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+            tracing::debug!("a progress notification was dropped: the caller is behind");
+        }
+        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => *route = None,
     }
 }
 
@@ -231,6 +304,7 @@ async fn send_cancelled(peer: &Peer<RoleClient>, id: RequestId) {
 struct Handler {
     info: ClientConfig,
     list_changed: Arc<Notify>,
+    progress: ProgressDispatcher,
 }
 
 impl Handler {
@@ -240,13 +314,25 @@ impl Handler {
             Implementation::new("tutti-upstream-worker", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
-        Self { info, list_changed }
+        Self {
+            info,
+            list_changed,
+            progress: ProgressDispatcher::new(),
+        }
     }
 }
 
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.list_changed.notify_one();
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.handle_notification(params).await;
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -685,7 +771,11 @@ async fn first_listing(
         .peer_info()
         .map(|info| info.protocol_version.as_str().to_owned())
         .unwrap_or_default();
-    let upstream = Arc::new(RmcpUpstream { peer, redactor });
+    let upstream = Arc::new(RmcpUpstream {
+        peer,
+        redactor,
+        progress: running.service().progress.clone(),
+    });
     let tools = upstream.list_tools().await.map_err(|f| match f {
         CallFailure::Rpc { code, message, .. } => {
             format!("tools/list failed: JSON-RPC error {code}: {message}")

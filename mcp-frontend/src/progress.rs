@@ -1,0 +1,197 @@
+//! Progress of a `tools/call` (MCP `notifications/progress`): a client that puts a
+//! `progressToken` in the call's `_meta` and accepts `text/event-stream` gets the answer as an
+//! event stream: each of the upstream's progress notifications for the call, carrying the
+//! client's own token, then the JSON-RPC response. Everyone else gets the plain JSON answer.
+//!
+//! The call runs inside the stream, so a client that closes it cancels the call, as closing
+//! a plain answer does.
+
+use std::convert::Infallible;
+use std::future::Future;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use futures_util::StreamExt;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use crate::call::CallResult;
+use crate::rpc::{self, RpcError};
+
+/// Progress notifications of one call that may wait for a slow client; more are dropped.
+const BUFFER: usize = 64;
+
+/// The client's progress token for this request, if it asked for progress and can receive it
+/// (MCP: a string or an integer in `params._meta.progressToken`; `Accept` naming
+/// `text/event-stream`).
+pub(crate) fn requested(params: Option<&Value>, headers: &HeaderMap) -> Option<Value> {
+    let token = params?.get("_meta")?.get("progressToken")?;
+    let usable = token.is_string() || token.as_i64().is_some() || token.as_u64().is_some();
+    (usable && accepts_event_stream(headers)).then(|| token.clone())
+}
+
+fn accepts_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|range| {
+            let essence = range.split(';').next().unwrap_or_default().trim();
+            essence.eq_ignore_ascii_case("text/event-stream")
+        })
+}
+
+/// The `text/event-stream` answer of request `id`: `call` gets the sender for the upstream's
+/// progress params (JSON text, no token) and resolves to the answer.
+pub(crate) fn respond<F>(
+    id: Value,
+    token: Value,
+    call: impl FnOnce(mpsc::Sender<String>) -> F,
+) -> Response
+where
+    F: Future<Output = Result<CallResult, RpcError>> + Send + 'static,
+{
+    let (sink, notes) = mpsc::channel(BUFFER);
+    let state = State {
+        call: Some(Box::pin(call(sink))),
+        notes,
+        answer: None,
+        id,
+        token,
+    };
+    let body = futures_util::stream::unfold(state, next_event).map(Ok::<_, Infallible>);
+    let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+type Call = std::pin::Pin<Box<dyn Future<Output = Result<CallResult, RpcError>> + Send>>;
+
+struct State {
+    /// `None` once it has resolved.
+    call: Option<Call>,
+    notes: mpsc::Receiver<String>,
+    /// The answer, held back until every progress notification before it has been sent.
+    answer: Option<Result<CallResult, RpcError>>,
+    id: Value,
+    token: Value,
+}
+
+async fn next_event(mut s: State) -> Option<(Bytes, State)> {
+    loop {
+        if let Some(answer) = s.answer.take() {
+            // The call is over and its sender gone: drain what it sent, then the answer.
+            if let Ok(note) = s.notes.try_recv() {
+                s.answer = Some(answer);
+                match progress_event(&s.token, &note) {
+                    Some(event) => return Some((event, s)),
+                    None => continue,
+                }
+            }
+            let message = match rpc::call_message(&s.id, &answer) {
+                Ok(message) => message,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot serialize a tools/call answer");
+                    return None;
+                }
+            };
+            s.call = None;
+            return Some((event(&message), s));
+        }
+        let call = s.call.as_mut()?;
+        tokio::select! {
+            biased;
+            Some(note) = s.notes.recv() => {
+                if let Some(event) = progress_event(&s.token, &note) {
+                    return Some((event, s));
+                }
+            }
+            answer = call => s.answer = Some(answer),
+        }
+    }
+}
+
+/// `notifications/progress` with the client's token around the upstream's params.
+fn progress_event(token: &Value, note: &str) -> Option<Bytes> {
+    let Ok(Value::Object(mut params)) = serde_json::from_str::<Value>(note) else {
+        return None;
+    };
+    params.insert("progressToken".to_owned(), token.clone());
+    let mut message = Map::new();
+    message.insert("jsonrpc".to_owned(), "2.0".into());
+    message.insert("method".to_owned(), "notifications/progress".into());
+    message.insert("params".to_owned(), Value::Object(params));
+    serde_json::to_vec(&Value::Object(message))
+        .ok()
+        .map(|m| event(&m))
+}
+
+fn event(message: &[u8]) -> Bytes {
+    let mut frame = Vec::with_capacity(message.len() + 24);
+    frame.extend_from_slice(b"event: message\ndata: ");
+    frame.extend_from_slice(message);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn accept(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(header::ACCEPT, v);
+        }
+        headers
+    }
+
+    #[test]
+    fn progress_is_requested_by_a_token_and_an_event_stream_accept() {
+        let both = accept("application/json, text/event-stream");
+        let with = |token: Value| json!({"name": "t", "_meta": {"progressToken": token}});
+        assert_eq!(requested(Some(&with(json!("a"))), &both), Some(json!("a")));
+        assert_eq!(requested(Some(&with(json!(7))), &both), Some(json!(7)));
+        // Not a string or an integer: no progress.
+        assert_eq!(requested(Some(&with(json!(1.5))), &both), None);
+        assert_eq!(requested(Some(&with(json!({"a": 1}))), &both), None);
+        assert_eq!(requested(Some(&json!({"name": "t"})), &both), None);
+        assert_eq!(requested(None, &both), None);
+        // A client that cannot read an event stream gets the plain answer.
+        assert_eq!(
+            requested(Some(&with(json!("a"))), &accept("application/json")),
+            None
+        );
+        assert_eq!(requested(Some(&with(json!("a"))), &HeaderMap::new()), None);
+        assert_eq!(
+            requested(Some(&with(json!("a"))), &accept("Text/Event-Stream;q=0.5")),
+            Some(json!("a"))
+        );
+    }
+
+    #[test]
+    fn progress_events_carry_the_clients_token() {
+        let event = progress_event(&json!("tok"), r#"{"progress":1,"total":2}"#).expect("an event");
+        let text = String::from_utf8_lossy(&event);
+        let data = text
+            .strip_prefix("event: message\ndata: ")
+            .and_then(|t| t.strip_suffix("\n\n"))
+            .expect("one SSE event");
+        assert_eq!(
+            serde_json::from_str::<Value>(data).ok(),
+            Some(json!({"jsonrpc":"2.0","method":"notifications/progress",
+                "params":{"progress":1,"total":2,"progressToken":"tok"}}))
+        );
+        assert!(progress_event(&json!("tok"), "not json").is_none());
+    }
+}
