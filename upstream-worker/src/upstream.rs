@@ -152,42 +152,29 @@ impl Upstream for RmcpUpstream {
             peer: self.peer.clone(),
             id: Some(id.clone()),
         };
-        // Subscribed before this task yields, i.e. before rmcp has even written the request
-        // (one thread), so no notification can come too early.
-        let mut progress = match progress {
-            Some(sink) => Some((
-                self.progress.subscribe(handle.progress_token.clone()).await,
-                sink,
-            )),
-            None => None,
-        };
-        let response = handle.await_response();
-        let mut response = std::pin::pin!(response);
-        let response = loop {
-            tokio::select! {
-                // Progress first: every notification the upstream sent before its answer is
-                // forwarded before the answer.
-                biased;
-                Some(note) = next_progress(&mut progress) => forward_progress(&mut progress, note),
-                response = &mut response => break response,
+        let response = match progress {
+            None => tokio::select! {
+                response = handle.await_response() => response,
                 why = &mut interrupt => {
                     guard.disarm();
                     send_cancelled(&self.peer, id).await;
                     return Err(why);
                 }
+            },
+            // Boxed and out of line: the state of a call that asked for progress does not
+            // enlarge every other call's future (a worker's memory under load counts).
+            Some(sink) => {
+                match Box::pin(self.await_with_progress(handle, sink, &mut interrupt)).await {
+                    Ok(response) => response,
+                    Err(why) => {
+                        guard.disarm();
+                        send_cancelled(&self.peer, id).await;
+                        return Err(why);
+                    }
+                }
             }
         };
         guard.disarm();
-        // rmcp hands each notification to a task of its own; give those queued before the
-        // answer their turn, then pass on what they delivered.
-        if progress.is_some() {
-            tokio::task::yield_now().await;
-            while let Some(Some(note)) =
-                futures_util::FutureExt::now_or_never(next_progress(&mut progress))
-            {
-                forward_progress(&mut progress, note);
-            }
-        }
         let result = match response {
             Ok(result) => result,
             Err(e) => return Ok(Err(self.failure(e))),
@@ -206,6 +193,42 @@ impl Upstream for RmcpUpstream {
 }
 
 impl RmcpUpstream {
+    /// Waits for the answer to `handle` while forwarding the upstream's progress notifications
+    /// for it to `sink`, all of them before the answer; `Err(why)` when `interrupt` came first.
+    #[inline(never)]
+    async fn await_with_progress<W>(
+        &self,
+        handle: rmcp::service::RequestHandle<RoleClient>,
+        sink: ProgressSink,
+        mut interrupt: impl Future<Output = W> + Unpin,
+    ) -> Result<Result<ServerResult, ServiceError>, W> {
+        // Subscribed before this task yields, i.e. before rmcp has even written the request
+        // (one thread), so no notification can come too early.
+        let subscriber = self.progress.subscribe(handle.progress_token.clone()).await;
+        let mut route: ProgressRoute = Some((subscriber, sink));
+        let response = handle.await_response();
+        let mut response = std::pin::pin!(response);
+        let response = loop {
+            tokio::select! {
+                // Progress first: every notification the upstream sent before its answer is
+                // forwarded before the answer.
+                biased;
+                Some(note) = next_progress(&mut route) => forward_progress(&mut route, note),
+                response = &mut response => break response,
+                why = &mut interrupt => return Err(why),
+            }
+        };
+        // rmcp hands each notification to a task of its own; give those queued before the
+        // answer their turn, then pass on what they delivered.
+        tokio::task::yield_now().await;
+        while let Some(Some(note)) =
+            futures_util::FutureExt::now_or_never(next_progress(&mut route))
+        {
+            forward_progress(&mut route, note);
+        }
+        Ok(response)
+    }
+
     fn failure(&self, error: ServiceError) -> CallFailure {
         match error {
             ServiceError::McpError(e) => CallFailure::Rpc {
