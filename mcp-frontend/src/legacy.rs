@@ -142,4 +142,5 @@ async fn tools_call_with_progress(
         )
         .await
     })
+    .await
 }

@@ -234,7 +234,8 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
             call::execute(&app, &identity, &tool, arguments.as_ref(), None, Some(sink))
                 .await
                 .map(call::CallResult::with_result_type)
-        });
+        })
+        .await;
     }
     // Dropping this future (the client closed the stream) cancels the worker call.
     let answer = call::execute(&ctx.app, &ctx.identity, &tool, arguments, None, None)

@@ -44,8 +44,11 @@ fn accepts_event_stream(headers: &HeaderMap) -> bool {
 }
 
 /// The `text/event-stream` answer of request `id`: `call` gets the sender for the upstream's
-/// progress params (JSON text, no token) and resolves to the answer.
-pub(crate) fn respond<F>(
+/// progress params (JSON text, no token) and resolves to the answer. Resolves once the first
+/// event is ready, so the response head goes out with it (for a call without progress: head,
+/// answer and end of stream in one write) instead of waking the client once more for the head
+/// alone; dropping it before then (the client left) drops the call, which cancels it.
+pub(crate) async fn respond<F>(
     id: Value,
     token: Value,
     call: impl FnOnce(mpsc::Sender<String>) -> F,
@@ -61,7 +64,11 @@ where
         id,
         token,
     };
-    let body = futures_util::stream::unfold(state, next_event).map(Ok::<_, Infallible>);
+    let mut events = Box::pin(futures_util::stream::unfold(state, next_event));
+    let first = events.next().await;
+    let body = futures_util::stream::iter(first)
+        .chain(events)
+        .map(Ok::<_, Infallible>);
     let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();

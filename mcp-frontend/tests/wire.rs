@@ -1661,6 +1661,67 @@ async fn modern_stream_close_cancels_the_call() {
     h.stop().await.expect("clean stop");
 }
 
+/// A call that asked for progress (answered as an event stream) is cancelled like any other:
+/// by `notifications/cancelled` (legacy; the stream ends with -32800) and by closing it.
+#[tokio::test]
+async fn a_call_that_asked_for_progress_is_cancelled_like_any_other() {
+    let mut h = start().await;
+    let request = h
+        .post()
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc":"2.0","id":"p-1","method":"tools/call",
+            "params":{"name":"demo_hang","arguments":{},"_meta":{"progressToken":"t"}}}));
+    let in_flight = tokio::spawn(async move {
+        let r = request.send().await.expect("send");
+        let kind = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (kind, r.text().await.expect("body"))
+    });
+    h.next_call().await;
+    let r = h
+        .post()
+        .json(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"p-1"}}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let (kind, text) = tokio::time::timeout(WAIT, in_flight)
+        .await
+        .expect("answered at once")
+        .expect("task");
+    assert_eq!(kind.as_deref(), Some("text/event-stream"));
+    let last: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .last()
+        .and_then(|d| serde_json::from_str(d).ok())
+        .unwrap_or(Value::Null);
+    assert_eq!(last["id"], "p-1", "{text}");
+    assert_eq!(last["error"]["code"], -32800, "{text}");
+    h.next_cancel().await;
+
+    // Closing the stream (modern surface) cancels it at the worker.
+    let mut params = json!({"name":"demo_hang","arguments":{}});
+    params["_meta"] = modern_meta();
+    params["_meta"]["progressToken"] = json!(9);
+    let request = h
+        .post()
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "demo_hang")
+        .json(&json!({"jsonrpc":"2.0","id":10,"method":"tools/call","params":params}));
+    let in_flight = tokio::spawn(async move { request.send().await });
+    let call = h.next_call().await;
+    in_flight.abort();
+    let cancel = h.next_cancel().await;
+    assert_eq!(cancel.call_id, call.call_id);
+    h.stop().await.expect("clean stop");
+}
+
 // === subscriptions/listen ===
 
 #[tokio::test]

@@ -478,21 +478,29 @@ impl<U: Upstream> Worker for WorkerService<U> {
             .map(Response::new)
     }
 
-    type CallToolStreamStream =
-        tokio_stream::wrappers::ReceiverStream<Result<CallToolEvent, Status>>;
+    type CallToolStreamStream = futures_util::stream::Chain<
+        futures_util::stream::Iter<std::option::IntoIter<Result<CallToolEvent, Status>>>,
+        tokio_stream::wrappers::ReceiverStream<Result<CallToolEvent, Status>>,
+    >;
 
     async fn call_tool_stream(
         &self,
         request: Request<CallToolRequest>,
     ) -> Result<Response<Self::CallToolStreamStream>, Status> {
-        let (events, stream) = mpsc::channel(PROGRESS_BUFFER + 1);
+        let (events, mut stream) = mpsc::channel(PROGRESS_BUFFER + 1);
         tokio::spawn(stream_call(
             self.shared.clone(),
             request.into_inner(),
             events,
         ));
-        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
-            stream,
+        // Answer once there is something to send: the response head then travels with the
+        // first event (for a call without progress, with the reply, as for `CallTool`)
+        // instead of waking the caller once more for the head alone. Dropping this future
+        // (the caller left) drops `stream`, which ends the call.
+        let first = stream.recv().await;
+        Ok(Response::new(futures_util::StreamExt::chain(
+            futures_util::stream::iter(first),
+            tokio_stream::wrappers::ReceiverStream::new(stream),
         )))
     }
 

@@ -185,6 +185,21 @@ mod bench {
             let (_, _, _, s) = summary(v);
             r.row("tools/call echo via runtime, legacy, reqwest client", s);
         }
+        // A client that asks for progress (`_meta.progressToken`, as rmcp-based agents do on
+        // every request) gets an event-stream answer over the worker's streaming call.
+        {
+            let mut raw = RawHttp::connect(&url, &token, None)?;
+            raw.progress = true;
+            let v = tokio::task::block_in_place(|| {
+                raw.echo_calls(Era::Legacy, "bench_echo", scale.calls)
+            })?;
+            let (p50, _, _, s) = summary(v);
+            r.row("tools/call echo via runtime, legacy, progress requested", s);
+            r.row(
+                "  added latency over direct, progress requested",
+                format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
+            );
+        }
         if args.latency_only {
             big_result_rows(&mut r, &url, &token, scale.big_calls)?;
             rt.stop();
@@ -579,6 +594,8 @@ mod bench {
         reader: BufReader<std::net::TcpStream>,
         head: String,
         next_id: u64,
+        /// Put a `progressToken` in every call's `_meta` (the answer is then an event stream).
+        progress: bool,
     }
 
     impl RawHttp {
@@ -607,6 +624,7 @@ mod bench {
                 stream,
                 head,
                 next_id: 1,
+                progress: false,
             })
         }
 
@@ -697,6 +715,9 @@ mod bench {
                 let mut params = json!({"name": tool, "arguments": arguments});
                 if let Era::Modern = era {
                     params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}});
+                }
+                if self.progress {
+                    params["_meta"]["progressToken"] = json!(id);
                 }
                 let t = Instant::now();
                 let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":params})
