@@ -1696,7 +1696,7 @@ async fn a_call_that_asked_for_progress_is_cancelled_like_any_other() {
     let last: Value = text
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
-        .last()
+        .next_back()
         .and_then(|d| serde_json::from_str(d).ok())
         .unwrap_or(Value::Null);
     assert_eq!(last["id"], "p-1", "{text}");
