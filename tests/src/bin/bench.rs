@@ -1167,8 +1167,11 @@ mod bench {
              reads its replies (blocking, one process). The runtime and peer rows send the same \
              calls with a minimal blocking HTTP/1.1 client on one keep-alive connection, so the \
              added latency is the cost of the path, not of a client library; the reqwest row \
-             shows what an ordinary async client adds. Throughput, tools/list and the fault rows \
-             use reqwest on tokio. Percentiles are over n timed calls after 20 untimed ones.\n\n",
+             shows what an ordinary async client adds; the \"progress requested\" row sends the \
+             same calls with a `progressToken` in `_meta` (as rmcp-based agents do on every call), \
+             so each answer is an event stream over the worker's streaming call. Throughput, \
+             tools/list and the fault rows use reqwest on tokio. Percentiles are over n timed \
+             calls after 20 untimed ones.\n\n",
         );
         s.push_str("| measurement | result |\n|---|---|\n");
         for (what, value) in &r.rows {
