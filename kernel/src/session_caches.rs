@@ -177,16 +177,23 @@ mod tests {
         assert!(!caches.settle(5).await);
     }
 
+    /// Plays the supervisor for one fence request: stops "the frontend" and confirms.
+    fn answer_one_fence(
+        mut fence: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let done = fence.recv().await.expect("a fence request");
+            let _ = done.send(());
+        })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_silent_cache_gets_its_frontend_stopped() {
         let caches = Arc::new(SessionCaches::default());
-        let mut fence = caches.take_fence_requests().expect("first take");
+        let fence = caches.take_fence_requests().expect("first take");
         assert!(caches.take_fence_requests().is_none());
         let _reg = caches.register(3, 1);
-        let supervisor = tokio::spawn(async move {
-            let done = fence.recv().await.expect("a fence request");
-            let _ = done.send(());
-        });
+        let supervisor = answer_one_fence(fence);
         assert!(caches.settle(2).await, "the frontend was stopped");
         supervisor.await.expect("supervisor task");
         // The stopped cache is not waited for again, even before its stream has ended.
@@ -202,11 +209,8 @@ mod tests {
         let first = caches.register(9, 1).expect("first registration");
         assert!(caches.register(9, 1).is_none(), "id 9 is taken");
         // The first holder is fenced (removed by settle) and its id registered again.
-        let mut fence = caches.take_fence_requests().expect("fence requests");
-        let supervisor = tokio::spawn(async move {
-            let done = fence.recv().await.expect("a fence request");
-            let _ = done.send(());
-        });
+        let fence = caches.take_fence_requests().expect("fence requests");
+        let supervisor = answer_one_fence(fence);
         assert!(caches.settle(2).await);
         supervisor.await.expect("supervisor task");
         let _second = caches.register(9, 2).expect("id free again");

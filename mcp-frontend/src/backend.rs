@@ -169,6 +169,18 @@ impl GrpcBackend {
         self.lock_workers().remove(endpoint);
     }
 
+    /// A failed call: the connection is dropped when it looks broken (the next call connects
+    /// again), and the status becomes the frontend's error.
+    fn call_failed(&self, endpoint: &str, generation: u64, status: &tonic::Status) -> Error {
+        if matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
+        ) {
+            self.forget_worker(endpoint);
+        }
+        worker_status(endpoint, generation, status)
+    }
+
     fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
         // A poisoned cache only ever holds channels; keep using it.
         self.workers.lock().unwrap_or_else(|p| p.into_inner())
@@ -283,18 +295,11 @@ impl Backend for GrpcBackend {
         Box::pin(async move {
             let generation = request.generation;
             let mut client = self.worker(endpoint).await?;
-            match client.call_tool(request).await {
-                Ok(reply) => Ok(reply.into_inner()),
-                Err(status) => {
-                    if matches!(
-                        status.code(),
-                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
-                    ) {
-                        self.forget_worker(endpoint);
-                    }
-                    Err(worker_status(endpoint, generation, &status))
-                }
-            }
+            client
+                .call_tool(request)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|status| self.call_failed(endpoint, generation, &status))
         })
     }
 
@@ -307,15 +312,7 @@ impl Backend for GrpcBackend {
         Box::pin(async move {
             let generation = request.generation;
             let mut client = self.worker(endpoint).await?;
-            let failed = |status: tonic::Status| {
-                if matches!(
-                    status.code(),
-                    tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
-                ) {
-                    self.forget_worker(endpoint);
-                }
-                worker_status(endpoint, generation, &status)
-            };
+            let failed = |status: tonic::Status| self.call_failed(endpoint, generation, &status);
             let mut events = client
                 .call_tool_stream(request)
                 .await

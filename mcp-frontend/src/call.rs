@@ -614,6 +614,22 @@ mod tests {
         );
     }
 
+    /// SPEC §5's answer for a fenced generation (-32602, list tools again), for `gh_x` of
+    /// generation 4 of `gh`.
+    fn assert_lists_again((answer, outcome): Ended) {
+        assert_eq!(outcome, Outcome::RpcError);
+        let e = answer.expect_err("error");
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert_eq!(
+            e.message,
+            "tool gh_x is not available now; list tools again"
+        );
+        assert_eq!(
+            e.data,
+            Some(json!({"tutti":{"reason":"fenced","connector":"gh","generation":4}}))
+        );
+    }
+
     #[test]
     fn a_worker_refusing_a_fenced_generation_says_list_again() {
         let (answer, outcome) = map_reply(
@@ -626,17 +642,7 @@ mod tests {
                 detail: "fenced".into(),
             }),
         );
-        assert_eq!(outcome, Outcome::RpcError);
-        let e = answer.expect_err("error");
-        assert_eq!(e.code, INVALID_PARAMS);
-        assert_eq!(
-            e.message,
-            "tool gh_x is not available now; list tools again"
-        );
-        assert_eq!(
-            e.data,
-            Some(json!({"tutti":{"reason":"fenced","connector":"gh","generation":4}}))
-        );
+        assert_lists_again((answer, outcome));
     }
 
     #[test]
@@ -727,17 +733,7 @@ mod tests {
             generation: 4,
         };
         let (answer, outcome) = map_reply("gh_x", "gh", 4, Ok(reply));
-        assert_eq!(outcome, Outcome::RpcError);
-        let e = answer.expect_err("error");
-        assert_eq!(e.code, INVALID_PARAMS);
-        assert_eq!(
-            e.message,
-            "tool gh_x is not available now; list tools again"
-        );
-        assert_eq!(
-            e.data,
-            Some(json!({"tutti":{"reason":"fenced","connector":"gh","generation":4}}))
-        );
+        assert_lists_again((answer, outcome));
     }
 
     /// The audit outcome follows the worker's `reason` field, not its message text.

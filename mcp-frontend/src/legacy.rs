@@ -56,12 +56,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     Ok(page) => return page.respond(&id),
                     Err(error) => Err(error),
                 },
-                "tools/call" => {
-                    if let Some(token) = progress::requested(params.as_ref(), &ctx.headers) {
-                        return tools_call_with_progress(ctx, id, params, token).await;
-                    }
-                    return rpc::call_response(&id, tools_call(&ctx, &id, params.as_ref()).await);
-                }
+                "tools/call" => return tools_call(ctx, id, params).await,
                 "resources/list" => Ok(json!({"resources": []})),
                 "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
                 "prompts/list" => Ok(json!({"prompts": []})),
@@ -92,33 +87,10 @@ fn initialize(params: Option<&Value>) -> Value {
     })
 }
 
-async fn tools_call(
-    ctx: &Ctx,
-    id: &Value,
-    params: Option<&Value>,
-) -> Result<call::CallResult, RpcError> {
-    let name = call::tool_name(params)?;
-    let tool = call::resolve(&ctx.app, name).await?;
-    let (_guard, cancelled) = ctx.app.register_pending(&ctx.identity, id);
-    let arguments = params.and_then(|p| p.get("arguments"));
-    call::execute(
-        &ctx.app,
-        &ctx.identity,
-        &tool,
-        arguments,
-        Some(cancelled),
-        None,
-    )
-    .await
-}
-
-/// `tools/call` with `_meta.progressToken`: answered as an event stream (see [`progress`]).
-async fn tools_call_with_progress(
-    ctx: Ctx,
-    id: Value,
-    params: Option<Value>,
-    token: Value,
-) -> Response {
+/// `tools/call`: the answer as JSON, or as an event stream of the upstream's progress and then
+/// the answer when the client asked for progress (see [`progress`]). A legacy
+/// `notifications/cancelled` for `id` cancels it either way.
+async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let tool = match call::tool_name(params.as_ref()) {
         Ok(name) => call::resolve(&ctx.app, name).await,
         Err(e) => Err(e),
@@ -127,8 +99,22 @@ async fn tools_call_with_progress(
         Ok(tool) => tool,
         Err(e) => return rpc::call_response(&id, Err(e)),
     };
-    let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
+    let progress = progress::requested(params.as_ref(), &ctx.headers);
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
+    let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
+    let Some(token) = progress else {
+        let answer = call::execute(
+            &ctx.app,
+            &ctx.identity,
+            &tool,
+            arguments.as_ref(),
+            Some(cancelled),
+            None,
+        )
+        .await;
+        drop(pending);
+        return rpc::call_response(&id, answer);
+    };
     let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
     progress::respond(id, token, move |sink| async move {
         let _pending = pending;

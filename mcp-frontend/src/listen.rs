@@ -3,14 +3,11 @@
 //! with a final result when the session's token is revoked or the runtime shuts down.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::body::Bytes;
 use axum::response::Response;
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -124,7 +121,7 @@ struct Stream {
 }
 
 fn frame(message: &Value) -> Bytes {
-    Bytes::from(format!("event: message\ndata: {message}\n\n"))
+    crate::rpc::sse_event(message.to_string().as_bytes())
 }
 
 /// Opens a listen stream. `ticket_at_start` is the session cache's epoch read before the token
@@ -165,18 +162,7 @@ pub(crate) async fn open(
         keep_alive,
         _registration: registration,
     };
-    let body = futures_util::stream::unfold(state, next_frame).map(Ok::<_, Infallible>);
-
-    let mut response = Response::new(Body::from_stream(body));
-    *response.status_mut() = StatusCode::OK;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    crate::rpc::event_stream_response(futures_util::stream::unfold(state, next_frame))
 }
 
 async fn next_frame(mut s: Stream) -> Option<(Bytes, Stream)> {

@@ -141,7 +141,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                 Err(error) => Err(error),
             }
         }
-        "tools/call" => return tools_call(&ctx, &id, params.as_ref()).await,
+        "tools/call" => return tools_call(&ctx, &id, params).await,
         "subscriptions/listen" => {
             return listen::open(
                 ctx.app.clone(),
@@ -195,8 +195,8 @@ fn discover() -> Value {
     cacheable(fields, DISCOVER_TTL_MS)
 }
 
-async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
-    let name = match call::tool_name(params) {
+async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
+    let name = match call::tool_name(params.as_ref()) {
         Ok(name) => name,
         Err(e) => return rpc::answer_response(id, Err(e)),
     };
@@ -207,7 +207,7 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
         Ok(tool) => tool,
         Err(e) => return rpc::answer_response(id, Err(e)),
     };
-    let arguments = params.and_then(|p| p.get("arguments"));
+    let arguments = params.as_ref().and_then(|p| p.get("arguments"));
     for param in &tool.param_headers {
         // The display name is only built for an error (this loop runs on every call).
         let display = || format!("Mcp-Param-{}", param.name);
@@ -226,9 +226,10 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
             return bad(id, mismatch(problem));
         }
     }
-    if let Some(token) = crate::progress::requested(params, &ctx.headers) {
+    let progress = crate::progress::requested(params.as_ref(), &ctx.headers);
+    let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
+    if let Some(token) = progress {
         let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
-        let arguments = arguments.cloned();
         // The call runs inside the stream: closing it cancels the worker call.
         return crate::progress::respond(id.clone(), token, move |sink| async move {
             call::execute(&app, &identity, &tool, arguments.as_ref(), None, Some(sink))
@@ -238,8 +239,15 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
         .await;
     }
     // Dropping this future (the client closed the stream) cancels the worker call.
-    let answer = call::execute(&ctx.app, &ctx.identity, &tool, arguments, None, None)
-        .await
-        .map(call::CallResult::with_result_type);
+    let answer = call::execute(
+        &ctx.app,
+        &ctx.identity,
+        &tool,
+        arguments.as_ref(),
+        None,
+        None,
+    )
+    .await
+    .map(call::CallResult::with_result_type);
     rpc::call_response(id, answer)
 }

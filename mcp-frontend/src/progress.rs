@@ -6,11 +6,10 @@
 //! The call runs inside the stream, so a client that closes it cancels the call, as closing
 //! a plain answer does.
 
-use std::convert::Infallible;
 use std::future::Future;
 
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::body::Bytes;
+use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 use serde_json::{Map, Value};
@@ -66,19 +65,7 @@ where
     };
     let mut events = Box::pin(futures_util::stream::unfold(state, next_event));
     let first = events.next().await;
-    let body = futures_util::stream::iter(first)
-        .chain(events)
-        .map(Ok::<_, Infallible>);
-    let mut response = Response::new(Body::from_stream(body));
-    *response.status_mut() = StatusCode::OK;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    rpc::event_stream_response(futures_util::stream::iter(first).chain(events))
 }
 
 type Call = std::pin::Pin<Box<dyn Future<Output = Result<CallResult, RpcError>> + Send>>;
@@ -112,7 +99,7 @@ async fn next_event(mut s: State) -> Option<(Bytes, State)> {
                 }
             };
             s.call = None;
-            return Some((event(&message), s));
+            return Some((rpc::sse_event(&message), s));
         }
         let call = s.call.as_mut()?;
         tokio::select! {
@@ -139,20 +126,13 @@ fn progress_event(token: &Value, note: &str) -> Option<Bytes> {
     message.insert("params".to_owned(), Value::Object(params));
     serde_json::to_vec(&Value::Object(message))
         .ok()
-        .map(|m| event(&m))
-}
-
-fn event(message: &[u8]) -> Bytes {
-    let mut frame = Vec::with_capacity(message.len() + 24);
-    frame.extend_from_slice(b"event: message\ndata: ");
-    frame.extend_from_slice(message);
-    frame.extend_from_slice(b"\n\n");
-    Bytes::from(frame)
+        .map(|m| rpc::sse_event(&m))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
     use serde_json::json;
 
     fn accept(value: &str) -> HeaderMap {

@@ -1,6 +1,6 @@
 //! JSON-RPC 2.0 messages and the HTTP responses that carry them.
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use serde::Serialize;
@@ -193,14 +193,14 @@ pub(crate) fn call_response(
     id: &Value,
     answer: Result<crate::call::CallResult, RpcError>,
 ) -> Response {
-    match answer {
-        Ok(result) => result_response(id, &result, result.len()),
-        Err(error) => json_response(StatusCode::OK, &error_body(id, &error)),
+    match call_message(id, &answer) {
+        Ok(bytes) => bytes_response(StatusCode::OK, bytes),
+        Err(e) => unserializable(&e),
     }
 }
 
-/// The JSON-RPC response message of a `tools/call` answer as bytes (the last event of a
-/// `text/event-stream` answer).
+/// The JSON-RPC response message of a `tools/call` answer as bytes (the body of a plain
+/// answer, the last event of an event-stream one).
 pub(crate) fn call_message(
     id: &Value,
     answer: &Result<crate::call::CallResult, RpcError>,
@@ -230,6 +230,34 @@ pub(crate) fn reject(status: StatusCode, message: &str) -> Response {
         &Value::Null,
         &RpcError::new(SERVER_ERROR, message.to_owned()),
     )
+}
+
+/// One `text/event-stream` event carrying a JSON-RPC message.
+pub(crate) fn sse_event(message: &[u8]) -> Bytes {
+    let mut frame = Vec::with_capacity(message.len() + 24);
+    frame.extend_from_slice(b"event: message\ndata: ");
+    frame.extend_from_slice(message);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
+/// `200 OK` with a `text/event-stream` body (a listen stream, a call answered with its
+/// progress); never cached or buffered by a proxy.
+pub(crate) fn event_stream_response(
+    events: impl futures_util::Stream<Item = Bytes> + Send + 'static,
+) -> Response {
+    use futures_util::StreamExt;
+    let body = events.map(Ok::<_, std::convert::Infallible>);
+    let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
 }
 
 /// 202 Accepted with no body.

@@ -437,7 +437,8 @@ async fn stream_call<U: Upstream>(
         tokio::select! {
             biased;
             Some(note) = progress.recv() => {
-                // Never waits: the stream's buffer holds a full progress buffer plus the reply.
+                // Never waits on a slow caller: a note that finds the stream full is dropped
+                // (progress is advisory); only the reply below waits for room.
                 let _ = events.try_send(event(call_tool_event::Event::ProgressJson(note)));
             }
             outcome = &mut call => break outcome,
