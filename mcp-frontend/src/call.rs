@@ -5,9 +5,8 @@ use std::future::pending;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
@@ -68,26 +67,34 @@ impl Outcome {
 /// A call's answer and how it ended.
 type Ended = (Result<CallResult, RpcError>, Outcome);
 
-/// A `CallToolResult` as the worker sent it: JSON text checked to be one object and read only
-/// for the two fields the frontend needs, then written to the client as it is. Not parsed into
-/// a tree and serialized again: for a 1 MiB result that round trip was most of the frontend's
-/// work (docs/PERFORMANCE.md), and numbers keep their exact text.
+/// A `CallToolResult` as the worker sent it: JSON text checked (in one pass) to be one object
+/// and read only for the two fields the frontend needs, then written to the client as it is
+/// ([`CallResult::write_to`]). Not parsed into a tree and serialized again: for a 1 MiB result
+/// that round trip was most of the frontend's work (docs/PERFORMANCE.md), and numbers keep
+/// their exact text.
 #[derive(Debug)]
 pub(crate) struct CallResult {
-    raw: Box<RawValue>,
+    /// Exactly one JSON object (surrounding whitespace allowed).
+    text: String,
     is_error: bool,
     has_result_type: bool,
+    /// The modern surface's `"resultType":"complete"`, put in front of the other fields as the
+    /// text is written (no second pass over it).
+    add_result_type: bool,
 }
+
+/// What the modern surface adds to a result that has no `resultType`.
+const RESULT_TYPE_COMPLETE: &str = r#""resultType":"complete""#;
 
 impl CallResult {
     /// `None` unless `text` is exactly one JSON object.
     pub(crate) fn from_json(text: String) -> Option<Self> {
         let shape: Shape = serde_json::from_str(&text).ok()?;
-        let raw = RawValue::from_string(text).ok()?;
         Some(Self {
-            raw,
+            text,
             is_error: shape.is_error,
             has_result_type: shape.has_result_type,
+            add_result_type: false,
         })
     }
 
@@ -106,34 +113,51 @@ impl CallResult {
         if self.has_result_type {
             return self;
         }
-        // `RawValue` holds the object without surrounding whitespace, so it starts with `{`.
-        let text = self.raw.get();
-        let rest = text.strip_prefix('{').unwrap_or(text);
-        let spliced = if rest.trim_start().starts_with('}') {
-            r#"{"resultType":"complete"}"#.to_owned()
-        } else {
-            format!(r#"{{"resultType":"complete",{rest}"#)
-        };
-        // Valid by construction; `from_string` checks it once more (one pass, no tree).
-        match RawValue::from_string(spliced) {
-            Ok(raw) => Self {
-                raw,
-                is_error: self.is_error,
-                has_result_type: true,
-            },
-            Err(_) => self,
+        Self {
+            has_result_type: true,
+            add_result_type: true,
+            ..self
         }
     }
 
-    /// Length of the JSON text.
+    /// Length of the JSON text as written.
     pub(crate) fn len(&self) -> usize {
-        self.raw.get().len()
+        self.text.len() + usize::from(self.add_result_type) * (RESULT_TYPE_COMPLETE.len() + 1)
+    }
+
+    /// Appends the result's JSON text to `out`.
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
+        let text = self.text.trim();
+        if !self.add_result_type {
+            out.extend_from_slice(text.as_bytes());
+            return;
+        }
+        // One object, so the text starts with `{`.
+        let rest = text.strip_prefix('{').unwrap_or(text);
+        out.push(b'{');
+        out.extend_from_slice(RESULT_TYPE_COMPLETE.as_bytes());
+        if !rest.trim_start().starts_with('}') {
+            out.push(b',');
+        }
+        out.extend_from_slice(rest.as_bytes());
+    }
+
+    /// The text as written (tests).
+    #[cfg(test)]
+    fn written(&self) -> String {
+        let mut out = Vec::new();
+        self.write_to(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
     }
 }
 
-impl Serialize for CallResult {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.raw.serialize(serializer)
+/// Tests only: the response path writes the text itself (`rpc::call_message`).
+#[cfg(test)]
+impl serde::Serialize for CallResult {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serde_json::value::RawValue::from_string(self.written())
+            .map_err(serde::ser::Error::custom)?
+            .serialize(serializer)
     }
 }
 
@@ -565,6 +589,7 @@ fn map_reply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Serialize;
     use tutti_proto::worker::{CallError, CallToolReply};
 
     #[test]
@@ -656,7 +681,7 @@ mod tests {
         assert_eq!(outcome, Outcome::Ok);
         let result = answer.expect("result");
         // Byte for byte, also in the envelope.
-        assert_eq!(result.raw.get(), text);
+        assert_eq!(result.written(), text);
         #[derive(Serialize)]
         struct Envelope<'a> {
             result: &'a CallResult,
@@ -699,7 +724,7 @@ mod tests {
             let r = CallResult::from_json(t.to_owned())
                 .expect("object")
                 .with_result_type();
-            serde_json::from_str::<Value>(r.raw.get()).expect("still JSON")
+            serde_json::from_str::<Value>(&r.written()).expect("still JSON")
         };
         assert_eq!(modern("{}"), json!({"resultType": "complete"}));
         assert_eq!(modern("{ }"), json!({"resultType": "complete"}));
@@ -715,7 +740,7 @@ mod tests {
             .expect("object")
             .with_result_type()
             .with_result_type();
-        assert_eq!(twice.raw.get().matches("resultType").count(), 1);
+        assert_eq!(twice.written().matches("resultType").count(), 1);
     }
 
     /// The worker's own refusal of a fenced generation gets the frontend's one answer for it.

@@ -207,13 +207,14 @@ pub(crate) fn call_message(
 ) -> Result<Vec<u8>, serde_json::Error> {
     match answer {
         Ok(result) => {
+            // The same bytes as serializing `Envelope`, with the result's text copied in once.
             let mut bytes = Vec::with_capacity(result.len().saturating_add(64));
-            let envelope = Envelope {
-                jsonrpc: "2.0",
-                id,
-                result,
-            };
-            serde_json::to_writer(&mut bytes, &envelope).map(|()| bytes)
+            bytes.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+            serde_json::to_writer(&mut bytes, id)?;
+            bytes.extend_from_slice(br#","result":"#);
+            result.write_to(&mut bytes);
+            bytes.push(b'}');
+            Ok(bytes)
         }
         Err(error) => serde_json::to_vec(&error_body(id, error)),
     }
@@ -270,6 +271,45 @@ pub(crate) fn accepted() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A call's answer is written as the serialized envelope would be, with the worker's text
+    /// as it came (no whitespace around it), `resultType` in front for the modern surface.
+    #[test]
+    fn call_messages_carry_the_result_text_as_is() {
+        let result = |t: &str| crate::call::CallResult::from_json(t.to_owned()).expect("object");
+        let text = |m: Result<Vec<u8>, serde_json::Error>| {
+            String::from_utf8(m.expect("serializable")).expect("UTF-8")
+        };
+        assert_eq!(
+            text(call_message(
+                &json!(7),
+                &Ok(result(r#" {"n":1.50,"content":[]} "#))
+            )),
+            r#"{"jsonrpc":"2.0","id":7,"result":{"n":1.50,"content":[]}}"#
+        );
+        assert_eq!(
+            text(call_message(
+                &json!("a"),
+                &Ok(result(r#"{"content":[]}"#).with_result_type())
+            )),
+            r#"{"jsonrpc":"2.0","id":"a","result":{"resultType":"complete","content":[]}}"#
+        );
+        assert_eq!(
+            text(call_message(
+                &json!(1),
+                &Ok(result("{ }").with_result_type())
+            )),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete" }}"#
+        );
+        let answer = Err(RpcError::new(-32602, "Unknown tool: x"));
+        let parsed: Value =
+            serde_json::from_slice(&call_message(&json!(2), &answer).expect("serializable"))
+                .expect("JSON");
+        assert_eq!(
+            parsed,
+            error_body(&json!(2), &RpcError::new(-32602, "Unknown tool: x"))
+        );
+    }
 
     fn obj(v: Value) -> Map<String, Value> {
         match v {
