@@ -15,9 +15,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint as TonicEndpoint, Uri};
 
+mod coalesce;
 #[cfg(unix)]
 #[allow(unsafe_code)] // one commented call: tokio's fd registration
 mod uds;
+
+use coalesce::CoalescedWrites;
 
 /// Errors of the local transport.
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +107,8 @@ pub fn bind(endpoint: &LocalEndpoint) -> Result<Incoming, TransportError> {
     })
 }
 
-/// Connects a tonic channel to a local endpoint. The channel reconnects lazily.
+/// Connects a tonic channel to a local endpoint. The channel reconnects lazily. Its writes are
+/// held back one scheduler turn ([`coalesce`]), so each request leaves in one write.
 pub async fn connect(endpoint: &LocalEndpoint) -> Result<Channel, TransportError> {
     let target = endpoint.clone();
     // The authority is ignored: the connector below decides where bytes go.
@@ -116,7 +120,7 @@ pub async fn connect(endpoint: &LocalEndpoint) -> Result<Channel, TransportError
                     .name()
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
                 let stream = LocalStream::connect(name).await?;
-                Ok::<_, io::Error>(TokioIo::new(IpcConn::new(stream)?))
+                Ok::<_, io::Error>(TokioIo::new(CoalescedWrites::new(IpcConn::new(stream)?)))
             }
         }))
         .await
