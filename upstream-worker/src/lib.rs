@@ -14,6 +14,7 @@ mod error;
 mod pdeathsig;
 mod platform;
 mod redact;
+mod results;
 mod service;
 mod stdio;
 mod upstream;

@@ -1,7 +1,8 @@
 //! The stdio upstream's output streams.
 //!
 //! stdout: every line that parses as a JSON value is handed to rmcp through an in-memory pipe,
-//! so rmcp only ever sees JSON; any other line is counted, logged (redacted, truncated) and
+//! so rmcp only ever sees JSON (a tools/call result is kept as text and rmcp gets a stand-in,
+//! see [`crate::results`]); any other line is counted, logged (redacted, truncated) and
 //! reported to the kernel (SPEC §9). stderr: every line goes to our stderr with secrets masked.
 
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWrite
 use tokio::sync::Notify;
 
 use crate::redact::{Redactor, trim_line_end};
+use crate::results::CallResults;
 
 /// Longest stdout line (one JSON-RPC message) we accept; longer lines are dropped and counted.
 pub(crate) const MAX_STDOUT_LINE: usize = 64 * 1024 * 1024;
@@ -126,6 +128,7 @@ pub(crate) async fn pump_stdout<R, W>(
     json_out: W,
     redactor: Arc<Redactor>,
     counter: Arc<NonJsonCounter>,
+    results: Arc<CallResults>,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -139,16 +142,26 @@ where
         let kind = match outcome {
             ReadLine::Eof => break,
             ReadLine::Cut => LineKind::NonJson,
-            ReadLine::Line => classify(&buf),
+            ReadLine::Line => match results.divert(trim_line_end(&buf)) {
+                // A tools/call result kept as text: rmcp gets the short stand-in.
+                Some(short) => {
+                    buf.clear();
+                    buf.extend_from_slice(short.as_bytes());
+                    LineKind::Json
+                }
+                None => classify(&buf),
+            },
         };
         match kind {
             LineKind::Blank => {}
             LineKind::Json => {
                 if let Some(out) = json_out.as_mut() {
-                    let line = trim_line_end(&buf);
+                    // One write per line: the terminator goes on in place.
+                    let len = trim_line_end(&buf).len();
+                    buf.truncate(len);
+                    buf.push(b'\n');
                     let sent = async {
-                        out.write_all(line).await?;
-                        out.write_all(b"\n").await?;
+                        out.write_all(&buf).await?;
                         out.flush().await
                     }
                     .await;
@@ -260,7 +273,13 @@ mod tests {
         let (json_tx, mut json_rx) = tokio::io::duplex(1 << 16);
         let counter = Arc::new(NonJsonCounter::default());
         let redactor = Arc::new(Redactor::new(["s3cr3t"]));
-        let pump = pump_stdout(input, json_tx, redactor, counter.clone());
+        let pump = pump_stdout(
+            input,
+            json_tx,
+            redactor,
+            counter.clone(),
+            Arc::new(CallResults::default()),
+        );
         let read_all = async {
             let mut out = Vec::new();
             tokio::io::AsyncReadExt::read_to_end(&mut json_rx, &mut out)
@@ -289,6 +308,7 @@ mod tests {
             json_tx,
             Arc::new(Redactor::default()),
             counter.clone(),
+            Arc::new(CallResults::default()),
         )
         .await;
         assert!(res.is_ok());

@@ -35,6 +35,7 @@ use tutti_proto::kernel::LaunchSpec;
 use crate::error::WorkerError;
 use crate::platform;
 use crate::redact::Redactor;
+use crate::results::{CallResults, Expected};
 use crate::stdio::{self, MAX_STDOUT_LINE, NonJsonCounter};
 
 /// Largest HTTP JSON response / SSE event we accept from a remote upstream.
@@ -103,6 +104,8 @@ pub(crate) struct RmcpUpstream {
     redactor: Arc<Redactor>,
     /// The upstream's progress notifications, by the token rmcp put on each request.
     progress: ProgressDispatcher,
+    /// tools/call results the stdout pump keeps as text (stdio upstreams only).
+    results: Option<Arc<CallResults>>,
 }
 
 impl Upstream for RmcpUpstream {
@@ -148,6 +151,8 @@ impl Upstream for RmcpUpstream {
             Err(e) => return Ok(Err(self.failure(e))),
         };
         let id = handle.id.clone();
+        // Registered before this task yields, i.e. before rmcp has written the request.
+        let expected = self.results.as_ref().map(|r| r.expect(id.clone()));
         let mut guard = CancelOnDrop {
             peer: self.peer.clone(),
             id: Some(id.clone()),
@@ -179,6 +184,9 @@ impl Upstream for RmcpUpstream {
             Ok(result) => result,
             Err(e) => return Ok(Err(self.failure(e))),
         };
+        if let Some(text) = expected.as_ref().and_then(Expected::take) {
+            return Ok(Ok(text));
+        }
         Ok(match result {
             ServerResult::CallToolResult(result) => serde_json::to_string(&result)
                 .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
@@ -546,11 +554,13 @@ async fn start_stdio(
 
     let counter = Arc::new(NonJsonCounter::default());
     let last_stderr = Arc::new(Mutex::new(None::<String>));
+    let results = Arc::new(CallResults::default());
     let (rmcp_side, pump_side) = tokio::io::duplex(PIPE_BUFFER);
     tokio::spawn({
-        let (redactor, counter) = (redactor.clone(), counter.clone());
+        let (redactor, counter, results) = (redactor.clone(), counter.clone(), results.clone());
         async move {
-            if let Err(e) = stdio::pump_stdout(stdout, pump_side, redactor, counter).await {
+            if let Err(e) = stdio::pump_stdout(stdout, pump_side, redactor, counter, results).await
+            {
                 tracing::warn!(error = %e, "reading the upstream's stdout failed");
             }
         }
@@ -577,7 +587,7 @@ async fn start_stdio(
         )
         .await
         .map_err(|e| init_failure(&e))?;
-        let listed = first_listing(running, redactor.clone()).await?;
+        let listed = first_listing(running, redactor.clone(), Some(results)).await?;
         Ok::<_, String>(listed)
     };
 
@@ -747,7 +757,7 @@ async fn start_http(
                 }
             }
         })?;
-        let listed = first_listing(running, redactor.clone()).await;
+        let listed = first_listing(running, redactor.clone(), None).await;
         listed.map_err(|message| WorkerError::UpstreamStart {
             message: redactor.redact(&message),
         })
@@ -786,6 +796,7 @@ type Listed = (
 async fn first_listing(
     running: RunningService<RoleClient, Handler>,
     redactor: Arc<Redactor>,
+    results: Option<Arc<CallResults>>,
 ) -> Result<Listed, String> {
     let peer = running.peer().clone();
     peer.set_response_cache_config(ClientCacheConfig::disabled())
@@ -798,6 +809,7 @@ async fn first_listing(
         peer,
         redactor,
         progress: running.service().progress.clone(),
+        results,
     });
     let tools = upstream.list_tools().await.map_err(|f| match f {
         CallFailure::Rpc { code, message, .. } => {

@@ -68,9 +68,12 @@ for line in sys.stdin:
         name = params.get("name")
         args = params.get("arguments") or {}
         if name == "echo":
-            send({"jsonrpc": "2.0", "id": mid, "result": {
-                "content": [{"type": "text", "text": args.get("message", "")}],
-                "structuredContent": {"echoed": args.get("message", "")}}})
+            # A member outside the schema and a number spelled its own way: passed on as sent.
+            sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"content": %s, '
+                '"structuredContent": {"echoed": %s, "price": 1.50}, "vendorNote": "kept"}}\n'
+                % (json.dumps(mid), json.dumps([{"type": "text", "text": args.get("message", "")}]),
+                   json.dumps(args.get("message", ""))))
+            sys.stdout.flush()
         elif name == "sleep":
             pending.add(mid)  # never answers; only a cancellation ends it
         elif name == "pending":
@@ -571,6 +574,14 @@ async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
         .await?
         .into_inner();
     assert_eq!(reply.generation, GENERATION);
+    let Some(call_tool_reply::Outcome::ResultJson(text)) = reply.outcome.clone() else {
+        return Err(format!("not a result: {reply:?}").into());
+    };
+    // Exactly the upstream's text: its spacing, its number spelling, its extra member.
+    assert_eq!(
+        text,
+        r#"{"content": [{"type": "text", "text": "hello"}], "structuredContent": {"echoed": "hello", "price": 1.50}, "vendorNote": "kept"}"#
+    );
     let result = result_of(reply)?;
     assert_eq!(result["content"][0]["text"], "hello");
     assert_eq!(result["structuredContent"]["echoed"], "hello");
