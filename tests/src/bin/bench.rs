@@ -119,17 +119,8 @@ mod bench {
         };
         let mut r = Report::default();
 
-        // 1. Direct baseline: raw JSON-RPC over the fixture's stdio.
-        let direct = direct_calls(scale.calls)?;
-        let (d50, _, d99, s) = summary(direct);
-        r.row("tools/call echo, direct stdio (baseline)", s);
-
-        // `tutti up` to ready.
+        // `tutti up` to ready (its own state directory; measured before the runtime below).
         let up_ready = time_up_to_ready()?;
-        r.row(
-            "`tutti up` to ready (banner printed)",
-            format!("{:.0} ms", up_ready.as_secs_f64() * 1e3),
-        );
 
         let mut rt = Runtime::start(RuntimeOptions::default());
         rt.install_ok(&fixture_connector("bench", &["--tools", BENCH_TOOLS]), &[]);
@@ -138,12 +129,29 @@ mod bench {
         let url = rt.frontend_url().to_string();
         let client = Client::new(&url, &token)?;
 
-        // 1b. Through the runtime, both eras: a minimal blocking HTTP/1.1 keep-alive client on
-        // one connection, the HTTP counterpart of the direct baseline's blocking stdio client,
-        // so the difference is the runtime's cost and not a client library's.
-        for era in [Era::Legacy, Era::Modern] {
-            let mut raw = RawHttp::connect(&url, &token, None)?;
-            let v = tokio::task::block_in_place(|| raw.echo_calls(era, "bench_echo", scale.calls))?;
+        // 1. tools/call echo: the direct baseline (raw JSON-RPC over the fixture's stdio) and
+        // the runtime (a minimal blocking HTTP/1.1 keep-alive client on one connection, the
+        // HTTP counterpart of the direct client, so the difference is the runtime's cost and
+        // not a client library's), both eras, and a client that asks for progress
+        // (`_meta.progressToken`, as rmcp-based agents do on every request: an event-stream
+        // answer over the worker's streaming call). Measured in interleaved rounds, the order
+        // rotating each round, so every row sees the same machine: on a small VM the
+        // scheduler's placement of the processes drifts over seconds and moved back-to-back
+        // rows by ±30 µs (docs/PERFORMANCE.md).
+        let pids = [
+            frontend_pid(rt.state_dir()),
+            worker_pid(rt.state_dir(), "bench").unwrap_or(0),
+        ];
+        let cpu_before = pids.map(cpu_ns);
+        let calls = measure_echo_rows(&url, &token, scale.calls)?;
+        let cpu_after = pids.map(cpu_ns);
+        let (d50, _, d99, s) = summary(calls.direct);
+        r.row("tools/call echo, direct stdio (baseline)", s);
+        r.row(
+            "`tutti up` to ready (banner printed)",
+            format!("{:.0} ms", up_ready.as_secs_f64() * 1e3),
+        );
+        for (era, v) in [(Era::Legacy, calls.legacy), (Era::Modern, calls.modern)] {
             let (p50, _, p99, s) = summary(v);
             r.row(
                 &format!("tools/call echo via runtime, {} era", era.name()),
@@ -166,6 +174,22 @@ mod bench {
                 add99 <= Duration::from_millis(1),
             );
         }
+        let (p50, _, _, s) = summary(calls.progress);
+        r.row("tools/call echo via runtime, legacy, progress requested", s);
+        r.row(
+            "  added latency over direct, progress requested",
+            format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
+        );
+        // CPU time per call through the runtime over those rounds (all three runtime rows,
+        // untimed calls included): steadier than latency for comparing builds.
+        let per_call = |i: usize| {
+            let ns = cpu_after[i].saturating_sub(cpu_before[i]);
+            Duration::from_nanos(ns / calls.runtime_calls.max(1) as u64)
+        };
+        r.row(
+            "  CPU per call (frontend · worker)",
+            format!("{} · {}", fmt_us(per_call(0)), fmt_us(per_call(1))),
+        );
         // The same calls with an ordinary async client (reqwest on tokio), for comparison:
         // what an agent's HTTP stack adds on top.
         {
@@ -184,21 +208,6 @@ mod bench {
             }
             let (_, _, _, s) = summary(v);
             r.row("tools/call echo via runtime, legacy, reqwest client", s);
-        }
-        // A client that asks for progress (`_meta.progressToken`, as rmcp-based agents do on
-        // every request) gets an event-stream answer over the worker's streaming call.
-        {
-            let mut raw = RawHttp::connect(&url, &token, None)?;
-            raw.progress = true;
-            let v = tokio::task::block_in_place(|| {
-                raw.echo_calls(Era::Legacy, "bench_echo", scale.calls)
-            })?;
-            let (p50, _, _, s) = summary(v);
-            r.row("tools/call echo via runtime, legacy, progress requested", s);
-            r.row(
-                "  added latency over direct, progress requested",
-                format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
-            );
         }
         if args.latency_only {
             big_result_rows(&mut r, &url, &token, scale.big_calls)?;
@@ -394,13 +403,82 @@ mod bench {
     /// Tools of the benchmark's connector (`bench_<tool>`).
     const BENCH_TOOLS: &str = "echo,sleep,whoami,big";
 
+    /// Untimed calls before each block of timed ones: long enough for the scheduler to settle
+    /// the processes after the previous block's (see `measure_echo_rows`).
+    const WARMUP_CALLS: usize = 200;
+    /// Interleaved rounds of the echo rows.
+    const ROUNDS: usize = 5;
+
+    /// The echo rows' samples, from interleaved rounds.
+    struct EchoRows {
+        direct: Vec<Duration>,
+        legacy: Vec<Duration>,
+        modern: Vec<Duration>,
+        progress: Vec<Duration>,
+        /// Calls made through the runtime, untimed ones included.
+        runtime_calls: usize,
+    }
+
+    /// `n` timed echo calls per row in [`ROUNDS`] rounds; each round runs every row once
+    /// ([`WARMUP_CALLS`] untimed calls, then its share), starting one row later than the round
+    /// before.
+    fn measure_echo_rows(url: &str, token: &str, n: usize) -> Result<EchoRows> {
+        let mut direct = Direct::start()?;
+        let mut legacy = RawHttp::connect(url, token, None)?;
+        let mut modern = RawHttp::connect(url, token, None)?;
+        let mut progress = RawHttp::connect(url, token, None)?;
+        progress.progress = true;
+        let echo = json!({"message": "x"});
+        let rounds = ROUNDS.min(n.max(1));
+        let mut rows = EchoRows {
+            direct: Vec::with_capacity(n),
+            legacy: Vec::with_capacity(n),
+            modern: Vec::with_capacity(n),
+            progress: Vec::with_capacity(n),
+            runtime_calls: 0,
+        };
+        tokio::task::block_in_place(|| -> Result<()> {
+            for round in 0..rounds {
+                // This round's share: the remainder goes to the first rounds.
+                let share = n / rounds + usize::from(round < n % rounds);
+                for k in 0..4 {
+                    match (round + k) % 4 {
+                        0 => rows.direct.extend(direct.calls("echo", &echo, share)?),
+                        1 => rows.legacy.extend(legacy.tool_calls(
+                            Era::Legacy,
+                            "bench_echo",
+                            &echo,
+                            share,
+                        )?),
+                        2 => rows.modern.extend(modern.tool_calls(
+                            Era::Modern,
+                            "bench_echo",
+                            &echo,
+                            share,
+                        )?),
+                        _ => rows.progress.extend(progress.tool_calls(
+                            Era::Legacy,
+                            "bench_echo",
+                            &echo,
+                            share,
+                        )?),
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        rows.runtime_calls =
+            rows.legacy.len() + rows.modern.len() + rows.progress.len() + 3 * WARMUP_CALLS * rounds;
+        Ok(rows)
+    }
+
     /// A large result (1 MiB of text), direct and through the runtime: what the path costs per
     /// byte (HTTP, gRPC and JSON handling in the frontend and the worker). Runs after the
     /// memory rows: glibc keeps a worker's freed megabyte buffers for reuse (its mmap threshold
     /// adapts upward after the first one), which would otherwise count in "RSS under load".
     fn big_result_rows(r: &mut Report, url: &str, token: &str, n: usize) -> Result<()> {
         let big = json!({"bytes": 1 << 20});
-        let (d50, _, _, s) = summary(direct_tool_calls(n, "big", &big)?);
+        let (d50, _, _, s) = summary(Direct::start()?.calls("big", &big, n)?);
         r.row("tools/call big (1 MiB result), direct stdio", s);
         let mut raw = RawHttp::connect(url, token, None)?;
         let v = tokio::task::block_in_place(|| raw.tool_calls(Era::Legacy, "bench_big", &big, n))?;
@@ -413,53 +491,82 @@ mod bench {
         Ok(())
     }
 
-    fn direct_calls(n: usize) -> Result<Vec<Duration>> {
-        direct_tool_calls(n, "echo", &json!({"message": "x"}))
+    /// Raw JSON-RPC over the fixture server's stdio: the baseline the runtime is compared to.
+    struct Direct {
+        child: Child,
+        stdin: std::process::ChildStdin,
+        stdout: BufReader<std::process::ChildStdout>,
+        line: String,
+        next_id: u64,
     }
 
-    /// `n` timed calls of `tool` (after 20 untimed ones), raw JSON-RPC over the fixture's stdio.
-    fn direct_tool_calls(n: usize, tool: &str, arguments: &Value) -> Result<Vec<Duration>> {
-        let mut child = Command::new(fixture_bin())
-            .args(["--tools", "echo,big"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the fixture server")?;
-        let mut stdin = child.stdin.take().context("stdin")?;
-        let mut stdout = BufReader::new(child.stdout.take().context("stdout")?);
-        let mut line = String::new();
-        let mut rpc = |msg: &Value, expect_reply: bool| -> Result<()> {
-            writeln!(stdin, "{msg}")?;
-            stdin.flush()?;
-            if expect_reply {
-                line.clear();
-                stdout.read_line(&mut line)?;
-            }
-            Ok(())
-        };
-        rpc(
-            &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}),
-            true,
-        )?;
-        rpc(
-            &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-            false,
-        )?;
-        let mut v = Vec::with_capacity(n);
-        for i in 0..(n + 20) {
-            let t = Instant::now();
-            rpc(
-                &json!({"jsonrpc":"2.0","id":i+1,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
+    impl Direct {
+        fn start() -> Result<Direct> {
+            let mut child = Command::new(fixture_bin())
+                .args(["--tools", "echo,big"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting the fixture server")?;
+            let stdin = child.stdin.take().context("stdin")?;
+            let stdout = BufReader::new(child.stdout.take().context("stdout")?);
+            let mut direct = Direct {
+                child,
+                stdin,
+                stdout,
+                line: String::new(),
+                next_id: 1,
+            };
+            direct.rpc(
+                &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}),
                 true,
             )?;
-            if i >= 20 {
-                v.push(t.elapsed());
-            }
+            direct.rpc(
+                &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+                false,
+            )?;
+            Ok(direct)
         }
-        drop(stdin);
-        let _ = child.wait();
-        Ok(v)
+
+        fn rpc(&mut self, msg: &Value, expect_reply: bool) -> Result<()> {
+            writeln!(self.stdin, "{msg}")?;
+            self.stdin.flush()?;
+            if expect_reply {
+                self.line.clear();
+                self.stdout.read_line(&mut self.line)?;
+                if self.line.is_empty() {
+                    bail!("the fixture server closed its stdout");
+                }
+            }
+            Ok(())
+        }
+
+        /// `n` timed calls of `tool` (after [`WARMUP_CALLS`] untimed ones).
+        fn calls(&mut self, tool: &str, arguments: &Value, n: usize) -> Result<Vec<Duration>> {
+            let mut v = Vec::with_capacity(n);
+            for i in 0..(n + WARMUP_CALLS) {
+                let id = self.next_id;
+                self.next_id += 1;
+                let t = Instant::now();
+                self.rpc(
+                    &json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
+                    true,
+                )?;
+                if i >= WARMUP_CALLS {
+                    v.push(t.elapsed());
+                }
+            }
+            Ok(v)
+        }
+    }
+
+    impl Drop for Direct {
+        fn drop(&mut self) {
+            // EOF on stdin ends the fixture server.
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 
     // === HTTP client ===
@@ -694,7 +801,7 @@ mod bench {
             self.tool_calls(era, tool, &json!({"message": "x"}), n)
         }
 
-        /// `n` timed calls of `tool` (after 20 untimed ones) on this connection.
+        /// `n` timed calls of `tool` (after [`WARMUP_CALLS`] untimed ones) on this connection.
         fn tool_calls(
             &mut self,
             era: Era,
@@ -709,7 +816,7 @@ mod bench {
                 ),
             };
             let mut v = Vec::with_capacity(n);
-            for i in 0..(n + 20) {
+            for i in 0..(n + WARMUP_CALLS) {
                 let id = self.next_id;
                 self.next_id += 1;
                 let mut params = json!({"name": tool, "arguments": arguments});
@@ -723,7 +830,7 @@ mod bench {
                 let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":params})
                     .to_string();
                 let (status, reply) = self.post(&extra, &body)?;
-                if i >= 20 {
+                if i >= WARMUP_CALLS {
                     v.push(t.elapsed());
                 }
                 let text = String::from_utf8_lossy(&reply);
@@ -812,13 +919,26 @@ mod bench {
         children_named(kernel_pid(state), "tutti-upstream-worker")
     }
 
-    fn sample_rss(peak: &mut RssPeak, state: &std::path::Path) {
-        let kernel = kernel_pid(state);
-        let frontend: u32 = std::fs::read(state.join("run/frontend.json"))
+    /// The frontend's pid, from the address file it writes (0 if unreadable).
+    fn frontend_pid(state: &std::path::Path) -> u32 {
+        std::fs::read(state.join("run/frontend.json"))
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             .and_then(|v| v["pid"].as_u64())
-            .unwrap_or(0) as u32;
+            .unwrap_or(0) as u32
+    }
+
+    /// Time a process has spent on a CPU, in ns (`/proc/<pid>/schedstat`; 0 if unreadable).
+    fn cpu_ns(pid: u32) -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+            .unwrap_or(0)
+    }
+
+    fn sample_rss(peak: &mut RssPeak, state: &std::path::Path) {
+        let kernel = kernel_pid(state);
+        let frontend = frontend_pid(state);
         peak.kernel = peak.kernel.max(rss_kib(kernel));
         peak.frontend = peak.frontend.max(rss_kib(frontend));
         for w in worker_pids(state) {
@@ -1170,8 +1290,12 @@ mod bench {
              shows what an ordinary async client adds; the \"progress requested\" row sends the \
              same calls with a `progressToken` in `_meta` (as rmcp-based agents do on every call), \
              so each answer is an event stream over the worker's streaming call. Throughput, \
-             tools/list and the fault rows use reqwest on tokio. Percentiles are over n timed \
-             calls after 20 untimed ones.\n\n",
+             tools/list and the fault rows use reqwest on tokio. The direct, legacy, modern and \
+             progress echo rows are measured in 5 interleaved rounds (the order rotating each \
+             round), each block of timed calls after 200 untimed ones, so all four see the same \
+             machine; \"CPU per call\" is the frontend's and the worker's CPU time over those \
+             rounds divided by the calls through the runtime. Other rows: percentiles over n \
+             timed calls after 200 untimed ones.\n\n",
         );
         s.push_str("| measurement | result |\n|---|---|\n");
         for (what, value) in &r.rows {
