@@ -681,7 +681,8 @@ async fn reconnects_within_five_seconds_then_gives_up() {
     assert!(!status.success(), "log:\n{}", fx.manager_log());
     assert!(
         waited >= Duration::from_secs(4),
-        "gave up after {waited:?}, expected about 5 s of retries"
+        "gave up after {waited:?}, expected about 5 s of retries; log:\n{}",
+        fx.manager_log()
     );
     // Without a kernel no generation is live: the manager leaves no shim behind.
     assert_eq!(leftover_shims(&fx.bin), Vec::<String>::new());

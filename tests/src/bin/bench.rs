@@ -193,7 +193,7 @@ mod bench {
         // The same calls with an ordinary async client (reqwest on tokio), for comparison:
         // what an agent's HTTP stack adds on top.
         {
-            for _ in 0..20 {
+            for _ in 0..WARMUP_CALLS {
                 client
                     .call(Era::Legacy, "bench_echo", json!({"message": "x"}))
                     .await?;
@@ -1294,8 +1294,9 @@ mod bench {
              progress echo rows are measured in 5 interleaved rounds (the order rotating each \
              round), each block of timed calls after 200 untimed ones, so all four see the same \
              machine; \"CPU per call\" is the frontend's and the worker's CPU time over those \
-             rounds divided by the calls through the runtime. Other rows: percentiles over n \
-             timed calls after 200 untimed ones.\n\n",
+             rounds divided by the calls through the runtime. The other per-call rows: \
+             percentiles over n timed calls after 200 untimed ones; the throughput rows count \
+             every call of their window.\n\n",
         );
         s.push_str("| measurement | result |\n|---|---|\n");
         for (what, value) in &r.rows {
