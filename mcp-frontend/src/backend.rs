@@ -108,7 +108,8 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub(crate) struct GrpcBackend {
     kernel_endpoint: LocalEndpoint,
     kernel: tokio::sync::Mutex<Option<KernelClient<Channel>>>,
-    workers: Mutex<HashMap<String, Channel>>,
+    /// One HTTP/2 connection per worker endpoint, without tonic's channel queue (per-call path).
+    workers: Mutex<HashMap<String, transport::Connection>>,
     /// The id of the current route stream (pid in the high half, attempt in the low half).
     watcher_id: std::sync::atomic::AtomicU64,
 }
@@ -144,25 +145,27 @@ impl GrpcBackend {
         *self.kernel.lock().await = None;
     }
 
-    async fn worker(&self, endpoint: &str) -> Result<WorkerClient<Channel>, Error> {
+    async fn worker(&self, endpoint: &str) -> Result<WorkerClient<transport::Connection>, Error> {
         let cached = self.lock_workers().get(endpoint).cloned();
-        let channel = match cached {
-            Some(channel) => channel,
+        let connection = match cached {
+            Some(connection) => connection,
             None => {
-                let channel = transport::connect(&LocalEndpoint::from_wire(endpoint))
+                let connection = transport::Connection::open(&LocalEndpoint::from_wire(endpoint))
                     .await
                     .map_err(|e| Error::WorkerUnavailable {
                         endpoint: endpoint.to_owned(),
                         detail: e.to_string(),
                     })?;
                 self.lock_workers()
-                    .insert(endpoint.to_owned(), channel.clone());
-                channel
+                    .insert(endpoint.to_owned(), connection.clone());
+                connection
             }
         };
-        Ok(WorkerClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+        Ok(
+            WorkerClient::with_origin(connection, transport::Connection::origin())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
     }
 
     fn forget_worker(&self, endpoint: &str) {
@@ -181,8 +184,8 @@ impl GrpcBackend {
         worker_status(endpoint, generation, status)
     }
 
-    fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
-        // A poisoned cache only ever holds channels; keep using it.
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<String, transport::Connection>> {
+        // A poisoned cache only ever holds connections; keep using it.
         self.workers.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

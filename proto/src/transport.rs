@@ -16,6 +16,8 @@ use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint as TonicEndpoint, Uri};
 
 mod coalesce;
+#[cfg(test)]
+mod stub;
 #[cfg(unix)]
 #[allow(unsafe_code)] // one commented call: tokio's fd registration
 mod uds;
@@ -34,6 +36,8 @@ pub enum TransportError {
         endpoint: String,
         source: tonic::transport::Error,
     },
+    #[error("cannot connect to {endpoint}: {source}")]
+    Open { endpoint: String, source: io::Error },
     #[error("invalid endpoint name {endpoint}: {source}")]
     Name { endpoint: String, source: io::Error },
 }
@@ -129,6 +133,61 @@ pub async fn connect(endpoint: &LocalEndpoint) -> Result<Channel, TransportError
             source,
         })?;
     Ok(channel)
+}
+
+/// One HTTP/2 connection to a local endpoint, for the data plane's per-call path: tonic's
+/// generated clients run on it directly (`WorkerClient::with_origin(conn, origin())`), without
+/// the `Channel`'s request queue and worker task (each call went through a buffer task before
+/// it reached the connection). No reconnection: when the peer goes, calls fail and the owner
+/// opens a new one. Cheap to clone (clones share the connection).
+#[derive(Clone)]
+pub struct Connection {
+    send: hyper::client::conn::http2::SendRequest<tonic::body::Body>,
+}
+
+impl Connection {
+    /// Connects to `endpoint` and completes the HTTP/2 handshake; the connection is driven by
+    /// a task of its own that ends when the peer closes or every clone is dropped.
+    pub async fn open(endpoint: &LocalEndpoint) -> Result<Connection, TransportError> {
+        let failed = |source: io::Error| TransportError::Open {
+            endpoint: endpoint.0.clone(),
+            source,
+        };
+        let name = endpoint.name()?;
+        let stream = LocalStream::connect(name).await.map_err(failed)?;
+        let io = TokioIo::new(CoalescedWrites::new(IpcConn::new(stream).map_err(failed)?));
+        let (send, connection) =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .handshake(io)
+                .await
+                .map_err(|e| failed(io::Error::other(e)))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "local gRPC connection ended");
+            }
+        });
+        Ok(Connection { send })
+    }
+
+    /// The origin to give tonic's clients (the authority is not used for routing).
+    pub fn origin() -> Uri {
+        Uri::from_static("http://tutti.local")
+    }
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for Connection {
+    type Response = http::Response<hyper::body::Incoming>;
+    type Error = hyper::Error;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, hyper::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
+        self.send.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(self.send.send_request(request))
+    }
 }
 
 /// Incoming connections of a bound endpoint.
@@ -286,5 +345,105 @@ mod imp {
 
     pub(super) fn create_private_dir(dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::CancelRequest;
+    use crate::worker::worker_client::WorkerClient;
+    use crate::worker::worker_server::WorkerServer;
+    use std::time::Duration;
+
+    /// A worker-like server on a runtime of its own; dropping the handle ends the runtime and
+    /// with it every connection, as a worker process exiting would.
+    struct Peer {
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Peer {
+        fn start(endpoint: &LocalEndpoint) -> Peer {
+            let endpoint = endpoint.clone();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let (ready, listening) = std::sync::mpsc::channel();
+            let thread = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(async move {
+                    let incoming = bind(&endpoint).expect("bind");
+                    let _ = ready.send(());
+                    let serve = tonic::transport::Server::builder()
+                        .add_service(WorkerServer::new(stub::Stub))
+                        .serve_with_incoming(incoming);
+                    // Not a graceful shutdown: that would wait for the client to hang up.
+                    tokio::select! {
+                        _ = serve => {}
+                        _ = stopped => {}
+                    }
+                });
+                // The runtime is dropped here: every connection task ends, sockets close.
+            });
+            listening.recv().expect("the peer listens");
+            Peer {
+                stop: Some(stop),
+                thread: Some(thread),
+            }
+        }
+    }
+
+    impl Drop for Peer {
+        fn drop(&mut self) {
+            if let Some(stop) = self.stop.take() {
+                let _ = stop.send(());
+            }
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    async fn cancel(conn: &Connection) -> Result<(), tonic::Status> {
+        let mut client = WorkerClient::with_origin(conn.clone(), Connection::origin());
+        client
+            .cancel(CancelRequest {
+                generation: 1,
+                call_id: "c".to_owned(),
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// A direct connection carries calls, concurrent ones included; when the peer goes, a call
+    /// fails at once instead of hanging, nobody accepts a new connection, and a connection to
+    /// the restarted peer works.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_direct_connection_fails_when_the_peer_goes_and_can_be_reopened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        run_dir(dir.path()).expect("run dir");
+        let endpoint = worker_endpoint(dir.path(), "demo", 1);
+        let peer = Peer::start(&endpoint);
+        let conn = Connection::open(&endpoint).await.expect("open");
+        cancel(&conn).await.expect("first call");
+        let (a, b) = tokio::join!(cancel(&conn), cancel(&conn));
+        a.expect("concurrent call a");
+        b.expect("concurrent call b");
+
+        drop(peer);
+        let after = tokio::time::timeout(Duration::from_secs(5), cancel(&conn))
+            .await
+            .expect("a call to a peer that went away must not hang");
+        assert!(after.is_err(), "the peer is gone: {after:?}");
+        assert!(
+            Connection::open(&endpoint).await.is_err(),
+            "nobody listens any more"
+        );
+
+        let _peer = Peer::start(&endpoint);
+        let again = Connection::open(&endpoint).await.expect("reopen");
+        cancel(&again).await.expect("a call on the new connection");
     }
 }

@@ -254,46 +254,10 @@ mod tests {
     /// wrapper the same call takes two (the reason it exists).
     #[tokio::test(flavor = "current_thread")]
     async fn a_unary_grpc_request_leaves_in_one_write() {
+        use crate::transport::stub::Stub;
+        use crate::worker::CancelRequest;
         use crate::worker::worker_client::WorkerClient;
-        use crate::worker::worker_server::{Worker, WorkerServer};
-        use crate::worker::{
-            CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, Empty, GenerationRequest,
-            ShutdownRequest,
-        };
-        use tonic::{Request, Response, Status};
-
-        struct Stub;
-        #[tonic::async_trait]
-        impl Worker for Stub {
-            async fn call_tool(
-                &self,
-                _: Request<CallToolRequest>,
-            ) -> Result<Response<CallToolReply>, Status> {
-                Err(Status::unimplemented("stub"))
-            }
-            type CallToolStreamStream = futures_util::stream::Empty<Result<CallToolEvent, Status>>;
-            async fn call_tool_stream(
-                &self,
-                _: Request<CallToolRequest>,
-            ) -> Result<Response<Self::CallToolStreamStream>, Status> {
-                Err(Status::unimplemented("stub"))
-            }
-            async fn cancel(&self, _: Request<CancelRequest>) -> Result<Response<Empty>, Status> {
-                Ok(Response::new(Empty {}))
-            }
-            async fn fence(
-                &self,
-                _: Request<GenerationRequest>,
-            ) -> Result<Response<Empty>, Status> {
-                Err(Status::unimplemented("stub"))
-            }
-            async fn shutdown(
-                &self,
-                _: Request<ShutdownRequest>,
-            ) -> Result<Response<Empty>, Status> {
-                Err(Status::unimplemented("stub"))
-            }
-        }
+        use crate::worker::worker_server::WorkerServer;
 
         /// The server's end of the in-memory connection.
         struct ServerIo(DuplexStream);
