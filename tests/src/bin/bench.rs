@@ -406,8 +406,9 @@ mod bench {
     /// Untimed calls before each block of timed ones: long enough for the scheduler to settle
     /// the processes after the previous block's (see `measure_echo_rows`).
     const WARMUP_CALLS: usize = 200;
-    /// Interleaved rounds of the echo rows.
-    const ROUNDS: usize = 5;
+    /// Interleaved rounds of the echo rows (a multiple of 3: each runtime row comes right
+    /// after the direct block, and in each place, equally often).
+    const ROUNDS: usize = 6;
 
     /// The echo rows' samples, from interleaved rounds.
     struct EchoRows {
@@ -420,8 +421,8 @@ mod bench {
     }
 
     /// `n` timed echo calls per row in [`ROUNDS`] rounds; each round runs every row once
-    /// ([`WARMUP_CALLS`] untimed calls, then its share), starting one row later than the round
-    /// before.
+    /// ([`WARMUP_CALLS`] untimed calls, then its share): the direct block first, then the three
+    /// runtime rows starting one row later than the round before.
     fn measure_echo_rows(url: &str, token: &str, n: usize) -> Result<EchoRows> {
         let mut direct = Direct::start()?;
         let mut legacy = RawHttp::connect(url, token, None)?;
@@ -441,16 +442,16 @@ mod bench {
             for round in 0..rounds {
                 // This round's share: the remainder goes to the first rounds.
                 let share = n / rounds + usize::from(round < n % rounds);
-                for k in 0..4 {
-                    match (round + k) % 4 {
-                        0 => rows.direct.extend(direct.calls("echo", &echo, share)?),
-                        1 => rows.legacy.extend(legacy.tool_calls(
+                rows.direct.extend(direct.calls("echo", &echo, share)?);
+                for k in 0..3 {
+                    match (round + k) % 3 {
+                        0 => rows.legacy.extend(legacy.tool_calls(
                             Era::Legacy,
                             "bench_echo",
                             &echo,
                             share,
                         )?),
-                        2 => rows.modern.extend(modern.tool_calls(
+                        1 => rows.modern.extend(modern.tool_calls(
                             Era::Modern,
                             "bench_echo",
                             &echo,
@@ -1291,9 +1292,10 @@ mod bench {
              same calls with a `progressToken` in `_meta` (as rmcp-based agents do on every call), \
              so each answer is an event stream over the worker's streaming call. Throughput, \
              tools/list and the fault rows use reqwest on tokio. The direct, legacy, modern and \
-             progress echo rows are measured in 5 interleaved rounds (the order rotating each \
-             round), each block of timed calls after 200 untimed ones, so all four see the same \
-             machine; \"CPU per call\" is the frontend's and the worker's CPU time over those \
+             progress echo rows are measured in 6 interleaved rounds (the direct block first, \
+             then the three runtime rows in an order rotating each round, so each comes right \
+             after the direct block equally often), each block of timed calls after 200 untimed \
+             ones, so all four see the same machine; \"CPU per call\" is the frontend's and the worker's CPU time over those \
              rounds divided by the calls through the runtime. The other per-call rows: \
              percentiles over n timed calls after 200 untimed ones; the throughput rows count \
              every call of their window.\n\n",
