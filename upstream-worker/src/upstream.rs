@@ -151,7 +151,9 @@ impl Upstream for RmcpUpstream {
             Err(e) => return Ok(Err(self.failure(e))),
         };
         let id = handle.id.clone();
-        // Registered before this task yields, i.e. before rmcp has written the request.
+        // Registered before this task yields again, so (the worker runs on one thread) before
+        // rmcp's service task writes the request. An answer that came before registration
+        // would only take rmcp's path; the result is the same.
         let expected = self.results.as_ref().map(|r| r.expect(id.clone()));
         let mut guard = CancelOnDrop {
             peer: self.peer.clone(),
