@@ -108,8 +108,9 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub(crate) struct GrpcBackend {
     kernel_endpoint: LocalEndpoint,
     kernel: tokio::sync::Mutex<Option<KernelClient<Channel>>>,
-    /// One HTTP/2 connection per worker endpoint, without tonic's channel queue (per-call path).
-    workers: Mutex<HashMap<String, transport::Connection>>,
+    /// One client per worker endpoint, on its own HTTP/2 connection without tonic's channel
+    /// queue (per-call path); built once when the connection opens.
+    workers: Mutex<HashMap<String, WorkerClient<transport::Connection>>>,
     /// The id of the current route stream (pid in the high half, attempt in the low half).
     watcher_id: std::sync::atomic::AtomicU64,
 }
@@ -146,34 +147,30 @@ impl GrpcBackend {
     }
 
     async fn worker(&self, endpoint: &str) -> Result<WorkerClient<transport::Connection>, Error> {
-        let cached = self.lock_workers().get(endpoint).cloned();
-        let connection = match cached {
-            Some(connection) => connection,
-            None => {
-                let connection = transport::Connection::open(&LocalEndpoint::from_wire(endpoint))
-                    .await
-                    .map_err(|e| Error::WorkerUnavailable {
-                        endpoint: endpoint.to_owned(),
-                        detail: e.to_string(),
-                    })?;
-                self.lock_workers()
-                    .insert(endpoint.to_owned(), connection.clone());
-                connection
-            }
-        };
-        Ok(
-            WorkerClient::with_origin(connection, transport::Connection::origin())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
+        if let Some(client) = self.lock_workers().get(endpoint) {
+            return Ok(client.clone());
+        }
+        let connection = transport::Connection::open(&LocalEndpoint::from_wire(endpoint))
+            .await
+            .map_err(|e| Error::WorkerUnavailable {
+                endpoint: endpoint.to_owned(),
+                detail: e.to_string(),
+            })?;
+        let client = WorkerClient::with_origin(connection, transport::Connection::origin())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        self.lock_workers()
+            .insert(endpoint.to_owned(), client.clone());
+        Ok(client)
     }
 
     fn forget_worker(&self, endpoint: &str) {
         self.lock_workers().remove(endpoint);
     }
 
-    /// A failed call: the connection is dropped when it looks broken (the next call connects
-    /// again), and the status becomes the frontend's error.
+    /// A failed call or cancellation: the connection is dropped when it looks broken (the
+    /// next call connects again; a `Connection` never reconnects by itself), and the status
+    /// becomes the frontend's error.
     fn call_failed(&self, endpoint: &str, generation: u64, status: &tonic::Status) -> Error {
         if matches!(
             status.code(),
@@ -184,8 +181,10 @@ impl GrpcBackend {
         worker_status(endpoint, generation, status)
     }
 
-    fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<String, transport::Connection>> {
-        // A poisoned cache only ever holds connections; keep using it.
+    fn lock_workers(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, WorkerClient<transport::Connection>>> {
+        // A poisoned cache only ever holds clients; keep using it.
         self.workers.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -349,7 +348,7 @@ impl Backend for GrpcBackend {
                 .cancel(request)
                 .await
                 .map(|_| ())
-                .map_err(|status| worker_status(endpoint, generation, &status))
+                .map_err(|status| self.call_failed(endpoint, generation, &status))
         })
     }
 

@@ -47,9 +47,21 @@ impl<T> CoalescedWrites<T> {
         true
     }
 
-    /// A write that finished (or failed) ends the batch; one that waits for space keeps it, so
-    /// it is not held back a second time.
-    fn finish<R>(&mut self, result: Poll<R>) -> Poll<R> {
+    /// Runs one write on the inner stream once the batch has yielded. A write that finished
+    /// (or failed) ends the batch; one that waits for space keeps it, so it is not held back a
+    /// second time.
+    fn write_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut T>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>>
+    where
+        T: Unpin,
+    {
+        if self.yield_first(cx) {
+            return Poll::Pending;
+        }
+        let result = write(Pin::new(&mut self.inner), cx);
         if result.is_ready() {
             self.yielded = false;
         }
@@ -73,12 +85,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if this.yield_first(cx) {
-            return Poll::Pending;
-        }
-        let result = Pin::new(&mut this.inner).poll_write(cx, buf);
-        this.finish(result)
+        self.write_with(cx, |inner, cx| inner.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -86,12 +93,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if this.yield_first(cx) {
-            return Poll::Pending;
-        }
-        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.finish(result)
+        self.write_with(cx, |inner, cx| inner.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -153,6 +155,12 @@ mod tests {
         fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
             Pin::new(&mut self.inner).poll_shutdown(cx)
         }
+    }
+
+    /// The server's end of an in-memory connection is a `Recorder` too.
+    impl tonic::transport::server::Connected for Recorder {
+        type ConnectInfo = ();
+        fn connect_info(&self) -> Self::ConnectInfo {}
     }
 
     fn recorded(buffer: usize) -> (CoalescedWrites<Recorder>, DuplexStream, Writes) {
@@ -259,40 +267,6 @@ mod tests {
         use crate::worker::worker_client::WorkerClient;
         use crate::worker::worker_server::WorkerServer;
 
-        /// The server's end of the in-memory connection.
-        struct ServerIo(DuplexStream);
-        impl tonic::transport::server::Connected for ServerIo {
-            type ConnectInfo = ();
-            fn connect_info(&self) -> Self::ConnectInfo {}
-        }
-        impl AsyncRead for ServerIo {
-            fn poll_read(
-                mut self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &mut ReadBuf<'_>,
-            ) -> Poll<io::Result<()>> {
-                Pin::new(&mut self.0).poll_read(cx, buf)
-            }
-        }
-        impl AsyncWrite for ServerIo {
-            fn poll_write(
-                mut self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &[u8],
-            ) -> Poll<io::Result<usize>> {
-                Pin::new(&mut self.0).poll_write(cx, buf)
-            }
-            fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Pin::new(&mut self.0).poll_flush(cx)
-            }
-            fn poll_shutdown(
-                mut self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-            ) -> Poll<io::Result<()>> {
-                Pin::new(&mut self.0).poll_shutdown(cx)
-            }
-        }
-
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let writes = Arc::new(Mutex::new(Vec::new()));
         let client_io = CoalescedWrites::new(Recorder {
@@ -302,9 +276,10 @@ mod tests {
         let server = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(WorkerServer::new(Stub))
-                .serve_with_incoming(futures_util::stream::iter([Ok::<_, io::Error>(ServerIo(
-                    server_io,
-                ))])),
+                .serve_with_incoming(futures_util::stream::iter([Ok::<_, io::Error>(Recorder {
+                    inner: server_io,
+                    writes: Writes::default(),
+                })])),
         );
         let slot = Arc::new(Mutex::new(Some(client_io)));
         let channel = tonic::transport::Endpoint::from_static("http://test")

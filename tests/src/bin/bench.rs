@@ -134,10 +134,10 @@ mod bench {
         // HTTP counterpart of the direct client, so the difference is the runtime's cost and
         // not a client library's), both eras, and a client that asks for progress
         // (`_meta.progressToken`, as rmcp-based agents do on every request: an event-stream
-        // answer over the worker's streaming call). Measured in interleaved rounds, the order
-        // rotating each round, so every row sees the same machine: on a small VM the
-        // scheduler's placement of the processes drifts over seconds and moved back-to-back
-        // rows by ±30 µs (docs/PERFORMANCE.md).
+        // answer over the worker's streaming call). Measured in interleaved rounds (the direct
+        // block, then the runtime rows in a rotating order), so every row sees the same
+        // machine: on a small VM the scheduler's placement of the processes drifts over
+        // seconds and moved back-to-back rows by ±30 µs (docs/PERFORMANCE.md).
         let pids = [
             frontend_pid(rt.state_dir()),
             worker_pid(rt.state_dir(), "bench").unwrap_or(0),
@@ -182,13 +182,16 @@ mod bench {
         );
         // CPU time per call through the runtime over those rounds (all three runtime rows,
         // untimed calls included): steadier than latency for comparing builds.
-        let per_call = |i: usize| {
-            let ns = cpu_after[i].saturating_sub(cpu_before[i]);
-            Duration::from_nanos(ns / calls.runtime_calls.max(1) as u64)
+        // A process whose counter could not be read shows "n/a", never a made-up 0 µs.
+        let per_call = |i: usize| match (cpu_before[i], cpu_after[i]) {
+            (Some(before), Some(after)) => fmt_us(Duration::from_nanos(
+                after.saturating_sub(before) / calls.runtime_calls.max(1) as u64,
+            )),
+            _ => "n/a".to_owned(),
         };
         r.row(
             "  CPU per call (frontend · worker)",
-            format!("{} · {}", fmt_us(per_call(0)), fmt_us(per_call(1))),
+            format!("{} · {}", per_call(0), per_call(1)),
         );
         // The same calls with an ordinary async client (reqwest on tokio), for comparison:
         // what an agent's HTTP stack adds on top.
@@ -564,7 +567,7 @@ mod bench {
 
     impl Drop for Direct {
         fn drop(&mut self) {
-            // EOF on stdin ends the fixture server.
+            // Killed rather than sent EOF: a run that failed mid-call must not wait for it.
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
@@ -929,12 +932,15 @@ mod bench {
             .unwrap_or(0) as u32
     }
 
-    /// Time a process has spent on a CPU, in ns (`/proc/<pid>/schedstat`; 0 if unreadable).
-    fn cpu_ns(pid: u32) -> u64 {
+    /// Time a process has spent on a CPU, in ns (`/proc/<pid>/schedstat`; `None` for pid 0
+    /// or when unreadable).
+    fn cpu_ns(pid: u32) -> Option<u64> {
+        if pid == 0 {
+            return None;
+        }
         std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
             .ok()
             .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
-            .unwrap_or(0)
     }
 
     fn sample_rss(peak: &mut RssPeak, state: &std::path::Path) {
