@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     let filter = EnvFilter::try_from_env("TUTTI_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();

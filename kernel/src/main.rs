@@ -103,6 +103,8 @@ fn init_tracing(state_dir: &std::path::Path) {
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
+                // Colours only on a terminal: under systemd or launchd stderr is a log.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_writer(std::io::stderr)
                 .with_filter(filter()),
         )

@@ -465,7 +465,16 @@ impl Runtime {
 
     /// `tutti up`'s stdout so far.
     pub fn up_stdout(&self) -> String {
-        std::fs::read(self.root.join("up.stdout"))
+        self.read_root("up.stdout")
+    }
+
+    /// Everything `tutti up` (and the kernel it runs) wrote to stderr so far.
+    pub fn up_stderr(&self) -> String {
+        self.read_root("up.stderr")
+    }
+
+    fn read_root(&self, name: &str) -> String {
+        std::fs::read(self.root.join(name))
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
     }

@@ -138,6 +138,13 @@ fn demo_shows_the_frontend_url_and_ready_connectors() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Logs to a file (as under systemd or launchd) are plain text: no terminal colour codes.
+    let logs = rt.up_stderr();
+    assert!(logs.contains("committed"), "kernel log lines: {logs}");
+    assert!(
+        !logs.contains('\x1b') && !rt.up_stdout().contains('\x1b'),
+        "escape codes in output that is not a terminal: {logs}"
+    );
 }
 
 #[test]
