@@ -12,7 +12,7 @@ mod bench {
     use std::process::{Child, Command, Stdio};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::{Duration, Instant};
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
     use anyhow::{Context, Result, bail};
     use clap::Parser;
@@ -119,8 +119,15 @@ mod bench {
         };
         let mut r = Report::default();
 
-        // `tutti up` to ready (its own state directory; measured before the runtime below).
-        let up_ready = time_up_to_ready()?;
+        // `tutti up` to ready (a fresh state directory each time; measured before the runtime
+        // below). One untimed start first: the first start after a build reads the binaries
+        // from disk (one run read 393 ms against ~50 ms for every start after it).
+        time_up_to_ready()?;
+        let mut up_ready = Vec::new();
+        for _ in 0..UP_STARTS {
+            up_ready.push(time_up_to_ready()?);
+        }
+        up_ready.sort();
 
         let mut rt = Runtime::start(RuntimeOptions::default());
         rt.install_ok(&fixture_connector("bench", &["--tools", BENCH_TOOLS]), &[]);
@@ -149,7 +156,12 @@ mod bench {
         r.row("tools/call echo, direct stdio (baseline)", s);
         r.row(
             "`tutti up` to ready (banner printed)",
-            format!("{:.0} ms", up_ready.as_secs_f64() * 1e3),
+            format!(
+                "p50 {:.0} ms · max {:.0} ms (n={})",
+                up_ready[up_ready.len() / 2].as_secs_f64() * 1e3,
+                up_ready.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+                up_ready.len()
+            ),
         );
         for (era, v) in [(Era::Legacy, calls.legacy), (Era::Modern, calls.modern)] {
             let (p50, _, p99, s) = summary(v);
@@ -266,8 +278,8 @@ mod bench {
             rss_peak.frontend <= 16 * 1024,
         );
 
-        // 4 + 5. Crash: worker SIGKILL → first fenced error at a caller, → list_changed at a
-        // listener, → tools back.
+        // 5 (and 4 for a fence). Crash: worker SIGKILL → first fenced error at a caller, →
+        // list_changed at a listener, → tools back.
         let mut to_error = Vec::new();
         let mut to_event = Vec::new();
         let mut to_back = Vec::new();
@@ -286,6 +298,20 @@ mod bench {
         );
         let (_, _, _, s3) = summary(to_back);
         r.row("worker SIGKILL → its tools listed again", s3);
+
+        // 4. list_changed: a commit of a new generation → the event at a listener. Each round
+        // upgrades a 40-tool connector to a release with another tool set.
+        let mut to_commit_event = Vec::new();
+        for round in 0..scale.kills {
+            let many = if round % 2 == 0 { "39" } else { "38" };
+            to_commit_event.push(commit_to_event(&client, &mut rt, many).await?);
+        }
+        rt.tutti_ok(&["connector", "uninstall", "lc"]);
+        let (_, _, commit99, s4) = summary(to_commit_event);
+        r.row(
+            "commit (new generation) → tools/list_changed at a listener",
+            s4,
+        );
         let mut sorted = to_error;
         sorted.sort();
         let worst = sorted.last().copied().unwrap_or_default();
@@ -294,10 +320,12 @@ mod bench {
             fmt_us(worst),
             e99 <= Duration::from_millis(50),
         );
+        // Judged on both ways a tool list changes: a commit and a fence.
+        let changed99 = ev99.max(commit99);
         r.target(
             "list_changed ≤ 50 ms p99",
-            fmt_us(ev99),
-            ev99 <= Duration::from_millis(50),
+            fmt_us(changed99),
+            changed99 <= Duration::from_millis(50),
         );
 
         // 3. tools/list of N connectors × 40 tools.
@@ -1065,6 +1093,57 @@ mod bench {
         ))
     }
 
+    /// Installs (or upgrades) `lc` with `--many MANY` tools and returns the time from the kernel's
+    /// commit of the new generation to the `tools/list_changed` event at a listener. The commit's
+    /// time is the timestamp of the kernel's `committed` log line, written right after it
+    /// publishes the route change: this errs low by the microseconds between the two.
+    async fn commit_to_event(client: &Client, rt: &mut Runtime, many: &str) -> Result<Duration> {
+        let log = rt.state_dir().join("logs").join("kernel.log");
+        let before = commit_lines(&log, "lc").len();
+        let mut listen = Listener::open(client).await?;
+        let event = tokio::spawn(async move {
+            listen
+                .next_list_changed(Duration::from_secs(30))
+                .await
+                .map(|_| SystemTime::now())
+        });
+        // The install runs the CLI and blocks: off the runtime's threads, so the listener task
+        // stamps the event when it arrives.
+        let manifest = fixture_connector("lc", &["--tools", "echo", "--many", many]);
+        tokio::task::block_in_place(|| rt.install_ok(&manifest, &[]));
+        let at = event
+            .await?
+            .context("no list_changed event after a commit")?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let committed = loop {
+            let lines = commit_lines(&log, "lc");
+            if lines.len() > before {
+                break lines.last().copied().unwrap_or(UNIX_EPOCH);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "no `committed key=lc` line in {} (the bench needs the kernel's info log)",
+                    log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        at.duration_since(committed)
+            .context("the list_changed event arrived before the commit it announces")
+    }
+
+    /// Times of the kernel's `committed` log lines for connector `key`, oldest first.
+    fn commit_lines(log: &std::path::Path, key: &str) -> Vec<SystemTime> {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let tag = format!(" committed key={key} ");
+        text.lines()
+            .filter(|l| l.contains(&tag))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter_map(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(SystemTime::from)
+            .collect()
+    }
+
     struct Listener {
         resp: reqwest::Response,
         buf: String,
@@ -1136,6 +1215,9 @@ mod bench {
     }
 
     // === tutti up to ready ===
+
+    /// Timed starts of `tutti up` (after one untimed start).
+    const UP_STARTS: usize = 5;
 
     fn time_up_to_ready() -> Result<Duration> {
         let dir = tempfile::tempdir()?;
@@ -1304,7 +1386,13 @@ mod bench {
              ones, so all four see the same machine; \"CPU per call\" is the frontend's and the worker's CPU time over those \
              rounds divided by the calls through the runtime. The other per-call rows: \
              percentiles over n timed calls after 200 untimed ones; the throughput rows count \
-             every call of their window.\n\n",
+             every call of their window. The list_changed rows time a listener's \
+             `subscriptions/listen` stream from a worker's SIGKILL (the fence) and from the \
+             kernel's commit of a new generation (an upgrade of a 40-tool connector to another \
+             tool set; the commit's time is the kernel's `committed` log line, written just after \
+             the route change is published); the target is judged on the slower of the two. \
+             `tutti up` to ready: five starts on fresh state directories after one untimed \
+             start.\n\n",
         );
         s.push_str("| measurement | result |\n|---|---|\n");
         for (what, value) in &r.rows {
