@@ -12,7 +12,7 @@ mod bench {
     use std::process::{Child, Command, Stdio};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+    use std::time::{Duration, Instant, SystemTime};
 
     use anyhow::{Context, Result, bail};
     use clap::Parser;
@@ -1116,9 +1116,8 @@ mod bench {
             .context("no list_changed event after a commit")?;
         let deadline = Instant::now() + Duration::from_secs(5);
         let committed = loop {
-            let lines = commit_lines(&log, "lc");
-            if lines.len() > before {
-                break lines.last().copied().unwrap_or(UNIX_EPOCH);
+            if let Some(&newest) = commit_lines(&log, "lc").get(before..).and_then(<[_]>::last) {
+                break newest;
             }
             if Instant::now() > deadline {
                 bail!(
