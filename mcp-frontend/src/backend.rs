@@ -159,9 +159,13 @@ impl GrpcBackend {
         let client = WorkerClient::with_origin(connection, transport::Connection::origin())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        self.lock_workers()
-            .insert(endpoint.to_owned(), client.clone());
-        Ok(client)
+        // Two first calls may have raced here: the connection cached first is kept for both
+        // (the other one closes when its client is dropped).
+        Ok(self
+            .lock_workers()
+            .entry(endpoint.to_owned())
+            .or_insert(client)
+            .clone())
     }
 
     fn forget_worker(&self, endpoint: &str) {

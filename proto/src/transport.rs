@@ -111,20 +111,28 @@ pub fn bind(endpoint: &LocalEndpoint) -> Result<Incoming, TransportError> {
     })
 }
 
-/// Connects a tonic channel to a local endpoint. The channel reconnects lazily. Its writes are
-/// held back one scheduler turn ([`coalesce`]), so each request leaves in one write.
+/// The origin given to tonic on local connections. The authority is not used for routing:
+/// the socket decides where bytes go.
+const ORIGIN: &str = "http://tutti.local";
+
+/// Opens a socket to a local endpoint, its writes held back one scheduler turn ([`coalesce`])
+/// so each request leaves in one write. Every client connection is made here.
+async fn dial(name: Name<'_>) -> io::Result<CoalescedWrites<IpcConn>> {
+    let stream = LocalStream::connect(name).await?;
+    Ok(CoalescedWrites::new(IpcConn::new(stream)?))
+}
+
+/// Connects a tonic channel to a local endpoint ([`dial`]). The channel reconnects lazily.
 pub async fn connect(endpoint: &LocalEndpoint) -> Result<Channel, TransportError> {
     let target = endpoint.clone();
-    // The authority is ignored: the connector below decides where bytes go.
-    let channel = TonicEndpoint::from_static("http://tutti.local")
+    let channel = TonicEndpoint::from_static(ORIGIN)
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let target = target.clone();
             async move {
                 let name = target
                     .name()
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-                let stream = LocalStream::connect(name).await?;
-                Ok::<_, io::Error>(TokioIo::new(CoalescedWrites::new(IpcConn::new(stream)?)))
+                Ok::<_, io::Error>(TokioIo::new(dial(name).await?))
             }
         }))
         .await
@@ -153,9 +161,7 @@ impl Connection {
             endpoint: endpoint.0.clone(),
             source,
         };
-        let name = endpoint.name()?;
-        let stream = LocalStream::connect(name).await.map_err(failed)?;
-        let io = TokioIo::new(CoalescedWrites::new(IpcConn::new(stream).map_err(failed)?));
+        let io = TokioIo::new(dial(endpoint.name()?).await.map_err(failed)?);
         let (send, connection) =
             hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
                 .handshake(io)
@@ -171,7 +177,7 @@ impl Connection {
 
     /// The origin to give tonic's clients (the authority is not used for routing).
     pub fn origin() -> Uri {
-        Uri::from_static("http://tutti.local")
+        Uri::from_static(ORIGIN)
     }
 }
 
