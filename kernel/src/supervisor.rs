@@ -344,19 +344,34 @@ impl Actor {
         match kind {
             "auth_failed" => {
                 self.auth_failed = true;
-                {
+                // The stored credentials are the ones refused, so no generation goes on
+                // serving (one started with older credentials would answer an agent that is
+                // told the connector needs auth): fence every generation, then stop them.
+                let connect = {
                     let mut inner = lock(&self.k.inner);
                     self.k.fence(
                         &mut inner,
                         &self.key,
-                        Some(g),
+                        None,
                         "upstream refused the credentials",
                     );
+                    let flags: String = inner
+                        .manifests
+                        .get(&self.key)
+                        .map(|m| {
+                            m.secret_names()
+                                .iter()
+                                .map(|n| format!(" --from-env {n}"))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    format!("tutti connector connect {}{flags}", self.key)
+                };
+                tracing::warn!(key = %self.key, generation = g, "upstream refused the credentials");
+                for worker in self.live.take().into_iter().chain(self.candidate.take()) {
+                    self.stop_worker(worker, Duration::from_secs(2));
                 }
-                let hint = format!(
-                    "{message}; run `tutti connector connect {}` again",
-                    self.key
-                );
+                let hint = format!("{message}; run `{connect}` again");
                 self.set_status(Status::AuthFailed, Some(hint));
             }
             "start_failed" | "upstream_exited" => {

@@ -149,10 +149,7 @@ pub fn risk_of(upstream_name: &str, definition: &Value) -> Risk {
         .get("description")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let has_verb = |text: &str| {
-        text.split(|c: char| !c.is_ascii_alphanumeric())
-            .any(|w| OUTWARD_VERBS.contains(&w.to_ascii_lowercase().as_str()))
-    };
+    let has_verb = |text: &str| words(text).any(|w| is_outward_verb(&w));
     if hint("readOnlyHint") {
         return Risk::Low;
     }
@@ -160,6 +157,52 @@ pub fn risk_of(upstream_name: &str, definition: &Value) -> Risk {
         return Risk::High;
     }
     Risk::Medium
+}
+
+/// The words of a name or a sentence, lower-cased: split at anything not alphanumeric and
+/// at camelCase humps (`deleteFile` → `delete`, `file`; `HTTPRequest` → `http`, `request`).
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .flat_map(|chunk| {
+            let chars: Vec<char> = chunk.chars().collect();
+            let mut out = Vec::new();
+            let mut start = 0;
+            for i in 1..chars.len() {
+                let hump = chars[i].is_ascii_uppercase()
+                    && (chars[i - 1].is_ascii_lowercase()
+                        || chars[i - 1].is_ascii_digit()
+                        || chars.get(i + 1).is_some_and(char::is_ascii_lowercase)
+                            && chars[i - 1].is_ascii_uppercase());
+                if hump {
+                    out.push(chars[start..i].iter().collect::<String>());
+                    start = i;
+                }
+            }
+            out.push(chars[start..].iter().collect::<String>());
+            out
+        })
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_ascii_lowercase())
+}
+
+/// A listed verb, also as written in descriptions and names: `sends`, `pushes`, `deleted`,
+/// `deleting`, `running`.
+fn is_outward_verb(word: &str) -> bool {
+    OUTWARD_VERBS.iter().any(|verb| {
+        let Some(rest) = word.strip_prefix(verb) else {
+            // `deleting` / `deleted` drop the verb's final `e`.
+            return verb.strip_suffix('e').is_some_and(|stem| {
+                word.strip_prefix(stem)
+                    .is_some_and(|rest| matches!(rest, "ing" | "ed"))
+            });
+        };
+        let last = verb.chars().last().unwrap_or('e');
+        match rest {
+            "" | "s" | "es" | "ing" | "ed" => true,
+            // `running`, `dropped`: a doubled final consonant.
+            r => r.len() > 2 && r.starts_with(last) && matches!(&r[1..], "ing" | "ed"),
+        }
+    })
 }
 
 /// Root must be an object schema with `"type": "object"`, a known dialect, local `$ref`s
@@ -188,70 +231,111 @@ pub fn check_input_schema(schema: Option<&Value>) -> Result<(), String> {
     Ok(())
 }
 
-fn check_refs(v: &Value) -> Result<(), String> {
-    match v {
-        Value::Object(m) => {
-            for (k, child) in m {
-                if (k == "$ref" || k == "$dynamicRef")
-                    && !child.as_str().is_some_and(|r| r.starts_with('#'))
-                {
-                    return Err(format!("non-local {k} {child} is not allowed"));
-                }
-                check_refs(child)?;
+/// Every `$ref` / `$dynamicRef` of every subschema must point into the document (`#…`).
+fn check_refs(schema: &Value) -> Result<(), String> {
+    visit_subschemas(schema, true, &mut |node, _| {
+        for k in ["$ref", "$dynamicRef"] {
+            match node.get(k) {
+                None => {}
+                Some(Value::String(r)) if r.starts_with('#') => {}
+                Some(other) => return Err(format!("non-local {k} {other} is not allowed")),
             }
-            Ok(())
         }
-        Value::Array(a) => a.iter().try_for_each(check_refs),
-        _ => Ok(()),
-    }
+        Ok(())
+    })
 }
 
 /// SEP-2243: `x-mcp-header` only on string/integer/boolean properties reachable through
 /// `properties` alone; names are RFC 9110 tokens, unique case-insensitively.
 fn check_mcp_headers(schema: &Value) -> Result<(), String> {
     let mut names = HashSet::new();
-    walk_headers(schema, true, &mut names)
+    visit_subschemas(schema, true, &mut |node, reachable| {
+        let Some(h) = node.get("x-mcp-header") else {
+            return Ok(());
+        };
+        let name = h.as_str().unwrap_or("");
+        if !reachable {
+            return Err(format!(
+                "x-mcp-header {h} must be on a property reachable only through \"properties\""
+            ));
+        }
+        if name.is_empty() || !name.bytes().all(is_tchar) {
+            return Err(format!("x-mcp-header {h} is not a valid header name token"));
+        }
+        if !names.insert(name.to_ascii_lowercase()) {
+            return Err(format!("x-mcp-header {h} is declared twice"));
+        }
+        let ty = node.get("type").and_then(Value::as_str).unwrap_or("");
+        if !matches!(ty, "string" | "integer" | "boolean") {
+            return Err(format!(
+                "x-mcp-header {h} must be on a string, integer or boolean property"
+            ));
+        }
+        Ok(())
+    })
 }
 
-fn walk_headers(v: &Value, reachable: bool, names: &mut HashSet<String>) -> Result<(), String> {
-    match v {
-        Value::Object(m) => {
-            if let Some(h) = m.get("x-mcp-header") {
-                let name = h.as_str().unwrap_or("");
-                if !reachable {
-                    return Err(format!(
-                        "x-mcp-header {h} must be on a property reachable only through \"properties\""
-                    ));
-                }
-                if name.is_empty() || !name.bytes().all(is_tchar) {
-                    return Err(format!("x-mcp-header {h} is not a valid header name token"));
-                }
-                if !names.insert(name.to_ascii_lowercase()) {
-                    return Err(format!("x-mcp-header {h} is declared twice"));
-                }
-                let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
-                if !matches!(ty, "string" | "integer" | "boolean") {
-                    return Err(format!(
-                        "x-mcp-header {h} must be on a string, integer or boolean property"
-                    ));
+/// Keywords whose value is one subschema.
+const SCHEMA_KEYWORDS: &[&str] = &[
+    "additionalProperties",
+    "additionalItems",
+    "items",
+    "contains",
+    "propertyNames",
+    "if",
+    "then",
+    "else",
+    "not",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+];
+/// Keywords whose value is an array of subschemas (`items` in drafts before 2020-12 too).
+const SCHEMA_ARRAY_KEYWORDS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems", "items"];
+/// Keywords whose value maps names to subschemas (`dependencies`: only its object values).
+const SCHEMA_MAP_KEYWORDS: &[&str] = &[
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+    "dependencies",
+];
+
+/// Calls `f` on `schema` and on every subschema in it, following only the keywords whose
+/// values are schemas: a property *named* `$ref`, or a `const`/`enum`/`default`/`examples`
+/// value that looks like a schema, is data and never visited as one. The flag tells whether
+/// the node is reached from the root through `properties` alone.
+fn visit_subschemas(
+    schema: &Value,
+    via_properties: bool,
+    f: &mut impl FnMut(&serde_json::Map<String, Value>, bool) -> Result<(), String>,
+) -> Result<(), String> {
+    let Value::Object(node) = schema else {
+        return Ok(()); // `true` / `false` schemas hold nothing
+    };
+    f(node, via_properties)?;
+    for (keyword, value) in node {
+        let k = keyword.as_str();
+        match value {
+            Value::Object(map) if SCHEMA_MAP_KEYWORDS.contains(&k) => {
+                let reachable = via_properties && k == "properties";
+                for child in map.values() {
+                    visit_subschemas(child, reachable, f)?;
                 }
             }
-            for (k, child) in m {
-                if k == "properties" {
-                    if let Value::Object(props) = child {
-                        for p in props.values() {
-                            walk_headers(p, reachable, names)?;
-                        }
-                    }
-                } else if k != "x-mcp-header" {
-                    walk_headers(child, false, names)?;
+            Value::Object(_) if SCHEMA_KEYWORDS.contains(&k) => {
+                visit_subschemas(value, false, f)?;
+            }
+            Value::Array(items) if SCHEMA_ARRAY_KEYWORDS.contains(&k) => {
+                for child in items {
+                    visit_subschemas(child, false, f)?;
                 }
             }
-            Ok(())
+            _ => {}
         }
-        Value::Array(a) => a.iter().try_for_each(|c| walk_headers(c, false, names)),
-        _ => Ok(()),
     }
+    Ok(())
 }
 
 /// An RFC 9110 token character (header names).
@@ -350,6 +434,43 @@ mod tests {
     }
 
     #[test]
+    fn names_and_data_that_look_like_keywords_are_not_keywords() {
+        // A property named `$ref` / `x-mcp-header`, and `const`/`default`/`enum` values shaped
+        // like schemas, are data: valid.
+        for schema in [
+            json!({"type":"object","properties":{"$ref":{"type":"string"}}}),
+            json!({"type":"object","properties":{"x-mcp-header":{"type":"number"}}}),
+            json!({"type":"object","properties":{"a":{"const":{"$ref":"http://x/y"}}}}),
+            json!({"type":"object","properties":{"a":{"default":{"x-mcp-header":"bad name"}}}}),
+            json!({"type":"object","properties":{"a":{"enum":[{"$ref":"other.json"}]}}}),
+        ] {
+            assert_eq!(check_input_schema(Some(&schema)), Ok(()), "{schema}");
+        }
+        // Real subschemas are still checked, wherever they are.
+        for (schema, needle) in [
+            (
+                json!({"type":"object","$defs":{"a":{"$ref":"other.json"}}}),
+                "non-local",
+            ),
+            (
+                json!({"type":"object","anyOf":[{"properties":{"a":{"$ref":"http://x"}}}]}),
+                "non-local",
+            ),
+            (
+                json!({"type":"object","properties":{"a":{"$ref":7}}}),
+                "non-local",
+            ),
+            (
+                json!({"type":"object","anyOf":[{"properties":{"a":{"type":"string","x-mcp-header":"A"}}}]}),
+                "reachable",
+            ),
+        ] {
+            let e = check_input_schema(Some(&schema)).expect_err("must be refused");
+            assert!(e.contains(needle), "{schema}: {e}");
+        }
+    }
+
+    #[test]
     fn risk_levels() {
         assert_eq!(
             risk_of("get", &json!({"annotations":{"readOnlyHint":true}})),
@@ -365,6 +486,35 @@ mod tests {
             Risk::High
         );
         assert_eq!(risk_of("undeleteable", &json!({})), Risk::Medium);
+        // As names and descriptions are written: camelCase, third person, -ing, -ed.
+        for (name, description) in [
+            ("deleteFile", ""),
+            ("sendEmail", ""),
+            ("HTTPPostRequest", ""),
+            ("notify", "Sends a message to Slack"),
+            ("cleanup", "Deletes old branches"),
+            ("jobs", "Running a job on the cluster"),
+            ("tables", "Dropped tables are gone"),
+            ("git", "Pushes the branch"),
+        ] {
+            assert_eq!(
+                risk_of(name, &json!({ "description": description })),
+                Risk::High,
+                "{name}: {description}"
+            );
+        }
+        for (name, description) in [
+            ("getRunner", "Reads the runner's state"),
+            ("postcode_lookup", "Finds a postcode"),
+            ("list_sender_ids", "Lists the senders"),
+            ("dropdown_values", ""),
+        ] {
+            assert_eq!(
+                risk_of(name, &json!({ "description": description })),
+                Risk::Medium,
+                "{name}: {description}"
+            );
+        }
         assert_eq!(risk_of("plain", &json!({})), Risk::Medium);
         let mut o = BTreeMap::new();
         o.insert("plain".to_string(), "high".to_string());

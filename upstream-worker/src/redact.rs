@@ -62,6 +62,27 @@ impl Redactor {
         out
     }
 
+    /// `value` with every secret value in its strings (and member names) replaced by `***`.
+    pub(crate) fn redact_json(&self, value: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        if self.values.is_empty() {
+            return value;
+        }
+        match value {
+            Value::String(s) => Value::String(self.redact(&s)),
+            Value::Array(items) => {
+                Value::Array(items.into_iter().map(|v| self.redact_json(v)).collect())
+            }
+            Value::Object(members) => Value::Object(
+                members
+                    .into_iter()
+                    .map(|(k, v)| (self.redact(&k), self.redact_json(v)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
     /// Redacts one raw line (lossy UTF-8, trailing `\r`/`\n` removed). When `cut` is true the
     /// line was cut off by a length limit: a secret may straddle the cut, so the tail that
     /// could hold its beginning is dropped as well and an ellipsis marks the cut.
@@ -173,6 +194,17 @@ mod tests {
         assert_eq!(r.redact("is"), "i***");
         let none = Redactor::new(Vec::<String>::new());
         assert_eq!(none.redact("plain text"), "plain text");
+    }
+
+    #[test]
+    fn json_strings_and_names_are_redacted_numbers_kept() {
+        let r = Redactor::new(["tok123"]);
+        let v =
+            serde_json::json!({"detail": "key tok123 refused", "tok123": [1, "x tok123"], "n": 5});
+        assert_eq!(
+            r.redact_json(v),
+            serde_json::json!({"detail": "key *** refused", "***": [1, "x ***"], "n": 5})
+        );
     }
 
     #[test]

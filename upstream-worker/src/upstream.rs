@@ -11,9 +11,9 @@ use rmcp::ClientHandler;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
-    ClientConfig, ClientRequest, Implementation, JsonObject, MetaObject, ProgressNotificationParam,
-    ProtocolVersion, RequestId, RequestMetaObject, ServerNotification, ServerResult,
-    SubscriptionFilter,
+    ClientConfig, ClientRequest, Implementation, JsonObject, ListToolsRequest, MetaObject,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, RequestId,
+    RequestMetaObject, ServerNotification, ServerResult, SubscriptionFilter,
 };
 use rmcp::service::{
     ClientCacheConfig, ClientInitializeError, ClientLifecycleMode, NotificationContext,
@@ -110,18 +110,39 @@ pub(crate) struct RmcpUpstream {
 
 impl Upstream for RmcpUpstream {
     async fn list_tools(&self) -> Result<Vec<Value>, CallFailure> {
-        let tools = self
-            .peer
-            .list_all_tools()
-            .await
-            .map_err(|e| self.failure(e))?;
-        tools
-            .iter()
-            .map(|tool| {
-                serde_json::to_value(tool)
-                    .map_err(|e| CallFailure::Other(format!("cannot encode a tool: {e}")))
-            })
-            .collect()
+        // Paged here rather than with rmcp's `list_all_tools`: that one needs every tool to
+        // decode as rmcp's `Tool`, so one tool without an `inputSchema` failed the whole
+        // list ("Unexpected response type") and the worker exited, again and again. A page
+        // rmcp cannot type arrives as its raw JSON instead, and the kernel refuses the
+        // generation naming the tool and the field (SPEC §5.1).
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut seen_cursors = std::collections::HashSet::new();
+        loop {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+            let request = ClientRequest::ListToolsRequest(ListToolsRequest {
+                method: Default::default(),
+                params: Some(params),
+                extensions: Default::default(),
+            });
+            let result = self
+                .peer
+                .send_request(request)
+                .await
+                .map_err(|e| self.failure(e))?;
+            let (page, next) = tools_page(result)?;
+            tools.extend(page);
+            match next {
+                None => return Ok(tools),
+                Some(next) if !seen_cursors.insert(next.clone()) => {
+                    return Err(CallFailure::Other(format!(
+                        "tools/list: the upstream returned the cursor {next:?} twice; \
+                         its pagination never ends"
+                    )));
+                }
+                Some(next) => cursor = Some(next),
+            }
+        }
     }
 
     async fn call_tool<W: Send>(
@@ -241,10 +262,13 @@ impl RmcpUpstream {
 
     fn failure(&self, error: ServiceError) -> CallFailure {
         match error {
+            // Passed on to the agent with the same code (SPEC §5), but never with a stored
+            // secret in it (SPEC §9: not in error messages): an upstream that puts its key
+            // into an error text gets `***` there.
             ServiceError::McpError(e) => CallFailure::Rpc {
                 code: e.code.0,
-                message: e.message.into_owned(),
-                data: e.data,
+                message: self.redactor.redact(&e.message),
+                data: e.data.map(|d| self.redactor.redact_json(d)),
             },
             ServiceError::TransportClosed => CallFailure::Closed,
             ServiceError::TransportSend(e) => match auth_failure(e.error.as_ref()) {
@@ -257,6 +281,42 @@ impl RmcpUpstream {
             },
             other => CallFailure::Other(self.redactor.redact(&other.to_string())),
         }
+    }
+}
+
+/// One `tools/list` page: the tools as JSON objects and the next cursor.
+fn tools_page(result: ServerResult) -> Result<(Vec<Value>, Option<String>), CallFailure> {
+    let unusable = |why: &str| CallFailure::Other(format!("tools/list: {why}"));
+    match result {
+        ServerResult::ListToolsResult(page) => {
+            let tools = page
+                .tools
+                .iter()
+                .map(|tool| {
+                    serde_json::to_value(tool)
+                        .map_err(|e| unusable(&format!("cannot encode a tool: {e}")))
+                })
+                .collect::<Result<_, _>>()?;
+            Ok((tools, page.next_cursor))
+        }
+        // Not decodable as rmcp's typed list (a tool without `inputSchema`, …): as sent.
+        ServerResult::CustomResult(raw) => {
+            let Value::Object(mut page) = raw.0 else {
+                return Err(unusable("the result is not a JSON object"));
+            };
+            let Some(Value::Array(tools)) = page.remove("tools") else {
+                return Err(unusable("the result has no \"tools\" array"));
+            };
+            let next = match page.remove("nextCursor") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(c)) => Some(c),
+                Some(other) => {
+                    return Err(unusable(&format!("nextCursor {other} is not a string")));
+                }
+            };
+            Ok((tools, next))
+        }
+        _ => Err(unusable("the upstream answered with another result type")),
     }
 }
 

@@ -63,7 +63,11 @@ for line in sys.stdin:
         if params.get("cursor") is None:
             send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool("echo")], "nextCursor": "page2"}})
         else:
-            send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool("sleep"), tool("cancelled"), tool("exit")] + [tool(n) for n in extra]}})
+            page = [tool("sleep"), tool("cancelled"), tool("exit")] + [tool(n) for n in extra]
+            if os.environ.get("FIXTURE_BARE_TOOL"):
+                # Not a valid MCP Tool (no inputSchema), plus a member rmcp does not model.
+                page.append({"name": "bare", "description": "no schema", "vendorHint": 7})
+            send({"jsonrpc": "2.0", "id": mid, "result": {"tools": page}})
     elif method == "tools/call":
         name = params.get("name")
         args = params.get("arguments") or {}
@@ -88,6 +92,10 @@ for line in sys.stdin:
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         elif name == "pid":
             send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": str(os.getpid())}]}})
+        elif name == "leak":
+            key = os.environ.get("UPSTREAM_SECRET", "")
+            send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32001,
+                "message": "key " + key + " refused", "data": {"key": key, "n": 1}}})
         elif name == "exit":
             sys.stderr.write("exiting on request\n")
             sys.exit(3)
@@ -593,6 +601,15 @@ async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
         (-32602, "Unknown tool: nope", "upstream_error")
     );
     assert_eq!(e.data_json, r#"{"tool":"nope"}"#);
+    // … except a stored secret in it, which the agent never sees (SPEC §9).
+    let e = error_of(
+        client
+            .call_tool(call("leak", "c2b", ""))
+            .await?
+            .into_inner(),
+    )?;
+    assert_eq!((e.code, e.message.as_str()), (-32001, "key *** refused"));
+    assert_eq!(e.data_json, r#"{"key":"***","n":1}"#);
 
     // Another generation is refused.
     let mut stale = call("echo", "c3", r#"{"message":"x"}"#);
@@ -895,6 +912,36 @@ async fn list_changed_offers_the_new_tool_set() -> TestResult {
         .map(|t| t.upstream_name.as_str())
         .collect();
     assert_eq!(names, ["echo", "sleep", "cancelled", "exit", "grown"]);
+    Ok(())
+}
+
+/// A tool rmcp cannot type (no `inputSchema`) does not fail the list: the page is offered as
+/// the upstream sent it, and judging it is the kernel's job (SPEC §5.1 names the field).
+#[tokio::test]
+async fn a_tool_without_an_input_schema_is_offered_as_sent() -> TestResult {
+    let py = python()?;
+    let mut h = Harness::start(
+        |dir| {
+            let mut spec = stdio_spec(dir, py);
+            spec.env
+                .insert("FIXTURE_BARE_TOOL".to_owned(), "1".to_owned());
+            Ok(spec)
+        },
+        true,
+    )
+    .await?;
+    let offer = h.offer().await?;
+    let names: Vec<&str> = offer
+        .tools
+        .iter()
+        .map(|t| t.upstream_name.as_str())
+        .collect();
+    assert_eq!(names, ["echo", "sleep", "cancelled", "exit", "bare"]);
+    let bare: serde_json::Value = serde_json::from_str(&offer.tools[4].definition_json)?;
+    assert_eq!(
+        bare,
+        serde_json::json!({"name": "bare", "description": "no schema", "vendorHint": 7})
+    );
     Ok(())
 }
 
