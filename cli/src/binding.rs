@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value as Json;
-use toml_edit::{DocumentMut, InlineTable, Item, Table, Value};
+use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
 use crate::args::Format;
 use crate::error::CliError;
@@ -236,18 +236,13 @@ pub(crate) fn merge_codex(doc: &mut DocumentMut, binding: &Binding) -> Result<()
     });
     let servers = servers.as_table_like_mut().ok_or(())?;
     match servers.get_mut(SERVER_NAME) {
+        // In place, so the table keeps its position, the comments above its header and the
+        // user's own settings for the server (timeouts, `enabled`, tool filters, …).
         Some(Item::Table(existing)) => {
-            // In place, so the table keeps its position and the comments above its header.
-            existing.clear();
             existing.set_implicit(false);
-            fill_connector(existing, binding);
+            update_connector(existing, binding);
         }
-        Some(Item::Value(Value::InlineTable(existing))) => {
-            existing.clear();
-            let mut t = Table::new();
-            fill_connector(&mut t, binding);
-            *existing = t.into_inline_table();
-        }
+        Some(Item::Value(Value::InlineTable(existing))) => update_connector(existing, binding),
         _ => {
             let mut t = Table::new();
             fill_connector(&mut t, binding);
@@ -255,6 +250,41 @@ pub(crate) fn merge_codex(doc: &mut DocumentMut, binding: &Binding) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Keys of an existing `[mcp_servers.connector]` that would contradict the binding: a stdio
+/// launch (`command`, `args`) or another source of the bearer token.
+const CONTRADICTING_KEYS: &[&str] = &["command", "args", "bearer_token_env_var"];
+
+/// Sets `url` and the `Authorization` header in an existing server table; everything else
+/// in it (other headers included) stays.
+fn update_connector(table: &mut dyn TableLike, binding: &Binding) {
+    for key in CONTRADICTING_KEYS {
+        table.remove(key);
+    }
+    table.insert("url", toml_edit::value(binding.url.as_str()));
+    match table
+        .get_mut("http_headers")
+        .and_then(Item::as_table_like_mut)
+    {
+        Some(headers) => {
+            let stale: Vec<String> = headers
+                .iter()
+                .map(|(k, _)| k.to_owned())
+                .filter(|k| k.eq_ignore_ascii_case("authorization"))
+                .collect();
+            for k in stale {
+                headers.remove(&k);
+            }
+            headers.insert("Authorization", toml_edit::value(binding.authorization()));
+            headers.fmt();
+        }
+        None => {
+            let mut headers = InlineTable::new();
+            headers.insert("Authorization", Value::from(binding.authorization()));
+            table.insert("http_headers", Item::Value(Value::InlineTable(headers)));
+        }
+    }
 }
 
 fn fill_connector(table: &mut Table, binding: &Binding) {
@@ -355,7 +385,13 @@ mod tests {
             .as_table_like()
             .map(|t| t.iter().map(|(k, _)| k).collect())
             .unwrap_or_default();
-        assert_eq!(keys, ["url", "http_headers"]);
+        assert!(
+            keys.contains(&"url") && keys.contains(&"http_headers"),
+            "{keys:?}"
+        );
+        for key in CONTRADICTING_KEYS {
+            assert!(!keys.contains(key), "{keys:?}");
+        }
     }
 
     #[test]
@@ -409,7 +445,9 @@ args = ["-y", "x-server"]
 # connector goes here
 [mcp_servers.connector]
 url = "http://old"
-stale = true
+command = "npx"
+tool_timeout_sec = 120
+http_headers = { authorization = "Bearer old", X-Team = "a" }
 
 [mcp_servers.connector.env]
 OLD = "1"
@@ -419,7 +457,7 @@ model = "o4-mini"
 "#;
 
     #[test]
-    fn codex_merge_replaces_only_the_connector_table() {
+    fn codex_merge_updates_the_connector_table_and_keeps_the_rest() {
         let path = Path::new("/c/config.toml");
         let mut doc = parse_codex_config(path, EXISTING).unwrap_or_default();
         assert_eq!(merge_codex(&mut doc, &binding()), Ok(()));
@@ -439,7 +477,11 @@ args = ["-y", "x-server"]
 # connector goes here
 [mcp_servers.connector]
 url = "http://127.0.0.1:43123/mcp/connector"
-http_headers = { Authorization = "Bearer tts_abc-DEF_123" }
+tool_timeout_sec = 120
+http_headers = { X-Team = "a", Authorization = "Bearer tts_abc-DEF_123" }
+
+[mcp_servers.connector.env]
+OLD = "1"
 
 [profiles.fast]
 model = "o4-mini"

@@ -373,12 +373,13 @@ async fn shutdown(k: &Arc<Kernel>) {
         let (done, wait) = tokio::sync::oneshot::channel();
         let _ = tx.send(supervisor::Msg::Stop {
             reason: "runtime shutdown".into(),
+            drain: supervisor::SHUTDOWN_DRAIN,
             done,
         });
         waits.push(wait);
     }
     let _ = tokio::time::timeout(
-        Duration::from_secs(15),
+        supervisor::SHUTDOWN_DRAIN + Duration::from_secs(10),
         futures_util::future::join_all(waits),
     )
     .await;

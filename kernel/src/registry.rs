@@ -43,6 +43,12 @@ pub struct Installed {
     /// False after `tutti connector disconnect` until the next `connect`.
     #[serde(default = "yes")]
     pub connected: bool,
+    /// While an upgrade's first generation has not committed: the release it replaces (the
+    /// last one that committed). The upgrade becomes the current release when its generation
+    /// commits; if its tools are refused or it never starts, this one is current again, so a
+    /// restart (of a worker or of the kernel) never brings back a release that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<Installed>>,
 }
 
 fn yes() -> bool {

@@ -286,6 +286,19 @@ impl KernelRpc for Service {
                 .map(|c| c.auth == AuthState::Ready || c.connected)
                 .unwrap_or(true);
             upgraded = inner.registry.connectors.contains_key(&key);
+            // What an upgrade falls back to: the release that committed last (the entry
+            // itself, or the one an unfinished upgrade was going to replace).
+            let last_committed = inner.live_releases.get(&key).map(|l| l.release_dir.clone());
+            let previous = inner.registry.connectors.get(&key).and_then(|entry| {
+                let mut current = entry.clone();
+                let older = current.previous.take();
+                [Some(current), older.map(|b| *b)]
+                    .into_iter()
+                    .flatten()
+                    .find(|r| last_committed.as_ref() == Some(&r.release_dir))
+                    .filter(|r| r.release_dir != plan.release_dir)
+                    .map(Box::new)
+            });
             let auth = self.k.auth_state(&key, &plan.manifest, connected);
             inner.registry.connectors.insert(
                 key.clone(),
@@ -298,10 +311,12 @@ impl KernelRpc for Service {
                     allow_commands: req.allow_commands.clone(),
                     auth,
                     connected,
+                    previous,
                 },
             );
             inner.manifests.insert(key.clone(), plan.manifest.clone());
             let c = inner.conns.entry(key.clone()).or_default();
+            c.upgrade_note.clear();
             if auth == AuthState::Required {
                 c.status = CStatus::AuthRequired;
             } else if c.status != CStatus::Ready {
@@ -348,6 +363,7 @@ impl KernelRpc for Service {
             let (done, wait) = tokio::sync::oneshot::channel();
             let _ = tx.send(Msg::Stop {
                 reason: "uninstalled".into(),
+                drain: crate::supervisor::UNINSTALL_DRAIN,
                 done,
             });
             let _ = wait.await;
@@ -491,7 +507,15 @@ impl KernelRpc for Service {
                 status: c.map(|c| c.status.as_str()).unwrap_or("stopped").into(),
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
                 restarts: c.map(|c| c.restarts).unwrap_or(0),
-                last_error: c.map(|c| redact(&c.last_error)).unwrap_or_default(),
+                last_error: c
+                    .map(|c| {
+                        redact(if c.last_error.is_empty() {
+                            &c.upgrade_note
+                        } else {
+                            &c.last_error
+                        })
+                    })
+                    .unwrap_or_default(),
                 next_retry_unix_ms: c.map(|c| c.next_retry_unix_ms).unwrap_or(0),
                 non_json_stdout_lines: c.map(|c| c.non_json_lines).unwrap_or(0),
                 has_mcp: m.is_some_and(|m| m.mcp.is_some()),
@@ -816,8 +840,14 @@ impl KernelRpc for Service {
         let (manifest, release) = {
             let inner = lock(&self.k.inner);
             check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
-            let m = manifest_of(&inner, &req.key)?.clone();
-            (m, Kernel::release_dir(&inner, &req.key).unwrap_or_default())
+            // The release this generation was spawned for (an install may have come since).
+            match worker_release(&inner, &req.key, req.generation) {
+                Some(r) => (r.manifest, r.release_dir),
+                None => (
+                    manifest_of(&inner, &req.key)?.clone(),
+                    Kernel::release_dir(&inner, &req.key).unwrap_or_default(),
+                ),
+            }
         };
         let launch = self
             .k
@@ -864,7 +894,10 @@ impl KernelRpc for Service {
             }));
         }
         check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
-        let manifest = manifest_of(&inner, &req.key)?.clone();
+        let manifest = match worker_release(&inner, &req.key, req.generation) {
+            Some(r) => r.manifest,
+            None => manifest_of(&inner, &req.key)?.clone(),
+        };
         let offered = offered_tools(&req.tools);
         let actor = inner.actors.get(&req.key).cloned();
         match validate(&req.key, &offered, &manifest.tool_risk) {
@@ -886,7 +919,7 @@ impl KernelRpc for Service {
                 );
                 tracing::warn!(key = %req.key, %error, "candidate refused");
                 if let Some(a) = actor {
-                    let _ = a.send(Msg::Refused(req.generation));
+                    let _ = a.send(Msg::Refused(req.generation, problems.join("; ")));
                 }
                 Ok(Response::new(pb::OfferToolsReply {
                     committed: false,
@@ -924,6 +957,8 @@ impl KernelRpc for Service {
                     .and_then(|c| c.workers.get(&req.generation))
                     .map(|p| p.release.clone());
                 if let Some(release) = release {
+                    self.k
+                        .settle_upgrade(&mut inner, &req.key, &release.release_dir);
                     inner.live_releases.insert(req.key.clone(), release);
                 }
                 if let Some((rev, change)) = inner.table.commit(route, now) {
@@ -1071,6 +1106,19 @@ fn offered_tools(tools: &[pb::OfferedTool]) -> Vec<OfferedTool> {
 }
 
 /// A worker's RPC must come from the generation the kernel spawned and has not stopped.
+/// The release generation `generation` of `key` was spawned for.
+fn worker_release(
+    inner: &crate::state::Inner,
+    key: &str,
+    generation: u64,
+) -> Option<crate::state::LiveRelease> {
+    inner
+        .conns
+        .get(key)
+        .and_then(|c| c.workers.get(&generation))
+        .map(|p| p.release.clone())
+}
+
 fn check_worker(
     inner: &crate::state::Inner,
     key: &str,

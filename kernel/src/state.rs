@@ -14,7 +14,7 @@ use tutti_proto::kernel as pb;
 
 use crate::manifest::{Auth, Manifest, Mcp};
 use crate::paths::Paths;
-use crate::registry::{AuthState, Registry};
+use crate::registry::{AuthState, Installed, Registry};
 use crate::secrets::SecretStore;
 use crate::supervisor::Msg;
 use crate::table::{Change, GenerationTable, Route};
@@ -69,6 +69,9 @@ pub struct ConnState {
     pub status: Status,
     pub restarts: u32,
     pub last_error: String,
+    /// Why the last upgrade did not become the current release (until the next install);
+    /// `status` shows it when there is no newer error.
+    pub upgrade_note: String,
     pub next_retry_unix_ms: i64,
     pub non_json_lines: u64,
     pub workers: BTreeMap<u64, Pending>,
@@ -80,6 +83,7 @@ impl Default for ConnState {
             status: Status::Starting,
             restarts: 0,
             last_error: String::new(),
+            upgrade_note: String::new(),
             next_retry_unix_ms: 0,
             non_json_lines: 0,
             workers: BTreeMap::new(),
@@ -380,6 +384,66 @@ impl Kernel {
             }
             None => Err("connector has no mcp interface".into()),
         }
+    }
+
+    /// A generation of `release_dir` committed: if it is an upgrade's, the upgrade is now
+    /// the current release and the one it replaced is forgotten.
+    pub fn settle_upgrade(&self, inner: &mut Inner, key: &str, release_dir: &std::path::Path) {
+        let Some(entry) = inner.registry.connectors.get_mut(key) else {
+            return;
+        };
+        if entry.previous.is_none() || entry.release_dir != release_dir {
+            return;
+        }
+        entry.previous = None;
+        if let Err(e) = self.save_registry(inner) {
+            tracing::error!(key, error = %e, "cannot record the committed upgrade");
+        }
+    }
+
+    /// The upgrade of `key` failed before its first commit (`why`): the release it replaced
+    /// becomes the current one again, in the registry and for the next worker. Returns the
+    /// note shown in `status`, or `None` when no upgrade was pending.
+    pub fn abandon_upgrade(&self, inner: &mut Inner, key: &str, why: &str) -> Option<String> {
+        let entry = inner.registry.connectors.get(key)?;
+        let previous = entry.previous.as_deref()?.clone();
+        let manifest = match inner.live_releases.get(key) {
+            Some(live) if live.release_dir == previous.release_dir => live.manifest.clone(),
+            _ => match crate::manifest::load(&previous.release_dir) {
+                Ok(m) => m,
+                Err(problems) => {
+                    tracing::error!(key, problems = %problems.join("; "),
+                        "cannot go back to the release an upgrade replaced");
+                    return None;
+                }
+            },
+        };
+        let failed = entry.version.clone();
+        let connected = entry.connected;
+        let auth = self.auth_state(key, &manifest, connected);
+        let restored = Installed {
+            auth,
+            connected,
+            previous: None,
+            ..previous
+        };
+        let note = format!(
+            "upgrade to {failed} not applied: {why}; {} stays the current release \
+             (install a fixed release to upgrade)",
+            restored.version
+        );
+        tracing::warn!(key, failed = %failed, current = %restored.version, why, "upgrade abandoned");
+        self.audit.record(
+            "upgrade_abandoned",
+            serde_json::json!({"connector": key, "version": failed, "current": restored.version, "reason": why}),
+        );
+        inner.registry.connectors.insert(key.to_owned(), restored);
+        inner.manifests.insert(key.to_owned(), manifest);
+        if let Err(e) = self.save_registry(inner) {
+            tracing::error!(key, error = %e, "cannot record the abandoned upgrade");
+        }
+        inner.conns.entry(key.to_owned()).or_default().upgrade_note = note.clone();
+        Some(note)
     }
 
     pub fn release_dir(inner: &Inner, key: &str) -> Option<PathBuf> {

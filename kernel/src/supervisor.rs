@@ -15,12 +15,19 @@ use crate::spawn::{self, ChildSpec};
 use crate::state::{Kernel, Pending, Status, lock, sha256, unix_ms};
 use crate::table::Route;
 
+/// How long calls in flight may take to finish when the runtime shuts down (SPEC §4 "drain
+/// calls"); what still runs then is answered `[MCP_UNAVAILABLE]` and cancelled upstream.
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+/// The same when a connector is uninstalled: its user asked for it to be gone.
+pub const UNINSTALL_DRAIN: Duration = Duration::from_secs(2);
+
 /// Messages to a connector actor.
 pub enum Msg {
     /// Manifest, secrets or connection changed: (re)start a candidate, or stop if not routable.
     Reload,
     Committed(u64),
-    Refused(u64),
+    /// The generation's tools were refused at commit; the problems, one line.
+    Refused(u64, String),
     Exited {
         generation: u64,
         detail: String,
@@ -32,9 +39,11 @@ pub enum Msg {
     },
     StartTimeout(u64),
     Retry(u64),
-    /// Fence and stop everything; the actor ends.
+    /// Fence and stop everything, letting calls in flight finish for up to `drain`; the
+    /// actor ends.
     Stop {
         reason: String,
+        drain: Duration,
         done: oneshot::Sender<()>,
     },
 }
@@ -93,10 +102,11 @@ impl Actor {
                     self.reload();
                 }
                 Msg::Committed(g) => self.on_committed(g),
-                Msg::Refused(g) => {
+                Msg::Refused(g, problems) => {
                     if self.candidate == Some(g) {
                         self.candidate = None;
                         self.stop_worker(g, Duration::ZERO);
+                        self.upgrade_failed(&format!("its tools were refused ({problems})"));
                     }
                 }
                 Msg::Exited { generation, detail } => self.on_exit(generation, detail),
@@ -124,8 +134,12 @@ impl Actor {
                         self.reload();
                     }
                 }
-                Msg::Stop { reason, done } => {
-                    self.stop_all(&reason).await;
+                Msg::Stop {
+                    reason,
+                    drain,
+                    done,
+                } => {
+                    self.stop_all(&reason, drain).await;
                     let _ = done.send(());
                     return;
                 }
@@ -188,6 +202,7 @@ impl Actor {
                 tools: Vec::new(),
             };
             let now = self.k.now();
+            self.k.settle_upgrade(&mut inner, &self.key, &release);
             inner.live_releases.insert(
                 self.key.clone(),
                 crate::state::LiveRelease {
@@ -406,6 +421,9 @@ impl Actor {
         if self.auth_failed {
             return;
         }
+        if was_candidate && self.upgrade_failed(&format!("it did not start ({reason})")) {
+            return;
+        }
         if self.live.is_some() {
             // A failed upgrade candidate: the live generation stays.
             lock(&self.k.inner)
@@ -450,6 +468,28 @@ impl Actor {
         });
     }
 
+    /// A candidate failed before its first commit. If it was an upgrade's, the release the
+    /// upgrade replaced is current again (registry and manifest) and, when no generation is
+    /// live, started at once; `status` says what happened. False when it was no upgrade.
+    fn upgrade_failed(&mut self, why: &str) -> bool {
+        let note = {
+            let mut inner = lock(&self.k.inner);
+            let note = self.k.abandon_upgrade(&mut inner, &self.key, why);
+            if let Some(note) = &note {
+                inner.conns.entry(self.key.clone()).or_default().last_error = note.clone();
+            }
+            note
+        };
+        if note.is_none() {
+            return false;
+        }
+        if self.live.is_none() {
+            self.tracker.reset();
+            self.reload();
+        }
+        true
+    }
+
     /// Revokes generation `g`'s identity: its RPCs are refused from now on.
     fn forget_worker(&self, g: u64) {
         if let Some(c) = lock(&self.k.inner).conns.get_mut(&self.key) {
@@ -465,7 +505,7 @@ impl Actor {
         }
     }
 
-    async fn stop_all(&mut self, reason: &str) {
+    async fn stop_all(&mut self, reason: &str, drain: Duration) {
         {
             let mut inner = lock(&self.k.inner);
             self.k.fence(&mut inner, &self.key, None, reason);
@@ -479,15 +519,16 @@ impl Actor {
         let mut reaped = Vec::new();
         for (_, mut h) in std::mem::take(&mut self.workers) {
             if let Some(stop) = h.stop.take() {
-                let _ = stop.send(Duration::from_secs(2));
+                let _ = stop.send(drain);
             }
             if let Some(r) = h.reaped.take() {
                 reaped.push(r);
             }
         }
-        // Every watcher drops its sender once the process is reaped and its group swept.
+        // Every watcher drops its sender once the process is reaped and its group swept
+        // (a worker gets `drain`, then SIGTERM and SIGKILL after 2 s each).
         let _ = tokio::time::timeout(
-            Duration::from_secs(10),
+            drain + Duration::from_secs(6),
             futures_util::future::join_all(reaped),
         )
         .await;

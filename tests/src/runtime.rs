@@ -14,7 +14,7 @@ pub const TEST_ALLOWED_COMMANDS: &str = "tutti-fixture-server,mcp-server-time";
 /// How often status is polled while waiting for a condition.
 const POLL: Duration = Duration::from_millis(100);
 /// How long `Drop` waits after SIGTERM before SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(10);
+const STOP_GRACE: Duration = Duration::from_secs(25);
 
 /// Options of [`Runtime::start`].
 #[derive(Clone, Debug)]

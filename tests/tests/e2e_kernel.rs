@@ -933,6 +933,77 @@ async fn a_refused_candidate_leaves_the_live_generation_and_says_why() {
             .await;
         assert_eq!(echo["content"][0]["text"], json!(flag));
     }
+
+    // The refused release never became the current one: the registry names the live release,
+    // so neither a worker crash nor a kernel restart brings the refused one back.
+    let registry: Value = serde_json::from_slice(
+        &std::fs::read(rt.state_dir().join("registry.json")).expect("registry.json"),
+    )
+    .expect("registry.json parses");
+    let entry = &registry["connectors"]["cand"];
+    assert!(entry.get("previous").is_none(), "{entry}");
+    let current: Value = serde_json::from_slice(
+        &std::fs::read(
+            std::path::Path::new(entry["releaseDir"].as_str().unwrap_or_default())
+                .join("connector.json"),
+        )
+        .expect("the current release's connector.json"),
+    )
+    .expect("connector.json parses");
+    assert_eq!(
+        current["mcp"]["args"],
+        json!(["--tools", "echo"]),
+        "the registry's current release is not the live one: {entry}"
+    );
+    let worker = rt
+        .workers()
+        .into_iter()
+        .find(|w| w.key == "cand")
+        .expect("cand's worker");
+    sigkill(worker.pid);
+    let back = rt.wait_connector("cand", READY, "a new generation after the crash", |c| {
+        c["status"] == json!("ready") && generation(c) > worker.generation
+    });
+    assert_eq!(back["toolCount"], json!(1), "{back}");
+    assert_eq!(tool_names(&mcp.list_tools().await), ["cand_echo"]);
+    rt.stop();
+    rt.restart();
+    let after = rt.wait_status("cand", "ready", READY);
+    assert_eq!(after["toolCount"], json!(1), "{after}");
+}
+
+/// The live worker crashes just as an upgrade is installed (so, most often, nothing is live
+/// when the upgrade's tools are refused): the release the upgrade replaced comes back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_upgrade_during_a_crash_brings_the_previous_release_back() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("back", &["--tools", "echo"]),
+        &[],
+    );
+    let live = rt.wait_status("back", "ready", READY);
+    let worker = rt
+        .workers()
+        .into_iter()
+        .find(|w| w.key == "back")
+        .expect("back's worker");
+    rt.install_ok(
+        &rt.private_fixture_connector("back", &["--tools", "echo", "--collide"]),
+        &[],
+    );
+    sigkill(worker.pid);
+    let entry = rt.wait_connector("back", READY, "the previous release back", |c| {
+        c["status"] == json!("ready")
+            && generation(c) > worker.generation
+            && c["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("not applied"))
+    });
+    assert!(generation(&entry) > generation(&live), "{entry}");
+    assert_eq!(entry["toolCount"], json!(1), "{entry}");
+    let mcp = Mcp::legacy(rt.frontend_url(), &rt.issue_token("back", "s2"));
+    mcp.initialize().await;
+    assert_eq!(tool_names(&mcp.list_tools().await), ["back_echo"]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1332,4 +1403,40 @@ async fn calls_in_flight_end_at_once_when_the_worker_or_upstream_dies() {
         c["status"] == "ready" && generation(c) > generation(&before)
     });
     rt.wait_status("dies", "ready", READY);
+}
+
+// ---------------------------------------------------------------------------------------
+// shutdown
+
+/// SIGTERM to `tutti up` drains calls in flight (SPEC §4): a call with a few seconds left
+/// gets its answer, and `tutti up` exits 0 once it has.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_calls_in_flight_finish() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("drain", &["--tools", "sleep"]),
+        &[],
+    );
+    rt.wait_status("drain", "ready", READY);
+    let token = rt.issue_token("drain", "s");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let started = Instant::now();
+    let call =
+        tokio::spawn(async move { mcp.call_tool("drain_sleep", json!({"ms": 4_000})).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    signal(
+        rt.pid().expect("tutti up's pid"),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let (status, _, body) = call.await.expect("the call task");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.get("result").is_some(),
+        "a call with 3.5 s left at SIGTERM was not drained: {body}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(3_900), "{body}");
+    let exit = rt.stop().expect("tutti up's exit status");
+    assert!(exit.success(), "`tutti up` after draining: {exit}");
 }

@@ -316,6 +316,11 @@ impl<U: Upstream> Shared<U> {
                 &format!("generation {} is fenced", self.generation),
                 "fenced",
             )),
+            Outcome::Stopped(Phase::Closed) => call_tool_reply::Outcome::Error(unavailable(
+                &self.key,
+                "the connector was stopped before the call finished (its drain period is over)",
+                "unavailable",
+            )),
             Outcome::Stopped(_) => call_tool_reply::Outcome::Error(unavailable(
                 &self.key,
                 "upstream connection closed",

@@ -51,6 +51,15 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         .into_inner();
     emit(&if args.json {
         json_line(&InstallJson::from(&reply))?
+    } else if reply.upgraded && reply.status == "ready" && !plan.upgrades_version.is_empty() {
+        // The status is the live generation's: the upgrade has not committed yet.
+        format!(
+            "installed {key} {new}; {old} serves until {new} is ready (its tools committed; \
+             if they are refused or it does not start, {old} stays: see `tutti status`)\n",
+            key = reply.key,
+            new = reply.version,
+            old = plan.upgrades_version,
+        )
     } else {
         format!(
             "installed {} {} ({})\n",
