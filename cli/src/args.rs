@@ -92,6 +92,9 @@ pub struct KeyArg {
     /// The connector key
     #[arg(value_name = "KEY")]
     pub key: String,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Without `--from-env`/`--stdin` it only marks the connector connected again (a connector
@@ -107,6 +110,9 @@ pub struct ConnectArgs {
     /// Read secret NAME as one line of standard input (repeatable, read in order)
     #[arg(long = "stdin", value_name = "NAME")]
     pub stdin: Vec<String>,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -68,15 +68,20 @@ pub fn usage_error(err: &clap::Error) -> ExitCode {
                 .unwrap_or(ExitCode::FAILURE)
         }
         _ => {
-            output::note(&format!("tutti: {}", usage_line(&err.render().to_string())));
+            let argv: Vec<String> = std::env::args().collect();
+            output::note(&format!(
+                "tutti: {}",
+                usage_line(&err.render().to_string(), &argv)
+            ));
             ExitCode::from(2)
         }
     }
 }
 
 /// `error: unrecognized subcommand 'invoke'\n\n  tip: …\n\nUsage: tutti connector <COMMAND>\n…`
-/// → `unrecognized subcommand 'invoke'; see \`tutti connector --help\``.
-fn usage_line(rendered: &str) -> String {
+/// → `unrecognized subcommand 'invoke'; see \`tutti connector --help\``. Clap's possible values
+/// are kept; without a `Usage:` line the subcommands named in `argv` say which help to read.
+fn usage_line(rendered: &str, argv: &[String]) -> String {
     let mut lines = rendered.lines().skip_while(|l| l.trim().is_empty());
     let first = lines
         .next()
@@ -93,6 +98,16 @@ fn usage_line(rendered: &str) -> String {
         }
         None => first.to_owned(),
     };
+    let problem = match rendered
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("[possible values:"))
+    {
+        Some(values) => format!(
+            "{problem} (possible values: {})",
+            values.trim_end_matches(']').trim()
+        ),
+        None => problem,
+    };
     let command: Vec<&str> = rendered
         .lines()
         .find_map(|l| l.trim().strip_prefix("Usage:"))
@@ -104,11 +119,26 @@ fn usage_line(rendered: &str) -> String {
         })
         .unwrap_or_default();
     let command = if command.is_empty() {
-        "tutti".to_owned()
+        subcommand_path(argv)
     } else {
         command.join(" ")
     };
     format!("{problem}; see `{command} --help`")
+}
+
+/// `tutti` and the subcommands `argv` names, in order (flags and values skipped).
+fn subcommand_path(argv: &[String]) -> String {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    let mut path = vec!["tutti".to_owned()];
+    for arg in argv.iter().skip(1) {
+        let Some(sub) = command.find_subcommand(arg).cloned() else {
+            continue;
+        };
+        path.push(sub.get_name().to_owned());
+        command = sub;
+    }
+    path.join(" ")
 }
 
 #[cfg(test)]
@@ -119,25 +149,50 @@ mod tests {
     #[test]
     fn usage_errors_become_one_line_with_a_hint() {
         let err = Cli::try_parse_from(["tutti", "connector", "invoke", "x"]).err();
-        let line = err.map(|e| usage_line(&e.render().to_string()));
+        let line = err.map(|e| usage_line(&e.render().to_string(), &[]));
         assert_eq!(
             line.as_deref(),
             Some("unrecognized subcommand 'invoke'; see `tutti connector --help`")
         );
         let err = Cli::try_parse_from(["tutti", "status", "--bogus"]).err();
         let line = err
-            .map(|e| usage_line(&e.render().to_string()))
+            .map(|e| usage_line(&e.render().to_string(), &[]))
             .unwrap_or_default();
         assert!(line.starts_with("unexpected argument '--bogus'"), "{line}");
         assert!(line.ends_with("; see `tutti status --help`"), "{line}");
         assert!(!line.contains('\n'));
         let err = Cli::try_parse_from(["tutti", "session", "issue", "--workspace", "w"]).err();
         let line = err
-            .map(|e| usage_line(&e.render().to_string()))
+            .map(|e| usage_line(&e.render().to_string(), &[]))
             .unwrap_or_default();
         assert!(
             line.starts_with("the following required arguments were not provided: --session"),
             "{line}"
+        );
+        // A bad value: the values clap knows, and the help of the subcommand at hand.
+        let argv: Vec<String> = [
+            "tutti",
+            "--state-dir",
+            "/s",
+            "session",
+            "issue",
+            "--workspace",
+            "w",
+            "--session",
+            "s",
+            "--format",
+            "yaml",
+        ]
+        .map(String::from)
+        .to_vec();
+        let err = Cli::try_parse_from(&argv).err();
+        let line = err
+            .map(|e| usage_line(&e.render().to_string(), &argv))
+            .unwrap_or_default();
+        assert_eq!(
+            line,
+            "invalid value 'yaml' for '--format <FORMAT>' (possible values: runtime, acp, \
+             codex, claude, tutti); see `tutti session issue --help`"
         );
     }
 }

@@ -21,4 +21,9 @@ pub enum KernelError {
     Serve(#[from] tutti_proto::tonic::transport::Error),
     #[error("{0}")]
     Refused(String),
+    #[error(
+        "cannot find {} (the runtime's binaries are installed side by side); install it next to tutti-kernel or set TUTTI_LIBEXEC_DIR to the directory that holds it",
+        path.display()
+    )]
+    MissingBinary { path: PathBuf },
 }

@@ -70,6 +70,19 @@ pub async fn run_until(
             source,
         })?,
     };
+    // A missing sibling is an installation problem no restart fixes: say so and stop,
+    // rather than retry a frontend that can never start.
+    for name in [
+        "tutti-mcp-frontend",
+        "tutti-shim-manager",
+        "tutti-upstream-worker",
+        "tutti-shim",
+    ] {
+        let path = paths.sibling(name);
+        if !path.is_file() {
+            return Err(KernelError::MissingBinary { path });
+        }
+    }
     for dir in [paths.logs(), paths.releases(), paths.bin()] {
         std::fs::create_dir_all(&dir).map_err(|source| KernelError::Io {
             context: format!("creating {}", dir.display()),
@@ -144,6 +157,8 @@ pub async fn run_until(
     .await;
     let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
     let _ = std::fs::remove_file(endpoint.as_str());
+    // The frontend is gone: its URL must not outlive it for a reader of run/.
+    let _ = std::fs::remove_file(paths.frontend_json());
     tracing::info!("kernel stopped");
     Ok(())
 }

@@ -17,6 +17,19 @@ struct Args {
     service: bool,
 }
 
+/// Nothing the runtime writes (registry, logs, release copies, shims' directory) is ever
+/// writable by group or others, whatever umask it was started with: `0o022` is added to it
+/// (a stricter umask stays). Children, upstreams included, inherit it.
+fn restrict_umask() {
+    #[cfg(unix)]
+    {
+        use nix::sys::stat::{Mode, umask};
+        let group_other_write = Mode::S_IWGRP | Mode::S_IWOTH;
+        let old = umask(group_other_write);
+        umask(old | group_other_write);
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.service && !cfg!(windows) {
@@ -29,6 +42,7 @@ fn main() -> ExitCode {
         eprintln!("tutti-kernel: no state directory; pass --state-dir DIR or set TUTTI_STATE_DIR");
         return ExitCode::FAILURE;
     };
+    restrict_umask();
     init_tracing(&state_dir);
     let config = tutti_kernel::Config {
         state_dir,

@@ -162,7 +162,12 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
 /// Called by OfferTools for a probe generation.
 /// Its problems are exactly the ones the commit of this tool set would refuse it for
 /// ([`validate`], SPEC §5.1), so a clean probe means the generation would commit.
-pub fn finish(slot: &mut ProbeSlot, tools: &[OfferedTool], protocol_version: &str) {
+pub fn finish(
+    slot: &mut ProbeSlot,
+    tools: &[OfferedTool],
+    protocol_version: &str,
+    server_name: &str,
+) {
     let problems = validate(&slot.key, tools, &slot.manifest.tool_risk)
         .err()
         .unwrap_or_default();
@@ -184,7 +189,7 @@ pub fn finish(slot: &mut ProbeSlot, tools: &[OfferedTool], protocol_version: &st
         let _ = done.send(Ok(pb::ProbeReply {
             key: slot.key.clone(),
             protocol_version: protocol_version.to_string(),
-            server_name: String::new(),
+            server_name: server_name.to_string(),
             tools: out,
             problems,
         }));

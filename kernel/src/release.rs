@@ -91,6 +91,20 @@ pub fn copy_release(src: &Path, dest: &Path) -> Result<(), String> {
         }
         std::fs::copy(src.join(&rel), &to)
             .map_err(|e| format!("copying {}: {e}", rel.display()))?;
+        // `copy` takes the source's mode as it is; an immutable release is writable by its
+        // owner at most.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&to)
+                .map_err(|e| format!("{}: {e}", to.display()))?
+                .permissions()
+                .mode();
+            if mode & 0o022 != 0 {
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode & !0o022))
+                    .map_err(|e| format!("{}: {e}", to.display()))?;
+            }
+        }
     }
     std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, dest).map_err(|e| format!("{}: {e}", dest.display()))
@@ -115,6 +129,34 @@ mod tests {
         assert_eq!(hash_tree(&dest).expect("hash"), h1);
         std::fs::write(src.join("sub/a.txt"), "hellO").expect("w");
         assert_ne!(hash_tree(&src).expect("hash"), h1);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn copies_are_never_group_or_world_writable() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("tutti-release-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let src = base.join("src");
+        std::fs::create_dir_all(&src).expect("mkdir");
+        for (name, mode) in [("run.sh", 0o777), ("data.txt", 0o666), ("own.txt", 0o600)] {
+            std::fs::write(src.join(name), "x").expect("w");
+            std::fs::set_permissions(src.join(name), std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+        }
+        let dest = base.join("copy");
+        copy_release(&src, &dest).expect("copy");
+        let mode = |name: &str| {
+            std::fs::metadata(dest.join(name))
+                .expect("stat")
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode("run.sh"), 0o755);
+        assert_eq!(mode("data.txt"), 0o644);
+        assert_eq!(mode("own.txt"), 0o600);
         let _ = std::fs::remove_dir_all(&base);
     }
 }

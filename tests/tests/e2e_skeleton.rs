@@ -406,3 +406,49 @@ fn up_keeps_running_when_nobody_reads_its_output() {
         "tutti up after SIGTERM: {status:?}"
     );
 }
+
+/// An installation without the frontend binary: `tutti up` says which file is missing and
+/// how to fix it, and exits non-zero at once instead of retrying a frontend forever.
+#[test]
+fn up_without_a_sibling_binary_names_it_and_exits() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let libexec = dir.path().join("bin");
+    std::fs::create_dir_all(&libexec).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    for name in [
+        "tutti",
+        "tutti-kernel",
+        "tutti-upstream-worker",
+        "tutti-shim-manager",
+        "tutti-shim",
+    ] {
+        let file = format!("{name}{}", std::env::consts::EXE_SUFFIX);
+        std::fs::copy(tutti_tests::bin(name), libexec.join(&file))
+            .unwrap_or_else(|e| panic!("copying {name}: {e}"));
+    }
+    let state = dir.path().join("state");
+    let started = Instant::now();
+    let out =
+        std::process::Command::new(libexec.join(format!("tutti{}", std::env::consts::EXE_SUFFIX)))
+            .args(["up", "--state-dir"])
+            .arg(&state)
+            .env_remove("TUTTI_LIBEXEC_DIR")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run tutti up: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "tutti up without a frontend succeeded: {stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "tutti up took {:?} to give up",
+        started.elapsed()
+    );
+    assert!(
+        stderr.contains("cannot find")
+            && stderr.contains("tutti-mcp-frontend")
+            && stderr.contains("TUTTI_LIBEXEC_DIR"),
+        "tutti up must name the missing binary and the fix, got: {stderr}"
+    );
+}

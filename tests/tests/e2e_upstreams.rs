@@ -320,6 +320,12 @@ async fn server_everything_over_streamable_http_works_in_both_eras() {
     let (_, probe) = probe_json(&rt, "everything");
     assert_eq!(probe["protocolVersion"], "2025-06-18", "{probe}");
     assert!(
+        probe["serverName"]
+            .as_str()
+            .is_some_and(|n| n.contains("everything")),
+        "{probe}"
+    );
+    assert!(
         probe_tool_names(&probe, "upstreamName").contains("get-sum"),
         "{probe}"
     );
@@ -371,6 +377,7 @@ async fn python_mcp_server_over_streamable_http_works_in_both_eras() {
     // A dual-era server: the worker prefers the modern era.
     let (_, probe) = probe_json(&rt, "py");
     assert_eq!(probe["protocolVersion"], "2026-07-28", "{probe}");
+    assert_eq!(probe["serverName"], "tutti-py", "{probe}");
     assert_eq!(
         probe_tool_names(&probe, "localName"),
         BTreeSet::from(["py_add".to_owned(), "py_greet".to_owned()]),

@@ -79,6 +79,7 @@ impl KernelLink {
         &self,
         tools: &[serde_json::Value],
         protocol_version: &str,
+        server_name: &str,
     ) -> Result<OfferToolsReply, WorkerError> {
         let mut client = self.client.clone();
         let request = OfferToolsRequest {
@@ -87,6 +88,7 @@ impl KernelLink {
             worker_token: self.token.clone(),
             tools: offered(tools),
             protocol_version: protocol_version.to_owned(),
+            server_name: server_name.to_owned(),
         };
         Self::rpc("OfferTools", client.offer_tools(request)).await
     }

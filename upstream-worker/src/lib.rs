@@ -265,7 +265,10 @@ async fn drive(
     if let Some(counter) = session.non_json.clone() {
         tokio::spawn(report_non_json(kernel.clone(), counter));
     }
-    match kernel.offer(&tools, &session.protocol_version).await {
+    match kernel
+        .offer(&tools, &session.protocol_version, &session.server_name)
+        .await
+    {
         Ok(reply) if reply.committed => {
             tracing::info!(tools = tools.len(), "tool set committed");
         }
@@ -338,7 +341,10 @@ async fn reoffer(
             return;
         }
     };
-    match kernel.offer(&tools, &session.protocol_version).await {
+    match kernel
+        .offer(&tools, &session.protocol_version, &session.server_name)
+        .await
+    {
         Ok(reply) if reply.committed => {
             tracing::info!(tools = tools.len(), "changed tool set committed");
         }

@@ -439,6 +439,8 @@ impl ClientHandler for Handler {
 pub(crate) struct Session {
     pub(crate) upstream: Arc<RmcpUpstream>,
     pub(crate) protocol_version: String,
+    /// The upstream's `serverInfo.name` (shown by `tutti connector probe`).
+    pub(crate) server_name: String,
     /// Woken on every `notifications/tools/list_changed`.
     pub(crate) list_changed: Arc<Notify>,
     /// Non-JSON stdout lines (stdio only).
@@ -670,10 +672,11 @@ async fn start_stdio(
     // Closes the upstream's stdin unless the session took it over.
     drop(handshake);
     match outcome {
-        Ok((running, upstream, protocol_version, tools)) => Ok(Started {
+        Ok((running, upstream, (protocol_version, server_name), tools)) => Ok(Started {
             session: Session {
                 upstream,
                 protocol_version,
+                server_name,
                 list_changed,
                 non_json: Some(counter),
                 service: ServiceWatch::spawn(running),
@@ -824,7 +827,7 @@ async fn start_http(
             message: redactor.redact(&message),
         })
     };
-    let (running, upstream, protocol_version, tools) =
+    let (running, upstream, (protocol_version, server_name), tools) =
         match tokio::time::timeout(within, handshake).await {
             Ok(res) => res?,
             Err(_) => {
@@ -838,6 +841,7 @@ async fn start_http(
         session: Session {
             upstream,
             protocol_version,
+            server_name,
             list_changed,
             non_json: None,
             service: ServiceWatch::spawn(running),
@@ -847,10 +851,11 @@ async fn start_http(
     })
 }
 
+/// The running client, the upstream, (protocol version, server name), the tools.
 type Listed = (
     RunningService<RoleClient, Handler>,
     Arc<RmcpUpstream>,
-    String,
+    (String, String),
     Vec<Value>,
 );
 
@@ -863,9 +868,17 @@ async fn first_listing(
     let peer = running.peer().clone();
     peer.set_response_cache_config(ClientCacheConfig::disabled())
         .await;
-    let protocol_version = peer
+    let (protocol_version, server_name) = peer
         .peer_info()
-        .map(|info| info.protocol_version.as_str().to_owned())
+        .map(|info| {
+            (
+                info.protocol_version.as_str().to_owned(),
+                info.server_info
+                    .as_ref()
+                    .map(|s| s.name.clone())
+                    .unwrap_or_default(),
+            )
+        })
         .unwrap_or_default();
     let upstream = Arc::new(RmcpUpstream {
         peer,
@@ -887,7 +900,7 @@ async fn first_listing(
         tools = tools.len(),
         "upstream initialized"
     );
-    Ok((running, upstream, protocol_version, tools))
+    Ok((running, upstream, (protocol_version, server_name), tools))
 }
 
 /// On a 2026-07-28 connection list changes arrive on a `subscriptions/listen` stream.

@@ -12,7 +12,7 @@ use tutti_proto::kernel::{
     InstallRequest, KeyRequest, ProbeReply, ProbeRequest,
 };
 
-use crate::args::{ConnectArgs, InstallArgs, ProbeArgs};
+use crate::args::{ConnectArgs, InstallArgs, KeyArg, ProbeArgs};
 use crate::binding::SERVER_NAME;
 use crate::error::CliError;
 use crate::kernel::Kernel;
@@ -178,14 +178,25 @@ impl<'a> From<&'a InstallReply> for InstallJson<'a> {
 
 // === uninstall / connect / disconnect ===
 
-pub(crate) async fn uninstall(state_dir: &Path, key: String) -> Result<ExitCode, CliError> {
+pub(crate) async fn uninstall(state_dir: &Path, args: KeyArg) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
     kernel
         .client
-        .uninstall(KeyRequest { key: key.clone() })
+        .uninstall(KeyRequest {
+            key: args.key.clone(),
+        })
         .await
         .map_err(|status| kernel.error(status))?;
-    emit(&format!("uninstalled {key}\n"))?;
+    done(&args.key, "uninstalled", args.json)
+}
+
+/// The one line a state change prints: `<what> <key>`, or `{"key":…,"<what>":true}`.
+fn done(key: &str, what: &str, json: bool) -> Result<ExitCode, CliError> {
+    emit(&if json {
+        json_line(&serde_json::json!({ "key": key, what: true }))?
+    } else {
+        format!("{what} {key}\n")
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -209,8 +220,7 @@ pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitC
         .connect_connector(request)
         .await
         .map_err(|status| kernel.error(status))?;
-    emit(&format!("connected {}\n", args.key))?;
-    Ok(ExitCode::SUCCESS)
+    done(&args.key, "connected", args.json)
 }
 
 /// Secret values by name: `--from-env NAME` from the environment variable NAME, then one
@@ -315,15 +325,16 @@ mod echo {
     }
 }
 
-pub(crate) async fn disconnect(state_dir: &Path, key: String) -> Result<ExitCode, CliError> {
+pub(crate) async fn disconnect(state_dir: &Path, args: KeyArg) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
     kernel
         .client
-        .disconnect_connector(KeyRequest { key: key.clone() })
+        .disconnect_connector(KeyRequest {
+            key: args.key.clone(),
+        })
         .await
         .map_err(|status| kernel.error(status))?;
-    emit(&format!("disconnected {key}\n"))?;
-    Ok(ExitCode::SUCCESS)
+    done(&args.key, "disconnected", args.json)
 }
 
 // === probe ===

@@ -20,9 +20,9 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
         Command::Status(a) => status::run(state_dir, a.json).await,
         Command::Connector(c) => match c {
             ConnectorCommand::Install(a) => connector::install(state_dir, a).await,
-            ConnectorCommand::Uninstall(a) => connector::uninstall(state_dir, a.key).await,
+            ConnectorCommand::Uninstall(a) => connector::uninstall(state_dir, a).await,
             ConnectorCommand::Connect(a) => connector::connect(state_dir, a).await,
-            ConnectorCommand::Disconnect(a) => connector::disconnect(state_dir, a.key).await,
+            ConnectorCommand::Disconnect(a) => connector::disconnect(state_dir, a).await,
             ConnectorCommand::Probe(a) => connector::probe(state_dir, a).await,
             ConnectorCommand::Available(a) => connector::available(state_dir, a.json).await,
         },
