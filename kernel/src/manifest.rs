@@ -279,6 +279,15 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
                         "cli.entrypoint",
                         format!("{entrypoint:?} does not exist in the release"),
                     );
+                } else if cfg!(unix)
+                    && !std::fs::metadata(dir.join(&entrypoint))
+                        .is_ok_and(|m| crate::release::executable(&m))
+                {
+                    // The shim execs it: caught here rather than as a failing command later.
+                    p.push(
+                        "cli.entrypoint",
+                        format!("{entrypoint:?} is not executable (chmod +x it in the release)"),
+                    );
                 }
             }
             let secrets = string_list(c, "secrets", "cli.secrets", &mut p);
@@ -336,7 +345,10 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
                             Some(n) if n > 0 && n <= u64::from(u32::MAX) => *slot = n as u32,
                             _ => p.push(
                                 &format!("timeouts.{field}"),
-                                "must be a positive integer (milliseconds)",
+                                format!(
+                                    "must be a positive integer of milliseconds, at most {}, got {v}",
+                                    u32::MAX
+                                ),
                             ),
                         }
                     }
@@ -552,6 +564,11 @@ pub fn stdio_launch_from(
         problems.push(format!(
             "connector.json: mcp.cwd: must be an absolute path after expansion, got {cwd_expanded:?}"
         ));
+    } else if !on_disk(&cwd_path).is_dir() {
+        // Caught here, not as a crash loop once the upstream cannot start in it.
+        problems.push(format!(
+            "connector.json: mcp.cwd: {cwd_expanded:?} is not an existing directory"
+        ));
     }
     let cmd = expand(command, release, state);
     let path_var = base_env.get("PATH").map(String::as_str).unwrap_or("");
@@ -766,6 +783,25 @@ mod tests {
             e[0].contains("mcp.command") && e[0].contains("does not exist"),
             "{e:?}"
         );
+        // A working directory that is not there (in the release or outside it) is refused
+        // now, not found out by a crash loop later.
+        for cwd in ["${release}/sub", "/nonexistent/dir"] {
+            let e = stdio_launch_from(
+                "${release}/bin/server",
+                &[],
+                cwd,
+                &BTreeMap::new(),
+                dest,
+                &src,
+                Path::new("/st"),
+                &base,
+            )
+            .expect_err("must be refused");
+            assert!(
+                e[0].contains("mcp.cwd") && e[0].contains("not an existing directory"),
+                "{cwd}: {e:?}"
+            );
+        }
         // Once copied, the release itself is checked.
         assert!(
             stdio_launch(
@@ -812,6 +848,27 @@ mod tests {
         );
         let field_problems = load(&dir).expect_err("refused");
         assert!(launch_problems(&dir, Path::new("/st"), &base, &field_problems).is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_cli_entrypoint_must_be_executable() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempdir().join("cli-exec");
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(d.join("run.sh"), "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(d.join("run.sh"), std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
+        let v = json!({"key":"k","name":"K","description":"d","version":"1",
+            "cli":{"entrypoint":"run.sh"}});
+        let e = parse(&v, &d).expect_err("must be refused");
+        assert!(
+            e[0].contains("cli.entrypoint") && e[0].contains("not executable"),
+            "{e:?}"
+        );
+        std::fs::set_permissions(d.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        assert!(parse(&v, &d).is_ok());
     }
 
     fn tempdir() -> PathBuf {

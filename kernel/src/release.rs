@@ -34,13 +34,14 @@ fn files(root: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// Whether a file may be run (the executable bit on Unix; Windows has none, so false there).
 #[cfg(unix)]
-fn executable(m: &std::fs::Metadata) -> bool {
+pub(crate) fn executable(m: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::PermissionsExt;
     m.permissions().mode() & 0o111 != 0
 }
 #[cfg(not(unix))]
-fn executable(_: &std::fs::Metadata) -> bool {
+pub(crate) fn executable(_: &std::fs::Metadata) -> bool {
     false
 }
 

@@ -48,6 +48,8 @@ pub fn resolve_program(command: &str, path_var: &str) -> Result<PathBuf, String>
     if p.is_absolute() {
         return if p.is_file() {
             Ok(p.to_path_buf())
+        } else if p.is_dir() {
+            Err(format!("{command:?} is a directory, not a program"))
         } else {
             Err(format!("{command:?} does not exist"))
         };

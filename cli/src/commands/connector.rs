@@ -340,17 +340,21 @@ pub(crate) async fn disconnect(state_dir: &Path, args: KeyArg) -> Result<ExitCod
 // === probe ===
 
 pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode, CliError> {
-    let target = probe_target(&args.target)?;
+    let (target, fallback) = probe_target(&args.target)?;
     let mut kernel = Kernel::connect(state_dir).await?;
-    let reply = kernel
-        .client
-        .probe(ProbeRequest {
-            target,
-            allow_commands: args.allow_commands,
-        })
-        .await
-        .map_err(|status| kernel.error(status))?
-        .into_inner();
+    let request = |target: String| ProbeRequest {
+        target,
+        allow_commands: args.allow_commands.clone(),
+    };
+    let reply = match (kernel.client.probe(request(target)).await, fallback) {
+        // `probe notes` with a folder `notes` here and no connector `notes`: the folder.
+        (Err(status), Some(dir)) if status.code() == tonic::Code::NotFound => {
+            kernel.client.probe(request(dir)).await
+        }
+        (reply, _) => reply,
+    }
+    .map_err(|status| kernel.error(status))?
+    .into_inner();
     if args.json {
         emit(&json_line(&ProbeJson::from(&reply))?)?;
     } else {
@@ -366,17 +370,37 @@ pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode,
     })
 }
 
-/// An existing directory is a release (made absolute); anything else is a key.
-fn probe_target(target: &str) -> Result<String, CliError> {
-    let path = Path::new(target);
-    if !target.is_empty() && path.is_dir() {
-        let abs = std::path::absolute(path).map_err(|e| CliError::io("resolve", path, e))?;
-        return Ok(abs.display().to_string());
-    }
+/// What to probe: an installed connector's key, or a release directory (made absolute). A
+/// bare word that could be a key is one (`probe github`), with the directory of that name,
+/// if there is one, as the fallback when no such connector is installed; to probe the folder
+/// of an installed key's name, name it as a path (`./github`).
+fn probe_target(target: &str) -> Result<(String, Option<String>), CliError> {
     if target.is_empty() {
         return Err(CliError::EmptyArgument { what: "DIR|KEY" });
     }
-    Ok(target.to_owned())
+    let path = Path::new(target);
+    let absolute_dir = || -> Result<Option<String>, CliError> {
+        if !path.is_dir() {
+            return Ok(None);
+        }
+        let abs = std::path::absolute(path).map_err(|e| CliError::io("resolve", path, e))?;
+        Ok(Some(abs.display().to_string()))
+    };
+    if looks_like_key(target) {
+        return Ok((target.to_owned(), absolute_dir()?));
+    }
+    Ok(match absolute_dir()? {
+        Some(dir) => (dir, None),
+        None => (target.to_owned(), None),
+    })
+}
+
+/// `^[a-z][a-z0-9-]{0,23}$` (SPEC §3).
+fn looks_like_key(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && s.len() <= 24
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 fn render_probe(reply: &ProbeReply) -> String {
@@ -762,10 +786,26 @@ mod tests {
         let dir = crate::test_util::TempDir::new("probe");
         assert_eq!(
             probe_target(&dir.path().display().to_string()).ok(),
-            Some(dir.path().display().to_string())
+            Some((dir.path().display().to_string(), None))
         );
-        assert_eq!(probe_target("github").ok().as_deref(), Some("github"));
+        assert_eq!(probe_target("github").ok(), Some(("github".into(), None)));
         assert!(probe_target("").is_err());
+        // A bare word is a key first, even when a folder of that name is here; the folder is
+        // the fallback. `./word` is the folder.
+        let here = std::env::current_dir().unwrap_or_default();
+        let word = format!("probe-word-{}", std::process::id());
+        let _ = std::fs::create_dir(here.join(&word));
+        let abs = here.join(&word).display().to_string();
+        assert_eq!(
+            probe_target(&word).ok(),
+            Some((word.clone(), Some(abs.clone())))
+        );
+        assert_eq!(
+            probe_target(&format!("./{word}")).ok().map(|t| t.1),
+            Some(None)
+        );
+        let _ = std::fs::remove_dir(here.join(&word));
+        assert!(looks_like_key("a-1") && !looks_like_key("A") && !looks_like_key("a_b"));
     }
 
     #[test]
