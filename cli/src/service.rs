@@ -103,6 +103,9 @@ TimeoutStopSec=30
 NoNewPrivileges=yes
 ProtectSystem=strict
 ReadWritePaths={rw}
+# Package runners' caches (npx, uvx, pip): upstreams started with them write there. A
+# leading - skips a path that does not exist.
+ReadWritePaths=-%h/.npm -%h/.cache
 PrivateTmp=yes
 ProtectControlGroups=yes
 ProtectKernelTunables=yes
@@ -298,7 +301,6 @@ mod tests {
             ("Service", "TimeoutStopSec", "30"),
             ("Service", "NoNewPrivileges", "yes"),
             ("Service", "ProtectSystem", "strict"),
-            ("Service", "ReadWritePaths", "/home/u/.local/state/tutti"),
             ("Service", "PrivateTmp", "yes"),
             ("Service", "ProtectControlGroups", "yes"),
             ("Service", "ProtectKernelTunables", "yes"),
@@ -311,6 +313,11 @@ mod tests {
         ] {
             assert_eq!(get(&s, section, key), [value], "{section}.{key}\n{unit}");
         }
+        // The state dir, and the caches of npx / uvx / pip that upstreams write to.
+        assert_eq!(
+            get(&s, "Service", "ReadWritePaths"),
+            ["/home/u/.local/state/tutti", "-%h/.npm -%h/.cache"]
+        );
         let system = render_systemd_unit(&paths(), false);
         assert_eq!(
             get(&unit_settings(&system), "Install", "WantedBy"),
@@ -331,8 +338,8 @@ mod tests {
             [r#""/opt/my tools/tutti-kernel" --state-dir /home/u/100%%/$$state"#]
         );
         assert_eq!(
-            get(&s, "Service", "ReadWritePaths"),
-            ["/home/u/100%%/$state"]
+            get(&s, "Service", "ReadWritePaths")[0],
+            "/home/u/100%%/$state"
         );
         assert_eq!(systemd_word(r#"a"b\c"#, false), r#""a\"b\\c""#);
     }
