@@ -94,7 +94,9 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             &id,
             RpcError::new(
                 INVALID_PARAMS,
-                format!("Invalid params: _meta[\"{META_PROTOCOL_VERSION}\"] is required"),
+                format!(
+                    "Invalid params: _meta[\"{META_PROTOCOL_VERSION}\"] is required (a string)"
+                ),
             ),
         );
     };
@@ -106,7 +108,9 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             &id,
             RpcError::new(
                 INVALID_PARAMS,
-                format!("Invalid params: _meta[\"{META_CLIENT_CAPABILITIES}\"] is required"),
+                format!(
+                    "Invalid params: _meta[\"{META_CLIENT_CAPABILITIES}\"] is required (an object)"
+                ),
             ),
         );
     }
