@@ -8,8 +8,12 @@ use std::path::PathBuf;
 /// Everything that can make a `tutti` command fail.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    #[error("no kernel is running for state dir {}; start it with `tutti up`", state_dir.display())]
-    NoKernel { state_dir: PathBuf },
+    #[error("no kernel is running for state dir {}; start it with `{up}`", state_dir.display())]
+    NoKernel {
+        state_dir: PathBuf,
+        /// `tutti up`, with `--state-dir` when the dir is not the one it would use anyway.
+        up: String,
+    },
 
     #[error(
         "cannot reach the kernel at {endpoint}: {reason}; check that `tutti up` runs for state dir {}",

@@ -37,10 +37,25 @@ impl Kernel {
     }
 }
 
+/// The `tutti up` that serves `state_dir`: plain when it is the dir `tutti up` picks by
+/// itself (`TUTTI_STATE_DIR` or the platform default), else with `--state-dir`.
+fn up_command(state_dir: &Path) -> String {
+    let default = tutti_proto::state_dir::from_env().and_then(|d| std::path::absolute(d).ok());
+    if default.as_deref() == Some(state_dir) {
+        "tutti up".to_owned()
+    } else {
+        format!(
+            "tutti up --state-dir {}",
+            crate::output::shell_join(&[state_dir.display().to_string()])
+        )
+    }
+}
+
 fn connect_error(state_dir: &Path, endpoint: &str, err: &TransportError) -> CliError {
     match io_kind(err) {
         Some(io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => CliError::NoKernel {
             state_dir: state_dir.to_path_buf(),
+            up: up_command(state_dir),
         },
         _ => CliError::KernelUnreachable {
             endpoint: endpoint.to_owned(),
@@ -143,8 +158,8 @@ mod tests {
         assert_eq!(
             msg,
             format!(
-                "no kernel is running for state dir {}; start it with `tutti up`",
-                dir.path().display()
+                "no kernel is running for state dir {dir}; start it with `tutti up --state-dir {dir}`",
+                dir = dir.path().display()
             )
         );
     }

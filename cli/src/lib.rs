@@ -45,10 +45,17 @@ pub fn report(outcome: Result<ExitCode, CliError>) -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(err) => {
-            output::note(&format!(
-                "tutti: {}",
-                output::one_line(&err.to_string(), 4096)
-            ));
+            let text = err.to_string();
+            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            if lines.len() > 1 {
+                // A list of problems (a manifest's, from probe): one line each, as install
+                // prints them.
+                for line in lines {
+                    output::note(&output::one_line(line, 4096));
+                }
+            } else {
+                output::note(&format!("tutti: {}", output::one_line(&text, 4096)));
+            }
             ExitCode::FAILURE
         }
     }

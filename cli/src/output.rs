@@ -11,14 +11,19 @@ use crate::error::CliError;
 /// spaces. The last column is not padded, so long free text (errors, descriptions) may run on.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let columns = headers.len();
+    // Cells hold text from manifests and upstreams: no control character reaches the terminal.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|c| visible(c)).collect())
+        .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    let mut out = String::new();
+    let header_cells: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in &rows {
         for (i, cell) in row.iter().enumerate().take(columns) {
             widths[i] = widths[i].max(cell.chars().count());
         }
     }
-    let mut out = String::new();
-    let header_cells: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
     for row in std::iter::once(&header_cells).chain(rows.iter()) {
         let mut line = String::new();
         for (i, width) in widths.iter().enumerate() {
@@ -35,6 +40,33 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `text` with every control character written out (`\x1b`, `\r`, `\n`, `\t`, `\x85`): text
+/// from a manifest or an upstream can never move the cursor, clear a line or recolour the
+/// terminal of the person reading it (a spoofed install confirmation).
+pub(crate) fn visible(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        push_visible(&mut out, c);
+    }
+    out
+}
+
+fn push_visible(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if c.is_control() && u32::from(c) < 0x100 => {
+            out.push_str(&format!("\\x{:02x}", u32::from(c)));
+        }
+        c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+        c => out.push(c),
+    }
 }
 
 /// Makes free text safe for one table cell: control characters (newlines, tabs, escapes)
@@ -87,6 +119,18 @@ fn shell_quote(arg: &str) -> String {
             .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
     if plain {
         arg.to_owned()
+    } else if arg.chars().any(char::is_control) {
+        // ANSI-C quoting, as bash shows such an argument: every control character visible.
+        let mut out = String::from("$'");
+        for c in arg.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                c => push_visible(&mut out, c),
+            }
+        }
+        out.push('\'');
+        out
     } else {
         format!("'{}'", arg.replace('\'', r"'\''"))
     }
@@ -167,6 +211,18 @@ mod tests {
         assert_eq!(one_line("a\nb\t\tc", 80), "a b c");
         assert_eq!(one_line("abcdefghij", 5), "abcd…");
         assert_eq!(one_line("  x  ", 5), "x");
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        assert_eq!(visible("plain"), "plain");
+        assert_eq!(visible("a\u{1b}[2K\rb\n\u{85}"), "a\\x1b[2K\\rb\\n\\x85");
+        assert_eq!(
+            shell_join(&["run".into(), "x\u{1b}[2K\r  runs: it's".into()]),
+            "run $'x\\x1b[2K\\r  runs: it\\'s'"
+        );
+        let t = table(&["NAME"], &[vec!["Esc\u{1b}[31mRED\nx".into()]]);
+        assert_eq!(t, "NAME\nEsc\\x1b[31mRED\\nx\n");
     }
 
     #[test]

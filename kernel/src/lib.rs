@@ -150,7 +150,9 @@ pub async fn run_until(
         _ = stop => {}
     }
     shutdown(&k).await;
-    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+    // The frontend was told to stop when the shutdown began (it drains up to 12 s, then is
+    // killed at 14 s): this only waits for what is left of that.
+    let _ = tokio::time::timeout(Duration::from_secs(16), async {
         let _ = frontend.await;
         let _ = shims.await;
     })
@@ -270,8 +272,20 @@ async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
     // The banner is for whoever started `tutti up`; if they stopped reading (`| head -1`, a
     // closed terminal) the runtime keeps running: write errors are ignored, never a panic
     // as `println!` would.
+    // The hint names the state dir when `tutti` would not find it by itself.
+    let default = default_state_dir().and_then(|d| std::path::absolute(d).ok());
+    let state_flag = if default.as_deref() == Some(k.paths.state.as_path()) {
+        String::new()
+    } else {
+        let dir = k.paths.state.display().to_string();
+        if dir.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
+            format!(" --state-dir '{}'", dir.replace('\'', r"'\''"))
+        } else {
+            format!(" --state-dir {dir}")
+        }
+    };
     let banner = format!(
-        "tutti is up. MCP server \"connector\": {url}\n  state dir: {}\n  give an agent access: tutti session issue --workspace W --session S --format claude\n  stop: Ctrl-C\n",
+        "tutti is up. MCP server \"connector\": {url}\n  state dir: {}\n  give an agent access: tutti{state_flag} session issue --workspace W --session S --format claude\n  stop: Ctrl-C\n",
         k.paths.state.display()
     );
     {

@@ -153,6 +153,11 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     };
     lock(&k.inner).probes.remove(&generation);
     spawn::stop_group(&mut child, Duration::from_secs(2)).await;
+    tutti_proto::transport::remove_endpoint(&tutti_proto::transport::worker_endpoint(
+        &k.paths.state,
+        &key,
+        generation,
+    ));
     outcome.map_err(|e| {
         let hint = withheld_hint.as_deref().unwrap_or_default();
         Status::failed_precondition(k.redact(&format!("{e}{hint}")))

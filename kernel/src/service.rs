@@ -112,8 +112,8 @@ impl Service {
         if let Some(cli) = &manifest.cli {
             reply.cli_entrypoint = cli.entrypoint.clone();
         }
-        if let Some(old) = lock(&self.k.inner).registry.connectors.get(&manifest.key) {
-            reply.upgrades_version = old.version.clone();
+        if let Some(serving) = serving_version(&lock(&self.k.inner), &manifest.key) {
+            reply.upgrades_version = serving;
         }
         match &manifest.mcp {
             Some(Mcp::Stdio {
@@ -263,6 +263,7 @@ impl KernelRpc for Service {
         &self,
         req: Request<pb::InstallRequest>,
     ) -> Result<Response<pb::InstallReply>, Status> {
+        let _admin = self.k.admin.lock().await;
         let req = req.into_inner();
         let plan = self.plan_off_thread(req.clone()).await?;
         if !plan.reply.problems.is_empty() {
@@ -286,20 +287,24 @@ impl KernelRpc for Service {
                 .map(|c| c.auth == AuthState::Ready || c.connected)
                 .unwrap_or(true);
             upgraded = inner.registry.connectors.contains_key(&key);
-            // What an upgrade falls back to: the release that committed last (the entry
-            // itself, or the one an unfinished upgrade was going to replace).
-            let last_committed = inner.live_releases.get(&key).map(|l| l.release_dir.clone());
+            // What the new release falls back to if it fails before its first commit: the
+            // release an unfinished upgrade was going to replace, else the current one (read
+            // from the registry, so it holds after a kernel restart too).
             let previous = inner.registry.connectors.get(&key).and_then(|entry| {
-                let mut current = entry.clone();
-                let older = current.previous.take();
-                [Some(current), older.map(|b| *b)]
-                    .into_iter()
-                    .flatten()
-                    .find(|r| last_committed.as_ref() == Some(&r.release_dir))
-                    .filter(|r| r.release_dir != plan.release_dir)
-                    .map(Box::new)
+                let mut entry = entry.clone();
+                let fallback = match entry.previous.take() {
+                    Some(older) => *older,
+                    None => entry,
+                };
+                (fallback.release_dir != plan.release_dir).then(|| Box::new(fallback))
             });
             let auth = self.k.auth_state(&key, &plan.manifest, connected);
+            // An upgrade that needs a secret not stored yet waits for it; the live release
+            // keeps serving with its own meanwhile (it is still the current one).
+            let waits_for_secrets = auth == AuthState::Required
+                && connected
+                && previous.is_some()
+                && inner.table.live(&key).is_some();
             inner.registry.connectors.insert(
                 key.clone(),
                 Installed {
@@ -317,7 +322,7 @@ impl KernelRpc for Service {
             inner.manifests.insert(key.clone(), plan.manifest.clone());
             let c = inner.conns.entry(key.clone()).or_default();
             c.upgrade_note.clear();
-            if auth == AuthState::Required {
+            if auth == AuthState::Required && !waits_for_secrets {
                 c.status = CStatus::AuthRequired;
             } else if c.status != CStatus::Ready {
                 c.status = CStatus::Starting;
@@ -351,6 +356,7 @@ impl KernelRpc for Service {
     }
 
     async fn uninstall(&self, req: Request<pb::KeyRequest>) -> Result<Response<pb::Empty>, Status> {
+        let _admin = self.k.admin.lock().await;
         let key = req.into_inner().key;
         let tx = {
             let inner = lock(&self.k.inner);
@@ -395,6 +401,7 @@ impl KernelRpc for Service {
         &self,
         req: Request<pb::ConnectRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
+        let _admin = self.k.admin.lock().await;
         let req = req.into_inner();
         let declared = {
             let inner = lock(&self.k.inner);
@@ -464,6 +471,7 @@ impl KernelRpc for Service {
         &self,
         req: Request<pb::KeyRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
+        let _admin = self.k.admin.lock().await;
         let key = req.into_inner().key;
         {
             let mut inner = lock(&self.k.inner);
@@ -508,13 +516,15 @@ impl KernelRpc for Service {
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
                 restarts: c.map(|c| c.restarts).unwrap_or(0),
                 last_error: c
-                    .map(|c| {
-                        redact(if c.last_error.is_empty() {
-                            &c.upgrade_note
-                        } else {
-                            &c.last_error
-                        })
-                    })
+                    .map(
+                        |c| match (c.last_error.is_empty(), c.upgrade_note.is_empty()) {
+                            (_, true) => redact(&c.last_error),
+                            (true, false) => redact(&c.upgrade_note),
+                            (false, false) => {
+                                redact(&format!("{}; {}", c.last_error, c.upgrade_note))
+                            }
+                        },
+                    )
                     .unwrap_or_default(),
                 next_retry_unix_ms: c.map(|c| c.next_retry_unix_ms).unwrap_or(0),
                 non_json_stdout_lines: c.map(|c| c.non_json_lines).unwrap_or(0),
@@ -554,7 +564,13 @@ impl KernelRpc for Service {
         let inner = lock(&self.k.inner);
         let mut out = Vec::new();
         for key in inner.registry.connectors.keys() {
-            let Some(m) = inner.manifests.get(key) else {
+            // What agents are served: the live release while an upgrade is pending.
+            let live_manifest = inner
+                .table
+                .live(key)
+                .and(inner.live_releases.get(key))
+                .map(|l| &l.manifest);
+            let Some(m) = live_manifest.or_else(|| inner.manifests.get(key)) else {
                 // Installed, but its release cannot be read (SPEC §7 lists every installed
                 // connector): nothing of it can run, and only `tutti status` has the details.
                 out.push(pb::AvailableConnector {
@@ -849,10 +865,24 @@ impl KernelRpc for Service {
                 ),
             }
         };
-        let launch = self
+        let launch = match self
             .k
             .launch_spec(&req.key, &manifest, &release, Credentials::Stored)
-            .map_err(precondition)?;
+        {
+            Ok(launch) => launch,
+            Err(why) => {
+                // The worker exits on this; `status` should say why, not only "exit status 2".
+                let actor = lock(&self.k.inner).actors.get(&req.key).cloned();
+                if let Some(a) = actor {
+                    let _ = a.send(Msg::Report {
+                        generation: req.generation,
+                        kind: "start_failed".into(),
+                        message: format!("cannot launch the upstream: {why}"),
+                    });
+                }
+                return Err(precondition(why));
+            }
+        };
         let mut env_names: Vec<&String> = launch.env.keys().collect();
         env_names.sort();
         let mut header_names: Vec<&String> = launch.headers.keys().collect();
@@ -1106,6 +1136,24 @@ fn offered_tools(tools: &[pb::OfferedTool]) -> Vec<OfferedTool> {
 }
 
 /// A worker's RPC must come from the generation the kernel spawned and has not stopped.
+/// The version agents are served now: the live release's, else the release an unfinished
+/// upgrade would replace, else the installed one.
+fn serving_version(inner: &crate::state::Inner, key: &str) -> Option<String> {
+    if inner.table.live(key).is_some()
+        && let Some(live) = inner.live_releases.get(key)
+    {
+        return Some(live.manifest.version.clone());
+    }
+    let entry = inner.registry.connectors.get(key)?;
+    Some(
+        entry
+            .previous
+            .as_ref()
+            .map_or(&entry.version, |p| &p.version)
+            .clone(),
+    )
+}
+
 /// The release generation `generation` of `key` was spawned for.
 fn worker_release(
     inner: &crate::state::Inner,

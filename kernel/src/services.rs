@@ -137,7 +137,9 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             }
             status = child.wait() => status,
             _ = shutdown.changed() => {
-                spawn::stop_group(&mut child, Duration::from_secs(5)).await;
+                // The frontend drains its requests for up to 12 s (calls the workers drain
+                // for 10 s get their answers through it); then SIGKILL.
+                spawn::stop_group(&mut child, Duration::from_secs(14)).await;
                 return;
             }
         };

@@ -118,6 +118,11 @@ pub struct Kernel {
     pub audit: crate::audit::Audit,
     /// Route watchers that cache verified sessions; revocations wait for their confirmation.
     pub session_caches: Arc<crate::session_caches::SessionCaches>,
+    /// Held for the whole of every command that changes what is installed or connected
+    /// (install, uninstall, connect, disconnect): they take turns, so one never acts on
+    /// state another is half-way through changing (an uninstall deleting the release an
+    /// install just copied, a disconnect racing a connect's reload).
+    pub admin: tokio::sync::Mutex<()>,
 }
 
 /// How many generation numbers one registry write reserves.
@@ -181,6 +186,7 @@ impl Kernel {
             base_env: base_env(),
             audit: crate::audit::Audit::start(paths_audit),
             session_caches: Arc::default(),
+            admin: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -396,6 +402,9 @@ impl Kernel {
             return;
         }
         entry.previous = None;
+        if let Some(c) = inner.conns.get_mut(key) {
+            c.upgrade_note.clear();
+        }
         if let Err(e) = self.save_registry(inner) {
             tracing::error!(key, error = %e, "cannot record the committed upgrade");
         }

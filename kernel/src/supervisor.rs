@@ -105,6 +105,7 @@ impl Actor {
                 Msg::Refused(g, problems) => {
                     if self.candidate == Some(g) {
                         self.candidate = None;
+                        self.forget_worker(g);
                         self.stop_worker(g, Duration::ZERO);
                         self.upgrade_failed(&format!("its tools were refused ({problems})"));
                     }
@@ -125,6 +126,7 @@ impl Actor {
                         self.start_error = Some(format!(
                             "upstream did not become ready within startMs = {ms} ms"
                         ));
+                        self.forget_worker(g);
                         self.stop_worker(g, Duration::ZERO);
                     }
                 }
@@ -161,7 +163,7 @@ impl Actor {
 
     /// Start a candidate when routable; otherwise fence and stop.
     fn reload(&mut self) {
-        let (manifest, release, auth_ready) = {
+        let (manifest, release, auth_ready, upgrade_pending) = {
             let inner = lock(&self.k.inner);
             let Some(installed) = inner.registry.connectors.get(&self.key) else {
                 return;
@@ -173,19 +175,58 @@ impl Actor {
                 m.clone(),
                 installed.release_dir.clone(),
                 installed.auth == crate::registry::AuthState::Ready,
+                installed.connected && installed.previous.is_some(),
             )
         };
+        if !auth_ready && upgrade_pending && self.live.is_some() {
+            // An upgrade that needs a secret not stored yet: the live release keeps serving
+            // with its own credentials until `connect` provides it.
+            if let Some(old) = self.candidate.take() {
+                self.forget_worker(old);
+                self.stop_worker(old, Duration::ZERO);
+            }
+            let note = format!(
+                "upgrade to {} waits for its credentials: {}",
+                manifest.version,
+                self.auth_hint(&manifest)
+            );
+            lock(&self.k.inner)
+                .conns
+                .entry(self.key.clone())
+                .or_default()
+                .upgrade_note = note;
+            return;
+        }
         if !auth_ready {
-            let live = self.live.take();
+            let workers: Vec<u64> = self
+                .live
+                .take()
+                .into_iter()
+                .chain(self.candidate.take())
+                .collect();
+            // Identities first, then the fence: a candidate whose offer arrives now cannot
+            // commit after the fence (a "ready" connector without a worker).
+            for &g in &workers {
+                self.forget_worker(g);
+            }
             {
                 let mut inner = lock(&self.k.inner);
                 self.k.fence(&mut inner, &self.key, None, "auth required");
             }
-            for g in live.into_iter().chain(self.candidate.take()) {
+            for g in workers {
                 self.stop_worker(g, Duration::from_secs(2));
             }
-            self.set_status(Status::AuthRequired, None);
+            let hint = self.auth_hint(&manifest);
+            self.set_status(Status::AuthRequired, Some(hint));
             return;
+        }
+        {
+            // Routable again: an auth hint from before no longer applies.
+            let mut inner = lock(&self.k.inner);
+            let c = inner.conns.entry(self.key.clone()).or_default();
+            if matches!(c.status, Status::AuthRequired | Status::AuthFailed) {
+                c.last_error.clear();
+            }
         }
         if manifest.mcp.is_none() {
             // CLI/skills only: no worker; the generation marks the live release.
@@ -219,6 +260,8 @@ impl Actor {
             return;
         }
         if let Some(old) = self.candidate.take() {
+            // Its identity goes first: a superseded candidate must not commit after all.
+            self.forget_worker(old);
             self.stop_worker(old, Duration::ZERO);
         }
         self.spawn_candidate(&manifest, &release);
@@ -357,6 +400,17 @@ impl Actor {
     fn on_report(&mut self, g: u64, kind: &str, message: String) {
         let message = self.k.redact(&message);
         match kind {
+            "auth_failed" if self.candidate == Some(g) && self.upgrade_pending() => {
+                // A new release whose upstream refuses the stored credentials (another
+                // server, another scope): the upgrade failed; the release it replaces, which
+                // these credentials work for, stays.
+                self.candidate = None;
+                self.forget_worker(g);
+                self.stop_worker(g, Duration::ZERO);
+                self.upgrade_failed(&format!(
+                    "its upstream refused the stored credentials ({message})"
+                ));
+            }
             "auth_failed" => {
                 self.auth_failed = true;
                 // The stored credentials are the ones refused, so no generation goes on
@@ -384,6 +438,7 @@ impl Actor {
                 };
                 tracing::warn!(key = %self.key, generation = g, "upstream refused the credentials");
                 for worker in self.live.take().into_iter().chain(self.candidate.take()) {
+                    self.forget_worker(worker);
                     self.stop_worker(worker, Duration::from_secs(2));
                 }
                 let hint = format!("{message}; run `{connect}` again");
@@ -468,19 +523,58 @@ impl Actor {
         });
     }
 
+    /// Whether an installed upgrade has not committed yet (the registry names its fallback).
+    fn upgrade_pending(&self) -> bool {
+        lock(&self.k.inner)
+            .registry
+            .connectors
+            .get(&self.key)
+            .is_some_and(|c| c.previous.is_some())
+    }
+
+    /// What `status` shows for `auth_required`: which secrets are missing and the command
+    /// that stores them, or that the connector was disconnected.
+    fn auth_hint(&self, manifest: &crate::manifest::Manifest) -> String {
+        let stored = self.k.secrets.load(&self.key);
+        let missing: Vec<String> = manifest
+            .secret_names()
+            .into_iter()
+            .filter(|n| stored.get(n).is_none_or(|v| v.is_empty()))
+            .collect();
+        if missing.is_empty() {
+            return format!(
+                "disconnected; run `tutti connector connect {}` to route it again",
+                self.key
+            );
+        }
+        let flags: String = missing.iter().map(|n| format!(" --from-env {n}")).collect();
+        format!(
+            "needs {}; run `tutti connector connect {}{flags}`",
+            missing.join(", "),
+            self.key
+        )
+    }
+
     /// A candidate failed before its first commit. If it was an upgrade's, the release the
     /// upgrade replaced is current again (registry and manifest) and, when no generation is
     /// live, started at once; `status` says what happened. False when it was no upgrade.
     fn upgrade_failed(&mut self, why: &str) -> bool {
-        let note = {
+        let abandoned = {
             let mut inner = lock(&self.k.inner);
             let note = self.k.abandon_upgrade(&mut inner, &self.key, why);
-            if let Some(note) = &note {
-                inner.conns.entry(self.key.clone()).or_default().last_error = note.clone();
+            if note.is_some() {
+                // The note (shown by `status`) carries the reason; the candidate's own error
+                // line would only repeat it.
+                inner
+                    .conns
+                    .entry(self.key.clone())
+                    .or_default()
+                    .last_error
+                    .clear();
             }
-            note
+            note.is_some()
         };
-        if note.is_none() {
+        if !abandoned {
             return false;
         }
         if self.live.is_none() {
@@ -569,6 +663,8 @@ async fn watch_worker(
         // Whatever the upstream left behind in the worker's process group.
         spawn::sweep_group(pid);
     }
+    // A worker killed by a signal cannot remove its socket file; nobody dials it again.
+    transport::remove_endpoint(&endpoint);
     drop(reaped);
     let _ = tx.send(Msg::Exited { generation, detail });
 }

@@ -41,8 +41,10 @@ use watcher::WatchEnd;
 
 /// Default `tools/list` page size.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
-/// How long in-flight requests may take to finish once the frontend is stopping.
-const DRAIN: Duration = Duration::from_secs(5);
+/// How long in-flight requests may take to finish once the frontend is stopping: longer than
+/// the kernel lets workers drain calls at shutdown (10 s), so a call cut off there still gets
+/// its `[MCP_UNAVAILABLE]` answer through here.
+const DRAIN: Duration = Duration::from_secs(12);
 /// How long to retry binding a port that is still held (a crashed predecessor).
 const BIND_RETRY: Duration = Duration::from_secs(3);
 
@@ -155,7 +157,10 @@ pub async fn serve(
     app.stop();
     watcher.abort();
     if tokio::time::timeout(DRAIN, &mut server).await.is_err() {
-        tracing::warn!("in-flight requests did not finish within 5 s; exiting anyway");
+        tracing::warn!(
+            drain_s = DRAIN.as_secs(),
+            "in-flight requests did not finish in time; exiting anyway"
+        );
         server.abort();
     }
     outcome

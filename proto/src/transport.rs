@@ -88,6 +88,15 @@ pub fn worker_endpoint(state_dir: &Path, key: &str, generation: u64) -> LocalEnd
     imp::endpoint(state_dir, &format!("w-{key}-{generation:x}"))
 }
 
+/// Removes what is left of an endpoint whose server is gone: its socket file on Unix (a
+/// process killed by a signal cannot remove its own); nothing on Windows, where a named pipe
+/// ends with its last handle. Best effort: a missing file is fine.
+pub fn remove_endpoint(endpoint: &LocalEndpoint) {
+    if cfg!(unix) {
+        let _ = std::fs::remove_file(&endpoint.0);
+    }
+}
+
 /// Listens on `endpoint` (owner-only) and yields connections for tonic's
 /// `serve_with_incoming*`.
 pub fn bind(endpoint: &LocalEndpoint) -> Result<Incoming, TransportError> {

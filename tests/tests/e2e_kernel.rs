@@ -1006,6 +1006,154 @@ async fn a_refused_upgrade_during_a_crash_brings_the_previous_release_back() {
     assert_eq!(tool_names(&mcp.list_tools().await), ["back_echo"]);
 }
 
+/// Right after a kernel restart the current release has not committed yet in this kernel's
+/// life; an upgrade installed then still falls back to it (the fallback is read from the
+/// registry, not from what this kernel has seen commit).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_right_after_a_restart_still_falls_back() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("early", &["--tools", "echo"]),
+        &[],
+    );
+    rt.wait_status("early", "ready", READY);
+    rt.stop();
+    rt.restart();
+    rt.install_ok(
+        &rt.private_fixture_connector("early", &["--tools", "echo", "--collide"]),
+        &[],
+    );
+    let entry = rt.wait_connector("early", READY, "back on the first release", |c| {
+        c["status"] == json!("ready")
+            && c["toolCount"] == json!(1)
+            && c["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("not applied"))
+    });
+    let registry: Value = serde_json::from_slice(
+        &std::fs::read(rt.state_dir().join("registry.json")).expect("registry.json"),
+    )
+    .expect("registry.json parses");
+    let current = &registry["connectors"]["early"];
+    assert!(current.get("previous").is_none(), "{current}");
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(
+            std::path::Path::new(current["releaseDir"].as_str().unwrap_or_default())
+                .join("connector.json"),
+        )
+        .expect("connector.json"),
+    )
+    .expect("connector.json parses");
+    assert_eq!(
+        manifest["mcp"]["args"],
+        json!(["--tools", "echo"]),
+        "{entry}"
+    );
+}
+
+/// An upgrade that declares a secret not stored yet waits for it while the release it
+/// replaces goes on serving; `connect` then lets it commit.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_needing_a_new_secret_waits_while_the_old_release_serves() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("wait", &["--tools", "echo"]),
+        &[],
+    );
+    let first = rt.wait_status("wait", "ready", READY);
+    let token = rt.issue_token("wait", "s");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let mut upgrade = rt.private_fixture_connector("wait", &["--tools", "echo,add"]);
+    upgrade["version"] = json!("2.0.0");
+    upgrade["mcp"]["secrets"] = json!(["NEWSEC"]);
+    rt.install_ok(&upgrade, &[]);
+    let waiting = rt.wait_connector("wait", READY, "the upgrade waiting for NEWSEC", |c| {
+        c["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("waits for its credentials") && e.contains("NEWSEC"))
+    });
+    assert_eq!(waiting["status"], json!("ready"), "{waiting}");
+    assert_eq!(generation(&waiting), generation(&first), "{waiting}");
+    assert_eq!(tool_names(&mcp.list_tools().await), ["wait_echo"]);
+    let echo = mcp
+        .call_tool_ok("wait_echo", json!({"message": "still"}))
+        .await;
+    assert_eq!(echo["content"][0]["text"], json!("still"));
+
+    rt.connect_from_env("wait", "NEWSEC", SECRET);
+    let upgraded = rt.wait_connector("wait", READY, "the upgrade committed", |c| {
+        c["status"] == json!("ready") && c["version"] == json!("2.0.0")
+    });
+    assert!(generation(&upgraded) > generation(&first), "{upgraded}");
+    assert_eq!(upgraded["lastError"], Value::Null, "{upgraded}");
+    let mut names = tool_names(&mcp.list_tools().await);
+    names.sort();
+    assert_eq!(names, ["wait_add", "wait_echo"]);
+}
+
+/// Commands that change what is installed take turns: an uninstall racing an upgrade never
+/// leaves the registry naming a release whose files it deleted, and of two uninstalls of one
+/// connector exactly one succeeds.
+#[test]
+fn concurrent_install_and_uninstall_take_turns() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let v1 = rt.write_release(
+        &rt.private_fixture_connector("race", &["--tools", "echo"]),
+        &[],
+    );
+    let mut upgrade = rt.private_fixture_connector("race", &["--tools", "echo,add"]);
+    upgrade["version"] = json!("2.0.0");
+    let v2 = rt.write_release(&upgrade, &[]);
+    let (v1, v2) = (
+        v1.to_string_lossy().into_owned(),
+        v2.to_string_lossy().into_owned(),
+    );
+    for round in 0..4 {
+        rt.tutti_ok(&["connector", "install", &v1, "--yes"]);
+        let (uninstall, install) = std::thread::scope(|s| {
+            let a = s.spawn(|| rt.tutti(&["connector", "uninstall", "race"]));
+            let b = s.spawn(|| rt.tutti(&["connector", "install", &v2, "--yes"]));
+            (
+                a.join().expect("uninstall thread"),
+                b.join().expect("install thread"),
+            )
+        });
+        assert!(
+            uninstall.status.success() && install.status.success(),
+            "round {round}"
+        );
+        let registry: Value = serde_json::from_slice(
+            &std::fs::read(rt.state_dir().join("registry.json")).expect("registry.json"),
+        )
+        .expect("registry.json parses");
+        if let Some(entry) = registry["connectors"].get("race") {
+            let dir = entry["releaseDir"].as_str().unwrap_or_default();
+            assert!(
+                std::path::Path::new(dir).join("connector.json").is_file(),
+                "round {round}: the registry names a release that is gone: {entry}"
+            );
+            let c = rt.wait_status("race", "ready", READY);
+            assert_eq!(c["version"], json!("2.0.0"), "round {round}: {c}");
+        }
+        let twice = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| rt.tutti(&["connector", "uninstall", "race"])))
+                .collect();
+            runs.into_iter()
+                .map(|r| r.join().expect("uninstall thread").status.success())
+                .filter(|ok| *ok)
+                .count()
+        });
+        let installed_before = registry["connectors"].get("race").is_some();
+        assert_eq!(
+            twice,
+            usize::from(installed_before),
+            "round {round}: uninstalls that succeeded"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // tokens
 
@@ -1409,7 +1557,8 @@ async fn calls_in_flight_end_at_once_when_the_worker_or_upstream_dies() {
 // shutdown
 
 /// SIGTERM to `tutti up` drains calls in flight (SPEC §4): a call with a few seconds left
-/// gets its answer, and `tutti up` exits 0 once it has.
+/// gets its answer; one that would run past the 10 s drain gets `[MCP_UNAVAILABLE]` saying
+/// so (never a dropped connection); `tutti up` exits 0.
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_lets_calls_in_flight_finish() {
@@ -1420,23 +1569,36 @@ async fn sigterm_lets_calls_in_flight_finish() {
     );
     rt.wait_status("drain", "ready", READY);
     let token = rt.issue_token("drain", "s");
-    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    let mcp = Arc::new(Mcp::legacy(rt.frontend_url(), &token));
     mcp.initialize().await;
     let started = Instant::now();
-    let call =
-        tokio::spawn(async move { mcp.call_tool("drain_sleep", json!({"ms": 4_000})).await });
+    let short = {
+        let mcp = mcp.clone();
+        tokio::spawn(async move { mcp.call_tool("drain_sleep", json!({"ms": 6_000})).await })
+    };
+    let long = {
+        let mcp = mcp.clone();
+        tokio::spawn(async move { mcp.call_tool("drain_sleep", json!({"ms": 30_000})).await })
+    };
     tokio::time::sleep(Duration::from_millis(500)).await;
     signal(
         rt.pid().expect("tutti up's pid"),
         nix::sys::signal::Signal::SIGTERM,
     );
-    let (status, _, body) = call.await.expect("the call task");
+    let (status, _, body) = short.await.expect("the short call task");
     assert_eq!(status, 200, "{body}");
     assert!(
         body.get("result").is_some(),
-        "a call with 3.5 s left at SIGTERM was not drained: {body}"
+        "a call with 5.5 s left at SIGTERM was not drained: {body}"
     );
-    assert!(started.elapsed() >= Duration::from_millis(3_900), "{body}");
+    assert!(started.elapsed() >= Duration::from_millis(5_900), "{body}");
+    let (status, _, body) = long.await.expect("the long call task");
+    assert_eq!(status, 200, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("[MCP_UNAVAILABLE] drain:") && message.contains("stopped"),
+        "a call cut off by the end of the drain must say so: {body}"
+    );
     let exit = rt.stop().expect("tutti up's exit status");
     assert!(exit.success(), "`tutti up` after draining: {exit}");
 }

@@ -16,7 +16,7 @@ use crate::args::{ConnectArgs, InstallArgs, KeyArg, ProbeArgs};
 use crate::binding::SERVER_NAME;
 use crate::error::CliError;
 use crate::kernel::Kernel;
-use crate::output::{emit, first_line, json_line, note, one_line, shell_join, table};
+use crate::output::{emit, first_line, json_line, note, one_line, shell_join, table, visible};
 
 // === install ===
 
@@ -54,16 +54,18 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
     } else if reply.upgraded && reply.status == "ready" && !plan.upgrades_version.is_empty() {
         // The status is the live generation's: the upgrade has not committed yet.
         format!(
-            "installed {key} {new}; {old} serves until {new} is ready (its tools committed; \
-             if they are refused or it does not start, {old} stays: see `tutti status`)\n",
+            "installed {key} {new} (replacing {old}); {old} serves until the new release is \
+             ready, and stays if its tools are refused or it does not start: see `tutti status`\n",
             key = reply.key,
-            new = reply.version,
-            old = plan.upgrades_version,
+            new = visible(&reply.version),
+            old = visible(&plan.upgrades_version),
         )
     } else {
         format!(
             "installed {} {} ({})\n",
-            reply.key, reply.version, reply.status
+            reply.key,
+            visible(&reply.version),
+            reply.status
         )
     })?;
     Ok(ExitCode::SUCCESS)
@@ -78,17 +80,21 @@ fn absolute_dir(dir: &Path) -> Result<PathBuf, CliError> {
 }
 
 /// What will run, shown before the trust step (to stderr).
+/// Every field is shown with its control characters written out (`visible`, `shell_join`):
+/// a manifest must not be able to rewrite what the person confirming sees.
 fn confirmation(plan: &InstallPlan) -> String {
     let mut out = format!(
         "Install connector {} {} ({})\n",
-        plan.key, plan.version, plan.name
+        plan.key,
+        visible(&plan.version),
+        visible(&plan.name)
     );
     match plan.transport.as_str() {
         "stdio" => {
             out.push_str(&format!("  runs: {}\n", shell_join(&plan.argv)));
-            out.push_str(&format!("  in:   {}\n", plan.cwd));
+            out.push_str(&format!("  in:   {}\n", visible(&plan.cwd)));
         }
-        "http" => out.push_str(&format!("  url:  {}\n", plan.url)),
+        "http" => out.push_str(&format!("  url:  {}\n", visible(&plan.url))),
         _ => {}
     }
     if plan.secret_names.is_empty() {
@@ -109,17 +115,21 @@ fn confirmation(plan: &InstallPlan) -> String {
     if !plan.cli_entrypoint.is_empty() {
         out.push_str(&format!(
             "  cli:  tutti-connector-{} -> {}\n",
-            plan.key, plan.cli_entrypoint
+            plan.key,
+            visible(&plan.cli_entrypoint)
         ));
     }
     if !plan.allowed_commands.is_empty() {
         out.push_str(&format!(
             "  allowed commands: {}\n",
-            plan.allowed_commands.join(", ")
+            visible(&plan.allowed_commands.join(", "))
         ));
     }
     if !plan.upgrades_version.is_empty() {
-        out.push_str(&format!("  upgrades: {}\n", plan.upgrades_version));
+        out.push_str(&format!(
+            "  upgrades: {}\n",
+            visible(&plan.upgrades_version)
+        ));
     }
     out
 }
@@ -193,7 +203,12 @@ pub(crate) async fn uninstall(state_dir: &Path, args: KeyArg) -> Result<ExitCode
 /// The one line a state change prints: `<what> <key>`, or `{"key":…,"<what>":true}`.
 fn done(key: &str, what: &str, json: bool) -> Result<ExitCode, CliError> {
     emit(&if json {
-        json_line(&serde_json::json!({ "key": key, what: true }))?
+        // Written out so `key` comes first, like every other object we print.
+        format!(
+            "{{\"key\":{},{}:true}}\n",
+            serde_json::Value::from(key),
+            serde_json::Value::from(what)
+        )
     } else {
         format!("{what} {key}\n")
     })?;
@@ -406,10 +421,10 @@ fn looks_like_key(s: &str) -> bool {
 fn render_probe(reply: &ProbeReply) -> String {
     let mut out = format!("connector {}", reply.key);
     if !reply.server_name.is_empty() {
-        out.push_str(&format!(": server {}", reply.server_name));
+        out.push_str(&format!(": server {}", visible(&reply.server_name)));
     }
     if !reply.protocol_version.is_empty() {
-        out.push_str(&format!(", protocol {}", reply.protocol_version));
+        out.push_str(&format!(", protocol {}", visible(&reply.protocol_version)));
     }
     out.push('\n');
     if reply.tools.is_empty() {

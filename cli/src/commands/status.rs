@@ -139,6 +139,12 @@ fn render_table(reply: &StatusReply, state_dir: &Path) -> String {
     let frontend = non_empty(&reply.frontend_url).unwrap_or_else(|| "not running".to_owned());
     out.push_str(&format!("frontend: {frontend}\n"));
     out.push_str(&format!("bin dir: {}\n", reply.bin_dir));
+    if reply.audit_dropped > 0 {
+        out.push_str(&format!(
+            "audit: {} records dropped (the writer could not keep up; see logs/kernel.log)\n",
+            reply.audit_dropped
+        ));
+    }
     out.push('\n');
     if reply.connectors.is_empty() {
         out.push_str("no connectors installed (add one with `tutti connector install DIR`)\n");
@@ -162,7 +168,8 @@ fn render_table(reply: &StatusReply, state_dir: &Path) -> String {
                 if c.last_error.is_empty() {
                     "-".to_owned()
                 } else {
-                    one_line(&c.last_error, 120)
+                    // The last column runs on: the end of an error is often its fix.
+                    one_line(&c.last_error, 600)
                 },
             ]
         })
