@@ -13,7 +13,7 @@ use crate::binding::{self, AcpGate, Binding};
 use crate::error::CliError;
 use crate::fsutil;
 use crate::kernel::Kernel;
-use crate::output::{emit, json_line, note};
+use crate::output::{emit, json_line, note, visible};
 
 // === issue ===
 
@@ -143,6 +143,15 @@ pub(crate) async fn revoke(state_dir: &Path, args: RevokeArgs) -> Result<ExitCod
     if !request.all && request.session.is_empty() {
         return Err(CliError::EmptyArgument { what: "--session" });
     }
+    let scope = if request.all {
+        "every session".to_owned()
+    } else {
+        format!(
+            "workspace {}, session {}",
+            visible(&request.workspace),
+            visible(&request.session)
+        )
+    };
     let mut kernel = Kernel::connect(state_dir).await?;
     let reply = kernel
         .client
@@ -154,8 +163,16 @@ pub(crate) async fn revoke(state_dir: &Path, args: RevokeArgs) -> Result<ExitCod
         json_line(&RevokeJson {
             revoked: reply.revoked,
         })?
+    } else if reply.revoked == 0 {
+        // Not an error: the outcome (no live token there) is what was asked for.
+        format!("revoked 0 tokens: {scope} had no live token\n")
     } else {
-        format!("revoked {}\n", reply.revoked)
+        let tokens = if reply.revoked == 1 {
+            "token"
+        } else {
+            "tokens"
+        };
+        format!("revoked {} {tokens} ({scope})\n", reply.revoked)
     })?;
     Ok(ExitCode::SUCCESS)
 }
