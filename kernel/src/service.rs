@@ -112,8 +112,16 @@ impl Service {
         if let Some(cli) = &manifest.cli {
             reply.cli_entrypoint = cli.entrypoint.clone();
         }
-        if let Some(serving) = serving_version(&lock(&self.k.inner), &manifest.key) {
-            reply.upgrades_version = serving;
+        {
+            let inner = lock(&self.k.inner);
+            if let Some(serving) = serving_version(&inner, &manifest.key) {
+                reply.upgrades_version = serving;
+            }
+            reply.same_release = inner
+                .registry
+                .connectors
+                .get(&manifest.key)
+                .is_some_and(|c| c.sha256 == sha && c.previous.is_none());
         }
         match &manifest.mcp {
             Some(Mcp::Stdio {

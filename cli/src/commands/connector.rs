@@ -51,6 +51,12 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         .into_inner();
     emit(&if args.json {
         json_line(&InstallJson::from(&reply))?
+    } else if plan.same_release {
+        format!(
+            "reinstalled {} {} (the same release; its worker restarts)\n",
+            reply.key,
+            visible(&reply.version)
+        )
     } else if reply.upgraded && reply.status == "ready" && !plan.upgrades_version.is_empty() {
         // The status is the live generation's: the upgrade has not committed yet.
         format!(
@@ -125,7 +131,9 @@ fn confirmation(plan: &InstallPlan) -> String {
             visible(&plan.allowed_commands.join(", "))
         ));
     }
-    if !plan.upgrades_version.is_empty() {
+    if plan.same_release {
+        out.push_str("  reinstalls: the same release (its worker restarts)\n");
+    } else if !plan.upgrades_version.is_empty() {
         out.push_str(&format!(
             "  upgrades: {}\n",
             visible(&plan.upgrades_version)
@@ -750,6 +758,7 @@ mod tests {
             problems: vec![],
             upgrades_version: "1.3.0".into(),
             allowed_commands: names(&["node"]),
+            same_release: false,
         }
     }
 
@@ -765,6 +774,18 @@ mod tests {
              \x20 allowed commands: node\n\
              \x20 upgrades: 1.3.0\n"
         );
+    }
+
+    #[test]
+    fn confirmation_of_the_same_release_says_it_only_restarts() {
+        let mut p = plan();
+        p.same_release = true;
+        let text = confirmation(&p);
+        assert!(
+            text.ends_with("  reinstalls: the same release (its worker restarts)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("upgrades:"), "{text}");
     }
 
     #[test]
