@@ -168,6 +168,10 @@ pub struct IssueArgs {
     /// Merge the table into DIR/config.toml (formats codex, tutti)
     #[arg(long, value_name = "DIR")]
     pub codex_home: Option<PathBuf>,
+    /// The binding is JSON already (formats runtime, acp, claude); accepted for scripts that
+    /// pass --json to every command
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -155,7 +155,6 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     spawn::stop_group(&mut child, Duration::from_secs(2)).await;
     tutti_proto::transport::remove_endpoint(&tutti_proto::transport::worker_endpoint(
         &k.paths.state,
-        &key,
         generation,
     ));
     outcome.map_err(|e| {

@@ -69,11 +69,40 @@ pub fn hash_tree(root: &Path) -> Result<String, String> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Copies `src` to `dest` (via a temp dir and rename). An existing `dest` is kept: it holds
-/// the same content by construction.
+/// Whether every file of `src` is in `dest` with the same content and executable bit (files
+/// an upstream created in its release dir at run time, e.g. `__pycache__`, do not matter).
+fn holds_release(src: &Path, dest: &Path) -> bool {
+    let Ok(list) = files(src) else {
+        return false;
+    };
+    list.iter().all(|rel| {
+        let (a, b) = (src.join(rel), dest.join(rel));
+        match (std::fs::metadata(&a), std::fs::metadata(&b)) {
+            (Ok(ma), Ok(mb)) => {
+                mb.is_file()
+                    && ma.len() == mb.len()
+                    && executable(&ma) == executable(&mb)
+                    && std::fs::read(&a).ok() == std::fs::read(&b).ok()
+            }
+            _ => false,
+        }
+    })
+}
+
+/// Copies `src` to `dest` (via a temp dir and rename). An existing `dest` is kept when it
+/// still holds the release (same sha256 by construction); a damaged one (a file edited or
+/// removed by hand) is replaced, so installing again repairs it.
 pub fn copy_release(src: &Path, dest: &Path) -> Result<(), String> {
     if dest.is_dir() {
-        return Ok(());
+        if holds_release(src, dest) {
+            return Ok(());
+        }
+        // Moved aside rather than deleted first: a worker may have its cwd in it.
+        let aside = dest.with_extension(format!("damaged-{}", std::process::id()));
+        std::fs::rename(dest, &aside).map_err(|e| format!("{}: {e}", dest.display()))?;
+        let copied = copy_release(src, dest);
+        let _ = std::fs::remove_dir_all(&aside);
+        return copied;
     }
     let parent = dest.parent().ok_or("release path has no parent")?;
     std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
@@ -130,6 +159,36 @@ mod tests {
         assert_eq!(hash_tree(&dest).expect("hash"), h1);
         std::fs::write(src.join("sub/a.txt"), "hellO").expect("w");
         assert_ne!(hash_tree(&src).expect("hash"), h1);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn installing_again_repairs_a_damaged_copy() {
+        let base =
+            std::env::temp_dir().join(format!("tutti-release-repair-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let src = base.join("src");
+        std::fs::create_dir_all(src.join("skills/s")).expect("mkdir");
+        std::fs::write(src.join("connector.json"), "{}").expect("w");
+        std::fs::write(src.join("skills/s/SKILL.md"), "---\nname: s\n---\n").expect("w");
+        let dest = base.join("releases/k/sha");
+        copy_release(&src, &dest).expect("copy");
+        // A file created at run time is not damage; a removed or edited one is.
+        std::fs::write(dest.join("cache.pyc"), "x").expect("w");
+        copy_release(&src, &dest).expect("copy again");
+        assert!(
+            dest.join("cache.pyc").exists(),
+            "an intact copy is kept as it is"
+        );
+        std::fs::remove_file(dest.join("skills/s/SKILL.md")).expect("rm");
+        copy_release(&src, &dest).expect("repair");
+        assert!(dest.join("skills/s/SKILL.md").is_file());
+        std::fs::write(dest.join("connector.json"), "{\"edited\":1}").expect("w");
+        copy_release(&src, &dest).expect("repair");
+        assert_eq!(
+            std::fs::read_to_string(dest.join("connector.json")).expect("r"),
+            "{}"
+        );
         let _ = std::fs::remove_dir_all(&base);
     }
 

@@ -279,7 +279,7 @@ impl Actor {
                 return;
             }
         };
-        let endpoint = transport::worker_endpoint(&self.k.paths.state, &self.key, generation);
+        let endpoint = transport::worker_endpoint(&self.k.paths.state, generation);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -260,7 +260,10 @@ fn unavailable(key: &str, generation: u64, reason: &str, what: &str) -> RpcError
 fn not_available(name: &str, key: &str, generation: u64) -> RpcError {
     RpcError::new(
         INVALID_PARAMS,
-        format!("tool {name} is not available now; list tools again"),
+        format!(
+            "tool {name} is not available now (its connector was removed, stopped, or is \
+             restarting); list tools again"
+        ),
     )
     .with_data(json!({"tutti": tutti("fenced", key, generation)}))
 }
@@ -647,7 +650,8 @@ mod tests {
         assert_eq!(e.code, INVALID_PARAMS);
         assert_eq!(
             e.message,
-            "tool gh_x is not available now; list tools again"
+            "tool gh_x is not available now (its connector was removed, stopped, or is \
+             restarting); list tools again"
         );
         assert_eq!(
             e.data,

@@ -108,7 +108,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
 /// Serves the MCP endpoint on `listener` with `backend` until `shutdown` resolves, the
 /// backend's route stream announces shutdown (`Ok`), or the route stream is lost (`Err`).
 /// On the way out every listen stream ends with its final result and in-flight requests
-/// get up to 5 s to finish.
+/// get up to 12 s to finish.
 pub async fn serve(
     listener: TcpListener,
     backend: Arc<dyn Backend>,
@@ -119,17 +119,8 @@ pub async fn serve(
     let router = axum::Router::new()
         .fallback(http::handle)
         .with_state(app.clone());
-    let mut stopping = app.stopping.subscribe();
-    // Responses are written whole; no Nagle delay on the keep-alive connection.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        let _ = stopping.wait_for(|s| *s).await;
-    });
-    let mut server = tokio::spawn(async move { server.await });
+    let stopping = app.stopping.subscribe();
+    let mut server = tokio::spawn(accept(listener, router, stopping, HEADER_READ_TIMEOUT));
     let mut watcher = tokio::spawn(watcher::run(app.clone()));
 
     let outcome = tokio::select! {
@@ -164,6 +155,62 @@ pub async fn serve(
         server.abort();
     }
     outcome
+}
+
+/// How long a connection may take to send the headers of its next request (hyper's timer;
+/// it also ends a keep-alive connection idle that long). A client that opens connections and
+/// never completes a request cannot hold the frontend's descriptors: loopback is open to
+/// every local user, not only to agents with a token.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Accepts connections and serves each with hyper's HTTP/1 server until `stopping` turns
+/// true; then stops accepting and waits for the connections to finish their requests (idle
+/// ones close at once). The caller bounds that wait.
+async fn accept(
+    listener: TcpListener,
+    router: axum::Router,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    header_read_timeout: Duration,
+) -> std::io::Result<()> {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let stop = async move {
+        // The guard it returns is dropped at once (it is not `Send`).
+        let _ = stopping.wait_for(|s| *s).await;
+    };
+    tokio::pin!(stop);
+    loop {
+        let (tcp, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                // Out of descriptors, a connection reset before it was accepted, …: the
+                // listener itself is fine; pause briefly instead of spinning.
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        // Responses are written whole; no Nagle delay on the keep-alive connection.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let connection =
+            graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 fn endpoint_url(port: u16) -> String {
@@ -255,6 +302,49 @@ mod imp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A connection that never completes its request headers is closed after the header
+    /// timeout; a complete request on another connection is served meanwhile and after.
+    #[tokio::test]
+    async fn a_connection_that_never_sends_its_headers_is_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let router = axum::Router::new().fallback(|| async { "ok" });
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(accept(
+            listener,
+            router,
+            stopping,
+            Duration::from_millis(300),
+        ));
+        let mut slow = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        slow.write_all(b"POST /mcp/connector HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .await
+            .expect("partial headers");
+        let get = |addr| async move {
+            let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            c.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .await
+                .expect("request");
+            let mut answer = String::new();
+            c.read_to_string(&mut answer).await.expect("answer");
+            answer
+        };
+        assert!(get(addr).await.ends_with("ok"));
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut rest))
+            .await
+            .expect("the slow connection must be closed by the header timeout");
+        assert!(closed.is_ok() || rest.is_empty(), "{closed:?}");
+        assert!(get(addr).await.ends_with("ok"));
+        let _ = stop.send(true);
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("the accept loop ends when stopping")
+            .expect("task")
+            .expect("io");
+    }
 
     #[test]
     fn frontend_file_is_written_atomically() {

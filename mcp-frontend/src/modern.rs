@@ -22,7 +22,11 @@ const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabiliti
 const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// Cache hints on discover and list results.
 const DISCOVER_TTL_MS: u64 = 3_600_000;
-const TOOLS_TTL_MS: u64 = 60_000;
+/// The tool list changes whenever a connector is installed, upgraded, crashes or is
+/// removed, and listing it is local and cheap: a client without a `subscriptions/listen`
+/// stream must not keep a stale list (the Python SDK caches for `ttlMs`; with 60 s, "list
+/// tools again" after a -32602 returned the same stale list for a minute).
+const TOOLS_TTL_MS: u64 = 0;
 const EMPTY_LIST_TTL_MS: u64 = 3_600_000;
 
 fn bad(id: &Value, error: RpcError) -> Response {

@@ -238,7 +238,7 @@ async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
     );
     let (calls_tx, mut calls) = mpsc::unbounded_channel();
     let (cancels_tx, mut cancels) = mpsc::unbounded_channel();
-    let worker_endpoint = transport::worker_endpoint(&state, "demo", 1);
+    let worker_endpoint = transport::worker_endpoint(&state, 1);
     let incoming = transport::bind(&worker_endpoint).expect("bind worker");
     tokio::spawn(
         tonic::transport::Server::builder()

@@ -1093,7 +1093,8 @@ async fn fencing_ends_in_flight_calls_and_removed_names_say_list_again() {
     assert_eq!(body["error"]["code"], -32602);
     assert_eq!(
         body["error"]["message"],
-        "tool demo_echo is not available now; list tools again"
+        "tool demo_echo is not available now (its connector was removed, stopped, or is \
+         restarting); list tools again"
     );
     h.stop().await.expect("clean stop");
 }

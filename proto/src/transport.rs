@@ -83,9 +83,12 @@ pub fn kernel_endpoint(state_dir: &Path) -> LocalEndpoint {
 }
 
 /// The endpoint a worker of one generation listens on. Each generation gets its own name,
-/// so a stale route can never reach a newer process.
-pub fn worker_endpoint(state_dir: &Path, key: &str, generation: u64) -> LocalEndpoint {
-    imp::endpoint(state_dir, &format!("w-{key}-{generation:x}"))
+/// so a stale route can never reach a newer process. Generations are unique across
+/// connectors, so the name needs no key: a socket path must fit `sun_path` (108 bytes on
+/// Linux), and `<state>/run/w-<gen>.sock` is no longer than the kernel's own
+/// `<state>/run/kernel.sock` for any generation below 2^28 (the kernel hands out small ones).
+pub fn worker_endpoint(state_dir: &Path, generation: u64) -> LocalEndpoint {
+    imp::endpoint(state_dir, &format!("w-{generation:x}"))
 }
 
 /// Removes what is left of an endpoint whose server is gone: its socket file on Unix (a
@@ -439,7 +442,7 @@ mod tests {
     async fn a_direct_connection_fails_when_the_peer_goes_and_can_be_reopened() {
         let dir = tempfile::tempdir().expect("tempdir");
         run_dir(dir.path()).expect("run dir");
-        let endpoint = worker_endpoint(dir.path(), "demo", 1);
+        let endpoint = worker_endpoint(dir.path(), 1);
         let peer = Peer::start(&endpoint);
         let conn = Connection::open(&endpoint).await.expect("open");
         cancel(&conn).await.expect("first call");

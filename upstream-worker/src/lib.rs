@@ -137,7 +137,7 @@ impl Exit {
 /// Runs the worker until it is fenced, shut down, or its upstream goes away.
 pub async fn run(config: Config) -> Result<Exit, WorkerError> {
     transport::run_dir(&config.state_dir).map_err(WorkerError::RunDir)?;
-    let endpoint = transport::worker_endpoint(&config.state_dir, &config.key, config.generation);
+    let endpoint = transport::worker_endpoint(&config.state_dir, config.generation);
     let incoming = transport::bind(&endpoint).map_err(WorkerError::Bind)?;
 
     let (events_tx, mut events) = mpsc::unbounded_channel();

@@ -458,7 +458,7 @@ impl Harness {
     async fn client(
         &self,
     ) -> Result<WorkerClient<tonic::transport::Channel>, Box<dyn std::error::Error>> {
-        let endpoint = transport::worker_endpoint(&self.dir.0, KEY, GENERATION);
+        let endpoint = transport::worker_endpoint(&self.dir.0, GENERATION);
         Ok(WorkerClient::new(transport::connect(&endpoint).await?))
     }
 
@@ -546,7 +546,7 @@ async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
     };
     assert_eq!(
         register.endpoint,
-        transport::worker_endpoint(&h.dir.0, KEY, GENERATION).as_str()
+        transport::worker_endpoint(&h.dir.0, GENERATION).as_str()
     );
     assert!(register.pid > 0);
 
@@ -1028,7 +1028,7 @@ async fn worker_and_upstream_end_when_the_parent_goes() -> TestResult {
             break;
         }
     }
-    let endpoint = transport::worker_endpoint(&dir.0, KEY, GENERATION);
+    let endpoint = transport::worker_endpoint(&dir.0, GENERATION);
     let mut client = WorkerClient::new(transport::connect(&endpoint).await?);
     let reply = client.call_tool(call("pid", "p1", "")).await?.into_inner();
     let upstream_pid: u32 = result_of(reply)?["content"][0]["text"]

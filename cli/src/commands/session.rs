@@ -26,6 +26,12 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
     if args.session.is_empty() {
         return Err(CliError::EmptyArgument { what: "--session" });
     }
+    if args.json && matches!(args.format, Format::Codex | Format::Tutti) {
+        return Err(CliError::FlagNotForFormat {
+            flag: "--json",
+            formats: "runtime, acp, claude (codex and tutti print TOML)",
+        });
+    }
     if args.acp_initialize.is_some() && args.format != Format::Acp {
         return Err(CliError::FlagNotForFormat {
             flag: "--acp-initialize",
@@ -308,6 +314,7 @@ mod tests {
             format: Format::Acp,
             acp_initialize: Some(no.clone()),
             codex_home: None,
+            json: false,
         };
         let got = issue(dir.path(), args).await;
         assert!(
@@ -321,6 +328,7 @@ mod tests {
             format: Format::Acp,
             acp_initialize: Some(dir.path().join("missing.json")),
             codex_home: None,
+            json: false,
         };
         let got = issue(dir.path(), args).await;
         assert!(
@@ -334,6 +342,7 @@ mod tests {
             format: Format::Runtime,
             acp_initialize: Some(no),
             codex_home: None,
+            json: false,
         };
         let got = issue(dir.path(), args).await;
         assert!(
@@ -347,6 +356,7 @@ mod tests {
             format: Format::Claude,
             acp_initialize: None,
             codex_home: Some(dir.path().to_path_buf()),
+            json: false,
         };
         let got = issue(dir.path(), args).await;
         assert!(
@@ -367,6 +377,7 @@ mod tests {
             format: Format::Acp,
             acp_initialize: Some(yes),
             codex_home: None,
+            json: false,
         };
         let got = issue(dir.path(), args).await;
         assert!(matches!(got, Err(CliError::NoKernel { .. })), "{got:?}");
