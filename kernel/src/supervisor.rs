@@ -457,7 +457,14 @@ impl Actor {
             return;
         };
         self.forget_worker(g);
-        let detail = self.start_error.take().unwrap_or(detail);
+        // Without a report from the worker all the kernel saw is the exit status: say where
+        // the worker and its upstream wrote why.
+        let detail = self.start_error.take().unwrap_or_else(|| {
+            format!(
+                "{detail}; see {}",
+                self.k.paths.connector_log(&self.key).display()
+            )
+        });
         let was_live = self.live == Some(g);
         let was_candidate = self.candidate == Some(g);
         if was_live {
