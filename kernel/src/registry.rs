@@ -51,6 +51,14 @@ pub struct Installed {
     pub previous: Option<Box<Installed>>,
 }
 
+impl Installed {
+    /// An upgrade that needs a secret not stored yet (and was not disconnected): it waits
+    /// for `connect`, and the release it replaces, if live, keeps serving meanwhile.
+    pub fn upgrade_waits_for_secrets(&self) -> bool {
+        self.auth == AuthState::Required && self.connected && self.previous.is_some()
+    }
+}
+
 fn yes() -> bool {
     true
 }

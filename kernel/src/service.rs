@@ -307,30 +307,24 @@ impl KernelRpc for Service {
                 (fallback.release_dir != plan.release_dir).then(|| Box::new(fallback))
             });
             let auth = self.k.auth_state(&key, &plan.manifest, connected);
-            // An upgrade that needs a secret not stored yet waits for it; the live release
-            // keeps serving with its own meanwhile (it is still the current one).
-            let waits_for_secrets = auth == AuthState::Required
-                && connected
-                && previous.is_some()
-                && inner.table.live(&key).is_some();
-            inner.registry.connectors.insert(
-                key.clone(),
-                Installed {
-                    version: plan.manifest.version.clone(),
-                    sha256: plan.sha.clone(),
-                    release_dir: plan.release_dir.clone(),
-                    installed_at_unix: now_unix(),
-                    confirmed_launch: confirmed_launch(&plan.reply),
-                    allow_commands: req.allow_commands.clone(),
-                    auth,
-                    connected,
-                    previous,
-                },
-            );
+            let installed = Installed {
+                version: plan.manifest.version.clone(),
+                sha256: plan.sha.clone(),
+                release_dir: plan.release_dir.clone(),
+                installed_at_unix: now_unix(),
+                confirmed_launch: confirmed_launch(&plan.reply),
+                allow_commands: req.allow_commands.clone(),
+                auth,
+                connected,
+                previous,
+            };
+            // An upgrade waiting for a secret leaves the live release serving (and ready).
+            let waits = installed.upgrade_waits_for_secrets() && inner.table.live(&key).is_some();
+            inner.registry.connectors.insert(key.clone(), installed);
             inner.manifests.insert(key.clone(), plan.manifest.clone());
             let c = inner.conns.entry(key.clone()).or_default();
             c.upgrade_note.clear();
-            if auth == AuthState::Required && !waits_for_secrets {
+            if auth == AuthState::Required && !waits {
                 c.status = CStatus::AuthRequired;
             } else if c.status != CStatus::Ready {
                 c.status = CStatus::Starting;
@@ -515,10 +509,10 @@ impl KernelRpc for Service {
                 key: key.clone(),
                 name: m.map(|m| m.name.clone()).unwrap_or_default(),
                 // The version that is live, else the installed one.
-                version: match (live, inner.live_releases.get(key)) {
-                    (Some(_), Some(l)) => l.manifest.version.clone(),
-                    _ => installed.version.clone(),
-                },
+                version: inner
+                    .serving(key)
+                    .map_or(&installed.version, |l| &l.manifest.version)
+                    .clone(),
                 generation: live.map(|r| r.generation).unwrap_or(0),
                 status: c.map(|c| c.status.as_str()).unwrap_or("stopped").into(),
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
@@ -573,11 +567,7 @@ impl KernelRpc for Service {
         let mut out = Vec::new();
         for key in inner.registry.connectors.keys() {
             // What agents are served: the live release while an upgrade is pending.
-            let live_manifest = inner
-                .table
-                .live(key)
-                .and(inner.live_releases.get(key))
-                .map(|l| &l.manifest);
+            let live_manifest = inner.serving(key).map(|l| &l.manifest);
             let Some(m) = live_manifest.or_else(|| inner.manifests.get(key)) else {
                 // Installed, but its release cannot be read (SPEC §7 lists every installed
                 // connector): nothing of it can run, and only `tutti status` has the details.
@@ -685,11 +675,7 @@ impl KernelRpc for Service {
                 .get(key)
                 .is_some_and(|c| c.status == CStatus::Ready);
             // The skills of the release that is live, not of a newer one still starting.
-            if let (true, true, Some(live)) = (
-                ready,
-                inner.table.live(key).is_some(),
-                inner.live_releases.get(key),
-            ) {
+            if let (true, Some(live)) = (ready, inner.serving(key)) {
                 for s in &live.manifest.skills {
                     skill_roots.push(live.release_dir.join(&s.dir).to_string_lossy().into_owned());
                 }
@@ -1143,13 +1129,10 @@ fn offered_tools(tools: &[pb::OfferedTool]) -> Vec<OfferedTool> {
         .collect()
 }
 
-/// A worker's RPC must come from the generation the kernel spawned and has not stopped.
 /// The version agents are served now: the live release's, else the release an unfinished
 /// upgrade would replace, else the installed one.
 fn serving_version(inner: &crate::state::Inner, key: &str) -> Option<String> {
-    if inner.table.live(key).is_some()
-        && let Some(live) = inner.live_releases.get(key)
-    {
+    if let Some(live) = inner.serving(key) {
         return Some(live.manifest.version.clone());
     }
     let entry = inner.registry.connectors.get(key)?;
@@ -1175,6 +1158,7 @@ fn worker_release(
         .map(|p| p.release.clone())
 }
 
+/// A worker's RPC must come from the generation the kernel spawned and has not stopped.
 fn check_worker(
     inner: &crate::state::Inner,
     key: &str,

@@ -102,6 +102,16 @@ pub struct Inner {
     pub live_releases: BTreeMap<String, LiveRelease>,
 }
 
+impl Inner {
+    /// The release agents are served by now: the one of the connector's live generation
+    /// (it differs from the installed one while an upgrade is pending); `None` when nothing
+    /// of it is live.
+    pub fn serving(&self, key: &str) -> Option<&LiveRelease> {
+        self.table.live(key)?;
+        self.live_releases.get(key)
+    }
+}
+
 pub struct Kernel {
     pub paths: Paths,
     pub secrets: SecretStore,
@@ -427,6 +437,9 @@ impl Kernel {
                 }
             },
         };
+        // Start failures are redacted already; refusal problems quote upstream text.
+        let why = self.redact(why);
+        let why = why.as_str();
         let failed = entry.version.clone();
         let connected = entry.connected;
         let auth = self.auth_state(key, &manifest, connected);

@@ -163,7 +163,7 @@ impl Actor {
 
     /// Start a candidate when routable; otherwise fence and stop.
     fn reload(&mut self) {
-        let (manifest, release, auth_ready, upgrade_pending) = {
+        let (manifest, release, auth_ready, waits_for_secrets) = {
             let inner = lock(&self.k.inner);
             let Some(installed) = inner.registry.connectors.get(&self.key) else {
                 return;
@@ -175,10 +175,10 @@ impl Actor {
                 m.clone(),
                 installed.release_dir.clone(),
                 installed.auth == crate::registry::AuthState::Ready,
-                installed.connected && installed.previous.is_some(),
+                installed.upgrade_waits_for_secrets(),
             )
         };
-        if !auth_ready && upgrade_pending && self.live.is_some() {
+        if waits_for_secrets && self.live.is_some() {
             // An upgrade that needs a secret not stored yet: the live release keeps serving
             // with its own credentials until `connect` provides it.
             if let Some(old) = self.candidate.take() {
@@ -424,17 +424,12 @@ impl Actor {
                         None,
                         "upstream refused the credentials",
                     );
-                    let flags: String = inner
+                    let names = inner
                         .manifests
                         .get(&self.key)
-                        .map(|m| {
-                            m.secret_names()
-                                .iter()
-                                .map(|n| format!(" --from-env {n}"))
-                                .collect()
-                        })
+                        .map(|m| m.secret_names())
                         .unwrap_or_default();
-                    format!("tutti connector connect {}{flags}", self.key)
+                    connect_command(&self.key, &names)
                 };
                 tracing::warn!(key = %self.key, generation = g, "upstream refused the credentials");
                 for worker in self.live.take().into_iter().chain(self.candidate.take()) {
@@ -550,15 +545,14 @@ impl Actor {
             .collect();
         if missing.is_empty() {
             return format!(
-                "disconnected; run `tutti connector connect {}` to route it again",
-                self.key
+                "disconnected; run `{}` to route it again",
+                connect_command(&self.key, &[])
             );
         }
-        let flags: String = missing.iter().map(|n| format!(" --from-env {n}")).collect();
         format!(
-            "needs {}; run `tutti connector connect {}{flags}`",
+            "needs {}; run `{}`",
             missing.join(", "),
-            self.key
+            connect_command(&self.key, &missing)
         )
     }
 
@@ -634,6 +628,12 @@ impl Actor {
         )
         .await;
     }
+}
+
+/// `tutti connector connect KEY --from-env NAME…`: the command that stores `names`.
+fn connect_command(key: &str, names: &[String]) -> String {
+    let flags: String = names.iter().map(|n| format!(" --from-env {n}")).collect();
+    format!("tutti connector connect {key}{flags}")
 }
 
 /// Owns one worker process: reports its exit; on request stops it (gRPC Shutdown, then
