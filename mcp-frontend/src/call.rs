@@ -2,17 +2,17 @@
 //! the arguments, call the worker that owns the generation, and map every outcome.
 
 use std::future::pending;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
 
 use crate::app::App;
 use crate::backend::{Backend, Identity};
+use crate::era::{self, Piece, RawMembers, Revision};
 use crate::error::Error;
 use crate::http::routes_not_ready;
 use crate::routes::{Lookup, Tool};
@@ -67,34 +67,47 @@ impl Outcome {
 /// A call's answer and how it ended.
 type Ended = (Result<CallResult, RpcError>, Outcome);
 
-/// A `CallToolResult` as the worker sent it: JSON text checked (in one pass) to be one object
-/// and read only for the two fields the frontend needs, then written to the client as it is
-/// ([`CallResult::write_to`]). Not parsed into a tree and serialized again: for a 1 MiB result
-/// that round trip was most of the frontend's work (docs/PERFORMANCE.md), and numbers keep
-/// their exact text.
+/// A `CallToolResult` as the worker sent it: JSON text checked (in one pass) to be one object,
+/// its top-level members located (key and the byte range of the value's text), and written to
+/// the client as it is or with only the top-level members its era needs changed
+/// ([`CallResult::in_era`], [`crate::era`]). Never parsed into a tree and serialized again:
+/// for a 1 MiB result that round trip was most of the frontend's work
+/// (docs/PERFORMANCE.md), and every value keeps its exact text (key order, number spelling,
+/// integers beyond 2^53).
 #[derive(Debug)]
 pub(crate) struct CallResult {
     /// Exactly one JSON object (surrounding whitespace allowed).
     text: String,
+    /// The object's members in order: key (unescaped) and where its value's text is.
+    members: Vec<(String, Range<usize>)>,
     is_error: bool,
-    has_result_type: bool,
-    /// The modern surface's `"resultType":"complete"`, put in front of the other fields as the
-    /// text is written (no second pass over it).
-    add_result_type: bool,
+    /// How it is written; `None`: the text as it came.
+    pieces: Option<Vec<Piece>>,
 }
-
-/// What the modern surface adds to a result that has no `resultType`.
-const RESULT_TYPE_COMPLETE: &str = r#""resultType":"complete""#;
 
 impl CallResult {
     /// `None` unless `text` is exactly one JSON object.
     pub(crate) fn from_json(text: String) -> Option<Self> {
-        let shape: Shape = serde_json::from_str(&text).ok()?;
+        let members = {
+            let RawMembers(members) = serde_json::from_str::<RawMembers<'_>>(&text).ok()?;
+            let base = text.as_ptr() as usize;
+            members
+                .into_iter()
+                .map(|(key, value)| {
+                    // The value is borrowed from `text`: its offset is where it starts there.
+                    let start = (value.get().as_ptr() as usize).checked_sub(base)?;
+                    Some((key.into_owned(), start..start + value.get().len()))
+                })
+                .collect::<Option<Vec<_>>>()?
+        };
+        let is_error = members
+            .iter()
+            .any(|(key, value)| key == "isError" && text.get(value.clone()) == Some("true"));
         Some(Self {
             text,
-            is_error: shape.is_error,
-            has_result_type: shape.has_result_type,
-            add_result_type: false,
+            members,
+            is_error,
+            pieces: None,
         })
     }
 
@@ -108,43 +121,66 @@ impl CallResult {
         self.is_error
     }
 
-    /// The modern surface's form: `"resultType": "complete"` added when the upstream set none.
-    pub(crate) fn with_result_type(self) -> Self {
-        if self.has_result_type {
-            return self;
-        }
-        Self {
-            has_result_type: true,
-            add_result_type: true,
-            ..self
-        }
+    /// The form the client's era gets (the table in [`crate::era`]): only the top-level
+    /// members that era needs changed are changed, every other member is written as it came.
+    pub(crate) fn in_era(self, revision: Revision) -> Self {
+        let pieces = {
+            let pairs: Vec<(&str, &str)> = self
+                .members
+                .iter()
+                .map(|(key, range)| (key.as_str(), self.text.get(range.clone()).unwrap_or("")))
+                .collect();
+            era::result_pieces(revision, &pairs)
+        };
+        Self { pieces, ..self }
     }
 
-    /// Length of the JSON text as written.
+    fn member(&self, i: usize) -> Option<(&str, &str)> {
+        let (key, range) = self.members.get(i)?;
+        Some((key.as_str(), self.text.get(range.clone())?))
+    }
+
+    /// Length of the JSON text as written (a capacity hint).
     pub(crate) fn len(&self) -> usize {
-        self.text.len() + usize::from(self.add_result_type) * (RESULT_TYPE_COMPLETE.len() + 1)
+        match &self.pieces {
+            None => self.text.len(),
+            Some(pieces) => pieces.iter().fold(2, |n, piece| {
+                n + 1 + match piece {
+                    Piece::Kept(i) => self.member(*i).map_or(0, |(k, v)| k.len() + v.len() + 3),
+                    Piece::Written(member) => member.len(),
+                }
+            }),
+        }
     }
 
     /// Appends the result's JSON text to `out`.
     pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
-        let text = self.text.trim();
-        if !self.add_result_type {
-            out.extend_from_slice(text.as_bytes());
+        let Some(pieces) = &self.pieces else {
+            out.extend_from_slice(self.text.trim().as_bytes());
             return;
-        }
-        // One object, so the text starts with `{`.
-        let rest = text.strip_prefix('{').unwrap_or(text);
+        };
         out.push(b'{');
-        out.extend_from_slice(RESULT_TYPE_COMPLETE.as_bytes());
-        if !rest.trim_start().starts_with('}') {
-            out.push(b',');
+        for (n, piece) in pieces.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            match piece {
+                Piece::Kept(i) => {
+                    if let Some((key, value)) = self.member(*i) {
+                        out.extend_from_slice(era::quoted(key).as_bytes());
+                        out.push(b':');
+                        out.extend_from_slice(value.as_bytes());
+                    }
+                }
+                Piece::Written(member) => out.extend_from_slice(member.as_bytes()),
+            }
         }
-        out.extend_from_slice(rest.as_bytes());
+        out.push(b'}');
     }
 
     /// The text as written (tests).
     #[cfg(test)]
-    fn written(&self) -> String {
+    pub(crate) fn written(&self) -> String {
         let mut out = Vec::new();
         self.write_to(&mut out);
         String::from_utf8_lossy(&out).into_owned()
@@ -158,76 +194,6 @@ impl serde::Serialize for CallResult {
         serde_json::value::RawValue::from_string(self.written())
             .map_err(serde::ser::Error::custom)?
             .serialize(serializer)
-    }
-}
-
-/// What [`CallResult::from_json`] reads of a result: a pass over the text that keeps nothing
-/// but these two facts (and fails unless it is one object).
-struct Shape {
-    is_error: bool,
-    has_result_type: bool,
-}
-
-impl<'de> Deserialize<'de> for Shape {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(ShapeVisitor)
-    }
-}
-
-struct ShapeVisitor;
-
-impl<'de> Visitor<'de> for ShapeVisitor {
-    type Value = Shape;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
-        let mut shape = Shape {
-            is_error: false,
-            has_result_type: false,
-        };
-        while let Some(key) = map.next_key::<ShapeKey>()? {
-            match key {
-                ShapeKey::IsError => shape.is_error = map.next_value::<Value>()? == json!(true),
-                ShapeKey::ResultType => {
-                    shape.has_result_type = true;
-                    map.next_value::<IgnoredAny>()?;
-                }
-                ShapeKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(shape)
-    }
-}
-
-/// A key of a result object, classified without allocating.
-enum ShapeKey {
-    IsError,
-    ResultType,
-    Other,
-}
-
-impl<'de> Deserialize<'de> for ShapeKey {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
-            type Value = ShapeKey;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object key")
-            }
-            fn visit_str<E: de::Error>(self, key: &str) -> Result<ShapeKey, E> {
-                Ok(match key {
-                    "isError" => ShapeKey::IsError,
-                    "resultType" => ShapeKey::ResultType,
-                    _ => ShapeKey::Other,
-                })
-            }
-        }
-        deserializer.deserialize_identifier(KeyVisitor)
     }
 }
 
@@ -696,8 +662,12 @@ mod tests {
 
     #[test]
     fn result_text_is_checked_and_read_without_a_tree() {
-        let shape =
-            |t: &str| CallResult::from_json(t.to_owned()).map(|r| (r.is_error, r.has_result_type));
+        let shape = |t: &str| {
+            CallResult::from_json(t.to_owned()).map(|r| {
+                let has_result_type = r.members.iter().any(|(k, _)| k == "resultType");
+                (r.is_error, has_result_type)
+            })
+        };
         assert_eq!(shape(r#"{"content":[]}"#), Some((false, false)));
         assert_eq!(
             shape(r#" {"isError": true, "content": []} "#),
@@ -722,29 +692,80 @@ mod tests {
         }
     }
 
+    fn ours() -> Value {
+        json!({"io.modelcontextprotocol/serverInfo": crate::http::server_info()})
+    }
+
     #[test]
     fn the_modern_form_adds_result_type_once() {
         let modern = |t: &str| {
             let r = CallResult::from_json(t.to_owned())
                 .expect("object")
-                .with_result_type();
+                .in_era(Revision::V2026_07_28);
             serde_json::from_str::<Value>(&r.written()).expect("still JSON")
         };
-        assert_eq!(modern("{}"), json!({"resultType": "complete"}));
-        assert_eq!(modern("{ }"), json!({"resultType": "complete"}));
         assert_eq!(
-            modern(r#"{"content":[],"isError":false}"#),
-            json!({"resultType": "complete", "content": [], "isError": false})
+            modern("{}"),
+            json!({"resultType": "complete", "_meta": ours()})
         );
         assert_eq!(
+            modern("{ }"),
+            json!({"resultType": "complete", "_meta": ours()})
+        );
+        assert_eq!(
+            modern(r#"{"content":[],"isError":false}"#),
+            json!({"resultType": "complete", "content": [], "isError": false, "_meta": ours()})
+        );
+        // The upstream's own `resultType` stays; a field 2026-07-28 does not define goes.
+        assert_eq!(
             modern(r#"{"resultType":"incomplete","x":1}"#),
-            json!({"resultType": "incomplete", "x": 1})
+            json!({"resultType": "incomplete", "_meta": ours()})
         );
         let twice = CallResult::from_json("{\"a\":1}".into())
             .expect("object")
-            .with_result_type()
-            .with_result_type();
+            .in_era(Revision::V2026_07_28)
+            .in_era(Revision::V2026_07_28);
         assert_eq!(twice.written().matches("resultType").count(), 1);
+        assert_eq!(twice.written().matches("serverInfo").count(), 1);
+    }
+
+    /// Issue 18: the frontend's era edits touch only the top-level members they must; every
+    /// other member keeps its bytes (key order, number spelling, integers beyond 2^53, UTF-8).
+    #[test]
+    fn era_edits_keep_every_other_byte() {
+        let structured = r#"{"z":1,"a":9007199254740993,"f":1.50,"s":"é"}"#;
+        let content = r#"[{"type":"text","text":"{\"z\":1,\"a\":9007199254740993,\"f\":1.50,\"s\":\"é\"}"}]"#;
+        let upstream = format!(
+            r#"{{"resultType":"complete","content":{content},"structuredContent":{structured},"isError":false,"_meta":{{"io.modelcontextprotocol/serverInfo":{{"name":"upstream","version":"9"}},"ui/resourceUri":"ui://x","n":1.0}}}}"#
+        );
+        let written = |revision| {
+            CallResult::from_json(upstream.clone())
+                .expect("object")
+                .in_era(revision)
+                .written()
+        };
+        for legacy in [Revision::V2025_06_18, Revision::V2025_11_25] {
+            assert_eq!(
+                written(legacy),
+                format!(
+                    r#"{{"content":{content},"structuredContent":{structured},"isError":false,"_meta":{{"ui/resourceUri":"ui://x","n":1.0}}}}"#
+                )
+            );
+        }
+        assert_eq!(
+            written(Revision::V2026_07_28),
+            format!(
+                r#"{{"resultType":"complete","content":{content},"structuredContent":{structured},"isError":false,"_meta":{{"ui/resourceUri":"ui://x","n":1.0,"io.modelcontextprotocol/serverInfo":{}}}}}"#,
+                crate::http::server_info()
+            )
+        );
+        // A legacy result that has nothing to lose is written exactly as it came.
+        let plain = format!(r#"{{"content":{content}, "structuredContent" : {structured}}}"#);
+        let result = CallResult::from_json(format!(" {plain}\n"))
+            .expect("object")
+            .in_era(Revision::V2025_06_18);
+        assert_eq!(result.written(), plain);
+        assert_eq!(result.len(), plain.len() + 2);
     }
 
     /// The worker's own refusal of a fenced generation gets the frontend's one answer for it.

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::app::App;
 use crate::backend::Identity;
+use crate::era::Revision;
 use crate::headers;
 use crate::routes::{CursorError, Page};
 use crate::rpc::{self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, RpcError};
@@ -361,10 +362,12 @@ pub(crate) fn routes_not_ready() -> RpcError {
     .with_data(json!({"tutti": {"reason": "unavailable"}}))
 }
 
-/// One `tools/list` result for either era; `extra` are the era's other result fields.
+/// One `tools/list` result for either era, its tools in `revision`'s shape; `extra` are the
+/// era's other result fields.
 pub(crate) async fn list_tools(
     app: &App,
     params: Option<&Value>,
+    revision: Revision,
     extra: Map<String, Value>,
 ) -> Result<ToolsResult, RpcError> {
     let cursor = match params.and_then(|p| p.get("cursor")) {
@@ -381,7 +384,7 @@ pub(crate) async fn list_tools(
         return Err(routes_not_ready());
     };
     table
-        .page(cursor, app.page_size)
+        .page(cursor, app.page_size, revision)
         .map(|(tools, next_cursor)| ToolsResult {
             next_cursor,
             tools,

@@ -6,6 +6,7 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use crate::call;
+use crate::era::Revision;
 use crate::http::{
     Ctx, PROTOCOL_VERSION_HEADER, get_prompt, list_tools, read_resource, server_info,
 };
@@ -52,7 +53,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             let answer = match method.as_str() {
                 "initialize" => Ok(initialize(params.as_ref())),
                 "ping" => Ok(json!({})),
-                "tools/list" => match list_tools(&ctx.app, params.as_ref(), Map::new()).await {
+                "tools/list" => match list_tools(&ctx.app, params.as_ref(), revision(&ctx), Map::new()).await {
                     Ok(page) => return page.respond(&id),
                     Err(error) => Err(error),
                 },
@@ -99,6 +100,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
         Ok(tool) => tool,
         Err(e) => return rpc::call_response(&id, Err(e)),
     };
+    let revision = revision(&ctx);
     let progress = progress::requested(params.as_ref(), &ctx.headers);
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
     let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
@@ -111,7 +113,8 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
             Some(cancelled),
             None,
         )
-        .await;
+        .await
+        .map(|r| r.in_era(revision));
         drop(pending);
         return rpc::call_response(&id, answer);
     };
@@ -127,6 +130,16 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
             Some(sink),
         )
         .await
+        .map(|r| r.in_era(revision))
     })
     .await
+}
+
+/// The revision this request is answered in (its `MCP-Protocol-Version` header).
+fn revision(ctx: &Ctx) -> Revision {
+    Revision::legacy(
+        ctx.headers
+            .get(PROTOCOL_VERSION_HEADER)
+            .and_then(|v| v.to_str().ok()),
+    )
 }

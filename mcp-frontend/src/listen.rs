@@ -231,7 +231,10 @@ fn final_result(id: &Value) -> Value {
     json!({
         "jsonrpc": "2.0",
         "id": id,
-        "result": {"resultType": "complete", "_meta": { SUBSCRIPTION_ID: id }},
+        "result": {"resultType": "complete", "_meta": {
+            SUBSCRIPTION_ID: id,
+            crate::era::META_SERVER_INFO: crate::http::server_info(),
+        }},
     })
 }
 

@@ -7,6 +7,7 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use crate::call;
+use crate::era::{META_SERVER_INFO, Revision};
 use crate::headers::{self, HeaderProblem};
 use crate::http::{
     Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, get_prompt, list_tools,
@@ -19,7 +20,6 @@ use crate::rpc::{
 };
 
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// Cache hints on discover and list results.
 const DISCOVER_TTL_MS: u64 = 3_600_000;
 /// The tool list changes whenever a connector is installed, upgraded, crashes or is
@@ -144,7 +144,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         "server/discover" => Ok(discover()),
         "tools/list" => {
             let extra = cacheable_fields(Map::new(), TOOLS_TTL_MS);
-            match list_tools(&ctx.app, params.as_ref(), extra).await {
+            match list_tools(&ctx.app, params.as_ref(), Revision::V2026_07_28, extra).await {
                 Ok(page) => return page.respond(&id),
                 Err(error) => Err(error),
             }
@@ -242,7 +242,7 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
         return crate::progress::respond(id.clone(), token, move |sink| async move {
             call::execute(&app, &identity, &tool, arguments.as_ref(), None, Some(sink))
                 .await
-                .map(call::CallResult::with_result_type)
+                .map(|r| r.in_era(Revision::V2026_07_28))
         })
         .await;
     }
@@ -256,6 +256,6 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
         None,
     )
     .await
-    .map(call::CallResult::with_result_type);
+    .map(|r| r.in_era(Revision::V2026_07_28));
     rpc::call_response(id, answer)
 }

@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tutti_proto::kernel::{ConnectorRoute, RouteEvent, SessionsRevoked, route_event};
 
+use crate::era::{self, Revision};
 use crate::validate::{self, ParamHeader};
 
 /// Default call timeout when the route carries none (SPEC §3 `timeouts.callMs`).
@@ -42,9 +43,10 @@ pub(crate) struct Tool {
     pub(crate) name: String,
     pub(crate) upstream_name: String,
     pub(crate) connector: Arc<Connector>,
-    /// The tool exactly as `tools/list` shows it, serialized once at commit time: a page is
-    /// written by copying these bytes, never by cloning or re-serializing a `Value`.
-    pub(crate) projected: Box<RawValue>,
+    /// The tool exactly as `tools/list` shows it to each [`Revision`] (index order),
+    /// serialized once at commit time: a page is written by copying these bytes, never by
+    /// cloning or re-serializing a `Value`. Revisions that see the same fields share one.
+    pub(crate) projected: [Arc<RawValue>; 3],
     pub(crate) validator: Validator,
     pub(crate) param_headers: Vec<ParamHeader>,
     /// `low` | `medium` | `high`, computed by the kernel at commit (for the audit record).
@@ -109,6 +111,7 @@ impl RouteTable {
         self: &Arc<Self>,
         cursor: Option<&str>,
         page_size: usize,
+        revision: Revision,
     ) -> Result<(Page, Option<String>), CursorError> {
         let start = match cursor {
             None => 0,
@@ -128,13 +131,17 @@ impl RouteTable {
         let page = Page {
             table: self.clone(),
             range: start..end,
+            revision,
         };
         let next = (end < self.tools.len()).then(|| encode_cursor(self.list_revision, end));
         Ok((page, next))
     }
 
+    /// Every projection of every tool, in order (to tell whether the list changed).
     fn projected(&self) -> impl Iterator<Item = &str> {
-        self.tools.iter().map(|t| t.projected.get())
+        self.tools
+            .iter()
+            .flat_map(|t| t.projected.iter().map(|p| p.get()))
     }
 
     /// Endpoints of every routed connector.
@@ -151,6 +158,7 @@ impl RouteTable {
 pub(crate) struct Page {
     table: Arc<RouteTable>,
     range: Range<usize>,
+    revision: Revision,
 }
 
 impl Page {
@@ -161,7 +169,8 @@ impl Page {
     /// Bytes of the serialized array (to size the response buffer).
     pub(crate) fn json_len(&self) -> usize {
         let tools = self.tools();
-        let bytes: usize = tools.iter().map(|t| t.projected.get().len()).sum();
+        let i = self.revision.index();
+        let bytes: usize = tools.iter().map(|t| t.projected[i].get().len()).sum();
         bytes + tools.len().saturating_sub(1) + 2
     }
 
@@ -173,7 +182,8 @@ impl Page {
 
 impl Serialize for Page {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.tools().iter().map(|t| &*t.projected))
+        let i = self.revision.index();
+        serializer.collect_seq(self.tools().iter().map(|t| &*t.projected[i]))
     }
 }
 
@@ -382,7 +392,7 @@ impl RouteState {
                 &definition,
                 &input_schema,
             );
-            let projected = match serde_json::value::to_raw_value(&projected) {
+            let projected = match for_each_revision(&projected) {
                 Ok(raw) => raw,
                 Err(e) => {
                     tracing::warn!(
@@ -447,10 +457,9 @@ impl RouteState {
             }
         }
 
-        let tools_changed = !self
-            .table
-            .projected()
-            .eq(tools.iter().map(|t| t.projected.get()));
+        let tools_changed = !self.table.projected().eq(tools
+            .iter()
+            .flat_map(|t| t.projected.iter().map(|p| p.get())));
         if tools_changed {
             self.list_revision = self.revision;
         }
@@ -483,7 +492,11 @@ impl RouteState {
     }
 }
 
-/// The tool as `tools/list` shows it (SPEC §5).
+/// The tool as `tools/list` shows it (SPEC §5), before the era table picks the fields each
+/// revision gets ([`for_each_revision`]): every field the upstream gave, the local name, the
+/// description (or `"<connector name>: <upstream name>"`), the input schema, and `_meta`
+/// holding the upstream's own keys plus ours. The `tutti/` keys are ours alone: an upstream's
+/// are replaced, never merged.
 fn project(
     local_name: &str,
     upstream_name: &str,
@@ -492,12 +505,9 @@ fn project(
     connector_name: &str,
     definition: &Value,
     input_schema: &Value,
-) -> Value {
-    let mut tool = Map::new();
+) -> Map<String, Value> {
+    let mut tool = definition.as_object().cloned().unwrap_or_default();
     tool.insert("name".into(), Value::String(local_name.to_owned()));
-    if let Some(title) = definition.get("title") {
-        tool.insert("title".into(), title.clone());
-    }
     let description = definition
         .get("description")
         .and_then(Value::as_str)
@@ -506,24 +516,53 @@ fn project(
         .unwrap_or_else(|| format!("{connector_name}: {upstream_name}"));
     tool.insert("description".into(), Value::String(description));
     tool.insert("inputSchema".into(), input_schema.clone());
-    for field in ["outputSchema", "annotations"] {
-        if let Some(value) = definition.get(field) {
-            tool.insert(field.into(), value.clone());
-        }
-    }
     let risk = match risk {
         "low" | "medium" | "high" => risk,
         _ => "medium",
     };
-    tool.insert(
-        "_meta".into(),
-        json!({
-            "tutti/connector": key,
-            "tutti/upstreamName": upstream_name,
-            "tutti/risk": risk,
-        }),
-    );
-    Value::Object(tool)
+    let mut meta = match tool.remove("_meta") {
+        Some(Value::Object(upstream)) => upstream,
+        _ => Map::new(),
+    };
+    meta.retain(|k, _| !k.starts_with(TUTTI_META_PREFIX));
+    meta.insert("tutti/connector".into(), json!(key));
+    meta.insert("tutti/upstreamName".into(), json!(upstream_name));
+    meta.insert("tutti/risk".into(), json!(risk));
+    tool.insert("_meta".into(), Value::Object(meta));
+    tool
+}
+
+/// The namespace of the runtime's own `_meta` keys.
+const TUTTI_META_PREFIX: &str = "tutti/";
+
+/// A projected tool serialized once per [`Revision`], each with only the fields that revision
+/// defines (`era` table); revisions that see the same fields share the bytes.
+fn for_each_revision(tool: &Map<String, Value>) -> Result<[Arc<RawValue>; 3], serde_json::Error> {
+    let mut out: Vec<(Vec<&str>, Arc<RawValue>)> = Vec::with_capacity(3);
+    let mut projected = Vec::with_capacity(3);
+    for revision in Revision::ALL {
+        let fields: Vec<&str> = tool
+            .keys()
+            .map(String::as_str)
+            .filter(|field| era::tool_defines(revision, field))
+            .collect();
+        if let Some((_, raw)) = out.iter().find(|(seen, _)| *seen == fields) {
+            projected.push(raw.clone());
+            continue;
+        }
+        let shown: Map<String, Value> = fields
+            .iter()
+            .filter_map(|field| tool.get_key_value(*field))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let raw: Arc<RawValue> = Arc::from(serde_json::value::to_raw_value(&shown)?);
+        out.push((fields, raw.clone()));
+        projected.push(raw);
+    }
+    let [a, b, c]: [Arc<RawValue>; 3] = projected
+        .try_into()
+        .map_err(|_| serde::ser::Error::custom("one projection per revision"))?;
+    Ok([a, b, c])
 }
 
 #[cfg(test)]
@@ -560,8 +599,13 @@ mod tests {
         }
     }
 
+    /// The tool as a 2025-06-18 client sees it.
     fn projected(tool: &Tool) -> Value {
-        serde_json::from_str(tool.projected.get()).expect("projected JSON")
+        projected_for(tool, Revision::V2025_06_18)
+    }
+
+    fn projected_for(tool: &Tool, revision: Revision) -> Value {
+        serde_json::from_str(tool.projected[revision.index()].get()).expect("projected JSON")
     }
 
     fn page_json(page: &Page) -> Value {
@@ -628,6 +672,64 @@ mod tests {
             json!({"type":"object"})
         );
         assert_eq!(t.tools[0].connector.timeout_ms, DEFAULT_CALL_TIMEOUT_MS);
+    }
+
+    /// Issue 18: every field the upstream gave reaches the client whose revision defines it,
+    /// and `_meta` is the upstream's keys plus ours (ours alone under `tutti/`).
+    #[test]
+    fn definitions_pass_through_per_revision() {
+        let mut s = RouteState::new();
+        s.apply(ev(
+            1,
+            route_event::Event::Snapshot(RouteSnapshot {
+                connectors: vec![route(
+                    "rich",
+                    1,
+                    vec![tool(
+                        "rich_def",
+                        "def",
+                        json!({"name":"def","title":"Rich","description":"d",
+                               "inputSchema":{"type":"object","maximum":9007199254740993_u64},
+                               "outputSchema":{"type":"object"},
+                               "annotations":{"readOnlyHint":true,"vendorHint":1},
+                               "icons":[{"src":"https://x/i.png","mimeType":"image/png","sizes":["48x48"]}],
+                               "execution":{"taskSupport":"required"},
+                               "vendorField":true,
+                               "_meta":{"ui/resourceUri":"ui://rich/app","openai/outputTemplate":"ui://t",
+                                        "tutti/risk":"none","tutti/other":"spoof"}}),
+                    )],
+                )],
+            }),
+        ));
+        let t = s.table();
+        let tool = &t.tools[0];
+        let meta = json!({"ui/resourceUri":"ui://rich/app","openai/outputTemplate":"ui://t",
+                          "tutti/connector":"rich","tutti/upstreamName":"def","tutti/risk":"low"});
+        let base = json!({"name":"rich_def","title":"Rich","description":"d",
+                          "inputSchema":{"type":"object","maximum":9007199254740993_u64},
+                          "outputSchema":{"type":"object"},
+                          "annotations":{"readOnlyHint":true,"vendorHint":1},"_meta":meta});
+        let with = |extra: Value| {
+            let mut v = base.clone();
+            if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
+                v.extend(extra);
+            }
+            v
+        };
+        let icons = json!([{"src":"https://x/i.png","mimeType":"image/png","sizes":["48x48"]}]);
+        assert_eq!(projected_for(tool, Revision::V2025_06_18), base);
+        assert_eq!(
+            projected_for(tool, Revision::V2025_11_25),
+            with(json!({"icons": icons, "execution": {"taskSupport":"required"}}))
+        );
+        assert_eq!(
+            projected_for(tool, Revision::V2026_07_28),
+            with(json!({"icons": icons}))
+        );
+        // A page is written in the revision it was asked for.
+        let (page, _) = t.page(None, 10, Revision::V2025_11_25).expect("page");
+        assert_eq!(page_json(&page)[0]["execution"], json!({"taskSupport":"required"}));
+        assert_eq!(page.json_len(), serde_json::to_string(&page).expect("page").len());
     }
 
     #[test]
@@ -801,26 +903,26 @@ mod tests {
             .collect();
         s.apply(ev(9, route_event::Event::Upsert(route("a", 1, tools))));
         let t = s.table();
-        let (page, next) = t.page(None, 2).expect("first page");
+        let (page, next) = t.page(None, 2, Revision::V2025_06_18).expect("first page");
         assert_eq!(page.len(), 2);
         let next = next.expect("more pages");
-        let (page, next) = t.page(Some(&next), 2).expect("second page");
+        let (page, next) = t.page(Some(&next), 2, Revision::V2025_06_18).expect("second page");
         assert_eq!(page_json(&page)[0]["name"], "a_t2");
         assert_eq!(page_json(&page)[1], projected(&t.tools[3]));
         assert_eq!(
             page.json_len(),
             serde_json::to_string(&page).expect("json").len()
         );
-        let (page, next) = t.page(next.as_deref(), 2).expect("third page");
+        let (page, next) = t.page(next.as_deref(), 2, Revision::V2025_06_18).expect("third page");
         assert_eq!(page.len(), 1);
         assert!(next.is_none());
-        assert_eq!(t.page(Some("%%%"), 2).err(), Some(CursorError::Malformed));
+        assert_eq!(t.page(Some("%%%"), 2, Revision::V2025_06_18).err(), Some(CursorError::Malformed));
         assert_eq!(
-            t.page(Some(&encode_cursor(9, 99)), 2).err(),
+            t.page(Some(&encode_cursor(9, 99)), 2, Revision::V2025_06_18).err(),
             Some(CursorError::Malformed)
         );
         assert_eq!(
-            t.page(Some(&encode_cursor(8, 2)), 2).err(),
+            t.page(Some(&encode_cursor(8, 2)), 2, Revision::V2025_06_18).err(),
             Some(CursorError::Stale)
         );
     }

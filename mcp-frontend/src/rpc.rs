@@ -271,6 +271,7 @@ pub(crate) fn accepted() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::era::{META_SERVER_INFO, Revision};
 
     /// A call's answer is written as the serialized envelope would be, with the worker's text
     /// as it came (no whitespace around it), `resultType` in front for the modern surface.
@@ -290,16 +291,30 @@ mod tests {
         assert_eq!(
             text(call_message(
                 &json!("a"),
-                &Ok(result(r#"{"content":[]}"#).with_result_type())
+                &Ok(result(r#"{"content":[]}"#).in_era(Revision::V2026_07_28))
             )),
-            r#"{"jsonrpc":"2.0","id":"a","result":{"resultType":"complete","content":[]}}"#
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"a","result":{{"resultType":"complete","content":[],"_meta":{{"{META_SERVER_INFO}":{}}}}}}}"#,
+                crate::http::server_info()
+            )
         );
         assert_eq!(
             text(call_message(
                 &json!(1),
-                &Ok(result("{ }").with_result_type())
+                &Ok(result("{ }").in_era(Revision::V2026_07_28))
             )),
-            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete" }}"#
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"result":{{"resultType":"complete","_meta":{{"{META_SERVER_INFO}":{}}}}}}}"#,
+                crate::http::server_info()
+            )
+        );
+        // The legacy form of a result with nothing to lose is its text as it came.
+        assert_eq!(
+            text(call_message(
+                &json!(3),
+                &Ok(result(r#" {"n":1.50,"content":[]} "#).in_era(Revision::V2025_06_18))
+            )),
+            r#"{"jsonrpc":"2.0","id":3,"result":{"n":1.50,"content":[]}}"#.replace(r#""n":1.50,"#, "")
         );
         let answer = Err(RpcError::new(-32602, "Unknown tool: x"));
         let parsed: Value =
