@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 mod control;
+mod definitions;
 mod error;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
@@ -234,6 +235,7 @@ async fn drive(
     tokio::pin!(parent_gone);
 
     // Start the upstream, but stay responsive to the kernel meanwhile.
+    let listing = definitions::Listing::start();
     let started = tokio::select! {
         started = upstream::start(&spec, redactor.clone(), Duration::from_millis(u64::from(start_ms))) => started,
         event = events.recv() => {
@@ -245,6 +247,7 @@ async fn drive(
             return Exit::Done;
         }
     };
+    drop(listing);
     let upstream::Started { mut session, tools } = match started {
         Ok(started) => started,
         Err(WorkerError::UpstreamAuth { message }) => {
@@ -260,6 +263,7 @@ async fn drive(
         }
     };
 
+    let tools = definitions::as_sent(tools);
     // Serve before offering: the kernel may route calls as soon as it commits.
     shared.attach(session.upstream.clone());
     if let Some(counter) = session.non_json.clone() {
@@ -330,8 +334,11 @@ async fn reoffer(
 ) {
     use crate::upstream::Upstream as _;
     tracing::info!("upstream tool list changed; listing again");
-    let tools = match tokio::time::timeout(within, session.upstream.list_tools()).await {
-        Ok(Ok(tools)) => tools,
+    let listing = definitions::Listing::start();
+    let listed = tokio::time::timeout(within, session.upstream.list_tools()).await;
+    drop(listing);
+    let tools = match listed {
+        Ok(Ok(tools)) => definitions::as_sent(tools),
         Ok(Err(failure)) => {
             tracing::warn!(error = %redactor.redact(&format!("{failure:?}")), "tools/list failed");
             return;

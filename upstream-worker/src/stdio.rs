@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Notify;
 
+use crate::definitions;
 use crate::redact::{Redactor, trim_line_end};
 use crate::results::CallResults;
 
@@ -142,15 +143,19 @@ where
         let kind = match outcome {
             ReadLine::Eof => break,
             ReadLine::Cut => LineKind::NonJson,
-            ReadLine::Line => match results.divert(trim_line_end(&buf)) {
-                // A tools/call result kept as text: rmcp gets the short stand-in.
-                Some(short) => {
-                    buf.clear();
-                    buf.extend_from_slice(short.as_bytes());
-                    LineKind::Json
+            ReadLine::Line => {
+                let line = trim_line_end(&buf);
+                definitions::observe(line);
+                match results.divert(line) {
+                    // A tools/call result kept as text: rmcp gets the short stand-in.
+                    Some(short) => {
+                        buf.clear();
+                        buf.extend_from_slice(short.as_bytes());
+                        LineKind::Json
+                    }
+                    None => classify(&buf),
                 }
-                None => classify(&buf),
-            },
+            }
         };
         match kind {
             LineKind::Blank => {}
