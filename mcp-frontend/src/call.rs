@@ -145,10 +145,11 @@ impl CallResult {
         match &self.pieces {
             None => self.text.len(),
             Some(pieces) => pieces.iter().fold(2, |n, piece| {
-                n + 1 + match piece {
-                    Piece::Kept(i) => self.member(*i).map_or(0, |(k, v)| k.len() + v.len() + 3),
-                    Piece::Written(member) => member.len(),
-                }
+                n + 1
+                    + match piece {
+                        Piece::Kept(i) => self.member(*i).map_or(0, |(k, v)| k.len() + v.len() + 3),
+                        Piece::Written(member) => member.len(),
+                    }
             }),
         }
     }
@@ -734,7 +735,8 @@ mod tests {
     #[test]
     fn era_edits_keep_every_other_byte() {
         let structured = r#"{"z":1,"a":9007199254740993,"f":1.50,"s":"é"}"#;
-        let content = r#"[{"type":"text","text":"{\"z\":1,\"a\":9007199254740993,\"f\":1.50,\"s\":\"é\"}"}]"#;
+        let content =
+            r#"[{"type":"text","text":"{\"z\":1,\"a\":9007199254740993,\"f\":1.50,\"s\":\"é\"}"}]"#;
         let upstream = format!(
             r#"{{"resultType":"complete","content":{content},"structuredContent":{structured},"isError":false,"_meta":{{"io.modelcontextprotocol/serverInfo":{{"name":"upstream","version":"9"}},"ui/resourceUri":"ui://x","n":1.0}}}}"#
         );

@@ -140,7 +140,10 @@ pub(crate) fn result_pieces(revision: Revision, members: &[(&str, &str)]) -> Opt
         }
     }
     if revision.modern() && !saw_meta {
-        pieces.push(Piece::Written(format!(r#""_meta":{{{}}}"#, our_server_info())));
+        pieces.push(Piece::Written(format!(
+            r#""_meta":{{{}}}"#,
+            our_server_info()
+        )));
         changed = true;
     }
     changed.then_some(pieces)
@@ -313,14 +316,20 @@ mod tests {
     fn modern_gets_result_type_first_and_our_server_info() {
         assert_eq!(
             write(Revision::V2026_07_28, r#"{"content":[],"isError":false}"#),
-            format!(r#"{{"resultType":"complete","content":[],"isError":false,"_meta":{{{}}}}}"#, ours())
+            format!(
+                r#"{{"resultType":"complete","content":[],"isError":false,"_meta":{{{}}}}}"#,
+                ours()
+            )
         );
         assert_eq!(
             write(
                 Revision::V2026_07_28,
                 r#"{"content":[],"resultType":"complete","_meta":{"a":1,"io.modelcontextprotocol/serverInfo":{"name":"up"},"b":[1.0]}}"#
             ),
-            format!(r#"{{"content":[],"resultType":"complete","_meta":{{"a":1,"b":[1.0],{}}}}}"#, ours())
+            format!(
+                r#"{{"content":[],"resultType":"complete","_meta":{{"a":1,"b":[1.0],{}}}}}"#,
+                ours()
+            )
         );
         assert!(ours().contains(r#""name":"connector""#));
     }
@@ -338,7 +347,15 @@ mod tests {
 
     #[test]
     fn tool_fields_follow_the_table() {
-        for field in ["name", "title", "description", "inputSchema", "outputSchema", "annotations", "_meta"] {
+        for field in [
+            "name",
+            "title",
+            "description",
+            "inputSchema",
+            "outputSchema",
+            "annotations",
+            "_meta",
+        ] {
             for revision in Revision::ALL {
                 assert!(tool_defines(revision, field), "{field} {revision:?}");
             }
@@ -356,6 +373,9 @@ mod tests {
     fn legacy_revision_from_the_header() {
         assert_eq!(Revision::legacy(None), Revision::V2025_06_18);
         assert_eq!(Revision::legacy(Some("2025-03-26")), Revision::V2025_06_18);
-        assert_eq!(Revision::legacy(Some(" 2025-11-25 ")), Revision::V2025_11_25);
+        assert_eq!(
+            Revision::legacy(Some(" 2025-11-25 ")),
+            Revision::V2025_11_25
+        );
     }
 }

@@ -53,10 +53,12 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             let answer = match method.as_str() {
                 "initialize" => Ok(initialize(params.as_ref())),
                 "ping" => Ok(json!({})),
-                "tools/list" => match list_tools(&ctx.app, params.as_ref(), revision(&ctx), Map::new()).await {
-                    Ok(page) => return page.respond(&id),
-                    Err(error) => Err(error),
-                },
+                "tools/list" => {
+                    match list_tools(&ctx.app, params.as_ref(), revision(&ctx), Map::new()).await {
+                        Ok(page) => return page.respond(&id),
+                        Err(error) => Err(error),
+                    }
+                }
                 "tools/call" => return tools_call(ctx, id, params).await,
                 "resources/list" => Ok(json!({"resources": []})),
                 "resources/templates/list" => Ok(json!({"resourceTemplates": []})),

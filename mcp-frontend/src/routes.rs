@@ -728,8 +728,14 @@ mod tests {
         );
         // A page is written in the revision it was asked for.
         let (page, _) = t.page(None, 10, Revision::V2025_11_25).expect("page");
-        assert_eq!(page_json(&page)[0]["execution"], json!({"taskSupport":"required"}));
-        assert_eq!(page.json_len(), serde_json::to_string(&page).expect("page").len());
+        assert_eq!(
+            page_json(&page)[0]["execution"],
+            json!({"taskSupport":"required"})
+        );
+        assert_eq!(
+            page.json_len(),
+            serde_json::to_string(&page).expect("page").len()
+        );
     }
 
     #[test]
@@ -906,23 +912,32 @@ mod tests {
         let (page, next) = t.page(None, 2, Revision::V2025_06_18).expect("first page");
         assert_eq!(page.len(), 2);
         let next = next.expect("more pages");
-        let (page, next) = t.page(Some(&next), 2, Revision::V2025_06_18).expect("second page");
+        let (page, next) = t
+            .page(Some(&next), 2, Revision::V2025_06_18)
+            .expect("second page");
         assert_eq!(page_json(&page)[0]["name"], "a_t2");
         assert_eq!(page_json(&page)[1], projected(&t.tools[3]));
         assert_eq!(
             page.json_len(),
             serde_json::to_string(&page).expect("json").len()
         );
-        let (page, next) = t.page(next.as_deref(), 2, Revision::V2025_06_18).expect("third page");
+        let (page, next) = t
+            .page(next.as_deref(), 2, Revision::V2025_06_18)
+            .expect("third page");
         assert_eq!(page.len(), 1);
         assert!(next.is_none());
-        assert_eq!(t.page(Some("%%%"), 2, Revision::V2025_06_18).err(), Some(CursorError::Malformed));
         assert_eq!(
-            t.page(Some(&encode_cursor(9, 99)), 2, Revision::V2025_06_18).err(),
+            t.page(Some("%%%"), 2, Revision::V2025_06_18).err(),
             Some(CursorError::Malformed)
         );
         assert_eq!(
-            t.page(Some(&encode_cursor(8, 2)), 2, Revision::V2025_06_18).err(),
+            t.page(Some(&encode_cursor(9, 99)), 2, Revision::V2025_06_18)
+                .err(),
+            Some(CursorError::Malformed)
+        );
+        assert_eq!(
+            t.page(Some(&encode_cursor(8, 2)), 2, Revision::V2025_06_18)
+                .err(),
             Some(CursorError::Stale)
         );
     }

@@ -308,13 +308,24 @@ mod tests {
                 crate::http::server_info()
             )
         );
-        // The legacy form of a result with nothing to lose is its text as it came.
+        // The legacy form of a result with nothing to lose is its text as it came; a field
+        // no revision defines is left out.
         assert_eq!(
             text(call_message(
                 &json!(3),
-                &Ok(result(r#" {"n":1.50,"content":[]} "#).in_era(Revision::V2025_06_18))
+                &Ok(
+                    result(r#" {"structuredContent":{"n":1.50}, "content":[]} "#)
+                        .in_era(Revision::V2025_06_18)
+                )
             )),
-            r#"{"jsonrpc":"2.0","id":3,"result":{"n":1.50,"content":[]}}"#.replace(r#""n":1.50,"#, "")
+            r#"{"jsonrpc":"2.0","id":3,"result":{"structuredContent":{"n":1.50}, "content":[]}}"#
+        );
+        assert_eq!(
+            text(call_message(
+                &json!(4),
+                &Ok(result(r#"{"n":1.50,"content":[]}"#).in_era(Revision::V2025_06_18))
+            )),
+            r#"{"jsonrpc":"2.0","id":4,"result":{"content":[]}}"#
         );
         let answer = Err(RpcError::new(-32602, "Unknown tool: x"));
         let parsed: Value =

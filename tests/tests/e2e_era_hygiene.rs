@@ -12,7 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::{Mcp, Runtime, RuntimeOptions, fixture_connector, repo_root, require_python_venv};
+use tutti_tests::{
+    Mcp, Runtime, RuntimeOptions, fixture_connector, repo_root, require_python_venv,
+};
 
 /// Starting workers and upstreams on a loaded 2-core machine.
 const READY: Duration = Duration::from_secs(40);
@@ -126,9 +128,14 @@ fn result_of(what: &str, (status, _, body): (u16, reqwest::header::HeaderMap, Va
 
 /// What a legacy client must never see: a `resultType`, or an upstream's `serverInfo`.
 fn assert_legacy_shape(what: &str, result: &Value) {
-    assert!(result.get("resultType").is_none(), "{what}: resultType leaked: {result}");
     assert!(
-        result.pointer(&format!("/_meta/{}", SERVER_INFO.replace('/', "~1"))).is_none(),
+        result.get("resultType").is_none(),
+        "{what}: resultType leaked: {result}"
+    );
+    assert!(
+        result
+            .pointer(&format!("/_meta/{}", SERVER_INFO.replace('/', "~1")))
+            .is_none(),
         "{what}: serverInfo leaked: {result}"
     );
     assert!(
@@ -165,12 +172,24 @@ async fn check_every_era(rt: &Runtime, key: &str) {
         let call = json!({"name": tool, "arguments": args});
         let result = result_of(
             &what,
-            legacy.request_with_headers("tools/call", call, &header).await,
+            legacy
+                .request_with_headers("tools/call", call, &header)
+                .await,
         );
-        assert!(result["content"][0]["text"].as_str().is_some_and(|t| t.contains("era")), "{what}: {result}");
+        assert!(
+            result["content"][0]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("era")),
+            "{what}: {result}"
+        );
         assert_legacy_shape(&what, &result);
         let what = format!("{key} legacy {version} tools/list");
-        let list = result_of(&what, legacy.request_with_headers("tools/list", json!({}), &header).await);
+        let list = result_of(
+            &what,
+            legacy
+                .request_with_headers("tools/list", json!({}), &header)
+                .await,
+        );
         assert!(list.get("resultType").is_none(), "{what}: {list}");
     }
 
@@ -179,9 +198,17 @@ async fn check_every_era(rt: &Runtime, key: &str) {
     assert_modern_shape(&format!("{key} server/discover"), &discover);
     let what = format!("{key} modern tools/call");
     let result = modern.call_tool_ok(&tool, args).await;
-    assert!(result["content"][0]["text"].as_str().is_some_and(|t| t.contains("era")), "{what}: {result}");
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("era")),
+        "{what}: {result}"
+    );
     assert_modern_shape(&what, &result);
-    let list = result_of("modern tools/list", modern.request("tools/list", json!({})).await);
+    let list = result_of(
+        "modern tools/list",
+        modern.request("tools/list", json!({})).await,
+    );
     assert_modern_shape(&format!("{key} modern tools/list"), &list);
 }
 
@@ -207,7 +234,11 @@ async fn rich_def(mcp: &Mcp, version: Option<&str>) -> Value {
     let header: Vec<(&str, &str)> = version
         .map(|v| vec![("MCP-Protocol-Version", v)])
         .unwrap_or_default();
-    let list = result_of("tools/list", mcp.request_with_headers("tools/list", json!({}), &header).await);
+    let list = result_of(
+        "tools/list",
+        mcp.request_with_headers("tools/list", json!({}), &header)
+            .await,
+    );
     list["tools"]
         .as_array()
         .and_then(|tools| tools.iter().find(|t| t["name"] == "rich_rich_def"))
@@ -221,7 +252,10 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
     let record = rt.root().join("rich.record");
     let record_arg = record.to_string_lossy().into_owned();
     rt.install_ok(
-        &fixture_connector("rich", &["--tools", "rich_def,echo", "--record", &record_arg]),
+        &fixture_connector(
+            "rich",
+            &["--tools", "rich_def,echo", "--record", &record_arg],
+        ),
         &[],
     );
     rt.wait_status("rich", "ready", READY);
@@ -241,8 +275,15 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
     let execution = json!({"taskSupport": "required"});
     let common = |tool: &Value, who: &str| {
         assert_eq!(tool["title"], "Rich definition", "{who}: {tool}");
-        assert_eq!(tool["annotations"], json!({"readOnlyHint": true, "vendorHint": "kept"}), "{who}: {tool}");
-        assert_eq!(tool["outputSchema"]["properties"]["ok"]["type"], "boolean", "{who}: {tool}");
+        assert_eq!(
+            tool["annotations"],
+            json!({"readOnlyHint": true, "vendorHint": "kept"}),
+            "{who}: {tool}"
+        );
+        assert_eq!(
+            tool["outputSchema"]["properties"]["ok"]["type"], "boolean",
+            "{who}: {tool}"
+        );
         assert_eq!(tool["_meta"], meta, "{who}: {tool}");
     };
 
@@ -255,7 +296,10 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
     // 2025-06-18 defines neither.
     let tool = rich_def(&legacy, None).await;
     common(&tool, "2025-06-18");
-    assert!(tool.get("icons").is_none() && tool.get("execution").is_none(), "2025-06-18: {tool}");
+    assert!(
+        tool.get("icons").is_none() && tool.get("execution").is_none(),
+        "2025-06-18: {tool}"
+    );
 
     // 2026-07-28 defines icons; task support is an extension there, not a tool field.
     let tool = rich_def(&modern, None).await;
@@ -273,5 +317,9 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
         .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
         .find(|m| m["method"] == "initialize")
         .unwrap_or_else(|| panic!("the fixture recorded no initialize"));
-    assert_eq!(initialize["params"]["capabilities"], json!({}), "{initialize}");
+    assert_eq!(
+        initialize["params"]["capabilities"],
+        json!({}),
+        "{initialize}"
+    );
 }

@@ -464,9 +464,13 @@ async fn listen_stream_on_the_wire_ends_with_a_final_result_at_shutdown() {
         .await
         .unwrap_or(Value::Null);
     assert_eq!(done["id"], id, "{done}");
+    // A modern result names the runtime (issue 18: serverInfo is always the runtime's).
+    let mut final_meta = meta.clone();
+    final_meta["io.modelcontextprotocol/serverInfo"] =
+        json!({"name": "connector", "version": env!("CARGO_PKG_VERSION")});
     assert_eq!(
         done["result"],
-        json!({"resultType": "complete", "_meta": meta}),
+        json!({"resultType": "complete", "_meta": final_meta}),
         "the stream must end with its final result: {done}"
     );
     assert_eq!(

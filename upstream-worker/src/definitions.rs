@@ -132,11 +132,17 @@ mod tests {
         let page = br#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"a","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}},{"name":"b","inputSchema":{"type":"object"}}]}}"#;
         observe(page);
         let typed = vec![json!({"name": "a", "inputSchema": {"type": "object"}})];
-        assert_eq!(as_sent(typed.clone()), typed, "nothing observed outside a listing");
+        assert_eq!(
+            as_sent(typed.clone()),
+            typed,
+            "nothing observed outside a listing"
+        );
 
         let listing = Listing::start();
         // A tools/call result that happens to carry a `tools` array is not a page.
-        observe(br#"{"jsonrpc":"2.0","id":4,"result":{"content":[],"tools":[{"name":"a","x":1}]}}"#);
+        observe(
+            br#"{"jsonrpc":"2.0","id":4,"result":{"content":[],"tools":[{"name":"a","x":1}]}}"#,
+        );
         observe(b"not json \"tools\"");
         observe(page);
         drop(listing);
