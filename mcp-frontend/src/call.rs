@@ -181,7 +181,7 @@ impl CallResult {
 
     /// The text as written (tests).
     #[cfg(test)]
-    pub(crate) fn written(&self) -> String {
+    fn written(&self) -> String {
         let mut out = Vec::new();
         self.write_to(&mut out);
         String::from_utf8_lossy(&out).into_owned()

@@ -535,34 +535,29 @@ fn project(
 /// The namespace of the runtime's own `_meta` keys.
 const TUTTI_META_PREFIX: &str = "tutti/";
 
-/// A projected tool serialized once per [`Revision`], each with only the fields that revision
-/// defines (`era` table); revisions that see the same fields share the bytes.
+/// A projected tool serialized once per [`Revision`] (in [`Revision::ALL`] order), each with
+/// only the fields that revision defines (the `era` table); revisions that see the same bytes
+/// share them.
 fn for_each_revision(tool: &Map<String, Value>) -> Result<[Arc<RawValue>; 3], serde_json::Error> {
-    let mut out: Vec<(Vec<&str>, Arc<RawValue>)> = Vec::with_capacity(3);
-    let mut projected = Vec::with_capacity(3);
-    for revision in Revision::ALL {
-        let fields: Vec<&str> = tool
-            .keys()
-            .map(String::as_str)
-            .filter(|field| era::tool_defines(revision, field))
-            .collect();
-        if let Some((_, raw)) = out.iter().find(|(seen, _)| *seen == fields) {
-            projected.push(raw.clone());
-            continue;
-        }
-        let shown: Map<String, Value> = fields
+    let shown = |revision: Revision| -> Result<Arc<RawValue>, serde_json::Error> {
+        let fields: Map<String, Value> = tool
             .iter()
-            .filter_map(|field| tool.get_key_value(*field))
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .filter(|(field, _)| era::tool_defines(revision, field))
+            .map(|(field, value)| (field.clone(), value.clone()))
             .collect();
-        let raw: Arc<RawValue> = Arc::from(serde_json::value::to_raw_value(&shown)?);
-        out.push((fields, raw.clone()));
-        projected.push(raw);
-    }
-    let [a, b, c]: [Arc<RawValue>; 3] = projected
-        .try_into()
-        .map_err(|_| serde::ser::Error::custom("one projection per revision"))?;
-    Ok([a, b, c])
+        Ok(Arc::from(serde_json::value::to_raw_value(&fields)?))
+    };
+    let share = |raw: Arc<RawValue>, earlier: &[&Arc<RawValue>]| {
+        earlier
+            .iter()
+            .find(|e| e.get() == raw.get())
+            .map_or(raw, |e| Arc::clone(e))
+    };
+    let [first, second, third] = Revision::ALL;
+    let first = shown(first)?;
+    let second = share(shown(second)?, &[&first]);
+    let third = share(shown(third)?, &[&first, &second]);
+    Ok([first, second, third])
 }
 
 #[cfg(test)]
@@ -672,6 +667,11 @@ mod tests {
             json!({"type":"object"})
         );
         assert_eq!(t.tools[0].connector.timeout_ms, DEFAULT_CALL_TIMEOUT_MS);
+        // Revisions that see the same fields share one projection.
+        let [a, b, c] = &t.tools[0].projected;
+        assert!(Arc::ptr_eq(a, b) && Arc::ptr_eq(b, c));
+        let [a, b, c] = &t.tools[1].projected;
+        assert!(!Arc::ptr_eq(a, b) && Arc::ptr_eq(b, c));
     }
 
     /// Issue 18: every field the upstream gave reaches the client whose revision defines it,
