@@ -11,9 +11,9 @@
 //! [`observe`], which keeps the tool objects of every `tools/list` result (a response whose
 //! result has a `tools` array and no `content`) by name. rmcp's typed list still decides
 //! which tools the listing has (and refuses what it must); [`as_sent`] then swaps each typed
-//! tool for the definition that came on the wire under its name. One worker serves exactly
-//! one upstream, so the record is per process. Outside a listing nothing is looked at, so
-//! tools/call traffic pays nothing.
+//! tool for the definition that came on the wire under its name, and forgets the record. One
+//! worker serves exactly one upstream, so the record is per process. Outside a listing nothing
+//! is looked at, so tools/call traffic pays nothing.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,8 +38,11 @@ fn observed() -> MutexGuard<'static, Option<HashMap<String, Value>>> {
 pub(crate) struct Listing(());
 
 impl Listing {
+    /// Starts observing; what an earlier listing left (one that failed) is forgotten.
     pub(crate) fn start() -> Self {
-        LISTINGS.fetch_add(1, Ordering::SeqCst);
+        if LISTINGS.fetch_add(1, Ordering::SeqCst) == 0 {
+            *observed() = None;
+        }
         Listing(())
     }
 }
@@ -96,28 +99,22 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// The typed listing with each tool replaced by the definition the upstream sent under its
-/// name (when one was observed); the record is then pruned to these tools.
+/// name (when one was observed). Call it once the listing is over: it takes what was observed,
+/// so nothing of it stays resident in the worker.
 pub(crate) fn as_sent(tools: Vec<Value>) -> Vec<Value> {
-    let mut observed = observed();
-    let Some(map) = observed.as_mut() else {
+    let Some(mut sent) = observed().take() else {
         return tools;
     };
-    let tools: Vec<Value> = tools
+    tools
         .into_iter()
         .map(|typed| {
             let name = typed.get("name").and_then(Value::as_str);
-            match name.and_then(|n| map.get(n)) {
-                Some(sent) => sent.clone(),
+            match name.and_then(|n| sent.remove(n)) {
+                Some(sent) => sent,
                 None => typed,
             }
         })
-        .collect();
-    map.retain(|name, _| {
-        tools
-            .iter()
-            .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
-    });
-    tools
+        .collect()
 }
 
 #[cfg(test)]
@@ -157,7 +154,10 @@ mod tests {
                 json!({"name": "c", "inputSchema": {"type": "object"}}),
             ]
         );
-        // `b` was not in the listing: it is forgotten.
-        assert!(observed().as_ref().is_some_and(|m| m.len() == 1));
+        // Nothing stays once the listing's definitions were taken.
+        assert!(observed().is_none());
+        let listing = Listing::start();
+        drop(listing);
+        assert_eq!(as_sent(typed.clone()), typed);
     }
 }
