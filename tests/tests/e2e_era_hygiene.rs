@@ -254,7 +254,12 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
     rt.install_ok(
         &fixture_connector(
             "rich",
-            &["--tools", "rich_def,echo", "--record", &record_arg],
+            &[
+                "--tools",
+                "rich_def,trigger_tool_change",
+                "--record",
+                &record_arg,
+            ],
         ),
         &[],
     );
@@ -306,6 +311,37 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
     common(&tool, "2026-07-28");
     assert_eq!(tool["icons"], icons, "2026-07-28: {tool}");
     assert!(tool.get("execution").is_none(), "2026-07-28: {tool}");
+
+    // A re-listing after the upstream's list_changed offers the definitions as sent too.
+    legacy
+        .call_tool_ok("rich_trigger_tool_change", json!({}))
+        .await;
+    let deadline = Instant::now() + READY;
+    loop {
+        let header = [("MCP-Protocol-Version", "2025-11-25")];
+        let list = result_of(
+            "tools/list",
+            legacy
+                .request_with_headers("tools/list", json!({}), &header)
+                .await,
+        );
+        let tools = list["tools"].as_array().cloned().unwrap_or_default();
+        if tools.iter().any(|t| t["name"] == "rich_changed_1") {
+            let tool = tools
+                .iter()
+                .find(|t| t["name"] == "rich_rich_def")
+                .cloned()
+                .unwrap_or_default();
+            common(&tool, "2025-11-25 after list_changed");
+            assert_eq!(tool["execution"], execution, "after list_changed: {tool}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the changed tool set never arrived: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // The worker declared no client capability it cannot serve (roots, sampling,
     // elicitation are not relayed yet).
