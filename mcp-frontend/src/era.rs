@@ -8,6 +8,7 @@
 //! upstream anywhere.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -149,9 +150,10 @@ pub(crate) fn result_pieces(revision: Revision, members: &[(&str, &str)]) -> Opt
     changed.then_some(pieces)
 }
 
-/// `"io.modelcontextprotocol/serverInfo":{…}` naming this runtime.
-fn our_server_info() -> String {
-    format!("\"{META_SERVER_INFO}\":{}", server_info())
+/// `"io.modelcontextprotocol/serverInfo":{…}` naming this runtime (built once).
+fn our_server_info() -> &'static str {
+    static MEMBER: OnceLock<String> = OnceLock::new();
+    MEMBER.get_or_init(|| format!("\"{META_SERVER_INFO}\":{}", server_info()))
 }
 
 enum MetaEdit {
@@ -184,7 +186,7 @@ fn result_meta(revision: Revision, raw: &str) -> MetaEdit {
         text.push(',');
     }
     if revision.modern() {
-        text.push_str(&our_server_info());
+        text.push_str(our_server_info());
     } else {
         text.pop();
     }
@@ -284,7 +286,7 @@ mod tests {
         }
     }
 
-    fn ours() -> String {
+    fn ours() -> &'static str {
         our_server_info()
     }
 
