@@ -103,11 +103,7 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         },
     );
     let program = k.paths.sibling("tutti-upstream-worker");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(k.paths.logs().join(format!("probe-{key}.log")))
-        .ok();
+    let log = crate::housekeeping::open_log(&k.paths.logs().join(format!("probe-{key}.log"))).ok();
     let env = vec![
         (
             "PATH".to_string(),
