@@ -1,0 +1,308 @@
+//! Issue 19 (hardening), the findings about files and logs: multi-line secrets in connector
+//! logs (F1), owner-only logs and registry (F1), the audit trail when it cannot be written
+//! (F7), crash leftovers (F11), oversized tool sets (F9), escapes from an upstream's stderr in
+//! connector logs (F12), and the lowercase `bearer` scheme (F15). Each test runs the attack
+//! against the real runtime.
+#![cfg(unix)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tutti_tests::{Mcp, Runtime, RuntimeOptions, fixture_connector};
+
+const READY: Duration = Duration::from_secs(30);
+
+/// Permission bits of `path` (not following a link); panics if it is missing.
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+}
+
+/// Waits until `cond` holds, polling; panics with `what` and `diag()` after `timeout`.
+fn wait_until(timeout: Duration, what: &str, cond: impl Fn() -> bool, diag: impl Fn() -> String) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {timeout:?}\n{}",
+            diag()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A PEM-like private key that appears nowhere else: five lines, the last base64 line short.
+fn pem_secret() -> String {
+    let seed = format!(
+        "{:x}{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    );
+    let line = |n: usize| {
+        format!("MII{n}{seed}")
+            .chars()
+            .cycle()
+            .take(64)
+            .collect::<String>()
+    };
+    format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n{}\n{}\nQ==\n-----END PRIVATE KEY-----",
+        line(1),
+        line(2),
+        line(3)
+    )
+}
+
+#[test]
+fn every_line_of_a_multi_line_secret_is_masked_and_logs_are_owner_only() {
+    let pem = pem_secret();
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let mut manifest = rt.private_fixture_connector(
+        "pem",
+        &["--tools", "echo", "--stderr-secret-env", "PEM_KEY"],
+    );
+    manifest["mcp"]["secrets"] = json!(["PEM_KEY"]);
+    rt.install_ok(&manifest, &[]);
+    rt.wait_status("pem", "auth_required", READY);
+    // `--from-env` carries the newlines of the key into the store.
+    rt.connect_from_env("pem", "PEM_KEY", &pem);
+    rt.wait_status("pem", "ready", READY);
+    let marker = "the value of PEM_KEY follows";
+    wait_until(
+        READY,
+        "the upstream's stderr in connector-pem.log",
+        || {
+            let log = rt.log("connector-pem.log");
+            log.contains(marker)
+                && log
+                    .split(marker)
+                    .nth(1)
+                    .is_some_and(|t| t.lines().count() > 6)
+        },
+        || rt.log_tail("connector-pem.log", 40),
+    );
+    let log = rt.log("connector-pem.log");
+    for line in pem.lines() {
+        assert!(
+            !log.contains(line),
+            "a line of the secret is in the log in clear: {line:?}\n{log}"
+        );
+    }
+    let after: Vec<&str> = log
+        .split(marker)
+        .nth(1)
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .take(pem.lines().count())
+        .collect();
+    assert_eq!(
+        after,
+        vec!["***"; pem.lines().count()],
+        "every line of the key is masked:\n{log}"
+    );
+
+    // Owner-only: the directory, every log, the audit trail and the registry.
+    let state = rt.state_dir().to_path_buf();
+    let logs = state.join("logs");
+    assert_eq!(mode(&logs), 0o700, "logs/");
+    for name in [
+        "connector-pem.log",
+        "kernel.log",
+        "frontend.log",
+        "shim-manager.log",
+        "audit.jsonl",
+    ] {
+        assert_eq!(mode(&logs.join(name)), 0o600, "logs/{name}");
+    }
+    assert_eq!(mode(&state.join("registry.json")), 0o600, "registry.json");
+}
+
+#[test]
+fn crash_leftovers_are_swept_and_open_logs_tightened_at_start() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(&fixture_connector("left", &["--tools", "echo"]), &[]);
+    rt.wait_status("left", "ready", READY);
+    rt.kill();
+    let state = rt.state_dir().to_path_buf();
+    let (logs, releases, run) = (
+        state.join("logs"),
+        state.join("releases/left"),
+        state.join("run"),
+    );
+
+    // What a kill during an install and a killed worker leave, and files made readable by
+    // an older version (or by hand).
+    let tmp = releases.join(".tmp-4242-0123abcd");
+    std::fs::create_dir_all(tmp.join("node_modules/pkg")).expect("mkdir tmp copy");
+    std::fs::write(tmp.join("node_modules/pkg/big.bin"), vec![0u8; 1 << 20]).expect("write");
+    let aside = releases.join("0123abcd.damaged-4242");
+    std::fs::create_dir_all(&aside).expect("mkdir aside");
+    let sock = run.join("w-7fff0.sock");
+    drop(std::os::unix::net::UnixListener::bind(&sock).expect("bind a stale socket"));
+    assert!(sock.exists(), "a dropped listener leaves its socket file");
+    set_mode(&logs, 0o755);
+    for name in ["kernel.log", "connector-left.log", "audit.jsonl"] {
+        set_mode(&logs.join(name), 0o644);
+    }
+    set_mode(&state.join("registry.json"), 0o644);
+
+    rt.restart();
+    assert!(
+        !tmp.exists(),
+        "temporary release copy left: {}",
+        tmp.display()
+    );
+    assert!(!aside.exists(), "damaged copy left: {}", aside.display());
+    assert!(
+        !sock.exists(),
+        "stale worker socket left: {}",
+        sock.display()
+    );
+    assert_eq!(mode(&logs), 0o700, "logs/ after restart");
+    for name in ["kernel.log", "connector-left.log", "audit.jsonl"] {
+        assert_eq!(mode(&logs.join(name)), 0o600, "logs/{name} after restart");
+    }
+    assert_eq!(mode(&state.join("registry.json")), 0o600, "registry.json");
+    // The installed release itself was not touched.
+    rt.wait_status("left", "ready", READY);
+}
+
+fn audit_dropped(rt: &Runtime) -> u64 {
+    rt.status_json()["auditDropped"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn audit_write_failures_are_counted_and_the_file_is_reopened() {
+    let rt = Runtime::start(RuntimeOptions::default());
+    let audit = rt.state_dir().join("logs/audit.jsonl");
+    rt.issue_token("w", "before");
+    wait_until(
+        READY,
+        "the first audit record",
+        || std::fs::read_to_string(&audit).is_ok_and(|t| t.contains("session_issue")),
+        || rt.diagnostics(),
+    );
+    assert_eq!(audit_dropped(&rt), 0);
+
+    // The file is replaced by something that cannot be written (a directory). The kernel
+    // still holds the old file open: appending there would lose every record unseen.
+    std::fs::remove_file(&audit).expect("remove audit.jsonl");
+    std::fs::create_dir(&audit).expect("mkdir audit.jsonl");
+    for n in 0..3 {
+        rt.issue_token("w", &format!("lost-{n}"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    wait_until(
+        READY,
+        "auditDropped > 0 in status --json",
+        || audit_dropped(&rt) >= 3,
+        || format!("status: {}\n{}", rt.status_json(), rt.diagnostics()),
+    );
+    let errors = rt
+        .log("kernel.log")
+        .matches("cannot write the audit log")
+        .count();
+    assert_eq!(
+        errors,
+        1,
+        "one error line per failure burst\n{}",
+        rt.diagnostics()
+    );
+
+    // Writable again: the next record goes to a new file at the path.
+    std::fs::remove_dir(&audit).expect("rmdir audit.jsonl");
+    rt.issue_token("w", "after");
+    wait_until(
+        READY,
+        "records written to the reopened audit.jsonl",
+        || std::fs::read_to_string(&audit).is_ok_and(|t| t.contains("\"after\"")),
+        || rt.diagnostics(),
+    );
+    assert_eq!(mode(&audit), 0o600, "the reopened audit.jsonl");
+    let dropped = audit_dropped(&rt);
+    assert!(dropped >= 3, "auditDropped {dropped}");
+    assert!(
+        rt.log("kernel.log")
+            .contains("the audit log is written again"),
+        "{}",
+        rt.diagnostics()
+    );
+}
+
+#[test]
+fn escapes_from_an_upstreams_stderr_are_written_out_in_its_log() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &fixture_connector("esc", &["--tools", "echo", "--stderr-hostile"]),
+        &[],
+    );
+    rt.wait_status("esc", "ready", READY);
+    wait_until(
+        READY,
+        "the hostile line in connector-esc.log",
+        || rt.log("connector-esc.log").contains("hostile:"),
+        || rt.log_tail("connector-esc.log", 40),
+    );
+    let log = rt.log("connector-esc.log");
+    let raw: Vec<char> = log
+        .chars()
+        .filter(|c| {
+            (c.is_control() && *c != '\n' && *c != '\t') || matches!(c, '\u{202e}' | '\u{200b}')
+        })
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "raw control/format characters in the log: {raw:?}\n{log}"
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains("hostile:"))
+        .unwrap_or_default();
+    for shown in [
+        "\\x1b]52;c;ZXZpbA==\\x07",
+        "\\x1b[31mred",
+        "\\u{202e}txt.exe",
+        "\\u{200b}zw",
+        "\\x08bs",
+    ] {
+        assert!(line.contains(shown), "{shown} not in {line:?}");
+    }
+}
+
+/// A bearer token whose scheme is written `bearer` (RFC 9110: schemes are case-insensitive)
+/// is accepted, with extra spaces around it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(&fixture_connector("case", &["--tools", "echo"]), &[]);
+    rt.wait_status("case", "ready", READY);
+    let token = rt.issue_token("w", "case");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let body = mcp.message(Some(json!(1)), "tools/list", json!({}));
+    for auth in [format!("bearer {token}"), format!("  BEARER   {token}  ")] {
+        let mut headers: Vec<(String, String)> = mcp
+            .standard_headers(&body)
+            .into_iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("authorization"))
+            .collect();
+        headers.push(("Authorization".into(), auth.clone()));
+        let (status, _, reply) = mcp.post_raw(body.to_string().into_bytes(), &headers).await;
+        assert_eq!(status, 200, "{auth:?} → {status}: {reply}");
+        assert!(reply["result"]["tools"].is_array(), "{reply}");
+    }
+}
