@@ -138,7 +138,10 @@ pub async fn run_until(
     let mut shutdown_rx = k.shutdown.subscribe();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(KernelServer::new(svc))
+            .add_service(
+                KernelServer::new(svc)
+                    .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REQUEST_BYTES),
+            )
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = shutdown_rx.wait_for(|s| *s).await;
             }),

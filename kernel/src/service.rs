@@ -924,7 +924,11 @@ impl KernelRpc for Service {
         };
         let offered = offered_tools(&req.tools);
         let actor = inner.actors.get(&req.key).cloned();
-        match validate(&req.key, &offered, &manifest.tool_risk) {
+        let verdict = match offer_size_problem(&req) {
+            Some(problem) => Err(vec![problem]),
+            None => validate(&req.key, &offered, &manifest.tool_risk),
+        };
+        match verdict {
             Err(problems) => {
                 let error = format!(
                     "generation {} refused: {}",
@@ -1117,6 +1121,25 @@ impl KernelRpc for Service {
             env,
         }))
     }
+}
+
+/// Why an offer is refused by its size alone (`tutti_proto::limits`): the worker withheld a
+/// tool set over the limits, or sent one anyway.
+fn offer_size_problem(req: &pb::OfferToolsRequest) -> Option<String> {
+    use tutti_proto::limits::{tool_bytes, tool_set_problem};
+    if req.withheld_tools > 0 {
+        let count = usize::try_from(req.withheld_tools).unwrap_or(usize::MAX);
+        let bytes = usize::try_from(req.withheld_bytes).unwrap_or(usize::MAX);
+        return Some(tool_set_problem(count, bytes).unwrap_or_else(|| {
+            format!("the worker withheld a tool set of {count} tools that is within the limits")
+        }));
+    }
+    let bytes = req
+        .tools
+        .iter()
+        .map(|t| tool_bytes(&t.upstream_name, &t.definition_json))
+        .sum();
+    tool_set_problem(req.tools.len(), bytes)
 }
 
 fn offered_tools(tools: &[pb::OfferedTool]) -> Vec<OfferedTool> {

@@ -9,6 +9,7 @@ pub mod codec;
 #[cfg(windows)]
 pub mod job;
 pub mod key;
+pub mod limits;
 pub mod redact;
 mod redacted;
 pub mod state_dir;

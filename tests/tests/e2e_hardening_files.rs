@@ -306,3 +306,98 @@ async fn the_bearer_scheme_is_case_insensitive() {
         assert!(reply["result"]["tools"].is_array(), "{reply}");
     }
 }
+
+/// Waits for `key` to be refused by the size of its tool set; then checks it stays `failed`
+/// (no restarts, no crash loop) for a while and returns its status entry.
+fn assert_refused_by_size(rt: &Runtime, key: &str) -> serde_json::Value {
+    let entry = rt.wait_connector(key, Duration::from_secs(90), "failed by size", |c| {
+        c["status"] == "failed"
+            || c["status"] == "crash_loop"
+            || c["restarts"].as_u64().unwrap_or(0) > 1
+    });
+    let error = entry["lastError"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(entry["status"], "failed", "{entry}");
+    assert!(
+        error.contains("the tool set is too large") && error.contains("limits: 10000 tools"),
+        "the reason names the limit: {entry}"
+    );
+    // Refused once, not retried: no restarts while we watch.
+    std::thread::sleep(Duration::from_secs(3));
+    let later = rt.connector_status(key).unwrap_or_default();
+    assert_eq!(later["status"], "failed", "{later}");
+    assert_eq!(later["restarts"], entry["restarts"], "{later}");
+    assert!(later["restarts"].as_u64().unwrap_or(0) <= 1, "{later}");
+    later
+}
+
+#[test]
+fn a_tool_set_over_the_limits_is_refused_at_commit_without_a_crash_loop() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // 50,000 tools (~12 MB of definitions) and one 5 MB schema: both over the 4 MiB
+    // gRPC message limit that used to crash the worker (exit 4) again and again.
+    rt.install_ok(
+        &fixture_connector("many", &["--tools", "echo", "--many", "50000"]),
+        &[],
+    );
+    rt.install_ok(
+        &fixture_connector("wide", &["--tools", "echo", "--big-schema", "5000000"]),
+        &[],
+    );
+    rt.install_ok(&fixture_connector("fine", &["--tools", "echo"]), &[]);
+    assert_refused_by_size(&rt, "many");
+    assert_refused_by_size(&rt, "wide");
+    rt.wait_status("fine", "ready", READY);
+    let audit = rt.log("audit.jsonl");
+    assert!(
+        audit.contains("\"refuse\"") && audit.contains("the tool set is too large"),
+        "{audit}"
+    );
+}
+
+/// `available` answers for 30 connectors whose skills add up to more than the 4 MiB that
+/// a gRPC client decodes by default (40 skills of ~4 KB each per connector).
+#[test]
+fn available_answers_with_thirty_connectors_whatever_their_size() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let long = "d".repeat(3900);
+    for c in 0..30 {
+        let key = format!("sk{c:02}");
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut skills = Vec::new();
+        for s in 0..40 {
+            let rel = format!("skills/s{s:02}");
+            let md = format!("---\nname: s{s:02}\ndescription: {long} {key}-{s}\n---\nbody\n");
+            files.push((format!("{rel}/SKILL.md"), md.into_bytes()));
+            skills.push(rel);
+        }
+        let manifest = json!({
+            "key": key,
+            "name": format!("Skills {key}"),
+            "description": format!("Only skills ({key})"),
+            "version": "1.0.0",
+            "skills": skills,
+        });
+        let files: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
+        rt.install_ok(&manifest, &files);
+    }
+    let out = rt.tutti(&["connector", "available", "--json"]);
+    assert!(
+        out.status.success(),
+        "`connector available` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.len() > 4 * 1024 * 1024,
+        "{} bytes",
+        out.stdout.len()
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let listed = v["connectors"]
+        .as_array()
+        .or_else(|| v.as_array())
+        .map_or(0, Vec::len);
+    assert_eq!(listed, 30, "connectors listed");
+}
