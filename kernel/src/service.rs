@@ -450,9 +450,12 @@ impl KernelRpc for Service {
                 c.connected = true;
                 c.auth = auth;
             }
-            self.k
-                .save_registry(&mut inner)
-                .map_err(|e| Status::internal(e.to_string()))?;
+            self.k.save_registry(&mut inner).map_err(|e| {
+                Status::internal(format!(
+                    "the values of {} were saved, but the registry could not be written: {e}",
+                    values.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            })?;
         }
         self.k.audit.record(
             "connect",

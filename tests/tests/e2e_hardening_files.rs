@@ -78,7 +78,19 @@ fn every_line_of_a_multi_line_secret_is_masked_and_logs_are_owner_only() {
     rt.install_ok(&manifest, &[]);
     rt.wait_status("pem", "auth_required", READY);
     // `--from-env` carries the newlines of the key into the store.
-    rt.connect_from_env("pem", "PEM_KEY", &pem);
+    let out = rt
+        .tutti_cmd(&["connector", "connect", "pem", "--from-env", "PEM_KEY"])
+        .env("PEM_KEY", &pem)
+        .output()
+        .expect("run tutti connector connect");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // F15: connect says what it saved (names only).
+    assert_eq!(said.trim(), "connected pem (saved PEM_KEY)");
     rt.wait_status("pem", "ready", READY);
     let marker = "the value of PEM_KEY follows";
     wait_until(
