@@ -914,7 +914,13 @@ impl KernelRpc for Service {
             && slot.token_hash == sha256(&req.worker_token)
         {
             let offered = offered_tools(&req.tools);
-            crate::probe::finish(slot, &offered, &req.protocol_version, &req.server_name);
+            crate::probe::finish(
+                slot,
+                &offered,
+                offer_size_problem(&req),
+                &req.protocol_version,
+                &req.server_name,
+            );
             return Ok(Response::new(pb::OfferToolsReply {
                 committed: false,
                 error: "probe finished".into(),

@@ -359,6 +359,14 @@ fn a_tool_set_over_the_limits_is_refused_at_commit_without_a_crash_loop() {
     assert_refused_by_size(&rt, "many");
     assert_refused_by_size(&rt, "wide");
     rt.wait_status("fine", "ready", READY);
+    // `probe` reports the same refusal as a problem.
+    let probe = rt.tutti(&["connector", "probe", "many"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&probe.stdout),
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    assert!(said.contains("the tool set is too large"), "{said}");
     let audit = rt.log("audit.jsonl");
     assert!(
         audit.contains("\"refuse\"") && audit.contains("the tool set is too large"),
