@@ -421,3 +421,60 @@ fn available_answers_with_thirty_connectors_whatever_their_size() {
         .map_or(0, Vec::len);
     assert_eq!(listed, 30, "connectors listed");
 }
+
+/// A kernel killed while it copies a release leaves a temporary copy; the next start removes
+/// it.
+#[test]
+fn a_kill_during_install_leaves_nothing_after_the_next_start() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // Many small files: the copy takes long enough to be caught in the middle.
+    let names: Vec<String> = (0..6000)
+        .map(|i| format!("data/d{}/f{i}.txt", i / 500))
+        .collect();
+    let body = vec![b'x'; 2048];
+    let files: Vec<(&str, &[u8])> = names
+        .iter()
+        .map(|n| (n.as_str(), body.as_slice()))
+        .collect();
+    let dir = rt.write_release(&fixture_connector("bulk", &["--tools", "echo"]), &files);
+    let mut install = rt
+        .tutti_cmd(&["connector", "install", &dir.to_string_lossy(), "--yes"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start tutti connector install");
+    let key_dir = rt.state_dir().join("releases/bulk");
+    let temporary = || {
+        std::fs::read_dir(&key_dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+                    .map(|e| e.path())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while temporary().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no temporary copy seen during the install\n{}",
+            rt.diagnostics()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    rt.kill();
+    let _ = install.wait();
+    let left = temporary();
+    assert!(
+        !left.is_empty(),
+        "the kill left a temporary copy (the attack)"
+    );
+
+    rt.restart();
+    assert!(
+        temporary().is_empty(),
+        "temporary copies after the restart: {:?}",
+        temporary()
+    );
+}
