@@ -31,6 +31,15 @@ pub enum CliError {
     )]
     KernelLost { state_dir: PathBuf, reason: String },
 
+    #[error(
+        "lost the connection to the kernel while connecting {key} ({reason}): the values of {names} may have been saved already; `tutti status` shows whether {key} still needs them, and running the same `tutti connector connect` again is safe"
+    )]
+    ConnectInterrupted {
+        key: String,
+        names: String,
+        reason: String,
+    },
+
     /// A gRPC status from the kernel: its message is already user-facing.
     #[error("{message}")]
     Kernel { code: tonic::Code, message: String },

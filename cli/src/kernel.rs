@@ -23,7 +23,9 @@ impl Kernel {
         let endpoint = transport::kernel_endpoint(state_dir);
         match transport::connect(&endpoint).await {
             Ok(channel) => Ok(Self {
-                client: KernelClient::new(channel),
+                // Replies grow with the connectors installed (`available`, `status`).
+                client: KernelClient::new(channel)
+                    .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REPLY_BYTES),
                 state_dir: state_dir.to_path_buf(),
             }),
             Err(err) => Err(connect_error(state_dir, &endpoint.to_string(), &err)),

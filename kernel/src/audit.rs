@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -17,7 +18,8 @@ const MAX_BYTES: u64 = 16 * 1024 * 1024;
 
 pub struct Audit {
     tx: mpsc::Sender<Value>,
-    dropped: AtomicU64,
+    /// Records dropped by the kernel: the queue was full, or writing them failed.
+    dropped: Arc<AtomicU64>,
     /// Records dropped by the frontend before they reached the kernel.
     frontend_dropped: AtomicU64,
 }
@@ -31,10 +33,15 @@ impl Audit {
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
             .map(Duration::from_millis);
-        tokio::spawn(writer(path, rx, stall, MAX_BYTES));
+        let dropped = Arc::new(AtomicU64::new(0));
+        tokio::spawn(writer(
+            Sink::new(path, MAX_BYTES, dropped.clone()),
+            rx,
+            stall,
+        ));
         Audit {
             tx,
-            dropped: AtomicU64::new(0),
+            dropped,
             frontend_dropped: AtomicU64::new(0),
         }
     }
@@ -62,55 +69,135 @@ impl Audit {
 /// Most records written with one `write`: whatever is queued when the writer wakes, up to this.
 const BATCH_MAX: usize = 256;
 
-async fn writer(
-    path: PathBuf,
-    mut rx: mpsc::Receiver<Value>,
-    stall: Option<Duration>,
-    max_bytes: u64,
-) {
-    let open = |p: &PathBuf| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .ok()
-    };
-    let mut file = open(&path);
-    let mut size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+async fn writer(mut sink: Sink, mut rx: mpsc::Receiver<Value>, stall: Option<Duration>) {
     let mut batch = Vec::with_capacity(BATCH_MAX);
-    let mut buf = String::new();
     // Records arrive in bursts (the frontend ships a batch per 10 ms window): everything queued
     // goes out in one write, not one write per record.
     while rx.recv_many(&mut batch, BATCH_MAX).await > 0 {
         if let Some(d) = stall {
             tokio::time::sleep(d.saturating_mul(batch.len() as u32)).await;
         }
+        sink.reopen_if_replaced();
         for record in batch.drain(..) {
-            let line = record.to_string();
-            if size + (buf.len() + line.len() + 1) as u64 > max_bytes {
-                write(&mut file, &mut buf);
-                let _ = std::fs::rename(&path, path.with_extension("jsonl.1"));
-                file = open(&path);
-                size = 0;
-            }
-            buf.push_str(&line);
-            buf.push('\n');
+            sink.push(&record.to_string());
         }
-        size += write(&mut file, &mut buf);
+        sink.flush();
     }
 }
 
-/// Appends `buf` (whole lines) to the file and empties it; the bytes written.
-fn write(file: &mut Option<std::fs::File>, buf: &mut String) -> u64 {
-    let written = match file.as_mut() {
-        Some(f) if !buf.is_empty() => match f.write_all(buf.as_bytes()) {
-            Ok(()) => buf.len() as u64,
-            Err(_) => 0,
-        },
-        _ => 0,
-    };
-    buf.clear();
-    written
+/// The audit file as the writer sees it: the open file (if any), its size, the whole lines
+/// not written yet, and whether writing is failing (one error line per failure burst).
+struct Sink {
+    path: PathBuf,
+    max_bytes: u64,
+    file: Option<std::fs::File>,
+    size: u64,
+    buf: String,
+    /// Records in `buf`.
+    pending: u64,
+    failing: bool,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Sink {
+    fn new(path: PathBuf, max_bytes: u64, dropped: Arc<AtomicU64>) -> Sink {
+        Sink {
+            path,
+            max_bytes,
+            file: None,
+            size: 0,
+            buf: String::new(),
+            pending: 0,
+            failing: false,
+            dropped,
+        }
+    }
+
+    /// Adds one record, rotating first when it would take the file past `max_bytes`.
+    fn push(&mut self, line: &str) {
+        if self.size + (self.buf.len() + line.len() + 1) as u64 > self.max_bytes {
+            self.flush();
+            if self.file.take().is_some() {
+                let _ = std::fs::rename(&self.path, self.path.with_extension("jsonl.1"));
+            }
+            self.size = 0;
+        }
+        self.buf.push_str(line);
+        self.buf.push('\n');
+        self.pending += 1;
+    }
+
+    /// Drops the open file when `path` no longer names it (removed, replaced or moved by
+    /// someone else): the next write opens the file at `path` again instead of appending to
+    /// a file nobody can read.
+    fn reopen_if_replaced(&mut self) {
+        if let Some(f) = &self.file
+            && !names_file(&self.path, f)
+        {
+            self.file = None;
+        }
+    }
+
+    /// Appends the pending lines (one write), opening the file first if it is not open. On
+    /// failure the records are counted as dropped and the file is opened again next time.
+    fn flush(&mut self) {
+        if self.pending == 0 {
+            return;
+        }
+        match self.write_pending() {
+            Ok(()) => {
+                self.size += self.buf.len() as u64;
+                if self.failing {
+                    self.failing = false;
+                    tracing::info!(path = %self.path.display(), "the audit log is written again");
+                }
+            }
+            Err(e) => {
+                self.file = None;
+                self.dropped.fetch_add(self.pending, Ordering::Relaxed);
+                if !self.failing {
+                    self.failing = true;
+                    tracing::error!(
+                        path = %self.path.display(),
+                        error = %e,
+                        "cannot write the audit log; records are dropped and counted (`tutti status`) until it can be written again"
+                    );
+                }
+            }
+        }
+        self.buf.clear();
+        self.pending = 0;
+    }
+
+    fn write_pending(&mut self) -> std::io::Result<()> {
+        let file = match &mut self.file {
+            Some(f) => f,
+            None => {
+                let f = crate::housekeeping::open_log(&self.path)?;
+                self.size = f.metadata()?.len();
+                self.file.insert(f)
+            }
+        };
+        file.write_all(self.buf.as_bytes())
+    }
+}
+
+/// Whether `path` still names the open file `file` (same device and inode; always true where
+/// that cannot be told).
+fn names_file(path: &std::path::Path, file: &std::fs::File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::symlink_metadata(path), file.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, file);
+        true
+    }
 }
 
 fn now_rfc3339() -> String {
@@ -176,7 +263,9 @@ mod tests {
         }
         drop(tx);
         // `{"n":123}` plus a newline is at most 10 bytes: about 100 lines per file.
-        writer(path.clone(), rx, None, 1000).await;
+        let dropped = Arc::new(AtomicU64::new(0));
+        writer(Sink::new(path.clone(), 1000, dropped.clone()), rx, None).await;
+        assert_eq!(dropped.load(Ordering::Relaxed), 0);
         let (old, new) = (lines(&path.with_extension("jsonl.1")), lines(&path));
         assert!(std::fs::metadata(&path).expect("audit file").len() <= 1000);
         assert!(!old.is_empty() && !new.is_empty(), "rotated at least once");
@@ -185,5 +274,33 @@ mod tests {
         let kept: Vec<u64> = old.iter().chain(&new).copied().collect();
         let first = kept[0];
         assert_eq!(kept, (first..300).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn failed_writes_are_counted_and_the_file_is_opened_again() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("audit.jsonl");
+        // Not writable at start: a directory stands where the file should be.
+        std::fs::create_dir(&path)?;
+        let dropped = Arc::new(AtomicU64::new(0));
+        let mut sink = Sink::new(path.clone(), 1 << 20, dropped.clone());
+        sink.push(r#"{"n":0}"#);
+        sink.push(r#"{"n":1}"#);
+        sink.flush();
+        assert_eq!(dropped.load(Ordering::Relaxed), 2);
+        assert!(sink.failing);
+        std::fs::remove_dir(&path)?;
+        sink.push(r#"{"n":2}"#);
+        sink.flush();
+        assert_eq!(lines(&path), vec![2]);
+        assert!(!sink.failing);
+        // Removed behind the writer's back: the next batch goes to a new file at the path.
+        std::fs::remove_file(&path)?;
+        sink.reopen_if_replaced();
+        sink.push(r#"{"n":3}"#);
+        sink.flush();
+        assert_eq!(lines(&path), vec![3]);
+        assert_eq!(dropped.load(Ordering::Relaxed), 2);
+        Ok(())
     }
 }

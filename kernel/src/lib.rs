@@ -6,6 +6,7 @@ mod allowlist;
 mod audit;
 mod demo;
 mod error;
+mod housekeeping;
 mod manifest;
 mod naming;
 mod notify;
@@ -34,6 +35,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::KernelError;
+pub use housekeeping::open_log;
+pub use paths::create_private_dir;
 pub use paths::default_state_dir;
 use tutti_proto::kernel::kernel_server::KernelServer;
 use tutti_proto::transport;
@@ -91,6 +94,16 @@ pub async fn run_until(
     }
     transport::run_dir(&state_dir)?;
     let _lock = acquire_lock(&paths)?;
+    // Owner-only logs and registry, also when an older version or the owner made them
+    // readable; then what a crash left behind goes (the lock says no other kernel uses it).
+    housekeeping::tighten(&paths).map_err(|source| KernelError::Io {
+        context: format!("making {} owner-only", paths.logs().display()),
+        source,
+    })?;
+    let swept = housekeeping::sweep(&paths);
+    if swept > 0 {
+        tracing::info!(swept, "removed leftovers of an earlier run");
+    }
     let secrets = secrets::SecretStore::open(&state_dir)?;
 
     let mut registry = registry::Registry::load(&paths.registry())?;
@@ -125,7 +138,10 @@ pub async fn run_until(
     let mut shutdown_rx = k.shutdown.subscribe();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(KernelServer::new(svc))
+            .add_service(
+                KernelServer::new(svc)
+                    .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REQUEST_BYTES),
+            )
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = shutdown_rx.wait_for(|s| *s).await;
             }),

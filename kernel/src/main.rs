@@ -102,12 +102,9 @@ fn init_tracing(state_dir: &std::path::Path) {
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
     };
     let logs = state_dir.join("logs");
-    let _ = std::fs::create_dir_all(&logs);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(logs.join("kernel.log"))
-        .ok();
+    // Owner-only: logs may hold what an upstream printed (ARCHITECTURE.md, Hardening).
+    let _ = tutti_kernel::create_private_dir(&logs);
+    let file = tutti_kernel::open_log(&logs.join("kernel.log")).ok();
     let file_layer = file.map(|f| {
         tracing_subscriber::fmt::layer()
             .with_ansi(false)

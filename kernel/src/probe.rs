@@ -103,11 +103,7 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         },
     );
     let program = k.paths.sibling("tutti-upstream-worker");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(k.paths.logs().join(format!("probe-{key}.log")))
-        .ok();
+    let log = crate::housekeeping::open_log(&k.paths.logs().join(format!("probe-{key}.log"))).ok();
     let env = vec![
         (
             "PATH".to_string(),
@@ -166,15 +162,20 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
 /// Called by OfferTools for a probe generation.
 /// Its problems are exactly the ones the commit of this tool set would refuse it for
 /// ([`validate`], SPEC §5.1), so a clean probe means the generation would commit.
+/// `size_problem` is the offer's refusal by size (`tutti_proto::limits`), which comes first.
 pub fn finish(
     slot: &mut ProbeSlot,
     tools: &[OfferedTool],
+    size_problem: Option<String>,
     protocol_version: &str,
     server_name: &str,
 ) {
-    let problems = validate(&slot.key, tools, &slot.manifest.tool_risk)
-        .err()
-        .unwrap_or_default();
+    let problems = match size_problem {
+        Some(p) => vec![p],
+        None => validate(&slot.key, tools, &slot.manifest.tool_risk)
+            .err()
+            .unwrap_or_default(),
+    };
     let mut out = Vec::new();
     for t in tools {
         let local = local_name(&slot.key, &t.upstream_name);

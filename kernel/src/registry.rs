@@ -92,7 +92,7 @@ impl Registry {
             path: path.to_path_buf(),
             detail: e.to_string(),
         })?;
-        write_atomic(path, &bytes, false).map_err(|e| KernelError::Registry {
+        write_atomic(path, &bytes, true).map_err(|e| KernelError::Registry {
             path: path.to_path_buf(),
             detail: e.to_string(),
         })
@@ -120,6 +120,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8], private: bool) -> std::io::Result
         #[cfg(not(unix))]
         let _ = private;
         let mut f = opts.open(&tmp)?;
+        // A temporary file left by a crash keeps its mode when opened again: set it.
+        #[cfg(unix)]
+        if private {
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
     }

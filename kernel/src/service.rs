@@ -450,9 +450,12 @@ impl KernelRpc for Service {
                 c.connected = true;
                 c.auth = auth;
             }
-            self.k
-                .save_registry(&mut inner)
-                .map_err(|e| Status::internal(e.to_string()))?;
+            self.k.save_registry(&mut inner).map_err(|e| {
+                Status::internal(format!(
+                    "the values of {} were saved, but the registry could not be written: {e}",
+                    values.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            })?;
         }
         self.k.audit.record(
             "connect",
@@ -911,7 +914,13 @@ impl KernelRpc for Service {
             && slot.token_hash == sha256(&req.worker_token)
         {
             let offered = offered_tools(&req.tools);
-            crate::probe::finish(slot, &offered, &req.protocol_version, &req.server_name);
+            crate::probe::finish(
+                slot,
+                &offered,
+                offer_size_problem(&req),
+                &req.protocol_version,
+                &req.server_name,
+            );
             return Ok(Response::new(pb::OfferToolsReply {
                 committed: false,
                 error: "probe finished".into(),
@@ -924,7 +933,11 @@ impl KernelRpc for Service {
         };
         let offered = offered_tools(&req.tools);
         let actor = inner.actors.get(&req.key).cloned();
-        match validate(&req.key, &offered, &manifest.tool_risk) {
+        let verdict = match offer_size_problem(&req) {
+            Some(problem) => Err(vec![problem]),
+            None => validate(&req.key, &offered, &manifest.tool_risk),
+        };
+        match verdict {
             Err(problems) => {
                 let error = format!(
                     "generation {} refused: {}",
@@ -1117,6 +1130,25 @@ impl KernelRpc for Service {
             env,
         }))
     }
+}
+
+/// Why an offer is refused by its size alone (`tutti_proto::limits`): the worker withheld a
+/// tool set over the limits, or sent one anyway.
+fn offer_size_problem(req: &pb::OfferToolsRequest) -> Option<String> {
+    use tutti_proto::limits::{tool_bytes, tool_set_problem};
+    if req.withheld_tools > 0 {
+        let count = usize::try_from(req.withheld_tools).unwrap_or(usize::MAX);
+        let bytes = usize::try_from(req.withheld_bytes).unwrap_or(usize::MAX);
+        return Some(tool_set_problem(count, bytes).unwrap_or_else(|| {
+            format!("the worker withheld a tool set of {count} tools that is within the limits")
+        }));
+    }
+    let bytes = req
+        .tools
+        .iter()
+        .map(|t| tool_bytes(&t.upstream_name, &t.definition_json))
+        .sum();
+    tool_set_problem(req.tools.len(), bytes)
 }
 
 fn offered_tools(tools: &[pb::OfferedTool]) -> Vec<OfferedTool> {

@@ -66,11 +66,7 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             args.push("--port".into());
             args.push(port.to_string());
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(k.paths.logs().join(role.log()))
-            .ok();
+        let log = crate::housekeeping::open_log(&k.paths.logs().join(role.log())).ok();
         let mut env: Vec<(String, String)> = k
             .base_env
             .iter()

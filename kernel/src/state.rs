@@ -305,17 +305,13 @@ impl Kernel {
         self.redactor()(text)
     }
 
-    /// Reads every stored secret value once and returns a function that masks them (longest
-    /// first), for callers that redact many texts in a row (`status`).
+    /// Reads every stored secret value once and returns a function that masks them (the
+    /// shared rule of `tutti_proto::redact`: longest first, multi-line values line by line),
+    /// for callers that redact many texts in a row (`status`).
     pub fn redactor(&self) -> impl Fn(&str) -> String + use<> {
-        let values = redaction_list(self.secrets.all_values());
-        move |text: &str| {
-            let mut out = text.to_string();
-            for v in &values {
-                out = out.replace(v.as_str(), "***");
-            }
-            out
-        }
+        let redactor =
+            tutti_proto::redact::Redactor::new(redaction_list(self.secrets.all_values()));
+        move |text: &str| redactor.redact(text)
     }
 
     /// The LaunchSpec a worker gets (with `Credentials::Stored`, the connector's stored

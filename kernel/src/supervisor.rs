@@ -280,11 +280,7 @@ impl Actor {
             }
         };
         let endpoint = transport::worker_endpoint(&self.k.paths.state, generation);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.k.paths.connector_log(&self.key))
-            .ok();
+        let log = crate::housekeeping::open_log(&self.k.paths.connector_log(&self.key)).ok();
         let mut env: Vec<(String, String)> = self
             .k
             .base_env

@@ -1,7 +1,8 @@
 //! The only crate that knows the wire format: the generated gRPC code of
 //! `tutti.kernel.v1` and `tutti.worker.v1`, and the local-socket transport they run on
 //! (a Unix domain socket file in the owner-only `run/` directory, or a named pipe on Windows),
-//! plus the few rules every process shares (state directory, connector keys, Windows jobs).
+//! plus the few rules every process shares (state directory, connector keys, secret masking
+//! and log escaping, message and tool-set size limits, Windows jobs).
 #![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call) and
 // job (Windows FFI, each call commented)
 
@@ -9,6 +10,8 @@ pub mod codec;
 #[cfg(windows)]
 pub mod job;
 pub mod key;
+pub mod limits;
+pub mod redact;
 mod redacted;
 pub mod state_dir;
 pub mod transport;

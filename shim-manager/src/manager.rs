@@ -138,6 +138,8 @@ impl Manager {
             .await
             .map_err(|e| e.to_string())?;
         let reply = KernelClient::new(channel)
+            // A snapshot holds every connector's tools.
+            .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REPLY_BYTES)
             .watch_routes(WatchRoutesRequest::default())
             .await
             .map_err(|status| format!("WatchRoutes: {}", status.message()))?;

@@ -9,6 +9,7 @@ use tutti_proto::kernel::{
     LaunchSpec, OfferToolsReply, OfferToolsRequest, OfferedTool, RegisterWorkerRequest,
     WorkerReport,
 };
+use tutti_proto::limits;
 use tutti_proto::transport;
 
 use crate::error::WorkerError;
@@ -82,13 +83,29 @@ impl KernelLink {
         server_name: &str,
     ) -> Result<OfferToolsReply, WorkerError> {
         let mut client = self.client.clone();
+        let mut tools = offered(tools);
+        let bytes: usize = tools
+            .iter()
+            .map(|t| limits::tool_bytes(&t.upstream_name, &t.definition_json))
+            .sum();
+        // Over the limits the list is not sent (it may not even fit in one message): the
+        // kernel refuses the offer by its size, naming the limit.
+        let (withheld_tools, withheld_bytes) = match limits::tool_set_problem(tools.len(), bytes) {
+            Some(_) => (tools.len() as u64, bytes as u64),
+            None => (0, 0),
+        };
+        if withheld_tools > 0 {
+            tools.clear();
+        }
         let request = OfferToolsRequest {
             key: self.key.clone(),
             generation: self.generation,
             worker_token: self.token.clone(),
-            tools: offered(tools),
+            tools,
             protocol_version: protocol_version.to_owned(),
             server_name: server_name.to_owned(),
+            withheld_tools,
+            withheld_bytes,
         };
         Self::rpc("OfferTools", client.offer_tools(request)).await
     }

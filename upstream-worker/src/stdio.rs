@@ -190,7 +190,8 @@ where
     Ok(())
 }
 
-/// Copies the upstream's stderr to `sink` line by line with secrets masked. Returns at EOF.
+/// Copies the upstream's stderr to `sink` line by line with secrets masked and control and
+/// format characters written out ([`crate::redact::log_line`]). Returns at EOF.
 pub(crate) async fn pump_stderr<R, W>(
     stderr: R,
     mut sink: W,
@@ -208,7 +209,7 @@ where
         if outcome == ReadLine::Eof {
             return Ok(());
         }
-        let mut line = redactor.redact_line(&buf, outcome == ReadLine::Cut);
+        let mut line = crate::redact::log_line(&redactor, &buf, outcome == ReadLine::Cut);
         if !line.trim().is_empty()
             && let Ok(mut last) = last_line.lock()
         {

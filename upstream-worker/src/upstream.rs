@@ -268,7 +268,9 @@ impl RmcpUpstream {
             ServiceError::McpError(e) => CallFailure::Rpc {
                 code: e.code.0,
                 message: self.redactor.redact(&e.message),
-                data: e.data.map(|d| self.redactor.redact_json(d)),
+                data: e
+                    .data
+                    .map(|d| crate::redact::redact_json(&self.redactor, d)),
             },
             ServiceError::TransportClosed => CallFailure::Closed,
             ServiceError::TransportSend(e) => match auth_failure(e.error.as_ref()) {

@@ -233,6 +233,8 @@ pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitC
         let _echo = interactive.then(echo::off);
         collect_secrets(&args.from_env, &args.stdin, env, &mut input, interactive)?
     };
+    let mut names: Vec<String> = secrets.keys().cloned().collect();
+    names.sort();
     let mut kernel = Kernel::connect(state_dir).await?;
     let request = ConnectRequest {
         key: args.key.clone(),
@@ -242,8 +244,34 @@ pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitC
         .client
         .connect_connector(request)
         .await
-        .map_err(|status| kernel.error(status))?;
-    done(&args.key, "connected", args.json)
+        .map_err(|status| match kernel.error(status) {
+            // The kernel stores the values first: they may be saved although no answer came.
+            CliError::KernelLost { reason, .. } if !names.is_empty() => {
+                CliError::ConnectInterrupted {
+                    key: args.key.clone(),
+                    names: names.join(", "),
+                    reason,
+                }
+            }
+            other => other,
+        })?;
+    emit(&connected(&args.key, &names, args.json))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `connect` prints: the key and the names of the secrets it saved (never a value).
+fn connected(key: &str, saved: &[String], json: bool) -> String {
+    if json {
+        format!(
+            "{{\"key\":{},\"connected\":true,\"saved\":{}}}\n",
+            serde_json::Value::from(key),
+            serde_json::Value::from(saved.to_vec())
+        )
+    } else if saved.is_empty() {
+        format!("connected {key}\n")
+    } else {
+        format!("connected {key} (saved {})\n", saved.join(", "))
+    }
 }
 
 /// Secret values by name: `--from-env NAME` from the environment variable NAME, then one
@@ -660,6 +688,32 @@ mod tests {
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn connect_says_which_values_it_saved() {
+        let names = vec!["A_KEY".to_owned(), "B_KEY".to_owned()];
+        assert_eq!(
+            connected("gh", &names, false),
+            "connected gh (saved A_KEY, B_KEY)\n"
+        );
+        assert_eq!(connected("gh", &[], false), "connected gh\n");
+        let v: serde_json::Value =
+            serde_json::from_str(&connected("gh", &names, true)).unwrap_or_default();
+        assert_eq!(
+            v,
+            serde_json::json!({"key": "gh", "connected": true, "saved": ["A_KEY", "B_KEY"]})
+        );
+        let lost = CliError::ConnectInterrupted {
+            key: "gh".into(),
+            names: names.join(", "),
+            reason: "broken pipe".into(),
+        }
+        .to_string();
+        assert!(
+            lost.contains("A_KEY, B_KEY may have been saved") && lost.contains("tutti status"),
+            "{lost}"
+        );
     }
 
     #[test]

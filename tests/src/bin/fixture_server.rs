@@ -28,6 +28,17 @@ struct Args {
     /// Print every environment variable to stderr at start.
     #[arg(long)]
     stderr_env: bool,
+    /// Print the value of environment variable NAME to stderr at start, as it is (a
+    /// multi-line value stays multi-line).
+    #[arg(long, value_name = "NAME")]
+    stderr_secret_env: Option<String>,
+    /// Print a line of terminal escapes (OSC 52, CSI colours, BEL) and Unicode format
+    /// characters (U+202E, U+200B) to stderr at start.
+    #[arg(long)]
+    stderr_hostile: bool,
+    /// Add a tool `big_schema` whose input schema holds a description of N bytes.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    big_schema: usize,
     /// Exit 1 immediately.
     #[arg(long)]
     crash_at_start: bool,
@@ -72,6 +83,9 @@ fn main() -> anyhow::Result<()> {
         record: a.record,
         banner: a.banner,
         stderr_env: a.stderr_env,
+        stderr_secret_env: a.stderr_secret_env,
+        stderr_hostile: a.stderr_hostile,
+        big_schema: a.big_schema,
         crash_at_start: a.crash_at_start,
         hang_at_start: a.hang_at_start,
         exit_after_calls: a.exit_after_calls,
