@@ -82,6 +82,10 @@ pub struct InstallArgs {
     /// Allow the release to run this program (repeatable)
     #[arg(long = "allow-command", value_name = "NAME")]
     pub allow_commands: Vec<String>,
+    /// Allow this loader or interpreter-injection variable (PATH, LD_*, NODE_OPTIONS,
+    /// PYTHONPATH, …) in the release's mcp.env or as a secret name (repeatable)
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub allow_env: Vec<String>,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,

@@ -152,6 +152,42 @@ pub fn launch_problems(
         .collect()
 }
 
+/// The loader and interpreter-injection variables (SPEC §12,
+/// [`crate::allowlist::injection_variable`]) of `mcp.env` and of the secret names, one line
+/// each, except those the install allows with `--allow-env NAME`.
+pub fn injection_problems(m: &Manifest, allowed: &[String]) -> Vec<String> {
+    let mut fields: Vec<(String, &str)> = Vec::new();
+    if let Some(Mcp::Stdio { env, secrets, .. }) = &m.mcp {
+        fields.extend(env.keys().map(|k| (format!("mcp.env.{k}"), k.as_str())));
+        fields.extend(
+            secrets
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (format!("mcp.secrets[{i}]"), n.as_str())),
+        );
+    }
+    if let Some(cli) = &m.cli {
+        fields.extend(
+            cli.secrets
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (format!("cli.secrets[{i}]"), n.as_str())),
+        );
+    }
+    fields
+        .into_iter()
+        .filter(|(_, name)| {
+            crate::allowlist::injection_variable(name)
+                && !crate::allowlist::env_allowed(name, allowed)
+        })
+        .map(|(field, name)| {
+            format!(
+                "connector.json: {field}: {name} is a loader or interpreter-injection variable (it can make the program run code from outside the release); to allow it, install with --allow-env {name}"
+            )
+        })
+        .collect()
+}
+
 struct Problems(Vec<String>);
 
 impl Problems {
@@ -572,23 +608,11 @@ pub fn stdio_launch_from(
     }
     let cmd = expand(command, release, state);
     let path_var = base_env.get("PATH").map(String::as_str).unwrap_or("");
-    let cmd_path = Path::new(&cmd);
-    let program = if cmd_path.is_absolute() && cmd_path.starts_with(release) {
-        if on_disk(cmd_path).is_file() {
-            Some(cmd_path.to_path_buf())
-        } else {
-            problems.push(format!(
-                "connector.json: mcp.command: {cmd:?} does not exist in the release"
-            ));
+    let program = match resolve_command(&cmd, release, files, path_var) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            problems.push(format!("connector.json: mcp.command: {e}"));
             None
-        }
-    } else {
-        match crate::spawn::resolve_program(&cmd, path_var) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                problems.push(format!("connector.json: mcp.command: {e}"));
-                None
-            }
         }
     };
     let args = args
@@ -620,6 +644,38 @@ pub fn stdio_launch_from(
         }),
         _ => Err(problems),
     }
+}
+
+/// The program `cmd` (expanded) names, by its real path (`..` and symlinks resolved) before
+/// any check (SPEC §12). A path into the release is looked up in `files` and comes back as
+/// the same file in `release`, which is where it runs (the kernel's hashed copy); one that
+/// resolves outside the release comes back as its real path, for the launch allowlist to
+/// judge. A bare name is the program PATH gives for it, as PATH gives it.
+fn resolve_command(
+    cmd: &str,
+    release: &Path,
+    files: &Path,
+    path_var: &str,
+) -> Result<PathBuf, String> {
+    let cmd_path = Path::new(cmd);
+    if !cmd_path.is_absolute() {
+        return crate::spawn::resolve_program(cmd, path_var);
+    }
+    let Ok(rest) = cmd_path.strip_prefix(release) else {
+        let found = crate::spawn::resolve_program(cmd, path_var)?;
+        return std::fs::canonicalize(&found).map_err(|e| format!("{cmd:?}: {e}"));
+    };
+    let real = std::fs::canonicalize(files.join(rest))
+        .map_err(|_| format!("{cmd:?} does not exist in the release"))?;
+    if !real.is_file() {
+        return Err(format!("{cmd:?} is not a file"));
+    }
+    let root = std::fs::canonicalize(files).map_err(|e| format!("{}: {e}", files.display()))?;
+    Ok(match real.strip_prefix(&root) {
+        Ok(inner) => release.join(inner),
+        // `..` led out of the release: what it really is.
+        Err(_) => real,
+    })
 }
 
 #[cfg(test)]

@@ -70,14 +70,16 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         .launch_spec(&manifest.key, &manifest, &release, credentials)
         .map_err(Status::failed_precondition)?;
     if launch.transport == "stdio" {
-        let allowed = req.allow_commands.clone();
-        crate::allowlist::check(
-            std::path::Path::new(&launch.command),
-            &[&release],
-            &k.paths.libexec,
-            &crate::allowlist::owner_allowed(),
-            &allowed,
-        )
+        let owner = crate::allowlist::owner_allowed();
+        let rules = crate::allowlist::Rules {
+            release: &release,
+            source: None,
+            runtime_dir: &k.paths.libexec,
+            owner_allowed: &owner,
+            install_allowed: &req.allow_commands,
+            path_var: k.path_var(),
+        };
+        crate::allowlist::check(std::path::Path::new(&launch.command), &rules)
         .or_else(|e| {
             // An installed connector was allowed at install time.
             if is_installed_release {

@@ -25,6 +25,7 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
     let request = InstallRequest {
         source_dir: dir.display().to_string(),
         allow_commands: args.allow_commands,
+        allow_env: args.allow_env,
     };
     let mut kernel = Kernel::connect(state_dir).await?;
     let plan = kernel
@@ -99,6 +100,13 @@ fn confirmation(plan: &InstallPlan) -> String {
         "stdio" => {
             out.push_str(&format!("  runs: {}\n", shell_join(&plan.argv)));
             out.push_str(&format!("  in:   {}\n", visible(&plan.cwd)));
+            for var in &plan.env {
+                out.push_str(&format!(
+                    "  env:  {}={}\n",
+                    visible(&var.name),
+                    shell_join(std::slice::from_ref(&var.value))
+                ));
+            }
         }
         "http" => out.push_str(&format!("  url:  {}\n", visible(&plan.url))),
         _ => {}
@@ -129,6 +137,12 @@ fn confirmation(plan: &InstallPlan) -> String {
         out.push_str(&format!(
             "  allowed commands: {}\n",
             visible(&plan.allowed_commands.join(", "))
+        ));
+    }
+    if !plan.allowed_env.is_empty() {
+        out.push_str(&format!(
+            "  allowed injection variables: {}\n",
+            visible(&plan.allowed_env.join(", "))
         ));
     }
     if plan.same_release {
