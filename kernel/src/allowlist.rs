@@ -135,6 +135,10 @@ pub fn check(program: &Path, rules: &Rules<'_>) -> Result<(), String> {
         return Err(refusal(program, None, "it cannot be resolved to a real file"));
     };
     let inside = |dir: &Path| real(dir).is_some_and(|d| real_path.starts_with(d));
+    if let Some(src) = rules.source.filter(|src| inside(src)) {
+        // Before any allowlist entry: nothing runs from the source folder, whatever allows it.
+        return Err(from_source(program, &real_path, src));
+    }
     if inside(rules.release) || inside(rules.runtime_dir) {
         return Ok(());
     }
@@ -168,23 +172,23 @@ fn refusal(program: &Path, real_path: Option<&Path>, why: &str) -> String {
     )
 }
 
+fn from_source(program: &Path, real_path: &Path, source: &Path) -> String {
+    let rel = real(source)
+        .and_then(|src| real_path.strip_prefix(src).ok().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let why = format!(
+        "it is in the folder the release is installed from, and a release's files run only from the kernel's hashed copy; write it as \"${{release}}/{}\"",
+        rel.display()
+    );
+    refusal(program, Some(real_path), &why)
+}
+
 fn explain(
     program: &Path,
     real_path: &Path,
     named_like_it: Option<(&str, Option<PathBuf>)>,
     rules: &Rules<'_>,
 ) -> String {
-    let from_source = rules
-        .source
-        .and_then(real)
-        .and_then(|src| real_path.strip_prefix(src).ok().map(Path::to_path_buf));
-    if let Some(rel) = from_source {
-        let why = format!(
-            "it is in the folder the release is installed from, and a release's files run only from the kernel's hashed copy; write it as \"${{release}}/{}\"",
-            rel.display()
-        );
-        return refusal(program, Some(real_path), &why);
-    }
     let why = match named_like_it {
         Some((entry, target)) => format!(
             "it is outside the release, and the allowlisted name {entry:?} stands only for the program PATH finds for it ({}); to allow this file, install with --allow-command {}",
@@ -195,17 +199,17 @@ fn explain(
             real_path.display()
         ),
         None => {
-            let name = program_name(real_path);
-            // Suggest the bare name when PATH finds this very program under it.
-            let by_name = entry_target(&name, rules.path_var).as_deref() == Some(real_path);
+            // Suggest a bare name when PATH finds this very program under it (`sh` for
+            // /bin/sh, really /usr/bin/dash), else the file itself.
+            let names = [program_name(program), program_name(real_path)];
+            let by_name = names
+                .iter()
+                .find(|n| entry_target(n, rules.path_var).as_deref() == Some(real_path));
             format!(
-                "it is outside the release and {name:?} is not on the launch allowlist ({}); to allow it, install with --allow-command {}",
+                "it is outside the release and {:?} is not on the launch allowlist ({}); to allow it, install with --allow-command {}",
+                names[0],
                 DEFAULT_ALLOWED.join(", "),
-                if by_name {
-                    name.clone()
-                } else {
-                    real_path.display().to_string()
-                }
+                by_name.cloned().unwrap_or_else(|| real_path.display().to_string())
             )
         }
     };
@@ -283,6 +287,11 @@ mod tests {
         // A file of the source folder never runs.
         let e = check_with(&src.join("bin/server"), &["server"]).expect_err("source refused");
         assert!(e.contains("${release}/bin/server"), "{e}");
+        let by_path = src.join("bin/server").display().to_string();
+        assert!(
+            check_with(&src.join("bin/server"), &[&by_path]).is_err(),
+            "not even allowed by path"
+        );
         // A file merely named like an allowlisted program.
         let e = check_with(&root.join("evil/node"), &[]).expect_err("name is not enough");
         assert!(e.contains("stands only for"), "{e}");
