@@ -92,16 +92,21 @@ impl Manifest {
 
 /// Reads and validates `<dir>/connector.json`. `Err` holds one line per problem.
 pub fn load(dir: &Path) -> Result<Manifest, Vec<String>> {
-    let path = dir.join("connector.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        vec![format!(
-            "connector.json: cannot read {}: {e}",
-            path.display()
-        )]
-    })?;
+    let text = read_manifest(dir).map_err(|e| vec![e])?;
     let value: Value = serde_json::from_str(&text)
         .map_err(|e| vec![format!("connector.json: not valid JSON: {e}")])?;
     parse(&value, dir)
+}
+
+/// The text of `<dir>/connector.json`, read without following links and at most
+/// [`crate::release::MANIFEST_MAX_BYTES`] (SPEC issue 19 F8). `Err` is the one refusal line.
+fn read_manifest(dir: &Path) -> Result<String, String> {
+    crate::release::read_text(
+        dir,
+        Path::new("connector.json"),
+        crate::release::MANIFEST_MAX_BYTES,
+    )
+    .map_err(|e| format!("connector.json: {e}"))
 }
 
 /// The launch problems (command not found, cwd not absolute, …) of a release whose
@@ -113,7 +118,7 @@ pub fn launch_problems(
     base_env: &BTreeMap<String, String>,
     reported: &[String],
 ) -> Vec<String> {
-    let Some(value) = std::fs::read_to_string(dir.join("connector.json"))
+    let Some(value) = read_manifest(dir)
         .ok()
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())
     else {
@@ -188,11 +193,43 @@ pub fn injection_problems(m: &Manifest, allowed: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The most bytes a text field of a manifest may hold (issue 19 F9), set here and only here
+/// (ARCHITECTURE.md lists them). Such text is shown to people (install confirmation, `status`,
+/// `available`) and travels in every `available` reply, so one release cannot make those
+/// unusable. The whole `connector.json` is capped too ([`crate::release::MANIFEST_MAX_BYTES`]).
+pub mod limits {
+    /// `name`, and a skill's `name` and `title`.
+    pub const NAME: usize = 256;
+    /// `version`.
+    pub const VERSION: usize = 128;
+    /// `description`, and a skill's `description`.
+    pub const DESCRIPTION: usize = 4096;
+    /// `mcp.command`, `mcp.cwd`, `mcp.url`, `cli.entrypoint`, each `skills[i]`.
+    pub const PATH: usize = 4096;
+    /// Each `mcp.args` item and each `mcp.env` value.
+    pub const ARG: usize = 32 * 1024;
+}
+
 struct Problems(Vec<String>);
 
 impl Problems {
     fn push(&mut self, field: &str, msg: impl std::fmt::Display) {
         self.0.push(format!("connector.json: {field}: {msg}"));
+    }
+
+    /// Refuses `value` when it is longer than `max` bytes; `true` when it fits.
+    fn fits(&mut self, field: &str, value: &str, max: usize) -> bool {
+        if value.len() > max {
+            self.push(
+                field,
+                format!(
+                    "is {} bytes, longer than the {max}-byte limit for this field",
+                    value.len()
+                ),
+            );
+            return false;
+        }
+        true
     }
 }
 
@@ -290,6 +327,9 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
     let name = string(root, "name", "name", true, &mut p).unwrap_or_default();
     let description = string(root, "description", "description", true, &mut p).unwrap_or_default();
     let version = string(root, "version", "version", true, &mut p).unwrap_or_default();
+    p.fits("name", &name, limits::NAME);
+    p.fits("description", &description, limits::DESCRIPTION);
+    p.fits("version", &version, limits::VERSION);
 
     let mcp = match root.get("mcp") {
         None | Some(Value::Null) => None,
@@ -304,7 +344,7 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         Some(Value::Object(c)) => {
             let entrypoint =
                 string(c, "entrypoint", "cli.entrypoint", true, &mut p).unwrap_or_default();
-            if !entrypoint.is_empty() {
+            if p.fits("cli.entrypoint", &entrypoint, limits::PATH) && !entrypoint.is_empty() {
                 if !inside_release(&entrypoint) {
                     p.push(
                         "cli.entrypoint",
@@ -344,6 +384,9 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         .enumerate()
     {
         let field = format!("skills[{i}]");
+        if !p.fits(&field, &rel, limits::PATH) {
+            continue;
+        }
         if !inside_release(&rel) {
             p.push(
                 &field,
@@ -351,7 +394,8 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
             );
             continue;
         }
-        match crate::skills::read_skill(&dir.join(&rel)) {
+        match crate::skills::read_skill(dir, Path::new(&rel)) {
+            Ok(meta) if !skill_fits(&field, &meta, &mut p) => {}
             Ok(meta) => skills.push(Skill {
                 dir: rel,
                 name: meta.name,
@@ -430,6 +474,20 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
     }
 }
 
+/// A skill's front matter within [`limits`] (each problem pushed).
+fn skill_fits(field: &str, meta: &crate::skills::SkillMeta, p: &mut Problems) -> bool {
+    let name = p.fits(&format!("{field}: SKILL.md name"), &meta.name, limits::NAME);
+    let title = meta.title.as_deref().is_none_or(|t| {
+        p.fits(&format!("{field}: SKILL.md title"), t, limits::NAME)
+    });
+    let description = p.fits(
+        &format!("{field}: SKILL.md description"),
+        &meta.description,
+        limits::DESCRIPTION,
+    );
+    name && title && description
+}
+
 fn check_secret_names(names: &[String], field: &str, p: &mut Problems) {
     for (i, n) in names.iter().enumerate() {
         if !valid_env_name(n) {
@@ -453,6 +511,11 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
             }
             let args = string_list(m, "args", "mcp.args", p);
             let cwd = string(m, "cwd", "mcp.cwd", false, p).unwrap_or_else(|| "${release}".into());
+            p.fits("mcp.command", &command, limits::PATH);
+            p.fits("mcp.cwd", &cwd, limits::PATH);
+            for (i, a) in args.iter().enumerate() {
+                p.fits(&format!("mcp.args[{i}]"), a, limits::ARG);
+            }
             let mut env = BTreeMap::new();
             match m.get("env") {
                 None | Some(Value::Null) => {}
@@ -466,6 +529,7 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
                         }
                         match v.as_str() {
                             Some(s) => {
+                                p.fits(&format!("mcp.env.{k}"), s, limits::ARG);
                                 env.insert(k.clone(), s.to_string());
                             }
                             None => p.push(&format!("mcp.env.{k}"), "must be a string"),
@@ -486,6 +550,7 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
         }
         "http" => {
             let url = string(m, "url", "mcp.url", true, p).unwrap_or_default();
+            p.fits("mcp.url", &url, limits::PATH);
             if !(url.is_empty() || url.starts_with("https://") || url.starts_with("http://")) {
                 p.push(
                     "mcp.url",
@@ -648,9 +713,11 @@ pub fn stdio_launch_from(
 
 /// The program `cmd` (expanded) names, by its real path (`..` and symlinks resolved) before
 /// any check (SPEC §12). A path into the release is looked up in `files` and comes back as
-/// the same file in `release`, which is where it runs (the kernel's hashed copy); one that
-/// resolves outside the release comes back as its real path, for the launch allowlist to
-/// judge. A bare name is the program PATH gives for it, as PATH gives it.
+/// the same file in `release`, which is where it runs (the kernel's hashed copy); one whose
+/// `..` lead out of the release comes back as its real path. Any other absolute path, and
+/// the program PATH gives for a bare name, come back as they are: the launch allowlist
+/// judges them by their real path ([`crate::allowlist::check`]), and they run by the path
+/// the person confirmed (a multi-call binary behind a link still sees its name).
 fn resolve_command(
     cmd: &str,
     release: &Path,
@@ -662,8 +729,8 @@ fn resolve_command(
         return crate::spawn::resolve_program(cmd, path_var);
     }
     let Ok(rest) = cmd_path.strip_prefix(release) else {
-        let found = crate::spawn::resolve_program(cmd, path_var)?;
-        return std::fs::canonicalize(&found).map_err(|e| format!("{cmd:?}: {e}"));
+        // Runs as written; the allowlist judges its real path.
+        return crate::spawn::resolve_program(cmd, path_var);
     };
     let real = std::fs::canonicalize(files.join(rest))
         .map_err(|_| format!("{cmd:?} does not exist in the release"))?;
