@@ -132,7 +132,11 @@ pub fn check(program: &Path, rules: &Rules<'_>) -> Result<(), String> {
         return Ok(());
     }
     let Some(real_path) = real(program) else {
-        return Err(refusal(program, None, "it cannot be resolved to a real file"));
+        return Err(refusal(
+            program,
+            None,
+            "it cannot be resolved to a real file",
+        ));
     };
     let inside = |dir: &Path| real(dir).is_some_and(|d| real_path.starts_with(d));
     if let Some(src) = rules.source.filter(|src| inside(src)) {
@@ -209,7 +213,9 @@ fn explain(
                 "it is outside the release and {:?} is not on the launch allowlist ({}); to allow it, install with --allow-command {}",
                 names[0],
                 DEFAULT_ALLOWED.join(", "),
-                by_name.cloned().unwrap_or_else(|| real_path.display().to_string())
+                by_name
+                    .cloned()
+                    .unwrap_or_else(|| real_path.display().to_string())
             )
         }
     };

@@ -477,9 +477,10 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
 /// A skill's front matter within [`limits`] (each problem pushed).
 fn skill_fits(field: &str, meta: &crate::skills::SkillMeta, p: &mut Problems) -> bool {
     let name = p.fits(&format!("{field}: SKILL.md name"), &meta.name, limits::NAME);
-    let title = meta.title.as_deref().is_none_or(|t| {
-        p.fits(&format!("{field}: SKILL.md title"), t, limits::NAME)
-    });
+    let title = meta
+        .title
+        .as_deref()
+        .is_none_or(|t| p.fits(&format!("{field}: SKILL.md title"), t, limits::NAME));
     let description = p.fits(
         &format!("{field}: SKILL.md description"),
         &meta.description,

@@ -79,8 +79,7 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
             install_allowed: &req.allow_commands,
             path_var: k.path_var(),
         };
-        crate::allowlist::check(std::path::Path::new(&launch.command), &rules)
-        .or_else(|e| {
+        crate::allowlist::check(std::path::Path::new(&launch.command), &rules).or_else(|e| {
             // An installed connector was allowed at install time.
             if is_installed_release {
                 Ok(())

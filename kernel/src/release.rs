@@ -99,7 +99,9 @@ pub fn read_text(root: &Path, rel: &Path, max: u64) -> Result<String, String> {
         path.push(part);
         let meta = std::fs::symlink_metadata(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if i + 1 < parts.len() && !meta.file_type().is_dir() {
+        if i + 1 == parts.len() {
+            regular_file(&path, &meta)?;
+        } else if !meta.file_type().is_dir() {
             return Err(format!(
                 "{} is not a directory (symbolic links are not followed in a release)",
                 path.display()
@@ -149,7 +151,9 @@ pub fn hash_tree(root: &Path) -> Result<String, String> {
         let path = root.join(&rel);
         // Checked by type again as it is opened: it may have changed since it was listed.
         let mut f = open_no_follow(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let meta = f.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+        let meta = f
+            .metadata()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         regular_file(&path, &meta)?;
         h.update(rel.to_string_lossy().as_bytes());
         h.update([0, u8::from(executable(&meta))]);

@@ -108,6 +108,7 @@ impl Service {
         let release_dir = self.k.paths.releases().join(&manifest.key).join(&sha);
         reply.key = manifest.key.clone();
         reply.name = manifest.name.clone();
+        reply.description = manifest.description.clone();
         reply.version = manifest.version.clone();
         reply.secret_names = manifest.secret_names();
         reply
@@ -881,8 +882,11 @@ impl KernelRpc for Service {
         let launch = match self
             .k
             .launch_spec(&req.key, &manifest, &release, Credentials::Stored)
-            .and_then(|launch| self.k.launch_allowed(&req.key, &release, &launch).map(|()| launch))
-        {
+            .and_then(|launch| {
+                self.k
+                    .launch_allowed(&req.key, &release, &launch)
+                    .map(|()| launch)
+            }) {
             Ok(launch) => launch,
             Err(why) => {
                 // The worker exits on this; `status` should say why, not only "exit status 2".

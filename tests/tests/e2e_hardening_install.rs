@@ -5,9 +5,9 @@
 //! Each test runs the attack of the security review against the real runtime.
 #![cfg(unix)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::{Runtime, RuntimeOptions, fixture_bin, fixture_connector};
@@ -206,7 +206,10 @@ fn an_injection_variable_in_env_needs_allow_env_and_is_shown() {
         "env:  PYTHONPATH=/tmp/elsewhere",
         "allowed injection variables: PYTHONPATH",
     ] {
-        assert!(err.contains(shown), "the confirmation lacks {shown:?}:\n{err}");
+        assert!(
+            err.contains(shown),
+            "the confirmation lacks {shown:?}:\n{err}"
+        );
     }
     assert_eq!(
         registry(&rt)["connectors"]["pyenv"]["allowEnv"],
@@ -250,5 +253,270 @@ fn a_secret_named_like_a_loader_variable_is_refused() {
         &manifest,
         &[("run.sh", script_running_the_fixture().as_bytes())],
     );
-    assert_refused(&rt, &out, "clipath", &["cli.secrets[0]", "--allow-env PATH"]);
+    assert_refused(
+        &rt,
+        &out,
+        "clipath",
+        &["cli.secrets[0]", "--allow-env PATH"],
+    );
+}
+
+// === F8: release files are not followed, typed before reading, and capped ===
+
+/// How long a refusal that must come "at once" may take on a loaded machine.
+const AT_ONCE: Duration = Duration::from_secs(10);
+
+/// Runs `tutti ARGS…` and fails the test if it has not returned within [`AT_ONCE`] (it is
+/// killed then, so a hung kernel thread shows as a failure, not as a hung test).
+fn tutti_at_once(rt: &Runtime, args: &[&str]) -> Output {
+    let mut child = rt
+        .tutti_cmd(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tutti");
+    let started = Instant::now();
+    loop {
+        match child.try_wait().expect("wait tutti") {
+            Some(_) => return child.wait_with_output().expect("tutti output"),
+            None if started.elapsed() > AT_ONCE => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "`tutti {}` did not return within {AT_ONCE:?}",
+                    args.join(" ")
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn install_at_once(rt: &Runtime, dir: &Path) -> Output {
+    let dir = dir.to_string_lossy().into_owned();
+    tutti_at_once(rt, &["connector", "install", &dir, "--yes"])
+}
+
+/// A release dir whose `connector.json` is then replaced by `make(path)`.
+fn release_with_manifest(rt: &mut Runtime, key: &str, make: impl FnOnce(&Path)) -> PathBuf {
+    let dir = rt.write_release(&fixture_connector(key, &["--tools", "echo"]), &[]);
+    let manifest = dir.join("connector.json");
+    std::fs::remove_file(&manifest).expect("rm connector.json");
+    make(&manifest);
+    dir
+}
+
+#[test]
+fn a_symlinked_manifest_is_refused_at_once() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // → /dev/zero: reading it never ends (the kernel grew to 860 MB).
+    let dir = release_with_manifest(&mut rt, "zero", |m| {
+        std::os::unix::fs::symlink("/dev/zero", m).expect("symlink");
+    });
+    let out = install_at_once(&rt, &dir);
+    assert_refused(&rt, &out, "zero", &["connector.json: ", "symbolic link"]);
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let probe = tutti_at_once(&rt, &["connector", "probe", &dir_arg]);
+    assert!(!probe.status.success(), "probe must refuse it");
+    assert!(
+        stderr(&probe).contains("symbolic link"),
+        "{}",
+        stderr(&probe)
+    );
+
+    // → a regular file outside the release: what is read would not be what is hashed.
+    let elsewhere = rt.root().join("elsewhere.json");
+    std::fs::write(
+        &elsewhere,
+        fixture_connector("linked", &["--tools", "echo"]).to_string(),
+    )
+    .expect("write");
+    let dir = release_with_manifest(&mut rt, "linked", |m| {
+        std::os::unix::fs::symlink(&elsewhere, m).expect("symlink");
+    });
+    let out = install_at_once(&rt, &dir);
+    assert_refused(&rt, &out, "linked", &["connector.json: ", "symbolic link"]);
+}
+
+#[test]
+fn a_fifo_manifest_is_refused_at_once() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let dir = release_with_manifest(&mut rt, "fifo", |m| {
+        nix::unistd::mkfifo(m, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    });
+    let out = install_at_once(&rt, &dir);
+    assert_refused(
+        &rt,
+        &out,
+        "fifo",
+        &["connector.json: ", "not a regular file"],
+    );
+    // The kernel is not stuck: the next install works.
+    rt.install_ok(&fixture_connector("after", &["--tools", "echo"]), &[]);
+}
+
+#[test]
+fn a_manifest_over_one_mebibyte_is_refused_at_once() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let mut manifest = fixture_connector("huge", &["--tools", "echo"]);
+    manifest["description"] = json!("x".repeat(2 * 1024 * 1024));
+    let dir = rt.write_release(&manifest, &[]);
+    let out = install_at_once(&rt, &dir);
+    assert_refused(
+        &rt,
+        &out,
+        "huge",
+        &["connector.json: ", "larger than the 1 MiB limit"],
+    );
+}
+
+#[test]
+fn skill_files_are_not_followed_and_are_capped() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let skill = b"---\nname: s\ndescription: a skill\n---\nbody\n";
+    let cases: [(&str, &str, Box<dyn Fn(&Path)>); 3] = [
+        (
+            "skilllink",
+            "symbolic link",
+            Box::new(|p: &Path| std::os::unix::fs::symlink("/dev/zero", p).expect("symlink")),
+        ),
+        (
+            "skillfifo",
+            "not a regular file",
+            Box::new(|p: &Path| {
+                nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                    .expect("mkfifo")
+            }),
+        ),
+        (
+            "skillbig",
+            "larger than the 256 KiB limit",
+            Box::new(|p: &Path| {
+                let mut text = String::from("---\nname: s\ndescription: big\n---\n");
+                text.push_str(&"y".repeat(300 * 1024));
+                std::fs::write(p, text).expect("write");
+            }),
+        ),
+    ];
+    for (key, needle, make) in cases {
+        let mut manifest = fixture_connector(key, &["--tools", "echo"]);
+        manifest["skills"] = json!(["skills/s"]);
+        let dir = rt.write_release(&manifest, &[("skills/s/SKILL.md", skill)]);
+        let file = dir.join("skills/s/SKILL.md");
+        std::fs::remove_file(&file).expect("rm");
+        make(&file);
+        let out = install_at_once(&rt, &dir);
+        assert_refused(&rt, &out, key, &["skills[0]", needle]);
+    }
+}
+
+// === F9: field size limits ===
+
+#[test]
+fn oversized_manifest_fields_are_refused_at_install_naming_the_field() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // 10 MB: the whole manifest is over its cap, and the refusal says so.
+    let mut manifest = fixture_connector("tenmb", &["--tools", "echo"]);
+    manifest["description"] = json!("d".repeat(10 * 1000 * 1000));
+    let dir = rt.write_release(&manifest, &[]);
+    let out = install_at_once(&rt, &dir);
+    assert_refused(
+        &rt,
+        &out,
+        "tenmb",
+        &["connector.json: ", "larger than the 1 MiB limit"],
+    );
+    // 100 KiB: under the file cap, over the field's.
+    let mut manifest = fixture_connector("longdesc", &["--tools", "echo"]);
+    manifest["description"] = json!("d".repeat(100 * 1024));
+    let out = rt.install_dir(&manifest, &[]);
+    assert_refused(
+        &rt,
+        &out,
+        "longdesc",
+        &["connector.json: description: is 102400 bytes, longer than the 4096-byte limit"],
+    );
+    let mut manifest = fixture_connector("longname", &["--tools", "echo"]);
+    manifest["name"] = json!("n".repeat(1000));
+    let out = rt.install_dir(&manifest, &[]);
+    assert_refused(
+        &rt,
+        &out,
+        "longname",
+        &["connector.json: name: is 1000 bytes"],
+    );
+    // `available` still works for everything installed.
+    rt.install_ok(&fixture_connector("fine", &["--tools", "echo"]), &[]);
+    let listed: Value =
+        serde_json::from_str(&rt.tutti_ok(&["connector", "available", "--json"])).expect("json");
+    assert_eq!(listed["connectors"][0]["key"], "fine");
+}
+
+// === F12: format and control characters are written out where manifest text is shown ===
+
+const RAW: [char; 3] = ['\u{202e}', '\u{200b}', '\u{1b}'];
+
+fn assert_escaped(what: &str, text: &str, needles: &[&str]) {
+    for raw in RAW {
+        assert!(
+            !text.contains(raw),
+            "{what} shows a raw U+{:04X}:\n{text:?}",
+            u32::from(raw)
+        );
+    }
+    for needle in needles {
+        assert!(text.contains(needle), "{what} lacks {needle:?}:\n{text}");
+    }
+}
+
+#[test]
+fn format_and_control_characters_are_escaped_in_every_display() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let name = "Spoof\u{202e}exe.txt\u{200b}\u{1b}[2K";
+    let description = "Reads\u{202e}files\u{200b}\u{1b}]52;c;aGk=\u{7}";
+    let version = "1.0\u{202e}\u{200b}\u{1b}[31m";
+    let mut manifest = fixture_connector("spoof", &["--tools", "echo"]);
+    manifest["name"] = json!(name);
+    manifest["description"] = json!(description);
+    manifest["version"] = json!(version);
+    let out = rt.install_dir(&manifest, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_escaped(
+        "the install confirmation",
+        &stderr(&out),
+        &[
+            "Spoof\\u{202e}exe.txt\\u{200b}\\x1b[2K",
+            "Reads\\u{202e}files\\u{200b}\\x1b]52;c;aGk=\\x07",
+            "1.0\\u{202e}\\u{200b}\\x1b[31m",
+        ],
+    );
+    assert_escaped(
+        "the install result",
+        &String::from_utf8_lossy(&out.stdout),
+        &[],
+    );
+    rt.wait_status("spoof", "ready", READY);
+
+    let status = rt.tutti_ok(&["status"]);
+    assert_escaped(
+        "`tutti status`",
+        &status,
+        &["1.0\\u{202e}\\u{200b}\\x1b[31m"],
+    );
+
+    let available = rt.tutti_ok(&["connector", "available"]);
+    assert_escaped(
+        "`tutti connector available`",
+        &available,
+        &[
+            "Spoof\\u{202e}exe.txt\\u{200b}\\x1b[2K",
+            "Reads\\u{202e}files\\u{200b}",
+        ],
+    );
+
+    // JSON stays JSON: the text as it is, escaped the way JSON escapes.
+    let json_out: Value =
+        serde_json::from_str(&rt.tutti_ok(&["connector", "available", "--json"])).expect("json");
+    assert_eq!(json_out["connectors"][0]["name"], name);
+    assert_eq!(json_out["connectors"][0]["description"], description);
 }
