@@ -79,9 +79,9 @@ fn regular_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
 
 /// `1 MiB`, `256 KiB`, `100 bytes`.
 pub fn human_bytes(n: u64) -> String {
-    if n >= 1024 * 1024 && n % (1024 * 1024) == 0 {
+    if n >= 1024 * 1024 && n.is_multiple_of(1024 * 1024) {
         format!("{} MiB", n / (1024 * 1024))
-    } else if n >= 1024 && n % 1024 == 0 {
+    } else if n >= 1024 && n.is_multiple_of(1024) {
         format!("{} KiB", n / 1024)
     } else {
         format!("{n} bytes")

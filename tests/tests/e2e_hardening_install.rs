@@ -370,33 +370,25 @@ fn a_manifest_over_one_mebibyte_is_refused_at_once() {
     );
 }
 
+/// Puts something at a path (a link, a FIFO, a big file).
+type MakeFile = fn(&Path);
+
 #[test]
 fn skill_files_are_not_followed_and_are_capped() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let skill = b"---\nname: s\ndescription: a skill\n---\nbody\n";
-    let cases: [(&str, &str, Box<dyn Fn(&Path)>); 3] = [
-        (
-            "skilllink",
-            "symbolic link",
-            Box::new(|p: &Path| std::os::unix::fs::symlink("/dev/zero", p).expect("symlink")),
-        ),
-        (
-            "skillfifo",
-            "not a regular file",
-            Box::new(|p: &Path| {
-                nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600))
-                    .expect("mkfifo")
-            }),
-        ),
-        (
-            "skillbig",
-            "larger than the 256 KiB limit",
-            Box::new(|p: &Path| {
-                let mut text = String::from("---\nname: s\ndescription: big\n---\n");
-                text.push_str(&"y".repeat(300 * 1024));
-                std::fs::write(p, text).expect("write");
-            }),
-        ),
+    let cases: [(&str, &str, MakeFile); 3] = [
+        ("skilllink", "symbolic link", |p: &Path| {
+            std::os::unix::fs::symlink("/dev/zero", p).expect("symlink")
+        }),
+        ("skillfifo", "not a regular file", |p: &Path| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo")
+        }),
+        ("skillbig", "larger than the 256 KiB limit", |p: &Path| {
+            let mut text = String::from("---\nname: s\ndescription: big\n---\n");
+            text.push_str(&"y".repeat(300 * 1024));
+            std::fs::write(p, text).expect("write");
+        }),
     ];
     for (key, needle, make) in cases {
         let mut manifest = fixture_connector(key, &["--tools", "echo"]);
