@@ -98,7 +98,7 @@ pub fn read_text(root: &Path, rel: &Path, max: u64) -> Result<String, String> {
     for (i, part) in parts.iter().enumerate() {
         path.push(part);
         let meta = std::fs::symlink_metadata(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
         if i + 1 == parts.len() {
             regular_file(&path, &meta)?;
         } else if !meta.file_type().is_dir() {
@@ -108,10 +108,11 @@ pub fn read_text(root: &Path, rel: &Path, max: u64) -> Result<String, String> {
             ));
         }
     }
-    let file = open_no_follow(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file =
+        open_no_follow(&path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let meta = file
         .metadata()
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     regular_file(&path, &meta)?;
     let too_big = || {
         format!(
@@ -126,7 +127,7 @@ pub fn read_text(root: &Path, rel: &Path, max: u64) -> Result<String, String> {
     let mut bytes = Vec::new();
     file.take(max + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     if bytes.len() as u64 > max {
         return Err(too_big());
     }
