@@ -127,6 +127,10 @@ pub struct ProbeArgs {
     /// Allow the release to run this program (repeatable)
     #[arg(long = "allow-command", value_name = "NAME")]
     pub allow_commands: Vec<String>,
+    /// Allow this loader or interpreter-injection variable in the release's mcp.env or as a
+    /// secret name (repeatable)
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub allow_env: Vec<String>,
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,

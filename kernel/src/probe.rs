@@ -53,6 +53,11 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         .connectors
         .get(&manifest.key)
         .is_some_and(|c| c.release_dir == release);
+    // A folder runs unconfirmed by install: the same launch rules for its environment.
+    let injection = manifest::injection_problems(&manifest, &req.allow_env);
+    if !is_installed_release && !injection.is_empty() {
+        return Err(Status::failed_precondition(injection.join("\n")));
+    }
     let credentials = if is_installed_release {
         Credentials::Stored
     } else {

@@ -198,6 +198,17 @@ fn an_injection_variable_in_env_needs_allow_env_and_is_shown() {
         &["mcp.env.PYTHONPATH", "--allow-env PYTHONPATH"],
     );
 
+    // `probe DIR` starts the release too: the same rule.
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let probe = rt.tutti(&["connector", "probe", &dir_arg]);
+    assert!(!probe.status.success(), "probe must refuse it");
+    assert!(
+        stderr(&probe).contains("--allow-env PYTHONPATH"),
+        "{}",
+        stderr(&probe)
+    );
+    rt.tutti_ok(&["connector", "probe", &dir_arg, "--allow-env", "PYTHONPATH"]);
+
     let out = install(&rt, &dir, &["--allow-env", "PYTHONPATH"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");

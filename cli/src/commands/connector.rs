@@ -385,6 +385,7 @@ pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode,
     let request = |target: String| ProbeRequest {
         target,
         allow_commands: args.allow_commands.clone(),
+        allow_env: args.allow_env.clone(),
     };
     let reply = match (kernel.client.probe(request(target)).await, fallback) {
         // `probe notes` with a folder `notes` here and no connector `notes`: the folder.
