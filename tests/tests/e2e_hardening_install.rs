@@ -182,6 +182,37 @@ fn allowlisted_programs_still_install_and_run() {
     }
 }
 
+#[test]
+fn the_allowlist_is_checked_again_at_every_launch() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let manifest = json!({
+        "key": "again", "name": "Again", "description": "sh from PATH",
+        "version": "1.0.0",
+        "mcp": {"transport": "stdio", "command": "sh", "args": ["run.sh"]},
+    });
+    let dir = rt.write_release(
+        &manifest,
+        &[("run.sh", script_running_the_fixture().as_bytes())],
+    );
+    let out = install(&rt, &dir, &["--allow-command", "sh"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    rt.wait_status("again", "ready", READY);
+    // The allowance is withdrawn (here: by hand, while the kernel is down). The installed
+    // release must not start on the strength of the old check.
+    assert!(rt.stop().is_some(), "the runtime was running");
+    let path = rt.state_dir().join("registry.json");
+    let mut reg = registry(&rt);
+    reg["connectors"]["again"]["allowCommands"] = json!([]);
+    std::fs::write(&path, reg.to_string()).expect("write registry");
+    rt.restart();
+    let refused = rt.wait_connector("again", READY, "a start refused by the allowlist", |c| {
+        c["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("launch allowlist"))
+    });
+    assert_ne!(refused["status"], "ready", "{refused}");
+}
+
 // === F5: injection variables ===
 
 #[test]
