@@ -995,6 +995,81 @@ mod tests {
         assert!(parse(&v, &d).is_ok());
     }
 
+    #[cfg(unix)]
+    #[test]
+    fn commands_resolve_to_their_real_path_and_release_files_to_the_copy() {
+        let src = tempdir().join("resolve-src");
+        std::fs::create_dir_all(src.join("bin")).expect("mkdir");
+        std::fs::create_dir_all(src.join("sub")).expect("mkdir");
+        std::fs::write(src.join("bin/server"), "#!/bin/sh\n").expect("write");
+        let dest = Path::new("/nonexistent/releases/k/abc");
+        let resolve =
+            |cmd: &str| resolve_command(&expand(cmd, dest, dest), dest, &src, "/usr/bin:/bin");
+        assert_eq!(
+            resolve("${release}/sub/../bin/server").as_deref(),
+            Ok(dest.join("bin/server").as_path()),
+            "`..` inside the release: the copy's file, written plainly"
+        );
+        let out =
+            resolve(&format!("${{release}}/{}bin/sh", "../".repeat(40))).expect("resolves outside");
+        assert!(!out.starts_with(dest), "{out:?}");
+        assert!(
+            !out.components().any(|c| c == Component::ParentDir),
+            "{out:?}"
+        );
+        assert!(resolve("${release}/bin/missing").is_err());
+        assert!(
+            resolve("${release}/sub").is_err(),
+            "a directory is not a program"
+        );
+    }
+
+    #[test]
+    fn injection_variables_are_refused_unless_allowed() {
+        let v = json!({"key":"k","name":"K","description":"d","version":"1",
+            "mcp":{"transport":"stdio","command":"/bin/sh",
+                   "env":{"LOG_LEVEL":"warn","NODE_OPTIONS":"--require x","ld_preload":"/x"},
+                   "secrets":["TOKEN","PYTHONPATH"]}});
+        let m = parse(&v, &dir()).expect("valid fields");
+        let p = injection_problems(&m, &[]);
+        assert_eq!(p.len(), 3, "{p:?}");
+        for needle in [
+            "mcp.env.NODE_OPTIONS: ",
+            "mcp.env.ld_preload: ",
+            "mcp.secrets[1]: PYTHONPATH",
+        ] {
+            assert!(p.iter().any(|l| l.contains(needle)), "{needle}: {p:?}");
+        }
+        assert!(p.iter().all(|l| l.contains("--allow-env ")), "{p:?}");
+        let allowed = [
+            "NODE_OPTIONS".into(),
+            "LD_PRELOAD".into(),
+            "PYTHONPATH".into(),
+        ];
+        assert!(injection_problems(&m, &allowed).is_empty());
+    }
+
+    #[test]
+    fn text_fields_have_limits() {
+        let mut v = json!({"key":"k","name":"K","description":"d","version":"1",
+            "mcp":{"transport":"stdio","command":"/bin/sh","args":["a"]}});
+        assert!(parse(&v, &dir()).is_ok());
+        v["description"] = json!("d".repeat(limits::DESCRIPTION + 1));
+        v["name"] = json!("n".repeat(limits::NAME + 1));
+        v["mcp"]["args"] = json!(["a".repeat(limits::ARG + 1)]);
+        let e = parse(&v, &dir()).expect_err("too long");
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert!(
+            e[0].starts_with("connector.json: name: is 257 bytes, longer than the 256-byte limit"),
+            "{e:?}"
+        );
+        assert!(
+            e[1].starts_with("connector.json: description: is 4097 bytes"),
+            "{e:?}"
+        );
+        assert!(e[2].starts_with("connector.json: mcp.args[0]: "), "{e:?}");
+    }
+
     fn tempdir() -> PathBuf {
         let d = std::env::temp_dir().join(format!("tutti-manifest-test-{}", std::process::id()));
         std::fs::create_dir_all(&d).expect("mkdir");

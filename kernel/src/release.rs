@@ -51,9 +51,22 @@ pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
-/// Windows: a link is refused by [`read_text`]'s `symlink_metadata` check before the open
-/// (there are no FIFOs or devices at ordinary file paths to block on).
-#[cfg(not(unix))]
+/// Windows: `FILE_FLAG_OPEN_REPARSE_POINT` opens a link (symbolic link, junction) itself, not
+/// its target, so the type check on the handle refuses it (there are no FIFOs or devices at
+/// ordinary file paths to block on).
+#[cfg(windows)]
+pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::windows::fs::OpenOptionsExt;
+    // winbase.h; a stable value of the Win32 API.
+    const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(FILE_FLAG_OPEN_REPARSE_POINT)
+        .open(path)
+}
+
+/// Elsewhere: [`read_text`]'s `symlink_metadata` check refuses a link before the open.
+#[cfg(not(any(unix, windows)))]
 pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::File::open(path)
 }
@@ -294,6 +307,41 @@ mod tests {
             "{}"
         );
         let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn release_text_is_read_without_links_by_type_and_capped() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("skills/real")).expect("mkdir");
+        std::fs::write(root.join("skills/real/SKILL.md"), "hello").expect("w");
+        std::fs::write(root.join("big"), vec![b'x'; 2048]).expect("w");
+        std::os::unix::fs::symlink("/dev/zero", root.join("zero")).expect("ln");
+        std::os::unix::fs::symlink(root.join("skills/real"), root.join("skills/linked"))
+            .expect("ln");
+        nix::unistd::mkfifo(
+            &root.join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .expect("mkfifo");
+        let read = |rel: &str, max| read_text(root, Path::new(rel), max);
+        assert_eq!(read("skills/real/SKILL.md", 1024).as_deref(), Ok("hello"));
+        for (rel, needle) in [
+            ("zero", "symbolic link"),
+            ("skills/linked/SKILL.md", "not a directory"),
+            ("fifo", "not a regular file"),
+            ("skills", "not a regular file"),
+            ("big", "larger than the 1 KiB limit"),
+            ("missing", "cannot read"),
+        ] {
+            let e = read(rel, 1024).expect_err(rel);
+            assert!(e.contains(needle), "{rel}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        assert_eq!(human_bytes(MANIFEST_MAX_BYTES), "1 MiB");
+        assert_eq!(human_bytes(SKILL_MAX_BYTES), "256 KiB");
+        assert_eq!(human_bytes(1000), "1000 bytes");
     }
 
     #[cfg(unix)]
