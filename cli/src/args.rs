@@ -79,8 +79,9 @@ pub struct InstallArgs {
     /// Confirm non-interactively
     #[arg(long, short = 'y')]
     pub yes: bool,
-    /// Allow the release to run this program (repeatable)
-    #[arg(long = "allow-command", value_name = "NAME")]
+    /// Allow the release to run this program: a name (the program PATH finds for it) or an
+    /// absolute path (repeatable)
+    #[arg(long = "allow-command", value_name = "NAME|PATH")]
     pub allow_commands: Vec<String>,
     /// Allow this loader or interpreter-injection variable (PATH, LD_*, NODE_OPTIONS,
     /// PYTHONPATH, …) in the release's mcp.env or as a secret name (repeatable)
@@ -124,8 +125,9 @@ pub struct ProbeArgs {
     /// A release directory, or the key of an installed connector
     #[arg(value_name = "DIR|KEY")]
     pub target: String,
-    /// Allow the release to run this program (repeatable)
-    #[arg(long = "allow-command", value_name = "NAME")]
+    /// Allow the release to run this program: a name (the program PATH finds for it) or an
+    /// absolute path (repeatable)
+    #[arg(long = "allow-command", value_name = "NAME|PATH")]
     pub allow_commands: Vec<String>,
     /// Allow this loader or interpreter-injection variable in the release's mcp.env or as a
     /// secret name (repeatable)
