@@ -79,9 +79,14 @@ pub struct InstallArgs {
     /// Confirm non-interactively
     #[arg(long, short = 'y')]
     pub yes: bool,
-    /// Allow the release to run this program (repeatable)
-    #[arg(long = "allow-command", value_name = "NAME")]
+    /// Allow the release to run this program: a name (the program PATH finds for it) or an
+    /// absolute path (repeatable)
+    #[arg(long = "allow-command", value_name = "NAME|PATH")]
     pub allow_commands: Vec<String>,
+    /// Allow this loader or interpreter-injection variable (PATH, LD_*, NODE_OPTIONS,
+    /// PYTHONPATH, …) in the release's mcp.env or as a secret name (repeatable)
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub allow_env: Vec<String>,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
@@ -120,9 +125,14 @@ pub struct ProbeArgs {
     /// A release directory, or the key of an installed connector
     #[arg(value_name = "DIR|KEY")]
     pub target: String,
-    /// Allow the release to run this program (repeatable)
-    #[arg(long = "allow-command", value_name = "NAME")]
+    /// Allow the release to run this program: a name (the program PATH finds for it) or an
+    /// absolute path (repeatable)
+    #[arg(long = "allow-command", value_name = "NAME|PATH")]
     pub allow_commands: Vec<String>,
+    /// Allow this loader or interpreter-injection variable in the release's mcp.env or as a
+    /// secret name (repeatable)
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub allow_env: Vec<String>,
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,

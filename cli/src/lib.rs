@@ -51,10 +51,13 @@ pub fn report(outcome: Result<ExitCode, CliError>) -> ExitCode {
                 // A list of problems (a manifest's, from probe): one line each, as install
                 // prints them.
                 for line in lines {
-                    output::note(&output::one_line(line, 4096));
+                    output::note(&output::visible(&output::one_line(line, 4096)));
                 }
             } else {
-                output::note(&format!("tutti: {}", output::one_line(&text, 4096)));
+                output::note(&format!(
+                    "tutti: {}",
+                    output::visible(&output::one_line(&text, 4096))
+                ));
             }
             ExitCode::FAILURE
         }

@@ -42,11 +42,28 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// `text` with every control character written out (`\x1b`, `\r`, `\n`, `\t`, `\x85`): text
-/// from a manifest or an upstream can never move the cursor, clear a line or recolour the
-/// terminal of the person reading it (a spoofed install confirmation).
+/// Whether `c` must not reach a terminal as it is: a control character (C0, DEL, C1) or a
+/// Unicode format character (category Cf: bidirectional overrides and isolates such as
+/// U+202E and U+2066, zero-width U+200B, U+FEFF, tag characters…) or a line/paragraph
+/// separator (U+2028, U+2029). Such text can reorder, hide or fake what is shown.
+pub(crate) fn needs_escape(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory, get_general_category};
+    c.is_control()
+        || matches!(
+            get_general_category(c),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
+}
+
+/// `text` with every control and format character written out (`\x1b`, `\r`, `\n`, `\t`,
+/// `\x85`, `\u{202e}`, `\u{200b}`): text from a manifest or an upstream can never move the
+/// cursor, clear a line, recolour the terminal or reorder and hide what the person reading
+/// it sees (a spoofed install confirmation). Every display of such text goes through this
+/// (tables do it for every cell); `--json` output stays JSON.
 pub(crate) fn visible(text: &str) -> String {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(needs_escape) {
         return text.to_owned();
     }
     let mut out = String::with_capacity(text.len() + 8);
@@ -61,10 +78,10 @@ fn push_visible(out: &mut String, c: char) {
         '\n' => out.push_str("\\n"),
         '\r' => out.push_str("\\r"),
         '\t' => out.push_str("\\t"),
-        c if c.is_control() && u32::from(c) < 0x100 => {
+        c if needs_escape(c) && u32::from(c) < 0x100 => {
             out.push_str(&format!("\\x{:02x}", u32::from(c)));
         }
-        c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+        c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
         c => out.push(c),
     }
 }
@@ -119,7 +136,7 @@ fn shell_quote(arg: &str) -> String {
             .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
     if plain {
         arg.to_owned()
-    } else if arg.chars().any(char::is_control) {
+    } else if arg.chars().any(needs_escape) {
         // ANSI-C quoting, as bash shows such an argument: every control character visible.
         let mut out = String::from("$'");
         for c in arg.chars() {
@@ -223,6 +240,30 @@ mod tests {
         );
         let t = table(&["NAME"], &[vec!["Esc\u{1b}[31mRED\nx".into()]]);
         assert_eq!(t, "NAME\nEsc\\x1b[31mRED\\nx\n");
+    }
+
+    #[test]
+    fn format_characters_are_written_out() {
+        // Bidi override, zero-width space, isolate, BOM, soft hyphen, tag, line separator.
+        assert_eq!(
+            visible("a\u{202e}b\u{200b}c\u{2066}d\u{feff}e\u{ad}f\u{e0041}g\u{2028}h"),
+            "a\\u{202e}b\\u{200b}c\\u{2066}d\\u{feff}e\\xadf\\u{e0041}g\\u{2028}h"
+        );
+        assert_eq!(visible("café ✓ 日本"), "café ✓ 日本");
+        assert_eq!(
+            shell_join(&["x\u{202e}y".into()]),
+            "$'x\\u{202e}y'",
+            "a format character gets ANSI-C quoting too"
+        );
+        let t = table(
+            &["A", "B"],
+            &[vec!["\u{202e}ab".into(), "z\u{200b}".into()]],
+        );
+        assert_eq!(t, "A           B\n\\u{202e}ab  z\\u{200b}\n");
+        assert_eq!(
+            visible(&one_line("x\u{1b}]52;c;aGk=\u{7}y\u{202e}", 80)),
+            "x ]52;c;aGk= y\\u{202e}"
+        );
     }
 
     #[test]

@@ -237,6 +237,7 @@ async fn install_demo(k: &Arc<Kernel>) -> Vec<String> {
         let req = tutti_proto::kernel::InstallRequest {
             source_dir: dir.to_string_lossy().into_owned(),
             allow_commands: Vec::new(),
+            allow_env: Vec::new(),
         };
         match svc.install(tonic::Request::new(req)).await {
             Ok(r) => keys.push(r.into_inner().key),

@@ -92,16 +92,21 @@ impl Manifest {
 
 /// Reads and validates `<dir>/connector.json`. `Err` holds one line per problem.
 pub fn load(dir: &Path) -> Result<Manifest, Vec<String>> {
-    let path = dir.join("connector.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        vec![format!(
-            "connector.json: cannot read {}: {e}",
-            path.display()
-        )]
-    })?;
+    let text = read_manifest(dir).map_err(|e| vec![e])?;
     let value: Value = serde_json::from_str(&text)
         .map_err(|e| vec![format!("connector.json: not valid JSON: {e}")])?;
     parse(&value, dir)
+}
+
+/// The text of `<dir>/connector.json`, read without following links and at most
+/// [`crate::release::MANIFEST_MAX_BYTES`] (SPEC issue 19 F8). `Err` is the one refusal line.
+fn read_manifest(dir: &Path) -> Result<String, String> {
+    crate::release::read_text(
+        dir,
+        Path::new("connector.json"),
+        crate::release::MANIFEST_MAX_BYTES,
+    )
+    .map_err(|e| format!("connector.json: {e}"))
 }
 
 /// The launch problems (command not found, cwd not absolute, …) of a release whose
@@ -113,7 +118,7 @@ pub fn launch_problems(
     base_env: &BTreeMap<String, String>,
     reported: &[String],
 ) -> Vec<String> {
-    let Some(value) = std::fs::read_to_string(dir.join("connector.json"))
+    let Some(value) = read_manifest(dir)
         .ok()
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())
     else {
@@ -152,11 +157,79 @@ pub fn launch_problems(
         .collect()
 }
 
+/// The loader and interpreter-injection variables (SPEC §12,
+/// [`crate::allowlist::injection_variable`]) of `mcp.env` and of the secret names, one line
+/// each, except those the install allows with `--allow-env NAME`.
+pub fn injection_problems(m: &Manifest, allowed: &[String]) -> Vec<String> {
+    let mut fields: Vec<(String, &str)> = Vec::new();
+    if let Some(Mcp::Stdio { env, secrets, .. }) = &m.mcp {
+        fields.extend(env.keys().map(|k| (format!("mcp.env.{k}"), k.as_str())));
+        fields.extend(
+            secrets
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (format!("mcp.secrets[{i}]"), n.as_str())),
+        );
+    }
+    if let Some(cli) = &m.cli {
+        fields.extend(
+            cli.secrets
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (format!("cli.secrets[{i}]"), n.as_str())),
+        );
+    }
+    fields
+        .into_iter()
+        .filter(|(_, name)| {
+            crate::allowlist::injection_variable(name)
+                && !crate::allowlist::env_allowed(name, allowed)
+        })
+        .map(|(field, name)| {
+            format!(
+                "connector.json: {field}: {name} is a loader or interpreter-injection variable (it can make the program run code from outside the release); to allow it, install with --allow-env {name}"
+            )
+        })
+        .collect()
+}
+
+/// The most bytes a text field of a manifest may hold (issue 19 F9), set here and only here
+/// (ARCHITECTURE.md lists them). Such text is shown to people (install confirmation, `status`,
+/// `available`) and travels in every `available` reply, so one release cannot make those
+/// unusable. The whole `connector.json` is capped too ([`crate::release::MANIFEST_MAX_BYTES`]).
+pub mod limits {
+    /// `name`, and a skill's `name` and `title`.
+    pub const NAME: usize = 256;
+    /// `version`.
+    pub const VERSION: usize = 128;
+    /// `description`, and a skill's `description`.
+    pub const DESCRIPTION: usize = 4096;
+    /// `mcp.command`, `mcp.cwd`, `mcp.url`, `cli.entrypoint`, each `skills[i]`.
+    pub const PATH: usize = 4096;
+    /// Each `mcp.args` item and each `mcp.env` value.
+    pub const ARG: usize = 32 * 1024;
+}
+
 struct Problems(Vec<String>);
 
 impl Problems {
     fn push(&mut self, field: &str, msg: impl std::fmt::Display) {
         self.0.push(format!("connector.json: {field}: {msg}"));
+    }
+
+    /// Refuses `value` when it is longer than `max` bytes; `true` when it fits.
+    fn fits(&mut self, field: &str, value: &str, max: usize) -> bool {
+        if value.len() > max {
+            self.push(
+                field,
+                format!(
+                    "is {} bytes, longer than the {max}-byte limit for this field",
+                    value.len()
+                ),
+            );
+            return false;
+        }
+        true
     }
 }
 
@@ -254,6 +327,9 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
     let name = string(root, "name", "name", true, &mut p).unwrap_or_default();
     let description = string(root, "description", "description", true, &mut p).unwrap_or_default();
     let version = string(root, "version", "version", true, &mut p).unwrap_or_default();
+    p.fits("name", &name, limits::NAME);
+    p.fits("description", &description, limits::DESCRIPTION);
+    p.fits("version", &version, limits::VERSION);
 
     let mcp = match root.get("mcp") {
         None | Some(Value::Null) => None,
@@ -268,7 +344,7 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         Some(Value::Object(c)) => {
             let entrypoint =
                 string(c, "entrypoint", "cli.entrypoint", true, &mut p).unwrap_or_default();
-            if !entrypoint.is_empty() {
+            if p.fits("cli.entrypoint", &entrypoint, limits::PATH) && !entrypoint.is_empty() {
                 if !inside_release(&entrypoint) {
                     p.push(
                         "cli.entrypoint",
@@ -308,6 +384,9 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         .enumerate()
     {
         let field = format!("skills[{i}]");
+        if !p.fits(&field, &rel, limits::PATH) {
+            continue;
+        }
         if !inside_release(&rel) {
             p.push(
                 &field,
@@ -315,7 +394,8 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
             );
             continue;
         }
-        match crate::skills::read_skill(&dir.join(&rel)) {
+        match crate::skills::read_skill(dir, Path::new(&rel)) {
+            Ok(meta) if !skill_fits(&field, &meta, &mut p) => {}
             Ok(meta) => skills.push(Skill {
                 dir: rel,
                 name: meta.name,
@@ -394,6 +474,21 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
     }
 }
 
+/// A skill's front matter within [`limits`] (each problem pushed).
+fn skill_fits(field: &str, meta: &crate::skills::SkillMeta, p: &mut Problems) -> bool {
+    let name = p.fits(&format!("{field}: SKILL.md name"), &meta.name, limits::NAME);
+    let title = meta
+        .title
+        .as_deref()
+        .is_none_or(|t| p.fits(&format!("{field}: SKILL.md title"), t, limits::NAME));
+    let description = p.fits(
+        &format!("{field}: SKILL.md description"),
+        &meta.description,
+        limits::DESCRIPTION,
+    );
+    name && title && description
+}
+
 fn check_secret_names(names: &[String], field: &str, p: &mut Problems) {
     for (i, n) in names.iter().enumerate() {
         if !valid_env_name(n) {
@@ -417,6 +512,11 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
             }
             let args = string_list(m, "args", "mcp.args", p);
             let cwd = string(m, "cwd", "mcp.cwd", false, p).unwrap_or_else(|| "${release}".into());
+            p.fits("mcp.command", &command, limits::PATH);
+            p.fits("mcp.cwd", &cwd, limits::PATH);
+            for (i, a) in args.iter().enumerate() {
+                p.fits(&format!("mcp.args[{i}]"), a, limits::ARG);
+            }
             let mut env = BTreeMap::new();
             match m.get("env") {
                 None | Some(Value::Null) => {}
@@ -430,6 +530,7 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
                         }
                         match v.as_str() {
                             Some(s) => {
+                                p.fits(&format!("mcp.env.{k}"), s, limits::ARG);
                                 env.insert(k.clone(), s.to_string());
                             }
                             None => p.push(&format!("mcp.env.{k}"), "must be a string"),
@@ -450,6 +551,7 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
         }
         "http" => {
             let url = string(m, "url", "mcp.url", true, p).unwrap_or_default();
+            p.fits("mcp.url", &url, limits::PATH);
             if !(url.is_empty() || url.starts_with("https://") || url.starts_with("http://")) {
                 p.push(
                     "mcp.url",
@@ -572,23 +674,11 @@ pub fn stdio_launch_from(
     }
     let cmd = expand(command, release, state);
     let path_var = base_env.get("PATH").map(String::as_str).unwrap_or("");
-    let cmd_path = Path::new(&cmd);
-    let program = if cmd_path.is_absolute() && cmd_path.starts_with(release) {
-        if on_disk(cmd_path).is_file() {
-            Some(cmd_path.to_path_buf())
-        } else {
-            problems.push(format!(
-                "connector.json: mcp.command: {cmd:?} does not exist in the release"
-            ));
+    let program = match resolve_command(&cmd, release, files, path_var) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            problems.push(format!("connector.json: mcp.command: {e}"));
             None
-        }
-    } else {
-        match crate::spawn::resolve_program(&cmd, path_var) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                problems.push(format!("connector.json: mcp.command: {e}"));
-                None
-            }
         }
     };
     let args = args
@@ -620,6 +710,40 @@ pub fn stdio_launch_from(
         }),
         _ => Err(problems),
     }
+}
+
+/// The program `cmd` (expanded) names, by its real path (`..` and symlinks resolved) before
+/// any check (SPEC §12). A path into the release is looked up in `files` and comes back as
+/// the same file in `release`, which is where it runs (the kernel's hashed copy); one whose
+/// `..` lead out of the release comes back as its real path. Any other absolute path, and
+/// the program PATH gives for a bare name, come back as they are: the launch allowlist
+/// judges them by their real path ([`crate::allowlist::check`]), and they run by the path
+/// the person confirmed (a multi-call binary behind a link still sees its name).
+fn resolve_command(
+    cmd: &str,
+    release: &Path,
+    files: &Path,
+    path_var: &str,
+) -> Result<PathBuf, String> {
+    let cmd_path = Path::new(cmd);
+    if !cmd_path.is_absolute() {
+        return crate::spawn::resolve_program(cmd, path_var);
+    }
+    let Ok(rest) = cmd_path.strip_prefix(release) else {
+        // Runs as written; the allowlist judges its real path.
+        return crate::spawn::resolve_program(cmd, path_var);
+    };
+    let real = std::fs::canonicalize(files.join(rest))
+        .map_err(|_| format!("{cmd:?} does not exist in the release"))?;
+    if !real.is_file() {
+        return Err(format!("{cmd:?} is not a file"));
+    }
+    let root = std::fs::canonicalize(files).map_err(|e| format!("{}: {e}", files.display()))?;
+    Ok(match real.strip_prefix(&root) {
+        Ok(inner) => release.join(inner),
+        // `..` led out of the release: what it really is.
+        Err(_) => real,
+    })
 }
 
 #[cfg(test)]
@@ -869,6 +993,81 @@ mod tests {
         std::fs::set_permissions(d.join("run.sh"), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
         assert!(parse(&v, &d).is_ok());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn commands_resolve_to_their_real_path_and_release_files_to_the_copy() {
+        let src = tempdir().join("resolve-src");
+        std::fs::create_dir_all(src.join("bin")).expect("mkdir");
+        std::fs::create_dir_all(src.join("sub")).expect("mkdir");
+        std::fs::write(src.join("bin/server"), "#!/bin/sh\n").expect("write");
+        let dest = Path::new("/nonexistent/releases/k/abc");
+        let resolve =
+            |cmd: &str| resolve_command(&expand(cmd, dest, dest), dest, &src, "/usr/bin:/bin");
+        assert_eq!(
+            resolve("${release}/sub/../bin/server").as_deref(),
+            Ok(dest.join("bin/server").as_path()),
+            "`..` inside the release: the copy's file, written plainly"
+        );
+        let out =
+            resolve(&format!("${{release}}/{}bin/sh", "../".repeat(40))).expect("resolves outside");
+        assert!(!out.starts_with(dest), "{out:?}");
+        assert!(
+            !out.components().any(|c| c == Component::ParentDir),
+            "{out:?}"
+        );
+        assert!(resolve("${release}/bin/missing").is_err());
+        assert!(
+            resolve("${release}/sub").is_err(),
+            "a directory is not a program"
+        );
+    }
+
+    #[test]
+    fn injection_variables_are_refused_unless_allowed() {
+        let v = json!({"key":"k","name":"K","description":"d","version":"1",
+            "mcp":{"transport":"stdio","command":"/bin/sh",
+                   "env":{"LOG_LEVEL":"warn","NODE_OPTIONS":"--require x","ld_preload":"/x"},
+                   "secrets":["TOKEN","PYTHONPATH"]}});
+        let m = parse(&v, &dir()).expect("valid fields");
+        let p = injection_problems(&m, &[]);
+        assert_eq!(p.len(), 3, "{p:?}");
+        for needle in [
+            "mcp.env.NODE_OPTIONS: ",
+            "mcp.env.ld_preload: ",
+            "mcp.secrets[1]: PYTHONPATH",
+        ] {
+            assert!(p.iter().any(|l| l.contains(needle)), "{needle}: {p:?}");
+        }
+        assert!(p.iter().all(|l| l.contains("--allow-env ")), "{p:?}");
+        let allowed = [
+            "NODE_OPTIONS".into(),
+            "LD_PRELOAD".into(),
+            "PYTHONPATH".into(),
+        ];
+        assert!(injection_problems(&m, &allowed).is_empty());
+    }
+
+    #[test]
+    fn text_fields_have_limits() {
+        let mut v = json!({"key":"k","name":"K","description":"d","version":"1",
+            "mcp":{"transport":"stdio","command":"/bin/sh","args":["a"]}});
+        assert!(parse(&v, &dir()).is_ok());
+        v["description"] = json!("d".repeat(limits::DESCRIPTION + 1));
+        v["name"] = json!("n".repeat(limits::NAME + 1));
+        v["mcp"]["args"] = json!(["a".repeat(limits::ARG + 1)]);
+        let e = parse(&v, &dir()).expect_err("too long");
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert!(
+            e[0].starts_with("connector.json: name: is 257 bytes, longer than the 256-byte limit"),
+            "{e:?}"
+        );
+        assert!(
+            e[1].starts_with("connector.json: description: is 4097 bytes"),
+            "{e:?}"
+        );
+        assert!(e[2].starts_with("connector.json: mcp.args[0]: "), "{e:?}");
     }
 
     fn tempdir() -> PathBuf {

@@ -53,6 +53,11 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         .connectors
         .get(&manifest.key)
         .is_some_and(|c| c.release_dir == release);
+    // A folder runs unconfirmed by install: the same launch rules for its environment.
+    let injection = manifest::injection_problems(&manifest, &req.allow_env);
+    if !is_installed_release && !injection.is_empty() {
+        return Err(Status::failed_precondition(injection.join("\n")));
+    }
     let credentials = if is_installed_release {
         Credentials::Stored
     } else {
@@ -70,15 +75,16 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         .launch_spec(&manifest.key, &manifest, &release, credentials)
         .map_err(Status::failed_precondition)?;
     if launch.transport == "stdio" {
-        let allowed = req.allow_commands.clone();
-        crate::allowlist::check(
-            std::path::Path::new(&launch.command),
-            &[&release],
-            &k.paths.libexec,
-            &crate::allowlist::owner_allowed(),
-            &allowed,
-        )
-        .or_else(|e| {
+        let owner = crate::allowlist::owner_allowed();
+        let rules = crate::allowlist::Rules {
+            release: &release,
+            source: None,
+            runtime_dir: &k.paths.libexec,
+            owner_allowed: &owner,
+            install_allowed: &req.allow_commands,
+            path_var: k.path_var(),
+        };
+        crate::allowlist::check(std::path::Path::new(&launch.command), &rules).or_else(|e| {
             // An installed connector was allowed at install time.
             if is_installed_release {
                 Ok(())

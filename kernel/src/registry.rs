@@ -38,6 +38,9 @@ pub struct Installed {
     pub confirmed_launch: Vec<String>,
     #[serde(default)]
     pub allow_commands: Vec<String>,
+    /// `--allow-env`: injection variables (SPEC §12) the user allowed in `env` or as secrets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_env: Vec<String>,
     /// `ready` when connected and every declared secret is stored, else `required`.
     pub auth: AuthState,
     /// False after `tutti connector disconnect` until the next `connect`.

@@ -34,6 +34,119 @@ fn files(root: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// Most bytes a `connector.json` may have (SPEC issue 19 F8).
+pub const MANIFEST_MAX_BYTES: u64 = 1024 * 1024;
+/// Most bytes a skill's `SKILL.md` may have.
+pub const SKILL_MAX_BYTES: u64 = 256 * 1024;
+
+/// Opens a file of a release for reading without following a symbolic link in its last
+/// component and without blocking (a FIFO opens at once and is then refused by its type).
+#[cfg(unix)]
+pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::OFlag;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
+        .open(path)
+}
+
+/// Windows: `FILE_FLAG_OPEN_REPARSE_POINT` opens a link (symbolic link, junction) itself, not
+/// its target, so the type check on the handle refuses it (there are no FIFOs or devices at
+/// ordinary file paths to block on).
+#[cfg(windows)]
+pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::windows::fs::OpenOptionsExt;
+    // winbase.h; a stable value of the Win32 API.
+    const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(FILE_FLAG_OPEN_REPARSE_POINT)
+        .open(path)
+}
+
+/// Elsewhere: [`read_text`]'s `symlink_metadata` check refuses a link before the open.
+#[cfg(not(any(unix, windows)))]
+pub(crate) fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
+/// What a path of a release is, for a refusal: `Err` unless it is a regular file (links are
+/// not followed).
+fn regular_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    let ty = meta.file_type();
+    if ty.is_symlink() {
+        Err(format!(
+            "{} is a symbolic link; a release holds regular files only",
+            path.display()
+        ))
+    } else if ty.is_file() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is not a regular file (a directory, FIFO, socket or device); a release holds regular files only",
+            path.display()
+        ))
+    }
+}
+
+/// `1 MiB`, `256 KiB`, `100 bytes`.
+pub fn human_bytes(n: u64) -> String {
+    if n >= 1024 * 1024 && n.is_multiple_of(1024 * 1024) {
+        format!("{} MiB", n / (1024 * 1024))
+    } else if n >= 1024 && n.is_multiple_of(1024) {
+        format!("{} KiB", n / 1024)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Reads `root/rel` as UTF-8 text of at most `max` bytes, before anything is confirmed, so
+/// without trusting it: no symbolic link is followed (neither the file nor a directory on
+/// the way under `root`), anything but a regular file is refused before it is read (a FIFO
+/// would block, `/dev/zero` never ends), and a file over `max` is refused. `Err` is one line.
+pub fn read_text(root: &Path, rel: &Path, max: u64) -> Result<String, String> {
+    let mut path = root.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    for (i, part) in parts.iter().enumerate() {
+        path.push(part);
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        if i + 1 == parts.len() {
+            regular_file(&path, &meta)?;
+        } else if !meta.file_type().is_dir() {
+            return Err(format!(
+                "{} is not a directory (symbolic links are not followed in a release)",
+                path.display()
+            ));
+        }
+    }
+    let file =
+        open_no_follow(&path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    regular_file(&path, &meta)?;
+    let too_big = || {
+        format!(
+            "{} is larger than the {} limit for this file",
+            path.display(),
+            human_bytes(max)
+        )
+    };
+    if meta.len() > max {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    if bytes.len() as u64 > max {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))
+}
+
 /// Whether a file may be run (the executable bit on Unix; Windows has none, so false there).
 #[cfg(unix)]
 pub(crate) fn executable(m: &std::fs::Metadata) -> bool {
@@ -50,11 +163,15 @@ pub fn hash_tree(root: &Path) -> Result<String, String> {
     let mut h = Sha256::new();
     for rel in files(root)? {
         let path = root.join(&rel);
-        let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Checked by type again as it is opened: it may have changed since it was listed.
+        let mut f = open_no_follow(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let meta = f
+            .metadata()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        regular_file(&path, &meta)?;
         h.update(rel.to_string_lossy().as_bytes());
         h.update([0, u8::from(executable(&meta))]);
         h.update(meta.len().to_le_bytes());
-        let mut f = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut buf = [0u8; 64 * 1024];
         loop {
             let n = f
@@ -190,6 +307,41 @@ mod tests {
             "{}"
         );
         let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn release_text_is_read_without_links_by_type_and_capped() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("skills/real")).expect("mkdir");
+        std::fs::write(root.join("skills/real/SKILL.md"), "hello").expect("w");
+        std::fs::write(root.join("big"), vec![b'x'; 2048]).expect("w");
+        std::os::unix::fs::symlink("/dev/zero", root.join("zero")).expect("ln");
+        std::os::unix::fs::symlink(root.join("skills/real"), root.join("skills/linked"))
+            .expect("ln");
+        nix::unistd::mkfifo(
+            &root.join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .expect("mkfifo");
+        let read = |rel: &str, max| read_text(root, Path::new(rel), max);
+        assert_eq!(read("skills/real/SKILL.md", 1024).as_deref(), Ok("hello"));
+        for (rel, needle) in [
+            ("zero", "symbolic link"),
+            ("skills/linked/SKILL.md", "not a directory"),
+            ("fifo", "not a regular file"),
+            ("skills", "not a regular file"),
+            ("big", "larger than the 1 KiB limit"),
+            ("missing", "cannot read"),
+        ] {
+            let e = read(rel, 1024).expect_err(rel);
+            assert!(e.contains(needle), "{rel}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        assert_eq!(human_bytes(MANIFEST_MAX_BYTES), "1 MiB");
+        assert_eq!(human_bytes(SKILL_MAX_BYTES), "256 KiB");
+        assert_eq!(human_bytes(1000), "1000 bytes");
     }
 
     #[cfg(unix)]

@@ -81,6 +81,7 @@ impl Service {
         }
         let mut reply = pb::InstallPlan {
             allowed_commands: req.allow_commands.clone(),
+            allowed_env: req.allow_env.clone(),
             ..Default::default()
         };
         let manifest = match manifest::load(&src) {
@@ -107,8 +108,12 @@ impl Service {
         let release_dir = self.k.paths.releases().join(&manifest.key).join(&sha);
         reply.key = manifest.key.clone();
         reply.name = manifest.name.clone();
+        reply.description = manifest.description.clone();
         reply.version = manifest.version.clone();
         reply.secret_names = manifest.secret_names();
+        reply
+            .problems
+            .extend(manifest::injection_problems(&manifest, &req.allow_env));
         if let Some(cli) = &manifest.cli {
             reply.cli_entrypoint = cli.entrypoint.clone();
         }
@@ -144,19 +149,32 @@ impl Service {
                     &self.k.base_env,
                 ) {
                     Ok(l) => {
-                        if let Err(p) = crate::allowlist::check(
-                            &l.program,
-                            &[&release_dir, &src],
-                            &self.k.paths.libexec,
-                            &crate::allowlist::owner_allowed(),
-                            &req.allow_commands,
-                        ) {
+                        let owner = crate::allowlist::owner_allowed();
+                        let rules = crate::allowlist::Rules {
+                            release: &release_dir,
+                            source: Some(&src),
+                            runtime_dir: &self.k.paths.libexec,
+                            owner_allowed: &owner,
+                            install_allowed: &req.allow_commands,
+                            path_var: self.k.path_var(),
+                        };
+                        if let Err(p) = crate::allowlist::check(&l.program, &rules) {
                             reply.problems.push(p);
                         }
                         reply.argv = std::iter::once(l.program.to_string_lossy().into_owned())
                             .chain(l.args)
                             .collect();
                         reply.cwd = l.cwd.to_string_lossy().into_owned();
+                        // What `env` sets, as the upstream gets it (SPEC §12: shown).
+                        reply.env = env
+                            .keys()
+                            .filter_map(|name| {
+                                l.env.get(name).map(|value| pb::EnvVar {
+                                    name: name.clone(),
+                                    value: value.clone(),
+                                })
+                            })
+                            .collect();
                     }
                     Err(p) => reply.problems.extend(p),
                 }
@@ -314,6 +332,7 @@ impl KernelRpc for Service {
                 installed_at_unix: now_unix(),
                 confirmed_launch: confirmed_launch(&plan.reply),
                 allow_commands: req.allow_commands.clone(),
+                allow_env: req.allow_env.clone(),
                 auth,
                 connected,
                 previous,
@@ -344,6 +363,7 @@ impl KernelRpc for Service {
                 "upgraded": upgraded,
                 "confirmedLaunch": confirmed_launch(&plan.reply),
                 "allowCommands": req.allow_commands,
+                "allowEnv": req.allow_env,
             }),
         );
         tracing::info!(key, version = %plan.manifest.version, sha = %plan.sha, upgraded, "installed");
@@ -865,7 +885,11 @@ impl KernelRpc for Service {
         let launch = match self
             .k
             .launch_spec(&req.key, &manifest, &release, Credentials::Stored)
-        {
+            .and_then(|launch| {
+                self.k
+                    .launch_allowed(&req.key, &release, &launch)
+                    .map(|()| launch)
+            }) {
             Ok(launch) => launch,
             Err(why) => {
                 // The worker exits on this; `status` should say why, not only "exit status 2".

@@ -10,12 +10,13 @@ pub struct SkillMeta {
     pub title: Option<String>,
 }
 
-/// Reads `<dir>/SKILL.md` and parses its YAML front matter. The error names the file.
-pub fn read_skill(dir: &Path) -> Result<SkillMeta, String> {
-    let file = dir.join("SKILL.md");
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
-    parse_front_matter(&text).map_err(|e| format!("{}: {e}", file.display()))
+/// Reads `<release>/<dir>/SKILL.md` (no link followed, at most
+/// [`crate::release::SKILL_MAX_BYTES`]) and parses its YAML front matter. The error names
+/// the file.
+pub fn read_skill(release: &Path, dir: &Path) -> Result<SkillMeta, String> {
+    let rel = dir.join("SKILL.md");
+    let text = crate::release::read_text(release, &rel, crate::release::SKILL_MAX_BYTES)?;
+    parse_front_matter(&text).map_err(|e| format!("{}: {e}", release.join(&rel).display()))
 }
 
 pub fn parse_front_matter(text: &str) -> Result<SkillMeta, String> {

@@ -398,6 +398,43 @@ impl Kernel {
         }
     }
 
+    /// The PATH an upstream gets (bare command names are resolved on it).
+    pub fn path_var(&self) -> &str {
+        self.base_env.get("PATH").map(String::as_str).unwrap_or("")
+    }
+
+    /// The launch allowlist again at spawn (SPEC §12): the install checked it, but PATH, the
+    /// owner's `TUTTI_ALLOW_COMMANDS` or the files it names may have changed since. The
+    /// install's own `--allow-command` entries are those recorded for `release_dir`.
+    pub fn launch_allowed(
+        &self,
+        key: &str,
+        release_dir: &std::path::Path,
+        launch: &pb::LaunchSpec,
+    ) -> Result<(), String> {
+        if launch.transport != "stdio" {
+            return Ok(());
+        }
+        let install_allowed = {
+            let inner = lock(&self.inner);
+            let entry = inner.registry.connectors.get(key);
+            std::iter::successors(entry, |e| e.previous.as_deref())
+                .find(|e| e.release_dir == release_dir)
+                .map(|e| e.allow_commands.clone())
+                .unwrap_or_default()
+        };
+        let owner = crate::allowlist::owner_allowed();
+        let rules = crate::allowlist::Rules {
+            release: release_dir,
+            source: None,
+            runtime_dir: &self.paths.libexec,
+            owner_allowed: &owner,
+            install_allowed: &install_allowed,
+            path_var: self.path_var(),
+        };
+        crate::allowlist::check(std::path::Path::new(&launch.command), &rules)
+    }
+
     /// A generation of `release_dir` committed: if it is an upgrade's, the upgrade is now
     /// the current release and the one it replaced is forgotten.
     pub fn settle_upgrade(&self, inner: &mut Inner, key: &str, release_dir: &std::path::Path) {

@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use crate::{bin, file_tail};
 
-/// Program names the test runtimes allow beyond the kernel's defaults.
+/// Program names the test runtimes allow beyond the kernel's defaults. A bare name stands
+/// only for the program PATH finds for it, so each runtime also allows the files its tests
+/// run from outside a release by path ([`Runtime::allowed_commands`]).
 pub const TEST_ALLOWED_COMMANDS: &str = "tutti-fixture-server,mcp-server-time";
 
 /// How often status is polled while waiting for a condition.
@@ -114,7 +116,7 @@ impl Runtime {
             // The owner's launch allowlist for the test upstreams that live outside their
             // releases (the fixture binary, copies of it, mcp-server-time). A test that sets
             // TUTTI_ALLOW_COMMANDS itself (even to "") overrides it.
-            .env("TUTTI_ALLOW_COMMANDS", TEST_ALLOWED_COMMANDS)
+            .env("TUTTI_ALLOW_COMMANDS", self.allowed_commands())
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stderr(open("up.stderr"));
@@ -213,6 +215,25 @@ impl Runtime {
             }
         }
         dest
+    }
+
+    /// The owner allowlist (`TUTTI_ALLOW_COMMANDS`) this runtime gets unless a test sets its
+    /// own: [`TEST_ALLOWED_COMMANDS`] plus, by path, [`Runtime::private_fixture`] and the
+    /// test venv's `mcp-server-time`.
+    pub fn allowed_commands(&self) -> String {
+        let fixture = self.root.join("fixture-bin").join(format!(
+            "tutti-fixture-server{}",
+            std::env::consts::EXE_SUFFIX
+        ));
+        let time = crate::tools_dir()
+            .join("venv")
+            .join("bin")
+            .join("mcp-server-time");
+        format!(
+            "{TEST_ALLOWED_COMMANDS},{},{}",
+            fixture.display(),
+            time.display()
+        )
     }
 
     /// [`crate::fixture_connector`] whose command is [`Runtime::private_fixture`].

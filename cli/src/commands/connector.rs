@@ -25,6 +25,7 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
     let request = InstallRequest {
         source_dir: dir.display().to_string(),
         allow_commands: args.allow_commands,
+        allow_env: args.allow_env,
     };
     let mut kernel = Kernel::connect(state_dir).await?;
     let plan = kernel
@@ -35,7 +36,7 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         .into_inner();
     if !plan.problems.is_empty() {
         for problem in &plan.problems {
-            note(&one_line(problem, 4096));
+            note(&visible(&one_line(problem, 4096)));
         }
         return Ok(ExitCode::FAILURE);
     }
@@ -95,10 +96,20 @@ fn confirmation(plan: &InstallPlan) -> String {
         visible(&plan.version),
         visible(&plan.name)
     );
+    if !plan.description.is_empty() {
+        out.push_str(&format!("  about: {}\n", visible(&plan.description)));
+    }
     match plan.transport.as_str() {
         "stdio" => {
             out.push_str(&format!("  runs: {}\n", shell_join(&plan.argv)));
             out.push_str(&format!("  in:   {}\n", visible(&plan.cwd)));
+            for var in &plan.env {
+                out.push_str(&format!(
+                    "  env:  {}={}\n",
+                    visible(&var.name),
+                    shell_join(std::slice::from_ref(&var.value))
+                ));
+            }
         }
         "http" => out.push_str(&format!("  url:  {}\n", visible(&plan.url))),
         _ => {}
@@ -129,6 +140,12 @@ fn confirmation(plan: &InstallPlan) -> String {
         out.push_str(&format!(
             "  allowed commands: {}\n",
             visible(&plan.allowed_commands.join(", "))
+        ));
+    }
+    if !plan.allowed_env.is_empty() {
+        out.push_str(&format!(
+            "  allowed injection variables: {}\n",
+            visible(&plan.allowed_env.join(", "))
         ));
     }
     if plan.same_release {
@@ -396,6 +413,7 @@ pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode,
     let request = |target: String| ProbeRequest {
         target,
         allow_commands: args.allow_commands.clone(),
+        allow_env: args.allow_env.clone(),
     };
     let reply = match (kernel.client.probe(request(target)).await, fallback) {
         // `probe notes` with a folder `notes` here and no connector `notes`: the folder.
@@ -411,7 +429,7 @@ pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode,
     } else {
         emit(&render_probe(&reply))?;
         for problem in &reply.problems {
-            note(&one_line(problem, 4096));
+            note(&visible(&one_line(problem, 4096)));
         }
     }
     Ok(if reply.problems.is_empty() {
@@ -684,7 +702,7 @@ mod tests {
     use crate::test_util::env_of;
     use serde_json::{Value, json};
     use std::io::Cursor;
-    use tutti_proto::kernel::{InterfaceStatus, ProbeTool, SkillSummary};
+    use tutti_proto::kernel::{EnvVar, InterfaceStatus, ProbeTool, SkillSummary};
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| (*s).to_owned()).collect()
@@ -813,6 +831,18 @@ mod tests {
             upgrades_version: "1.3.0".into(),
             allowed_commands: names(&["node"]),
             same_release: false,
+            env: vec![
+                EnvVar {
+                    name: "LOG_LEVEL".into(),
+                    value: "warn".into(),
+                },
+                EnvVar {
+                    name: "NODE_OPTIONS".into(),
+                    value: "--require ./x.js".into(),
+                },
+            ],
+            allowed_env: names(&["NODE_OPTIONS"]),
+            description: "GitHub issues".into(),
         }
     }
 
@@ -821,11 +851,15 @@ mod tests {
         assert_eq!(
             confirmation(&plan()),
             "Install connector github 1.4.0 (GitHub)\n\
+             \x20 about: GitHub issues\n\
              \x20 runs: /usr/bin/node server.js --stdio 'a b'\n\
              \x20 in:   /s/releases/github/abc\n\
+             \x20 env:  LOG_LEVEL=warn\n\
+             \x20 env:  NODE_OPTIONS='--require ./x.js'\n\
              \x20 secrets: GITHUB_TOKEN, ORG (set them with: tutti connector connect github --from-env GITHUB_TOKEN --from-env ORG)\n\
              \x20 cli:  tutti-connector-github -> /s/releases/github/abc/bin/github-cli\n\
              \x20 allowed commands: node\n\
+             \x20 allowed injection variables: NODE_OPTIONS\n\
              \x20 upgrades: 1.3.0\n"
         );
     }
@@ -853,6 +887,9 @@ mod tests {
         p.cli_entrypoint.clear();
         p.allowed_commands.clear();
         p.upgrades_version.clear();
+        p.env.clear();
+        p.allowed_env.clear();
+        p.description.clear();
         assert_eq!(
             confirmation(&p),
             "Install connector github 1.4.0 (GitHub)\n\
