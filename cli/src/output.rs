@@ -42,19 +42,12 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// Whether `c` must not reach a terminal as it is: a control character (C0, DEL, C1) or a
-/// Unicode format character (category Cf: bidirectional overrides and isolates such as
-/// U+202E and U+2066, zero-width U+200B, U+FEFF, tag characters…) or a line/paragraph
-/// separator (U+2028, U+2029). Such text can reorder, hide or fake what is shown.
+/// Whether `c` must not reach a terminal as it is: a control character (C0, DEL, C1), a
+/// Unicode format character (category Cf: U+202E, U+2066, U+200B, U+FEFF…) or a
+/// line/paragraph separator. The rule is `tutti_proto::redact::is_hidden`, shared with the
+/// connector logs.
 pub(crate) fn needs_escape(c: char) -> bool {
-    use unicode_general_category::{GeneralCategory, get_general_category};
-    c.is_control()
-        || matches!(
-            get_general_category(c),
-            GeneralCategory::Format
-                | GeneralCategory::LineSeparator
-                | GeneralCategory::ParagraphSeparator
-        )
+    tutti_proto::redact::is_hidden(c)
 }
 
 /// `text` with every control and format character written out (`\x1b`, `\r`, `\n`, `\t`,

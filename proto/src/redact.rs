@@ -159,10 +159,18 @@ pub fn trim_line_end(line: &[u8]) -> &[u8] {
 /// Whether `c` must not reach a log reader's terminal as it is: a control character (ESC of
 /// an ANSI/OSC sequence, BEL, backspace, carriage return…) or a Unicode format character
 /// (category Cf: bidirectional overrides such as U+202E, zero-width characters such as
-/// U+200B), which can make a log line read differently from what it holds.
+/// U+200B) or a line/paragraph separator (U+2028, U+2029), which can make a log line or a
+/// terminal display read differently from what it holds. The one rule for every display of
+/// upstream or manifest text (connector logs here, the CLI's `output::visible`).
 pub fn is_hidden(c: char) -> bool {
     use unicode_general_category::{GeneralCategory, get_general_category};
-    c.is_control() || get_general_category(c) == GeneralCategory::Format
+    c.is_control()
+        || matches!(
+            get_general_category(c),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
 }
 
 /// `text` with every [`is_hidden`] character written out (`\x1b`, `\u{202e}`), except the
