@@ -340,3 +340,135 @@ async fn slow_bodies_without_a_token_are_closed_and_agents_keep_their_latency() 
     );
     assert_eq!(echo(rt.frontend_url(), &token, "sb", "still").await, "still");
 }
+
+// ---------------------------------------------------------------------------------------
+// F14: an oversized result line
+
+/// The worker's line limit (`upstream-worker` `stdio::MAX_STDOUT_LINE`).
+const MAX_RESULT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A 70 MB result line fails its call at once (not after `callMs`) with
+/// `[MCP_UNAVAILABLE] <key>: result larger than N bytes`, and the same worker goes on serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_result_fails_at_once_and_the_worker_keeps_serving() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let mut manifest = rt.private_fixture_connector("huge", &["--tools", "big,echo"]);
+    manifest["timeouts"] = json!({"callMs": 90_000});
+    rt.install_ok(&manifest, &[]);
+    let before = rt.wait_status("huge", "ready", READY);
+    let token = rt.issue_token("big", "s");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+
+    let started = Instant::now();
+    let (status, _, body) = mcp
+        .call_tool("huge_big", json!({"bytes": 70_000_000}))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        format!("[MCP_UNAVAILABLE] huge: result larger than {MAX_RESULT_BYTES} bytes"),
+        "{body}"
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "the oversized result took {took:?} to fail (callMs is 90 s)"
+    );
+
+    // The same generation answers the next calls.
+    assert_eq!(echo(rt.frontend_url(), &token, "huge", "next").await, "next");
+    let small = mcp.call_tool_ok("huge_big", json!({"bytes": 1000})).await;
+    assert_eq!(small["content"][0]["text"].as_str().map(str::len), Some(1000));
+    let after = rt.wait_status("huge", "ready", READY);
+    assert_eq!(
+        after["generation"], before["generation"],
+        "the worker was restarted: {after}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// F10: setsid grandchildren
+
+/// `(pgrp, session)` of `pid` from `/proc/<pid>/stat`.
+fn group_and_session(pid: u32) -> Option<(u32, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // state ppid pgrp session …
+    Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?))
+}
+
+/// Installs a connector whose upstream starts a `setsid()` grandchild; the grandchild's pid,
+/// checked to have left the worker's process group and session.
+async fn setsid_grandchild(rt: &mut Runtime, mcp: &Mcp, key: &str) -> u32 {
+    rt.install_ok(
+        &rt.private_fixture_connector(key, &["--setsid-grandchild", "--tools", "whoami,echo"]),
+        &[],
+    );
+    rt.wait_status(key, "ready", READY);
+    let result = mcp.call_tool_ok(&format!("{key}_whoami"), json!({})).await;
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    let who: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    let grandchild = who["grandchild"].as_u64().unwrap_or(0) as u32;
+    let upstream = who["pid"].as_u64().unwrap_or(0) as u32;
+    assert!(grandchild > 0 && upstream > 0, "whoami: {result}");
+    // It calls setsid() as its first act; give it that moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while group_and_session(grandchild).map(|(_, sid)| sid) != Some(grandchild) {
+        assert!(
+            Instant::now() < deadline,
+            "grandchild {grandchild} did not leave its session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (group, _) = group_and_session(upstream).unwrap_or_default();
+    assert_ne!(group, grandchild, "the grandchild must be out of the upstream's group");
+    grandchild
+}
+
+/// Fails with `what` if any of `pids` is still alive 10 s later; kills the survivors first so
+/// a failing run leaves nothing behind.
+fn assert_gone(what: &str, pids: &[u32]) {
+    let left = proc_tree::wait_gone(pids, Duration::from_secs(10));
+    let described = proc_tree::describe(&left);
+    for pid in &left {
+        sigkill(*pid);
+    }
+    assert!(
+        left.is_empty(),
+        "{what}: the setsid grandchild is still alive 10 s later:\n{described}"
+    );
+}
+
+/// A grandchild that left the upstream's session and process group (`setsid()`, as a daemon
+/// does) is gone after `tutti connector uninstall` and after a clean stop of the runtime.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_setsid_grandchild_is_gone_after_uninstall_and_after_a_clean_stop() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let token = rt.issue_token("setsid", "s");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let first = setsid_grandchild(&mut rt, &mcp, "sid").await;
+    let second = setsid_grandchild(&mut rt, &mcp, "sid2").await;
+
+    rt.tutti_ok(&["connector", "uninstall", "sid"]);
+    assert_gone("after `tutti connector uninstall`", &[first]);
+    assert!(proc_tree::is_alive(second), "the other connector's grandchild was killed too");
+
+    assert!(rt.stop().is_some_and(|s| s.success()));
+    assert_gone("after a clean stop (SIGTERM to `tutti up`)", &[second]);
+}
+
+/// The same after SIGKILL of the kernel (its workers get SIGTERM as their parent-death
+/// signal).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_setsid_grandchild_is_gone_after_the_kernel_is_killed() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let token = rt.issue_token("setsid", "k");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let grandchild = setsid_grandchild(&mut rt, &mcp, "sidk").await;
+    rt.kill();
+    assert_gone("after SIGKILL of the kernel", &[grandchild]);
+}
