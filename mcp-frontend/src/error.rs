@@ -15,7 +15,9 @@ pub enum Error {
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: io::Error },
     /// The listening socket handed over by the kernel is unusable.
-    #[error("cannot use the listening socket the kernel passed (descriptor 3, LISTEN_FDS): {source}")]
+    #[error(
+        "cannot use the listening socket the kernel passed (descriptor 3, LISTEN_FDS): {source}"
+    )]
     Inherit { source: io::Error },
     /// `run/frontend.json` could not be written.
     #[error("cannot write {path}: {source}")]

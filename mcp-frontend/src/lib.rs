@@ -284,7 +284,10 @@ impl AcceptErrors {
 
     fn recovered(&mut self) {
         if let AcceptLog::More(more) = self.on_accept() {
-            tracing::warn!(more, "accepting connections again after a burst of accept errors");
+            tracing::warn!(
+                more,
+                "accepting connections again after a burst of accept errors"
+            );
         }
     }
 }
@@ -385,13 +388,12 @@ mod imp {
 
     pub(super) fn raise_descriptor_limit() {
         use nix::sys::resource::{Resource, getrlimit, setrlimit};
-        let raised = getrlimit(Resource::RLIMIT_NOFILE)
-            .and_then(|(soft, hard)| {
-                if soft < hard {
-                    setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
-                }
-                Ok(soft.max(hard))
-            });
+        let raised = getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| {
+            if soft < hard {
+                setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+            }
+            Ok(soft.max(hard))
+        });
         match raised {
             Ok(limit) => tracing::debug!(limit, "descriptor limit"),
             Err(e) => tracing::warn!(error = %e, "cannot raise the descriptor limit"),

@@ -70,7 +70,7 @@ impl PortThief {
                 while !stop.load(Ordering::Relaxed) {
                     n += 1;
                     attempts.store(n, Ordering::Relaxed);
-                    if let Some(socket) = try_take(port, n % 2 == 0) {
+                    if let Some(socket) = try_take(port, n.is_multiple_of(2)) {
                         taken.fetch_add(1, Ordering::Relaxed);
                         held.push(socket);
                     }
@@ -130,7 +130,10 @@ async fn echo(url: &str, token: &str, key: &str, message: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frontend_restart_never_frees_the_port_for_another_process() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    rt.install_ok(&rt.private_fixture_connector("fe", &["--tools", "echo"]), &[]);
+    rt.install_ok(
+        &rt.private_fixture_connector("fe", &["--tools", "echo"]),
+        &[],
+    );
     rt.wait_status("fe", "ready", READY);
     let token = rt.issue_token("ports", "s");
     let url = rt.frontend_url().to_owned();
@@ -231,7 +234,9 @@ fn slow_body(port: u16, headers: String, deadline: Duration) -> SlowOutcome {
     let mut seen = Vec::new();
     while started.elapsed() < deadline {
         let left = deadline.saturating_sub(started.elapsed());
-        let _ = conn.set_read_timeout(Some(left.clamp(Duration::from_millis(1), Duration::from_millis(500))));
+        let _ = conn.set_read_timeout(Some(
+            left.clamp(Duration::from_millis(1), Duration::from_millis(500)),
+        ));
         match conn.read(&mut buf) {
             Ok(0) => {
                 outcome.closed_after = Some(started.elapsed());
@@ -273,7 +278,10 @@ fn slow_request(port: u16, token: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn slow_bodies_without_a_token_are_closed_and_agents_keep_their_latency() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    rt.install_ok(&rt.private_fixture_connector("sb", &["--tools", "echo"]), &[]);
+    rt.install_ok(
+        &rt.private_fixture_connector("sb", &["--tools", "echo"]),
+        &[],
+    );
     rt.wait_status("sb", "ready", READY);
     let token = rt.issue_token("slow", "s");
     let Some((port, _)) = frontend_info(rt.state_dir()) else {
@@ -338,7 +346,10 @@ async fn slow_bodies_without_a_token_are_closed_and_agents_keep_their_latency() 
         during <= before * 10 + Duration::from_millis(100),
         "median latency went from {before:?} to {during:?} under 200 slow-body connections (401s closed within {slowest:?})"
     );
-    assert_eq!(echo(rt.frontend_url(), &token, "sb", "still").await, "still");
+    assert_eq!(
+        echo(rt.frontend_url(), &token, "sb", "still").await,
+        "still"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -377,9 +388,15 @@ async fn an_oversized_result_fails_at_once_and_the_worker_keeps_serving() {
     );
 
     // The same generation answers the next calls.
-    assert_eq!(echo(rt.frontend_url(), &token, "huge", "next").await, "next");
+    assert_eq!(
+        echo(rt.frontend_url(), &token, "huge", "next").await,
+        "next"
+    );
     let small = mcp.call_tool_ok("huge_big", json!({"bytes": 1000})).await;
-    assert_eq!(small["content"][0]["text"].as_str().map(str::len), Some(1000));
+    assert_eq!(
+        small["content"][0]["text"].as_str().map(str::len),
+        Some(1000)
+    );
     let after = rt.wait_status("huge", "ready", READY);
     assert_eq!(
         after["generation"], before["generation"],
@@ -423,7 +440,10 @@ async fn setsid_grandchild(rt: &mut Runtime, mcp: &Mcp, key: &str) -> u32 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (group, _) = group_and_session(upstream).unwrap_or_default();
-    assert_ne!(group, grandchild, "the grandchild must be out of the upstream's group");
+    assert_ne!(
+        group, grandchild,
+        "the grandchild must be out of the upstream's group"
+    );
     grandchild
 }
 
@@ -454,7 +474,10 @@ async fn a_setsid_grandchild_is_gone_after_uninstall_and_after_a_clean_stop() {
 
     rt.tutti_ok(&["connector", "uninstall", "sid"]);
     assert_gone("after `tutti connector uninstall`", &[first]);
-    assert!(proc_tree::is_alive(second), "the other connector's grandchild was killed too");
+    assert!(
+        proc_tree::is_alive(second),
+        "the other connector's grandchild was killed too"
+    );
 
     assert!(rt.stop().is_some_and(|s| s.success()));
     assert_gone("after a clean stop (SIGTERM to `tutti up`)", &[second]);

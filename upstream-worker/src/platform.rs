@@ -152,14 +152,15 @@ mod imp {
         #[cfg(target_os = "linux")]
         {
             let upstream = child.id();
-            let reaper = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-                .map(|mut sigchld| {
+            let reaper = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).map(
+                |mut sigchld| {
                     tokio::spawn(async move {
                         while sigchld.recv().await.is_some() {
                             reap_orphans(upstream);
                         }
                     })
-                });
+                },
+            );
             match reaper {
                 Ok(task) => Containment(Some(task)),
                 Err(e) => {

@@ -375,7 +375,11 @@ mod tests {
             assert_eq!(results.oversized(head, b"", 64), None);
         }
         assert_eq!(
-            results.oversized(br#"{"result":{"content":"#, br#"xx"}]},"method":"m","id":5}"#, 64),
+            results.oversized(
+                br#"{"result":{"content":"#,
+                br#"xx"}]},"method":"m","id":5}"#,
+                64
+            ),
             None
         );
         assert_eq!(other.too_large(), None);

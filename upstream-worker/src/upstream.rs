@@ -897,7 +897,9 @@ async fn first_listing(
             format!("tools/list failed: JSON-RPC error {code}: {message}")
         }
         CallFailure::Closed => "connection closed during tools/list".to_owned(),
-        CallFailure::TooLarge(limit) => format!("tools/list failed: a page larger than {limit} bytes"),
+        CallFailure::TooLarge(limit) => {
+            format!("tools/list failed: a page larger than {limit} bytes")
+        }
         CallFailure::Auth(detail) | CallFailure::Other(detail) => {
             format!("tools/list failed: {detail}")
         }
