@@ -236,3 +236,24 @@ async fn next_fence(
         None => std::future::pending().await,
     }
 }
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::frontend_socket;
+
+    #[test]
+    fn the_frontend_socket_is_bound_once_and_keeps_its_port() {
+        let mut socket = None;
+        let port = frontend_socket(&mut socket, 0)
+            .expect("bind")
+            .expect("bound on Unix");
+        assert_ne!(port, 0);
+        assert_eq!(
+            frontend_socket(&mut socket, 0).expect("again"),
+            Some(port),
+            "the same socket, not a new one"
+        );
+        let taken = std::net::TcpListener::bind(("127.0.0.1", port));
+        assert!(taken.is_err(), "another socket bound the frontend's port");
+    }
+}

@@ -383,7 +383,13 @@ mod imp {
     use tokio::signal::unix::{SignalKind, signal};
 
     pub(super) fn inherited_listener() -> std::io::Result<Option<std::net::TcpListener>> {
-        listenfd::ListenFd::from_env().take_tcp_listener(0)
+        use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+        let listener = listenfd::ListenFd::from_env().take_tcp_listener(0)?;
+        if let Some(listener) = &listener {
+            // Inherited without close-on-exec; nothing we might start gets it.
+            fcntl(listener, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(std::io::Error::from)?;
+        }
+        Ok(listener)
     }
 
     pub(super) fn raise_descriptor_limit() {
