@@ -148,7 +148,11 @@ async fn a_frontend_restart_never_frees_the_port_for_another_process() {
             panic!("no run/frontend.json\n{}", rt.diagnostics());
         };
         sigkill(old);
-        // Sent at once, while no frontend may be running: it waits in the kernel's socket.
+        // Once the old frontend can no longer accept it (a connection it accepted as it died
+        // would be reset), a request is sent at once, while no frontend may be running yet:
+        // it waits in the kernel's socket.
+        let gone = proc_tree::wait_gone(&[old], READY);
+        assert!(gone.is_empty(), "frontend {old} survived SIGKILL");
         let (url2, token2) = (url.clone(), token.clone());
         let during = tokio::spawn(async move { echo(&url2, &token2, "fe", "during").await });
         let deadline = Instant::now() + READY;
