@@ -394,11 +394,19 @@ mod imp {
 
     pub(super) fn raise_descriptor_limit() {
         use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        /// macOS's `OPEN_MAX`: the highest soft limit it takes when the hard one is unlimited.
+        const OPEN_MAX_FALLBACK: nix::sys::resource::rlim_t = 10_240;
         let raised = getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| {
-            if soft < hard {
-                setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+            if soft >= hard {
+                return Ok(soft);
             }
-            Ok(soft.max(hard))
+            // macOS reports an unlimited hard limit but refuses a soft limit above OPEN_MAX.
+            setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+                .map(|()| hard)
+                .or_else(|_| {
+                    let capped = hard.min(OPEN_MAX_FALLBACK).max(soft);
+                    setrlimit(Resource::RLIMIT_NOFILE, capped, hard).map(|()| capped)
+                })
         });
         match raised {
             Ok(limit) => tracing::debug!(limit, "descriptor limit"),

@@ -279,8 +279,27 @@ fn slow_request(port: u16, token: &str) -> String {
 /// their body: each is answered 401 and closed at once, and a client with a token keeps its
 /// latency meanwhile. A token holder's own slow body is answered 408 within the 10 s body
 /// timeout.
+/// `(soft, hard)` "Max open files" of `pid`.
+fn open_files_limit(pid: u32) -> Option<(String, String)> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut fields = line["Max open files".len()..].split_whitespace();
+    Some((fields.next()?.to_owned(), fields.next()?.to_owned()))
+}
+
+/// Lowers this test process's soft descriptor limit (the runtime it starts inherits it), so
+/// that raising it at start is visible; the hard limit stays.
+fn lower_soft_descriptor_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let low = soft.min(hard).min(1024);
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, low, hard);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn slow_bodies_without_a_token_are_closed_and_agents_keep_their_latency() {
+    lower_soft_descriptor_limit();
     let mut rt = Runtime::start(RuntimeOptions::default());
     rt.install_ok(
         &rt.private_fixture_connector("sb", &["--tools", "echo"]),
@@ -291,6 +310,15 @@ async fn slow_bodies_without_a_token_are_closed_and_agents_keep_their_latency() 
     let Some((port, _)) = frontend_info(rt.state_dir()) else {
         panic!("no run/frontend.json\n{}", rt.diagnostics());
     };
+    // The kernel (`tutti up` execs it) and the frontend raised their soft limit to the hard one.
+    let frontend = frontend_info(rt.state_dir()).map(|(_, pid)| pid);
+    for (what, pid) in [("kernel", rt.pid()), ("frontend", frontend)] {
+        let limit = pid.and_then(open_files_limit);
+        assert!(
+            limit.as_ref().is_some_and(|(soft, hard)| soft == hard),
+            "the {what}'s descriptor limit (soft, hard) is {limit:?}"
+        );
+    }
     let mcp = Mcp::legacy(rt.frontend_url(), &token);
     mcp.initialize().await;
     let before = median_latency(&mcp, "sb", 30).await;
