@@ -131,6 +131,7 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         env,
         stderr: log,
         death_signal_term: true,
+        listener: None,
     });
     let mut child = match spawned {
         Ok(c) => c,

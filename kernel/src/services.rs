@@ -1,5 +1,12 @@
 //! Supervision of the frontend and the shim manager: restart with backoff, same port for
 //! the frontend across restarts.
+//!
+//! The frontend's port is never free while the kernel runs (Unix): the kernel binds the
+//! listening socket once, before the first frontend starts, and every frontend it starts
+//! inherits that same socket (`spawn::ChildSpec::listener`). Between a frontend's death and
+//! its successor's start, connections wait in the socket's backlog and are served by the
+//! successor; no other process can bind the port meanwhile (the socket stays bound, without
+//! `SO_REUSEPORT`). On Windows the frontend binds the remembered port itself.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +55,8 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
         ..RestartPolicy::default()
     };
     let mut port: u16 = 0;
+    // The frontend's listening socket, bound once and kept for the kernel's lifetime.
+    let mut socket: Option<std::net::TcpListener> = None;
     // Requests to stop the frontend because its session cache did not confirm a revocation.
     let mut fence_requests = match role {
         Role::Frontend => k.session_caches.take_fence_requests(),
@@ -63,6 +72,17 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             k.paths.state.to_string_lossy().into_owned(),
         ];
         if role == Role::Frontend {
+            match frontend_socket(&mut socket, port) {
+                Ok(Some(bound)) => port = bound,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(port, error = %e, "cannot bind the frontend's port on 127.0.0.1");
+                    if !pause(Duration::from_secs(2), &mut fence_requests, &mut shutdown).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
             args.push("--port".into());
             args.push(port.to_string());
         }
@@ -86,6 +106,7 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             env,
             stderr: log,
             death_signal_term: false,
+            listener: socket.as_ref(),
         }) {
             Ok(c) => c,
             Err(e) => {
@@ -172,6 +193,27 @@ async fn pause(
     }
 }
 
+/// Binds the frontend's socket on 127.0.0.1 (`port`, `0` = any) unless it is bound already;
+/// its port. Windows: nothing is bound here (`None`), the frontend binds `port` itself.
+fn frontend_socket(
+    socket: &mut Option<std::net::TcpListener>,
+    port: u16,
+) -> std::io::Result<Option<u16>> {
+    if cfg!(windows) {
+        return Ok(None);
+    }
+    let listener = match socket {
+        Some(listener) => listener,
+        // std sets SO_REUSEADDR (a restarted kernel can bind a port in TIME_WAIT) but never
+        // SO_REUSEPORT, so no other socket can bind the port while this one exists.
+        None => socket.insert(std::net::TcpListener::bind((
+            std::net::Ipv4Addr::LOCALHOST,
+            port,
+        ))?),
+    };
+    Ok(Some(listener.local_addr()?.port()))
+}
+
 /// The frontend is gone: forget its URL until the next one reports, keep its port.
 fn remember_port(k: &Kernel, port: u16) -> u16 {
     *lock(&k.frontend_url) = None;
@@ -188,5 +230,26 @@ async fn next_fence(
     match requests {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::frontend_socket;
+
+    #[test]
+    fn the_frontend_socket_is_bound_once_and_keeps_its_port() {
+        let mut socket = None;
+        let port = frontend_socket(&mut socket, 0)
+            .expect("bind")
+            .expect("bound on Unix");
+        assert_ne!(port, 0);
+        assert_eq!(
+            frontend_socket(&mut socket, 0).expect("again"),
+            Some(port),
+            "the same socket, not a new one"
+        );
+        let taken = std::net::TcpListener::bind(("127.0.0.1", port));
+        assert!(taken.is_err(), "another socket bound the frontend's port");
     }
 }

@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
+/// The descriptor an inherited listener has in the child (systemd's `SD_LISTEN_FDS_START`).
+#[cfg(unix)]
+const LISTEN_FDS_START: i32 = 3;
+
 /// What to run, with exactly this environment (nothing inherited).
 pub struct ChildSpec<'a> {
     pub program: &'a Path,
@@ -20,6 +24,10 @@ pub struct ChildSpec<'a> {
     /// Signal the child gets when the kernel dies (Linux). Workers get SIGTERM so they can
     /// take their whole process group down; others SIGKILL.
     pub death_signal_term: bool,
+    /// A listening socket the child inherits (the frontend's, see `services.rs`): on Unix as
+    /// descriptor 3 with `LISTEN_FDS=1` in its environment (systemd's socket-activation
+    /// convention, without `LISTEN_PID`). Never given on Windows.
+    pub listener: Option<&'a std::net::TcpListener>,
 }
 
 pub fn spawn(spec: ChildSpec<'_>) -> std::io::Result<Child> {
@@ -35,6 +43,9 @@ pub fn spawn(spec: ChildSpec<'_>) -> std::io::Result<Child> {
         None => cmd.stderr(Stdio::inherit()),
     };
     imp::configure(&mut cmd, spec.death_signal_term);
+    if let Some(listener) = spec.listener {
+        imp::pass_listener(&mut cmd, listener)?;
+    }
     let child = cmd.spawn()?;
     imp::adopt(child)
 }
@@ -144,6 +155,23 @@ mod imp {
         Ok(child)
     }
 
+    /// The child gets a duplicate of `listener` as descriptor 3 (and nothing else of ours:
+    /// every other descriptor of the kernel is close-on-exec) and `LISTEN_FDS=1`.
+    pub(super) fn pass_listener(
+        cmd: &mut tokio::process::Command,
+        listener: &std::net::TcpListener,
+    ) -> std::io::Result<()> {
+        use command_fds::{CommandFdExt, FdMapping};
+        let mapping = FdMapping {
+            parent_fd: listener.try_clone()?.into(),
+            child_fd: super::LISTEN_FDS_START,
+        };
+        cmd.fd_mappings(vec![mapping])
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        cmd.env("LISTEN_FDS", "1");
+        Ok(())
+    }
+
     pub(super) fn terminate(_child: &mut tokio::process::Child, pgid: u32, kill: bool) {
         signal_group(pgid, kill);
     }
@@ -188,6 +216,18 @@ mod imp {
 
     pub(super) fn configure(cmd: &mut tokio::process::Command, _term: bool) {
         cmd.creation_flags(CREATE_NEW_PROCESS_GROUP);
+    }
+
+    /// Not supported on Windows: the kernel never binds the frontend's socket there (see
+    /// ARCHITECTURE.md, "The frontend's port"), so this is never reached.
+    pub(super) fn pass_listener(
+        _cmd: &mut tokio::process::Command,
+        _listener: &std::net::TcpListener,
+    ) -> std::io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "passing a listening socket to a child is not supported on Windows",
+        ))
     }
 
     /// The kernel's kill-on-close Job Object, created on first use. Its only handle lives in

@@ -309,6 +309,7 @@ impl Actor {
             env,
             stderr: log,
             death_signal_term: true,
+            listener: None,
         };
         {
             let mut inner = lock(&self.k.inner);

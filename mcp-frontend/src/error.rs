@@ -14,6 +14,11 @@ pub enum Error {
     /// The HTTP listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: io::Error },
+    /// The listening socket handed over by the kernel is unusable.
+    #[error(
+        "cannot use the listening socket the kernel passed (descriptor 3, LISTEN_FDS): {source}"
+    )]
+    Inherit { source: io::Error },
     /// `run/frontend.json` could not be written.
     #[error("cannot write {path}: {source}")]
     StateFile { path: PathBuf, source: io::Error },

@@ -2,6 +2,7 @@
 //! content type, body size, JSON-RPC framing, then era dispatch.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, BodyDataStream};
 use axum::extract::{Request, State};
@@ -125,6 +126,13 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
+/// Whether the request declares a body (a non-zero `Content-Length`, or any
+/// `Transfer-Encoding`).
+fn may_have_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || declared_length(headers).is_some_and(|n| n > 0)
+}
+
 /// A request body read during token verification, or not yet.
 enum PendingBody {
     Parsed(Result<Map<String, Value>, ParseFailure>),
@@ -137,6 +145,8 @@ enum ParseFailure {
     Batch,
     NotObject,
     Syntax,
+    /// The body did not arrive within [`BODY_READ_TIMEOUT`].
+    Timeout,
 }
 
 impl ParseFailure {
@@ -150,6 +160,19 @@ impl ParseFailure {
             }
             Self::Body(BodyError::Broken) => {
                 return rpc::reject(StatusCode::BAD_REQUEST, "Bad Request: unreadable body");
+            }
+            Self::Timeout => {
+                let mut response = rpc::reject(
+                    StatusCode::REQUEST_TIMEOUT,
+                    &format!(
+                        "Request Timeout: the request body did not arrive within {} s",
+                        BODY_READ_TIMEOUT.as_secs()
+                    ),
+                );
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return response;
             }
             Self::Batch => (
                 StatusCode::BAD_REQUEST,
@@ -188,6 +211,46 @@ async fn read_and_parse(
     }
 }
 
+/// How long a request's body may take to arrive, from the end of its headers (hyper's header
+/// timeout covers those). A body that has not arrived by then is answered 408 and the
+/// connection closed: loopback is open to every local user, and a request whose body never
+/// comes must not hold a descriptor for ever.
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// [`read_and_parse`] within [`BODY_READ_TIMEOUT`].
+async fn read_within_timeout(
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Map<String, Value>, ParseFailure> {
+    tokio::time::timeout(BODY_READ_TIMEOUT, read_and_parse(headers, body))
+        .await
+        .unwrap_or(Err(ParseFailure::Timeout))
+}
+
+/// The answer to a request whose token was not verified as valid: 401, or 503 when the
+/// kernel could not be asked. `body_unread`: the request's body was not read, so the
+/// connection is closed after the answer (hyper would otherwise wait for that body before the
+/// next request).
+fn rejected(verified: Result<Option<Identity>, crate::Error>, body_unread: bool) -> Response {
+    let mut response = match verified {
+        // Only called without a valid identity.
+        Ok(_) => unauthorized(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot verify a session token");
+            rpc::reject(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service Unavailable: the session token cannot be verified because the kernel is not answering; retry, and check `tutti status`",
+            )
+        }
+    };
+    if body_unread {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
 /// Whether a request is served by the modern (2026-07-28) surface.
 fn is_modern(headers: &HeaderMap, message: &rpc::Message) -> bool {
     let header = headers
@@ -220,36 +283,41 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         );
     }
     let Some(token) = headers::bearer_token(&parts.headers).map(str::to_owned) else {
-        return unauthorized();
+        return rejected(Ok(None), may_have_body(&parts.headers));
     };
     let is_post = parts.method == Method::POST;
     let is_json = is_json_content_type(&parts.headers);
     // A small body is read and parsed while the token is verified (a kernel round trip unless
-    // the session cache knows it); nothing is acted on before the verdict, and every answer below
-    // keeps the documented check order. Larger bodies are only read once the token is valid.
+    // the session cache knows it), but the verdict never waits for the body: a request
+    // without a valid token is answered 401 at once, whatever its body does. Nothing is acted
+    // on before the verdict, and every answer below keeps the documented check order. Larger
+    // bodies are only read once the token is valid.
     let on_endpoint = parts.uri.path() == ENDPOINT_PATH;
     let early = on_endpoint
         && is_post
         && is_json
         && declared_length(&parts.headers).is_some_and(|n| n <= EARLY_BODY_BYTES);
     let (verified, pending) = if early {
-        let (verified, parsed) = tokio::join!(
-            app.verify_session(&token),
-            read_and_parse(&parts.headers, body)
-        );
-        (verified, PendingBody::Parsed(parsed))
+        let read = read_within_timeout(&parts.headers, body);
+        let verify = app.verify_session(&token);
+        tokio::pin!(read, verify);
+        tokio::select! {
+            verified = &mut verify => {
+                if !matches!(verified, Ok(Some(_))) {
+                    return rejected(verified, may_have_body(&parts.headers));
+                }
+                (verified, PendingBody::Parsed(read.await))
+            }
+            parsed = &mut read => (verify.await, PendingBody::Parsed(parsed)),
+        }
     } else {
         (app.verify_session(&token).await, PendingBody::Unread(body))
     };
     let identity = match verified {
         Ok(Some(identity)) => identity,
-        Ok(None) => return unauthorized(),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot verify a session token");
-            return rpc::reject(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Service Unavailable: the session token cannot be verified because the kernel is not answering; retry, and check `tutti status`",
-            );
+        other => {
+            let unread = matches!(pending, PendingBody::Unread(_));
+            return rejected(other, unread && may_have_body(&parts.headers));
         }
     };
     // SPEC §5: the bearer check comes before everything else but Host and Origin, so an
@@ -276,7 +344,7 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
     }
     let parsed = match pending {
         PendingBody::Parsed(parsed) => parsed,
-        PendingBody::Unread(body) => read_and_parse(&parts.headers, body).await,
+        PendingBody::Unread(body) => read_within_timeout(&parts.headers, body).await,
     };
     let object = match parsed {
         Ok(object) => object,

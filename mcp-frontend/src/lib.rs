@@ -87,7 +87,11 @@ impl Default for ServeOptions {
 /// Runs the frontend until SIGTERM/SIGINT (Ctrl-C) or the kernel's shutdown event
 /// (`Ok`), or until the kernel's route stream is lost for good (`Err`).
 pub async fn run(config: Config) -> Result<(), Error> {
-    let listener = bind(config.port).await?;
+    raise_descriptor_limit();
+    let listener = match inherited_listener()? {
+        Some(listener) => listener,
+        None => bind(config.port).await?,
+    };
     let addr = listener.local_addr().map_err(|source| Error::Bind {
         addr: SocketAddr::from((Ipv4Addr::LOCALHOST, config.port)),
         source,
@@ -182,6 +186,7 @@ async fn accept(
         let _ = stopping.wait_for(|s| *s).await;
     };
     tokio::pin!(stop);
+    let mut errors = AcceptErrors::default();
     loop {
         let (tcp, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -189,13 +194,14 @@ async fn accept(
                 // Out of descriptors, a connection reset before it was accepted, …: the
                 // listener itself is fine; pause briefly instead of spinning.
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot accept a connection");
+                    errors.failed(&e, std::time::Instant::now());
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
             _ = &mut stop => break,
         };
+        errors.recovered();
         // Responses are written whole; no Nagle delay on the keep-alive connection.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
@@ -214,8 +220,114 @@ async fn accept(
     Ok(())
 }
 
+/// How often a burst of accept errors that goes on is summed up in the log.
+const ACCEPT_ERROR_REPORT: Duration = Duration::from_secs(10);
+
+/// Accept errors come in bursts (out of descriptors: every retry fails alike, 20 a second).
+/// The first error of a burst is logged; the rest are counted and summed up in one line
+/// every [`ACCEPT_ERROR_REPORT`] while the burst lasts and once when it ends.
+#[derive(Debug, Default)]
+struct AcceptErrors {
+    /// When the current burst's last line was written; `None` outside a burst.
+    reported: Option<std::time::Instant>,
+    /// Errors since that line.
+    unreported: u64,
+}
+
+/// What [`AcceptErrors`] logs for one event.
+#[derive(Debug, PartialEq, Eq)]
+enum AcceptLog {
+    Nothing,
+    First,
+    /// This many more errors since the last line.
+    More(u64),
+}
+
+impl AcceptErrors {
+    fn on_error(&mut self, now: std::time::Instant) -> AcceptLog {
+        match self.reported {
+            None => {
+                self.reported = Some(now);
+                AcceptLog::First
+            }
+            Some(at) => {
+                self.unreported += 1;
+                if now.duration_since(at) < ACCEPT_ERROR_REPORT {
+                    return AcceptLog::Nothing;
+                }
+                self.reported = Some(now);
+                AcceptLog::More(std::mem::take(&mut self.unreported))
+            }
+        }
+    }
+
+    fn on_accept(&mut self) -> AcceptLog {
+        if self.reported.take().is_none() {
+            return AcceptLog::Nothing;
+        }
+        AcceptLog::More(std::mem::take(&mut self.unreported))
+    }
+
+    fn failed(&mut self, error: &std::io::Error, now: std::time::Instant) {
+        match self.on_error(now) {
+            AcceptLog::Nothing => {}
+            AcceptLog::First => tracing::warn!(
+                %error,
+                "cannot accept a connection (further errors are counted, not logged, until one is accepted)"
+            ),
+            AcceptLog::More(more) => tracing::warn!(
+                more,
+                %error,
+                "still cannot accept connections"
+            ),
+        }
+    }
+
+    fn recovered(&mut self) {
+        if let AcceptLog::More(more) = self.on_accept() {
+            tracing::warn!(
+                more,
+                "accepting connections again after a burst of accept errors"
+            );
+        }
+    }
+}
+
 fn endpoint_url(port: u16) -> String {
     format!("http://127.0.0.1:{port}{}", http::ENDPOINT_PATH)
+}
+
+/// The listening socket the kernel handed over (Unix: descriptor 3 with `LISTEN_FDS=1`, see
+/// ARCHITECTURE.md), if any. The kernel binds the frontend's port once and passes the same
+/// socket to every frontend it starts, so the port is never free for another process to take
+/// between two frontends. Refused unless it is a TCP listener on a loopback address.
+fn inherited_listener() -> Result<Option<TcpListener>, Error> {
+    let inherited = imp::inherited_listener().map_err(|source| Error::Inherit { source })?;
+    let Some(listener) = inherited else {
+        return Ok(None);
+    };
+    let addr = listener
+        .local_addr()
+        .map_err(|source| Error::Inherit { source })?;
+    if !addr.ip().is_loopback() {
+        return Err(Error::Inherit {
+            source: std::io::Error::other(format!(
+                "the inherited listener is bound to {addr}, not to a loopback address"
+            )),
+        });
+    }
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(listener))
+        .map(Some)
+        .map_err(|source| Error::Inherit { source })
+}
+
+/// Raises this process's soft descriptor limit to its hard limit (Unix): every connection
+/// holds a descriptor, and the common soft default (1024) is far below what loopback clients
+/// can open. Failure is logged, not fatal.
+fn raise_descriptor_limit() {
+    imp::raise_descriptor_limit();
 }
 
 async fn bind(port: u16) -> Result<TcpListener, Error> {
@@ -271,6 +383,38 @@ async fn shutdown_signal() {
 mod imp {
     use tokio::signal::unix::{SignalKind, signal};
 
+    pub(super) fn inherited_listener() -> std::io::Result<Option<std::net::TcpListener>> {
+        use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+        let listener = listenfd::ListenFd::from_env().take_tcp_listener(0)?;
+        if let Some(listener) = &listener {
+            // Inherited without close-on-exec; nothing we might start gets it.
+            fcntl(listener, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(std::io::Error::from)?;
+        }
+        Ok(listener)
+    }
+
+    pub(super) fn raise_descriptor_limit() {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        /// macOS's `OPEN_MAX`: the highest soft limit it takes when the hard one is unlimited.
+        const OPEN_MAX_FALLBACK: nix::sys::resource::rlim_t = 10_240;
+        let raised = getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| {
+            if soft >= hard {
+                return Ok(soft);
+            }
+            // macOS reports an unlimited hard limit but refuses a soft limit above OPEN_MAX.
+            setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+                .map(|()| hard)
+                .or_else(|_| {
+                    let capped = hard.min(OPEN_MAX_FALLBACK).max(soft);
+                    setrlimit(Resource::RLIMIT_NOFILE, capped, hard).map(|()| capped)
+                })
+        });
+        match raised {
+            Ok(limit) => tracing::debug!(limit, "descriptor limit"),
+            Err(e) => tracing::warn!(error = %e, "cannot raise the descriptor limit"),
+        }
+    }
+
     pub(super) async fn shutdown_signal() {
         let (term, int) = (
             signal(SignalKind::terminate()),
@@ -293,6 +437,14 @@ mod imp {
 
 #[cfg(windows)]
 mod imp {
+    /// Windows: the frontend binds its port itself (ARCHITECTURE.md, "The frontend's port").
+    pub(super) fn inherited_listener() -> std::io::Result<Option<std::net::TcpListener>> {
+        Ok(None)
+    }
+
+    /// Windows has no descriptor limit of this kind.
+    pub(super) fn raise_descriptor_limit() {}
+
     pub(super) async fn shutdown_signal() {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
@@ -345,6 +497,23 @@ mod tests {
             .expect("the accept loop ends when stopping")
             .expect("task")
             .expect("io");
+    }
+
+    #[test]
+    fn accept_errors_are_logged_once_per_burst_with_a_count() {
+        let t0 = std::time::Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut errors = AcceptErrors::default();
+        assert_eq!(errors.on_accept(), AcceptLog::Nothing, "no burst yet");
+        assert_eq!(errors.on_error(at(0)), AcceptLog::First);
+        for ms in (50..9_950).step_by(50) {
+            assert_eq!(errors.on_error(at(ms)), AcceptLog::Nothing);
+        }
+        assert_eq!(errors.on_error(at(10_000)), AcceptLog::More(199));
+        assert_eq!(errors.on_error(at(10_050)), AcceptLog::Nothing);
+        assert_eq!(errors.on_accept(), AcceptLog::More(1));
+        assert_eq!(errors.on_accept(), AcceptLog::Nothing);
+        assert_eq!(errors.on_error(at(20_000)), AcceptLog::First, "a new burst");
     }
 
     #[test]

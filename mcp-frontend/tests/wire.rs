@@ -600,6 +600,35 @@ async fn an_early_read_body_is_never_acted_on_without_a_valid_token() {
     h.stop().await.expect("clean stop");
 }
 
+/// Issue 19 F6: a request with a wrong token and a small declared body that never comes is
+/// answered 401 at once and its connection closed; the body is not waited for.
+#[tokio::test]
+async fn a_wrong_token_is_answered_without_waiting_for_the_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = start().await;
+    let addr = h.base.trim_start_matches("http://").to_owned();
+    let mut conn = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /mcp/connector HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer tts_nope\r\n\
+         Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n{{"
+    );
+    conn.write_all(head.as_bytes()).await.expect("headers");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut answer))
+        .await
+        .expect("answered and closed without the body")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 401 "), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    h.stop().await.expect("clean stop");
+}
+
 #[tokio::test]
 async fn methods_paths_content_type_and_size() {
     let h = start().await;

@@ -137,6 +137,7 @@ impl Exit {
 
 /// Runs the worker until it is fenced, shut down, or its upstream goes away.
 pub async fn run(config: Config) -> Result<Exit, WorkerError> {
+    platform::become_subreaper();
     transport::run_dir(&config.state_dir).map_err(WorkerError::RunDir)?;
     let endpoint = transport::worker_endpoint(&config.state_dir, config.generation);
     let incoming = transport::bind(&endpoint).map_err(WorkerError::Bind)?;
@@ -380,7 +381,8 @@ async fn report_non_json(kernel: KernelLink, counter: Arc<stdio::NonJsonCounter>
 }
 
 /// SIGTERM to a worker means "take everything down now": the kernel sends it as the
-/// parent-death signal and as the second stage of a stop. The worker kills its own process
+/// parent-death signal and as the second stage of a stop. The worker kills every descendant
+/// (those that left its process group with `setsid()` included, Linux) and its own process
 /// group (itself, its upstream and anything the upstream left behind, e.g. `npx`
 /// grandchildren), so no process of the tree outlives the kernel. The graceful path is the
 /// Worker `Shutdown` RPC.
@@ -393,6 +395,8 @@ pub async fn kill_group_on_sigterm() {
             return;
         };
         if term.recv().await.is_some() {
+            // Descendants that left our group (`setsid()`) first: killpg does not reach them.
+            platform::kill_descendants();
             let group = nix::unistd::getpgrp();
             // Only when we lead our own group (as the kernel spawns us); never signal a
             // group we merely joined.

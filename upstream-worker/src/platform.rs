@@ -44,10 +44,28 @@ pub(crate) fn harden(cmd: &mut Command) {
 
 /// What binds the upstream's whole process tree to this worker beyond the child itself.
 /// Windows: the worker's own kill-on-close Job Object (nested in the kernel's), so that the
-/// tree ends when the upstream is stopped or this worker ends, however it ends. Unix: nothing
-/// here; the upstream shares the worker's process group, which the kernel signals and sweeps,
-/// and dies with the worker by `PR_SET_PDEATHSIG` on Linux.
+/// tree ends when the upstream is stopped or this worker ends, however it ends. Unix: the
+/// upstream shares the worker's process group, which the kernel signals and sweeps, and dies
+/// with the worker by `PR_SET_PDEATHSIG` on Linux. A descendant that left that group
+/// (`setsid()`, a daemon) is found through `/proc` instead (Linux): the worker is a child
+/// subreaper ([`become_subreaper`]), so such processes stay its descendants even when their
+/// parent exits; while the upstream runs, those that exit are reaped, and when it has stopped
+/// every one left is killed ([`Containment::end_tree`]).
 pub(crate) struct Containment(imp::Containment);
+
+/// Makes this worker the reaper of the orphans in its upstream's tree (Linux:
+/// `PR_SET_CHILD_SUBREAPER`), so a process that leaves the tree's process group and loses its
+/// parent is re-parented here, not to init, and can be found and stopped. Elsewhere a no-op.
+pub(crate) fn become_subreaper() {
+    imp::become_subreaper();
+}
+
+/// Sends SIGKILL to every process below this one (Linux, through `/proc`; elsewhere nothing),
+/// in rounds until none is left alive (a process may fork while the first round is sent).
+/// Returns how many were signalled.
+pub(crate) fn kill_descendants() -> usize {
+    imp::kill_descendants()
+}
 
 /// Binds the just-spawned upstream's tree to this worker (see [`Containment`]). Never fails:
 /// where it cannot be done the kernel's job still ends the tree with the kernel, and a warning
@@ -58,7 +76,8 @@ pub(crate) fn contain(child: &Child) -> Containment {
 
 impl Containment {
     /// Ends whatever the upstream left running once the child itself has exited or been
-    /// stopped (Windows: terminates the job; Unix: nothing, see [`Containment`]).
+    /// stopped (Windows: terminates the job; Linux: kills every remaining descendant and reaps
+    /// those re-parented here; see [`Containment`]).
     pub(crate) fn end_tree(&self) {
         self.0.end_tree();
     }
@@ -105,14 +124,155 @@ mod imp {
         let _ = cmd;
     }
 
-    pub(super) struct Containment;
+    /// Unix: the task that reaps the upstream's orphans while it runs (Linux).
+    pub(super) struct Containment(Option<tokio::task::JoinHandle<()>>);
 
     impl Containment {
-        pub(super) fn end_tree(&self) {}
+        pub(super) fn end_tree(&self) {
+            if let Some(reaper) = &self.0 {
+                reaper.abort();
+            }
+            let killed = kill_descendants();
+            if killed > 0 {
+                tracing::info!(killed, "stopped what the upstream left running");
+            }
+            reap_orphans(None);
+        }
     }
 
-    pub(super) fn contain(_child: &Child) -> Containment {
-        Containment
+    impl Drop for Containment {
+        fn drop(&mut self) {
+            if let Some(reaper) = &self.0 {
+                reaper.abort();
+            }
+        }
+    }
+
+    pub(super) fn contain(child: &Child) -> Containment {
+        #[cfg(target_os = "linux")]
+        {
+            let upstream = child.id();
+            let reaper = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).map(
+                |mut sigchld| {
+                    tokio::spawn(async move {
+                        while sigchld.recv().await.is_some() {
+                            reap_orphans(upstream);
+                        }
+                    })
+                },
+            );
+            match reaper {
+                Ok(task) => Containment(Some(task)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch for the upstream's orphans");
+                    Containment(None)
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = child;
+            Containment(None)
+        }
+    }
+
+    pub(super) fn become_subreaper() {
+        #[cfg(target_os = "linux")]
+        if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+            tracing::warn!(error = %e, "cannot become a child subreaper; an upstream's daemonized processes may outlive it");
+        }
+    }
+
+    /// How many rounds [`kill_descendants`] sends at most.
+    const KILL_ROUNDS: usize = 5;
+
+    pub(super) fn kill_descendants() -> usize {
+        let me = std::process::id();
+        let mut signalled = 0;
+        for round in 0..KILL_ROUNDS {
+            let alive: Vec<u32> = procfs::descendants(me)
+                .into_iter()
+                .filter(|p| !p.zombie)
+                .map(|p| p.pid)
+                .collect();
+            if alive.is_empty() {
+                break;
+            }
+            if round > 0 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            for pid in alive {
+                if let Ok(pid) = i32::try_from(pid)
+                    && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
+                {
+                    signalled += 1;
+                }
+            }
+        }
+        signalled
+    }
+
+    /// Reaps the exited children of this process other than `upstream` (which tokio reaps):
+    /// orphans of the upstream's tree re-parented here. Never blocks.
+    fn reap_orphans(upstream: Option<u32>) {
+        use nix::sys::wait::{WaitPidFlag, waitpid};
+        let me = std::process::id();
+        for child in procfs::all() {
+            if child.ppid != me || !child.zombie || Some(child.pid) == upstream {
+                continue;
+            }
+            if let Ok(pid) = i32::try_from(child.pid) {
+                let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+            }
+        }
+    }
+
+    /// Processes from `/proc` (Linux); elsewhere none.
+    mod procfs {
+        pub(super) struct Proc {
+            pub(super) pid: u32,
+            pub(super) ppid: u32,
+            pub(super) zombie: bool,
+        }
+
+        /// Every process visible in `/proc`.
+        pub(super) fn all() -> Vec<Proc> {
+            let Ok(dir) = std::fs::read_dir("/proc") else {
+                return Vec::new();
+            };
+            dir.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(read)
+                .collect()
+        }
+
+        fn read(pid: u32) -> Option<Proc> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid …`; comm may contain anything, `)` included.
+            let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+            let state = rest.next()?;
+            let ppid = rest.next()?.parse().ok()?;
+            Some(Proc {
+                pid,
+                ppid,
+                zombie: matches!(state, "Z" | "X" | "x"),
+            })
+        }
+
+        /// Every process below `root`.
+        pub(super) fn descendants(root: u32) -> Vec<Proc> {
+            let mut procs = all();
+            let mut found = Vec::new();
+            let mut parents = vec![root];
+            while let Some(parent) = parents.pop() {
+                let (children, others): (Vec<Proc>, Vec<Proc>) =
+                    procs.into_iter().partition(|p| p.ppid == parent);
+                procs = others;
+                parents.extend(children.iter().map(|p| p.pid));
+                found.extend(children);
+            }
+            found
+        }
     }
 
     pub(super) async fn parent_gone() {
@@ -133,6 +293,14 @@ mod imp {
     use std::process::ExitStatus;
 
     use tokio::process::{Child, Command};
+
+    /// Windows: the upstream's job holds its whole tree (see `Containment`); nothing to do.
+    pub(super) fn become_subreaper() {}
+
+    /// Windows: the upstream's job ends its tree ([`Containment::end_tree`]); nothing here.
+    pub(super) fn kill_descendants() -> usize {
+        0
+    }
 
     pub(super) fn terminate(child: &mut Child) {
         let _ = child.start_kill();

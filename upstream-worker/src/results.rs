@@ -26,8 +26,21 @@ use serde_json::value::RawValue;
 /// Registered tools/call requests and the result text kept for them.
 #[derive(Debug, Default)]
 pub(crate) struct CallResults {
-    /// Request id → the result text once the pump kept it.
-    calls: Mutex<HashMap<RequestId, Option<String>>>,
+    /// Request id → what the pump kept for it.
+    calls: Mutex<HashMap<RequestId, Slot>>,
+}
+
+/// What the pump kept for one registered call.
+#[derive(Debug, Default)]
+enum Slot {
+    #[default]
+    Waiting,
+    /// The result text.
+    Text(String),
+    /// The answer's line was longer than this many bytes and was discarded.
+    TooLarge(usize),
+    /// Taken by the call.
+    Taken,
 }
 
 /// One registered call; unregisters it (and drops any unclaimed text) when dropped.
@@ -40,7 +53,7 @@ pub(crate) struct Expected {
 impl CallResults {
     /// Registers the tools/call request `id`: its result may be kept as text.
     pub(crate) fn expect(self: &Arc<Self>, id: RequestId) -> Expected {
-        self.lock().insert(id.clone(), None);
+        self.lock().insert(id.clone(), Slot::Waiting);
         Expected {
             results: Arc::clone(self),
             id,
@@ -77,16 +90,35 @@ impl CallResults {
         {
             let mut calls = self.lock();
             let slot = calls.get_mut(&id)?;
-            if slot.is_some() {
+            if !matches!(slot, Slot::Waiting) {
                 return None; // a second answer to one request: rmcp's to judge
             }
-            *slot = Some(text.to_owned());
+            *slot = Slot::Text(text.to_owned());
         }
-        let id = serde_json::to_string(&id).ok()?;
-        Some(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#))
+        stand_in(&id)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Option<String>>> {
+    /// A stdout line longer than `limit` bytes was discarded; `head` is its beginning and
+    /// `tail` its last bytes. If it was the answer to a registered call (its `id` found in
+    /// either), that call fails as too large, and rmcp gets the returned stand-in instead so
+    /// that the call ends now rather than at its timeout.
+    pub(crate) fn oversized(&self, head: &[u8], tail: &[u8], limit: usize) -> Option<String> {
+        if self.lock().is_empty() {
+            return None;
+        }
+        let id = oversized_response_id(head, tail)?;
+        {
+            let mut calls = self.lock();
+            let slot = calls.get_mut(&id)?;
+            if !matches!(slot, Slot::Waiting) {
+                return None;
+            }
+            *slot = Slot::TooLarge(limit);
+        }
+        stand_in(&id)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Slot>> {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -94,8 +126,114 @@ impl CallResults {
 impl Expected {
     /// The result text kept for this call, if its answer came that way.
     pub(crate) fn take(&self) -> Option<String> {
-        self.results.lock().get_mut(&self.id).and_then(Option::take)
+        let mut calls = self.results.lock();
+        let slot = calls.get_mut(&self.id)?;
+        match std::mem::replace(slot, Slot::Taken) {
+            Slot::Text(text) => Some(text),
+            other => {
+                *slot = other;
+                None
+            }
+        }
     }
+
+    /// The limit this call's answer exceeded, if it did (its line was discarded).
+    pub(crate) fn too_large(&self) -> Option<usize> {
+        match self.results.lock().get(&self.id) {
+            Some(Slot::TooLarge(limit)) => Some(*limit),
+            _ => None,
+        }
+    }
+}
+
+/// The response rmcp gets in place of an answer kept (or discarded) here.
+fn stand_in(id: &RequestId) -> Option<String> {
+    let id = serde_json::to_string(id).ok()?;
+    Some(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#))
+}
+
+/// The `id` of a JSON-RPC response whose line was cut: from its beginning when `id` comes
+/// before `result`/`error` there (rmcp, the Python SDK), else from its end (the TypeScript SDK
+/// writes `{"result":…,"jsonrpc":"2.0","id":…}`). `None` for anything else (a request, a
+/// notification, an id that cannot be found).
+fn oversized_response_id(head: &[u8], tail: &[u8]) -> Option<RequestId> {
+    match id_in_head(head) {
+        Head::Id(id) => Some(id),
+        Head::NotAResponse => None,
+        Head::IdAfterResult => id_in_tail(tail),
+    }
+}
+
+/// What the beginning of a cut line says about its `id`.
+enum Head {
+    Id(RequestId),
+    IdAfterResult,
+    NotAResponse,
+}
+
+/// Reads the top-level members of `head` in order up to the first `result` or `error`.
+fn id_in_head(head: &[u8]) -> Head {
+    use serde::Deserializer as _;
+    let mut seen = None;
+    let mut de = serde_json::Deserializer::from_slice(head);
+    // The visitor stops the parse with an error once it knows enough (the line is cut, so
+    // the parse could not succeed anyway); what it learnt is in `seen`.
+    let _ = de.deserialize_map(HeadVisitor(&mut seen));
+    seen.unwrap_or(Head::NotAResponse)
+}
+
+struct HeadVisitor<'a>(&'a mut Option<Head>);
+
+impl<'de> serde::de::Visitor<'de> for HeadVisitor<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut id = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "id" => id = Some(map.next_value::<RequestId>()?),
+                "result" | "error" => {
+                    *self.0 = Some(id.take().map_or(Head::IdAfterResult, Head::Id));
+                    return Err(serde::de::Error::custom("enough"));
+                }
+                "method" => {
+                    *self.0 = Some(Head::NotAResponse);
+                    return Err(serde::de::Error::custom("enough"));
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The top-level members after a cut line's `result`: the longest suffix of `tail` that
+/// starts after a comma and reads as the rest of an object (`,"jsonrpc":"2.0","id":5}` →
+/// `{"jsonrpc":"2.0","id":5}`). A comma nested deeper, or inside a string, leaves unbalanced
+/// brackets or quotes behind it, so its suffix does not read as an object.
+fn id_in_tail(tail: &[u8]) -> Option<RequestId> {
+    #[derive(Deserialize)]
+    struct Rest {
+        id: RequestId,
+        #[serde(default)]
+        method: Option<IgnoredAny>,
+    }
+    let mut candidate = Vec::with_capacity(tail.len() + 1);
+    for (i, _) in tail.iter().enumerate().filter(|(_, b)| **b == b',') {
+        candidate.clear();
+        candidate.push(b'{');
+        candidate.extend_from_slice(&tail[i + 1..]);
+        if let Ok(rest) = serde_json::from_slice::<Rest>(&candidate) {
+            return rest.method.is_none().then_some(rest.id);
+        }
+    }
+    None
 }
 
 impl Drop for Expected {
@@ -204,5 +342,46 @@ mod tests {
             "unregistered when the call ends"
         );
         assert!(results.lock().is_empty(), "nothing left behind");
+    }
+
+    #[test]
+    fn an_oversized_answer_fails_its_call_whatever_the_member_order() {
+        let results = Arc::new(CallResults::default());
+        let rmcp_order = results.expect(id(4));
+        let ts_order = results.expect(NumberOrString::String("t-9".into()));
+        let other = results.expect(id(5));
+        let head = br#"{"jsonrpc":"2.0","id":4,"result":{"content":[{"type":"text","text":"xxxx"#;
+        assert_eq!(
+            results.oversized(head, br#"xxxx"}]}}"#, 64).as_deref(),
+            Some(r#"{"jsonrpc":"2.0","id":4,"result":{}}"#)
+        );
+        assert_eq!(rmcp_order.too_large(), Some(64));
+        assert_eq!(rmcp_order.take(), None);
+        let head = br#"{"result":{"content":[{"type":"text","text":"yyy"#;
+        let tail = br#"yy, "a":{"id":1}"}],"meta":{"id":5,"x":[1,2]}},"jsonrpc":"2.0","id":"t-9"}"#;
+        assert_eq!(
+            results.oversized(head, tail, 64).as_deref(),
+            Some(r#"{"jsonrpc":"2.0","id":"t-9","result":{}}"#)
+        );
+        assert_eq!(ts_order.too_large(), Some(64));
+        assert_eq!(other.too_large(), None, "only the call answered");
+        // Requests and notifications are not answers; an unknown id is nobody's.
+        for head in [
+            &br#"{"jsonrpc":"2.0","id":5,"method":"sampling/createMessage","params":{"x":"#[..],
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"#,
+            br#"{"jsonrpc":"2.0","id":77,"result":{"content":["#,
+            b"not json at all",
+        ] {
+            assert_eq!(results.oversized(head, b"", 64), None);
+        }
+        assert_eq!(
+            results.oversized(
+                br#"{"result":{"content":"#,
+                br#"xx"}]},"method":"m","id":5}"#,
+                64
+            ),
+            None
+        );
+        assert_eq!(other.too_large(), None);
     }
 }

@@ -349,6 +349,11 @@ impl<U: Upstream> Shared<U> {
                 let _ = self.events.send(Event::AuthFailed(status));
                 unavailable(&self.key, "upstream refused the credentials", "unavailable")
             }
+            CallFailure::TooLarge(limit) => unavailable(
+                &self.key,
+                &format!("result larger than {limit} bytes"),
+                "unavailable",
+            ),
             CallFailure::Other(detail) => {
                 tracing::warn!(error = %detail, "tool call failed");
                 CallError {

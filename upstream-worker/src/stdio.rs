@@ -15,7 +15,10 @@ use crate::definitions;
 use crate::redact::{Redactor, trim_line_end};
 use crate::results::CallResults;
 
-/// Longest stdout line (one JSON-RPC message) we accept; longer lines are dropped and counted.
+/// Longest stdout line (one JSON-RPC message) we accept; longer lines are discarded as they
+/// are read (never held whole). An answer to a tools/call that long fails that call at once
+/// with `[MCP_UNAVAILABLE] <key>: result larger than 67108864 bytes`; any other such line is
+/// counted as non-JSON.
 pub(crate) const MAX_STDOUT_LINE: usize = 64 * 1024 * 1024;
 /// Longest stderr line we copy whole; longer lines are cut.
 pub(crate) const MAX_STDERR_LINE: usize = 64 * 1024;
@@ -66,7 +69,23 @@ pub(crate) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     buf: &mut Vec<u8>,
     max: usize,
 ) -> std::io::Result<ReadLine> {
+    read_line_keeping_tail(reader, buf, &mut Vec::new(), max).await
+}
+
+/// How many of the last bytes of a cut stdout line are kept (in `tail`): enough for the
+/// members a JSON-RPC response writes after its `result` (`"jsonrpc"`, `"id"`).
+pub(crate) const CUT_TAIL_BYTES: usize = 1024;
+
+/// [`read_line_bounded`] that also keeps the last [`CUT_TAIL_BYTES`] of a cut line in `tail`
+/// (cleared first); the bytes in between are discarded as they come.
+pub(crate) async fn read_line_keeping_tail<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    tail: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<ReadLine> {
     buf.clear();
+    tail.clear();
     let mut cut = false;
     loop {
         let available = reader.fill_buf().await?;
@@ -84,10 +103,15 @@ pub(crate) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
             None => (available, false),
         };
         let room = max.saturating_sub(buf.len());
-        if chunk.len() > room {
+        let (kept, over) = chunk.split_at(chunk.len().min(room));
+        buf.extend_from_slice(kept);
+        if !over.is_empty() {
             cut = true;
+            let over = &over[over.len().saturating_sub(CUT_TAIL_BYTES)..];
+            let drop = (tail.len() + over.len()).saturating_sub(CUT_TAIL_BYTES);
+            tail.drain(..drop);
+            tail.extend_from_slice(over);
         }
-        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
         let used = chunk.len();
         reader.consume(used);
         if done {
@@ -138,11 +162,31 @@ where
     let mut reader = BufReader::new(stdout);
     let mut json_out = Some(json_out);
     let mut buf = Vec::new();
+    let mut tail = Vec::new();
     loop {
-        let outcome = read_line_bounded(&mut reader, &mut buf, MAX_STDOUT_LINE).await?;
+        let outcome =
+            read_line_keeping_tail(&mut reader, &mut buf, &mut tail, MAX_STDOUT_LINE).await?;
         let kind = match outcome {
             ReadLine::Eof => break,
-            ReadLine::Cut => LineKind::NonJson,
+            ReadLine::Cut => {
+                let answer = results.oversized(&buf, trim_line_end(&tail), MAX_STDOUT_LINE);
+                // The cut line's memory goes back; the next long line allocates again.
+                buf.truncate(NON_JSON_LOG_CHARS * 4);
+                buf.shrink_to_fit();
+                match answer {
+                    // The answer to a call, too large: that call fails now.
+                    Some(short) => {
+                        tracing::warn!(
+                            limit = MAX_STDOUT_LINE,
+                            "the upstream answered a tools/call with a line over the limit; the call fails"
+                        );
+                        buf.clear();
+                        buf.extend_from_slice(short.as_bytes());
+                        LineKind::Json
+                    }
+                    None => LineKind::NonJson,
+                }
+            }
             ReadLine::Line => {
                 let line = trim_line_end(&buf);
                 definitions::observe(line);
@@ -267,6 +311,23 @@ mod tests {
             read_line_bounded(&mut reader, &mut buf, 10).await.ok(),
             Some(ReadLine::Eof)
         );
+    }
+
+    #[tokio::test]
+    async fn a_cut_line_keeps_its_head_and_its_last_bytes_only() {
+        let mut data = b"{\"result\":\"".to_vec();
+        data.extend(std::iter::repeat_n(b'x', 3 * CUT_TAIL_BYTES));
+        data.extend_from_slice(b"\",\"id\":7}\nnext\n");
+        let mut reader = BufReader::with_capacity(100, &data[..]);
+        let (mut buf, mut tail) = (Vec::new(), Vec::new());
+        let read = read_line_keeping_tail(&mut reader, &mut buf, &mut tail, 16).await;
+        assert_eq!(read.ok(), Some(ReadLine::Cut));
+        assert_eq!(buf, b"{\"result\":\"xxxxx");
+        assert_eq!(tail.len(), CUT_TAIL_BYTES);
+        assert!(tail.ends_with(b"xx\",\"id\":7}\n"));
+        let read = read_line_keeping_tail(&mut reader, &mut buf, &mut tail, 16).await;
+        assert_eq!(read.ok(), Some(ReadLine::Line));
+        assert_eq!((buf.as_slice(), tail.len()), (&b"next\n"[..], 0));
     }
 
     #[tokio::test]

@@ -62,6 +62,9 @@ pub(crate) enum CallFailure {
     Closed,
     /// The upstream refused our credentials: the HTTP status line (401/403).
     Auth(String),
+    /// The answer's line was longer than this many bytes (`stdio::MAX_STDOUT_LINE`) and was
+    /// discarded unread.
+    TooLarge(usize),
     /// Anything else (an unusable response, …); redacted detail.
     Other(String),
 }
@@ -209,6 +212,9 @@ impl Upstream for RmcpUpstream {
         };
         if let Some(text) = expected.as_ref().and_then(Expected::take) {
             return Ok(Ok(text));
+        }
+        if let Some(limit) = expected.as_ref().and_then(Expected::too_large) {
+            return Ok(Err(CallFailure::TooLarge(limit)));
         }
         Ok(match result {
             ServerResult::CallToolResult(result) => serde_json::to_string(&result)
@@ -893,6 +899,9 @@ async fn first_listing(
             format!("tools/list failed: JSON-RPC error {code}: {message}")
         }
         CallFailure::Closed => "connection closed during tools/list".to_owned(),
+        CallFailure::TooLarge(limit) => {
+            format!("tools/list failed: a page larger than {limit} bytes")
+        }
         CallFailure::Auth(detail) | CallFailure::Other(detail) => {
             format!("tools/list failed: {detail}")
         }

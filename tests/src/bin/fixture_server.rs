@@ -51,9 +51,16 @@ struct Args {
     /// Spawn a child of this program that sleeps forever.
     #[arg(long)]
     grandchild: bool,
+    /// Spawn a child of this program that leaves our session and process group (`setsid()`)
+    /// and sleeps forever.
+    #[arg(long)]
+    setsid_grandchild: bool,
     /// Sleep forever (the grandchild's mode).
     #[arg(long)]
     sleep_forever: bool,
+    /// With --sleep-forever: call setsid() first (Unix).
+    #[arg(long, requires = "sleep_forever")]
+    setsid: bool,
     /// Add a tool whose inputSchema is {"type":"string"}.
     #[arg(long)]
     bad_schema: bool,
@@ -90,7 +97,9 @@ fn main() -> anyhow::Result<()> {
         hang_at_start: a.hang_at_start,
         exit_after_calls: a.exit_after_calls,
         grandchild: a.grandchild,
+        setsid_grandchild: a.setsid_grandchild,
         sleep_forever: a.sleep_forever,
+        setsid: a.setsid,
         bad_schema: a.bad_schema,
         collide: a.collide,
         list_changed_after_ms: a.list_changed_after_ms,
