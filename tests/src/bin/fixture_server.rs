@@ -61,6 +61,16 @@ struct Args {
     /// With --http: require `Authorization: Bearer TOKEN`.
     #[arg(long, value_name = "TOKEN", requires = "http")]
     require_bearer: Option<String>,
+    /// With --http: speak 2026-07-28 without sessions instead of 2025-06-18 with them.
+    #[arg(long, requires = "http")]
+    stateless: bool,
+    /// With --http: answer tools/call as an event stream (one `data:` event).
+    #[arg(long, requires = "http")]
+    sse: bool,
+    /// With --http: the status (400 or 404) for a session id the server does not know.
+    #[arg(long, value_name = "STATUS", requires = "http", default_value_t = 404,
+          value_parser = clap::value_parser!(u16).range(400..=404))]
+    unknown_session: u16,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -83,6 +93,11 @@ fn main() -> anyhow::Result<()> {
         ignore_cancel: a.ignore_cancel,
         http: a.http,
         require_bearer: a.require_bearer,
+        http_mode: fixture::HttpMode {
+            stateless: a.stateless,
+            sse: a.sse,
+            unknown_session_status: a.unknown_session,
+        },
     })?;
     Ok(())
 }

