@@ -65,10 +65,13 @@ fn texts(result: &Value) -> String {
 enum Answer {
     Ok(String),
     Unavailable(String),
+    /// SPEC §5's answer while the connector's generation is fenced (it is restarting).
+    Restarting(String),
 }
 
-/// One `tools/call` that must be answered well before `callMs`: with a result, or with
-/// `[MCP_UNAVAILABLE]`. Anything else (a hang, a timeout, another error) fails the test.
+/// One `tools/call` that must be answered well before `callMs`: with a result, with
+/// `[MCP_UNAVAILABLE]`, or (while the kernel restarts the connector) with SPEC §5's -32602 for
+/// a fenced generation. Anything else (a hang, a timeout, another error) fails the test.
 async fn call_at_once(rt: &Runtime, mcp: &Mcp, tool: &str, args: Value, case: &str) -> Answer {
     let started = Instant::now();
     let reply = tokio::time::timeout(AT_ONCE, mcp.call_tool(tool, args)).await;
@@ -86,6 +89,9 @@ async fn call_at_once(rt: &Runtime, mcp: &Mcp, tool: &str, args: Value, case: &s
         return Answer::Ok(texts(&body["result"]));
     }
     let message = body["error"]["message"].as_str().unwrap_or_default();
+    if body["error"]["code"] == -32602 && body["error"]["data"]["tutti"]["reason"] == "fenced" {
+        return Answer::Restarting(message.to_owned());
+    }
     assert!(
         body["error"]["code"] == -32603 && message.starts_with("[MCP_UNAVAILABLE] remote: "),
         "{case}: tools/call {tool} ended with neither a result nor [MCP_UNAVAILABLE] after \
@@ -126,29 +132,49 @@ fn recoveries(rt: &Runtime) -> Vec<Value> {
         .collect()
 }
 
-/// What `status --json` says of `remote`: (re-initializations, restarts, lastError).
-fn remote_status(rt: &Runtime) -> (u64, u64, String) {
+/// What `status --json` says of `remote`: (re-initializations, restarts).
+fn remote_status(rt: &Runtime) -> (u64, u64) {
     let c = rt.connector_status("remote").unwrap_or_default();
     (
         c["reinitializations"].as_u64().unwrap_or(0),
         c["restarts"].as_u64().unwrap_or(0),
-        c["lastError"].as_str().unwrap_or_default().to_owned(),
     )
 }
 
+/// What status and the audit log said before a fault.
+struct Before {
+    audit: usize,
+    reinits: u64,
+    restarts: u64,
+}
+
+fn before(rt: &Runtime) -> Before {
+    let (reinits, restarts) = remote_status(rt);
+    Before {
+        audit: recoveries(rt).len(),
+        reinits,
+        restarts,
+    }
+}
+
 /// After a fault: the connector serves again, every call on the way answered at once, and
-/// `status` and the audit log show a re-initialization or a restart that was not there before.
-async fn expect_recovery(rt: &Runtime, mcp: &Mcp, case: &str) {
-    let audit_before = recoveries(rt).len();
-    let (reinits_before, restarts_before, _) = remote_status(rt);
+/// `status` and the audit log show a re-initialization or a restart that was not there before
+/// the fault, with its reason.
+async fn expect_recovery(rt: &Runtime, mcp: &Mcp, case: &str, before: Before) {
+    let Before {
+        audit: audit_before,
+        reinits: reinits_before,
+        restarts: restarts_before,
+    } = before;
     let answers = until_served(rt, mcp, case).await;
     let deadline = Instant::now() + READY;
     loop {
-        let (reinits, restarts, last_error) = remote_status(rt);
+        let (reinits, restarts) = remote_status(rt);
         let audit = recoveries(rt);
         let shown_in_status = reinits > reinits_before || restarts > restarts_before;
         if shown_in_status && audit.len() > audit_before {
-            assert!(!last_error.is_empty(), "{case}: status gives no reason");
+            let reason = audit[audit_before]["reason"].as_str().unwrap_or_default();
+            assert!(!reason.is_empty(), "{case}: no reason: {audit:?}");
             return;
         }
         assert!(
@@ -184,30 +210,34 @@ async fn stateful_http_upstream_recovers_from_every_fault_without_a_hang() {
     let _ = until_served(&rt, &mcp, "first").await;
 
     // It forgets our session: 400, id null.
+    let b = before(&rt);
     fixture.control(&json!({"forget": true}));
-    expect_recovery(&rt, &mcp, "forgotten session").await;
+    expect_recovery(&rt, &mcp, "forgotten session", b).await;
 
     // Its next answers are failures of each kind.
     for status in [400, 404, 500, 502] {
+        let b = before(&rt);
         fixture.control(&json!({"fail": {"status": status, "count": 1}}));
-        expect_recovery(&rt, &mcp, &format!("one HTTP {status}")).await;
+        expect_recovery(&rt, &mcp, &format!("one HTTP {status}"), b).await;
     }
 
     // It fails for long enough that re-initializing fails too: the kernel restarts it.
+    let b = before(&rt);
     fixture.control(&json!({"fail": {"status": 500, "count": 1000}}));
     let case = "HTTP 500 until further notice";
     let answer = call_at_once(&rt, &mcp, "remote_echo", json!({"message": case}), case).await;
     assert!(matches!(answer, Answer::Unavailable(_)), "{answer:?}");
     fixture.control(&json!({"fail": null}));
-    expect_recovery(&rt, &mcp, case).await;
+    expect_recovery(&rt, &mcp, case, b).await;
 
     // It goes away and comes back on the same port.
+    let b = before(&rt);
     fixture.kill();
     let case = "gone";
     let answer = call_at_once(&rt, &mcp, "remote_echo", json!({"message": case}), case).await;
     assert!(matches!(answer, Answer::Unavailable(_)), "{answer:?}");
     fixture = FixtureHttp::start_on(port, &args);
-    expect_recovery(&rt, &mcp, "back on the same port").await;
+    expect_recovery(&rt, &mcp, "back on the same port", b).await;
     drop(fixture);
     rt.stop();
 }
