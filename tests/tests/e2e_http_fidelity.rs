@@ -107,7 +107,8 @@ async fn until_served(rt: &Runtime, mcp: &Mcp, case: &str) -> Vec<Answer> {
     let mut answers = Vec::new();
     loop {
         let answer = call_at_once(rt, mcp, "remote_echo", json!({"message": case}), case).await;
-        let done = matches!(&answer, Answer::Ok(text) if text == case);
+        // server-everything answers "Echo: <message>".
+        let done = matches!(&answer, Answer::Ok(text) if text.ends_with(case));
         answers.push(answer);
         if done {
             return answers;
@@ -239,5 +240,198 @@ async fn stateful_http_upstream_recovers_from_every_fault_without_a_hang() {
     fixture = FixtureHttp::start_on(port, &args);
     expect_recovery(&rt, &mcp, "back on the same port", b).await;
     drop(fixture);
+    rt.stop();
+}
+
+/// The stateless fixture (2026-07-28, no session to re-initialize): a failed request is
+/// answered at once and the kernel restarts the connector, which serves again.
+#[tokio::test(flavor = "multi_thread")]
+async fn stateless_http_upstream_recovers_from_every_fault_without_a_hang() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let args = ["--tools", "echo", "--stateless"];
+    let mut fixture = FixtureHttp::start(&args);
+    let port = fixture.port;
+    rt.install_ok(&http_connector("remote", &fixture.url), &[]);
+    let ready = rt.wait_status("remote", "ready", READY);
+    let mcp = legacy_client(&rt).await;
+    let _ = until_served(&rt, &mcp, "first").await;
+    let log = rt.log("connector-remote.log");
+    assert!(
+        log.contains("protocol_version=2026-07-28"),
+        "the fixture was not spoken to in 2026-07-28: {ready}\n{log}"
+    );
+
+    for status in [400, 500, 502] {
+        let b = before(&rt);
+        fixture.control(&json!({"fail": {"status": status, "count": 1}}));
+        let case = format!("one HTTP {status}");
+        let answer = call_at_once(&rt, &mcp, "remote_echo", json!({"message": case}), &case).await;
+        assert!(!matches!(answer, Answer::Ok(_)), "{case}: {answer:?}");
+        expect_recovery(&rt, &mcp, &case, b).await;
+    }
+
+    let b = before(&rt);
+    fixture.kill();
+    let case = "gone";
+    let answer = call_at_once(&rt, &mcp, "remote_echo", json!({"message": case}), case).await;
+    assert!(!matches!(answer, Answer::Ok(_)), "{answer:?}");
+    fixture = FixtureHttp::start_on(port, &args);
+    expect_recovery(&rt, &mcp, "back on the same port", b).await;
+    drop(fixture);
+    rt.stop();
+}
+
+/// An external server process, killed and reaped on drop.
+struct Node {
+    child: Child,
+}
+
+impl Node {
+    /// server-everything in `streamableHttp` mode on `port` (Node 22), once it accepts.
+    fn everything(port: u16, stderr: PathBuf) -> Node {
+        let pkg = npm_package("@modelcontextprotocol/server-everything").unwrap_or_else(|| {
+            panic!(
+                "this test needs @modelcontextprotocol/server-everything under .tools/npm: run \
+                 scripts/install-test-tools"
+            )
+        });
+        let err = std::fs::File::create(&stderr)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", stderr.display()));
+        let child = Command::new(require_node22())
+            .arg(pkg.join("dist").join("index.js"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start server-everything: {e}"));
+        let deadline = Instant::now() + READY;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "server-everything did not listen on {port}:\n{}",
+                tutti_tests::file_tail(&stderr, 30)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Node { child }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The issue's own steps: server-everything (stateful, answers a stale session with
+/// `400 {"id":null,…}`) stopped and started again on the same port, for real.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_everything_restarted_on_the_same_port_is_served_again_without_a_hang() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let port = free_port();
+    let stderr = rt.root().join("everything.stderr");
+    let mut server = Node::everything(port, stderr.clone());
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    rt.install_ok(&http_connector("remote", &url), &[]);
+    rt.wait_status("remote", "ready", READY);
+    let mcp = legacy_client(&rt).await;
+    let _ = until_served(&rt, &mcp, "first").await;
+
+    for round in 0..2 {
+        let b = before(&rt);
+        server.kill();
+        server = Node::everything(port, stderr.clone());
+        expect_recovery(&rt, &mcp, &format!("restarted ({round})"), b).await;
+    }
+    drop(server);
+    rt.stop();
+}
+
+// === byte-exact results ===
+
+/// The fixture's `exact` result as the frontend must pass it on: `structuredContent` raw,
+/// and the same text JSON-escaped in `content`.
+fn exact_fragments() -> [String; 2] {
+    [
+        format!(r#""structuredContent":{EXACT_TEXT}"#),
+        format!(r#""text":{}"#, Value::from(EXACT_TEXT)),
+    ]
+}
+
+/// One tools/call through the frontend, the response body as the bytes it sent.
+async fn raw_call(rt: &Runtime, mcp: &Mcp, token: &str, tool: &str) -> String {
+    let msg = mcp.message(
+        Some(json!(7001)),
+        "tools/call",
+        json!({"name": tool, "arguments": {}}),
+    );
+    let mut request = reqwest::Client::new()
+        .post(rt.frontend_url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("Authorization", format!("Bearer {token}"));
+    for (name, value) in mcp.standard_headers(&msg) {
+        request = request.header(name, value);
+    }
+    let response = request
+        .body(msg.to_string())
+        .timeout(AT_ONCE)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("tools/call {tool} failed: {e}"));
+    let bytes = response
+        .bytes()
+        .await
+        .unwrap_or_else(|e| panic!("reading the answer to tools/call {tool} failed: {e}"));
+    String::from_utf8(bytes.to_vec())
+        .unwrap_or_else(|e| panic!("the answer to tools/call {tool} is not UTF-8: {e}"))
+}
+
+/// `{"z":1,"a":9007199254740993,"f":1.50,"s":"é"}` keeps its key order, its large integer,
+/// its number spelling and its character through a stdio upstream and HTTP upstreams (JSON
+/// body, SSE `data:`, stateful 2025-06-18 and stateless 2026-07-28), to clients of both eras.
+#[tokio::test(flavor = "multi_thread")]
+async fn results_come_back_byte_for_byte_through_every_transport_and_era() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let json_http = FixtureHttp::start(&["--tools", "exact"]);
+    let sse_http = FixtureHttp::start(&["--tools", "exact", "--sse"]);
+    let modern_http = FixtureHttp::start(&["--tools", "exact", "--stateless", "--sse"]);
+    let stdio = rt.private_fixture_connector("exstdio", &["--tools", "exact"]);
+    rt.install_ok(&stdio, &[]);
+    for (key, fixture) in [
+        ("exjson", &json_http),
+        ("exsse", &sse_http),
+        ("exmodern", &modern_http),
+    ] {
+        rt.install_ok(&http_connector(key, &fixture.url), &[]);
+    }
+    for key in ["exstdio", "exjson", "exsse", "exmodern"] {
+        rt.wait_status(key, "ready", READY);
+    }
+    let token = rt.issue_token("ws", "exact");
+    let legacy = Mcp::legacy(rt.frontend_url(), &token);
+    legacy.initialize().await;
+    let modern = Mcp::modern(rt.frontend_url(), &token);
+    modern.initialize().await;
+    for key in ["exstdio", "exjson", "exsse", "exmodern"] {
+        for mcp in [&legacy, &modern] {
+            let body = raw_call(&rt, mcp, &token, &format!("{key}_exact")).await;
+            for fragment in exact_fragments() {
+                assert!(
+                    body.contains(&fragment),
+                    "{key}, {:?} client: the answer does not carry {fragment} byte for byte:\n{body}",
+                    mcp.era()
+                );
+            }
+        }
+    }
+    drop((json_http, sse_http, modern_http));
     rt.stop();
 }
