@@ -179,10 +179,21 @@ impl HttpClient {
         };
         if matches!(kind, Kind::Initialize) && self.started() {
             let failed = match &outcome {
-                Err(e) => Some(e.to_string()),
-                Ok(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(e), _)) => Some(
-                    format!("JSON-RPC error {}: {}", e.error.code.0, e.error.message),
-                ),
+                Err(StreamableHttpError::Client(WorkerError::UpstreamUnavailable { detail })) => {
+                    Some(detail.clone())
+                }
+                Err(e) => Some(format!(
+                    "{}; initializing a new session failed: {e}",
+                    self.last_fault()
+                )),
+                Ok(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(e), _)) => {
+                    Some(format!(
+                        "{}; initializing a new session failed: JSON-RPC error {}: {}",
+                        self.last_fault(),
+                        e.error.code.0,
+                        e.error.message
+                    ))
+                }
                 Ok(_) => None,
             };
             self.reinitialized(failed);
@@ -304,8 +315,15 @@ impl HttpClient {
         fault: Fault,
     ) -> StreamableHttpError<WorkerError> {
         let why = fault.to_string();
-        if !self.started() || matches!(kind, Kind::Initialize) {
+        if !self.started() {
             return fault.into_error();
+        }
+        if matches!(kind, Kind::Initialize) {
+            // rmcp's re-initialization after a failed session failed too.
+            return unavailable(format!(
+                "{}; initializing a new session failed: {why}",
+                self.last_fault()
+            ));
         }
         // (stderr is redacted as a whole: no secret reaches the log.)
         tracing::warn!(fault = %why, session = attached, "an upstream request failed");
@@ -333,14 +351,12 @@ impl HttpClient {
         StreamableHttpError::SessionExpired
     }
 
-    /// The outcome of a re-initialization (an `initialize` after the start).
-    fn reinitialized(&self, error: Option<String>) {
-        let fault = self.last_fault();
-        let event = match error {
-            None => SessionEvent::Reinitialized(fault),
-            Some(e) => SessionEvent::Unavailable(format!(
-                "{fault}; initializing a new session failed: {e}"
-            )),
+    /// The outcome of a re-initialization (an `initialize` after the start); `failed` says
+    /// why it failed.
+    fn reinitialized(&self, failed: Option<String>) {
+        let event = match failed {
+            None => SessionEvent::Reinitialized(self.last_fault()),
+            Some(why) => SessionEvent::Unavailable(why),
         };
         let _ = self.shared.events.send(event);
     }

@@ -303,7 +303,7 @@ async fn drive(
                 }
             },
             event = session_events.next() => {
-                if let Some(exit) = on_session_event(&kernel, &shared, &redactor, event).await {
+                if let Some(exit) = on_session_event(&kernel, shared, &redactor, event).await {
                     break exit;
                 }
             }
