@@ -427,6 +427,23 @@ async fn results_come_back_byte_for_byte_through_every_transport_and_era() {
     for key in ["exstdio", "exjson", "exsse", "exmodern"] {
         rt.wait_status(key, "ready", READY);
     }
+    // `ps` tells the workers apart: each names its connector key on its command line.
+    for worker in rt.workers() {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", worker.pid)).unwrap_or_default();
+        let argv: Vec<String> = String::from_utf8_lossy(&cmdline)
+            .split('\0')
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            argv.windows(2)
+                .any(|w| w[0] == "--key" && w[1] == worker.key),
+            "worker {} of {} has no `--key {}` on its command line: {argv:?}",
+            worker.pid,
+            worker.key,
+            worker.key
+        );
+    }
+    assert_eq!(rt.workers().len(), 4, "{:?}", rt.workers());
     let token = rt.issue_token("ws", "exact");
     let legacy = Mcp::legacy(rt.frontend_url(), &token);
     legacy.initialize().await;

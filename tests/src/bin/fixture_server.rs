@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use clap::builder::TypedValueParser as _;
 use tutti_tests::fixture::{self, Config};
 
 /// A scriptable MCP server for tests: stdio (default) or legacy Streamable HTTP (`--http`).
@@ -68,8 +69,9 @@ struct Args {
     #[arg(long, requires = "http")]
     sse: bool,
     /// With --http: the status (400 or 404) for a session id the server does not know.
-    #[arg(long, value_name = "STATUS", requires = "http", default_value_t = 404,
-          value_parser = clap::value_parser!(u16).range(400..=404))]
+    #[arg(long, value_name = "STATUS", requires = "http", default_value = "404",
+          value_parser = clap::builder::PossibleValuesParser::new(["400", "404"])
+              .map(|s| if s == "400" { 400u16 } else { 404 }))]
     unknown_session: u16,
 }
 
