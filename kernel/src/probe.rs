@@ -127,6 +127,8 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         args: vec![
             "--state-dir".into(),
             k.paths.state.to_string_lossy().into_owned(),
+            "--key".into(),
+            key.clone(),
         ],
         env,
         stderr: log,

@@ -540,6 +540,7 @@ impl KernelRpc for Service {
                 status: c.map(|c| c.status.as_str()).unwrap_or("stopped").into(),
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
                 restarts: c.map(|c| c.restarts).unwrap_or(0),
+                reinitializations: c.map(|c| c.reinitializations).unwrap_or(0),
                 last_error: c
                     .map(
                         |c| match (c.last_error.is_empty(), c.upgrade_note.is_empty()) {

@@ -68,6 +68,8 @@ pub struct LiveRelease {
 pub struct ConnState {
     pub status: Status,
     pub restarts: u32,
+    /// Sessions of a remote upstream initialized again after they failed.
+    pub reinitializations: u32,
     pub last_error: String,
     /// Why the last upgrade did not become the current release (until the next install);
     /// `status` shows it when there is no newer error.
@@ -82,6 +84,7 @@ impl Default for ConnState {
         Self {
             status: Status::Starting,
             restarts: 0,
+            reinitializations: 0,
             last_error: String::new(),
             upgrade_note: String::new(),
             next_retry_unix_ms: 0,

@@ -302,9 +302,12 @@ impl Actor {
         let program = self.k.paths.sibling("tutti-upstream-worker");
         let spec = ChildSpec {
             program: &program,
+            // The key (not secret) only so that `ps` tells workers apart.
             args: vec![
                 "--state-dir".into(),
                 self.k.paths.state.to_string_lossy().into_owned(),
+                "--key".into(),
+                self.key.clone(),
             ],
             env,
             stderr: log,
@@ -438,6 +441,28 @@ impl Actor {
             }
             "start_failed" | "upstream_exited" => {
                 self.start_error = Some(message);
+            }
+            "upstream_reinitialized" => {
+                // The generation goes on serving through a new upstream session: counted
+                // and recorded, nothing fenced.
+                if let Some(c) = lock(&self.k.inner).conns.get_mut(&self.key) {
+                    c.reinitializations += 1;
+                }
+                self.k.audit.record(
+                    "reinit",
+                    serde_json::json!({"connector": self.key, "generation": g, "reason": message}),
+                );
+                tracing::warn!(key = %self.key, generation = g, reason = %message, "upstream session re-initialized");
+            }
+            "upstream_unavailable" => {
+                // Fenced now (calls end at once with [MCP_UNAVAILABLE]); the worker's exit,
+                // which follows, restarts it like a crash, with backoff.
+                let reason = format!("upstream unavailable: {message}");
+                if self.live == Some(g) {
+                    let mut inner = lock(&self.k.inner);
+                    self.k.fence(&mut inner, &self.key, Some(g), &reason);
+                }
+                self.start_error = Some(reason);
             }
             "non_json_stdout" => {}
             _ => tracing::debug!(key = %self.key, kind, "worker report"),

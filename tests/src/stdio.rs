@@ -232,8 +232,13 @@ pub struct FixtureHttp {
 impl FixtureHttp {
     /// Starts `tutti-fixture-server --http 0 ARGS…` and waits for `listening <port>`.
     pub fn start(args: &[&str]) -> FixtureHttp {
+        Self::start_on(0, args)
+    }
+
+    /// Like [`FixtureHttp::start`] on a given port (0 = pick one).
+    pub fn start_on(port: u16, args: &[&str]) -> FixtureHttp {
         let mut child = Command::new(fixture_bin())
-            .args(["--http", "0"])
+            .args(["--http", &port.to_string()])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -273,6 +278,33 @@ impl FixtureHttp {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Kills the server and waits until it is gone (its port is free again).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends `order` to `POST /control` (see `fixture/http.rs`) and checks it was taken.
+    pub fn control(&self, order: &Value) {
+        use std::io::Read as _;
+        let body = order.to_string();
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.port))
+            .unwrap_or_else(|e| panic!("cannot reach the fixture's /control: {e}"));
+        let request = format!(
+            "POST /control HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let mut answer = String::new();
+        conn.write_all(request.as_bytes())
+            .and_then(|()| conn.read_to_string(&mut answer))
+            .unwrap_or_else(|e| panic!("the fixture's /control failed: {e}"));
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "the fixture refused {order}: {answer}"
+        );
     }
 
     /// Waits for the server to exit; `None` if it is still running after `timeout`.

@@ -359,3 +359,38 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
         "{initialize}"
     );
 }
+
+/// The same definitions through an HTTP upstream (JSON bodies and an event stream): the
+/// worker's HTTP transport shows every message it reads to the definition observer, so
+/// `execution`, unknown annotation keys and the upstream's `_meta` survive there too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rich_definition_from_an_http_upstream_keeps_every_field() {
+    for mode in [&[][..], &["--sse"][..]] {
+        let mut args = vec!["--tools", "rich_def"];
+        args.extend_from_slice(mode);
+        let fixture = tutti_tests::FixtureHttp::start(&args);
+        let mut rt = Runtime::start(RuntimeOptions::default());
+        rt.install_ok(&http_connector("rich", &fixture.url), &[]);
+        rt.wait_status("rich", "ready", READY);
+        let token = rt.issue_token("ws", "rich");
+        let legacy = Mcp::legacy(rt.frontend_url(), &token);
+        legacy.initialize().await;
+        let tool = rich_def(&legacy, Some("2025-11-25")).await;
+        let who = format!("http {mode:?}");
+        assert_eq!(
+            tool["execution"],
+            json!({"taskSupport": "required"}),
+            "{who}: {tool}"
+        );
+        assert_eq!(
+            tool["annotations"],
+            json!({"readOnlyHint": true, "vendorHint": "kept"}),
+            "{who}: {tool}"
+        );
+        assert_eq!(
+            tool["_meta"]["ui/resourceUri"], "ui://fixture/rich",
+            "{who}: {tool}"
+        );
+        assert_eq!(tool["_meta"]["tutti/connector"], "rich", "{who}: {tool}");
+    }
+}

@@ -43,6 +43,12 @@ pub enum WorkerError {
     /// The upstream refused our credentials: HTTP 401/403 (message already redacted).
     #[error("{message}")]
     UpstreamAuth { message: String },
+    /// An HTTP request to a remote upstream got no answer.
+    #[error("HTTP request to the upstream failed: {0}")]
+    UpstreamHttp(#[source] reqwest::Error),
+    /// A remote upstream cannot serve a request now; the detail says why.
+    #[error("{detail}")]
+    UpstreamUnavailable { detail: String },
 }
 
 impl WorkerError {

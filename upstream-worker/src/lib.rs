@@ -10,6 +10,7 @@
 mod control;
 mod definitions;
 mod error;
+mod http;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod pdeathsig;
@@ -29,6 +30,7 @@ use tutti_proto::transport;
 use tutti_proto::worker::worker_server::WorkerServer;
 
 use crate::control::KernelLink;
+use crate::http::SessionEvent;
 use crate::service::{Event, Shared, WorkerService};
 use crate::upstream::{RmcpUpstream, Session};
 
@@ -292,6 +294,7 @@ async fn drive(
     }
 
     let list_changed = session.list_changed.clone();
+    let mut session_events = session.take_session_events();
     let exit = loop {
         tokio::select! {
             event = events.recv() => match event {
@@ -304,6 +307,11 @@ async fn drive(
                     break Exit::AuthFailed;
                 }
             },
+            event = session_events.next() => {
+                if let Some(exit) = on_session_event(&kernel, shared, &redactor, event).await {
+                    break exit;
+                }
+            }
             () = list_changed.notified() => {
                 reoffer(&kernel, &session, &redactor, Duration::from_millis(u64::from(start_ms))).await;
             }
@@ -323,6 +331,31 @@ async fn drive(
     shared.stop_calls();
     session.stop().await;
     exit
+}
+
+/// A remote upstream's session was re-initialized (reported, serving goes on) or cannot be
+/// (reported as unavailable: the worker ends and the kernel restarts it like a crash).
+async fn on_session_event(
+    kernel: &KernelLink,
+    shared: &Shared<RmcpUpstream>,
+    redactor: &redact::Redactor,
+    event: SessionEvent,
+) -> Option<Exit> {
+    match event {
+        SessionEvent::Reinitialized(why) => {
+            let message = redactor.redact(&why);
+            tracing::warn!(upstream = %message, "the upstream session failed; initialized a new one");
+            kernel.report("upstream_reinitialized", &message, 0).await;
+            None
+        }
+        SessionEvent::Unavailable(why) => {
+            let message = redactor.redact(&why);
+            tracing::error!(upstream = %message, "the upstream is unavailable");
+            shared.stop_calls();
+            kernel.report("upstream_unavailable", &message, 0).await;
+            Some(Exit::UpstreamExited)
+        }
+    }
 }
 
 /// The upstream said its tools changed: list every page again and offer the new set for the

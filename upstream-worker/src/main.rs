@@ -1,4 +1,4 @@
-//! `tutti-upstream-worker --state-dir D` (spawned by the kernel; see ARCHITECTURE.md).
+//! `tutti-upstream-worker --state-dir D --key KEY` (spawned by the kernel; see ARCHITECTURE.md).
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -12,10 +12,12 @@ const USAGE: &str = "\
 One upstream MCP client per process, serving the worker gRPC service.
 Started by tutti-kernel, which passes the rest of its configuration in the environment.
 
-Usage: tutti-upstream-worker [--state-dir DIR]
+Usage: tutti-upstream-worker [--state-dir DIR] [--key KEY]
 
 Options:
       --state-dir DIR  State directory (else TUTTI_STATE_DIR, else the platform default)
+      --key KEY        The connector key, so that `ps` tells workers apart; must match
+                       TUTTI_WORKER_KEY
   -h, --help           Print help
   -V, --version        Print version
 ";
@@ -23,7 +25,10 @@ Options:
 /// What the command line asks for.
 #[derive(Debug, PartialEq)]
 enum Cli {
-    Run { state_dir: Option<PathBuf> },
+    Run {
+        state_dir: Option<PathBuf>,
+        key: Option<String>,
+    },
     Help,
     Version,
 }
@@ -33,6 +38,7 @@ enum Cli {
 /// worker process (docs/PERFORMANCE.md, worker RSS).
 fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
     let mut state_dir = None;
+    let mut key = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.to_str() {
@@ -42,19 +48,24 @@ fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
                 Some(dir) => state_dir = Some(PathBuf::from(dir)),
                 None => return Err("--state-dir needs a directory".into()),
             },
-            Some(s) => match s.strip_prefix("--state-dir=") {
-                Some(dir) => state_dir = Some(PathBuf::from(dir)),
-                None => return Err(format!("unexpected argument {s:?}")),
+            Some("--key") => match args.next().and_then(|k| k.into_string().ok()) {
+                Some(k) => key = Some(k),
+                None => return Err("--key needs a connector key".into()),
+            },
+            Some(s) => match (s.strip_prefix("--state-dir="), s.strip_prefix("--key=")) {
+                (Some(dir), _) => state_dir = Some(PathBuf::from(dir)),
+                (_, Some(k)) => key = Some(k.to_owned()),
+                _ => return Err(format!("unexpected argument {s:?}")),
             },
             None => return Err(format!("unexpected argument {arg:?}")),
         }
     }
-    Ok(Cli::Run { state_dir })
+    Ok(Cli::Run { state_dir, key })
 }
 
 fn main() -> ExitCode {
-    let state_dir = match parse_cli(std::env::args_os().skip(1)) {
-        Ok(Cli::Run { state_dir }) => state_dir,
+    let (state_dir, key) = match parse_cli(std::env::args_os().skip(1)) {
+        Ok(Cli::Run { state_dir, key }) => (state_dir, key),
         // Written with the error ignored: `print!` would panic on a closed pipe.
         Ok(Cli::Help) => {
             let _ = std::io::stdout().write_all(USAGE.as_bytes());
@@ -82,6 +93,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(key) = key
+        && key != config.key
+    {
+        tracing::error!(
+            argv_key = %key,
+            env_key = %config.key,
+            "--key does not match TUTTI_WORKER_KEY; the kernel starts workers with both the same"
+        );
+        return ExitCode::FAILURE;
+    }
     // One thread: a worker serves one upstream; a single-threaded runtime avoids cross-thread
     // wake-ups on the per-call path and keeps the resident set small.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -168,10 +189,26 @@ mod tests {
     fn command_line() {
         let run = |dir: Option<&str>| Cli::Run {
             state_dir: dir.map(PathBuf::from),
+            key: None,
         };
         assert_eq!(parse(&[]), Ok(run(None)));
         assert_eq!(parse(&["--state-dir", "/s d"]), Ok(run(Some("/s d"))));
         assert_eq!(parse(&["--state-dir=/s"]), Ok(run(Some("/s"))));
+        assert_eq!(
+            parse(&["--state-dir", "/s", "--key", "github"]),
+            Ok(Cli::Run {
+                state_dir: Some(PathBuf::from("/s")),
+                key: Some("github".to_owned()),
+            })
+        );
+        assert_eq!(
+            parse(&["--key=github"]),
+            Ok(Cli::Run {
+                state_dir: None,
+                key: Some("github".to_owned()),
+            })
+        );
+        assert!(parse(&["--key"]).is_err_and(|e| e.contains("connector key")));
         assert_eq!(parse(&["--version"]), Ok(Cli::Version));
         assert_eq!(parse(&["-h"]), Ok(Cli::Help));
         assert!(parse(&["--state-dir"]).is_err_and(|e| e.contains("needs a directory")));

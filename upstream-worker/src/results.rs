@@ -83,7 +83,7 @@ impl CallResults {
         // certain and a hit only sends a nested key the slow way.
         if !text.starts_with('{')
             || !text.contains(r#""content""#)
-            || text.contains(r#""resultType""#)
+            || (text.contains(r#""resultType""#) && !is_complete(text))
         {
             return None;
         }
@@ -242,6 +242,18 @@ impl Drop for Expected {
     }
 }
 
+/// Whether a result's top-level `resultType` is absent or `"complete"` (a 2026-07-28 tool
+/// result); another one (an input request, a task) is rmcp's to interpret.
+fn is_complete(result: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Kind<'a> {
+        #[serde(rename = "resultType", borrow, default)]
+        result_type: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_str::<Kind<'_>>(result)
+        .is_ok_and(|k| k.result_type.is_none_or(|t| t == "complete"))
+}
+
 /// The top-level members of a JSON-RPC message; `result` borrowed as text.
 #[derive(Deserialize)]
 struct Envelope<'a> {
@@ -284,6 +296,18 @@ mod tests {
     }
 
     #[test]
+    fn a_complete_2026_result_is_kept_too() {
+        let results = Arc::new(CallResults::default());
+        let call = results.expect(id(4));
+        let line = br#"{"jsonrpc":"2.0","id":4,"result":{"content":[],"a":9007199254740993,"resultType":"complete"}}"#;
+        assert!(results.divert(line).is_some());
+        assert_eq!(
+            call.take().as_deref(),
+            Some(r#"{"content":[],"a":9007199254740993,"resultType":"complete"}"#)
+        );
+    }
+
+    #[test]
     fn string_ids_work_too() {
         let results = Arc::new(CallResults::default());
         let call = results.expect(NumberOrString::String("a-1".into()));
@@ -312,6 +336,7 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
             br#"{"jsonrpc":"2.0","id":1,"result":[1]}"#,
             br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"resultType":"input_required"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","content":[],"x":{"resultType":"complete"}}}"#,
             // both result and error, duplicate members, not JSON, not an object
             br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]},"error":{}}"#,
             br#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,

@@ -345,6 +345,7 @@ impl<U: Upstream> Shared<U> {
             CallFailure::Closed => {
                 unavailable(&self.key, "upstream connection closed", "unavailable")
             }
+            CallFailure::Unavailable(detail) => unavailable(&self.key, &detail, "unavailable"),
             CallFailure::Auth(status) => {
                 let _ = self.events.send(Event::AuthFailed(status));
                 unavailable(&self.key, "upstream refused the credentials", "unavailable")

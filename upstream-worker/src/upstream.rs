@@ -29,10 +29,11 @@ use rmcp::transport::streamable_http_client::{
 use rmcp::{Peer, ServiceError};
 use serde_json::Value;
 use tokio::process::Command;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tutti_proto::kernel::LaunchSpec;
 
 use crate::error::WorkerError;
+use crate::http::{HttpClient, SessionEvent};
 use crate::platform;
 use crate::redact::Redactor;
 use crate::results::{CallResults, Expected};
@@ -65,6 +66,9 @@ pub(crate) enum CallFailure {
     /// The answer's line was longer than this many bytes (`stdio::MAX_STDOUT_LINE`) and was
     /// discarded unread.
     TooLarge(usize),
+    /// A remote upstream cannot serve the request now (it failed, or lost our session and a
+    /// call that may have reached it is not repeated); redacted detail.
+    Unavailable(String),
     /// Anything else (an unusable response, …); redacted detail.
     Other(String),
 }
@@ -281,6 +285,9 @@ impl RmcpUpstream {
             ServiceError::TransportClosed => CallFailure::Closed,
             ServiceError::TransportSend(e) => match auth_failure(e.error.as_ref()) {
                 Some(status) => CallFailure::Auth(status),
+                None if let Some(detail) = unavailable_detail(e.error.as_ref()) => {
+                    CallFailure::Unavailable(self.redactor.redact(detail))
+                }
                 None => {
                     let detail = self.redactor.redact(&error_chain(e.error.as_ref()));
                     tracing::warn!(error = %detail, "sending to the upstream failed");
@@ -290,6 +297,20 @@ impl RmcpUpstream {
             other => CallFailure::Other(self.redactor.redact(&other.to_string())),
         }
     }
+}
+
+/// The detail of a [`WorkerError::UpstreamUnavailable`] in an error's chain.
+fn unavailable_detail<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a str> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(StreamableHttpError::Client(WorkerError::UpstreamUnavailable { detail })) =
+            e.downcast_ref::<StreamableHttpError<WorkerError>>()
+        {
+            return Some(detail);
+        }
+        current = e.source();
+    }
+    None
 }
 
 /// One `tools/list` page: the tools as JSON objects and the next cursor.
@@ -453,8 +474,25 @@ pub(crate) struct Session {
     pub(crate) list_changed: Arc<Notify>,
     /// Non-JSON stdout lines (stdio only).
     pub(crate) non_json: Option<Arc<NonJsonCounter>>,
+    /// What the HTTP client says about the upstream's session (http only).
+    session_events: Option<mpsc::UnboundedReceiver<SessionEvent>>,
     service: ServiceWatch,
     child: Option<ChildHandle>,
+}
+
+/// What the HTTP client says about a remote upstream's session.
+pub(crate) struct SessionEvents(Option<mpsc::UnboundedReceiver<SessionEvent>>);
+
+impl SessionEvents {
+    /// The next event; never, for stdio. Cancel-safe.
+    pub(crate) async fn next(&mut self) -> SessionEvent {
+        if let Some(events) = self.0.as_mut()
+            && let Some(event) = events.recv().await
+        {
+            return event;
+        }
+        std::future::pending().await
+    }
 }
 
 /// A started upstream and its first complete tool list.
@@ -485,6 +523,11 @@ impl Session {
                 "connection closed".to_owned()
             }
         }
+    }
+
+    /// What the HTTP client will say about the upstream's session (nothing, for stdio).
+    pub(crate) fn take_session_events(&mut self) -> SessionEvents {
+        SessionEvents(self.session_events.take())
     }
 
     /// Stops the upstream: close the MCP connection (for stdio: its stdin), then SIGTERM,
@@ -687,6 +730,7 @@ async fn start_stdio(
                 server_name,
                 list_changed,
                 non_json: Some(counter),
+                session_events: None,
                 service: ServiceWatch::spawn(running),
                 child: Some(child),
             },
@@ -806,7 +850,10 @@ async fn start_http(
         .custom_headers(headers)
         .max_json_response_size(MAX_HTTP_MESSAGE)
         .max_sse_event_size(MAX_HTTP_MESSAGE);
-    let transport = StreamableHttpClientTransport::from_config(config);
+    let results = Arc::new(CallResults::default());
+    let (events_tx, session_events) = mpsc::unbounded_channel();
+    let client = HttpClient::new(results.clone(), events_tx);
+    let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
     let list_changed = Arc::new(Notify::new());
 
     let handshake = async {
@@ -830,7 +877,7 @@ async fn start_http(
                 }
             }
         })?;
-        let listed = first_listing(running, redactor.clone(), None).await;
+        let listed = first_listing(running, redactor.clone(), Some(results)).await;
         listed.map_err(|message| WorkerError::UpstreamStart {
             message: redactor.redact(&message),
         })
@@ -844,6 +891,7 @@ async fn start_http(
                 });
             }
         };
+    client.mark_started();
     subscribe_list_changed(&running, list_changed.clone());
     Ok(Started {
         session: Session {
@@ -852,6 +900,7 @@ async fn start_http(
             server_name,
             list_changed,
             non_json: None,
+            session_events: Some(session_events),
             service: ServiceWatch::spawn(running),
             child: None,
         },
@@ -902,7 +951,9 @@ async fn first_listing(
         CallFailure::TooLarge(limit) => {
             format!("tools/list failed: a page larger than {limit} bytes")
         }
-        CallFailure::Auth(detail) | CallFailure::Other(detail) => {
+        CallFailure::Auth(detail)
+        | CallFailure::Unavailable(detail)
+        | CallFailure::Other(detail) => {
             format!("tools/list failed: {detail}")
         }
     })?;
@@ -1003,23 +1054,11 @@ fn auth_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
         if e.is::<InsufficientScopeError>() {
             return Some(FORBIDDEN.to_owned());
         }
-        if let Some(http) = e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        // Our HTTP client answers every 401/403 with one of these two.
+        if let Some(http) = e.downcast_ref::<StreamableHttpError<WorkerError>>() {
             match http {
                 StreamableHttpError::AuthRequired(_) => return Some(UNAUTHORIZED.to_owned()),
                 StreamableHttpError::InsufficientScope(_) => return Some(FORBIDDEN.to_owned()),
-                StreamableHttpError::UnexpectedServerResponse(text) => {
-                    if text.starts_with("HTTP 401") {
-                        return Some(UNAUTHORIZED.to_owned());
-                    }
-                    if text.starts_with("HTTP 403") {
-                        return Some(FORBIDDEN.to_owned());
-                    }
-                }
-                StreamableHttpError::Client(e) => match e.status().map(|s| s.as_u16()) {
-                    Some(401) => return Some(UNAUTHORIZED.to_owned()),
-                    Some(403) => return Some(FORBIDDEN.to_owned()),
-                    _ => {}
-                },
                 _ => {}
             }
         }
@@ -1029,7 +1068,7 @@ fn auth_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
 }
 
 /// `error: source: source…` on one line.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = error.to_string();
     let mut current = error.source();
     while let Some(e) = current {
@@ -1049,13 +1088,14 @@ mod tests {
 
     #[test]
     fn auth_failures_are_recognised() {
-        let challenge: StreamableHttpError<reqwest::Error> =
+        let challenge: StreamableHttpError<WorkerError> =
             StreamableHttpError::AuthRequired(AuthRequiredError::new("Bearer".to_owned()));
         assert_eq!(auth_failure(&challenge).as_deref(), Some(UNAUTHORIZED));
-        let plain: StreamableHttpError<reqwest::Error> =
-            StreamableHttpError::UnexpectedServerResponse("HTTP 403 Forbidden: no".into());
+        let plain: StreamableHttpError<WorkerError> = StreamableHttpError::InsufficientScope(
+            InsufficientScopeError::new(String::new(), None),
+        );
         assert_eq!(auth_failure(&plain).as_deref(), Some(FORBIDDEN));
-        let other: StreamableHttpError<reqwest::Error> =
+        let other: StreamableHttpError<WorkerError> =
             StreamableHttpError::UnexpectedServerResponse("HTTP 500 oops".into());
         assert_eq!(auth_failure(&other), None);
     }
@@ -1126,7 +1166,7 @@ mod tests {
     #[test]
     fn error_chain_joins_sources() {
         let inner = std::io::Error::other("inner cause");
-        let outer: StreamableHttpError<reqwest::Error> = StreamableHttpError::Io(inner);
+        let outer: StreamableHttpError<WorkerError> = StreamableHttpError::Io(inner);
         assert_eq!(error_chain(&outer), "Io error: inner cause");
     }
 }

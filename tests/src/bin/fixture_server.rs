@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use clap::builder::TypedValueParser as _;
 use tutti_tests::fixture::{self, Config};
 
 /// A scriptable MCP server for tests: stdio (default) or legacy Streamable HTTP (`--http`).
@@ -79,6 +80,17 @@ struct Args {
     /// With --http: require `Authorization: Bearer TOKEN`.
     #[arg(long, value_name = "TOKEN", requires = "http")]
     require_bearer: Option<String>,
+    /// With --http: speak 2026-07-28 without sessions instead of 2025-06-18 with them.
+    #[arg(long, requires = "http")]
+    stateless: bool,
+    /// With --http: answer tools/call as an event stream (one `data:` event).
+    #[arg(long, requires = "http")]
+    sse: bool,
+    /// With --http: the status (400 or 404) for a session id the server does not know.
+    #[arg(long, value_name = "STATUS", requires = "http", default_value = "404",
+          value_parser = clap::builder::PossibleValuesParser::new(["400", "404"])
+              .map(|s| if s == "400" { 400u16 } else { 404 }))]
+    unknown_session: u16,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -106,6 +118,11 @@ fn main() -> anyhow::Result<()> {
         ignore_cancel: a.ignore_cancel,
         http: a.http,
         require_bearer: a.require_bearer,
+        http_mode: fixture::HttpMode {
+            stateless: a.stateless,
+            sse: a.sse,
+            unknown_session_status: a.unknown_session,
+        },
     })?;
     Ok(())
 }
