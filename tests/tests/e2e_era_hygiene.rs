@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::{
-    Mcp, Runtime, RuntimeOptions, fixture_connector, repo_root, require_python_venv,
+    Mcp, Runtime, RuntimeOptions, fixture_connector, free_port, repo_root, require_python_venv,
 };
 
 /// Starting workers and upstreams on a loaded 2-core machine.
@@ -25,15 +25,6 @@ const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// The Python `MCPServer` script (a 2026-07-28 upstream).
 fn era_server_script() -> PathBuf {
     repo_root().join("tests").join("py").join("era_server.py")
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind(("127.0.0.1", 0))
-        .unwrap_or_else(|e| panic!("cannot bind an ephemeral port: {e}"));
-    listener
-        .local_addr()
-        .unwrap_or_else(|e| panic!("no local address: {e}"))
-        .port()
 }
 
 /// The Python server over streamable HTTP on a free loopback port; killed on drop.

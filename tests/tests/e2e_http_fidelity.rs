@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::fixture::EXACT_TEXT;
-use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, npm_package, require_node22};
+use tutti_tests::{
+    FixtureHttp, Mcp, Runtime, RuntimeOptions, free_port, npm_package, require_node22, result_texts,
+};
 
 /// Starting workers and upstreams on a loaded 2-core machine.
 const READY: Duration = Duration::from_secs(30);
@@ -25,16 +27,6 @@ const RECOVER: Duration = Duration::from_secs(40);
 
 // === helpers ===
 
-/// A port that was free a moment ago on 127.0.0.1.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind(("127.0.0.1", 0))
-        .unwrap_or_else(|e| panic!("cannot bind an ephemeral port: {e}"));
-    listener
-        .local_addr()
-        .unwrap_or_else(|e| panic!("no local address: {e}"))
-        .port()
-}
-
 /// An `http` connector with a long `callMs`, so that a hang is told apart from an answer.
 fn http_connector(key: &str, url: &str) -> Value {
     json!({
@@ -45,19 +37,6 @@ fn http_connector(key: &str, url: &str) -> Value {
         "mcp": {"transport": "http", "url": url},
         "timeouts": {"startMs": 30000, "callMs": CALL_MS},
     })
-}
-
-/// The text blocks of a `CallToolResult`, joined with newlines.
-fn texts(result: &Value) -> String {
-    result["content"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
 }
 
 /// How one call ended.
@@ -86,7 +65,7 @@ async fn call_at_once(rt: &Runtime, mcp: &Mcp, tool: &str, args: Value, case: &s
     assert!(elapsed < AT_ONCE, "{case}: answered after {elapsed:?}");
     assert_eq!(status, 200, "{case}: {body}");
     if body.get("result").is_some() {
-        return Answer::Ok(texts(&body["result"]));
+        return Answer::Ok(result_texts(&body["result"]));
     }
     let message = body["error"]["message"].as_str().unwrap_or_default();
     if body["error"]["code"] == -32602 && body["error"]["data"]["tutti"]["reason"] == "fenced" {

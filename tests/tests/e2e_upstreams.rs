@@ -17,8 +17,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tutti_tests::{
-    Mcp, Runtime, RuntimeOptions, fixture_bin, npm_package, proc_tree, require_node22,
-    require_python_venv,
+    Mcp, Runtime, RuntimeOptions, fixture_bin, free_port, npm_package, proc_tree, require_node22,
+    require_python_venv, result_texts,
 };
 
 /// Starting workers and upstreams on a loaded 2-core machine.
@@ -27,19 +27,6 @@ const READY: Duration = Duration::from_secs(30);
 const LISTEN: Duration = Duration::from_secs(30);
 
 // === helpers ===
-
-/// The text blocks of a `CallToolResult`, joined with newlines.
-fn texts(result: &Value) -> String {
-    result["content"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
 
 fn tool_names(tools: &[Value]) -> BTreeSet<String> {
     tools
@@ -68,16 +55,6 @@ fn random_hex() -> String {
     );
     h.write_u32(std::process::id());
     format!("{:016x}", h.finish())
-}
-
-/// A port that was free a moment ago on 127.0.0.1.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind(("127.0.0.1", 0))
-        .unwrap_or_else(|e| panic!("cannot bind an ephemeral port: {e}"));
-    listener
-        .local_addr()
-        .unwrap_or_else(|e| panic!("no local address: {e}"))
-        .port()
 }
 
 /// An `http` connector manifest.
@@ -350,11 +327,15 @@ async fn server_everything_over_streamable_http_works_in_both_eras() {
         let result = mcp
             .call_tool_ok("everything_echo", json!({"message": message}))
             .await;
-        assert_eq!(texts(&result), format!("Echo: {message}"), "{result}");
+        assert_eq!(
+            result_texts(&result),
+            format!("Echo: {message}"),
+            "{result}"
+        );
         let result = mcp
             .call_tool_ok("everything_get-sum", json!({"a": 20, "b": 22}))
             .await;
-        assert!(texts(&result).contains("42"), "{era:?}: {result}");
+        assert!(result_texts(&result).contains("42"), "{era:?}: {result}");
     }
     assert_eq!(
         rt.connector_status("everything")
@@ -402,7 +383,7 @@ async fn python_mcp_server_over_streamable_http_works_in_both_eras() {
         assert_eq!(add["inputSchema"]["type"], "object", "{add}");
 
         let result = mcp.call_tool_ok("py_add", json!({"a": 40, "b": 2})).await;
-        assert_eq!(texts(&result), "42", "{era:?}: {result}");
+        assert_eq!(result_texts(&result), "42", "{era:?}: {result}");
         assert_eq!(
             result["structuredContent"],
             json!({"result": 42}),
@@ -412,7 +393,7 @@ async fn python_mcp_server_over_streamable_http_works_in_both_eras() {
         let result = mcp
             .call_tool_ok("py_greet", json!({"name": format!("{era:?}")}))
             .await;
-        assert_eq!(texts(&result), format!("hello {era:?}"), "{result}");
+        assert_eq!(result_texts(&result), format!("hello {era:?}"), "{result}");
 
         // Arguments are validated against the upstream's schema before anything is sent.
         let result = mcp
@@ -420,7 +401,7 @@ async fn python_mcp_server_over_streamable_http_works_in_both_eras() {
             .await;
         assert_eq!(result["isError"], json!(true), "{era:?}: {result}");
         assert!(
-            texts(&result).starts_with("invalid_arguments: "),
+            result_texts(&result).starts_with("invalid_arguments: "),
             "{result}"
         );
     }
@@ -514,11 +495,11 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
         let result = mcp
             .call_tool_ok("remote_echo", json!({"message": "through the bearer"}))
             .await;
-        assert_eq!(texts(&result), "through the bearer", "{result}");
+        assert_eq!(result_texts(&result), "through the bearer", "{result}");
         let result = mcp
             .call_tool_ok("other_echo", json!({"message": "still here"}))
             .await;
-        assert_eq!(texts(&result), "still here", "{result}");
+        assert_eq!(result_texts(&result), "still here", "{result}");
     }
 
     // `auth.kind` header: the secret is the whole value of the named header.
@@ -530,7 +511,7 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
     let result = modern
         .call_tool_ok("hdr_echo", json!({"message": "through a header"}))
         .await;
-    assert_eq!(texts(&result), "through a header", "{result}");
+    assert_eq!(result_texts(&result), "through a header", "{result}");
 
     // Nothing else was restarted.
     let other_after = worker_of(&rt, "other");
@@ -579,7 +560,11 @@ async fn remote_upstream_restarts_large_results_and_revoked_credentials() {
     let result = legacy
         .call_tool_ok("remote_big", json!({"bytes": big}))
         .await;
-    assert_eq!(texts(&result).len(), big, "a {big}-byte result was cut");
+    assert_eq!(
+        result_texts(&result).len(),
+        big,
+        "a {big}-byte result was cut"
+    );
 
     // The remote server restarts and forgets its sessions (404 for the old Mcp-Session-Id):
     // the worker initializes again and the call goes through, with no new generation.
@@ -591,7 +576,7 @@ async fn remote_upstream_restarts_large_results_and_revoked_credentials() {
             .await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(
-            texts(&body["result"]),
+            result_texts(&body["result"]),
             "after a restart",
             "{:?}: the call after the upstream lost its session failed: {body}\n{}",
             mcp.era(),
@@ -628,7 +613,7 @@ async fn remote_upstream_restarts_large_results_and_revoked_credentials() {
         let (_, _, body) = modern
             .call_tool("remote_echo", json!({"message": "back again"}))
             .await;
-        if texts(&body["result"]) == "back again" {
+        if result_texts(&body["result"]) == "back again" {
             break;
         }
         assert!(
@@ -673,7 +658,7 @@ async fn remote_upstream_restarts_large_results_and_revoked_credentials() {
     let result = modern
         .call_tool_ok("remote_echo", json!({"message": "welcome back"}))
         .await;
-    assert_eq!(texts(&result), "welcome back", "{result}");
+    assert_eq!(result_texts(&result), "welcome back", "{result}");
     drop(fixture);
 }
 
@@ -869,7 +854,7 @@ async fn secret_values_appear_nowhere_but_secrets() {
             let result = mcp
                 .call_tool_ok(&format!("{key}_echo"), json!({"message": "ping"}))
                 .await;
-            assert_eq!(texts(&result), "ping", "{result}");
+            assert_eq!(result_texts(&result), "ping", "{result}");
         }
         // An invalid call's error text must not carry anything either.
         let (_, _, body) = mcp.call_tool("leaky_echo", json!({"message": 5})).await;
@@ -1084,7 +1069,7 @@ async fn stdio_upstream_gets_exactly_the_declared_environment_and_cwd() {
     let token = rt.issue_token("ws", "env");
     for mcp in clients(&rt, &token).await {
         let result = mcp.call_tool_ok("envy_env", json!({})).await;
-        let report: Value = serde_json::from_str(&texts(&result))
+        let report: Value = serde_json::from_str(&result_texts(&result))
             .unwrap_or_else(|e| panic!("the env tool's text is not JSON ({e}): {result}"));
         let got: BTreeMap<String, String> = report["env"]
             .as_object()
@@ -1139,7 +1124,7 @@ async fn banner_lines_are_counted_and_a_hanging_handshake_ends_after_start_ms() 
         let result = mcp
             .call_tool_ok("banner_echo", json!({"message": "after the banner"}))
             .await;
-        assert_eq!(texts(&result), "after the banner", "{result}");
+        assert_eq!(result_texts(&result), "after the banner", "{result}");
     }
     let counted = rt.wait_connector("banner", READY, "nonJsonStdoutLines >= 3", |c| {
         c["nonJsonStdoutLines"].as_u64().unwrap_or(0) >= 3
@@ -1187,7 +1172,7 @@ async fn banner_lines_are_counted_and_a_hanging_handshake_ends_after_start_ms() 
         let result = modern
             .call_tool_ok("steady_echo", json!({"message": "meanwhile"}))
             .await;
-        assert_eq!(texts(&result), "meanwhile", "{result}");
+        assert_eq!(result_texts(&result), "meanwhile", "{result}");
         calls += 1;
         assert!(
             started.elapsed() < Duration::from_secs(20),
@@ -1256,7 +1241,7 @@ async fn banner_lines_are_counted_and_a_hanging_handshake_ends_after_start_ms() 
     let result = legacy
         .call_tool_ok("banner_echo", json!({"message": "still fine"}))
         .await;
-    assert_eq!(texts(&result), "still fine", "{result}");
+    assert_eq!(result_texts(&result), "still fine", "{result}");
 }
 
 // === probe ===
@@ -1595,7 +1580,7 @@ async fn command_and_args_inside_the_release_are_expanded_and_resolved() {
     let result = legacy
         .call_tool_ok("inrel_echo", json!({"message": "from the release"}))
         .await;
-    assert_eq!(texts(&result), "from the release", "{result}");
+    assert_eq!(result_texts(&result), "from the release", "{result}");
     let methods = recorded_methods(Path::new(&format!("{release}/data/calls.jsonl")));
     assert!(
         methods.iter().any(|m| m == "tools/call"),
