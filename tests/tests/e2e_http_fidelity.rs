@@ -5,7 +5,6 @@
 //! come back byte for byte through stdio and HTTP upstreams, in both client eras.
 #![cfg(unix)]
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
