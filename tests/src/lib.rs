@@ -163,6 +163,29 @@ pub fn file_tail(path: &Path, lines: usize) -> String {
     }
 }
 
+/// A port that was free a moment ago on 127.0.0.1 (for servers a test starts itself).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .unwrap_or_else(|e| panic!("cannot bind an ephemeral port: {e}"));
+    listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("no local address: {e}"))
+        .port()
+}
+
+/// The text blocks of a `CallToolResult`, joined with newlines.
+pub fn result_texts(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,27 +208,4 @@ mod tests {
         assert_eq!(file_tail(&p, 2), "b\nc");
         assert!(file_tail(&dir.path().join("missing"), 2).starts_with("<cannot read"));
     }
-}
-
-/// A port that was free a moment ago on 127.0.0.1 (for servers a test starts itself).
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
-        .unwrap_or_else(|e| panic!("cannot bind an ephemeral port: {e}"));
-    listener
-        .local_addr()
-        .unwrap_or_else(|e| panic!("no local address: {e}"))
-        .port()
-}
-
-/// The text blocks of a `CallToolResult`, joined with newlines.
-pub fn result_texts(result: &Value) -> String {
-    result["content"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
 }
