@@ -7,16 +7,16 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use crate::call;
-use crate::era::{META_SERVER_INFO, Revision};
+use crate::era::{META_SERVER_INFO, Revision, server_info};
 use crate::headers::{self, HeaderProblem};
-use crate::http::{
-    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, get_prompt, list_tools,
-    read_resource, server_info, target_param,
-};
 use crate::listen;
 use crate::rpc::{
     self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RpcError,
     UNSUPPORTED_VERSION,
+};
+use crate::shared::{
+    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, empty_list,
+    empty_list_field, get_prompt, list_tools, read_resource, target_param,
 };
 
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -61,10 +61,8 @@ fn cacheable_fields(mut fields: Map<String, Value>, ttl_ms: u64) -> Map<String, 
     fields
 }
 
-fn empty_list(field: &str) -> Value {
-    let mut fields = Map::new();
-    fields.insert(field.into(), json!([]));
-    cacheable(fields, EMPTY_LIST_TTL_MS)
+fn empty_list_result(field: &str) -> Value {
+    cacheable(empty_list(field), EMPTY_LIST_TTL_MS)
 }
 
 pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
@@ -161,9 +159,6 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             )
             .await;
         }
-        "resources/list" => Ok(empty_list("resources")),
-        "resources/templates/list" => Ok(empty_list("resourceTemplates")),
-        "prompts/list" => Ok(empty_list("prompts")),
         "resources/read" | "prompts/get" => {
             // `Mcp-Name` carries `params.uri` / `params.name` (SEP-2243).
             let field = if method == "resources/read" {
@@ -183,6 +178,9 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             }
         }
         other => {
+            if let Some(field) = empty_list_field(other) {
+                return rpc::answer_response(&id, Ok(empty_list_result(field)));
+            }
             return rpc::error_response(
                 StatusCode::NOT_FOUND,
                 &id,
@@ -257,5 +255,5 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     )
     .await
     .map(|r| r.in_era(Revision::V2026_07_28));
-    rpc::call_response(id, answer)
+    call::call_response(id, answer)
 }
