@@ -32,7 +32,7 @@ use tokio::process::Command;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tutti_proto::kernel::LaunchSpec;
 
-use crate::error::WorkerError;
+use crate::error::{WorkerError, error_chain};
 use crate::http::{HttpClient, SessionEvent};
 use crate::platform;
 use crate::redact::Redactor;
@@ -1067,21 +1067,6 @@ fn auth_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     None
 }
 
-/// `error: source: source…` on one line.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut current = error.source();
-    while let Some(e) = current {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        current = e.source();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1161,12 +1146,5 @@ mod tests {
             )),
             "{message}"
         );
-    }
-
-    #[test]
-    fn error_chain_joins_sources() {
-        let inner = std::io::Error::other("inner cause");
-        let outer: StreamableHttpError<WorkerError> = StreamableHttpError::Io(inner);
-        assert_eq!(error_chain(&outer), "Io error: inner cause");
     }
 }
