@@ -65,6 +65,51 @@ fn empty_list_result(field: &str) -> Value {
     cacheable(empty_list(field), EMPTY_LIST_TTL_MS)
 }
 
+/// The request's `_meta` and headers: required `_meta` fields (-32602), then header vs
+/// `_meta` (-32020), then support (-32022), then `Mcp-Method`. `Err` is answered 400.
+fn check_request(ctx: &Ctx, method: &str, params: Option<&Value>) -> Result<(), RpcError> {
+    let meta = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object);
+    let Some(meta) = meta else {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            "Invalid params: params._meta is required",
+        ));
+    };
+    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            format!("Invalid params: _meta[\"{META_PROTOCOL_VERSION}\"] is required (a string)"),
+        ));
+    };
+    if !meta
+        .get(META_CLIENT_CAPABILITIES)
+        .is_some_and(Value::is_object)
+    {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            format!(
+                "Invalid params: _meta[\"{META_CLIENT_CAPABILITIES}\"] is required (an object)"
+            ),
+        ));
+    }
+    expect_header(
+        ctx,
+        PROTOCOL_VERSION_HEADER,
+        "MCP-Protocol-Version",
+        version,
+    )?;
+    if version != MODERN_VERSION {
+        return Err(RpcError::new(
+            UNSUPPORTED_VERSION,
+            format!("Unsupported protocol version: {version}"),
+        )
+        .with_data(json!({"supported": [MODERN_VERSION], "requested": version})));
+    }
+    expect_header(ctx, "mcp-method", "Mcp-Method", method)
+}
+
 pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
     let (id, method, params) = match message {
         Message::Notification { .. } => return rpc::accepted(),
@@ -80,61 +125,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         Message::Request { id, method, params } => (id, method, params),
     };
 
-    // Required `_meta` fields (-32602), then header vs `_meta` (-32020), then support (-32022).
-    let meta = params
-        .as_ref()
-        .and_then(|p| p.get("_meta"))
-        .and_then(Value::as_object);
-    let Some(meta) = meta else {
-        return bad(
-            &id,
-            RpcError::new(INVALID_PARAMS, "Invalid params: params._meta is required"),
-        );
-    };
-    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
-        return bad(
-            &id,
-            RpcError::new(
-                INVALID_PARAMS,
-                format!(
-                    "Invalid params: _meta[\"{META_PROTOCOL_VERSION}\"] is required (a string)"
-                ),
-            ),
-        );
-    };
-    if !meta
-        .get(META_CLIENT_CAPABILITIES)
-        .is_some_and(Value::is_object)
-    {
-        return bad(
-            &id,
-            RpcError::new(
-                INVALID_PARAMS,
-                format!(
-                    "Invalid params: _meta[\"{META_CLIENT_CAPABILITIES}\"] is required (an object)"
-                ),
-            ),
-        );
-    }
-    if let Err(e) = expect_header(
-        &ctx,
-        PROTOCOL_VERSION_HEADER,
-        "MCP-Protocol-Version",
-        version,
-    ) {
-        return bad(&id, e);
-    }
-    if version != MODERN_VERSION {
-        return bad(
-            &id,
-            RpcError::new(
-                UNSUPPORTED_VERSION,
-                format!("Unsupported protocol version: {version}"),
-            )
-            .with_data(json!({"supported": [MODERN_VERSION], "requested": version})),
-        );
-    }
-    if let Err(e) = expect_header(&ctx, "mcp-method", "Mcp-Method", &method) {
+    if let Err(e) = check_request(&ctx, &method, params.as_ref()) {
         return bad(&id, e);
     }
 

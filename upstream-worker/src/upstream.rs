@@ -826,11 +826,10 @@ fn start_timeout(within: Duration) -> String {
     )
 }
 
-async fn start_http(
+/// The launch spec's HTTP headers, each marked sensitive (they may carry credentials).
+fn http_headers(
     spec: &LaunchSpec,
-    redactor: Arc<Redactor>,
-    within: Duration,
-) -> Result<Started, WorkerError> {
+) -> Result<HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>, WorkerError> {
     let mut headers = HashMap::new();
     for (name, value) in &spec.headers {
         let header_name =
@@ -846,6 +845,15 @@ async fn start_http(
         header_value.set_sensitive(true);
         headers.insert(header_name, header_value);
     }
+    Ok(headers)
+}
+
+async fn start_http(
+    spec: &LaunchSpec,
+    redactor: Arc<Redactor>,
+    within: Duration,
+) -> Result<Started, WorkerError> {
+    let headers = http_headers(spec)?;
     let config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
         .custom_headers(headers)
         .max_json_response_size(MAX_HTTP_MESSAGE)
