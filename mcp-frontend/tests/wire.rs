@@ -1649,7 +1649,9 @@ async fn modern_call_results_and_errors() {
     assert_eq!(
         body["result"],
         json!({"content":[{"type":"text","text":"called echo"}],"structuredContent":{"text":"x"},
-               "isError":false,"resultType":"complete"})
+               "isError":false,"resultType":"complete",
+               "_meta":{"io.modelcontextprotocol/serverInfo":
+                   {"name":"connector","version":env!("CARGO_PKG_VERSION")}}})
     );
     let (status, body) = h
         .modern(
@@ -1810,7 +1812,9 @@ async fn listen_ack_list_changed_and_final_result_on_revocation() {
     assert_eq!(
         done,
         json!({"jsonrpc":"2.0","id":"listen-1","result":{"resultType":"complete",
-               "_meta":{"io.modelcontextprotocol/subscriptionId":"listen-1"}}})
+               "_meta":{"io.modelcontextprotocol/subscriptionId":"listen-1",
+                   "io.modelcontextprotocol/serverInfo":
+                       {"name":"connector","version":env!("CARGO_PKG_VERSION")}}}})
     );
     assert!(
         sse.next().await.is_none(),
