@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use crate::backend::{Backend, Identity};
-use crate::listen::Listeners;
+use crate::listeners::Listeners;
 use crate::routes::RouteTable;
 
 /// How long a request waits for the kernel's first route snapshot.

@@ -12,8 +12,39 @@ use tokio::sync::mpsc;
 use tutti_proto::kernel::CallRecord;
 
 use crate::backend::{Backend, Identity};
-use crate::call::Outcome;
 use crate::routes::Tool;
+
+/// How a call ended, as its audit record says. Decided where the answer is made (from the
+/// worker's `CallError.reason` for its answers), never parsed back out of message text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The upstream's result.
+    Ok,
+    /// The upstream's result with `isError: true`.
+    ToolError,
+    /// Refused by the tool's input schema; nothing was sent upstream.
+    InvalidArguments,
+    /// A JSON-RPC error other than the kinds below (upstream errors, a fenced name).
+    RpcError,
+    Timeout,
+    /// The worker or the upstream went away, or the generation was fenced mid-call.
+    Unavailable,
+    Cancelled,
+}
+
+impl Outcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolError => "tool_error",
+            Self::InvalidArguments => "invalid_arguments",
+            Self::RpcError => "rpc_error",
+            Self::Timeout => "timeout",
+            Self::Unavailable => "unavailable",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
 
 const QUEUE: usize = 4096;
 

@@ -6,61 +6,33 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::http::StatusCode;
+use axum::response::Response;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
 
 use crate::app::App;
+use crate::audit::Outcome;
 use crate::backend::{Backend, Identity};
 use crate::era::{self, Piece, RawMembers, Revision};
 use crate::error::Error;
-use crate::http::routes_not_ready;
 use crate::routes::{Lookup, Tool};
-use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError};
+use crate::rpc::{
+    self, INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError, routes_not_ready,
+};
 use crate::validate;
 
-/// How a call ended, as its audit record says. Decided where the answer is made (from the
-/// worker's `CallError.reason` for its answers), never parsed back out of message text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// The upstream's result.
-    Ok,
-    /// The upstream's result with `isError: true`.
-    ToolError,
-    /// Refused by the tool's input schema; nothing was sent upstream.
-    InvalidArguments,
-    /// A JSON-RPC error other than the kinds below (upstream errors, a fenced name).
-    RpcError,
-    Timeout,
-    /// The worker or the upstream went away, or the generation was fenced mid-call.
-    Unavailable,
-    Cancelled,
-}
-
-impl Outcome {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::ToolError => "tool_error",
-            Self::InvalidArguments => "invalid_arguments",
-            Self::RpcError => "rpc_error",
-            Self::Timeout => "timeout",
-            Self::Unavailable => "unavailable",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    /// What the worker's answer means (`CallError.reason` and code, tutti.worker.v1).
-    fn of_worker_error(reason: &str, code: i64) -> Self {
-        match reason {
-            "timeout" => Self::Timeout,
-            "cancelled" => Self::Cancelled,
-            "unavailable" => Self::Unavailable,
-            // Refused before it reached the upstream (-32602, list tools again) or fenced
-            // while in flight (-32603).
-            "fenced" if code != INVALID_PARAMS => Self::Unavailable,
-            _ => Self::RpcError,
-        }
+/// What the worker's answer means (`CallError.reason` and code, tutti.worker.v1).
+fn outcome_of_worker_error(reason: &str, code: i64) -> Outcome {
+    match reason {
+        "timeout" => Outcome::Timeout,
+        "cancelled" => Outcome::Cancelled,
+        "unavailable" => Outcome::Unavailable,
+        // Refused before it reached the upstream (-32602, list tools again) or fenced
+        // while in flight (-32603).
+        "fenced" if code != INVALID_PARAMS => Outcome::Unavailable,
+        _ => Outcome::RpcError,
     }
 }
 
@@ -256,6 +228,36 @@ pub(crate) fn tool_name(params: Option<&Value>) -> Result<&str, RpcError> {
         .and_then(|p| p.get("name"))
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::new(INVALID_PARAMS, "Invalid params: name is required"))
+}
+
+/// `200 OK` with a `tools/call` answer: the result's JSON text as the worker sent it, or the
+/// error.
+pub(crate) fn call_response(id: &Value, answer: Result<CallResult, RpcError>) -> Response {
+    match call_message(id, &answer) {
+        Ok(bytes) => rpc::bytes_response(StatusCode::OK, bytes),
+        Err(e) => rpc::unserializable(&e),
+    }
+}
+
+/// The JSON-RPC response message of a `tools/call` answer as bytes (the body of a plain
+/// answer, the last event of an event-stream one).
+pub(crate) fn call_message(
+    id: &Value,
+    answer: &Result<CallResult, RpcError>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    match answer {
+        Ok(result) => {
+            // The same bytes as serializing `Envelope`, with the result's text copied in once.
+            let mut bytes = Vec::with_capacity(result.len().saturating_add(64));
+            bytes.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+            serde_json::to_writer(&mut bytes, id)?;
+            bytes.extend_from_slice(br#","result":"#);
+            result.write_to(&mut bytes);
+            bytes.push(b'}');
+            Ok(bytes)
+        }
+        Err(error) => serde_json::to_vec(&rpc::error_body(id, error)),
+    }
 }
 
 /// Resolves a local tool name at call start.
@@ -541,7 +543,7 @@ fn map_reply(
             (
                 Err(RpcError::new(code, error.message)
                     .with_data(with_tutti(data, tutti(reason, key, generation)))),
-                Outcome::of_worker_error(reason, code),
+                outcome_of_worker_error(reason, code),
             )
         }
         None => (
@@ -559,6 +561,7 @@ fn map_reply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::era::META_SERVER_INFO;
     use serde::Serialize;
     use tutti_proto::worker::{CallError, CallToolReply};
 
@@ -694,7 +697,7 @@ mod tests {
     }
 
     fn ours() -> Value {
-        json!({"io.modelcontextprotocol/serverInfo": crate::http::server_info()})
+        json!({"io.modelcontextprotocol/serverInfo": era::server_info()})
     }
 
     #[test]
@@ -758,7 +761,7 @@ mod tests {
             written(Revision::V2026_07_28),
             format!(
                 r#"{{"resultType":"complete","content":{content},"structuredContent":{structured},"isError":false,"_meta":{{"ui/resourceUri":"ui://x","n":1.0,"io.modelcontextprotocol/serverInfo":{}}}}}"#,
-                crate::http::server_info()
+                era::server_info()
             )
         );
         // A legacy result that has nothing to lose is written exactly as it came.
@@ -826,6 +829,70 @@ mod tests {
         assert_eq!(
             map_reply("gh_x", "gh", 2, Ok(malformed)).1,
             Outcome::Unavailable
+        );
+    }
+
+    /// A call's answer is written as the serialized envelope would be, with the worker's text
+    /// as it came (no whitespace around it), `resultType` in front for the modern surface.
+    #[test]
+    fn call_messages_carry_the_result_text_as_is() {
+        let result = |t: &str| CallResult::from_json(t.to_owned()).expect("object");
+        let text = |m: Result<Vec<u8>, serde_json::Error>| {
+            String::from_utf8(m.expect("serializable")).expect("UTF-8")
+        };
+        assert_eq!(
+            text(call_message(
+                &json!(7),
+                &Ok(result(r#" {"n":1.50,"content":[]} "#))
+            )),
+            r#"{"jsonrpc":"2.0","id":7,"result":{"n":1.50,"content":[]}}"#
+        );
+        assert_eq!(
+            text(call_message(
+                &json!("a"),
+                &Ok(result(r#"{"content":[]}"#).in_era(Revision::V2026_07_28))
+            )),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"a","result":{{"resultType":"complete","content":[],"_meta":{{"{META_SERVER_INFO}":{}}}}}}}"#,
+                era::server_info()
+            )
+        );
+        assert_eq!(
+            text(call_message(
+                &json!(1),
+                &Ok(result("{ }").in_era(Revision::V2026_07_28))
+            )),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"result":{{"resultType":"complete","_meta":{{"{META_SERVER_INFO}":{}}}}}}}"#,
+                era::server_info()
+            )
+        );
+        // The legacy form of a result with nothing to lose is its text as it came; a field
+        // no revision defines is left out.
+        assert_eq!(
+            text(call_message(
+                &json!(3),
+                &Ok(
+                    result(r#" {"structuredContent":{"n":1.50}, "content":[]} "#)
+                        .in_era(Revision::V2025_06_18)
+                )
+            )),
+            r#"{"jsonrpc":"2.0","id":3,"result":{"structuredContent":{"n":1.50}, "content":[]}}"#
+        );
+        assert_eq!(
+            text(call_message(
+                &json!(4),
+                &Ok(result(r#"{"n":1.50,"content":[]}"#).in_era(Revision::V2025_06_18))
+            )),
+            r#"{"jsonrpc":"2.0","id":4,"result":{"content":[]}}"#
+        );
+        let answer = Err(RpcError::new(-32602, "Unknown tool: x"));
+        let parsed: Value =
+            serde_json::from_slice(&call_message(&json!(2), &answer).expect("serializable"))
+                .expect("JSON");
+        assert_eq!(
+            parsed,
+            rpc::error_body(&json!(2), &RpcError::new(-32602, "Unknown tool: x"))
         );
     }
 }

@@ -12,11 +12,15 @@ use std::sync::OnceLock;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
-
-use crate::http::server_info;
+use serde_json::{Value, json};
 
 /// The `_meta` key of a 2026-07-28 result that names the server that made it.
 pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// `serverInfo` of this server.
+pub(crate) fn server_info() -> Value {
+    json!({"name": "connector", "version": env!("CARGO_PKG_VERSION")})
+}
 
 /// The protocol revision an answer is shaped for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,12 +6,13 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use crate::call;
-use crate::era::Revision;
-use crate::http::{
-    Ctx, PROTOCOL_VERSION_HEADER, get_prompt, list_tools, read_resource, server_info,
-};
+use crate::era::{Revision, server_info};
 use crate::progress;
 use crate::rpc::{self, METHOD_NOT_FOUND, Message, RESOURCE_NOT_FOUND, RpcError, SERVER_ERROR};
+use crate::shared::{
+    Ctx, PROTOCOL_VERSION_HEADER, empty_list, empty_list_field, get_prompt, list_tools,
+    read_resource,
+};
 
 /// Versions this surface speaks; the first is the one offered when the client's is unknown.
 pub(crate) const VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2025-11-25"];
@@ -60,15 +61,15 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     }
                 }
                 "tools/call" => return tools_call(ctx, id, params).await,
-                "resources/list" => Ok(json!({"resources": []})),
-                "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
-                "prompts/list" => Ok(json!({"prompts": []})),
                 "resources/read" => read_resource(params.as_ref(), RESOURCE_NOT_FOUND),
                 "prompts/get" => get_prompt(params.as_ref()),
-                other => Err(RpcError::new(
-                    METHOD_NOT_FOUND,
-                    format!("Method not found: {other}"),
-                )),
+                other => match empty_list_field(other) {
+                    Some(field) => Ok(Value::Object(empty_list(field))),
+                    None => Err(RpcError::new(
+                        METHOD_NOT_FOUND,
+                        format!("Method not found: {other}"),
+                    )),
+                },
             };
             rpc::answer_response(&id, answer)
         }
@@ -100,7 +101,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     };
     let tool = match tool {
         Ok(tool) => tool,
-        Err(e) => return rpc::call_response(&id, Err(e)),
+        Err(e) => return call::call_response(&id, Err(e)),
     };
     let revision = revision(&ctx);
     let progress = progress::requested(params.as_ref(), &ctx.headers);
@@ -118,7 +119,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
         .await
         .map(|r| r.in_era(revision));
         drop(pending);
-        return rpc::call_response(&id, answer);
+        return call::call_response(&id, answer);
     };
     let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
     progress::respond(id, token, move |sink| async move {

@@ -18,11 +18,13 @@ mod headers;
 mod http;
 mod legacy;
 mod listen;
+mod listeners;
 mod modern;
 mod progress;
 mod routes;
 mod rpc;
 mod sessions;
+mod shared;
 mod validate;
 mod watcher;
 

@@ -7,16 +7,16 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use crate::call;
-use crate::era::{META_SERVER_INFO, Revision};
+use crate::era::{META_SERVER_INFO, Revision, server_info};
 use crate::headers::{self, HeaderProblem};
-use crate::http::{
-    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, get_prompt, list_tools,
-    read_resource, server_info, target_param,
-};
 use crate::listen;
 use crate::rpc::{
     self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RpcError,
     UNSUPPORTED_VERSION,
+};
+use crate::shared::{
+    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, empty_list,
+    empty_list_field, get_prompt, list_tools, read_resource, target_param,
 };
 
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -61,10 +61,53 @@ fn cacheable_fields(mut fields: Map<String, Value>, ttl_ms: u64) -> Map<String, 
     fields
 }
 
-fn empty_list(field: &str) -> Value {
-    let mut fields = Map::new();
-    fields.insert(field.into(), json!([]));
-    cacheable(fields, EMPTY_LIST_TTL_MS)
+fn empty_list_result(field: &str) -> Value {
+    cacheable(empty_list(field), EMPTY_LIST_TTL_MS)
+}
+
+/// The request's `_meta` and headers: required `_meta` fields (-32602), then header vs
+/// `_meta` (-32020), then support (-32022), then `Mcp-Method`. `Err` is answered 400.
+fn check_request(ctx: &Ctx, method: &str, params: Option<&Value>) -> Result<(), RpcError> {
+    let meta = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object);
+    let Some(meta) = meta else {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            "Invalid params: params._meta is required",
+        ));
+    };
+    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            format!("Invalid params: _meta[\"{META_PROTOCOL_VERSION}\"] is required (a string)"),
+        ));
+    };
+    if !meta
+        .get(META_CLIENT_CAPABILITIES)
+        .is_some_and(Value::is_object)
+    {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            format!(
+                "Invalid params: _meta[\"{META_CLIENT_CAPABILITIES}\"] is required (an object)"
+            ),
+        ));
+    }
+    expect_header(
+        ctx,
+        PROTOCOL_VERSION_HEADER,
+        "MCP-Protocol-Version",
+        version,
+    )?;
+    if version != MODERN_VERSION {
+        return Err(RpcError::new(
+            UNSUPPORTED_VERSION,
+            format!("Unsupported protocol version: {version}"),
+        )
+        .with_data(json!({"supported": [MODERN_VERSION], "requested": version})));
+    }
+    expect_header(ctx, "mcp-method", "Mcp-Method", method)
 }
 
 pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
@@ -82,61 +125,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         Message::Request { id, method, params } => (id, method, params),
     };
 
-    // Required `_meta` fields (-32602), then header vs `_meta` (-32020), then support (-32022).
-    let meta = params
-        .as_ref()
-        .and_then(|p| p.get("_meta"))
-        .and_then(Value::as_object);
-    let Some(meta) = meta else {
-        return bad(
-            &id,
-            RpcError::new(INVALID_PARAMS, "Invalid params: params._meta is required"),
-        );
-    };
-    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
-        return bad(
-            &id,
-            RpcError::new(
-                INVALID_PARAMS,
-                format!(
-                    "Invalid params: _meta[\"{META_PROTOCOL_VERSION}\"] is required (a string)"
-                ),
-            ),
-        );
-    };
-    if !meta
-        .get(META_CLIENT_CAPABILITIES)
-        .is_some_and(Value::is_object)
-    {
-        return bad(
-            &id,
-            RpcError::new(
-                INVALID_PARAMS,
-                format!(
-                    "Invalid params: _meta[\"{META_CLIENT_CAPABILITIES}\"] is required (an object)"
-                ),
-            ),
-        );
-    }
-    if let Err(e) = expect_header(
-        &ctx,
-        PROTOCOL_VERSION_HEADER,
-        "MCP-Protocol-Version",
-        version,
-    ) {
-        return bad(&id, e);
-    }
-    if version != MODERN_VERSION {
-        return bad(
-            &id,
-            RpcError::new(
-                UNSUPPORTED_VERSION,
-                format!("Unsupported protocol version: {version}"),
-            )
-            .with_data(json!({"supported": [MODERN_VERSION], "requested": version})),
-        );
-    }
-    if let Err(e) = expect_header(&ctx, "mcp-method", "Mcp-Method", &method) {
+    if let Err(e) = check_request(&ctx, &method, params.as_ref()) {
         return bad(&id, e);
     }
 
@@ -161,9 +150,6 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             )
             .await;
         }
-        "resources/list" => Ok(empty_list("resources")),
-        "resources/templates/list" => Ok(empty_list("resourceTemplates")),
-        "prompts/list" => Ok(empty_list("prompts")),
         "resources/read" | "prompts/get" => {
             // `Mcp-Name` carries `params.uri` / `params.name` (SEP-2243).
             let field = if method == "resources/read" {
@@ -183,6 +169,9 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             }
         }
         other => {
+            if let Some(field) = empty_list_field(other) {
+                return rpc::answer_response(&id, Ok(empty_list_result(field)));
+            }
             return rpc::error_response(
                 StatusCode::NOT_FOUND,
                 &id,
@@ -257,5 +246,5 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     )
     .await
     .map(|r| r.in_era(Revision::V2026_07_28));
-    rpc::call_response(id, answer)
+    call::call_response(id, answer)
 }

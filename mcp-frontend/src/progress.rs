@@ -91,7 +91,7 @@ async fn next_event(mut s: State) -> Option<(Bytes, State)> {
                     None => continue,
                 }
             }
-            let message = match rpc::call_message(&s.id, &answer) {
+            let message = match crate::call::call_message(&s.id, &answer) {
                 Ok(message) => message,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot serialize a tools/call answer");

@@ -19,6 +19,16 @@ pub(crate) const RESOURCE_NOT_FOUND: i64 = -32002;
 pub(crate) const HEADER_MISMATCH: i64 = -32020;
 pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
 
+/// The kernel's first route snapshot has not arrived (the runtime is still starting, or the
+/// frontend lost the kernel): nothing can be listed or called yet.
+pub(crate) fn routes_not_ready() -> RpcError {
+    RpcError::new(
+        INTERNAL_ERROR,
+        "[MCP_UNAVAILABLE] connector: the runtime has not sent its tool routes yet; retry in a few seconds, and run `tutti status` if it persists",
+    )
+    .with_data(json!({"tutti": {"reason": "unavailable"}}))
+}
+
 /// A JSON-RPC error object.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RpcError {
@@ -136,7 +146,7 @@ pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     }
 }
 
-fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response {
+pub(crate) fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response {
     let mut response = Response::new(Body::from(bytes));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -147,7 +157,7 @@ fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response {
 }
 
 /// Only a type with a failing `Serialize` impl gets here (never a `Value`).
-fn unserializable(e: &serde_json::Error) -> Response {
+pub(crate) fn unserializable(e: &serde_json::Error) -> Response {
     tracing::error!(error = %e, "cannot serialize a response");
     reject(
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -185,39 +195,6 @@ pub(crate) fn answer_response(id: &Value, answer: Result<Value, RpcError>) -> Re
         Err(error) => error_body(id, &error),
     };
     json_response(StatusCode::OK, &body)
-}
-
-/// `200 OK` with a `tools/call` answer: the result's JSON text as the worker sent it, or the
-/// error.
-pub(crate) fn call_response(
-    id: &Value,
-    answer: Result<crate::call::CallResult, RpcError>,
-) -> Response {
-    match call_message(id, &answer) {
-        Ok(bytes) => bytes_response(StatusCode::OK, bytes),
-        Err(e) => unserializable(&e),
-    }
-}
-
-/// The JSON-RPC response message of a `tools/call` answer as bytes (the body of a plain
-/// answer, the last event of an event-stream one).
-pub(crate) fn call_message(
-    id: &Value,
-    answer: &Result<crate::call::CallResult, RpcError>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    match answer {
-        Ok(result) => {
-            // The same bytes as serializing `Envelope`, with the result's text copied in once.
-            let mut bytes = Vec::with_capacity(result.len().saturating_add(64));
-            bytes.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-            serde_json::to_writer(&mut bytes, id)?;
-            bytes.extend_from_slice(br#","result":"#);
-            result.write_to(&mut bytes);
-            bytes.push(b'}');
-            Ok(bytes)
-        }
-        Err(error) => serde_json::to_vec(&error_body(id, error)),
-    }
 }
 
 pub(crate) fn error_response(status: StatusCode, id: &Value, error: &RpcError) -> Response {
@@ -271,71 +248,6 @@ pub(crate) fn accepted() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::era::{META_SERVER_INFO, Revision};
-
-    /// A call's answer is written as the serialized envelope would be, with the worker's text
-    /// as it came (no whitespace around it), `resultType` in front for the modern surface.
-    #[test]
-    fn call_messages_carry_the_result_text_as_is() {
-        let result = |t: &str| crate::call::CallResult::from_json(t.to_owned()).expect("object");
-        let text = |m: Result<Vec<u8>, serde_json::Error>| {
-            String::from_utf8(m.expect("serializable")).expect("UTF-8")
-        };
-        assert_eq!(
-            text(call_message(
-                &json!(7),
-                &Ok(result(r#" {"n":1.50,"content":[]} "#))
-            )),
-            r#"{"jsonrpc":"2.0","id":7,"result":{"n":1.50,"content":[]}}"#
-        );
-        assert_eq!(
-            text(call_message(
-                &json!("a"),
-                &Ok(result(r#"{"content":[]}"#).in_era(Revision::V2026_07_28))
-            )),
-            format!(
-                r#"{{"jsonrpc":"2.0","id":"a","result":{{"resultType":"complete","content":[],"_meta":{{"{META_SERVER_INFO}":{}}}}}}}"#,
-                crate::http::server_info()
-            )
-        );
-        assert_eq!(
-            text(call_message(
-                &json!(1),
-                &Ok(result("{ }").in_era(Revision::V2026_07_28))
-            )),
-            format!(
-                r#"{{"jsonrpc":"2.0","id":1,"result":{{"resultType":"complete","_meta":{{"{META_SERVER_INFO}":{}}}}}}}"#,
-                crate::http::server_info()
-            )
-        );
-        // The legacy form of a result with nothing to lose is its text as it came; a field
-        // no revision defines is left out.
-        assert_eq!(
-            text(call_message(
-                &json!(3),
-                &Ok(
-                    result(r#" {"structuredContent":{"n":1.50}, "content":[]} "#)
-                        .in_era(Revision::V2025_06_18)
-                )
-            )),
-            r#"{"jsonrpc":"2.0","id":3,"result":{"structuredContent":{"n":1.50}, "content":[]}}"#
-        );
-        assert_eq!(
-            text(call_message(
-                &json!(4),
-                &Ok(result(r#"{"n":1.50,"content":[]}"#).in_era(Revision::V2025_06_18))
-            )),
-            r#"{"jsonrpc":"2.0","id":4,"result":{"content":[]}}"#
-        );
-        let answer = Err(RpcError::new(-32602, "Unknown tool: x"));
-        let parsed: Value =
-            serde_json::from_slice(&call_message(&json!(2), &answer).expect("serializable"))
-                .expect("JSON");
-        assert_eq!(
-            parsed,
-            error_body(&json!(2), &RpcError::new(-32602, "Unknown tool: x"))
-        );
-    }
 
     fn obj(v: Value) -> Map<String, Value> {
         match v {

@@ -60,3 +60,31 @@ impl WorkerError {
         }
     }
 }
+
+/// `error: source: source…` on one line.
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut current = error.source();
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        current = e.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+
+    #[test]
+    fn error_chain_joins_sources() {
+        let inner = std::io::Error::other("inner cause");
+        let outer: StreamableHttpError<WorkerError> = StreamableHttpError::Io(inner);
+        assert_eq!(error_chain(&outer), "Io error: inner cause");
+    }
+}

@@ -37,9 +37,8 @@ use sse_stream::{Sse, SseStream};
 use tokio::sync::mpsc;
 
 use crate::definitions;
-use crate::error::WorkerError;
+use crate::error::{WorkerError, error_chain};
 use crate::results::CallResults;
-use crate::upstream::error_chain;
 
 type HttpResult<T> = Result<T, StreamableHttpError<WorkerError>>;
 type SseEvents = BoxStream<'static, Result<Sse, SseError>>;

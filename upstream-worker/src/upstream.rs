@@ -32,7 +32,7 @@ use tokio::process::Command;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tutti_proto::kernel::LaunchSpec;
 
-use crate::error::WorkerError;
+use crate::error::{WorkerError, error_chain};
 use crate::http::{HttpClient, SessionEvent};
 use crate::platform;
 use crate::redact::Redactor;
@@ -826,11 +826,10 @@ fn start_timeout(within: Duration) -> String {
     )
 }
 
-async fn start_http(
+/// The launch spec's HTTP headers, each marked sensitive (they may carry credentials).
+fn http_headers(
     spec: &LaunchSpec,
-    redactor: Arc<Redactor>,
-    within: Duration,
-) -> Result<Started, WorkerError> {
+) -> Result<HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>, WorkerError> {
     let mut headers = HashMap::new();
     for (name, value) in &spec.headers {
         let header_name =
@@ -846,6 +845,15 @@ async fn start_http(
         header_value.set_sensitive(true);
         headers.insert(header_name, header_value);
     }
+    Ok(headers)
+}
+
+async fn start_http(
+    spec: &LaunchSpec,
+    redactor: Arc<Redactor>,
+    within: Duration,
+) -> Result<Started, WorkerError> {
+    let headers = http_headers(spec)?;
     let config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
         .custom_headers(headers)
         .max_json_response_size(MAX_HTTP_MESSAGE)
@@ -1067,21 +1075,6 @@ fn auth_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     None
 }
 
-/// `error: source: source…` on one line.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut current = error.source();
-    while let Some(e) = current {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        current = e.source();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1161,12 +1154,5 @@ mod tests {
             )),
             "{message}"
         );
-    }
-
-    #[test]
-    fn error_chain_joins_sources() {
-        let inner = std::io::Error::other("inner cause");
-        let outer: StreamableHttpError<WorkerError> = StreamableHttpError::Io(inner);
-        assert_eq!(error_chain(&outer), "Io error: inner cause");
     }
 }
