@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -46,13 +47,9 @@ impl Audit {
         }
     }
 
-    /// Queues one record (`event` plus fields); adds the time.
-    pub fn record(&self, event: &str, mut fields: Value) {
-        if let Value::Object(m) = &mut fields {
-            m.insert("event".into(), Value::String(event.into()));
-            m.insert("time".into(), Value::String(now_rfc3339()));
-        }
-        if self.tx.try_send(fields).is_err() {
+    /// Queues one record; adds the time.
+    pub fn record(&self, event: Event) {
+        if self.tx.try_send(event.record(&now_rfc3339())).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -63,6 +60,117 @@ impl Audit {
 
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed) + self.frontend_dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Every kind of audit record. The serialised form is one `audit.jsonl` line: the fields
+/// below (names as written), `event` (the variant's name in snake case) and `time`, with
+/// the keys in alphabetical order. Only names and outcomes: never values, tokens or secrets.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The trust step of an install: what the user confirmed (names and the launch line).
+    Install {
+        connector: String,
+        version: String,
+        sha256: String,
+        upgraded: bool,
+        #[serde(rename = "confirmedLaunch")]
+        confirmed_launch: Vec<String>,
+        #[serde(rename = "allowCommands")]
+        allow_commands: Vec<String>,
+        #[serde(rename = "allowEnv")]
+        allow_env: Vec<String>,
+    },
+    Uninstall {
+        connector: String,
+    },
+    /// Secrets stored by name (never their values), and the declared ones still missing.
+    Connect {
+        connector: String,
+        secrets: Vec<String>,
+        missing: Vec<String>,
+    },
+    Disconnect {
+        connector: String,
+    },
+    /// What a worker was told to run: names of environment variables and headers only.
+    Launch {
+        connector: String,
+        generation: u64,
+        transport: String,
+        argv: Vec<String>,
+        cwd: String,
+        url: String,
+        env: Vec<String>,
+        headers: Vec<String>,
+    },
+    Commit {
+        connector: String,
+        generation: u64,
+        tools: usize,
+        superseded: Option<u64>,
+    },
+    Refuse {
+        connector: String,
+        generation: u64,
+        reason: String,
+    },
+    Fence {
+        connector: String,
+        generation: u64,
+        reason: String,
+    },
+    Reinit {
+        connector: String,
+        generation: u64,
+        reason: String,
+    },
+    UpgradeAbandoned {
+        connector: String,
+        version: String,
+        current: String,
+        reason: String,
+    },
+    SessionIssue {
+        workspace: String,
+        session: String,
+    },
+    SessionRevoke {
+        workspace: String,
+        session: String,
+        all: bool,
+        revoked: u32,
+    },
+    /// One tool call, as the frontend recorded it.
+    Call {
+        #[serde(rename = "callTime")]
+        call_time: i64,
+        workspace: String,
+        session: String,
+        tool: String,
+        connector: String,
+        generation: u64,
+        risk: String,
+        #[serde(rename = "durationUs")]
+        duration_us: u64,
+        outcome: String,
+        #[serde(rename = "errorCode")]
+        error_code: Option<i32>,
+    },
+}
+
+impl Event {
+    /// The record as written (keys sorted: `serde_json`'s map is ordered).
+    pub fn record(&self, time: &str) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or_else(|e| {
+            // Only plain strings, numbers and lists: cannot fail; say so if it ever does.
+            serde_json::json!({"event": "unrecordable", "error": e.to_string()})
+        });
+        if let Value::Object(m) = &mut v {
+            m.insert("time".into(), Value::String(time.into()));
+        }
+        v
     }
 }
 

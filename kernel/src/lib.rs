@@ -7,6 +7,7 @@ mod audit;
 mod demo;
 mod error;
 mod housekeeping;
+mod lifecycle;
 mod manifest;
 mod naming;
 mod notify;
@@ -124,12 +125,12 @@ pub async fn run_until(
     let keys: Vec<String> = manifests.keys().cloned().collect();
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
     for (key, err) in broken {
-        let mut inner = lock(&k.inner);
-        let c = inner.conns.entry(key.clone()).or_default();
-        c.status = state::Status::Failed;
-        c.last_error = format!(
+        let why = format!(
             "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
         );
+        let mut conn = state::ConnState::new(&key);
+        conn.life = lifecycle::Connector::unreadable(&key, why);
+        lock(&k.inner).conns.insert(key, conn);
     }
 
     let endpoint = transport::kernel_endpoint(&state_dir);
@@ -274,7 +275,7 @@ async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
                 inner
                     .conns
                     .get(key)
-                    .is_some_and(|c| c.status != state::Status::Starting)
+                    .is_some_and(|c| c.life.status() != state::Status::Starting)
             })
         };
         if settled {
@@ -417,10 +418,12 @@ async fn shutdown(k: &Arc<Kernel>) {
     let mut waits = Vec::new();
     for tx in actors {
         let (done, wait) = tokio::sync::oneshot::channel();
-        let _ = tx.send(supervisor::Msg::Stop {
-            reason: "runtime shutdown".into(),
-            drain: supervisor::SHUTDOWN_DRAIN,
-            done,
+        let _ = tx.send(lifecycle::Msg {
+            input: lifecycle::Input::Stop {
+                reason: "runtime shutdown".into(),
+                drain: supervisor::SHUTDOWN_DRAIN,
+            },
+            reply: Some(done),
         });
         waits.push(wait);
     }

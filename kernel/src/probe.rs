@@ -10,19 +10,11 @@ use tokio::sync::oneshot;
 use tonic::Status;
 use tutti_proto::kernel as pb;
 
-use crate::manifest::{self, Manifest};
+use crate::manifest;
 use crate::naming::local_name;
 use crate::spawn::{self, ChildSpec};
-use crate::state::{Credentials, Kernel, lock, sha256};
+use crate::state::{Credentials, Kernel, ProbeSlot, lock, sha256};
 use crate::toolset::{OfferedTool, validate};
-
-pub struct ProbeSlot {
-    pub key: String,
-    pub token_hash: [u8; 32],
-    pub launch: pb::LaunchSpec,
-    pub manifest: Manifest,
-    pub done: Option<oneshot::Sender<Result<pb::ProbeReply, String>>>,
-}
 
 pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeReply, Status> {
     let target = PathBuf::from(&req.target);

@@ -16,7 +16,9 @@ use tutti_proto::kernel::kernel_server::Kernel as KernelRpc;
 use crate::manifest::{self, Manifest, Mcp};
 use crate::registry::{AuthState, Installed};
 use crate::state::{Credentials, Kernel, Status as CStatus, lock, sha256};
-use crate::supervisor::{Msg, start_actor};
+use crate::audit::Event;
+use crate::lifecycle::{Input, Msg, ReportKind};
+use crate::supervisor::{start_actor, step_now};
 use crate::toolset::{OfferedTool, validate};
 
 pub struct Service {
@@ -197,7 +199,7 @@ impl Service {
         let tx = lock(&self.k.inner).actors.get(key).cloned();
         match tx {
             Some(tx) => {
-                let _ = tx.send(Msg::Reload);
+                let _ = tx.send(Msg::step(Input::Reload));
             }
             None => {
                 start_actor(&self.k, key);
@@ -341,31 +343,29 @@ impl KernelRpc for Service {
             let waits = installed.upgrade_waits_for_secrets() && inner.table.live(&key).is_some();
             inner.registry.connectors.insert(key.clone(), installed);
             inner.manifests.insert(key.clone(), plan.manifest.clone());
-            let c = inner.conns.entry(key.clone()).or_default();
-            c.upgrade_note.clear();
-            if auth == AuthState::Required && !waits {
-                c.status = CStatus::AuthRequired;
-            } else if c.status != CStatus::Ready {
-                c.status = CStatus::Starting;
-            }
-            status = c.status;
+            let install = Input::Install {
+                auth_required: auth == AuthState::Required,
+                waits,
+            };
+            step_now(&self.k, &mut inner, &key, install);
+            status = inner
+                .conns
+                .get(&key)
+                .map_or(CStatus::Starting, |c| c.life.status());
             self.k
                 .save_registry(&mut inner)
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
         // The trust step: what the user confirmed (names and the launch line, no values).
-        self.k.audit.record(
-            "install",
-            serde_json::json!({
-                "connector": key,
-                "version": plan.manifest.version,
-                "sha256": plan.sha,
-                "upgraded": upgraded,
-                "confirmedLaunch": confirmed_launch(&plan.reply),
-                "allowCommands": req.allow_commands,
-                "allowEnv": req.allow_env,
-            }),
-        );
+        self.k.audit.record(Event::Install {
+            connector: key.clone(),
+            version: plan.manifest.version.clone(),
+            sha256: plan.sha.clone(),
+            upgraded,
+            confirmed_launch: confirmed_launch(&plan.reply),
+            allow_commands: req.allow_commands.clone(),
+            allow_env: req.allow_env.clone(),
+        });
         tracing::info!(key, version = %plan.manifest.version, sha = %plan.sha, upgraded, "installed");
         self.reload(&key);
         Ok(Response::new(pb::InstallReply {
@@ -389,10 +389,12 @@ impl KernelRpc for Service {
         };
         if let Some(tx) = tx {
             let (done, wait) = tokio::sync::oneshot::channel();
-            let _ = tx.send(Msg::Stop {
-                reason: "uninstalled".into(),
-                drain: crate::supervisor::UNINSTALL_DRAIN,
-                done,
+            let _ = tx.send(Msg {
+                input: Input::Stop {
+                    reason: "uninstalled".into(),
+                    drain: crate::supervisor::UNINSTALL_DRAIN,
+                },
+                reply: Some(done),
             });
             let _ = wait.await;
         }
@@ -412,9 +414,9 @@ impl KernelRpc for Service {
         // Off the kernel's one runtime thread: a release can hold many files.
         let releases = self.k.paths.releases().join(&key);
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(releases)).await;
-        self.k
-            .audit
-            .record("uninstall", serde_json::json!({"connector": key}));
+        self.k.audit.record(Event::Uninstall {
+            connector: key.clone(),
+        });
         tracing::info!(key, "uninstalled");
         Ok(Response::new(pb::Empty {}))
     }
@@ -477,10 +479,11 @@ impl KernelRpc for Service {
                 ))
             })?;
         }
-        self.k.audit.record(
-            "connect",
-            serde_json::json!({"connector": req.key, "secrets": values.keys().collect::<Vec<_>>(), "missing": missing}),
-        );
+        self.k.audit.record(Event::Connect {
+            connector: req.key.clone(),
+            secrets: values.keys().cloned().collect(),
+            missing: missing.clone(),
+        });
         self.reload(&req.key);
         if !missing.is_empty() {
             return Err(precondition(missing_secrets_message(
@@ -507,15 +510,15 @@ impl KernelRpc for Service {
                 .ok_or_else(|| not_installed(&key))?;
             c.connected = false;
             c.auth = AuthState::Required;
-            self.k.fence(&mut inner, &key, None, "disconnected");
+            step_now(&self.k, &mut inner, &key, Input::Disconnect);
             self.k
                 .save_registry(&mut inner)
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
         self.k.secrets.delete(&key);
-        self.k
-            .audit
-            .record("disconnect", serde_json::json!({"connector": key}));
+        self.k.audit.record(Event::Disconnect {
+            connector: key.clone(),
+        });
         self.reload(&key);
         Ok(Response::new(pb::Empty {}))
     }
@@ -537,22 +540,21 @@ impl KernelRpc for Service {
                     .map_or(&installed.version, |l| &l.manifest.version)
                     .clone(),
                 generation: live.map(|r| r.generation).unwrap_or(0),
-                status: c.map(|c| c.status.as_str()).unwrap_or("stopped").into(),
+                status: c.map_or("stopped", |c| c.life.status().as_str()).into(),
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
-                restarts: c.map(|c| c.restarts).unwrap_or(0),
-                reinitializations: c.map(|c| c.reinitializations).unwrap_or(0),
+                restarts: c.map_or(0, |c| c.life.restarts()),
+                reinitializations: c.map_or(0, |c| c.life.reinitializations()),
                 last_error: c
-                    .map(
-                        |c| match (c.last_error.is_empty(), c.upgrade_note.is_empty()) {
-                            (_, true) => redact(&c.last_error),
-                            (true, false) => redact(&c.upgrade_note),
-                            (false, false) => {
-                                redact(&format!("{}; {}", c.last_error, c.upgrade_note))
-                            }
-                        },
-                    )
+                    .map(|c| {
+                        let (error, note) = (c.life.last_error(), c.life.upgrade_note());
+                        match (error.is_empty(), note.is_empty()) {
+                            (_, true) => redact(error),
+                            (true, false) => redact(note),
+                            (false, false) => redact(&format!("{error}; {note}")),
+                        }
+                    })
                     .unwrap_or_default(),
-                next_retry_unix_ms: c.map(|c| c.next_retry_unix_ms).unwrap_or(0),
+                next_retry_unix_ms: c.map_or(0, |c| c.life.next_retry_unix_ms()),
                 non_json_stdout_lines: c.map(|c| c.non_json_lines).unwrap_or(0),
                 has_mcp: m.is_some_and(|m| m.mcp.is_some()),
                 has_cli: m.is_some_and(|m| m.cli.is_some()),
@@ -609,8 +611,7 @@ impl KernelRpc for Service {
             let status = inner
                 .conns
                 .get(key)
-                .map(|c| c.status)
-                .unwrap_or(CStatus::Stopped);
+                .map_or(CStatus::Stopped, |c| c.life.status());
             let iface_status = interface_status(status, inner.table.live(key).is_some());
             let mut interfaces = Vec::new();
             if m.mcp.is_some() {
@@ -697,7 +698,7 @@ impl KernelRpc for Service {
             let ready = inner
                 .conns
                 .get(key)
-                .is_some_and(|c| c.status == CStatus::Ready);
+                .is_some_and(|c| c.life.status() == CStatus::Ready);
             // The skills of the release that is live, not of a newer one still starting.
             if let (true, Some(live)) = (ready, inner.serving(key)) {
                 for s in &live.manifest.skills {
@@ -705,10 +706,10 @@ impl KernelRpc for Service {
                 }
             }
         }
-        self.k.audit.record(
-            "session_issue",
-            serde_json::json!({"workspace": req.workspace, "session": req.session}),
-        );
+        self.k.audit.record(Event::SessionIssue {
+            workspace: req.workspace.clone(),
+            session: req.session.clone(),
+        });
         tracing::info!(workspace = %req.workspace, session = %req.session, "session issued");
         Ok(Response::new(pb::IssueSessionReply {
             token,
@@ -752,10 +753,12 @@ impl KernelRpc for Service {
         // "A revocation holds for every request that starts after the command returns": the
         // frontend's session cache has dropped the token (or the frontend was stopped).
         self.k.session_caches.settle(revision).await;
-        self.k.audit.record(
-            "session_revoke",
-            serde_json::json!({"workspace": req.workspace, "session": req.session, "all": req.all, "revoked": revoked}),
-        );
+        self.k.audit.record(Event::SessionRevoke {
+            workspace: req.workspace.clone(),
+            session: req.session.clone(),
+            all: req.all,
+            revoked,
+        });
         tracing::info!(all = req.all, workspace = %req.workspace, session = %req.session, revoked, "sessions revoked");
         Ok(Response::new(pb::RevokeSessionReply { revoked }))
     }
@@ -896,11 +899,11 @@ impl KernelRpc for Service {
                 // The worker exits on this; `status` should say why, not only "exit status 2".
                 let actor = lock(&self.k.inner).actors.get(&req.key).cloned();
                 if let Some(a) = actor {
-                    let _ = a.send(Msg::Report {
+                    let _ = a.send(Msg::step(Input::Report {
                         generation: req.generation,
-                        kind: "start_failed".into(),
+                        kind: ReportKind::StartFailed,
                         message: format!("cannot launch the upstream: {why}"),
-                    });
+                    }));
                 }
                 return Err(precondition(why));
             }
@@ -909,19 +912,20 @@ impl KernelRpc for Service {
         env_names.sort();
         let mut header_names: Vec<&String> = launch.headers.keys().collect();
         header_names.sort();
-        self.k.audit.record(
-            "launch",
-            serde_json::json!({
-                "connector": req.key,
-                "generation": req.generation,
-                "transport": launch.transport,
-                "argv": std::iter::once(&launch.command).chain(launch.args.iter()).filter(|a| !a.is_empty()).collect::<Vec<_>>(),
-                "cwd": launch.cwd,
-                "url": launch.url,
-                "env": env_names,
-                "headers": header_names,
-            }),
-        );
+        self.k.audit.record(Event::Launch {
+            connector: req.key.clone(),
+            generation: req.generation,
+            transport: launch.transport.clone(),
+            argv: std::iter::once(&launch.command)
+                .chain(launch.args.iter())
+                .filter(|a| !a.is_empty())
+                .cloned()
+                .collect(),
+            cwd: launch.cwd.clone(),
+            url: launch.url.clone(),
+            env: env_names.into_iter().cloned().collect(),
+            headers: header_names.into_iter().cloned().collect(),
+        });
         tracing::info!(key = %req.key, generation = req.generation, pid = req.pid, "worker registered");
         Ok(Response::new(pb::RegisterWorkerReply {
             launch: Some(launch),
@@ -933,117 +937,64 @@ impl KernelRpc for Service {
         req: Request<pb::OfferToolsRequest>,
     ) -> Result<Response<pb::OfferToolsReply>, Status> {
         let req = req.into_inner();
-        let mut inner = lock(&self.k.inner);
-        if let Some(slot) = inner.probes.get_mut(&req.generation)
-            && slot.key == req.key
-            && slot.token_hash == sha256(&req.worker_token)
-        {
-            let offered = offered_tools(&req.tools);
-            crate::probe::finish(
-                slot,
-                &offered,
-                offer_size_problem(&req),
-                &req.protocol_version,
-                &req.server_name,
-            );
-            return Ok(Response::new(pb::OfferToolsReply {
-                committed: false,
-                error: "probe finished".into(),
-            }));
-        }
-        check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
-        let manifest = match worker_release(&inner, &req.key, req.generation) {
-            Some(r) => r.manifest,
-            None => manifest_of(&inner, &req.key)?.clone(),
-        };
-        let offered = offered_tools(&req.tools);
-        let actor = inner.actors.get(&req.key).cloned();
-        let verdict = match offer_size_problem(&req) {
-            Some(problem) => Err(vec![problem]),
-            None => validate(&req.key, &offered, &manifest.tool_risk),
-        };
-        match verdict {
-            Err(problems) => {
-                let error = format!(
-                    "generation {} refused: {}",
-                    req.generation,
-                    problems.join("; ")
+        let (actor, verdict) = {
+            let mut inner = lock(&self.k.inner);
+            if let Some(slot) = inner.probes.get_mut(&req.generation)
+                && slot.key == req.key
+                && slot.token_hash == sha256(&req.worker_token)
+            {
+                let offered = offered_tools(&req.tools);
+                crate::probe::finish(
+                    slot,
+                    &offered,
+                    offer_size_problem(&req),
+                    &req.protocol_version,
+                    &req.server_name,
                 );
-                let live = inner.table.live(&req.key).is_some();
-                let c = inner.conns.entry(req.key.clone()).or_default();
-                c.last_error = error.clone();
-                if !live {
-                    c.status = CStatus::Failed;
-                }
-                self.k.audit.record(
-                    "refuse",
-                    serde_json::json!({"connector": req.key, "generation": req.generation, "reason": error}),
-                );
-                tracing::warn!(key = %req.key, %error, "candidate refused");
-                if let Some(a) = actor {
-                    let _ = a.send(Msg::Refused(req.generation, problems.join("; ")));
-                }
-                Ok(Response::new(pb::OfferToolsReply {
+                return Ok(Response::new(pb::OfferToolsReply {
                     committed: false,
-                    error,
-                }))
+                    error: "probe finished".into(),
+                }));
             }
-            Ok(tools) => {
-                let endpoint = inner
-                    .conns
-                    .get(&req.key)
-                    .and_then(|c| c.workers.get(&req.generation))
-                    .map(|p| p.endpoint.clone())
-                    .unwrap_or_default();
-                let route = crate::table::Route {
-                    key: req.key.clone(),
-                    name: manifest.name.clone(),
-                    generation: req.generation,
-                    endpoint,
-                    call_timeout_ms: manifest.call_ms,
-                    has_cli: manifest.cli.is_some(),
-                    has_mcp: true,
-                    tools,
-                };
-                let n = route.tools.len();
-                let now = self.k.now();
-                // The generation this commit supersedes (fenced in the same step).
-                let superseded = inner
-                    .table
-                    .live(&req.key)
-                    .map(|r| r.generation)
-                    .filter(|g| *g != req.generation);
-                let release = inner
-                    .conns
-                    .get(&req.key)
-                    .and_then(|c| c.workers.get(&req.generation))
-                    .map(|p| p.release.clone());
-                if let Some(release) = release {
-                    self.k
-                        .settle_upgrade(&mut inner, &req.key, &release.release_dir);
-                    inner.live_releases.insert(req.key.clone(), release);
-                }
-                if let Some((rev, change)) = inner.table.commit(route, now) {
-                    self.k.publish(rev, change);
-                }
-                let c = inner.conns.entry(req.key.clone()).or_default();
-                c.status = CStatus::Ready;
-                c.last_error.clear();
-                c.next_retry_unix_ms = 0;
-                self.k.audit.record(
-                    "commit",
-                    serde_json::json!({"connector": req.key, "generation": req.generation, "tools": n, "superseded": superseded}),
-                );
-                tracing::info!(key = %req.key, generation = req.generation, tools = n, "committed");
-                if let Some(a) = actor {
-                    let _ = a.send(Msg::Committed(req.generation));
-                }
-                Ok(Response::new(pb::OfferToolsReply {
-                    committed: true,
-                    error: String::new(),
-                }))
-            }
+            check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
+            let manifest = match worker_release(&inner, &req.key, req.generation) {
+                Some(r) => r.manifest,
+                None => manifest_of(&inner, &req.key)?.clone(),
+            };
+            let verdict = match offer_size_problem(&req) {
+                Some(problem) => Err(problem),
+                None => validate(&req.key, &offered_tools(&req.tools), &manifest.tool_risk)
+                    .map_err(|problems| problems.join("; ")),
+            };
+            (inner.actors.get(&req.key).cloned(), verdict)
+        };
+        // The connector's actor decides: commit (once), or refuse.
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let offer = Input::Offer {
+            generation: req.generation,
+            tools: verdict,
+        };
+        let sent = actor.is_some_and(|a| {
+            a.send(Msg {
+                input: offer,
+                reply: Some(reply),
+            })
+            .is_ok()
+        });
+        let answer = match sent {
+            true => answer.await.unwrap_or_else(|_| Err("the connector stopped".into())),
+            false => Err(format!(
+                "generation {} of {} is fenced",
+                req.generation, req.key
+            )),
+        };
+        if let Err(error) = &answer {
+            tracing::warn!(key = %req.key, %error, "candidate refused");
         }
+        Ok(Response::new(pb::OfferToolsReply {
+            committed: answer.is_ok(),
+            error: answer.err().unwrap_or_default(),
+        }))
     }
 
     async fn report_worker(
@@ -1071,11 +1022,11 @@ impl KernelRpc for Service {
             inner.actors.get(&req.key).cloned()
         };
         if let Some(a) = actor {
-            let _ = a.send(Msg::Report {
+            let _ = a.send(Msg::step(Input::Report {
                 generation: req.generation,
-                kind: req.kind,
+                kind: ReportKind::from_wire(&req.kind),
                 message: req.message,
-            });
+            }));
         }
         Ok(Response::new(pb::Empty {}))
     }
@@ -1087,21 +1038,18 @@ impl KernelRpc for Service {
         let mut stream = req.into_inner();
         while let Some(record) = stream.message().await? {
             self.k.audit.note_frontend_dropped(record.dropped_total);
-            self.k.audit.record(
-                "call",
-                serde_json::json!({
-                    "callTime": record.time_unix_ms,
-                    "workspace": record.workspace,
-                    "session": record.session,
-                    "tool": record.tool,
-                    "connector": record.connector,
-                    "generation": record.generation,
-                    "risk": record.risk,
-                    "durationUs": record.duration_us,
-                    "outcome": record.outcome,
-                    "errorCode": if record.error_code == 0 { None } else { Some(record.error_code) },
-                }),
-            );
+            self.k.audit.record(Event::Call {
+                call_time: record.time_unix_ms,
+                workspace: record.workspace,
+                session: record.session,
+                tool: record.tool,
+                connector: record.connector,
+                generation: record.generation,
+                risk: record.risk,
+                duration_us: record.duration_us,
+                outcome: record.outcome,
+                error_code: (record.error_code != 0).then_some(record.error_code),
+            });
         }
         Ok(Response::new(pb::Empty {}))
     }
@@ -1115,7 +1063,7 @@ impl KernelRpc for Service {
         let status = inner
             .conns
             .get(&key)
-            .map(|c| c.status.as_str())
+            .map(|c| c.life.status().as_str())
             .unwrap_or("not installed");
         let (Some(route), Some(live)) = (inner.table.live(&key), inner.live_releases.get(&key))
         else {
