@@ -13,11 +13,11 @@ use tonic::{Request, Response, Status};
 use tutti_proto::kernel as pb;
 use tutti_proto::kernel::kernel_server::Kernel as KernelRpc;
 
+use crate::audit::Event;
+use crate::lifecycle::{Input, Msg, ReportKind};
 use crate::manifest::{self, Manifest, Mcp};
 use crate::registry::{AuthState, Installed};
 use crate::state::{Credentials, Kernel, Status as CStatus, lock, sha256};
-use crate::audit::Event;
-use crate::lifecycle::{Input, Msg, ReportKind};
 use crate::supervisor::{start_actor, step_now};
 use crate::toolset::{OfferedTool, validate};
 
@@ -982,7 +982,9 @@ impl KernelRpc for Service {
             .is_ok()
         });
         let answer = match sent {
-            true => answer.await.unwrap_or_else(|_| Err("the connector stopped".into())),
+            true => answer
+                .await
+                .unwrap_or_else(|_| Err("the connector stopped".into())),
             false => Err(format!(
                 "generation {} of {} is fenced",
                 req.generation, req.key

@@ -295,7 +295,10 @@ impl Actor {
         match effect {
             Later::Spawn { generation, token } => self.spawn(generation, &token),
             Later::Stop { generation, grace } => {
-                if let Some(stop) = self.handles.get_mut(&generation).and_then(|h| h.stop.take())
+                if let Some(stop) = self
+                    .handles
+                    .get_mut(&generation)
+                    .and_then(|h| h.stop.take())
                 {
                     let _ = stop.send(grace);
                 }
@@ -362,18 +365,17 @@ struct ProcessSpawner;
 impl Spawner for ProcessSpawner {
     fn start(&self, w: WorkerStart<'_>) -> Result<WorkerHandle, String> {
         let log = crate::housekeeping::open_log(&w.k.paths.connector_log(w.key)).ok();
-        let mut env: Vec<(String, String)> = w
-            .k
-            .base_env
-            .iter()
-            .filter(|(k, _)| {
-                matches!(
-                    k.as_str(),
-                    "PATH" | "HOME" | "SystemRoot" | "TEMP" | "TMPDIR"
-                )
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let mut env: Vec<(String, String)> =
+            w.k.base_env
+                .iter()
+                .filter(|(k, _)| {
+                    matches!(
+                        k.as_str(),
+                        "PATH" | "HOME" | "SystemRoot" | "TEMP" | "TMPDIR"
+                    )
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
         env.push(("TUTTI_WORKER_KEY".into(), w.key.to_string()));
         env.push(("TUTTI_WORKER_GENERATION".into(), w.generation.to_string()));
         env.push(("TUTTI_WORKER_TOKEN".into(), w.token.to_string()));
@@ -395,8 +397,8 @@ impl Spawner for ProcessSpawner {
             death_signal_term: true,
             listener: None,
         };
-        let child = spawn::spawn(spec)
-            .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+        let child =
+            spawn::spawn(spec).map_err(|e| format!("cannot start {}: {e}", program.display()))?;
         tracing::info!(key = %w.key, generation = w.generation, pid = child.id(), "worker spawned");
         let (stop_tx, stop_rx) = oneshot::channel();
         let (reaped_tx, reaped_rx) = oneshot::channel();
