@@ -411,4 +411,190 @@ mod tests {
         assert_eq!(dropped.load(Ordering::Relaxed), 2);
         Ok(())
     }
+
+    /// The line `event` is written as at `T`.
+    fn line(event: Event) -> String {
+        event.record("T").to_string()
+    }
+
+    #[test]
+    fn install_line() {
+        let e = Event::Install {
+            connector: "k".into(),
+            version: "1.0.0".into(),
+            sha256: "ab".into(),
+            upgraded: false,
+            confirmed_launch: vec!["node".into(), "s.js".into()],
+            allow_commands: vec!["/bin/x".into()],
+            allow_env: vec![],
+        };
+        assert_eq!(
+            line(e),
+            r#"{"allowCommands":["/bin/x"],"allowEnv":[],"confirmedLaunch":["node","s.js"],"connector":"k","event":"install","sha256":"ab","time":"T","upgraded":false,"version":"1.0.0"}"#
+        );
+    }
+
+    #[test]
+    fn uninstall_and_disconnect_lines() {
+        let u = Event::Uninstall {
+            connector: "k".into(),
+        };
+        assert_eq!(
+            line(u),
+            r#"{"connector":"k","event":"uninstall","time":"T"}"#
+        );
+        let d = Event::Disconnect {
+            connector: "k".into(),
+        };
+        assert_eq!(
+            line(d),
+            r#"{"connector":"k","event":"disconnect","time":"T"}"#
+        );
+    }
+
+    #[test]
+    fn connect_line() {
+        let e = Event::Connect {
+            connector: "k".into(),
+            secrets: vec!["A".into()],
+            missing: vec!["B".into()],
+        };
+        assert_eq!(
+            line(e),
+            r#"{"connector":"k","event":"connect","missing":["B"],"secrets":["A"],"time":"T"}"#
+        );
+    }
+
+    #[test]
+    fn launch_line() {
+        let e = Event::Launch {
+            connector: "k".into(),
+            generation: 7,
+            transport: "stdio".into(),
+            argv: vec!["/bin/node".into(), "s.js".into()],
+            cwd: "/r".into(),
+            url: String::new(),
+            env: vec!["PATH".into(), "TOKEN".into()],
+            headers: vec![],
+        };
+        assert_eq!(
+            line(e),
+            r#"{"argv":["/bin/node","s.js"],"connector":"k","cwd":"/r","env":["PATH","TOKEN"],"event":"launch","generation":7,"headers":[],"time":"T","transport":"stdio","url":""}"#
+        );
+    }
+
+    #[test]
+    fn commit_line_with_and_without_a_superseded_generation() {
+        let first = Event::Commit {
+            connector: "k".into(),
+            generation: 3,
+            tools: 2,
+            superseded: None,
+        };
+        assert_eq!(
+            line(first),
+            r#"{"connector":"k","event":"commit","generation":3,"superseded":null,"time":"T","tools":2}"#
+        );
+        let update = Event::Commit {
+            connector: "k".into(),
+            generation: 4,
+            tools: 0,
+            superseded: Some(3),
+        };
+        assert_eq!(
+            line(update),
+            r#"{"connector":"k","event":"commit","generation":4,"superseded":3,"time":"T","tools":0}"#
+        );
+    }
+
+    #[test]
+    fn refuse_fence_and_reinit_lines() {
+        let refuse = Event::Refuse {
+            connector: "k".into(),
+            generation: 2,
+            reason: "generation 2 refused: x".into(),
+        };
+        assert_eq!(
+            line(refuse),
+            r#"{"connector":"k","event":"refuse","generation":2,"reason":"generation 2 refused: x","time":"T"}"#
+        );
+        let fence = Event::Fence {
+            connector: "k".into(),
+            generation: 2,
+            reason: "worker exited".into(),
+        };
+        assert_eq!(
+            line(fence),
+            r#"{"connector":"k","event":"fence","generation":2,"reason":"worker exited","time":"T"}"#
+        );
+        let reinit = Event::Reinit {
+            connector: "k".into(),
+            generation: 2,
+            reason: "session expired".into(),
+        };
+        assert_eq!(
+            line(reinit),
+            r#"{"connector":"k","event":"reinit","generation":2,"reason":"session expired","time":"T"}"#
+        );
+    }
+
+    #[test]
+    fn upgrade_abandoned_line() {
+        let e = Event::UpgradeAbandoned {
+            connector: "k".into(),
+            version: "2.0.0".into(),
+            current: "1.0.0".into(),
+            reason: "it did not start".into(),
+        };
+        assert_eq!(
+            line(e),
+            r#"{"connector":"k","current":"1.0.0","event":"upgrade_abandoned","reason":"it did not start","time":"T","version":"2.0.0"}"#
+        );
+    }
+
+    #[test]
+    fn session_lines() {
+        let issue = Event::SessionIssue {
+            workspace: "w".into(),
+            session: "s".into(),
+        };
+        assert_eq!(
+            line(issue),
+            r#"{"event":"session_issue","session":"s","time":"T","workspace":"w"}"#
+        );
+        let revoke = Event::SessionRevoke {
+            workspace: String::new(),
+            session: String::new(),
+            all: true,
+            revoked: 3,
+        };
+        assert_eq!(
+            line(revoke),
+            r#"{"all":true,"event":"session_revoke","revoked":3,"session":"","time":"T","workspace":""}"#
+        );
+    }
+
+    #[test]
+    fn call_line_with_and_without_an_error_code() {
+        let call = |error_code| Event::Call {
+            call_time: 1_700_000_000_000,
+            workspace: "w".into(),
+            session: "s".into(),
+            tool: "k__echo".into(),
+            connector: "k".into(),
+            generation: 5,
+            risk: "low".into(),
+            duration_us: 420,
+            outcome: "ok".into(),
+            error_code,
+        };
+        assert_eq!(
+            line(call(None)),
+            r#"{"callTime":1700000000000,"connector":"k","durationUs":420,"errorCode":null,"event":"call","generation":5,"outcome":"ok","risk":"low","session":"s","time":"T","tool":"k__echo","workspace":"w"}"#
+        );
+        assert_eq!(
+            line(call(Some(-32001))),
+            r#"{"callTime":1700000000000,"connector":"k","durationUs":420,"errorCode":-32001,"event":"call","generation":5,"outcome":"ok","risk":"low","session":"s","time":"T","tool":"k__echo","workspace":"w"}"#
+        );
+    }
 }
