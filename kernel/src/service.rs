@@ -130,6 +130,25 @@ impl Service {
                 .get(&manifest.key)
                 .is_some_and(|c| c.sha256 == sha && c.previous.is_none());
         }
+        self.plan_launch(req, &manifest, &src, &release_dir, &mut reply);
+        Ok(Plan {
+            manifest,
+            sha,
+            release_dir,
+            reply,
+        })
+    }
+
+    /// The launch part of an install plan: transport, argv, cwd and `env` as the upstream
+    /// gets them (SPEC §12: shown), or the problems that refuse them.
+    fn plan_launch(
+        &self,
+        req: &pb::InstallRequest,
+        manifest: &Manifest,
+        src: &std::path::Path,
+        release_dir: &std::path::Path,
+        reply: &mut pb::InstallPlan,
+    ) {
         match &manifest.mcp {
             Some(Mcp::Stdio {
                 command,
@@ -145,16 +164,16 @@ impl Service {
                     args,
                     cwd,
                     env,
-                    &release_dir,
-                    &src,
+                    release_dir,
+                    src,
                     &self.k.paths.state,
                     &self.k.base_env,
                 ) {
                     Ok(l) => {
                         let owner = crate::allowlist::owner_allowed();
                         let rules = crate::allowlist::Rules {
-                            release: &release_dir,
-                            source: Some(&src),
+                            release: release_dir,
+                            source: Some(src),
                             runtime_dir: &self.k.paths.libexec,
                             owner_allowed: &owner,
                             install_allowed: &req.allow_commands,
@@ -187,12 +206,65 @@ impl Service {
             }
             None => {}
         }
-        Ok(Plan {
-            manifest,
-            sha,
-            release_dir,
-            reply,
-        })
+    }
+
+    /// Records the copied release in the registry (with the release it falls back to) and
+    /// steps the connector's lifecycle; whether it was an upgrade, and its status now.
+    fn record_install(
+        &self,
+        req: &pb::InstallRequest,
+        plan: &Plan,
+    ) -> Result<(bool, CStatus), Status> {
+        let key = plan.manifest.key.clone();
+        let mut inner = lock(&self.k.inner);
+        let connected = inner
+            .registry
+            .connectors
+            .get(&key)
+            .map(|c| c.auth == AuthState::Ready || c.connected)
+            .unwrap_or(true);
+        let upgraded = inner.registry.connectors.contains_key(&key);
+        // What the new release falls back to if it fails before its first commit: the
+        // release an unfinished upgrade was going to replace, else the current one (read
+        // from the registry, so it holds after a kernel restart too).
+        let previous = inner.registry.connectors.get(&key).and_then(|entry| {
+            let mut entry = entry.clone();
+            let fallback = match entry.previous.take() {
+                Some(older) => *older,
+                None => entry,
+            };
+            (fallback.release_dir != plan.release_dir).then(|| Box::new(fallback))
+        });
+        let auth = self.k.auth_state(&key, &plan.manifest, connected);
+        let installed = Installed {
+            version: plan.manifest.version.clone(),
+            sha256: plan.sha.clone(),
+            release_dir: plan.release_dir.clone(),
+            installed_at_unix: now_unix(),
+            confirmed_launch: confirmed_launch(&plan.reply),
+            allow_commands: req.allow_commands.clone(),
+            allow_env: req.allow_env.clone(),
+            auth,
+            connected,
+            previous,
+        };
+        // An upgrade waiting for a secret leaves the live release serving (and ready).
+        let waits = installed.upgrade_waits_for_secrets() && inner.table.live(&key).is_some();
+        inner.registry.connectors.insert(key.clone(), installed);
+        inner.manifests.insert(key.clone(), plan.manifest.clone());
+        let install = Input::Install {
+            auth_required: auth == AuthState::Required,
+            waits,
+        };
+        step_now(&self.k, &mut inner, &key, install);
+        let status = inner
+            .conns
+            .get(&key)
+            .map_or(CStatus::Starting, |c| c.life.status());
+        self.k
+            .save_registry(&mut inner)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok((upgraded, status))
     }
 
     fn reload(&self, key: &str) {
@@ -304,58 +376,7 @@ impl KernelRpc for Service {
             .map_err(|e| Status::internal(format!("release copy task: {e}")))?
             .map_err(precondition)?;
         let key = plan.manifest.key.clone();
-        let upgraded;
-        let status;
-        {
-            let mut inner = lock(&self.k.inner);
-            let connected = inner
-                .registry
-                .connectors
-                .get(&key)
-                .map(|c| c.auth == AuthState::Ready || c.connected)
-                .unwrap_or(true);
-            upgraded = inner.registry.connectors.contains_key(&key);
-            // What the new release falls back to if it fails before its first commit: the
-            // release an unfinished upgrade was going to replace, else the current one (read
-            // from the registry, so it holds after a kernel restart too).
-            let previous = inner.registry.connectors.get(&key).and_then(|entry| {
-                let mut entry = entry.clone();
-                let fallback = match entry.previous.take() {
-                    Some(older) => *older,
-                    None => entry,
-                };
-                (fallback.release_dir != plan.release_dir).then(|| Box::new(fallback))
-            });
-            let auth = self.k.auth_state(&key, &plan.manifest, connected);
-            let installed = Installed {
-                version: plan.manifest.version.clone(),
-                sha256: plan.sha.clone(),
-                release_dir: plan.release_dir.clone(),
-                installed_at_unix: now_unix(),
-                confirmed_launch: confirmed_launch(&plan.reply),
-                allow_commands: req.allow_commands.clone(),
-                allow_env: req.allow_env.clone(),
-                auth,
-                connected,
-                previous,
-            };
-            // An upgrade waiting for a secret leaves the live release serving (and ready).
-            let waits = installed.upgrade_waits_for_secrets() && inner.table.live(&key).is_some();
-            inner.registry.connectors.insert(key.clone(), installed);
-            inner.manifests.insert(key.clone(), plan.manifest.clone());
-            let install = Input::Install {
-                auth_required: auth == AuthState::Required,
-                waits,
-            };
-            step_now(&self.k, &mut inner, &key, install);
-            status = inner
-                .conns
-                .get(&key)
-                .map_or(CStatus::Starting, |c| c.life.status());
-            self.k
-                .save_registry(&mut inner)
-                .map_err(|e| Status::internal(e.to_string()))?;
-        }
+        let (upgraded, status) = self.record_install(&req, &plan)?;
         // The trust step: what the user confirmed (names and the launch line, no values).
         self.k.audit.record(Event::Install {
             connector: key.clone(),
