@@ -354,32 +354,16 @@ impl Kernel {
                     log_path,
                 })
             }
-            Some(Mcp::Http { url, auth }) => {
-                let mut headers = std::collections::HashMap::new();
-                match auth {
-                    Auth::None => {}
-                    Auth::Bearer { secret } => {
-                        if let Some(v) = secrets.get(secret) {
-                            headers.insert("Authorization".to_string(), format!("Bearer {v}"));
-                        }
-                    }
-                    Auth::Header { header, secret } => {
-                        if let Some(v) = secrets.get(secret) {
-                            headers.insert(header.clone(), v.clone());
-                        }
-                    }
-                }
-                Ok(pb::LaunchSpec {
-                    transport: "http".into(),
-                    url: url.clone(),
-                    headers,
-                    start_timeout_ms: manifest.start_ms,
-                    call_timeout_ms: manifest.call_ms,
-                    redact,
-                    log_path,
-                    ..Default::default()
-                })
-            }
+            Some(Mcp::Http { url, auth }) => Ok(pb::LaunchSpec {
+                transport: "http".into(),
+                url: url.clone(),
+                headers: auth_headers(auth, &secrets),
+                start_timeout_ms: manifest.start_ms,
+                call_timeout_ms: manifest.call_ms,
+                redact,
+                log_path,
+                ..Default::default()
+            }),
             None => Err("connector has no mcp interface".into()),
         }
     }
@@ -552,6 +536,28 @@ impl Kernel {
             .get(key)
             .map(|c| c.release_dir.clone())
     }
+}
+
+/// The headers that carry a remote upstream's stored credentials.
+fn auth_headers(
+    auth: &Auth,
+    secrets: &BTreeMap<String, String>,
+) -> std::collections::HashMap<String, String> {
+    let mut headers = std::collections::HashMap::new();
+    match auth {
+        Auth::None => {}
+        Auth::Bearer { secret } => {
+            if let Some(v) = secrets.get(secret) {
+                headers.insert("Authorization".to_string(), format!("Bearer {v}"));
+            }
+        }
+        Auth::Header { header, secret } => {
+            if let Some(v) = secrets.get(secret) {
+                headers.insert(header.clone(), v.clone());
+            }
+        }
+    }
+    headers
 }
 
 /// The values to mask, longest first (so a value containing another is masked whole). Values
