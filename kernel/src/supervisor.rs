@@ -476,3 +476,188 @@ async fn ask_shutdown(endpoint: transport::LocalEndpoint, generation: u64, grace
     };
     let _ = tokio::time::timeout(grace + Duration::from_secs(1), fut).await;
 }
+
+#[cfg(test)]
+mod tests {
+    //! The interpreter over a fake spawner: no process runs.
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::registry::{AuthState, Installed, Registry};
+
+    /// Records every start; `fail` makes starts fail. A stopped worker reports its exit.
+    #[derive(Default)]
+    struct FakeSpawner {
+        started: Mutex<Vec<u64>>,
+        stopped: Arc<Mutex<Vec<(u64, Duration)>>>,
+        fail: bool,
+    }
+
+    impl Spawner for FakeSpawner {
+        fn start(&self, w: WorkerStart<'_>) -> Result<WorkerHandle, String> {
+            if self.fail {
+                return Err("cannot start the worker: no such file".into());
+            }
+            lock(&self.started).push(w.generation);
+            let (stop_tx, stop_rx) = oneshot::channel::<Duration>();
+            let (reaped_tx, reaped_rx) = oneshot::channel::<()>();
+            let (generation, events, stopped) = (w.generation, w.events, self.stopped.clone());
+            tokio::spawn(async move {
+                if let Ok(grace) = stop_rx.await {
+                    lock(&stopped).push((generation, grace));
+                    drop(reaped_tx);
+                    let detail = "stopped".to_string();
+                    let _ = events.send(Msg::step(Input::Exited { generation, detail }));
+                }
+            });
+            Ok(WorkerHandle {
+                stop: Some(stop_tx),
+                reaped: Some(reaped_rx),
+            })
+        }
+    }
+
+    /// A kernel in a temporary state dir with one installed stdio connector `k`.
+    fn kernel(dir: &std::path::Path) -> Arc<Kernel> {
+        let release = dir.join("release");
+        std::fs::create_dir_all(&release).expect("release dir");
+        let manifest = serde_json::json!({
+            "key": "k", "name": "K", "description": "d", "version": "1.0.0",
+            "mcp": {"transport": "stdio", "command": "/bin/true"}
+        });
+        std::fs::write(release.join("connector.json"), manifest.to_string()).expect("manifest");
+        let mut registry = Registry {
+            generation_ceiling: 5000,
+            ..Registry::default()
+        };
+        registry.connectors.insert(
+            "k".into(),
+            Installed {
+                version: "1.0.0".into(),
+                sha256: "0".into(),
+                release_dir: release.clone(),
+                installed_at_unix: 0,
+                confirmed_launch: vec![],
+                allow_commands: vec![],
+                allow_env: vec![],
+                auth: AuthState::Ready,
+                connected: true,
+                previous: None,
+            },
+        );
+        let manifests = [(
+            "k".to_string(),
+            crate::manifest::load(&release).expect("valid manifest"),
+        )]
+        .into();
+        let paths = crate::paths::Paths {
+            state: dir.to_path_buf(),
+            libexec: dir.to_path_buf(),
+        };
+        std::fs::create_dir_all(paths.logs()).expect("logs dir");
+        let secrets = crate::secrets::SecretStore::open(dir).expect("secret store");
+        Kernel::new(paths, secrets, registry, manifests)
+    }
+
+    /// Waits (up to 5 s) until `f` holds.
+    async fn until(what: &str, mut f: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting until {what}");
+    }
+
+    fn status(k: &Kernel) -> lifecycle::Status {
+        lock(&k.inner)
+            .conns
+            .get("k")
+            .map(|c| c.life.status())
+            .expect("connector state")
+    }
+
+    async fn offer(tx: &mpsc::UnboundedSender<Msg>, generation: u64) -> Result<(), String> {
+        let (reply, answer) = oneshot::channel();
+        let tools = Ok(Vec::new());
+        let input = Input::Offer { generation, tools };
+        let _ = tx.send(Msg {
+            input,
+            reply: Some(reply),
+        });
+        answer.await.expect("an answer")
+    }
+
+    #[tokio::test]
+    async fn a_started_worker_gets_an_identity_and_its_offer_commits() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let k = kernel(dir.path());
+        let spawner = Arc::new(FakeSpawner::default());
+        let tx = start_actor_with(&k, "k", spawner.clone());
+        until("a worker starts", || !lock(&spawner.started).is_empty()).await;
+        let g = lock(&spawner.started)[0];
+        assert!(lock(&k.inner).conns["k"].workers.contains_key(&g));
+        assert_eq!(status(&k), lifecycle::Status::Starting);
+        assert_eq!(offer(&tx, g).await, Ok(()));
+        assert_eq!(
+            lock(&k.inner).table.live("k").map(|r| r.generation),
+            Some(g)
+        );
+        assert_eq!(status(&k), lifecycle::Status::Ready);
+        // A generation the actor never started cannot commit.
+        assert!(offer(&tx, g + 100).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_cannot_start_is_retried_with_the_reason_shown() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let k = kernel(dir.path());
+        let spawner = Arc::new(FakeSpawner {
+            fail: true,
+            ..FakeSpawner::default()
+        });
+        start_actor_with(&k, "k", spawner);
+        until("the start failure is seen", || {
+            lock(&k.inner)
+                .conns
+                .get("k")
+                .is_some_and(|c| c.life.restarts() > 0)
+        })
+        .await;
+        let inner = lock(&k.inner);
+        let c = &inner.conns["k"];
+        assert_eq!(c.life.status(), lifecycle::Status::Restarting);
+        assert!(
+            c.life.last_error().contains("no such file"),
+            "{}",
+            c.life.last_error()
+        );
+        assert!(c.workers.is_empty(), "its identity was revoked");
+    }
+
+    #[tokio::test]
+    async fn stop_fences_and_waits_for_every_worker() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let k = kernel(dir.path());
+        let spawner = Arc::new(FakeSpawner::default());
+        let tx = start_actor_with(&k, "k", spawner.clone());
+        until("a worker starts", || !lock(&spawner.started).is_empty()).await;
+        let g = lock(&spawner.started)[0];
+        assert_eq!(offer(&tx, g).await, Ok(()));
+        let (reply, done) = oneshot::channel();
+        let input = Input::Stop {
+            reason: "uninstalled".into(),
+            drain: UNINSTALL_DRAIN,
+        };
+        let _ = tx.send(Msg {
+            input,
+            reply: Some(reply),
+        });
+        assert_eq!(done.await.expect("stopped"), Ok(()));
+        assert_eq!(lock(&spawner.stopped).as_slice(), &[(g, UNINSTALL_DRAIN)]);
+        assert!(lock(&k.inner).table.live("k").is_none());
+        assert_eq!(status(&k), lifecycle::Status::Stopped);
+        assert!(lock(&k.inner).conns["k"].workers.is_empty());
+    }
+}
