@@ -435,7 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn uninstall_and_disconnect_lines() {
+    fn uninstall_line() {
         let u = Event::Uninstall {
             connector: "k".into(),
         };
@@ -443,6 +443,10 @@ mod tests {
             line(u),
             r#"{"connector":"k","event":"uninstall","time":"T"}"#
         );
+    }
+
+    #[test]
+    fn disconnect_line() {
         let d = Event::Disconnect {
             connector: "k".into(),
         };
@@ -508,7 +512,7 @@ mod tests {
     }
 
     #[test]
-    fn refuse_fence_and_reinit_lines() {
+    fn refuse_line() {
         let refuse = Event::Refuse {
             connector: "k".into(),
             generation: 2,
@@ -518,6 +522,10 @@ mod tests {
             line(refuse),
             r#"{"connector":"k","event":"refuse","generation":2,"reason":"generation 2 refused: x","time":"T"}"#
         );
+    }
+
+    #[test]
+    fn fence_line() {
         let fence = Event::Fence {
             connector: "k".into(),
             generation: 2,
@@ -527,6 +535,10 @@ mod tests {
             line(fence),
             r#"{"connector":"k","event":"fence","generation":2,"reason":"worker exited","time":"T"}"#
         );
+    }
+
+    #[test]
+    fn reinit_line() {
         let reinit = Event::Reinit {
             connector: "k".into(),
             generation: 2,
@@ -553,7 +565,7 @@ mod tests {
     }
 
     #[test]
-    fn session_lines() {
+    fn session_issue_line() {
         let issue = Event::SessionIssue {
             workspace: "w".into(),
             session: "s".into(),
@@ -562,6 +574,10 @@ mod tests {
             line(issue),
             r#"{"event":"session_issue","session":"s","time":"T","workspace":"w"}"#
         );
+    }
+
+    #[test]
+    fn session_revoke_line() {
         let revoke = Event::SessionRevoke {
             workspace: String::new(),
             session: String::new(),

@@ -25,7 +25,10 @@ fn a_connector_without_mcp_records_its_commit_like_any_other() {
         "version": "0.3.0",
         "cli": {"entrypoint": "notes.sh"},
     });
-    rt.install_ok(&manifest, &[("notes.sh", b"#!/bin/sh\necho notes\n".as_slice())]);
+    rt.install_ok(
+        &manifest,
+        &[("notes.sh", b"#!/bin/sh\necho notes\n".as_slice())],
+    );
     let status = rt.wait_status("notes", "ready", Duration::from_secs(10));
     let generation = status["generation"].as_u64().unwrap_or(0);
     assert!(generation > 0, "a live generation: {status}");
