@@ -647,8 +647,10 @@ impl Connector {
         out: &mut Vec<Effect>,
     ) {
         let Some(note) = note else {
-            // The old release could not be restored: retry as after a failed start.
-            if self.live.is_none() && self.candidate.is_none() {
+            // The old release could not be restored: retry as after a failed start (a
+            // refused candidate stays failed: retrying cannot help).
+            let idle = self.live.is_none() && self.candidate.is_none();
+            if idle && self.status != Status::Failed {
                 self.schedule_restart(0, Duration::ZERO, false, why, f, out);
             }
             return;

@@ -447,6 +447,9 @@ table! {
     abandon_that_cannot_restore_retries_like_a_failed_start:
         [Upgrade, reload(), I(exited(1))] when Input::Abandoned { note: None, why: "gone".into() } =>
         [retry_after(2, 100)] Restarting, "gone";
+    abandon_of_a_refused_upgrade_that_cannot_restore_stays_failed:
+        [Upgrade, reload(), I(refuse(1, "bad"))] when Input::Abandoned { note: None, why: "gone".into() } =>
+        [] Failed, "generation 1 refused: bad";
     upgrade_waiting_for_credentials_leaves_the_live_release_serving:
         [reload(), I(offer(1)), Waits] when Input::Reload => [] Ready;
     upgrade_waiting_for_credentials_stops_its_candidate:
