@@ -2,7 +2,7 @@
 //! environment variables it may set.
 //!
 //! **Programs.** A command is checked by its *real* path (`..` and symlinks resolved, see
-//! [`crate::manifest::stdio_launch_from`]), and it may run when that real path is
+//! `manifest::stdio_launch_from`), and it may run when that real path is
 //! - inside the kernel's hashed copy of the release (`releases/<key>/<sha256>/`; never the
 //!   folder it was installed from: an absolute path into that folder is refused),
 //! - inside the runtime's own directory (binaries shipped with Tutti, e.g. the demo's fixture),
@@ -99,7 +99,7 @@ pub struct Rules<'a> {
 }
 
 /// `program` with nothing but plain names after `dir`: a path
-/// [`crate::manifest::stdio_launch_from`] built inside the release from a resolved real path.
+/// `manifest::stdio_launch_from` built inside the release from a resolved real path.
 fn plainly_inside(program: &Path, dir: &Path) -> bool {
     program.strip_prefix(dir).is_ok_and(|rest| {
         rest.components().next().is_some()

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -46,13 +47,9 @@ impl Audit {
         }
     }
 
-    /// Queues one record (`event` plus fields); adds the time.
-    pub fn record(&self, event: &str, mut fields: Value) {
-        if let Value::Object(m) = &mut fields {
-            m.insert("event".into(), Value::String(event.into()));
-            m.insert("time".into(), Value::String(now_rfc3339()));
-        }
-        if self.tx.try_send(fields).is_err() {
+    /// Queues one record; adds the time.
+    pub fn record(&self, event: Event) {
+        if self.tx.try_send(event.record(&now_rfc3339())).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -63,6 +60,117 @@ impl Audit {
 
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed) + self.frontend_dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Every kind of audit record. The serialised form is one `audit.jsonl` line: the fields
+/// below (names as written), `event` (the variant's name in snake case) and `time`, with
+/// the keys in alphabetical order. Only names and outcomes: never values, tokens or secrets.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The trust step of an install: what the user confirmed (names and the launch line).
+    Install {
+        connector: String,
+        version: String,
+        sha256: String,
+        upgraded: bool,
+        #[serde(rename = "confirmedLaunch")]
+        confirmed_launch: Vec<String>,
+        #[serde(rename = "allowCommands")]
+        allow_commands: Vec<String>,
+        #[serde(rename = "allowEnv")]
+        allow_env: Vec<String>,
+    },
+    Uninstall {
+        connector: String,
+    },
+    /// Secrets stored by name (never their values), and the declared ones still missing.
+    Connect {
+        connector: String,
+        secrets: Vec<String>,
+        missing: Vec<String>,
+    },
+    Disconnect {
+        connector: String,
+    },
+    /// What a worker was told to run: names of environment variables and headers only.
+    Launch {
+        connector: String,
+        generation: u64,
+        transport: String,
+        argv: Vec<String>,
+        cwd: String,
+        url: String,
+        env: Vec<String>,
+        headers: Vec<String>,
+    },
+    Commit {
+        connector: String,
+        generation: u64,
+        tools: usize,
+        superseded: Option<u64>,
+    },
+    Refuse {
+        connector: String,
+        generation: u64,
+        reason: String,
+    },
+    Fence {
+        connector: String,
+        generation: u64,
+        reason: String,
+    },
+    Reinit {
+        connector: String,
+        generation: u64,
+        reason: String,
+    },
+    UpgradeAbandoned {
+        connector: String,
+        version: String,
+        current: String,
+        reason: String,
+    },
+    SessionIssue {
+        workspace: String,
+        session: String,
+    },
+    SessionRevoke {
+        workspace: String,
+        session: String,
+        all: bool,
+        revoked: u32,
+    },
+    /// One tool call, as the frontend recorded it.
+    Call {
+        #[serde(rename = "callTime")]
+        call_time: i64,
+        workspace: String,
+        session: String,
+        tool: String,
+        connector: String,
+        generation: u64,
+        risk: String,
+        #[serde(rename = "durationUs")]
+        duration_us: u64,
+        outcome: String,
+        #[serde(rename = "errorCode")]
+        error_code: Option<i32>,
+    },
+}
+
+impl Event {
+    /// The record as written (keys sorted: `serde_json`'s map is ordered).
+    pub fn record(&self, time: &str) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or_else(|e| {
+            // Only plain strings, numbers and lists: cannot fail; say so if it ever does.
+            serde_json::json!({"event": "unrecordable", "error": e.to_string()})
+        });
+        if let Value::Object(m) = &mut v {
+            m.insert("time".into(), Value::String(time.into()));
+        }
+        v
     }
 }
 
@@ -302,5 +410,207 @@ mod tests {
         assert_eq!(lines(&path), vec![3]);
         assert_eq!(dropped.load(Ordering::Relaxed), 2);
         Ok(())
+    }
+
+    /// The line `event` is written as at `T`.
+    fn line(event: Event) -> String {
+        event.record("T").to_string()
+    }
+
+    #[test]
+    fn install_line() {
+        let e = Event::Install {
+            connector: "k".into(),
+            version: "1.0.0".into(),
+            sha256: "ab".into(),
+            upgraded: false,
+            confirmed_launch: vec!["node".into(), "s.js".into()],
+            allow_commands: vec!["/bin/x".into()],
+            allow_env: vec![],
+        };
+        assert_eq!(
+            line(e),
+            r#"{"allowCommands":["/bin/x"],"allowEnv":[],"confirmedLaunch":["node","s.js"],"connector":"k","event":"install","sha256":"ab","time":"T","upgraded":false,"version":"1.0.0"}"#
+        );
+    }
+
+    #[test]
+    fn uninstall_line() {
+        let u = Event::Uninstall {
+            connector: "k".into(),
+        };
+        assert_eq!(
+            line(u),
+            r#"{"connector":"k","event":"uninstall","time":"T"}"#
+        );
+    }
+
+    #[test]
+    fn disconnect_line() {
+        let d = Event::Disconnect {
+            connector: "k".into(),
+        };
+        assert_eq!(
+            line(d),
+            r#"{"connector":"k","event":"disconnect","time":"T"}"#
+        );
+    }
+
+    #[test]
+    fn connect_line() {
+        let e = Event::Connect {
+            connector: "k".into(),
+            secrets: vec!["A".into()],
+            missing: vec!["B".into()],
+        };
+        assert_eq!(
+            line(e),
+            r#"{"connector":"k","event":"connect","missing":["B"],"secrets":["A"],"time":"T"}"#
+        );
+    }
+
+    #[test]
+    fn launch_line() {
+        let e = Event::Launch {
+            connector: "k".into(),
+            generation: 7,
+            transport: "stdio".into(),
+            argv: vec!["/bin/node".into(), "s.js".into()],
+            cwd: "/r".into(),
+            url: String::new(),
+            env: vec!["PATH".into(), "TOKEN".into()],
+            headers: vec![],
+        };
+        assert_eq!(
+            line(e),
+            r#"{"argv":["/bin/node","s.js"],"connector":"k","cwd":"/r","env":["PATH","TOKEN"],"event":"launch","generation":7,"headers":[],"time":"T","transport":"stdio","url":""}"#
+        );
+    }
+
+    #[test]
+    fn commit_line_with_and_without_a_superseded_generation() {
+        let first = Event::Commit {
+            connector: "k".into(),
+            generation: 3,
+            tools: 2,
+            superseded: None,
+        };
+        assert_eq!(
+            line(first),
+            r#"{"connector":"k","event":"commit","generation":3,"superseded":null,"time":"T","tools":2}"#
+        );
+        let update = Event::Commit {
+            connector: "k".into(),
+            generation: 4,
+            tools: 0,
+            superseded: Some(3),
+        };
+        assert_eq!(
+            line(update),
+            r#"{"connector":"k","event":"commit","generation":4,"superseded":3,"time":"T","tools":0}"#
+        );
+    }
+
+    #[test]
+    fn refuse_line() {
+        let refuse = Event::Refuse {
+            connector: "k".into(),
+            generation: 2,
+            reason: "generation 2 refused: x".into(),
+        };
+        assert_eq!(
+            line(refuse),
+            r#"{"connector":"k","event":"refuse","generation":2,"reason":"generation 2 refused: x","time":"T"}"#
+        );
+    }
+
+    #[test]
+    fn fence_line() {
+        let fence = Event::Fence {
+            connector: "k".into(),
+            generation: 2,
+            reason: "worker exited".into(),
+        };
+        assert_eq!(
+            line(fence),
+            r#"{"connector":"k","event":"fence","generation":2,"reason":"worker exited","time":"T"}"#
+        );
+    }
+
+    #[test]
+    fn reinit_line() {
+        let reinit = Event::Reinit {
+            connector: "k".into(),
+            generation: 2,
+            reason: "session expired".into(),
+        };
+        assert_eq!(
+            line(reinit),
+            r#"{"connector":"k","event":"reinit","generation":2,"reason":"session expired","time":"T"}"#
+        );
+    }
+
+    #[test]
+    fn upgrade_abandoned_line() {
+        let e = Event::UpgradeAbandoned {
+            connector: "k".into(),
+            version: "2.0.0".into(),
+            current: "1.0.0".into(),
+            reason: "it did not start".into(),
+        };
+        assert_eq!(
+            line(e),
+            r#"{"connector":"k","current":"1.0.0","event":"upgrade_abandoned","reason":"it did not start","time":"T","version":"2.0.0"}"#
+        );
+    }
+
+    #[test]
+    fn session_issue_line() {
+        let issue = Event::SessionIssue {
+            workspace: "w".into(),
+            session: "s".into(),
+        };
+        assert_eq!(
+            line(issue),
+            r#"{"event":"session_issue","session":"s","time":"T","workspace":"w"}"#
+        );
+    }
+
+    #[test]
+    fn session_revoke_line() {
+        let revoke = Event::SessionRevoke {
+            workspace: String::new(),
+            session: String::new(),
+            all: true,
+            revoked: 3,
+        };
+        assert_eq!(
+            line(revoke),
+            r#"{"all":true,"event":"session_revoke","revoked":3,"session":"","time":"T","workspace":""}"#
+        );
+    }
+
+    #[test]
+    fn call_line_with_and_without_an_error_code() {
+        let call = |error_code| Event::Call {
+            call_time: 1_700_000_000_000,
+            workspace: "w".into(),
+            session: "s".into(),
+            tool: "k__echo".into(),
+            connector: "k".into(),
+            generation: 5,
+            risk: "low".into(),
+            duration_us: 420,
+            outcome: "ok".into(),
+            error_code,
+        };
+        assert_eq!(
+            line(call(None)),
+            r#"{"callTime":1700000000000,"connector":"k","durationUs":420,"errorCode":null,"event":"call","generation":5,"outcome":"ok","risk":"low","session":"s","time":"T","tool":"k__echo","workspace":"w"}"#
+        );
+        assert_eq!(
+            line(call(Some(-32001))),
+            r#"{"callTime":1700000000000,"connector":"k","durationUs":420,"errorCode":-32001,"event":"call","generation":5,"outcome":"ok","risk":"low","session":"s","time":"T","tool":"k__echo","workspace":"w"}"#
+        );
     }
 }

@@ -7,6 +7,7 @@ mod audit;
 mod demo;
 mod error;
 mod housekeeping;
+mod lifecycle;
 mod manifest;
 mod naming;
 mod notify;
@@ -66,33 +67,7 @@ pub async fn run_until(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), KernelError> {
     let state_dir = absolute(&config.state_dir)?;
-    let paths = paths::Paths {
-        state: state_dir.clone(),
-        libexec: paths::libexec_dir().map_err(|source| KernelError::Io {
-            context: "finding the directory of tutti-kernel".into(),
-            source,
-        })?,
-    };
-    // A missing sibling is an installation problem no restart fixes: say so and stop,
-    // rather than retry a frontend that can never start.
-    for name in [
-        "tutti-mcp-frontend",
-        "tutti-shim-manager",
-        "tutti-upstream-worker",
-        "tutti-shim",
-    ] {
-        let path = paths.sibling(name);
-        if !path.is_file() {
-            return Err(KernelError::MissingBinary { path });
-        }
-    }
-    for dir in [paths.logs(), paths.releases(), paths.bin()] {
-        std::fs::create_dir_all(&dir).map_err(|source| KernelError::Io {
-            context: format!("creating {}", dir.display()),
-            source,
-        })?;
-    }
-    transport::run_dir(&state_dir)?;
+    let paths = prepare(&state_dir)?;
     let _lock = acquire_lock(&paths)?;
     // Owner-only logs and registry, also when an older version or the owner made them
     // readable; then what a crash left behind goes (the lock says no other kernel uses it).
@@ -105,31 +80,16 @@ pub async fn run_until(
         tracing::info!(swept, "removed leftovers of an earlier run");
     }
     let secrets = secrets::SecretStore::open(&state_dir)?;
-
-    let mut registry = registry::Registry::load(&paths.registry())?;
-    registry.boot_epoch = registry.boot_epoch.saturating_add(1);
-    // Reserve a fresh block of generation numbers above anything a previous kernel used.
-    registry.generation_ceiling += state::GENERATION_BLOCK;
-    registry.save(&paths.registry())?;
-    let mut manifests = std::collections::BTreeMap::new();
-    let mut broken = Vec::new();
-    for (key, installed) in &registry.connectors {
-        match manifest::load(&installed.release_dir) {
-            Ok(m) => {
-                manifests.insert(key.clone(), m);
-            }
-            Err(p) => broken.push((key.clone(), p.join("; "))),
-        }
-    }
+    let (registry, manifests, broken) = load_connectors(&paths)?;
     let keys: Vec<String> = manifests.keys().cloned().collect();
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
     for (key, err) in broken {
-        let mut inner = lock(&k.inner);
-        let c = inner.conns.entry(key.clone()).or_default();
-        c.status = state::Status::Failed;
-        c.last_error = format!(
+        let why = format!(
             "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
         );
+        let mut conn = state::ConnState::new(&key);
+        conn.life = lifecycle::Connector::unreadable(&key, why);
+        lock(&k.inner).conns.insert(key, conn);
     }
 
     let endpoint = transport::kernel_endpoint(&state_dir);
@@ -179,6 +139,68 @@ pub async fn run_until(
     let _ = std::fs::remove_file(paths.frontend_json());
     tracing::info!("kernel stopped");
     Ok(())
+}
+
+/// The state dir's paths, after checking the sibling binaries and creating the
+/// directories the kernel writes to.
+fn prepare(state_dir: &std::path::Path) -> Result<paths::Paths, KernelError> {
+    let paths = paths::Paths {
+        state: state_dir.to_path_buf(),
+        libexec: paths::libexec_dir().map_err(|source| KernelError::Io {
+            context: "finding the directory of tutti-kernel".into(),
+            source,
+        })?,
+    };
+    // A missing sibling is an installation problem no restart fixes: say so and stop,
+    // rather than retry a frontend that can never start.
+    for name in [
+        "tutti-mcp-frontend",
+        "tutti-shim-manager",
+        "tutti-upstream-worker",
+        "tutti-shim",
+    ] {
+        let path = paths.sibling(name);
+        if !path.is_file() {
+            return Err(KernelError::MissingBinary { path });
+        }
+    }
+    for dir in [paths.logs(), paths.releases(), paths.bin()] {
+        std::fs::create_dir_all(&dir).map_err(|source| KernelError::Io {
+            context: format!("creating {}", dir.display()),
+            source,
+        })?;
+    }
+    transport::run_dir(state_dir)?;
+    Ok(paths)
+}
+
+/// Installed connectors whose manifest could be read.
+type Loaded = (
+    registry::Registry,
+    std::collections::BTreeMap<String, manifest::Manifest>,
+    Vec<(String, String)>,
+);
+
+/// The registry (with a new boot epoch and a fresh block of generation numbers, saved),
+/// the manifests of the installed releases, and the connectors whose release cannot be
+/// read (with why).
+fn load_connectors(paths: &paths::Paths) -> Result<Loaded, KernelError> {
+    let mut registry = registry::Registry::load(&paths.registry())?;
+    registry.boot_epoch = registry.boot_epoch.saturating_add(1);
+    // Reserve a fresh block of generation numbers above anything a previous kernel used.
+    registry.generation_ceiling += state::GENERATION_BLOCK;
+    registry.save(&paths.registry())?;
+    let mut manifests = std::collections::BTreeMap::new();
+    let mut broken = Vec::new();
+    for (key, installed) in &registry.connectors {
+        match manifest::load(&installed.release_dir) {
+            Ok(m) => {
+                manifests.insert(key.clone(), m);
+            }
+            Err(p) => broken.push((key.clone(), p.join("; "))),
+        }
+    }
+    Ok((registry, manifests, broken))
 }
 
 fn absolute(p: &std::path::Path) -> Result<PathBuf, KernelError> {
@@ -274,7 +296,7 @@ async fn announce_ready(k: Arc<Kernel>, demo: Vec<String>) {
                 inner
                     .conns
                     .get(key)
-                    .is_some_and(|c| c.status != state::Status::Starting)
+                    .is_some_and(|c| c.life.status() != state::Status::Starting)
             })
         };
         if settled {
@@ -417,10 +439,12 @@ async fn shutdown(k: &Arc<Kernel>) {
     let mut waits = Vec::new();
     for tx in actors {
         let (done, wait) = tokio::sync::oneshot::channel();
-        let _ = tx.send(supervisor::Msg::Stop {
-            reason: "runtime shutdown".into(),
-            drain: supervisor::SHUTDOWN_DRAIN,
-            done,
+        let _ = tx.send(lifecycle::Msg {
+            input: lifecycle::Input::Stop {
+                reason: "runtime shutdown".into(),
+                drain: supervisor::SHUTDOWN_DRAIN,
+            },
+            reply: Some(done),
         });
         waits.push(wait);
     }

@@ -341,45 +341,80 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
     };
     let cli = match root.get("cli") {
         None | Some(Value::Null) => None,
-        Some(Value::Object(c)) => {
-            let entrypoint =
-                string(c, "entrypoint", "cli.entrypoint", true, &mut p).unwrap_or_default();
-            if p.fits("cli.entrypoint", &entrypoint, limits::PATH) && !entrypoint.is_empty() {
-                if !inside_release(&entrypoint) {
-                    p.push(
-                        "cli.entrypoint",
-                        format!("must be a relative path inside the release, got {entrypoint:?}"),
-                    );
-                } else if !dir.join(&entrypoint).is_file() {
-                    p.push(
-                        "cli.entrypoint",
-                        format!("{entrypoint:?} does not exist in the release"),
-                    );
-                } else if cfg!(unix)
-                    && !std::fs::metadata(dir.join(&entrypoint))
-                        .is_ok_and(|m| crate::release::executable(&m))
-                {
-                    // The shim execs it: caught here rather than as a failing command later.
-                    p.push(
-                        "cli.entrypoint",
-                        format!("{entrypoint:?} is not executable (chmod +x it in the release)"),
-                    );
-                }
-            }
-            let secrets = string_list(c, "secrets", "cli.secrets", &mut p);
-            check_secret_names(&secrets, "cli.secrets", &mut p);
-            Some(Cli {
-                entrypoint,
-                secrets,
-            })
-        }
+        Some(Value::Object(c)) => parse_cli(c, dir, &mut p),
         Some(other) => {
             p.push("cli", format!("must be an object, got {}", kind(other)));
             None
         }
     };
+    let skills = parse_skills(root, dir, &mut p);
+    // Given means present, not null and not an empty list (`"mcp": null` or `"skills": []`
+    // declare nothing); a field that is given but invalid has its own problem already.
+    let given = |field: &str| match root.get(field) {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    };
+    if !given("mcp") && !given("cli") && !given("skills") {
+        p.push("mcp", "at least one of mcp, cli, skills must be present");
+    }
+    let (start_ms, call_ms) = parse_timeouts(root, &mut p);
+    let tool_risk = parse_tool_risk(root, &mut p);
+    if p.0.is_empty() {
+        Ok(Manifest {
+            key,
+            name,
+            description,
+            version,
+            mcp,
+            cli,
+            skills,
+            start_ms,
+            call_ms,
+            tool_risk,
+        })
+    } else {
+        Err(p.0)
+    }
+}
+
+/// `cli`: its entrypoint must be an executable file inside the release.
+fn parse_cli(c: &serde_json::Map<String, Value>, dir: &Path, p: &mut Problems) -> Option<Cli> {
+    let entrypoint = string(c, "entrypoint", "cli.entrypoint", true, p).unwrap_or_default();
+    if p.fits("cli.entrypoint", &entrypoint, limits::PATH) && !entrypoint.is_empty() {
+        if !inside_release(&entrypoint) {
+            p.push(
+                "cli.entrypoint",
+                format!("must be a relative path inside the release, got {entrypoint:?}"),
+            );
+        } else if !dir.join(&entrypoint).is_file() {
+            p.push(
+                "cli.entrypoint",
+                format!("{entrypoint:?} does not exist in the release"),
+            );
+        } else if cfg!(unix)
+            && !std::fs::metadata(dir.join(&entrypoint))
+                .is_ok_and(|m| crate::release::executable(&m))
+        {
+            // The shim execs it: caught here rather than as a failing command later.
+            p.push(
+                "cli.entrypoint",
+                format!("{entrypoint:?} is not executable (chmod +x it in the release)"),
+            );
+        }
+    }
+    let secrets = string_list(c, "secrets", "cli.secrets", p);
+    check_secret_names(&secrets, "cli.secrets", p);
+    Some(Cli {
+        entrypoint,
+        secrets,
+    })
+}
+
+/// `skills`: directories inside the release, each with a `SKILL.md` within limits.
+fn parse_skills(root: &serde_json::Map<String, Value>, dir: &Path, p: &mut Problems) -> Vec<Skill> {
     let mut skills = Vec::new();
-    for (i, rel) in string_list(root, "skills", "skills", &mut p)
+    for (i, rel) in string_list(root, "skills", "skills", p)
         .into_iter()
         .enumerate()
     {
@@ -395,7 +430,7 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
             continue;
         }
         match crate::skills::read_skill(dir, Path::new(&rel)) {
-            Ok(meta) if !skill_fits(&field, &meta, &mut p) => {}
+            Ok(meta) if !skill_fits(&field, &meta, p) => {}
             Ok(meta) => skills.push(Skill {
                 dir: rel,
                 name: meta.name,
@@ -405,16 +440,11 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
             Err(e) => p.push(&field, e),
         }
     }
-    // Given means present, not null and not an empty list (`"mcp": null` or `"skills": []`
-    // declare nothing); a field that is given but invalid has its own problem already.
-    let given = |field: &str| match root.get(field) {
-        None | Some(Value::Null) => false,
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(_) => true,
-    };
-    if !given("mcp") && !given("cli") && !given("skills") {
-        p.push("mcp", "at least one of mcp, cli, skills must be present");
-    }
+    skills
+}
+
+/// `timeouts`: `startMs` and `callMs`, or their defaults.
+fn parse_timeouts(root: &serde_json::Map<String, Value>, p: &mut Problems) -> (u32, u32) {
     let (mut start_ms, mut call_ms) = (DEFAULT_START_MS, DEFAULT_CALL_MS);
     if let Some(t) = root.get("timeouts") {
         match t.as_object() {
@@ -437,6 +467,14 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
             None => p.push("timeouts", "must be an object"),
         }
     }
+    (start_ms, call_ms)
+}
+
+/// `toolRisk`: a risk level per upstream tool name.
+fn parse_tool_risk(
+    root: &serde_json::Map<String, Value>,
+    p: &mut Problems,
+) -> BTreeMap<String, String> {
     let mut tool_risk = BTreeMap::new();
     if let Some(r) = root.get("toolRisk") {
         match r.as_object() {
@@ -456,22 +494,7 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
             None => p.push("toolRisk", "must be an object"),
         }
     }
-    if p.0.is_empty() {
-        Ok(Manifest {
-            key,
-            name,
-            description,
-            version,
-            mcp,
-            cli,
-            skills,
-            start_ms,
-            call_ms,
-            tool_risk,
-        })
-    } else {
-        Err(p.0)
-    }
+    tool_risk
 }
 
 /// A skill's front matter within [`limits`] (each problem pushed).
@@ -502,112 +525,8 @@ fn check_secret_names(names: &[String], field: &str, p: &mut Problems) {
 
 fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
     match string(m, "transport", "mcp.transport", true, p)?.as_str() {
-        "stdio" => {
-            let command = string(m, "command", "mcp.command", true, p).unwrap_or_default();
-            if command.contains(char::is_whitespace)
-                && !command.contains('/')
-                && !command.contains('\\')
-            {
-                p.push("mcp.command", format!("must be a program name or path, not a shell command line: {command:?} (put arguments in mcp.args)"));
-            }
-            let args = string_list(m, "args", "mcp.args", p);
-            let cwd = string(m, "cwd", "mcp.cwd", false, p).unwrap_or_else(|| "${release}".into());
-            p.fits("mcp.command", &command, limits::PATH);
-            p.fits("mcp.cwd", &cwd, limits::PATH);
-            for (i, a) in args.iter().enumerate() {
-                p.fits(&format!("mcp.args[{i}]"), a, limits::ARG);
-            }
-            let mut env = BTreeMap::new();
-            match m.get("env") {
-                None | Some(Value::Null) => {}
-                Some(Value::Object(e)) => {
-                    for (k, v) in e {
-                        if !valid_env_name(k) {
-                            p.push(
-                                &format!("mcp.env.{k}"),
-                                "is not a valid environment variable name",
-                            );
-                        }
-                        match v.as_str() {
-                            Some(s) => {
-                                p.fits(&format!("mcp.env.{k}"), s, limits::ARG);
-                                env.insert(k.clone(), s.to_string());
-                            }
-                            None => p.push(&format!("mcp.env.{k}"), "must be a string"),
-                        }
-                    }
-                }
-                Some(other) => p.push("mcp.env", format!("must be an object, got {}", kind(other))),
-            }
-            let secrets = string_list(m, "secrets", "mcp.secrets", p);
-            check_secret_names(&secrets, "mcp.secrets", p);
-            Some(Mcp::Stdio {
-                command,
-                args,
-                cwd,
-                env,
-                secrets,
-            })
-        }
-        "http" => {
-            let url = string(m, "url", "mcp.url", true, p).unwrap_or_default();
-            p.fits("mcp.url", &url, limits::PATH);
-            if !(url.is_empty() || url.starts_with("https://") || url.starts_with("http://")) {
-                p.push(
-                    "mcp.url",
-                    format!("must be an http:// or https:// URL, got {url:?}"),
-                );
-            }
-            let auth = match m.get("auth") {
-                None | Some(Value::Null) => Auth::None,
-                Some(Value::Object(a)) => match string(a, "kind", "mcp.auth.kind", true, p)
-                    .as_deref()
-                {
-                    Some("none") => Auth::None,
-                    Some("bearer") => Auth::Bearer {
-                        secret: string(a, "secret", "mcp.auth.secret", true, p).unwrap_or_default(),
-                    },
-                    Some("header") => Auth::Header {
-                        header: string(a, "header", "mcp.auth.header", true, p).unwrap_or_default(),
-                        secret: string(a, "secret", "mcp.auth.secret", true, p).unwrap_or_default(),
-                    },
-                    Some(other) => {
-                        p.push(
-                            "mcp.auth.kind",
-                            format!("must be none, bearer or header, got {other:?}"),
-                        );
-                        Auth::None
-                    }
-                    None => Auth::None,
-                },
-                Some(other) => {
-                    p.push(
-                        "mcp.auth",
-                        format!("must be an object, got {}", kind(other)),
-                    );
-                    Auth::None
-                }
-            };
-            if let Auth::Header { header, .. } = &auth
-                && !header.is_empty()
-                && !header.bytes().all(crate::toolset::is_tchar)
-            {
-                p.push(
-                    "mcp.auth.header",
-                    format!("must be an HTTP header name such as \"X-Api-Key\" (no spaces or separators), got {header:?}"),
-                );
-            }
-            if let Auth::Bearer { secret } | Auth::Header { secret, .. } = &auth
-                && !secret.is_empty()
-                && !valid_env_name(secret)
-            {
-                p.push(
-                    "mcp.auth.secret",
-                    format!("{secret:?} is not a valid secret name"),
-                );
-            }
-            Some(Mcp::Http { url, auth })
-        }
+        "stdio" => Some(parse_stdio(m, p)),
+        "http" => Some(parse_http(m, p)),
         other => {
             p.push(
                 "mcp.transport",
@@ -616,6 +535,111 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
             None
         }
     }
+}
+
+/// A stdio upstream: command, args, cwd, env and secrets.
+fn parse_stdio(m: &Map<String, Value>, p: &mut Problems) -> Mcp {
+    let command = string(m, "command", "mcp.command", true, p).unwrap_or_default();
+    if command.contains(char::is_whitespace) && !command.contains('/') && !command.contains('\\') {
+        p.push("mcp.command", format!("must be a program name or path, not a shell command line: {command:?} (put arguments in mcp.args)"));
+    }
+    let args = string_list(m, "args", "mcp.args", p);
+    let cwd = string(m, "cwd", "mcp.cwd", false, p).unwrap_or_else(|| "${release}".into());
+    p.fits("mcp.command", &command, limits::PATH);
+    p.fits("mcp.cwd", &cwd, limits::PATH);
+    for (i, a) in args.iter().enumerate() {
+        p.fits(&format!("mcp.args[{i}]"), a, limits::ARG);
+    }
+    let mut env = BTreeMap::new();
+    match m.get("env") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(e)) => {
+            for (k, v) in e {
+                if !valid_env_name(k) {
+                    p.push(
+                        &format!("mcp.env.{k}"),
+                        "is not a valid environment variable name",
+                    );
+                }
+                match v.as_str() {
+                    Some(s) => {
+                        p.fits(&format!("mcp.env.{k}"), s, limits::ARG);
+                        env.insert(k.clone(), s.to_string());
+                    }
+                    None => p.push(&format!("mcp.env.{k}"), "must be a string"),
+                }
+            }
+        }
+        Some(other) => p.push("mcp.env", format!("must be an object, got {}", kind(other))),
+    }
+    let secrets = string_list(m, "secrets", "mcp.secrets", p);
+    check_secret_names(&secrets, "mcp.secrets", p);
+    Mcp::Stdio {
+        command,
+        args,
+        cwd,
+        env,
+        secrets,
+    }
+}
+
+/// A remote upstream: its URL and how its credentials are sent.
+fn parse_http(m: &Map<String, Value>, p: &mut Problems) -> Mcp {
+    let url = string(m, "url", "mcp.url", true, p).unwrap_or_default();
+    p.fits("mcp.url", &url, limits::PATH);
+    if !(url.is_empty() || url.starts_with("https://") || url.starts_with("http://")) {
+        p.push(
+            "mcp.url",
+            format!("must be an http:// or https:// URL, got {url:?}"),
+        );
+    }
+    let auth = match m.get("auth") {
+        None | Some(Value::Null) => Auth::None,
+        Some(Value::Object(a)) => match string(a, "kind", "mcp.auth.kind", true, p).as_deref() {
+            Some("none") => Auth::None,
+            Some("bearer") => Auth::Bearer {
+                secret: string(a, "secret", "mcp.auth.secret", true, p).unwrap_or_default(),
+            },
+            Some("header") => Auth::Header {
+                header: string(a, "header", "mcp.auth.header", true, p).unwrap_or_default(),
+                secret: string(a, "secret", "mcp.auth.secret", true, p).unwrap_or_default(),
+            },
+            Some(other) => {
+                p.push(
+                    "mcp.auth.kind",
+                    format!("must be none, bearer or header, got {other:?}"),
+                );
+                Auth::None
+            }
+            None => Auth::None,
+        },
+        Some(other) => {
+            p.push(
+                "mcp.auth",
+                format!("must be an object, got {}", kind(other)),
+            );
+            Auth::None
+        }
+    };
+    if let Auth::Header { header, .. } = &auth
+        && !header.is_empty()
+        && !header.bytes().all(crate::toolset::is_tchar)
+    {
+        p.push(
+            "mcp.auth.header",
+            format!("must be an HTTP header name such as \"X-Api-Key\" (no spaces or separators), got {header:?}"),
+        );
+    }
+    if let Auth::Bearer { secret } | Auth::Header { secret, .. } = &auth
+        && !secret.is_empty()
+        && !valid_env_name(secret)
+    {
+        p.push(
+            "mcp.auth.secret",
+            format!("{secret:?} is not a valid secret name"),
+        );
+    }
+    Mcp::Http { url, auth }
 }
 
 /// Expands `${release}` and `${state}`.

@@ -13,33 +13,32 @@ use tutti_proto::kernel as pb;
 use crate::manifest::{self, Manifest};
 use crate::naming::local_name;
 use crate::spawn::{self, ChildSpec};
-use crate::state::{Credentials, Kernel, lock, sha256};
+use crate::state::{Credentials, Kernel, ProbeSlot, lock, sha256};
 use crate::toolset::{OfferedTool, validate};
 
-pub struct ProbeSlot {
-    pub key: String,
-    pub token_hash: [u8; 32],
-    pub launch: pb::LaunchSpec,
-    pub manifest: Manifest,
-    pub done: Option<oneshot::Sender<Result<pb::ProbeReply, String>>>,
+/// The manifest and release directory a probe of `target` (a release directory or an
+/// installed key) runs.
+fn target(k: &Kernel, target: &str) -> Result<(Manifest, PathBuf), Status> {
+    let key = target;
+    let target = PathBuf::from(target);
+    if target.is_absolute() && target.is_dir() {
+        let m = manifest::load(&target).map_err(|p| Status::failed_precondition(p.join("\n")))?;
+        Ok((m, target))
+    } else {
+        let inner = lock(&k.inner);
+        let m = inner.manifests.get(key).cloned().ok_or_else(|| {
+            Status::not_found(format!(
+                "{:?} is neither a release directory nor an installed connector",
+                key
+            ))
+        })?;
+        let dir = Kernel::release_dir(&inner, key).unwrap_or_default();
+        Ok((m, dir))
+    }
 }
 
 pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeReply, Status> {
-    let target = PathBuf::from(&req.target);
-    let (manifest, release) = if target.is_absolute() && target.is_dir() {
-        let m = manifest::load(&target).map_err(|p| Status::failed_precondition(p.join("\n")))?;
-        (m, target)
-    } else {
-        let inner = lock(&k.inner);
-        let m = inner.manifests.get(&req.target).cloned().ok_or_else(|| {
-            Status::not_found(format!(
-                "{:?} is neither a release directory nor an installed connector",
-                req.target
-            ))
-        })?;
-        let dir = Kernel::release_dir(&inner, &req.target).unwrap_or_default();
-        (m, dir)
-    };
+    let (manifest, release) = target(k, &req.target)?;
     if manifest.mcp.is_none() {
         return Err(Status::failed_precondition(format!(
             "{} has no mcp interface to probe",
@@ -63,36 +62,11 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     } else {
         Credentials::Withheld
     };
-    let withheld_hint = (credentials == Credentials::Withheld
-        && !k.secrets.load(&manifest.key).is_empty())
-    .then(|| {
-        format!(
-            " (the stored credentials of the installed connector {key} are given only to its installed release: probe that with `tutti connector probe {key}`)",
-            key = manifest.key
-        )
-    });
+    let withheld_hint = withheld_hint(k, &manifest.key, credentials);
     let launch = k
         .launch_spec(&manifest.key, &manifest, &release, credentials)
         .map_err(Status::failed_precondition)?;
-    if launch.transport == "stdio" {
-        let owner = crate::allowlist::owner_allowed();
-        let rules = crate::allowlist::Rules {
-            release: &release,
-            source: None,
-            runtime_dir: &k.paths.libexec,
-            owner_allowed: &owner,
-            install_allowed: &req.allow_commands,
-            path_var: k.path_var(),
-        };
-        crate::allowlist::check(std::path::Path::new(&launch.command), &rules).or_else(|e| {
-            // An installed connector was allowed at install time.
-            if is_installed_release {
-                Ok(())
-            } else {
-                Err(Status::failed_precondition(e))
-            }
-        })?;
-    }
+    check_command(k, &req, &release, &launch, is_installed_release)?;
     let generation = k.next_generation();
     let token = crate::tokens::new_token().map_err(|e| Status::internal(e.to_string()))?;
     let (tx, rx) = oneshot::channel();
@@ -108,41 +82,11 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
             done: Some(tx),
         },
     );
-    let program = k.paths.sibling("tutti-upstream-worker");
-    let log = crate::housekeeping::open_log(&k.paths.logs().join(format!("probe-{key}.log"))).ok();
-    let env = vec![
-        (
-            "PATH".to_string(),
-            k.base_env.get("PATH").cloned().unwrap_or_default(),
-        ),
-        ("TUTTI_WORKER_KEY".to_string(), key.clone()),
-        (
-            "TUTTI_WORKER_GENERATION".to_string(),
-            generation.to_string(),
-        ),
-        ("TUTTI_WORKER_TOKEN".to_string(), token),
-    ];
-    let spawned = spawn::spawn(ChildSpec {
-        program: &program,
-        args: vec![
-            "--state-dir".into(),
-            k.paths.state.to_string_lossy().into_owned(),
-            "--key".into(),
-            key.clone(),
-        ],
-        env,
-        stderr: log,
-        death_signal_term: true,
-        listener: None,
-    });
-    let mut child = match spawned {
+    let mut child = match spawn_worker(k, &key, generation, token) {
         Ok(c) => c,
         Err(e) => {
             lock(&k.inner).probes.remove(&generation);
-            return Err(Status::internal(format!(
-                "cannot start {}: {e}",
-                program.display()
-            )));
+            return Err(e);
         }
     };
     let wait = Duration::from_millis(u64::from(start_ms)) + Duration::from_secs(3);
@@ -166,6 +110,84 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         let hint = withheld_hint.as_deref().unwrap_or_default();
         Status::failed_precondition(k.redact(&format!("{e}{hint}")))
     })
+}
+
+/// The launch allowlist for a probed folder's command (an installed release was allowed at
+/// install time).
+fn check_command(
+    k: &Kernel,
+    req: &pb::ProbeRequest,
+    release: &std::path::Path,
+    launch: &pb::LaunchSpec,
+    is_installed_release: bool,
+) -> Result<(), Status> {
+    if launch.transport == "stdio" {
+        let owner = crate::allowlist::owner_allowed();
+        let rules = crate::allowlist::Rules {
+            release,
+            source: None,
+            runtime_dir: &k.paths.libexec,
+            owner_allowed: &owner,
+            install_allowed: &req.allow_commands,
+            path_var: k.path_var(),
+        };
+        crate::allowlist::check(std::path::Path::new(&launch.command), &rules).or_else(|e| {
+            // An installed connector was allowed at install time.
+            if is_installed_release {
+                Ok(())
+            } else {
+                Err(Status::failed_precondition(e))
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Why a probe of a folder may fail where the installed release would not: it ran without
+/// the stored credentials.
+fn withheld_hint(k: &Kernel, key: &str, credentials: Credentials) -> Option<String> {
+    (credentials == Credentials::Withheld && !k.secrets.load(key).is_empty()).then(|| {
+        format!(
+            " (the stored credentials of the installed connector {key} are given only to its installed release: probe that with `tutti connector probe {key}`)"
+        )
+    })
+}
+
+/// The probe's worker process, started like a connector's worker.
+fn spawn_worker(
+    k: &Kernel,
+    key: &str,
+    generation: u64,
+    token: String,
+) -> Result<tokio::process::Child, Status> {
+    let program = k.paths.sibling("tutti-upstream-worker");
+    let log = crate::housekeeping::open_log(&k.paths.logs().join(format!("probe-{key}.log"))).ok();
+    let env = vec![
+        (
+            "PATH".to_string(),
+            k.base_env.get("PATH").cloned().unwrap_or_default(),
+        ),
+        ("TUTTI_WORKER_KEY".to_string(), key.to_string()),
+        (
+            "TUTTI_WORKER_GENERATION".to_string(),
+            generation.to_string(),
+        ),
+        ("TUTTI_WORKER_TOKEN".to_string(), token),
+    ];
+    let spawned = spawn::spawn(ChildSpec {
+        program: &program,
+        args: vec![
+            "--state-dir".into(),
+            k.paths.state.to_string_lossy().into_owned(),
+            "--key".into(),
+            key.to_string(),
+        ],
+        env,
+        stderr: log,
+        death_signal_term: true,
+        listener: None,
+    });
+    spawned.map_err(|e| Status::internal(format!("cannot start {}: {e}", program.display())))
 }
 
 /// Called by OfferTools for a probe generation.

@@ -13,10 +13,12 @@ use tonic::{Request, Response, Status};
 use tutti_proto::kernel as pb;
 use tutti_proto::kernel::kernel_server::Kernel as KernelRpc;
 
+use crate::audit::Event;
+use crate::lifecycle::{Input, Msg, ReportKind};
 use crate::manifest::{self, Manifest, Mcp};
 use crate::registry::{AuthState, Installed};
 use crate::state::{Credentials, Kernel, Status as CStatus, lock, sha256};
-use crate::supervisor::{Msg, start_actor};
+use crate::supervisor::{start_actor, step_now};
 use crate::toolset::{OfferedTool, validate};
 
 pub struct Service {
@@ -128,6 +130,25 @@ impl Service {
                 .get(&manifest.key)
                 .is_some_and(|c| c.sha256 == sha && c.previous.is_none());
         }
+        self.plan_launch(req, &manifest, &src, &release_dir, &mut reply);
+        Ok(Plan {
+            manifest,
+            sha,
+            release_dir,
+            reply,
+        })
+    }
+
+    /// The launch part of an install plan: transport, argv, cwd and `env` as the upstream
+    /// gets them (SPEC §12: shown), or the problems that refuse them.
+    fn plan_launch(
+        &self,
+        req: &pb::InstallRequest,
+        manifest: &Manifest,
+        src: &std::path::Path,
+        release_dir: &std::path::Path,
+        reply: &mut pb::InstallPlan,
+    ) {
         match &manifest.mcp {
             Some(Mcp::Stdio {
                 command,
@@ -143,16 +164,16 @@ impl Service {
                     args,
                     cwd,
                     env,
-                    &release_dir,
-                    &src,
+                    release_dir,
+                    src,
                     &self.k.paths.state,
                     &self.k.base_env,
                 ) {
                     Ok(l) => {
                         let owner = crate::allowlist::owner_allowed();
                         let rules = crate::allowlist::Rules {
-                            release: &release_dir,
-                            source: Some(&src),
+                            release: release_dir,
+                            source: Some(src),
                             runtime_dir: &self.k.paths.libexec,
                             owner_allowed: &owner,
                             install_allowed: &req.allow_commands,
@@ -185,19 +206,72 @@ impl Service {
             }
             None => {}
         }
-        Ok(Plan {
-            manifest,
-            sha,
-            release_dir,
-            reply,
-        })
+    }
+
+    /// Records the copied release in the registry (with the release it falls back to) and
+    /// steps the connector's lifecycle; whether it was an upgrade, and its status now.
+    fn record_install(
+        &self,
+        req: &pb::InstallRequest,
+        plan: &Plan,
+    ) -> Result<(bool, CStatus), Status> {
+        let key = plan.manifest.key.clone();
+        let mut inner = lock(&self.k.inner);
+        let connected = inner
+            .registry
+            .connectors
+            .get(&key)
+            .map(|c| c.auth == AuthState::Ready || c.connected)
+            .unwrap_or(true);
+        let upgraded = inner.registry.connectors.contains_key(&key);
+        // What the new release falls back to if it fails before its first commit: the
+        // release an unfinished upgrade was going to replace, else the current one (read
+        // from the registry, so it holds after a kernel restart too).
+        let previous = inner.registry.connectors.get(&key).and_then(|entry| {
+            let mut entry = entry.clone();
+            let fallback = match entry.previous.take() {
+                Some(older) => *older,
+                None => entry,
+            };
+            (fallback.release_dir != plan.release_dir).then(|| Box::new(fallback))
+        });
+        let auth = self.k.auth_state(&key, &plan.manifest, connected);
+        let installed = Installed {
+            version: plan.manifest.version.clone(),
+            sha256: plan.sha.clone(),
+            release_dir: plan.release_dir.clone(),
+            installed_at_unix: now_unix(),
+            confirmed_launch: confirmed_launch(&plan.reply),
+            allow_commands: req.allow_commands.clone(),
+            allow_env: req.allow_env.clone(),
+            auth,
+            connected,
+            previous,
+        };
+        // An upgrade waiting for a secret leaves the live release serving (and ready).
+        let waits = installed.upgrade_waits_for_secrets() && inner.table.live(&key).is_some();
+        inner.registry.connectors.insert(key.clone(), installed);
+        inner.manifests.insert(key.clone(), plan.manifest.clone());
+        let install = Input::Install {
+            auth_required: auth == AuthState::Required,
+            waits,
+        };
+        step_now(&self.k, &mut inner, &key, install);
+        let status = inner
+            .conns
+            .get(&key)
+            .map_or(CStatus::Starting, |c| c.life.status());
+        self.k
+            .save_registry(&mut inner)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok((upgraded, status))
     }
 
     fn reload(&self, key: &str) {
         let tx = lock(&self.k.inner).actors.get(key).cloned();
         match tx {
             Some(tx) => {
-                let _ = tx.send(Msg::Reload);
+                let _ = tx.send(Msg::step(Input::Reload));
             }
             None => {
                 start_actor(&self.k, key);
@@ -302,70 +376,17 @@ impl KernelRpc for Service {
             .map_err(|e| Status::internal(format!("release copy task: {e}")))?
             .map_err(precondition)?;
         let key = plan.manifest.key.clone();
-        let upgraded;
-        let status;
-        {
-            let mut inner = lock(&self.k.inner);
-            let connected = inner
-                .registry
-                .connectors
-                .get(&key)
-                .map(|c| c.auth == AuthState::Ready || c.connected)
-                .unwrap_or(true);
-            upgraded = inner.registry.connectors.contains_key(&key);
-            // What the new release falls back to if it fails before its first commit: the
-            // release an unfinished upgrade was going to replace, else the current one (read
-            // from the registry, so it holds after a kernel restart too).
-            let previous = inner.registry.connectors.get(&key).and_then(|entry| {
-                let mut entry = entry.clone();
-                let fallback = match entry.previous.take() {
-                    Some(older) => *older,
-                    None => entry,
-                };
-                (fallback.release_dir != plan.release_dir).then(|| Box::new(fallback))
-            });
-            let auth = self.k.auth_state(&key, &plan.manifest, connected);
-            let installed = Installed {
-                version: plan.manifest.version.clone(),
-                sha256: plan.sha.clone(),
-                release_dir: plan.release_dir.clone(),
-                installed_at_unix: now_unix(),
-                confirmed_launch: confirmed_launch(&plan.reply),
-                allow_commands: req.allow_commands.clone(),
-                allow_env: req.allow_env.clone(),
-                auth,
-                connected,
-                previous,
-            };
-            // An upgrade waiting for a secret leaves the live release serving (and ready).
-            let waits = installed.upgrade_waits_for_secrets() && inner.table.live(&key).is_some();
-            inner.registry.connectors.insert(key.clone(), installed);
-            inner.manifests.insert(key.clone(), plan.manifest.clone());
-            let c = inner.conns.entry(key.clone()).or_default();
-            c.upgrade_note.clear();
-            if auth == AuthState::Required && !waits {
-                c.status = CStatus::AuthRequired;
-            } else if c.status != CStatus::Ready {
-                c.status = CStatus::Starting;
-            }
-            status = c.status;
-            self.k
-                .save_registry(&mut inner)
-                .map_err(|e| Status::internal(e.to_string()))?;
-        }
+        let (upgraded, status) = self.record_install(&req, &plan)?;
         // The trust step: what the user confirmed (names and the launch line, no values).
-        self.k.audit.record(
-            "install",
-            serde_json::json!({
-                "connector": key,
-                "version": plan.manifest.version,
-                "sha256": plan.sha,
-                "upgraded": upgraded,
-                "confirmedLaunch": confirmed_launch(&plan.reply),
-                "allowCommands": req.allow_commands,
-                "allowEnv": req.allow_env,
-            }),
-        );
+        self.k.audit.record(Event::Install {
+            connector: key.clone(),
+            version: plan.manifest.version.clone(),
+            sha256: plan.sha.clone(),
+            upgraded,
+            confirmed_launch: confirmed_launch(&plan.reply),
+            allow_commands: req.allow_commands.clone(),
+            allow_env: req.allow_env.clone(),
+        });
         tracing::info!(key, version = %plan.manifest.version, sha = %plan.sha, upgraded, "installed");
         self.reload(&key);
         Ok(Response::new(pb::InstallReply {
@@ -389,10 +410,12 @@ impl KernelRpc for Service {
         };
         if let Some(tx) = tx {
             let (done, wait) = tokio::sync::oneshot::channel();
-            let _ = tx.send(Msg::Stop {
-                reason: "uninstalled".into(),
-                drain: crate::supervisor::UNINSTALL_DRAIN,
-                done,
+            let _ = tx.send(Msg {
+                input: Input::Stop {
+                    reason: "uninstalled".into(),
+                    drain: crate::supervisor::UNINSTALL_DRAIN,
+                },
+                reply: Some(done),
             });
             let _ = wait.await;
         }
@@ -412,9 +435,9 @@ impl KernelRpc for Service {
         // Off the kernel's one runtime thread: a release can hold many files.
         let releases = self.k.paths.releases().join(&key);
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(releases)).await;
-        self.k
-            .audit
-            .record("uninstall", serde_json::json!({"connector": key}));
+        self.k.audit.record(Event::Uninstall {
+            connector: key.clone(),
+        });
         tracing::info!(key, "uninstalled");
         Ok(Response::new(pb::Empty {}))
     }
@@ -477,10 +500,11 @@ impl KernelRpc for Service {
                 ))
             })?;
         }
-        self.k.audit.record(
-            "connect",
-            serde_json::json!({"connector": req.key, "secrets": values.keys().collect::<Vec<_>>(), "missing": missing}),
-        );
+        self.k.audit.record(Event::Connect {
+            connector: req.key.clone(),
+            secrets: values.keys().cloned().collect(),
+            missing: missing.clone(),
+        });
         self.reload(&req.key);
         if !missing.is_empty() {
             return Err(precondition(missing_secrets_message(
@@ -507,15 +531,15 @@ impl KernelRpc for Service {
                 .ok_or_else(|| not_installed(&key))?;
             c.connected = false;
             c.auth = AuthState::Required;
-            self.k.fence(&mut inner, &key, None, "disconnected");
+            step_now(&self.k, &mut inner, &key, Input::Disconnect);
             self.k
                 .save_registry(&mut inner)
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
         self.k.secrets.delete(&key);
-        self.k
-            .audit
-            .record("disconnect", serde_json::json!({"connector": key}));
+        self.k.audit.record(Event::Disconnect {
+            connector: key.clone(),
+        });
         self.reload(&key);
         Ok(Response::new(pb::Empty {}))
     }
@@ -537,22 +561,21 @@ impl KernelRpc for Service {
                     .map_or(&installed.version, |l| &l.manifest.version)
                     .clone(),
                 generation: live.map(|r| r.generation).unwrap_or(0),
-                status: c.map(|c| c.status.as_str()).unwrap_or("stopped").into(),
+                status: c.map_or("stopped", |c| c.life.status().as_str()).into(),
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
-                restarts: c.map(|c| c.restarts).unwrap_or(0),
-                reinitializations: c.map(|c| c.reinitializations).unwrap_or(0),
+                restarts: c.map_or(0, |c| c.life.restarts()),
+                reinitializations: c.map_or(0, |c| c.life.reinitializations()),
                 last_error: c
-                    .map(
-                        |c| match (c.last_error.is_empty(), c.upgrade_note.is_empty()) {
-                            (_, true) => redact(&c.last_error),
-                            (true, false) => redact(&c.upgrade_note),
-                            (false, false) => {
-                                redact(&format!("{}; {}", c.last_error, c.upgrade_note))
-                            }
-                        },
-                    )
+                    .map(|c| {
+                        let (error, note) = (c.life.last_error(), c.life.upgrade_note());
+                        match (error.is_empty(), note.is_empty()) {
+                            (_, true) => redact(error),
+                            (true, false) => redact(note),
+                            (false, false) => redact(&format!("{error}; {note}")),
+                        }
+                    })
                     .unwrap_or_default(),
-                next_retry_unix_ms: c.map(|c| c.next_retry_unix_ms).unwrap_or(0),
+                next_retry_unix_ms: c.map_or(0, |c| c.life.next_retry_unix_ms()),
                 non_json_stdout_lines: c.map(|c| c.non_json_lines).unwrap_or(0),
                 has_mcp: m.is_some_and(|m| m.mcp.is_some()),
                 has_cli: m.is_some_and(|m| m.cli.is_some()),
@@ -609,8 +632,7 @@ impl KernelRpc for Service {
             let status = inner
                 .conns
                 .get(key)
-                .map(|c| c.status)
-                .unwrap_or(CStatus::Stopped);
+                .map_or(CStatus::Stopped, |c| c.life.status());
             let iface_status = interface_status(status, inner.table.live(key).is_some());
             let mut interfaces = Vec::new();
             if m.mcp.is_some() {
@@ -697,7 +719,7 @@ impl KernelRpc for Service {
             let ready = inner
                 .conns
                 .get(key)
-                .is_some_and(|c| c.status == CStatus::Ready);
+                .is_some_and(|c| c.life.status() == CStatus::Ready);
             // The skills of the release that is live, not of a newer one still starting.
             if let (true, Some(live)) = (ready, inner.serving(key)) {
                 for s in &live.manifest.skills {
@@ -705,10 +727,10 @@ impl KernelRpc for Service {
                 }
             }
         }
-        self.k.audit.record(
-            "session_issue",
-            serde_json::json!({"workspace": req.workspace, "session": req.session}),
-        );
+        self.k.audit.record(Event::SessionIssue {
+            workspace: req.workspace.clone(),
+            session: req.session.clone(),
+        });
         tracing::info!(workspace = %req.workspace, session = %req.session, "session issued");
         Ok(Response::new(pb::IssueSessionReply {
             token,
@@ -752,10 +774,12 @@ impl KernelRpc for Service {
         // "A revocation holds for every request that starts after the command returns": the
         // frontend's session cache has dropped the token (or the frontend was stopped).
         self.k.session_caches.settle(revision).await;
-        self.k.audit.record(
-            "session_revoke",
-            serde_json::json!({"workspace": req.workspace, "session": req.session, "all": req.all, "revoked": revoked}),
-        );
+        self.k.audit.record(Event::SessionRevoke {
+            workspace: req.workspace.clone(),
+            session: req.session.clone(),
+            all: req.all,
+            revoked,
+        });
         tracing::info!(all = req.all, workspace = %req.workspace, session = %req.session, revoked, "sessions revoked");
         Ok(Response::new(pb::RevokeSessionReply { revoked }))
     }
@@ -896,11 +920,11 @@ impl KernelRpc for Service {
                 // The worker exits on this; `status` should say why, not only "exit status 2".
                 let actor = lock(&self.k.inner).actors.get(&req.key).cloned();
                 if let Some(a) = actor {
-                    let _ = a.send(Msg::Report {
+                    let _ = a.send(Msg::step(Input::Report {
                         generation: req.generation,
-                        kind: "start_failed".into(),
+                        kind: ReportKind::StartFailed,
                         message: format!("cannot launch the upstream: {why}"),
-                    });
+                    }));
                 }
                 return Err(precondition(why));
             }
@@ -909,19 +933,20 @@ impl KernelRpc for Service {
         env_names.sort();
         let mut header_names: Vec<&String> = launch.headers.keys().collect();
         header_names.sort();
-        self.k.audit.record(
-            "launch",
-            serde_json::json!({
-                "connector": req.key,
-                "generation": req.generation,
-                "transport": launch.transport,
-                "argv": std::iter::once(&launch.command).chain(launch.args.iter()).filter(|a| !a.is_empty()).collect::<Vec<_>>(),
-                "cwd": launch.cwd,
-                "url": launch.url,
-                "env": env_names,
-                "headers": header_names,
-            }),
-        );
+        self.k.audit.record(Event::Launch {
+            connector: req.key.clone(),
+            generation: req.generation,
+            transport: launch.transport.clone(),
+            argv: std::iter::once(&launch.command)
+                .chain(launch.args.iter())
+                .filter(|a| !a.is_empty())
+                .cloned()
+                .collect(),
+            cwd: launch.cwd.clone(),
+            url: launch.url.clone(),
+            env: env_names.into_iter().cloned().collect(),
+            headers: header_names.into_iter().cloned().collect(),
+        });
         tracing::info!(key = %req.key, generation = req.generation, pid = req.pid, "worker registered");
         Ok(Response::new(pb::RegisterWorkerReply {
             launch: Some(launch),
@@ -933,117 +958,66 @@ impl KernelRpc for Service {
         req: Request<pb::OfferToolsRequest>,
     ) -> Result<Response<pb::OfferToolsReply>, Status> {
         let req = req.into_inner();
-        let mut inner = lock(&self.k.inner);
-        if let Some(slot) = inner.probes.get_mut(&req.generation)
-            && slot.key == req.key
-            && slot.token_hash == sha256(&req.worker_token)
-        {
-            let offered = offered_tools(&req.tools);
-            crate::probe::finish(
-                slot,
-                &offered,
-                offer_size_problem(&req),
-                &req.protocol_version,
-                &req.server_name,
-            );
-            return Ok(Response::new(pb::OfferToolsReply {
-                committed: false,
-                error: "probe finished".into(),
-            }));
-        }
-        check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
-        let manifest = match worker_release(&inner, &req.key, req.generation) {
-            Some(r) => r.manifest,
-            None => manifest_of(&inner, &req.key)?.clone(),
-        };
-        let offered = offered_tools(&req.tools);
-        let actor = inner.actors.get(&req.key).cloned();
-        let verdict = match offer_size_problem(&req) {
-            Some(problem) => Err(vec![problem]),
-            None => validate(&req.key, &offered, &manifest.tool_risk),
-        };
-        match verdict {
-            Err(problems) => {
-                let error = format!(
-                    "generation {} refused: {}",
-                    req.generation,
-                    problems.join("; ")
+        let (actor, verdict) = {
+            let mut inner = lock(&self.k.inner);
+            if let Some(slot) = inner.probes.get_mut(&req.generation)
+                && slot.key == req.key
+                && slot.token_hash == sha256(&req.worker_token)
+            {
+                let offered = offered_tools(&req.tools);
+                crate::probe::finish(
+                    slot,
+                    &offered,
+                    offer_size_problem(&req),
+                    &req.protocol_version,
+                    &req.server_name,
                 );
-                let live = inner.table.live(&req.key).is_some();
-                let c = inner.conns.entry(req.key.clone()).or_default();
-                c.last_error = error.clone();
-                if !live {
-                    c.status = CStatus::Failed;
-                }
-                self.k.audit.record(
-                    "refuse",
-                    serde_json::json!({"connector": req.key, "generation": req.generation, "reason": error}),
-                );
-                tracing::warn!(key = %req.key, %error, "candidate refused");
-                if let Some(a) = actor {
-                    let _ = a.send(Msg::Refused(req.generation, problems.join("; ")));
-                }
-                Ok(Response::new(pb::OfferToolsReply {
+                return Ok(Response::new(pb::OfferToolsReply {
                     committed: false,
-                    error,
-                }))
+                    error: "probe finished".into(),
+                }));
             }
-            Ok(tools) => {
-                let endpoint = inner
-                    .conns
-                    .get(&req.key)
-                    .and_then(|c| c.workers.get(&req.generation))
-                    .map(|p| p.endpoint.clone())
-                    .unwrap_or_default();
-                let route = crate::table::Route {
-                    key: req.key.clone(),
-                    name: manifest.name.clone(),
-                    generation: req.generation,
-                    endpoint,
-                    call_timeout_ms: manifest.call_ms,
-                    has_cli: manifest.cli.is_some(),
-                    has_mcp: true,
-                    tools,
-                };
-                let n = route.tools.len();
-                let now = self.k.now();
-                // The generation this commit supersedes (fenced in the same step).
-                let superseded = inner
-                    .table
-                    .live(&req.key)
-                    .map(|r| r.generation)
-                    .filter(|g| *g != req.generation);
-                let release = inner
-                    .conns
-                    .get(&req.key)
-                    .and_then(|c| c.workers.get(&req.generation))
-                    .map(|p| p.release.clone());
-                if let Some(release) = release {
-                    self.k
-                        .settle_upgrade(&mut inner, &req.key, &release.release_dir);
-                    inner.live_releases.insert(req.key.clone(), release);
-                }
-                if let Some((rev, change)) = inner.table.commit(route, now) {
-                    self.k.publish(rev, change);
-                }
-                let c = inner.conns.entry(req.key.clone()).or_default();
-                c.status = CStatus::Ready;
-                c.last_error.clear();
-                c.next_retry_unix_ms = 0;
-                self.k.audit.record(
-                    "commit",
-                    serde_json::json!({"connector": req.key, "generation": req.generation, "tools": n, "superseded": superseded}),
-                );
-                tracing::info!(key = %req.key, generation = req.generation, tools = n, "committed");
-                if let Some(a) = actor {
-                    let _ = a.send(Msg::Committed(req.generation));
-                }
-                Ok(Response::new(pb::OfferToolsReply {
-                    committed: true,
-                    error: String::new(),
-                }))
-            }
+            check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
+            let manifest = match worker_release(&inner, &req.key, req.generation) {
+                Some(r) => r.manifest,
+                None => manifest_of(&inner, &req.key)?.clone(),
+            };
+            let verdict = match offer_size_problem(&req) {
+                Some(problem) => Err(problem),
+                None => validate(&req.key, &offered_tools(&req.tools), &manifest.tool_risk)
+                    .map_err(|problems| problems.join("; ")),
+            };
+            (inner.actors.get(&req.key).cloned(), verdict)
+        };
+        // The connector's actor decides: commit (once), or refuse.
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let offer = Input::Offer {
+            generation: req.generation,
+            tools: verdict,
+        };
+        let sent = actor.is_some_and(|a| {
+            a.send(Msg {
+                input: offer,
+                reply: Some(reply),
+            })
+            .is_ok()
+        });
+        let answer = match sent {
+            true => answer
+                .await
+                .unwrap_or_else(|_| Err("the connector stopped".into())),
+            false => Err(format!(
+                "generation {} of {} is fenced",
+                req.generation, req.key
+            )),
+        };
+        if let Err(error) = &answer {
+            tracing::warn!(key = %req.key, %error, "candidate refused");
         }
+        Ok(Response::new(pb::OfferToolsReply {
+            committed: answer.is_ok(),
+            error: answer.err().unwrap_or_default(),
+        }))
     }
 
     async fn report_worker(
@@ -1071,11 +1045,11 @@ impl KernelRpc for Service {
             inner.actors.get(&req.key).cloned()
         };
         if let Some(a) = actor {
-            let _ = a.send(Msg::Report {
+            let _ = a.send(Msg::step(Input::Report {
                 generation: req.generation,
-                kind: req.kind,
+                kind: ReportKind::from_wire(&req.kind),
                 message: req.message,
-            });
+            }));
         }
         Ok(Response::new(pb::Empty {}))
     }
@@ -1087,21 +1061,18 @@ impl KernelRpc for Service {
         let mut stream = req.into_inner();
         while let Some(record) = stream.message().await? {
             self.k.audit.note_frontend_dropped(record.dropped_total);
-            self.k.audit.record(
-                "call",
-                serde_json::json!({
-                    "callTime": record.time_unix_ms,
-                    "workspace": record.workspace,
-                    "session": record.session,
-                    "tool": record.tool,
-                    "connector": record.connector,
-                    "generation": record.generation,
-                    "risk": record.risk,
-                    "durationUs": record.duration_us,
-                    "outcome": record.outcome,
-                    "errorCode": if record.error_code == 0 { None } else { Some(record.error_code) },
-                }),
-            );
+            self.k.audit.record(Event::Call {
+                call_time: record.time_unix_ms,
+                workspace: record.workspace,
+                session: record.session,
+                tool: record.tool,
+                connector: record.connector,
+                generation: record.generation,
+                risk: record.risk,
+                duration_us: record.duration_us,
+                outcome: record.outcome,
+                error_code: (record.error_code != 0).then_some(record.error_code),
+            });
         }
         Ok(Response::new(pb::Empty {}))
     }
@@ -1115,7 +1086,7 @@ impl KernelRpc for Service {
         let status = inner
             .conns
             .get(&key)
-            .map(|c| c.status.as_str())
+            .map(|c| c.life.status().as_str())
             .unwrap_or("not installed");
         let (Some(route), Some(live)) = (inner.table.live(&key), inner.live_releases.get(&key))
         else {

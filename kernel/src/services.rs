@@ -48,44 +48,25 @@ struct FrontendInfo {
 /// Runs `role` until shutdown; returns after its process is stopped.
 pub async fn supervise(k: Arc<Kernel>, role: Role) {
     let mut shutdown = k.shutdown.subscribe();
-    let mut tracker = RestartTracker::default();
-    let policy = RestartPolicy {
-        intensity: 10,
-        crash_loop_retry: Duration::from_secs(10),
-        ..RestartPolicy::default()
-    };
+    let mut restarts = Restarts::default();
     let mut port: u16 = 0;
-    // The frontend's listening socket, bound once and kept for the kernel's lifetime.
-    let mut socket: Option<std::net::TcpListener> = None;
-    // Requests to stop the frontend because its session cache did not confirm a revocation.
-    let mut fence_requests = match role {
-        Role::Frontend => k.session_caches.take_fence_requests(),
-        Role::ShimManager => None,
-    };
+    let mut socket: Option<std::net::TcpListener> = None; // bound once, kept for good
+    let mut fence_requests = fence_requests(&k, role);
     loop {
         if *shutdown.borrow() {
             return;
         }
         let program = k.paths.sibling(role.binary());
-        let mut args = vec![
-            "--state-dir".to_string(),
-            k.paths.state.to_string_lossy().into_owned(),
-        ];
-        if role == Role::Frontend {
-            match frontend_socket(&mut socket, port) {
-                Ok(Some(bound)) => port = bound,
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::error!(port, error = %e, "cannot bind the frontend's port on 127.0.0.1");
-                    if !pause(Duration::from_secs(2), &mut fence_requests, &mut shutdown).await {
-                        return;
-                    }
-                    continue;
+        let args = match args(&k, role, &mut socket, &mut port) {
+            Ok(args) => args,
+            Err(e) => {
+                tracing::error!(port, error = %e, "cannot bind the frontend's port on 127.0.0.1");
+                if !pause(Duration::from_secs(2), &mut fence_requests, &mut shutdown).await {
+                    return;
                 }
+                continue;
             }
-            args.push("--port".into());
-            args.push(port.to_string());
-        }
+        };
         let log = crate::housekeeping::open_log(&k.paths.logs().join(role.log())).ok();
         let mut env: Vec<(String, String)> = k
             .base_env
@@ -120,35 +101,11 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
         let pid = child.id().unwrap_or(0);
         tracing::info!(role = ?role, pid, "started");
         if role == Role::Frontend {
-            let k2 = k.clone();
-            tokio::spawn(async move {
-                for _ in 0..400 {
-                    if let Ok(bytes) = std::fs::read(k2.paths.frontend_json())
-                        && let Ok(info) = serde_json::from_slice::<FrontendInfo>(&bytes)
-                        && info.pid == pid
-                    {
-                        *lock(&k2.frontend_url) = Some(info.url);
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(25)).await;
-                }
-            });
+            tokio::spawn(learn_frontend_url(k.clone(), pid));
         }
         let status = tokio::select! {
             Some(done) = next_fence(&mut fence_requests) => {
-                tracing::warn!(pid, "stopping the frontend: its session cache did not confirm a revocation");
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                spawn::sweep_group(pid);
-                port = remember_port(&k, port);
-                let _ = done.send(());
-                // Requests queued meanwhile were about the process that is gone, not about
-                // the fresh one started next.
-                if let Some(rx) = fence_requests.as_mut() {
-                    while let Ok(queued) = rx.try_recv() {
-                        let _ = queued.send(());
-                    }
-                }
+                port = stop_fenced(&k, &mut child, port, done, &mut fence_requests).await;
                 // Not a crash of its own: start a fresh one (empty cache) on the same port now.
                 continue;
             }
@@ -160,19 +117,126 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
                 return;
             }
         };
-        if role == Role::Frontend {
-            port = remember_port(&k, port);
-        }
-        spawn::sweep_group(pid);
+        port = after_exit(&k, role, port, pid);
         tracing::warn!(role = ?role, status = ?status.ok(), "exited; restarting");
-        let delay = match tracker.on_exit(&policy, k.now(), started.elapsed(), false, 0.5) {
-            Decision::RestartAfter(d) => d,
-            Decision::GiveUp => policy.crash_loop_retry,
-        };
+        let delay = restarts.delay(k.now(), started.elapsed());
         if !pause(delay, &mut fence_requests, &mut shutdown).await {
             return;
         }
     }
+}
+
+/// Restart history and policy of the frontend or the shim manager.
+struct Restarts {
+    tracker: RestartTracker,
+    policy: RestartPolicy,
+}
+
+impl Default for Restarts {
+    fn default() -> Self {
+        Restarts {
+            tracker: RestartTracker::default(),
+            policy: RestartPolicy {
+                intensity: 10,
+                crash_loop_retry: Duration::from_secs(10),
+                ..RestartPolicy::default()
+            },
+        }
+    }
+}
+
+impl Restarts {
+    /// How long to wait before starting the process again after it ran for `uptime`.
+    fn delay(&mut self, now: Duration, uptime: Duration) -> Duration {
+        match self.tracker.on_exit(&self.policy, now, uptime, false, 0.5) {
+            Decision::RestartAfter(d) => d,
+            Decision::GiveUp => self.policy.crash_loop_retry,
+        }
+    }
+}
+
+/// Requests to stop the frontend because its session cache did not confirm a revocation.
+fn fence_requests(k: &Kernel, role: Role) -> Option<mpsc::UnboundedReceiver<oneshot::Sender<()>>> {
+    match role {
+        Role::Frontend => k.session_caches.take_fence_requests(),
+        Role::ShimManager => None,
+    }
+}
+
+/// After an exit: the frontend's port as it last bound it; what the process left in its
+/// group goes.
+fn after_exit(k: &Kernel, role: Role, port: u16, pid: u32) -> u16 {
+    let port = match role {
+        Role::Frontend => remember_port(k, port),
+        Role::ShimManager => port,
+    };
+    spawn::sweep_group(pid);
+    port
+}
+
+/// The arguments of `role`'s process; for the frontend, binds its socket first (once) and
+/// remembers its port.
+fn args(
+    k: &Kernel,
+    role: Role,
+    socket: &mut Option<std::net::TcpListener>,
+    port: &mut u16,
+) -> std::io::Result<Vec<String>> {
+    let mut args = vec![
+        "--state-dir".to_string(),
+        k.paths.state.to_string_lossy().into_owned(),
+    ];
+    if role == Role::Frontend {
+        if let Some(bound) = frontend_socket(socket, *port)? {
+            *port = bound;
+        }
+        args.push("--port".into());
+        args.push(port.to_string());
+    }
+    Ok(args)
+}
+
+/// Reads the URL of the frontend `pid` from `run/frontend.json` once it wrote it.
+async fn learn_frontend_url(k: Arc<Kernel>, pid: u32) {
+    for _ in 0..400 {
+        if let Ok(bytes) = std::fs::read(k.paths.frontend_json())
+            && let Ok(info) = serde_json::from_slice::<FrontendInfo>(&bytes)
+            && info.pid == pid
+        {
+            *lock(&k.frontend_url) = Some(info.url);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Stops a frontend whose session cache did not confirm a revocation, then answers the
+/// request (and those queued meanwhile: they were about the process that is gone, not
+/// about the fresh one started next).
+/// Returns the port to start the next one on.
+async fn stop_fenced(
+    k: &Kernel,
+    child: &mut tokio::process::Child,
+    port: u16,
+    done: oneshot::Sender<()>,
+    fence_requests: &mut Option<mpsc::UnboundedReceiver<oneshot::Sender<()>>>,
+) -> u16 {
+    let pid = child.id().unwrap_or(0);
+    tracing::warn!(
+        pid,
+        "stopping the frontend: its session cache did not confirm a revocation"
+    );
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    spawn::sweep_group(pid);
+    let port = remember_port(k, port);
+    let _ = done.send(());
+    if let Some(rx) = fence_requests.as_mut() {
+        while let Ok(queued) = rx.try_recv() {
+            let _ = queued.send(());
+        }
+    }
+    port
 }
 
 /// Waits `delay` before the next start; `false` if the runtime shuts down meanwhile. Nothing

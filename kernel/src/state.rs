@@ -12,41 +12,15 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc, watch};
 use tutti_proto::kernel as pb;
 
+use crate::lifecycle::{Connector, Msg};
 use crate::manifest::{Auth, Manifest, Mcp};
 use crate::paths::Paths;
 use crate::registry::{AuthState, Installed, Registry};
 use crate::secrets::SecretStore;
-use crate::supervisor::Msg;
 use crate::table::{Change, GenerationTable, Route};
 use crate::tokens::TokenTable;
 
-/// Connector status values (SPEC §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    Starting,
-    Ready,
-    Restarting,
-    CrashLoop,
-    AuthRequired,
-    AuthFailed,
-    Failed,
-    Stopped,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Starting => "starting",
-            Status::Ready => "ready",
-            Status::Restarting => "restarting",
-            Status::CrashLoop => "crash_loop",
-            Status::AuthRequired => "auth_required",
-            Status::AuthFailed => "auth_failed",
-            Status::Failed => "failed",
-            Status::Stopped => "stopped",
-        }
-    }
-}
+pub use crate::lifecycle::Status;
 
 /// A spawned worker the kernel has not stopped yet: proof of identity for its RPCs.
 pub struct Pending {
@@ -65,33 +39,32 @@ pub struct LiveRelease {
     pub manifest: Manifest,
 }
 
+/// Per connector: its lifecycle and what the kernel counts or checks beside it.
 pub struct ConnState {
-    pub status: Status,
-    pub restarts: u32,
-    /// Sessions of a remote upstream initialized again after they failed.
-    pub reinitializations: u32,
-    pub last_error: String,
-    /// Why the last upgrade did not become the current release (until the next install);
-    /// `status` shows it when there is no newer error.
-    pub upgrade_note: String,
-    pub next_retry_unix_ms: i64,
+    /// Status, live and candidate generations, restart history (`lifecycle.rs`).
+    pub life: Connector,
     pub non_json_lines: u64,
+    /// Identities of the workers not stopped yet: their RPCs are checked against these.
     pub workers: BTreeMap<u64, Pending>,
 }
 
-impl Default for ConnState {
-    fn default() -> Self {
-        Self {
-            status: Status::Starting,
-            restarts: 0,
-            reinitializations: 0,
-            last_error: String::new(),
-            upgrade_note: String::new(),
-            next_retry_unix_ms: 0,
+impl ConnState {
+    pub fn new(key: &str) -> ConnState {
+        ConnState {
+            life: Connector::new(key),
             non_json_lines: 0,
             workers: BTreeMap::new(),
         }
     }
+}
+
+/// A probe in progress: the worker's identity, its launch spec and where its result goes.
+pub struct ProbeSlot {
+    pub key: String,
+    pub token_hash: [u8; 32],
+    pub launch: pb::LaunchSpec,
+    pub manifest: Manifest,
+    pub done: Option<tokio::sync::oneshot::Sender<Result<pb::ProbeReply, String>>>,
 }
 
 pub struct Inner {
@@ -100,7 +73,7 @@ pub struct Inner {
     pub table: GenerationTable,
     pub conns: BTreeMap<String, ConnState>,
     pub actors: BTreeMap<String, mpsc::UnboundedSender<Msg>>,
-    pub probes: BTreeMap<u64, crate::probe::ProbeSlot>,
+    pub probes: BTreeMap<u64, ProbeSlot>,
     /// Per connector, the release of its live (or last committed) generation.
     pub live_releases: BTreeMap<String, LiveRelease>,
 }
@@ -207,15 +180,24 @@ impl Kernel {
     /// handed out from blocks whose ceiling is persisted in `registry.json` before use.
     /// Must be called without holding `inner`.
     pub fn next_generation(&self) -> u64 {
-        let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
-        let mut inner = lock(&self.inner);
+        let g = self.draw_generation();
+        self.reserve_generation(&mut lock(&self.inner), g);
+        g
+    }
+
+    /// The next generation number; [`Kernel::reserve_generation`] must run before it is used.
+    pub fn draw_generation(&self) -> u64 {
+        self.next_gen.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Persists a new ceiling when `g` is above the reserved block.
+    pub fn reserve_generation(&self, inner: &mut Inner, g: u64) {
         if g > inner.registry.generation_ceiling {
             inner.registry.generation_ceiling = g + GENERATION_BLOCK;
-            if let Err(e) = self.save_registry(&mut inner) {
+            if let Err(e) = self.save_registry(inner) {
                 tracing::error!("cannot persist the generation ceiling: {e}");
             }
         }
-        g
     }
 
     pub fn now(&self) -> Duration {
@@ -276,10 +258,11 @@ impl Kernel {
         };
         if let Some((rev, change)) = change {
             if let Change::Removed { generation, .. } = &change {
-                self.audit.record(
-                    "fence",
-                    serde_json::json!({"connector": key, "generation": generation, "reason": reason}),
-                );
+                self.audit.record(crate::audit::Event::Fence {
+                    connector: key.to_string(),
+                    generation: *generation,
+                    reason: reason.to_string(),
+                });
             }
             tracing::info!(key, ?generation, reason, "fenced");
             self.publish(rev, change);
@@ -371,32 +354,16 @@ impl Kernel {
                     log_path,
                 })
             }
-            Some(Mcp::Http { url, auth }) => {
-                let mut headers = std::collections::HashMap::new();
-                match auth {
-                    Auth::None => {}
-                    Auth::Bearer { secret } => {
-                        if let Some(v) = secrets.get(secret) {
-                            headers.insert("Authorization".to_string(), format!("Bearer {v}"));
-                        }
-                    }
-                    Auth::Header { header, secret } => {
-                        if let Some(v) = secrets.get(secret) {
-                            headers.insert(header.clone(), v.clone());
-                        }
-                    }
-                }
-                Ok(pb::LaunchSpec {
-                    transport: "http".into(),
-                    url: url.clone(),
-                    headers,
-                    start_timeout_ms: manifest.start_ms,
-                    call_timeout_ms: manifest.call_ms,
-                    redact,
-                    log_path,
-                    ..Default::default()
-                })
-            }
+            Some(Mcp::Http { url, auth }) => Ok(pb::LaunchSpec {
+                transport: "http".into(),
+                url: url.clone(),
+                headers: auth_headers(auth, &secrets),
+                start_timeout_ms: manifest.start_ms,
+                call_timeout_ms: manifest.call_ms,
+                redact,
+                log_path,
+                ..Default::default()
+            }),
             None => Err("connector has no mcp interface".into()),
         }
     }
@@ -448,9 +415,6 @@ impl Kernel {
             return;
         }
         entry.previous = None;
-        if let Some(c) = inner.conns.get_mut(key) {
-            c.upgrade_note.clear();
-        }
         if let Err(e) = self.save_registry(inner) {
             tracing::error!(key, error = %e, "cannot record the committed upgrade");
         }
@@ -491,17 +455,78 @@ impl Kernel {
             restored.version
         );
         tracing::warn!(key, failed = %failed, current = %restored.version, why, "upgrade abandoned");
-        self.audit.record(
-            "upgrade_abandoned",
-            serde_json::json!({"connector": key, "version": failed, "current": restored.version, "reason": why}),
-        );
+        self.audit.record(crate::audit::Event::UpgradeAbandoned {
+            connector: key.to_string(),
+            version: failed.clone(),
+            current: restored.version.clone(),
+            reason: why.to_string(),
+        });
         inner.registry.connectors.insert(key.to_owned(), restored);
         inner.manifests.insert(key.to_owned(), manifest);
         if let Err(e) = self.save_registry(inner) {
             tracing::error!(key, error = %e, "cannot record the abandoned upgrade");
         }
-        inner.conns.entry(key.to_owned()).or_default().upgrade_note = note.clone();
         Some(note)
+    }
+
+    /// Makes `generation` of `key` the live route: `tools` is `None` for a connector
+    /// without MCP. The release it runs becomes the live release (settling an upgrade of
+    /// it); the generation it supersedes leaves the table in the same step. The one commit.
+    pub fn commit(
+        &self,
+        inner: &mut Inner,
+        key: &str,
+        generation: u64,
+        tools: Option<Vec<crate::toolset::ValidTool>>,
+        release_dir: PathBuf,
+    ) {
+        self.reserve_generation(inner, generation);
+        let pending = inner
+            .conns
+            .get(key)
+            .and_then(|c| c.workers.get(&generation));
+        let endpoint = pending.map(|p| p.endpoint.clone()).unwrap_or_default();
+        let manifest = match (pending, inner.manifests.get(key)) {
+            (Some(p), _) => p.release.manifest.clone(),
+            (None, Some(m)) => m.clone(),
+            (None, None) => return,
+        };
+        let has_mcp = tools.is_some();
+        let tools = tools.unwrap_or_default();
+        let n = tools.len();
+        let route = Route {
+            key: key.to_string(),
+            name: manifest.name.clone(),
+            generation,
+            endpoint,
+            call_timeout_ms: manifest.call_ms,
+            has_cli: manifest.cli.is_some(),
+            has_mcp,
+            tools,
+        };
+        let superseded = inner
+            .table
+            .live(key)
+            .map(|r| r.generation)
+            .filter(|g| *g != generation);
+        self.settle_upgrade(inner, key, &release_dir);
+        inner.live_releases.insert(
+            key.to_string(),
+            LiveRelease {
+                release_dir,
+                manifest,
+            },
+        );
+        if let Some((rev, change)) = inner.table.commit(route, self.now()) {
+            self.publish(rev, change);
+        }
+        self.audit.record(crate::audit::Event::Commit {
+            connector: key.to_string(),
+            generation,
+            tools: n,
+            superseded,
+        });
+        tracing::info!(key, generation, tools = n, "committed");
     }
 
     pub fn release_dir(inner: &Inner, key: &str) -> Option<PathBuf> {
@@ -511,6 +536,28 @@ impl Kernel {
             .get(key)
             .map(|c| c.release_dir.clone())
     }
+}
+
+/// The headers that carry a remote upstream's stored credentials.
+fn auth_headers(
+    auth: &Auth,
+    secrets: &BTreeMap<String, String>,
+) -> std::collections::HashMap<String, String> {
+    let mut headers = std::collections::HashMap::new();
+    match auth {
+        Auth::None => {}
+        Auth::Bearer { secret } => {
+            if let Some(v) = secrets.get(secret) {
+                headers.insert("Authorization".to_string(), format!("Bearer {v}"));
+            }
+        }
+        Auth::Header { header, secret } => {
+            if let Some(v) = secrets.get(secret) {
+                headers.insert(header.clone(), v.clone());
+            }
+        }
+    }
+    headers
 }
 
 /// The values to mask, longest first (so a value containing another is masked whole). Values

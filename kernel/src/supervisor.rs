@@ -1,19 +1,18 @@
-//! Supervision. One actor task per installed connector owns its workers (at most a live
-//! one and a candidate); the frontend and the shim manager are supervised by
-//! `supervise_service`. Crash → fence at once → restart with backoff; past the intensity
-//! limit → `crash_loop`.
+//! Supervision of connectors: one actor task per installed connector owns its worker
+//! processes and interprets the effects of its lifecycle (`lifecycle.rs`), which decides
+//! everything else. The frontend and the shim manager are supervised by `services.rs`.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
 use tutti_proto::transport;
 use tutti_proto::worker as wpb;
 
-use crate::restart::{Decision, RestartPolicy, RestartTracker};
+use crate::lifecycle::{self, Effect, Facts, Input, Msg, View};
 use crate::spawn::{self, ChildSpec};
-use crate::state::{Kernel, Pending, Status, lock, sha256, unix_ms};
-use crate::table::Route;
+use crate::state::{ConnState, Inner, Kernel, LiveRelease, Pending, lock, sha256, unix_ms};
 
 /// How long calls in flight may take to finish when the runtime shuts down (SPEC §4 "drain
 /// calls"); what still runs then is answered `[MCP_UNAVAILABLE]` and cancelled upstream.
@@ -21,620 +20,330 @@ pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
 /// The same when a connector is uninstalled: its user asked for it to be gone.
 pub const UNINSTALL_DRAIN: Duration = Duration::from_secs(2);
 
-/// Messages to a connector actor.
-pub enum Msg {
-    /// Manifest, secrets or connection changed: (re)start a candidate, or stop if not routable.
-    Reload,
-    Committed(u64),
-    /// The generation's tools were refused at commit; the problems, one line.
-    Refused(u64, String),
-    Exited {
-        generation: u64,
-        detail: String,
-    },
-    Report {
-        generation: u64,
-        kind: String,
-        message: String,
-    },
-    StartTimeout(u64),
-    Retry(u64),
-    /// Fence and stop everything, letting calls in flight finish for up to `drain`; the
-    /// actor ends.
-    Stop {
-        reason: String,
-        drain: Duration,
-        done: oneshot::Sender<()>,
-    },
+/// A started worker process, as its actor holds it.
+pub struct WorkerHandle {
+    /// Asks the process to stop, letting calls finish for the given grace period.
+    pub stop: Option<oneshot::Sender<Duration>>,
+    /// Resolves (with an error) once the process is reaped.
+    pub reaped: Option<oneshot::Receiver<()>>,
 }
 
-struct WorkerHandle {
-    started: Instant,
-    stop: Option<oneshot::Sender<Duration>>,
-    /// Resolves (with an error) once the process is reaped.
-    reaped: Option<oneshot::Receiver<()>>,
+/// What a worker is started with.
+pub struct WorkerStart<'a> {
+    pub k: &'a Kernel,
+    pub key: &'a str,
+    pub generation: u64,
+    /// Its identity (only its hash stays in the kernel).
+    pub token: &'a str,
+    pub endpoint: transport::LocalEndpoint,
+    /// Where the process's exit is reported (`Input::Exited`).
+    pub events: mpsc::UnboundedSender<Msg>,
+}
+
+/// Starts worker processes. The real one runs `tutti-upstream-worker` (`spawn.rs`); tests
+/// use a fake.
+pub trait Spawner: Send + Sync + 'static {
+    fn start(&self, w: WorkerStart<'_>) -> Result<WorkerHandle, String>;
+}
+
+/// Starts the actor of `key` with the real spawner and registers its mailbox.
+pub fn start_actor(k: &Arc<Kernel>, key: &str) -> mpsc::UnboundedSender<Msg> {
+    start_actor_with(k, key, Arc::new(ProcessSpawner))
+}
+
+/// Starts the actor of `key` with `spawner`, registers its mailbox and reloads it.
+pub fn start_actor_with(
+    k: &Arc<Kernel>,
+    key: &str,
+    spawner: Arc<dyn Spawner>,
+) -> mpsc::UnboundedSender<Msg> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let actor = Actor {
+        k: k.clone(),
+        key: key.to_string(),
+        tx: tx.clone(),
+        spawner,
+        handles: BTreeMap::new(),
+    };
+    lock(&k.inner).actors.insert(key.to_string(), tx.clone());
+    tokio::spawn(actor.run(rx));
+    let _ = tx.send(Msg::step(Input::Reload));
+    tx
+}
+
+/// Steps the connector `key` with an input that has no process effects (install,
+/// disconnect) and carries them out now, under the caller's lock.
+pub fn step_now(k: &Kernel, inner: &mut Inner, key: &str, input: Input) {
+    for effect in step(k, inner, key, input) {
+        match effect {
+            Effect::Fence { generation, reason } => k.fence(inner, key, generation, &reason),
+            Effect::Audit(event) => k.audit.record(event),
+            other => tracing::error!(key, ?other, "effect without an actor ignored"),
+        }
+    }
+}
+
+/// One step of `key`'s lifecycle with the facts of now.
+fn step(k: &Kernel, inner: &mut Inner, key: &str, input: Input) -> Vec<Effect> {
+    let now = k.now();
+    let mut facts = Facts {
+        now,
+        unix_ms: unix_ms(SystemTime::now()),
+        jitter: f64::from(now.subsec_nanos() % 1000) / 1000.0,
+        installed: view(k, inner, key),
+        table_live: inner.table.live(key).is_some(),
+        next_generation: &mut || k.draw_generation(),
+    };
+    let conn = inner
+        .conns
+        .entry(key.to_string())
+        .or_insert_with(|| ConnState::new(key));
+    conn.life.step(input, &mut facts)
+}
+
+/// The installed connector as the lifecycle needs it; `None` when not installed or its
+/// manifest cannot be read.
+fn view(k: &Kernel, inner: &Inner, key: &str) -> Option<View> {
+    let installed = inner.registry.connectors.get(key)?;
+    let m = inner.manifests.get(key)?;
+    let auth_ready = installed.auth == crate::registry::AuthState::Ready;
+    let waits_for_secrets = installed.upgrade_waits_for_secrets();
+    let names = m.secret_names();
+    // Only a connector that waits for credentials shows which: the store is read then only.
+    let auth_hint = if auth_ready {
+        String::new()
+    } else {
+        let stored = k.secrets.load(key);
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|n| stored.get(*n).is_none_or(|v| v.is_empty()))
+            .cloned()
+            .collect();
+        lifecycle::auth_hint(key, &missing)
+    };
+    Some(View {
+        version: m.version.clone(),
+        release: installed.release_dir.clone(),
+        has_mcp: m.mcp.is_some(),
+        start_ms: m.start_ms,
+        auth_ready,
+        waits_for_secrets,
+        upgrade_pending: installed.previous.is_some(),
+        auth_hint,
+        connect_command: lifecycle::connect_command(key, &names),
+        log_path: k.paths.connector_log(key).display().to_string(),
+    })
 }
 
 struct Actor {
     k: Arc<Kernel>,
     key: String,
     tx: mpsc::UnboundedSender<Msg>,
-    live: Option<u64>,
-    candidate: Option<u64>,
-    workers: std::collections::BTreeMap<u64, WorkerHandle>,
-    tracker: RestartTracker,
-    policy: RestartPolicy,
-    retry_epoch: u64,
-    auth_failed: bool,
-    start_error: Option<String>,
+    spawner: Arc<dyn Spawner>,
+    handles: BTreeMap<u64, WorkerHandle>,
 }
 
-/// Starts the actor of `key` and registers its mailbox.
-pub fn start_actor(k: &Arc<Kernel>, key: &str) -> mpsc::UnboundedSender<Msg> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let actor = Actor {
-        k: k.clone(),
-        key: key.to_string(),
-        tx: tx.clone(),
-        live: None,
-        candidate: None,
-        workers: Default::default(),
-        tracker: RestartTracker::default(),
-        policy: RestartPolicy::default(),
-        retry_epoch: 0,
-        auth_failed: false,
-        start_error: None,
-    };
-    lock(&k.inner).actors.insert(key.to_string(), tx.clone());
-    tokio::spawn(actor.run(rx));
-    let _ = tx.send(Msg::Reload);
-    tx
+/// An effect that runs outside the state lock.
+enum Later {
+    Spawn { generation: u64, token: String },
+    Stop { generation: u64, grace: Duration },
+    StopAll { drain: Duration },
+    Timer { after: Duration, input: Input },
 }
 
 impl Actor {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
         while let Some(msg) = rx.recv().await {
-            match msg {
-                Msg::Reload => {
-                    self.tracker.reset();
-                    self.auth_failed = false;
-                    self.retry_epoch += 1;
-                    self.reload();
-                }
-                Msg::Committed(g) => self.on_committed(g),
-                Msg::Refused(g, problems) => {
-                    if self.candidate == Some(g) {
-                        self.candidate = None;
-                        self.forget_worker(g);
-                        self.stop_worker(g, Duration::ZERO);
-                        self.upgrade_failed(&format!("its tools were refused ({problems})"));
-                    }
-                }
-                Msg::Exited { generation, detail } => self.on_exit(generation, detail),
-                Msg::Report {
-                    generation,
-                    kind,
-                    message,
-                } => self.on_report(generation, &kind, message),
-                Msg::StartTimeout(g) => {
-                    if self.candidate == Some(g) {
-                        let ms = lock(&self.k.inner)
-                            .manifests
-                            .get(&self.key)
-                            .map(|m| m.start_ms)
-                            .unwrap_or(0);
-                        self.start_error = Some(format!(
-                            "upstream did not become ready within startMs = {ms} ms"
-                        ));
-                        self.forget_worker(g);
-                        self.stop_worker(g, Duration::ZERO);
-                    }
-                }
-                Msg::Retry(epoch) => {
-                    if epoch == self.retry_epoch && self.live.is_none() && self.candidate.is_none()
-                    {
-                        self.reload();
-                    }
-                }
-                Msg::Stop {
-                    reason,
-                    drain,
-                    done,
-                } => {
-                    self.stop_all(&reason, drain).await;
-                    let _ = done.send(());
-                    return;
-                }
+            let stop = matches!(msg.input, Input::Stop { .. });
+            let answer = self.handle(msg.input).await;
+            if let Some(reply) = msg.reply {
+                let _ = reply.send(answer.unwrap_or(Ok(())));
+            }
+            if stop {
+                return;
             }
         }
     }
 
-    fn set_status(&self, status: Status, error: Option<String>) {
-        let mut inner = lock(&self.k.inner);
-        let c = inner.conns.entry(self.key.clone()).or_default();
-        c.status = status;
-        if let Some(e) = error {
-            c.last_error = e;
+    /// Steps the lifecycle (and the inputs its effects answer with), carrying out the state
+    /// effects under the lock and the process effects after it.
+    async fn handle(&mut self, input: Input) -> Option<Result<(), String>> {
+        let mut answer = None;
+        let mut later = Vec::new();
+        let mut queue = VecDeque::from([self.redacted(input)]);
+        while let Some(input) = queue.pop_front() {
+            let mut inner = lock(&self.k.inner);
+            for effect in step(&self.k, &mut inner, &self.key, input) {
+                self.apply(&mut inner, effect, &mut queue, &mut later, &mut answer);
+            }
         }
-        if !matches!(status, Status::Restarting | Status::CrashLoop) {
-            c.next_retry_unix_ms = 0;
+        for effect in later {
+            self.run_later(effect).await;
         }
+        answer
     }
 
-    /// Start a candidate when routable; otherwise fence and stop.
-    fn reload(&mut self) {
-        let (manifest, release, auth_ready, waits_for_secrets) = {
-            let inner = lock(&self.k.inner);
-            let Some(installed) = inner.registry.connectors.get(&self.key) else {
-                return;
-            };
-            let Some(m) = inner.manifests.get(&self.key) else {
-                return;
-            };
-            (
-                m.clone(),
-                installed.release_dir.clone(),
-                installed.auth == crate::registry::AuthState::Ready,
-                installed.upgrade_waits_for_secrets(),
-            )
-        };
-        if waits_for_secrets && self.live.is_some() {
-            // An upgrade that needs a secret not stored yet: the live release keeps serving
-            // with its own credentials until `connect` provides it.
-            if let Some(old) = self.candidate.take() {
-                self.forget_worker(old);
-                self.stop_worker(old, Duration::ZERO);
-            }
-            let note = format!(
-                "upgrade to {} waits for its credentials: {}",
-                manifest.version,
-                self.auth_hint(&manifest)
-            );
-            lock(&self.k.inner)
-                .conns
-                .entry(self.key.clone())
-                .or_default()
-                .upgrade_note = note;
-            return;
-        }
-        if !auth_ready {
-            let workers: Vec<u64> = self
-                .live
-                .take()
-                .into_iter()
-                .chain(self.candidate.take())
-                .collect();
-            // Identities first, then the fence: a candidate whose offer arrives now cannot
-            // commit after the fence (a "ready" connector without a worker).
-            for &g in &workers {
-                self.forget_worker(g);
-            }
-            {
-                let mut inner = lock(&self.k.inner);
-                self.k.fence(&mut inner, &self.key, None, "auth required");
-            }
-            for g in workers {
-                self.stop_worker(g, Duration::from_secs(2));
-            }
-            let hint = self.auth_hint(&manifest);
-            self.set_status(Status::AuthRequired, Some(hint));
-            return;
-        }
-        {
-            // Routable again: an auth hint from before no longer applies.
-            let mut inner = lock(&self.k.inner);
-            let c = inner.conns.entry(self.key.clone()).or_default();
-            if matches!(c.status, Status::AuthRequired | Status::AuthFailed) {
-                c.last_error.clear();
-            }
-        }
-        if manifest.mcp.is_none() {
-            // CLI/skills only: no worker; the generation marks the live release.
-            let generation = self.k.next_generation();
-            let mut inner = lock(&self.k.inner);
-            let route = Route {
-                key: self.key.clone(),
-                name: manifest.name.clone(),
+    /// Texts from workers are redacted once, as they enter (they are shown by `status`).
+    fn redacted(&self, input: Input) -> Input {
+        match input {
+            Input::Exited { generation, detail } => Input::Exited {
                 generation,
-                endpoint: String::new(),
-                call_timeout_ms: manifest.call_ms,
-                has_cli: manifest.cli.is_some(),
-                has_mcp: false,
-                tools: Vec::new(),
-            };
-            let now = self.k.now();
-            self.k.settle_upgrade(&mut inner, &self.key, &release);
-            inner.live_releases.insert(
-                self.key.clone(),
-                crate::state::LiveRelease {
-                    release_dir: release.clone(),
-                    manifest: manifest.clone(),
-                },
-            );
-            if let Some((rev, change)) = inner.table.commit(route, now) {
-                self.k.publish(rev, change);
-            }
-            let c = inner.conns.entry(self.key.clone()).or_default();
-            c.status = Status::Ready;
-            c.last_error.clear();
-            return;
+                detail: self.k.redact(&detail),
+            },
+            Input::Report {
+                generation,
+                kind,
+                message,
+            } => Input::Report {
+                generation,
+                kind,
+                message: self.k.redact(&message),
+            },
+            other => other,
         }
-        if let Some(old) = self.candidate.take() {
-            // Its identity goes first: a superseded candidate must not commit after all.
-            self.forget_worker(old);
-            self.stop_worker(old, Duration::ZERO);
-        }
-        self.spawn_candidate(&manifest, &release);
     }
 
-    fn spawn_candidate(&mut self, manifest: &crate::manifest::Manifest, release: &std::path::Path) {
-        let generation = self.k.next_generation();
-        let token = match crate::tokens::new_token() {
-            Ok(t) => t,
-            Err(e) => {
-                self.set_status(
-                    Status::Failed,
-                    Some(format!("cannot draw random bytes: {e}")),
-                );
-                return;
+    fn apply(
+        &self,
+        inner: &mut Inner,
+        effect: Effect,
+        queue: &mut VecDeque<Input>,
+        later: &mut Vec<Later>,
+        answer: &mut Option<Result<(), String>>,
+    ) {
+        let (k, key) = (&self.k, self.key.as_str());
+        match effect {
+            Effect::Spawn {
+                generation,
+                release,
+            } => match self.identity(inner, generation, release) {
+                Ok(token) => later.push(Later::Spawn { generation, token }),
+                Err(detail) => queue.push_back(Input::Exited { generation, detail }),
+            },
+            Effect::StartTimer { generation, after } => later.push(Later::Timer {
+                after,
+                input: Input::StartTimeout(generation),
+            }),
+            Effect::RetryAfter { epoch, after } => later.push(Later::Timer {
+                after,
+                input: Input::Retry(epoch),
+            }),
+            Effect::Stop { generation, grace } => later.push(Later::Stop { generation, grace }),
+            Effect::StopAll { drain } => later.push(Later::StopAll { drain }),
+            Effect::Forget { generation } => {
+                if let Some(c) = inner.conns.get_mut(key) {
+                    c.workers.remove(&generation);
+                }
             }
+            Effect::ForgetAll => {
+                if let Some(c) = inner.conns.get_mut(key) {
+                    c.workers.clear();
+                }
+            }
+            Effect::Fence { generation, reason } => k.fence(inner, key, generation, &reason),
+            Effect::Commit {
+                generation,
+                tools,
+                release,
+            } => k.commit(inner, key, generation, tools, release),
+            Effect::Abandon { why } => {
+                let note = k.abandon_upgrade(inner, key, &why);
+                queue.push_back(Input::Abandoned {
+                    note,
+                    why: k.redact(&why),
+                });
+            }
+            Effect::Audit(event) => k.audit.record(event),
+            Effect::Answer(a) => *answer = Some(a),
+        }
+    }
+
+    /// Draws the identity of a new worker and records it (with the release it runs) before
+    /// the process exists; returns its token.
+    fn identity(
+        &self,
+        inner: &mut Inner,
+        generation: u64,
+        release_dir: std::path::PathBuf,
+    ) -> Result<String, String> {
+        self.k.reserve_generation(inner, generation);
+        let token =
+            crate::tokens::new_token().map_err(|e| format!("cannot draw random bytes: {e}"))?;
+        let Some(manifest) = inner.manifests.get(&self.key).cloned() else {
+            return Err("the installed manifest is gone".into());
         };
         let endpoint = transport::worker_endpoint(&self.k.paths.state, generation);
-        let log = crate::housekeeping::open_log(&self.k.paths.connector_log(&self.key)).ok();
-        let mut env: Vec<(String, String)> = self
-            .k
-            .base_env
-            .iter()
-            .filter(|(k, _)| {
-                matches!(
-                    k.as_str(),
-                    "PATH" | "HOME" | "SystemRoot" | "TEMP" | "TMPDIR"
-                )
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        env.push(("TUTTI_WORKER_KEY".into(), self.key.clone()));
-        env.push(("TUTTI_WORKER_GENERATION".into(), generation.to_string()));
-        env.push(("TUTTI_WORKER_TOKEN".into(), token.clone()));
-        if let Ok(l) = std::env::var("TUTTI_WORKER_LOG") {
-            env.push(("RUST_LOG".into(), l));
-        }
-        let program = self.k.paths.sibling("tutti-upstream-worker");
-        let spec = ChildSpec {
-            program: &program,
-            // The key (not secret) only so that `ps` tells workers apart.
-            args: vec![
-                "--state-dir".into(),
-                self.k.paths.state.to_string_lossy().into_owned(),
-                "--key".into(),
-                self.key.clone(),
-            ],
-            env,
-            stderr: log,
-            death_signal_term: true,
-            listener: None,
-        };
-        {
-            let mut inner = lock(&self.k.inner);
-            let c = inner.conns.entry(self.key.clone()).or_default();
-            c.workers.insert(
-                generation,
-                Pending {
-                    token_hash: sha256(&token),
-                    endpoint: endpoint.to_string(),
-                    release: crate::state::LiveRelease {
-                        release_dir: release.to_path_buf(),
-                        manifest: manifest.clone(),
-                    },
+        let conn = inner
+            .conns
+            .entry(self.key.clone())
+            .or_insert_with(|| ConnState::new(&self.key));
+        conn.workers.insert(
+            generation,
+            Pending {
+                token_hash: sha256(&token),
+                endpoint: endpoint.to_string(),
+                release: LiveRelease {
+                    release_dir,
+                    manifest,
                 },
-            );
-            if self.live.is_none() {
-                c.status = if c.restarts > 0 {
-                    Status::Restarting
-                } else {
-                    Status::Starting
-                };
-            }
-        }
-        let child = match spawn::spawn(spec) {
-            Ok(c) => c,
-            Err(e) => {
-                self.forget_worker(generation);
-                let _ = self.tx.send(Msg::Exited {
-                    generation,
-                    detail: format!("cannot start {}: {e}", program.display()),
-                });
-                self.candidate = Some(generation);
-                self.workers.insert(
-                    generation,
-                    WorkerHandle {
-                        started: Instant::now(),
-                        stop: None,
-                        reaped: None,
-                    },
-                );
-                return;
-            }
-        };
-        tracing::info!(key = %self.key, generation, pid = child.id(), "worker spawned");
-        let (stop_tx, stop_rx) = oneshot::channel();
-        let (reaped_tx, reaped_rx) = oneshot::channel();
-        tokio::spawn(watch_worker(
-            self.tx.clone(),
-            child,
-            generation,
-            endpoint,
-            stop_rx,
-            reaped_tx,
-        ));
-        self.candidate = Some(generation);
-        self.start_error = None;
-        self.workers.insert(
-            generation,
-            WorkerHandle {
-                started: Instant::now(),
-                stop: Some(stop_tx),
-                reaped: Some(reaped_rx),
             },
         );
-        let tx = self.tx.clone();
-        let deadline = Duration::from_millis(u64::from(manifest.start_ms)) + Duration::from_secs(2);
-        tokio::spawn(async move {
-            tokio::time::sleep(deadline).await;
-            let _ = tx.send(Msg::StartTimeout(generation));
-        });
+        Ok(token)
     }
 
-    fn on_committed(&mut self, g: u64) {
-        if self.candidate != Some(g) {
-            return;
-        }
-        self.candidate = None;
-        if let Some(old) = self.live.replace(g) {
-            // Update: the old generation drains its in-flight calls, then stops.
-            self.forget_worker(old);
-            self.stop_worker(old, Duration::from_secs(10));
-        }
-    }
-
-    fn on_report(&mut self, g: u64, kind: &str, message: String) {
-        let message = self.k.redact(&message);
-        match kind {
-            "auth_failed" if self.candidate == Some(g) && self.upgrade_pending() => {
-                // A new release whose upstream refuses the stored credentials (another
-                // server, another scope): the upgrade failed; the release it replaces, which
-                // these credentials work for, stays.
-                self.candidate = None;
-                self.forget_worker(g);
-                self.stop_worker(g, Duration::ZERO);
-                self.upgrade_failed(&format!(
-                    "its upstream refused the stored credentials ({message})"
-                ));
-            }
-            "auth_failed" => {
-                self.auth_failed = true;
-                // The stored credentials are the ones refused, so no generation goes on
-                // serving (one started with older credentials would answer an agent that is
-                // told the connector needs auth): fence every generation, then stop them.
-                let connect = {
-                    let mut inner = lock(&self.k.inner);
-                    self.k.fence(
-                        &mut inner,
-                        &self.key,
-                        None,
-                        "upstream refused the credentials",
-                    );
-                    let names = inner
-                        .manifests
-                        .get(&self.key)
-                        .map(|m| m.secret_names())
-                        .unwrap_or_default();
-                    connect_command(&self.key, &names)
-                };
-                tracing::warn!(key = %self.key, generation = g, "upstream refused the credentials");
-                for worker in self.live.take().into_iter().chain(self.candidate.take()) {
-                    self.forget_worker(worker);
-                    self.stop_worker(worker, Duration::from_secs(2));
+    async fn run_later(&mut self, effect: Later) {
+        match effect {
+            Later::Spawn { generation, token } => self.spawn(generation, &token),
+            Later::Stop { generation, grace } => {
+                if let Some(stop) = self
+                    .handles
+                    .get_mut(&generation)
+                    .and_then(|h| h.stop.take())
+                {
+                    let _ = stop.send(grace);
                 }
-                let hint = format!("{message}; run `{connect}` again");
-                self.set_status(Status::AuthFailed, Some(hint));
             }
-            "start_failed" | "upstream_exited" => {
-                self.start_error = Some(message);
+            Later::StopAll { drain } => self.stop_all(drain).await,
+            Later::Timer { after, input } => {
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = tx.send(Msg::step(input));
+                });
             }
-            "upstream_reinitialized" => {
-                // The generation goes on serving through a new upstream session: counted
-                // and recorded, nothing fenced.
+        }
+    }
+
+    fn spawn(&mut self, generation: u64, token: &str) {
+        let endpoint = transport::worker_endpoint(&self.k.paths.state, generation);
+        let started = self.spawner.start(WorkerStart {
+            k: &self.k,
+            key: &self.key,
+            generation,
+            token,
+            endpoint,
+            events: self.tx.clone(),
+        });
+        match started {
+            Ok(handle) => {
+                self.handles.insert(generation, handle);
+            }
+            Err(detail) => {
                 if let Some(c) = lock(&self.k.inner).conns.get_mut(&self.key) {
-                    c.reinitializations += 1;
+                    c.workers.remove(&generation);
                 }
-                self.k.audit.record(
-                    "reinit",
-                    serde_json::json!({"connector": self.key, "generation": g, "reason": message}),
-                );
-                tracing::warn!(key = %self.key, generation = g, reason = %message, "upstream session re-initialized");
-            }
-            "upstream_unavailable" => {
-                // Fenced now (calls end at once with [MCP_UNAVAILABLE]); the worker's exit,
-                // which follows, restarts it like a crash, with backoff.
-                let reason = format!("upstream unavailable: {message}");
-                if self.live == Some(g) {
-                    let mut inner = lock(&self.k.inner);
-                    self.k.fence(&mut inner, &self.key, Some(g), &reason);
-                }
-                self.start_error = Some(reason);
-            }
-            "non_json_stdout" => {}
-            _ => tracing::debug!(key = %self.key, kind, "worker report"),
-        }
-    }
-
-    fn on_exit(&mut self, g: u64, detail: String) {
-        let Some(handle) = self.workers.remove(&g) else {
-            return;
-        };
-        self.forget_worker(g);
-        // Without a report from the worker all the kernel saw is the exit status: say where
-        // the worker and its upstream wrote why.
-        let detail = self.start_error.take().unwrap_or_else(|| {
-            format!(
-                "{detail}; see {}",
-                self.k.paths.connector_log(&self.key).display()
-            )
-        });
-        let was_live = self.live == Some(g);
-        let was_candidate = self.candidate == Some(g);
-        if was_live {
-            self.live = None;
-            let mut inner = lock(&self.k.inner);
-            self.k
-                .fence(&mut inner, &self.key, Some(g), "worker exited");
-        } else if was_candidate {
-            self.candidate = None;
-        } else {
-            return; // an old generation we stopped on purpose
-        }
-        // Redacted once, and only when shown (it reads every stored secret): status, the log
-        // line and the upgrade error all show this text.
-        let reason = self.k.redact(&detail);
-        if self.auth_failed {
-            return;
-        }
-        if was_candidate && self.upgrade_failed(&format!("it did not start ({reason})")) {
-            return;
-        }
-        if self.live.is_some() {
-            // A failed upgrade candidate: the live generation stays.
-            lock(&self.k.inner)
-                .conns
-                .entry(self.key.clone())
-                .or_default()
-                .last_error = format!("new generation failed to start: {reason}");
-            return;
-        }
-        if lock(&self.k.inner)
-            .conns
-            .get(&self.key)
-            .is_some_and(|c| c.status == Status::Failed)
-            && was_candidate
-        {
-            return; // refused at commit: retrying cannot help until the release changes
-        }
-        let uptime = handle.started.elapsed();
-        let jitter = f64::from(self.k.now().subsec_nanos() % 1000) / 1000.0;
-        let decision = self
-            .tracker
-            .on_exit(&self.policy, self.k.now(), uptime, was_live, jitter);
-        self.retry_epoch += 1;
-        let epoch = self.retry_epoch;
-        let (status, delay) = match decision {
-            Decision::RestartAfter(d) => (Status::Restarting, d),
-            Decision::GiveUp => (Status::CrashLoop, self.policy.crash_loop_retry),
-        };
-        {
-            let mut inner = lock(&self.k.inner);
-            let c = inner.conns.entry(self.key.clone()).or_default();
-            c.status = status;
-            c.restarts += 1;
-            c.last_error = reason.clone();
-            c.next_retry_unix_ms = unix_ms(SystemTime::now() + delay);
-        }
-        tracing::warn!(key = %self.key, generation = g, %reason, ?delay, status = status.as_str(), "worker exited");
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let _ = tx.send(Msg::Retry(epoch));
-        });
-    }
-
-    /// Whether an installed upgrade has not committed yet (the registry names its fallback).
-    fn upgrade_pending(&self) -> bool {
-        lock(&self.k.inner)
-            .registry
-            .connectors
-            .get(&self.key)
-            .is_some_and(|c| c.previous.is_some())
-    }
-
-    /// What `status` shows for `auth_required`: which secrets are missing and the command
-    /// that stores them, or that the connector was disconnected.
-    fn auth_hint(&self, manifest: &crate::manifest::Manifest) -> String {
-        let stored = self.k.secrets.load(&self.key);
-        let missing: Vec<String> = manifest
-            .secret_names()
-            .into_iter()
-            .filter(|n| stored.get(n).is_none_or(|v| v.is_empty()))
-            .collect();
-        if missing.is_empty() {
-            return format!(
-                "disconnected; run `{}` to route it again",
-                connect_command(&self.key, &[])
-            );
-        }
-        format!(
-            "needs {}; run `{}`",
-            missing.join(", "),
-            connect_command(&self.key, &missing)
-        )
-    }
-
-    /// A candidate failed before its first commit. If it was an upgrade's, the release the
-    /// upgrade replaced is current again (registry and manifest) and, when no generation is
-    /// live, started at once; `status` says what happened. False when it was no upgrade.
-    fn upgrade_failed(&mut self, why: &str) -> bool {
-        let abandoned = {
-            let mut inner = lock(&self.k.inner);
-            let note = self.k.abandon_upgrade(&mut inner, &self.key, why);
-            if note.is_some() {
-                // The note (shown by `status`) carries the reason; the candidate's own error
-                // line would only repeat it.
-                inner
-                    .conns
-                    .entry(self.key.clone())
-                    .or_default()
-                    .last_error
-                    .clear();
-            }
-            note.is_some()
-        };
-        if !abandoned {
-            return false;
-        }
-        if self.live.is_none() {
-            self.tracker.reset();
-            self.reload();
-        }
-        true
-    }
-
-    /// Revokes generation `g`'s identity: its RPCs are refused from now on.
-    fn forget_worker(&self, g: u64) {
-        if let Some(c) = lock(&self.k.inner).conns.get_mut(&self.key) {
-            c.workers.remove(&g);
-        }
-    }
-
-    fn stop_worker(&mut self, g: u64, grace: Duration) {
-        if let Some(h) = self.workers.get_mut(&g)
-            && let Some(stop) = h.stop.take()
-        {
-            let _ = stop.send(grace);
-        }
-    }
-
-    async fn stop_all(&mut self, reason: &str, drain: Duration) {
-        {
-            let mut inner = lock(&self.k.inner);
-            self.k.fence(&mut inner, &self.key, None, reason);
-            if let Some(c) = inner.conns.get_mut(&self.key) {
-                c.workers.clear();
-                c.status = Status::Stopped;
+                let _ = self
+                    .tx
+                    .send(Msg::step(Input::Exited { generation, detail }));
             }
         }
-        self.live = None;
-        self.candidate = None;
+    }
+
+    /// Every watcher drops its sender once the process is reaped and its group swept (a
+    /// worker gets `drain`, then SIGTERM and SIGKILL after 2 s each).
+    async fn stop_all(&mut self, drain: Duration) {
         let mut reaped = Vec::new();
-        for (_, mut h) in std::mem::take(&mut self.workers) {
+        for (_, mut h) in std::mem::take(&mut self.handles) {
             if let Some(stop) = h.stop.take() {
                 let _ = stop.send(drain);
             }
@@ -642,8 +351,6 @@ impl Actor {
                 reaped.push(r);
             }
         }
-        // Every watcher drops its sender once the process is reaped and its group swept
-        // (a worker gets `drain`, then SIGTERM and SIGKILL after 2 s each).
         let _ = tokio::time::timeout(
             drain + Duration::from_secs(6),
             futures_util::future::join_all(reaped),
@@ -652,10 +359,62 @@ impl Actor {
     }
 }
 
-/// `tutti connector connect KEY --from-env NAME…`: the command that stores `names`.
-fn connect_command(key: &str, names: &[String]) -> String {
-    let flags: String = names.iter().map(|n| format!(" --from-env {n}")).collect();
-    format!("tutti connector connect {key}{flags}")
+/// The real spawner: `tutti-upstream-worker` as a child process, watched by its own task.
+struct ProcessSpawner;
+
+impl Spawner for ProcessSpawner {
+    fn start(&self, w: WorkerStart<'_>) -> Result<WorkerHandle, String> {
+        let log = crate::housekeeping::open_log(&w.k.paths.connector_log(w.key)).ok();
+        let mut env: Vec<(String, String)> =
+            w.k.base_env
+                .iter()
+                .filter(|(k, _)| {
+                    matches!(
+                        k.as_str(),
+                        "PATH" | "HOME" | "SystemRoot" | "TEMP" | "TMPDIR"
+                    )
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+        env.push(("TUTTI_WORKER_KEY".into(), w.key.to_string()));
+        env.push(("TUTTI_WORKER_GENERATION".into(), w.generation.to_string()));
+        env.push(("TUTTI_WORKER_TOKEN".into(), w.token.to_string()));
+        if let Ok(l) = std::env::var("TUTTI_WORKER_LOG") {
+            env.push(("RUST_LOG".into(), l));
+        }
+        let program = w.k.paths.sibling("tutti-upstream-worker");
+        let spec = ChildSpec {
+            program: &program,
+            // The key (not secret) only so that `ps` tells workers apart.
+            args: vec![
+                "--state-dir".into(),
+                w.k.paths.state.to_string_lossy().into_owned(),
+                "--key".into(),
+                w.key.to_string(),
+            ],
+            env,
+            stderr: log,
+            death_signal_term: true,
+            listener: None,
+        };
+        let child =
+            spawn::spawn(spec).map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+        tracing::info!(key = %w.key, generation = w.generation, pid = child.id(), "worker spawned");
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (reaped_tx, reaped_rx) = oneshot::channel();
+        tokio::spawn(watch_worker(
+            w.events,
+            child,
+            w.generation,
+            w.endpoint,
+            stop_rx,
+            reaped_tx,
+        ));
+        Ok(WorkerHandle {
+            stop: Some(stop_tx),
+            reaped: Some(reaped_rx),
+        })
+    }
 }
 
 /// Owns one worker process: reports its exit; on request stops it (gRPC Shutdown, then
@@ -695,7 +454,7 @@ async fn watch_worker(
     // A worker killed by a signal cannot remove its socket file; nobody dials it again.
     transport::remove_endpoint(&endpoint);
     drop(reaped);
-    let _ = tx.send(Msg::Exited { generation, detail });
+    let _ = tx.send(Msg::step(Input::Exited { generation, detail }));
 }
 
 /// Asks the worker to drain and exit. Bounded by the grace period (plus a second to
@@ -716,4 +475,189 @@ async fn ask_shutdown(endpoint: transport::LocalEndpoint, generation: u64, grace
             .ok()
     };
     let _ = tokio::time::timeout(grace + Duration::from_secs(1), fut).await;
+}
+
+#[cfg(test)]
+mod tests {
+    //! The interpreter over a fake spawner: no process runs.
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::registry::{AuthState, Installed, Registry};
+
+    /// Records every start; `fail` makes starts fail. A stopped worker reports its exit.
+    #[derive(Default)]
+    struct FakeSpawner {
+        started: Mutex<Vec<u64>>,
+        stopped: Arc<Mutex<Vec<(u64, Duration)>>>,
+        fail: bool,
+    }
+
+    impl Spawner for FakeSpawner {
+        fn start(&self, w: WorkerStart<'_>) -> Result<WorkerHandle, String> {
+            if self.fail {
+                return Err("cannot start the worker: no such file".into());
+            }
+            lock(&self.started).push(w.generation);
+            let (stop_tx, stop_rx) = oneshot::channel::<Duration>();
+            let (reaped_tx, reaped_rx) = oneshot::channel::<()>();
+            let (generation, events, stopped) = (w.generation, w.events, self.stopped.clone());
+            tokio::spawn(async move {
+                if let Ok(grace) = stop_rx.await {
+                    lock(&stopped).push((generation, grace));
+                    drop(reaped_tx);
+                    let detail = "stopped".to_string();
+                    let _ = events.send(Msg::step(Input::Exited { generation, detail }));
+                }
+            });
+            Ok(WorkerHandle {
+                stop: Some(stop_tx),
+                reaped: Some(reaped_rx),
+            })
+        }
+    }
+
+    /// A kernel in a temporary state dir with one installed stdio connector `k`.
+    fn kernel(dir: &std::path::Path) -> Arc<Kernel> {
+        let release = dir.join("release");
+        std::fs::create_dir_all(&release).expect("release dir");
+        let manifest = serde_json::json!({
+            "key": "k", "name": "K", "description": "d", "version": "1.0.0",
+            "mcp": {"transport": "stdio", "command": "/bin/true"}
+        });
+        std::fs::write(release.join("connector.json"), manifest.to_string()).expect("manifest");
+        let mut registry = Registry {
+            generation_ceiling: 5000,
+            ..Registry::default()
+        };
+        registry.connectors.insert(
+            "k".into(),
+            Installed {
+                version: "1.0.0".into(),
+                sha256: "0".into(),
+                release_dir: release.clone(),
+                installed_at_unix: 0,
+                confirmed_launch: vec![],
+                allow_commands: vec![],
+                allow_env: vec![],
+                auth: AuthState::Ready,
+                connected: true,
+                previous: None,
+            },
+        );
+        let manifests = [(
+            "k".to_string(),
+            crate::manifest::load(&release).expect("valid manifest"),
+        )]
+        .into();
+        let paths = crate::paths::Paths {
+            state: dir.to_path_buf(),
+            libexec: dir.to_path_buf(),
+        };
+        std::fs::create_dir_all(paths.logs()).expect("logs dir");
+        let secrets = crate::secrets::SecretStore::open(dir).expect("secret store");
+        Kernel::new(paths, secrets, registry, manifests)
+    }
+
+    /// Waits (up to 5 s) until `f` holds.
+    async fn until(what: &str, mut f: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting until {what}");
+    }
+
+    fn status(k: &Kernel) -> lifecycle::Status {
+        lock(&k.inner)
+            .conns
+            .get("k")
+            .map(|c| c.life.status())
+            .expect("connector state")
+    }
+
+    async fn offer(tx: &mpsc::UnboundedSender<Msg>, generation: u64) -> Result<(), String> {
+        let (reply, answer) = oneshot::channel();
+        let tools = Ok(Vec::new());
+        let input = Input::Offer { generation, tools };
+        let _ = tx.send(Msg {
+            input,
+            reply: Some(reply),
+        });
+        answer.await.expect("an answer")
+    }
+
+    #[tokio::test]
+    async fn a_started_worker_gets_an_identity_and_its_offer_commits() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let k = kernel(dir.path());
+        let spawner = Arc::new(FakeSpawner::default());
+        let tx = start_actor_with(&k, "k", spawner.clone());
+        until("a worker starts", || !lock(&spawner.started).is_empty()).await;
+        let g = lock(&spawner.started)[0];
+        assert!(lock(&k.inner).conns["k"].workers.contains_key(&g));
+        assert_eq!(status(&k), lifecycle::Status::Starting);
+        assert_eq!(offer(&tx, g).await, Ok(()));
+        assert_eq!(
+            lock(&k.inner).table.live("k").map(|r| r.generation),
+            Some(g)
+        );
+        assert_eq!(status(&k), lifecycle::Status::Ready);
+        // A generation the actor never started cannot commit.
+        assert!(offer(&tx, g + 100).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_cannot_start_is_retried_with_the_reason_shown() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let k = kernel(dir.path());
+        let spawner = Arc::new(FakeSpawner {
+            fail: true,
+            ..FakeSpawner::default()
+        });
+        start_actor_with(&k, "k", spawner);
+        until("the start failure is seen", || {
+            lock(&k.inner)
+                .conns
+                .get("k")
+                .is_some_and(|c| c.life.restarts() > 0)
+        })
+        .await;
+        let inner = lock(&k.inner);
+        let c = &inner.conns["k"];
+        assert_eq!(c.life.status(), lifecycle::Status::Restarting);
+        assert!(
+            c.life.last_error().contains("no such file"),
+            "{}",
+            c.life.last_error()
+        );
+        assert!(c.workers.is_empty(), "its identity was revoked");
+    }
+
+    #[tokio::test]
+    async fn stop_fences_and_waits_for_every_worker() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let k = kernel(dir.path());
+        let spawner = Arc::new(FakeSpawner::default());
+        let tx = start_actor_with(&k, "k", spawner.clone());
+        until("a worker starts", || !lock(&spawner.started).is_empty()).await;
+        let g = lock(&spawner.started)[0];
+        assert_eq!(offer(&tx, g).await, Ok(()));
+        let (reply, done) = oneshot::channel();
+        let input = Input::Stop {
+            reason: "uninstalled".into(),
+            drain: UNINSTALL_DRAIN,
+        };
+        let _ = tx.send(Msg {
+            input,
+            reply: Some(reply),
+        });
+        assert_eq!(done.await.expect("stopped"), Ok(()));
+        assert_eq!(lock(&spawner.stopped).as_slice(), &[(g, UNINSTALL_DRAIN)]);
+        assert!(lock(&k.inner).table.live("k").is_none());
+        assert_eq!(status(&k), lifecycle::Status::Stopped);
+        assert!(lock(&k.inner).conns["k"].workers.is_empty());
+    }
 }
