@@ -39,6 +39,7 @@ pub use housekeeping::open_log;
 pub use paths::create_private_dir;
 pub use paths::default_state_dir;
 use tutti_proto::kernel::kernel_server::KernelServer;
+use tutti_proto::rules::timing;
 use tutti_proto::transport;
 #[cfg(windows)]
 pub use winservice::{SERVICE_NAME, run_service};
@@ -75,12 +76,7 @@ pub async fn run_until(
     };
     // A missing sibling is an installation problem no restart fixes: say so and stop,
     // rather than retry a frontend that can never start.
-    for name in [
-        "tutti-mcp-frontend",
-        "tutti-shim-manager",
-        "tutti-upstream-worker",
-        "tutti-shim",
-    ] {
+    for name in paths::SIBLINGS {
         let path = paths.sibling(name);
         if !path.is_file() {
             return Err(KernelError::MissingBinary { path });
@@ -166,14 +162,14 @@ pub async fn run_until(
         _ = stop => {}
     }
     shutdown(&k).await;
-    // The frontend was told to stop when the shutdown began (it drains up to 12 s, then is
-    // killed at 14 s): this only waits for what is left of that.
-    let _ = tokio::time::timeout(Duration::from_secs(16), async {
+    // The frontend was told to stop when the shutdown began (it drains, then is killed:
+    // `timing::SERVICE_KILL`): this only waits for what is left of that.
+    let _ = tokio::time::timeout(timing::SERVICES_WAIT, async {
         let _ = frontend.await;
         let _ = shims.await;
     })
     .await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    let _ = tokio::time::timeout(timing::KERNEL_SERVER_STOP, server).await;
     let _ = std::fs::remove_file(endpoint.as_str());
     // The frontend is gone: its URL must not outlive it for a reader of run/.
     let _ = std::fs::remove_file(paths.frontend_json());
@@ -425,7 +421,7 @@ async fn shutdown(k: &Arc<Kernel>) {
         waits.push(wait);
     }
     let _ = tokio::time::timeout(
-        supervisor::SHUTDOWN_DRAIN + Duration::from_secs(10),
+        timing::CONNECTORS_WAIT,
         futures_util::future::join_all(waits),
     )
     .await;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tonic::Status;
 use tutti_proto::kernel as pb;
+use tutti_proto::rules::child_env;
 
 use crate::manifest::{self, Manifest};
 use crate::naming::local_name;
@@ -110,18 +111,8 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     );
     let program = k.paths.sibling("tutti-upstream-worker");
     let log = crate::housekeeping::open_log(&k.paths.logs().join(format!("probe-{key}.log"))).ok();
-    let env = vec![
-        (
-            "PATH".to_string(),
-            k.base_env.get("PATH").cloned().unwrap_or_default(),
-        ),
-        ("TUTTI_WORKER_KEY".to_string(), key.clone()),
-        (
-            "TUTTI_WORKER_GENERATION".to_string(),
-            generation.to_string(),
-        ),
-        ("TUTTI_WORKER_TOKEN".to_string(), token),
-    ];
+    // The same environment as a supervised worker (it starts the upstream the same way).
+    let env = child_env::worker(child_env::from_process, &key, generation, &token);
     let spawned = spawn::spawn(ChildSpec {
         program: &program,
         args: vec![

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc, watch};
 use tutti_proto::kernel as pb;
+use tutti_proto::rules::child_env;
 
 use crate::manifest::{Auth, Manifest, Mcp};
 use crate::paths::Paths;
@@ -544,19 +545,9 @@ pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
     }
 }
 
+/// The base environment of an upstream ([`child_env::ChildKind::Upstream`]).
 fn base_env() -> BTreeMap<String, String> {
-    let names: &[&str] = if cfg!(windows) {
-        &["PATH", "SystemRoot", "USERPROFILE", "TEMP", "PATHEXT"]
-    } else {
-        &["PATH", "HOME", "LANG", "TMPDIR"]
-    };
-    let mut env = BTreeMap::new();
-    for n in names {
-        if let Ok(v) = std::env::var(n) {
-            env.insert((*n).to_string(), v);
-        }
-    }
-    env.entry("PATH".into())
-        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
-    env
+    child_env::inherited(child_env::ChildKind::Upstream, child_env::from_process)
+        .into_iter()
+        .collect()
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
+use tutti_proto::rules::{child_env, timing};
 use tutti_proto::transport;
 use tutti_proto::worker as wpb;
 
@@ -17,7 +18,7 @@ use crate::table::Route;
 
 /// How long calls in flight may take to finish when the runtime shuts down (SPEC §4 "drain
 /// calls"); what still runs then is answered `[MCP_UNAVAILABLE]` and cancelled upstream.
-pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+pub const SHUTDOWN_DRAIN: Duration = timing::WORKER_DRAIN;
 /// The same when a connector is uninstalled: its user asked for it to be gone.
 pub const UNINSTALL_DRAIN: Duration = Duration::from_secs(2);
 
@@ -281,24 +282,7 @@ impl Actor {
         };
         let endpoint = transport::worker_endpoint(&self.k.paths.state, generation);
         let log = crate::housekeeping::open_log(&self.k.paths.connector_log(&self.key)).ok();
-        let mut env: Vec<(String, String)> = self
-            .k
-            .base_env
-            .iter()
-            .filter(|(k, _)| {
-                matches!(
-                    k.as_str(),
-                    "PATH" | "HOME" | "SystemRoot" | "TEMP" | "TMPDIR"
-                )
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        env.push(("TUTTI_WORKER_KEY".into(), self.key.clone()));
-        env.push(("TUTTI_WORKER_GENERATION".into(), generation.to_string()));
-        env.push(("TUTTI_WORKER_TOKEN".into(), token.clone()));
-        if let Ok(l) = std::env::var("TUTTI_WORKER_LOG") {
-            env.push(("RUST_LOG".into(), l));
-        }
+        let env = child_env::worker(child_env::from_process, &self.key, generation, &token);
         let program = self.k.paths.sibling("tutti-upstream-worker");
         let spec = ChildSpec {
             program: &program,

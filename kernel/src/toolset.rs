@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
+use tutti_proto::rules::mcp_header;
 
 use crate::naming::local_name;
 
@@ -245,12 +246,12 @@ fn check_refs(schema: &Value) -> Result<(), String> {
     })
 }
 
-/// SEP-2243: `x-mcp-header` only on string/integer/boolean properties reachable through
-/// `properties` alone; names are RFC 9110 tokens, unique case-insensitively.
+/// SEP-2243 ([`mcp_header`]): `x-mcp-header` only on string/integer/boolean properties
+/// reachable through `properties` alone; names are RFC 9110 tokens, unique case-insensitively.
 fn check_mcp_headers(schema: &Value) -> Result<(), String> {
     let mut names = HashSet::new();
     visit_subschemas(schema, true, &mut |node, reachable| {
-        let Some(h) = node.get("x-mcp-header") else {
+        let Some(h) = node.get(mcp_header::KEYWORD) else {
             return Ok(());
         };
         let name = h.as_str().unwrap_or("");
@@ -259,14 +260,14 @@ fn check_mcp_headers(schema: &Value) -> Result<(), String> {
                 "x-mcp-header {h} must be on a property reachable only through \"properties\""
             ));
         }
-        if name.is_empty() || !name.bytes().all(is_tchar) {
+        if !mcp_header::is_token(name) {
             return Err(format!("x-mcp-header {h} is not a valid header name token"));
         }
-        if !names.insert(name.to_ascii_lowercase()) {
+        if !names.insert(mcp_header::header_key(name)) {
             return Err(format!("x-mcp-header {h} is declared twice"));
         }
-        let ty = node.get("type").and_then(Value::as_str).unwrap_or("");
-        if !matches!(ty, "string" | "integer" | "boolean") {
+        let ty = node.get("type").and_then(Value::as_str);
+        if !mcp_header::ParamKind::of_type(ty).is_allowed() {
             return Err(format!(
                 "x-mcp-header {h} must be on a string, integer or boolean property"
             ));
@@ -336,11 +337,6 @@ fn visit_subschemas(
         }
     }
     Ok(())
-}
-
-/// An RFC 9110 token character (header names).
-pub(crate) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{JsonType, ValidationError, Validator};
 use serde_json::Value;
+use tutti_proto::rules::mcp_header;
 
 /// At most this many lines in one `invalid_arguments` text.
 const MAX_ERROR_LINES: usize = 10;
@@ -208,15 +209,9 @@ fn describe_build_error(error: &ValidationError<'_>) -> String {
     )
 }
 
-/// The JSON type an `x-mcp-header` parameter declares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ParamKind {
-    String,
-    Integer,
-    Boolean,
-    /// No (or another) `type`: compared by its JSON text.
-    Other,
-}
+/// The JSON type an `x-mcp-header` parameter declares (no or another `type`: compared by
+/// its JSON text).
+pub(crate) use tutti_proto::rules::mcp_header::ParamKind;
 
 /// One `Mcp-Param-<name>` header a tool's schema declares with `x-mcp-header`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -243,16 +238,11 @@ fn collect(schema: &Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
     };
     for (name, property) in properties {
         path.push(name.clone());
-        if let Some(header) = property.get("x-mcp-header").and_then(Value::as_str) {
-            let kind = match property.get("type").and_then(Value::as_str) {
-                Some("string") => ParamKind::String,
-                Some("integer") => ParamKind::Integer,
-                Some("boolean") => ParamKind::Boolean,
-                _ => ParamKind::Other,
-            };
+        if let Some(header) = property.get(mcp_header::KEYWORD).and_then(Value::as_str) {
+            let kind = ParamKind::of_type(property.get("type").and_then(Value::as_str));
             out.push(ParamHeader {
                 name: header.to_owned(),
-                header: format!("mcp-param-{}", header.to_ascii_lowercase()),
+                header: mcp_header::header_key(header),
                 path: path.clone(),
                 kind,
             });

@@ -28,16 +28,20 @@ pub fn write(path: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
     })
 }
 
-/// Replaces `path` by a file `fill` writes at `tmp` (which must be in the same directory and
-/// must not exist): `fill` must leave it complete and synced. Then rename, then the
-/// directory fsync. On failure `tmp` is removed and `path` is untouched.
-pub fn replace_with(
+/// Replaces `path` by what `fill` creates at `tmp` (in the same directory; it must not
+/// exist): a file, which `fill` leaves complete and synced, or a whole directory tree (where
+/// `path` must not exist either). Then rename, then the directory fsync. On failure `tmp` is
+/// removed and `path` is untouched.
+pub fn replace_with<E: From<io::Error>>(
     path: &Path,
     tmp: &Path,
-    fill: impl FnOnce(&Path) -> io::Result<()>,
-) -> io::Result<()> {
-    if let Err(e) = fill(tmp).and_then(|()| fs::rename(tmp, path)) {
-        let _ = fs::remove_file(tmp);
+    fill: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<(), E> {
+    if let Err(e) = fill(tmp).and_then(|()| fs::rename(tmp, path).map_err(E::from)) {
+        let _ = match fs::symlink_metadata(tmp) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(tmp),
+            _ => fs::remove_file(tmp),
+        };
         return Err(e);
     }
     sync_dir(&dir_of(path));
@@ -149,6 +153,28 @@ mod tests {
         assert!(write(&path, b"x", None).is_err());
         assert!(path.join("inner").is_dir());
         assert_eq!(names(dir.path()), ["taken"]);
+        Ok(())
+    }
+
+    #[test]
+    fn replace_with_moves_a_whole_directory_into_place() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let dest = dir.path().join("1.0.0");
+        replace_with(&dest, &dir.path().join(".tmp-1"), |tmp| {
+            fs::create_dir_all(tmp.join("sub"))?;
+            fs::write(tmp.join("sub/a.txt"), "a")
+        })?;
+        assert_eq!(fs::read(dest.join("sub/a.txt"))?, b"a");
+        let failed: io::Result<()> = replace_with(
+            &dir.path().join("2.0.0"),
+            &dir.path().join(".tmp-2"),
+            |tmp| {
+                fs::create_dir_all(tmp.join("sub"))?;
+                Err(io::Error::other("copy failed"))
+            },
+        );
+        assert!(failed.is_err());
+        assert_eq!(names(dir.path()), ["1.0.0"]);
         Ok(())
     }
 

@@ -45,8 +45,7 @@ pub const KERNEL_STOP_BOUND: Duration = REVOCATION_ACK
 
 /// What a service manager is told to allow for a stop (systemd `TimeoutStopSec`, the Windows
 /// SCM wait hint) before it kills the kernel's whole process group.
-pub const SERVICE_MANAGER_STOP: Duration =
-    KERNEL_STOP_BOUND.saturating_add(Duration::from_secs(6));
+pub const SERVICE_MANAGER_STOP: Duration = KERNEL_STOP_BOUND.saturating_add(Duration::from_secs(6));
 
 const fn longer(a: Duration, b: Duration) -> Duration {
     if a.as_nanos() >= b.as_nanos() { a } else { b }
