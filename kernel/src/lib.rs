@@ -15,6 +15,7 @@ mod probe;
 mod registry;
 mod release;
 mod restart;
+mod revocation;
 mod secrets;
 mod service;
 mod services;
@@ -391,23 +392,9 @@ async fn wait_for_signal() {
 async fn shutdown(k: &Arc<Kernel>) {
     tracing::info!("shutting down");
     notify::notify("STOPPING=1");
-    let revoked_at = {
-        let mut inner = lock(&k.inner);
-        lock(&k.tokens).revoke_all();
-        k.publish_other(
-            &mut inner,
-            tutti_proto::kernel::route_event::Event::SessionsRevoked(
-                tutti_proto::kernel::SessionsRevoked {
-                    all: true,
-                    workspace: String::new(),
-                    session: String::new(),
-                },
-            ),
-        )
-    };
     // Revoked before anything drains (SPEC §4), confirmed by the session caches like any
     // other revocation.
-    k.session_caches.settle(revoked_at).await;
+    revocation::revoke(k, revocation::Revocation::All).await;
     let _ = k.shutdown.send(true);
     let actors: Vec<_> = lock(&k.inner).actors.values().cloned().collect();
     let mut waits = Vec::new();

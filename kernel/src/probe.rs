@@ -75,7 +75,7 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
     let launch = k
         .launch_spec(&manifest.key, &manifest, &release, credentials)
         .map_err(Status::failed_precondition)?;
-    if launch.transport == "stdio" {
+    if launch.transport() == pb::Transport::Stdio {
         let owner = crate::allowlist::owner_allowed();
         let rules = crate::allowlist::Rules {
             release: &release,

@@ -359,7 +359,7 @@ impl Kernel {
                     }
                 }
                 Ok(pb::LaunchSpec {
-                    transport: "stdio".into(),
+                    transport: pb::Transport::Stdio.into(),
                     command: launch.program.to_string_lossy().into_owned(),
                     args: launch.args,
                     cwd: launch.cwd.to_string_lossy().into_owned(),
@@ -388,7 +388,7 @@ impl Kernel {
                     }
                 }
                 Ok(pb::LaunchSpec {
-                    transport: "http".into(),
+                    transport: pb::Transport::Http.into(),
                     url: url.clone(),
                     headers,
                     start_timeout_ms: manifest.start_ms,
@@ -416,7 +416,7 @@ impl Kernel {
         release_dir: &std::path::Path,
         launch: &pb::LaunchSpec,
     ) -> Result<(), String> {
-        if launch.transport != "stdio" {
+        if launch.transport() != pb::Transport::Stdio {
             return Ok(());
         }
         let install_allowed = {

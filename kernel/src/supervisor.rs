@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
+use tutti_proto::kernel as pb;
 use tutti_proto::rules::{child_env, timing};
 use tutti_proto::transport;
 use tutti_proto::worker as wpb;
@@ -35,7 +36,7 @@ pub enum Msg {
     },
     Report {
         generation: u64,
-        kind: String,
+        kind: pb::WorkerReportKind,
         message: String,
     },
     StartTimeout(u64),
@@ -116,7 +117,7 @@ impl Actor {
                     generation,
                     kind,
                     message,
-                } => self.on_report(generation, &kind, message),
+                } => self.on_report(generation, kind, message),
                 Msg::StartTimeout(g) => {
                     if self.candidate == Some(g) {
                         let ms = lock(&self.k.inner)
@@ -381,10 +382,11 @@ impl Actor {
         }
     }
 
-    fn on_report(&mut self, g: u64, kind: &str, message: String) {
+    fn on_report(&mut self, g: u64, kind: pb::WorkerReportKind, message: String) {
+        use pb::WorkerReportKind as Kind;
         let message = self.k.redact(&message);
         match kind {
-            "auth_failed" if self.candidate == Some(g) && self.upgrade_pending() => {
+            Kind::AuthFailed if self.candidate == Some(g) && self.upgrade_pending() => {
                 // A new release whose upstream refuses the stored credentials (another
                 // server, another scope): the upgrade failed; the release it replaces, which
                 // these credentials work for, stays.
@@ -395,7 +397,7 @@ impl Actor {
                     "its upstream refused the stored credentials ({message})"
                 ));
             }
-            "auth_failed" => {
+            Kind::AuthFailed => {
                 self.auth_failed = true;
                 // The stored credentials are the ones refused, so no generation goes on
                 // serving (one started with older credentials would answer an agent that is
@@ -423,10 +425,10 @@ impl Actor {
                 let hint = format!("{message}; run `{connect}` again");
                 self.set_status(Status::AuthFailed, Some(hint));
             }
-            "start_failed" | "upstream_exited" => {
+            Kind::StartFailed | Kind::UpstreamExited => {
                 self.start_error = Some(message);
             }
-            "upstream_reinitialized" => {
+            Kind::UpstreamReinitialized => {
                 // The generation goes on serving through a new upstream session: counted
                 // and recorded, nothing fenced.
                 if let Some(c) = lock(&self.k.inner).conns.get_mut(&self.key) {
@@ -438,7 +440,7 @@ impl Actor {
                 );
                 tracing::warn!(key = %self.key, generation = g, reason = %message, "upstream session re-initialized");
             }
-            "upstream_unavailable" => {
+            Kind::UpstreamUnavailable => {
                 // Fenced now (calls end at once with [MCP_UNAVAILABLE]); the worker's exit,
                 // which follows, restarts it like a crash, with backoff.
                 let reason = format!("upstream unavailable: {message}");
@@ -448,8 +450,8 @@ impl Actor {
                 }
                 self.start_error = Some(reason);
             }
-            "non_json_stdout" => {}
-            _ => tracing::debug!(key = %self.key, kind, "worker report"),
+            Kind::NonJsonStdout => {}
+            Kind::Unspecified => tracing::debug!(key = %self.key, %kind, "worker report"),
         }
     }
 

@@ -11,6 +11,7 @@ pub mod codec;
 #[cfg(windows)]
 pub mod job;
 pub mod key;
+mod labels;
 pub mod limits;
 pub mod redact;
 mod redacted;

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tutti_proto::kernel::WorkerReportKind;
 use tutti_proto::transport;
 use tutti_proto::worker::worker_server::WorkerServer;
 
@@ -232,7 +233,7 @@ async fn drive(
         0 => DEFAULT_START_TIMEOUT_MS,
         ms => ms,
     };
-    tracing::info!(transport = %spec.transport, start_timeout_ms = start_ms, "registered");
+    tracing::info!(transport = %spec.transport(), start_timeout_ms = start_ms, "registered");
 
     let parent_gone = platform::parent_gone();
     tokio::pin!(parent_gone);
@@ -255,13 +256,17 @@ async fn drive(
         Ok(started) => started,
         Err(WorkerError::UpstreamAuth { message }) => {
             tracing::error!(error = %message, "upstream authentication failed");
-            kernel.report("auth_failed", &message, 0).await;
+            kernel
+                .report(WorkerReportKind::AuthFailed, &message, 0)
+                .await;
             return Exit::AuthFailed;
         }
         Err(e) => {
             let message = redactor.redact(&e.to_string());
             tracing::error!(error = %message, "upstream failed to start");
-            kernel.report("start_failed", &message, 0).await;
+            kernel
+                .report(WorkerReportKind::StartFailed, &message, 0)
+                .await;
             return Exit::StartFailed;
         }
     };
@@ -303,7 +308,7 @@ async fn drive(
                     let message = format!("the upstream refused the credentials ({status})");
                     tracing::error!(error = %message, "upstream authentication failed");
                     shared.stop_calls();
-                    kernel.report("auth_failed", &message, 0).await;
+                    kernel.report(WorkerReportKind::AuthFailed, &message, 0).await;
                     break Exit::AuthFailed;
                 }
             },
@@ -319,7 +324,7 @@ async fn drive(
                 let message = redactor.redact(&how);
                 tracing::warn!(upstream = %message, "the upstream went away");
                 shared.stop_calls();
-                kernel.report("upstream_exited", &message, 0).await;
+                kernel.report(WorkerReportKind::UpstreamExited, &message, 0).await;
                 break Exit::UpstreamExited;
             }
             () = &mut parent_gone => {
@@ -345,14 +350,18 @@ async fn on_session_event(
         SessionEvent::Reinitialized(why) => {
             let message = redactor.redact(&why);
             tracing::warn!(upstream = %message, "the upstream session failed; initialized a new one");
-            kernel.report("upstream_reinitialized", &message, 0).await;
+            kernel
+                .report(WorkerReportKind::UpstreamReinitialized, &message, 0)
+                .await;
             None
         }
         SessionEvent::Unavailable(why) => {
             let message = redactor.redact(&why);
             tracing::error!(upstream = %message, "the upstream is unavailable");
             shared.stop_calls();
-            kernel.report("upstream_unavailable", &message, 0).await;
+            kernel
+                .report(WorkerReportKind::UpstreamUnavailable, &message, 0)
+                .await;
             Some(Exit::UpstreamExited)
         }
     }
@@ -403,7 +412,7 @@ async fn report_non_json(kernel: KernelLink, counter: Arc<stdio::NonJsonCounter>
         let total = counter.total();
         kernel
             .report(
-                "non_json_stdout",
+                WorkerReportKind::NonJsonStdout,
                 &format!("the upstream wrote {total} non-JSON line(s) to stdout"),
                 total,
             )
