@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc, watch};
 use tutti_proto::kernel as pb;
+use tutti_proto::redact::worth_masking;
 use tutti_proto::rules::child_env;
 
 use crate::manifest::{Auth, Manifest, Mcp};
@@ -313,8 +314,7 @@ impl Kernel {
     /// shared rule of `tutti_proto::redact`: longest first, multi-line values line by line),
     /// for callers that redact many texts in a row (`status`).
     pub fn redactor(&self) -> impl Fn(&str) -> String + use<> {
-        let redactor =
-            tutti_proto::redact::Redactor::new(redaction_list(self.secrets.all_values()));
+        let redactor = tutti_proto::redact::Redactor::new(worth_masking(self.secrets.all_values()));
         move |text: &str| redactor.redact(text)
     }
 
@@ -332,7 +332,7 @@ impl Kernel {
             Credentials::Stored => self.secrets.load(key),
             Credentials::Withheld => Default::default(),
         };
-        let redact = redaction_list(secrets.values().cloned());
+        let redact = worth_masking(secrets.values().cloned());
         let log_path = self.paths.connector_log(key).to_string_lossy().into_owned();
         match &manifest.mcp {
             Some(Mcp::Stdio {
@@ -512,15 +512,6 @@ impl Kernel {
             .get(key)
             .map(|c| c.release_dir.clone())
     }
-}
-
-/// The values to mask, longest first (so a value containing another is masked whole). Values
-/// shorter than 4 characters are left out: masking every `a` or `42` in a log would destroy
-/// it and hide nothing worth hiding.
-fn redaction_list(values: impl IntoIterator<Item = String>) -> Vec<String> {
-    let mut v: Vec<String> = values.into_iter().filter(|s| s.len() >= 4).collect();
-    v.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    v
 }
 
 pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {

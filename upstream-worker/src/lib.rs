@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tutti_proto::kernel::WorkerReportKind;
+use tutti_proto::rules::child_env::{WORKER_GENERATION, WORKER_KEY, WORKER_TOKEN};
 use tutti_proto::transport;
 use tutti_proto::worker::worker_server::WorkerServer;
 
@@ -67,7 +68,8 @@ impl std::fmt::Debug for Config {
 }
 
 impl Config {
-    /// Reads `TUTTI_WORKER_KEY`, `TUTTI_WORKER_GENERATION` (decimal) and `TUTTI_WORKER_TOKEN`.
+    /// Reads `TUTTI_WORKER_KEY`, `TUTTI_WORKER_GENERATION` (decimal) and `TUTTI_WORKER_TOKEN`
+    /// (set by the kernel: `tutti_proto::rules::child_env::worker`).
     pub fn from_env(state_dir: PathBuf) -> Result<Self, WorkerError> {
         Self::from_vars(state_dir, |name| std::env::var(name).ok())
     }
@@ -80,25 +82,24 @@ impl Config {
             var,
             problem: "is not set".to_owned(),
         };
-        let key = var("TUTTI_WORKER_KEY").ok_or_else(|| missing("TUTTI_WORKER_KEY"))?;
+        let key = var(WORKER_KEY).ok_or_else(|| missing(WORKER_KEY))?;
         if !tutti_proto::key::is_valid(&key) {
             return Err(WorkerError::Env {
-                var: "TUTTI_WORKER_KEY",
+                var: WORKER_KEY,
                 problem: format!("{key:?} is not a connector key"),
             });
         }
-        let generation =
-            var("TUTTI_WORKER_GENERATION").ok_or_else(|| missing("TUTTI_WORKER_GENERATION"))?;
+        let generation = var(WORKER_GENERATION).ok_or_else(|| missing(WORKER_GENERATION))?;
         let generation = generation
             .trim()
             .parse::<u64>()
             .map_err(|_| WorkerError::Env {
-                var: "TUTTI_WORKER_GENERATION",
+                var: WORKER_GENERATION,
                 problem: format!("{generation:?} is not a decimal u64"),
             })?;
-        let token = var("TUTTI_WORKER_TOKEN")
+        let token = var(WORKER_TOKEN)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| missing("TUTTI_WORKER_TOKEN"))?;
+            .ok_or_else(|| missing(WORKER_TOKEN))?;
         Ok(Self {
             state_dir,
             key,
