@@ -247,33 +247,44 @@ fn check_refs(schema: &Value) -> Result<(), String> {
 }
 
 /// SEP-2243 ([`mcp_header`]): `x-mcp-header` only on string/integer/boolean properties
-/// reachable through `properties` alone; names are RFC 9110 tokens, unique case-insensitively.
+/// reachable through `properties` alone ([`mcp_header::declarations`], the set the frontend
+/// reads); names are RFC 9110 tokens, unique case-insensitively.
 fn check_mcp_headers(schema: &Value) -> Result<(), String> {
-    let mut names = HashSet::new();
-    visit_subschemas(schema, true, &mut |node, reachable| {
-        let Some(h) = node.get(mcp_header::KEYWORD) else {
-            return Ok(());
-        };
-        let name = h.as_str().unwrap_or("");
-        if !reachable {
-            return Err(format!(
+    visit_subschemas(
+        schema,
+        true,
+        &mut |node, reachable| match node.get(mcp_header::KEYWORD) {
+            Some(h) if !reachable => Err(format!(
                 "x-mcp-header {h} must be on a property reachable only through \"properties\""
-            ));
-        }
+            )),
+            _ => Ok(()),
+        },
+    )?;
+    // The root is no property; a declaration there is checked (and refused) like one.
+    let root = schema
+        .get(mcp_header::KEYWORD)
+        .map(|value| mcp_header::Declaration {
+            value,
+            path: Vec::new(),
+            kind: mcp_header::ParamKind::of_type(schema.get("type").and_then(Value::as_str)),
+        });
+    let mut names = HashSet::new();
+    for declaration in root.into_iter().chain(mcp_header::declarations(schema)) {
+        let h = declaration.value;
+        let name = h.as_str().unwrap_or("");
         if !mcp_header::is_token(name) {
             return Err(format!("x-mcp-header {h} is not a valid header name token"));
         }
         if !names.insert(mcp_header::header_key(name)) {
             return Err(format!("x-mcp-header {h} is declared twice"));
         }
-        let ty = node.get("type").and_then(Value::as_str);
-        if !mcp_header::ParamKind::of_type(ty).is_allowed() {
+        if !declaration.kind.is_allowed() {
             return Err(format!(
                 "x-mcp-header {h} must be on a string, integer or boolean property"
             ));
         }
-        Ok(())
-    })
+    }
+    Ok(())
 }
 
 /// Keywords whose value is one subschema.

@@ -225,31 +225,21 @@ pub(crate) struct ParamHeader {
     pub(crate) kind: ParamKind,
 }
 
-/// Collects the `x-mcp-header` declarations reachable through `properties` only.
+/// The `x-mcp-header` declarations reachable through `properties` only
+/// ([`mcp_header::declarations`], the set the kernel validated at commit).
 pub(crate) fn param_headers(schema: &Value) -> Vec<ParamHeader> {
-    let mut out = Vec::new();
-    collect(schema, &mut Vec::new(), &mut out);
-    out
-}
-
-fn collect(schema: &Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
-    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
-        return;
-    };
-    for (name, property) in properties {
-        path.push(name.clone());
-        if let Some(header) = property.get(mcp_header::KEYWORD).and_then(Value::as_str) {
-            let kind = ParamKind::of_type(property.get("type").and_then(Value::as_str));
-            out.push(ParamHeader {
-                name: header.to_owned(),
-                header: mcp_header::header_key(header),
-                path: path.clone(),
-                kind,
-            });
-        }
-        collect(property, path, out);
-        path.pop();
-    }
+    mcp_header::declarations(schema)
+        .into_iter()
+        .filter_map(|declaration| {
+            let name = declaration.value.as_str()?;
+            Some(ParamHeader {
+                name: name.to_owned(),
+                header: mcp_header::header_key(name),
+                path: declaration.path,
+                kind: declaration.kind,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

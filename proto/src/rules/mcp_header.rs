@@ -2,12 +2,14 @@
 //! breaks it) and the frontend (which checks the `Mcp-Param-<name>` headers of each call):
 //!
 //! - the schema keyword is [`KEYWORD`], on a property reachable from the root through
-//!   `properties` alone;
+//!   `properties` alone ([`declarations`] finds exactly those);
 //! - its value is an RFC 9110 header-name token ([`is_token`]), unique case-insensitively
 //!   within the schema ([`header_key`] is the comparison and lookup form);
 //! - the property's `type` is `string`, `integer` or `boolean` ([`ParamKind::of_type`],
 //!   [`ParamKind::is_allowed`]);
 //! - the client sends the value in the header `Mcp-Param-<name>` ([`display_name`]).
+
+use serde_json::Value;
 
 /// The JSON Schema keyword that declares a parameter header.
 pub const KEYWORD: &str = "x-mcp-header";
@@ -62,9 +64,76 @@ pub fn display_name(name: &str) -> String {
     format!("{HEADER_PREFIX}{name}")
 }
 
+/// One [`KEYWORD`] on a property reachable from the root through `properties` alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Declaration<'a> {
+    /// The keyword's value as written (a valid one is a string, see [`is_token`]).
+    pub value: &'a Value,
+    /// Property names from the arguments object down to the value.
+    pub path: Vec<String>,
+    /// From the property's `type`.
+    pub kind: ParamKind,
+}
+
+/// Every reachable declaration of `schema`, in document order (member names sorted).
+pub fn declarations(schema: &Value) -> Vec<Declaration<'_>> {
+    let mut out = Vec::new();
+    collect(schema, &mut Vec::new(), &mut out);
+    out
+}
+
+fn collect<'a>(schema: &'a Value, path: &mut Vec<String>, out: &mut Vec<Declaration<'a>>) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (name, property) in properties {
+        path.push(name.clone());
+        if let Some(value) = property.get(KEYWORD) {
+            out.push(Declaration {
+                value,
+                path: path.clone(),
+                kind: ParamKind::of_type(property.get("type").and_then(Value::as_str)),
+            });
+        }
+        collect(property, path, out);
+        path.pop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_declarations_reachable_through_properties_count() {
+        let schema = json!({"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "nested":{"type":"object","properties":{"flag":{"type":"boolean","x-mcp-header":"Flag"}}},
+            "list":{"type":"array","items":{"type":"string","x-mcp-header":"Item"}},
+            "x-mcp-header":{"type":"number"},
+            "data":{"default":{"x-mcp-header":"NotOne"}}
+        },"anyOf":[{"properties":{"a":{"type":"string","x-mcp-header":"A"}}}]});
+        let found: Vec<(String, Vec<String>, ParamKind)> = declarations(&schema)
+            .into_iter()
+            .map(|d| (d.value.to_string(), d.path, d.kind))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "\"Flag\"".to_owned(),
+                    vec!["nested".to_owned(), "flag".to_owned()],
+                    ParamKind::Boolean
+                ),
+                (
+                    "\"Region\"".to_owned(),
+                    vec!["region".to_owned()],
+                    ParamKind::String
+                ),
+            ]
+        );
+    }
 
     #[test]
     fn tokens() {

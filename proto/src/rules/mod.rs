@@ -1,6 +1,6 @@
 //! Rules every process of the runtime shares, each in exactly one place. Nothing here knows
 //! the wire format (no protobuf, no gRPC): these are plain functions and constants over
-//! paths, environments, durations and strings.
+//! paths, environments, durations, strings and JSON Schema documents.
 //!
 //! - [`atomic_file`]: replacing a file atomically (temp file, fsync, rename, fsync the directory);
 //! - [`sibling`]: finding the runtime's other binaries (`TUTTI_LIBEXEC_DIR`, else next to the
