@@ -441,6 +441,28 @@ mod tests {
     }
 
     #[test]
+    fn an_x_mcp_header_on_the_root_or_past_properties_is_refused() {
+        for (schema, needle) in [
+            (
+                json!({"type":"object","x-mcp-header":"Root"}),
+                "string, integer",
+            ),
+            (json!({"type":"object","x-mcp-header":7}), "token"),
+            (
+                json!({"type":"object","properties":{"a":{"type":"object","additionalProperties":{"type":"string","x-mcp-header":"A"}}}}),
+                "reachable",
+            ),
+            (
+                json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":7}}}),
+                "token",
+            ),
+        ] {
+            let e = check_input_schema(Some(&schema)).expect_err("must be refused");
+            assert!(e.contains(needle), "{schema}: {e}");
+        }
+    }
+
+    #[test]
     fn names_and_data_that_look_like_keywords_are_not_keywords() {
         // A property named `$ref` / `x-mcp-header`, and `const`/`default`/`enum` values shaped
         // like schemas, are data: valid.
