@@ -2,76 +2,19 @@
 //! `config.toml`, service definitions).
 
 use std::fs;
-use std::io::{self, Write as _};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::Path;
 
-/// Replaces `path` with `contents`: a new temp file next to it (created with `mode` on Unix,
-/// whatever the umask), fsync, rename, then a best-effort fsync of the directory. Creates
-/// the parent directory if needed. On failure the temp file is removed and `path` is left
-/// as it was.
+use tutti_proto::rules::atomic_file;
+
+/// Replaces `path` with `contents` ([`atomic_file::write`]: temp file created with `mode` on
+/// Unix whatever the umask, fsync, rename, fsync of the directory), creating the parent
+/// directory if needed. On failure the temp file is removed and `path` is left as it was.
 pub(crate) fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    fs::create_dir_all(&dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".to_owned());
-    let tmp = dir.join(format!(".{name}.tutti-{}.tmp", std::process::id()));
-    let _ = fs::remove_file(&tmp);
-    let result = (|| {
-        let mut file = imp::create_new(&tmp, mode)?;
-        file.write_all(contents)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir)?;
     }
-    imp::sync_dir(&dir);
-    Ok(())
-}
-
-#[cfg(unix)]
-mod imp {
-    use std::fs::{File, OpenOptions, Permissions};
-    use std::io;
-    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-    use std::path::Path;
-
-    pub(super) fn create_new(path: &Path, mode: u32) -> io::Result<File> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(path)?;
-        file.set_permissions(Permissions::from_mode(mode))?;
-        Ok(file)
-    }
-
-    pub(super) fn sync_dir(dir: &Path) {
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-}
-
-#[cfg(not(unix))]
-mod imp {
-    use std::fs::{File, OpenOptions};
-    use std::io;
-    use std::path::Path;
-
-    /// Windows: the file inherits the ACL of its (per-user) directory; `mode` has no meaning.
-    pub(super) fn create_new(path: &Path, _mode: u32) -> io::Result<File> {
-        OpenOptions::new().write(true).create_new(true).open(path)
-    }
-
-    pub(super) fn sync_dir(_dir: &Path) {}
+    atomic_file::write(path, contents, Some(mode))
 }
 
 #[cfg(test)]

@@ -99,7 +99,7 @@ ExecStart={exec}
 Restart=on-failure
 RestartSec=1
 KillMode=control-group
-TimeoutStopSec=30
+TimeoutStopSec={stop_secs}
 NoNewPrivileges=yes
 ProtectSystem=strict
 ReadWritePaths={rw}
@@ -119,6 +119,8 @@ SystemCallArchitectures=native
 WantedBy={wanted_by}
 ",
         rw = systemd_word(&paths.state_dir, false),
+        // Longer than the kernel's own graceful-shutdown bound (SPEC §4 drains first).
+        stop_secs = tutti_proto::rules::timing::SERVICE_MANAGER_STOP.as_secs(),
     )
 }
 

@@ -8,9 +8,8 @@ use serde_json::json;
 
 /// Writes the demo release directories under `<state>/demo/` and returns them.
 pub fn write_releases(state: &Path, libexec: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let server = libexec.join(format!(
-        "tutti-fixture-server{}",
-        std::env::consts::EXE_SUFFIX
+    let server = libexec.join(tutti_proto::rules::sibling::file_name(
+        "tutti-fixture-server",
     ));
     if !server.is_file() {
         return Err(std::io::Error::new(

@@ -16,6 +16,7 @@ mod probe;
 mod registry;
 mod release;
 mod restart;
+mod revocation;
 mod secrets;
 mod service;
 mod services;
@@ -40,6 +41,7 @@ pub use housekeeping::open_log;
 pub use paths::create_private_dir;
 pub use paths::default_state_dir;
 use tutti_proto::kernel::kernel_server::KernelServer;
+use tutti_proto::rules::timing;
 use tutti_proto::transport;
 #[cfg(windows)]
 pub use winservice::{SERVICE_NAME, run_service};
@@ -126,14 +128,14 @@ pub async fn run_until(
         _ = stop => {}
     }
     shutdown(&k).await;
-    // The frontend was told to stop when the shutdown began (it drains up to 12 s, then is
-    // killed at 14 s): this only waits for what is left of that.
-    let _ = tokio::time::timeout(Duration::from_secs(16), async {
+    // The frontend was told to stop when the shutdown began (it drains, then is killed:
+    // `timing::SERVICE_KILL`): this only waits for what is left of that.
+    let _ = tokio::time::timeout(timing::SERVICES_WAIT, async {
         let _ = frontend.await;
         let _ = shims.await;
     })
     .await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    let _ = tokio::time::timeout(timing::KERNEL_SERVER_STOP, server).await;
     let _ = std::fs::remove_file(endpoint.as_str());
     // The frontend is gone: its URL must not outlive it for a reader of run/.
     let _ = std::fs::remove_file(paths.frontend_json());
@@ -153,12 +155,7 @@ fn prepare(state_dir: &std::path::Path) -> Result<paths::Paths, KernelError> {
     };
     // A missing sibling is an installation problem no restart fixes: say so and stop,
     // rather than retry a frontend that can never start.
-    for name in [
-        "tutti-mcp-frontend",
-        "tutti-shim-manager",
-        "tutti-upstream-worker",
-        "tutti-shim",
-    ] {
+    for name in paths::SIBLINGS {
         let path = paths.sibling(name);
         if !path.is_file() {
             return Err(KernelError::MissingBinary { path });
@@ -417,23 +414,9 @@ async fn wait_for_signal() {
 async fn shutdown(k: &Arc<Kernel>) {
     tracing::info!("shutting down");
     notify::notify("STOPPING=1");
-    let revoked_at = {
-        let mut inner = lock(&k.inner);
-        lock(&k.tokens).revoke_all();
-        k.publish_other(
-            &mut inner,
-            tutti_proto::kernel::route_event::Event::SessionsRevoked(
-                tutti_proto::kernel::SessionsRevoked {
-                    all: true,
-                    workspace: String::new(),
-                    session: String::new(),
-                },
-            ),
-        )
-    };
     // Revoked before anything drains (SPEC §4), confirmed by the session caches like any
     // other revocation.
-    k.session_caches.settle(revoked_at).await;
+    revocation::revoke(k, revocation::Revocation::All).await;
     let _ = k.shutdown.send(true);
     let actors: Vec<_> = lock(&k.inner).actors.values().cloned().collect();
     let mut waits = Vec::new();
@@ -449,7 +432,7 @@ async fn shutdown(k: &Arc<Kernel>) {
         waits.push(wait);
     }
     let _ = tokio::time::timeout(
-        supervisor::SHUTDOWN_DRAIN + Duration::from_secs(10),
+        timing::CONNECTORS_WAIT,
         futures_util::future::join_all(waits),
     )
     .await;

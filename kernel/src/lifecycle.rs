@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+use tutti_proto::kernel::WorkerReportKind as WireReportKind;
 
 use crate::audit::Event;
 use crate::restart::{Decision, RestartPolicy, RestartTracker};
@@ -57,8 +58,8 @@ impl Status {
     }
 }
 
-/// What a worker reports about its upstream (`WorkerReport.kind`). The wire strings are
-/// matched here and only here.
+/// What a worker reports about its upstream (`WorkerReport.kind`, read from the wire enum
+/// here and only here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReportKind {
     StartFailed,
@@ -71,15 +72,15 @@ pub enum ReportKind {
 }
 
 impl ReportKind {
-    pub fn from_wire(kind: &str) -> ReportKind {
+    pub fn from_wire(kind: WireReportKind) -> ReportKind {
         match kind {
-            "start_failed" => ReportKind::StartFailed,
-            "upstream_exited" => ReportKind::UpstreamExited,
-            "auth_failed" => ReportKind::AuthFailed,
-            "upstream_reinitialized" => ReportKind::UpstreamReinitialized,
-            "upstream_unavailable" => ReportKind::UpstreamUnavailable,
-            "non_json_stdout" => ReportKind::NonJsonStdout,
-            _ => ReportKind::Other,
+            WireReportKind::StartFailed => ReportKind::StartFailed,
+            WireReportKind::UpstreamExited => ReportKind::UpstreamExited,
+            WireReportKind::AuthFailed => ReportKind::AuthFailed,
+            WireReportKind::UpstreamReinitialized => ReportKind::UpstreamReinitialized,
+            WireReportKind::UpstreamUnavailable => ReportKind::UpstreamUnavailable,
+            WireReportKind::NonJsonStdout => ReportKind::NonJsonStdout,
+            WireReportKind::Unspecified => ReportKind::Other,
         }
     }
 }

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use tutti_proto::rules::sibling;
+
 #[derive(Clone, Debug)]
 pub struct Paths {
     pub state: PathBuf,
@@ -31,8 +33,7 @@ impl Paths {
         self.logs().join(format!("connector-{key}.log"))
     }
     pub fn sibling(&self, name: &str) -> PathBuf {
-        self.libexec
-            .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+        self.libexec.join(sibling::file_name(name))
     }
 }
 
@@ -41,13 +42,21 @@ pub fn default_state_dir() -> Option<PathBuf> {
     tutti_proto::state_dir::from_env()
 }
 
-/// Directory of the running executable, or `TUTTI_LIBEXEC_DIR`.
+/// The binaries the kernel starts; they must sit in one directory.
+pub const SIBLINGS: [&str; 4] = [
+    "tutti-mcp-frontend",
+    "tutti-shim-manager",
+    "tutti-upstream-worker",
+    "tutti-shim",
+];
+
+/// The directory of the runtime's binaries, by the rule every binary shares
+/// ([`sibling::Libexec`]: `TUTTI_LIBEXEC_DIR` if set, else next to this executable, then next
+/// to the file it links to): the first that holds every one of [`SIBLINGS`].
 pub fn libexec_dir() -> std::io::Result<PathBuf> {
-    if let Some(d) = std::env::var_os("TUTTI_LIBEXEC_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let exe = std::env::current_exe()?;
-    Ok(exe.parent().map(Path::to_path_buf).unwrap_or_default())
+    sibling::Libexec::from_env()
+        .dir_holding(&SIBLINGS)
+        .ok_or_else(|| std::io::Error::other("the path of the running executable is unknown"))
 }
 
 pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {

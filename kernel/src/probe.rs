@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tonic::Status;
 use tutti_proto::kernel as pb;
+use tutti_proto::rules::child_env;
 
 use crate::manifest::{self, Manifest};
 use crate::naming::local_name;
@@ -121,7 +122,7 @@ fn check_command(
     launch: &pb::LaunchSpec,
     is_installed_release: bool,
 ) -> Result<(), Status> {
-    if launch.transport == "stdio" {
+    if launch.transport() == pb::Transport::Stdio {
         let owner = crate::allowlist::owner_allowed();
         let rules = crate::allowlist::Rules {
             release,
@@ -162,18 +163,8 @@ fn spawn_worker(
 ) -> Result<tokio::process::Child, Status> {
     let program = k.paths.sibling("tutti-upstream-worker");
     let log = crate::housekeeping::open_log(&k.paths.logs().join(format!("probe-{key}.log"))).ok();
-    let env = vec![
-        (
-            "PATH".to_string(),
-            k.base_env.get("PATH").cloned().unwrap_or_default(),
-        ),
-        ("TUTTI_WORKER_KEY".to_string(), key.to_string()),
-        (
-            "TUTTI_WORKER_GENERATION".to_string(),
-            generation.to_string(),
-        ),
-        ("TUTTI_WORKER_TOKEN".to_string(), token),
-    ];
+    // The same environment as a supervised worker (it starts the upstream the same way).
+    let env = child_env::worker(child_env::from_process, key, generation, &token);
     let spawned = spawn::spawn(ChildSpec {
         program: &program,
         args: vec![

@@ -2,10 +2,10 @@
 //! kernel writes it, by atomic replace (write temp, fsync, rename, fsync dir).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tutti_proto::rules::atomic_file;
 
 use crate::error::KernelError;
 
@@ -95,46 +95,15 @@ impl Registry {
             path: path.to_path_buf(),
             detail: e.to_string(),
         })?;
-        write_atomic(path, &bytes, true).map_err(|e| KernelError::Registry {
+        write_private(path, &bytes).map_err(|e| KernelError::Registry {
             path: path.to_path_buf(),
             detail: e.to_string(),
         })
     }
 }
 
-/// Write temp, fsync, rename, fsync the directory. `private` makes the file 0600 (Unix).
-pub fn write_atomic(path: &Path, bytes: &[u8], private: bool) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    {
-        let mut opts = std::fs::OpenOptions::new();
-        opts.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        if private {
-            use std::os::unix::fs::OpenOptionsExt;
-            opts.mode(0o600);
-        }
-        #[cfg(not(unix))]
-        let _ = private;
-        let mut f = opts.open(&tmp)?;
-        // A temporary file left by a crash keeps its mode when opened again: set it.
-        #[cfg(unix)]
-        if private {
-            use std::os::unix::fs::PermissionsExt;
-            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        }
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+/// Write temp, fsync, rename, fsync the directory ([`atomic_file::write`]); the file is
+/// owner-only (0600 on Unix).
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    atomic_file::write(path, bytes, Some(0o600))
 }

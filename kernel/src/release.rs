@@ -4,6 +4,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+use tutti_proto::rules::atomic_file;
 
 /// Regular files of the release, sorted, relative. Symlinks and special files are refused
 /// so the copy is exactly what was hashed.
@@ -231,30 +232,39 @@ pub fn copy_release(src: &Path, dest: &Path) -> Result<(), String> {
             .unwrap_or_default()
     ));
     let _ = std::fs::remove_dir_all(&tmp);
-    for rel in files(src)? {
-        let to = tmp.join(&rel);
+    let files = files(src)?;
+    // Moved into place whole, the directory synced: a crash leaves the release or nothing.
+    atomic_file::replace_with(dest, &tmp, |tmp| copy_files(src, &files, tmp))
+        .map_err(|e| format!("{}: {e}", dest.display()))
+}
+
+/// Copies `files` (relative paths) from `src` into a new directory `tmp`.
+fn copy_files(src: &Path, files: &[PathBuf], tmp: &Path) -> std::io::Result<()> {
+    let err =
+        |what: &Path, e: std::io::Error| std::io::Error::other(format!("{}: {e}", what.display()));
+    for rel in files {
+        let to = tmp.join(rel);
         if let Some(p) = to.parent() {
-            std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            std::fs::create_dir_all(p).map_err(|e| err(p, e))?;
         }
-        std::fs::copy(src.join(&rel), &to)
-            .map_err(|e| format!("copying {}: {e}", rel.display()))?;
+        std::fs::copy(src.join(rel), &to)
+            .map_err(|e| std::io::Error::other(format!("copying {}: {e}", rel.display())))?;
         // `copy` takes the source's mode as it is; an immutable release is writable by its
         // owner at most.
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(&to)
-                .map_err(|e| format!("{}: {e}", to.display()))?
+                .map_err(|e| err(&to, e))?
                 .permissions()
                 .mode();
             if mode & 0o022 != 0 {
                 std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode & !0o022))
-                    .map_err(|e| format!("{}: {e}", to.display()))?;
+                    .map_err(|e| err(&to, e))?;
             }
         }
     }
-    std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, dest).map_err(|e| format!("{}: {e}", dest.display()))
+    std::fs::create_dir_all(tmp).map_err(|e| err(tmp, e))
 }
 
 #[cfg(test)]

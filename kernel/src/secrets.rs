@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::KernelError;
-use crate::registry::write_atomic;
+use crate::registry::write_private;
 
 pub struct SecretStore {
     dir: PathBuf,
@@ -39,7 +39,7 @@ impl SecretStore {
             context: "encoding secrets".into(),
             source: std::io::Error::other(e),
         })?;
-        write_atomic(&self.file(key), &bytes, true).map_err(|source| KernelError::Io {
+        write_private(&self.file(key), &bytes).map_err(|source| KernelError::Io {
             context: format!("writing secrets of {key}"),
             source,
         })

@@ -17,6 +17,7 @@ use crate::audit::Event;
 use crate::lifecycle::{Input, Msg, ReportKind};
 use crate::manifest::{self, Manifest, Mcp};
 use crate::registry::{AuthState, Installed};
+use crate::revocation::{Revocation, revoke};
 use crate::state::{Credentials, Kernel, Status as CStatus, lock, sha256};
 use crate::supervisor::{start_actor, step_now};
 use crate::toolset::{OfferedTool, validate};
@@ -157,7 +158,7 @@ impl Service {
                 env,
                 ..
             }) => {
-                reply.transport = "stdio".into();
+                reply.transport = pb::Transport::Stdio.label().into();
                 // Validated against the source: the release copy does not exist yet.
                 match manifest::stdio_launch_from(
                     command,
@@ -201,7 +202,7 @@ impl Service {
                 }
             }
             Some(Mcp::Http { url, .. }) => {
-                reply.transport = "http".into();
+                reply.transport = pb::Transport::Http.label().into();
                 reply.url = url.clone();
             }
             None => {}
@@ -693,26 +694,7 @@ impl KernelRpc for Service {
         };
         // Reissue revokes the previous token; its listen streams end, and no session cache
         // accepts it once this returns.
-        let revoked_at = {
-            let mut inner = lock(&self.k.inner);
-            let mut tokens = lock(&self.k.tokens);
-            let had = tokens.revoke(&id);
-            tokens.issue(id, &token);
-            drop(tokens);
-            had.then(|| {
-                self.k.publish_other(
-                    &mut inner,
-                    pb::route_event::Event::SessionsRevoked(pb::SessionsRevoked {
-                        all: false,
-                        workspace: req.workspace.clone(),
-                        session: req.session.clone(),
-                    }),
-                )
-            })
-        };
-        if let Some(revision) = revoked_at {
-            self.k.session_caches.settle(revision).await;
-        }
+        revoke(&self.k, Revocation::Reissue { id, token: &token }).await;
         let inner = lock(&self.k.inner);
         let mut skill_roots = Vec::new();
         for key in inner.registry.connectors.keys() {
@@ -750,30 +732,17 @@ impl KernelRpc for Service {
                 "give --workspace and --session, or --all",
             ));
         }
-        let (revoked, revision) = {
-            let mut inner = lock(&self.k.inner);
-            let revoked = if req.all {
-                lock(&self.k.tokens).revoke_all() as u32
-            } else {
-                let id = crate::tokens::SessionId {
-                    workspace: req.workspace.clone(),
-                    session: req.session.clone(),
-                };
-                u32::from(lock(&self.k.tokens).revoke(&id))
-            };
-            let revision = self.k.publish_other(
-                &mut inner,
-                pb::route_event::Event::SessionsRevoked(pb::SessionsRevoked {
-                    all: req.all,
-                    workspace: req.workspace.clone(),
-                    session: req.session.clone(),
-                }),
-            );
-            (revoked, revision)
+        let id = crate::tokens::SessionId {
+            workspace: req.workspace.clone(),
+            session: req.session.clone(),
         };
         // "A revocation holds for every request that starts after the command returns": the
         // frontend's session cache has dropped the token (or the frontend was stopped).
-        self.k.session_caches.settle(revision).await;
+        let revoked = if req.all {
+            revoke(&self.k, Revocation::All).await
+        } else {
+            revoke(&self.k, Revocation::One(&id)).await
+        };
         self.k.audit.record(Event::SessionRevoke {
             workspace: req.workspace.clone(),
             session: req.session.clone(),
@@ -936,7 +905,7 @@ impl KernelRpc for Service {
         self.k.audit.record(Event::Launch {
             connector: req.key.clone(),
             generation: req.generation,
-            transport: launch.transport.clone(),
+            transport: launch.transport().label().to_owned(),
             argv: std::iter::once(&launch.command)
                 .chain(launch.args.iter())
                 .filter(|a| !a.is_empty())
@@ -1031,13 +1000,16 @@ impl KernelRpc for Service {
                 && slot.key == req.key
                 && slot.token_hash == sha256(&req.worker_token)
             {
-                if req.kind == "start_failed" || req.kind == "auth_failed" {
+                if matches!(
+                    req.kind(),
+                    pb::WorkerReportKind::StartFailed | pb::WorkerReportKind::AuthFailed
+                ) {
                     crate::probe::fail(slot, req.message.clone());
                 }
                 return Ok(Response::new(pb::Empty {}));
             }
             check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
-            if req.kind == "non_json_stdout"
+            if req.kind() == pb::WorkerReportKind::NonJsonStdout
                 && let Some(c) = inner.conns.get_mut(&req.key)
             {
                 c.non_json_lines = c.non_json_lines.max(req.count);
@@ -1047,7 +1019,7 @@ impl KernelRpc for Service {
         if let Some(a) = actor {
             let _ = a.send(Msg::step(Input::Report {
                 generation: req.generation,
-                kind: ReportKind::from_wire(&req.kind),
+                kind: ReportKind::from_wire(req.kind()),
                 message: req.message,
             }));
         }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
+use tutti_proto::rules::{child_env, timing};
 
 use crate::restart::{Decision, RestartPolicy, RestartTracker};
 use crate::spawn::{self, ChildSpec};
@@ -68,18 +69,7 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             }
         };
         let log = crate::housekeeping::open_log(&k.paths.logs().join(role.log())).ok();
-        let mut env: Vec<(String, String)> = k
-            .base_env
-            .iter()
-            .filter(|(n, _)| n.as_str() == "PATH" || n.as_str() == "HOME")
-            .map(|(a, b)| (a.clone(), b.clone()))
-            .collect();
-        if let Ok(v) = std::env::var("TUTTI_LIBEXEC_DIR") {
-            env.push(("TUTTI_LIBEXEC_DIR".into(), v));
-        }
-        if let Ok(v) = std::env::var("RUST_LOG") {
-            env.push(("RUST_LOG".into(), v));
-        }
+        let env = child_env::inherited(child_env::ChildKind::Service, child_env::from_process);
         let started = Instant::now();
         let mut child = match spawn::spawn(ChildSpec {
             program: &program,
@@ -111,9 +101,9 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             }
             status = child.wait() => status,
             _ = shutdown.changed() => {
-                // The frontend drains its requests for up to 12 s (calls the workers drain
-                // for 10 s get their answers through it); then SIGKILL.
-                spawn::stop_group(&mut child, Duration::from_secs(14)).await;
+                // The frontend drains its requests (calls the workers drain get their
+                // answers through it); then SIGKILL (`timing`: 12 s, then 14 s).
+                spawn::stop_group(&mut child, timing::SERVICE_KILL).await;
                 return;
             }
         };

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc, watch};
 use tutti_proto::kernel as pb;
+use tutti_proto::redact::worth_masking;
+use tutti_proto::rules::child_env;
 
 use crate::lifecycle::{Connector, Msg};
 use crate::manifest::{Auth, Manifest, Mcp};
@@ -295,8 +297,7 @@ impl Kernel {
     /// shared rule of `tutti_proto::redact`: longest first, multi-line values line by line),
     /// for callers that redact many texts in a row (`status`).
     pub fn redactor(&self) -> impl Fn(&str) -> String + use<> {
-        let redactor =
-            tutti_proto::redact::Redactor::new(redaction_list(self.secrets.all_values()));
+        let redactor = tutti_proto::redact::Redactor::new(worth_masking(self.secrets.all_values()));
         move |text: &str| redactor.redact(text)
     }
 
@@ -314,7 +315,7 @@ impl Kernel {
             Credentials::Stored => self.secrets.load(key),
             Credentials::Withheld => Default::default(),
         };
-        let redact = redaction_list(secrets.values().cloned());
+        let redact = worth_masking(secrets.values().cloned());
         let log_path = self.paths.connector_log(key).to_string_lossy().into_owned();
         match &manifest.mcp {
             Some(Mcp::Stdio {
@@ -341,7 +342,7 @@ impl Kernel {
                     }
                 }
                 Ok(pb::LaunchSpec {
-                    transport: "stdio".into(),
+                    transport: pb::Transport::Stdio.into(),
                     command: launch.program.to_string_lossy().into_owned(),
                     args: launch.args,
                     cwd: launch.cwd.to_string_lossy().into_owned(),
@@ -355,7 +356,7 @@ impl Kernel {
                 })
             }
             Some(Mcp::Http { url, auth }) => Ok(pb::LaunchSpec {
-                transport: "http".into(),
+                transport: pb::Transport::Http.into(),
                 url: url.clone(),
                 headers: auth_headers(auth, &secrets),
                 start_timeout_ms: manifest.start_ms,
@@ -382,7 +383,7 @@ impl Kernel {
         release_dir: &std::path::Path,
         launch: &pb::LaunchSpec,
     ) -> Result<(), String> {
-        if launch.transport != "stdio" {
+        if launch.transport() != pb::Transport::Stdio {
             return Ok(());
         }
         let install_allowed = {
@@ -560,15 +561,6 @@ fn auth_headers(
     headers
 }
 
-/// The values to mask, longest first (so a value containing another is masked whole). Values
-/// shorter than 4 characters are left out: masking every `a` or `42` in a log would destroy
-/// it and hide nothing worth hiding.
-fn redaction_list(values: impl IntoIterator<Item = String>) -> Vec<String> {
-    let mut v: Vec<String> = values.into_iter().filter(|s| s.len() >= 4).collect();
-    v.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    v
-}
-
 pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
     pb::ConnectorRoute {
         key: r.key.clone(),
@@ -591,19 +583,9 @@ pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
     }
 }
 
+/// The base environment of an upstream ([`child_env::ChildKind::Upstream`]).
 fn base_env() -> BTreeMap<String, String> {
-    let names: &[&str] = if cfg!(windows) {
-        &["PATH", "SystemRoot", "USERPROFILE", "TEMP", "PATHEXT"]
-    } else {
-        &["PATH", "HOME", "LANG", "TMPDIR"]
-    };
-    let mut env = BTreeMap::new();
-    for n in names {
-        if let Ok(v) = std::env::var(n) {
-            env.insert((*n).to_string(), v);
-        }
-    }
-    env.entry("PATH".into())
-        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
-    env
+    child_env::inherited(child_env::ChildKind::Upstream, child_env::from_process)
+        .into_iter()
+        .collect()
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
+use tutti_proto::rules::{child_env, timing};
 use tutti_proto::transport;
 use tutti_proto::worker as wpb;
 
@@ -16,7 +17,7 @@ use crate::state::{ConnState, Inner, Kernel, LiveRelease, Pending, lock, sha256,
 
 /// How long calls in flight may take to finish when the runtime shuts down (SPEC §4 "drain
 /// calls"); what still runs then is answered `[MCP_UNAVAILABLE]` and cancelled upstream.
-pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+pub const SHUTDOWN_DRAIN: Duration = timing::WORKER_DRAIN;
 /// The same when a connector is uninstalled: its user asked for it to be gone.
 pub const UNINSTALL_DRAIN: Duration = Duration::from_secs(2);
 
@@ -365,23 +366,7 @@ struct ProcessSpawner;
 impl Spawner for ProcessSpawner {
     fn start(&self, w: WorkerStart<'_>) -> Result<WorkerHandle, String> {
         let log = crate::housekeeping::open_log(&w.k.paths.connector_log(w.key)).ok();
-        let mut env: Vec<(String, String)> =
-            w.k.base_env
-                .iter()
-                .filter(|(k, _)| {
-                    matches!(
-                        k.as_str(),
-                        "PATH" | "HOME" | "SystemRoot" | "TEMP" | "TMPDIR"
-                    )
-                })
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-        env.push(("TUTTI_WORKER_KEY".into(), w.key.to_string()));
-        env.push(("TUTTI_WORKER_GENERATION".into(), w.generation.to_string()));
-        env.push(("TUTTI_WORKER_TOKEN".into(), w.token.to_string()));
-        if let Ok(l) = std::env::var("TUTTI_WORKER_LOG") {
-            env.push(("RUST_LOG".into(), l));
-        }
+        let env = child_env::worker(child_env::from_process, w.key, w.generation, w.token);
         let program = w.k.paths.sibling("tutti-upstream-worker");
         let spec = ChildSpec {
             program: &program,

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
+use tutti_proto::rules::mcp_header;
 
 use crate::naming::local_name;
 
@@ -245,34 +246,45 @@ fn check_refs(schema: &Value) -> Result<(), String> {
     })
 }
 
-/// SEP-2243: `x-mcp-header` only on string/integer/boolean properties reachable through
-/// `properties` alone; names are RFC 9110 tokens, unique case-insensitively.
+/// SEP-2243 ([`mcp_header`]): `x-mcp-header` only on string/integer/boolean properties
+/// reachable through `properties` alone ([`mcp_header::declarations`], the set the frontend
+/// reads); names are RFC 9110 tokens, unique case-insensitively.
 fn check_mcp_headers(schema: &Value) -> Result<(), String> {
-    let mut names = HashSet::new();
-    visit_subschemas(schema, true, &mut |node, reachable| {
-        let Some(h) = node.get("x-mcp-header") else {
-            return Ok(());
-        };
-        let name = h.as_str().unwrap_or("");
-        if !reachable {
-            return Err(format!(
+    visit_subschemas(
+        schema,
+        true,
+        &mut |node, reachable| match node.get(mcp_header::KEYWORD) {
+            Some(h) if !reachable => Err(format!(
                 "x-mcp-header {h} must be on a property reachable only through \"properties\""
-            ));
-        }
-        if name.is_empty() || !name.bytes().all(is_tchar) {
+            )),
+            _ => Ok(()),
+        },
+    )?;
+    // The root is no property; a declaration there is checked (and refused) like one.
+    let root = schema
+        .get(mcp_header::KEYWORD)
+        .map(|value| mcp_header::Declaration {
+            value,
+            path: Vec::new(),
+            kind: mcp_header::ParamKind::of_type(schema.get("type").and_then(Value::as_str)),
+        });
+    let mut names = HashSet::new();
+    for declaration in root.into_iter().chain(mcp_header::declarations(schema)) {
+        let h = declaration.value;
+        let name = h.as_str().unwrap_or("");
+        if !mcp_header::is_token(name) {
             return Err(format!("x-mcp-header {h} is not a valid header name token"));
         }
-        if !names.insert(name.to_ascii_lowercase()) {
+        if !names.insert(mcp_header::header_key(name)) {
             return Err(format!("x-mcp-header {h} is declared twice"));
         }
-        let ty = node.get("type").and_then(Value::as_str).unwrap_or("");
-        if !matches!(ty, "string" | "integer" | "boolean") {
+        if !declaration.kind.is_allowed() {
             return Err(format!(
                 "x-mcp-header {h} must be on a string, integer or boolean property"
             ));
         }
-        Ok(())
-    })
+    }
+    Ok(())
 }
 
 /// Keywords whose value is one subschema.
@@ -336,11 +348,6 @@ fn visit_subschemas(
         }
     }
     Ok(())
-}
-
-/// An RFC 9110 token character (header names).
-pub(crate) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
@@ -431,6 +438,28 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn an_x_mcp_header_on_the_root_or_past_properties_is_refused() {
+        for (schema, needle) in [
+            (
+                json!({"type":"object","x-mcp-header":"Root"}),
+                "string, integer",
+            ),
+            (json!({"type":"object","x-mcp-header":7}), "token"),
+            (
+                json!({"type":"object","properties":{"a":{"type":"object","additionalProperties":{"type":"string","x-mcp-header":"A"}}}}),
+                "reachable",
+            ),
+            (
+                json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":7}}}),
+                "token",
+            ),
+        ] {
+            let e = check_input_schema(Some(&schema)).expect_err("must be refused");
+            assert!(e.contains(needle), "{schema}: {e}");
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tutti_proto::rules::{atomic_file, timing};
 
 pub use backend::{Backend, Identity, RouteStream};
 pub use error::Error;
@@ -44,10 +45,10 @@ use watcher::WatchEnd;
 
 /// Default `tools/list` page size.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
-/// How long in-flight requests may take to finish once the frontend is stopping: longer than
-/// the kernel lets workers drain calls at shutdown (10 s), so a call cut off there still gets
-/// its `[MCP_UNAVAILABLE]` answer through here.
-const DRAIN: Duration = Duration::from_secs(12);
+/// How long in-flight requests may take to finish once the frontend is stopping
+/// ([`timing::FRONTEND_DRAIN`]: longer than the workers drain calls at shutdown, so a call cut
+/// off there still gets its `[MCP_UNAVAILABLE]` answer through here).
+const DRAIN: Duration = timing::FRONTEND_DRAIN;
 /// How long to retry binding a port that is still held (a crashed predecessor).
 const BIND_RETRY: Duration = Duration::from_secs(3);
 
@@ -350,30 +351,18 @@ async fn bind(port: u16) -> Result<TcpListener, Error> {
     }
 }
 
-/// Writes `<state>/run/frontend.json` atomically (temp file + rename).
+/// Writes `<state>/run/frontend.json` atomically ([`atomic_file::write`], in the owner-only
+/// `run/` directory).
 fn write_frontend_file(state_dir: &Path, port: u16) -> Result<(), Error> {
     let run_dir = tutti_proto::transport::run_dir(state_dir)?;
     let path = run_dir.join("frontend.json");
-    let temp = run_dir.join(format!("frontend.json.tmp-{}", std::process::id()));
     let body = serde_json::json!({
         "url": endpoint_url(port),
         "port": port,
         "pid": std::process::id(),
     });
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&temp)?;
-        file.write_all(body.to_string().as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temp, &path)
-    };
-    write().map_err(|source| {
-        let _ = std::fs::remove_file(&temp);
-        Error::StateFile {
-            path: path.clone(),
-            source,
-        }
-    })
+    atomic_file::write(&path, body.to_string().as_bytes(), None)
+        .map_err(|source| Error::StateFile { path, source })
 }
 
 /// Resolves on SIGTERM or SIGINT (Unix) / Ctrl-C (Windows).

@@ -7,6 +7,7 @@
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{JsonType, ValidationError, Validator};
 use serde_json::Value;
+use tutti_proto::rules::mcp_header;
 
 /// At most this many lines in one `invalid_arguments` text.
 const MAX_ERROR_LINES: usize = 10;
@@ -208,15 +209,9 @@ fn describe_build_error(error: &ValidationError<'_>) -> String {
     )
 }
 
-/// The JSON type an `x-mcp-header` parameter declares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ParamKind {
-    String,
-    Integer,
-    Boolean,
-    /// No (or another) `type`: compared by its JSON text.
-    Other,
-}
+/// The JSON type an `x-mcp-header` parameter declares (no or another `type`: compared by
+/// its JSON text).
+pub(crate) use tutti_proto::rules::mcp_header::ParamKind;
 
 /// One `Mcp-Param-<name>` header a tool's schema declares with `x-mcp-header`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -230,36 +225,21 @@ pub(crate) struct ParamHeader {
     pub(crate) kind: ParamKind,
 }
 
-/// Collects the `x-mcp-header` declarations reachable through `properties` only.
+/// The `x-mcp-header` declarations reachable through `properties` only
+/// ([`mcp_header::declarations`], the set the kernel validated at commit).
 pub(crate) fn param_headers(schema: &Value) -> Vec<ParamHeader> {
-    let mut out = Vec::new();
-    collect(schema, &mut Vec::new(), &mut out);
-    out
-}
-
-fn collect(schema: &Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
-    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
-        return;
-    };
-    for (name, property) in properties {
-        path.push(name.clone());
-        if let Some(header) = property.get("x-mcp-header").and_then(Value::as_str) {
-            let kind = match property.get("type").and_then(Value::as_str) {
-                Some("string") => ParamKind::String,
-                Some("integer") => ParamKind::Integer,
-                Some("boolean") => ParamKind::Boolean,
-                _ => ParamKind::Other,
-            };
-            out.push(ParamHeader {
-                name: header.to_owned(),
-                header: format!("mcp-param-{}", header.to_ascii_lowercase()),
-                path: path.clone(),
-                kind,
-            });
-        }
-        collect(property, path, out);
-        path.pop();
-    }
+    mcp_header::declarations(schema)
+        .into_iter()
+        .filter_map(|declaration| {
+            let name = declaration.value.as_str()?;
+            Some(ParamHeader {
+                name: name.to_owned(),
+                header: mcp_header::header_key(name),
+                path: declaration.path,
+                kind: declaration.kind,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -17,6 +17,21 @@ pub const MASK: &str = "***";
 /// Shortest line of a multi-line secret that is masked wherever it appears.
 pub const MIN_FRAGMENT: usize = 4;
 
+/// Secret values shorter than this are not masked at all: masking every `a` or `42` in a log
+/// would destroy it and hide nothing worth hiding.
+pub const MIN_SECRET: usize = 4;
+
+/// The stored secret values worth masking ([`MIN_SECRET`] bytes or more), longest first: what
+/// the kernel masks itself and hands each worker to mask (`LaunchSpec.redact`).
+pub fn worth_masking(values: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut v: Vec<String> = values
+        .into_iter()
+        .filter(|s| s.len() >= MIN_SECRET)
+        .collect();
+    v.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    v
+}
+
 /// Replaces known secret values by [`MASK`].
 #[derive(Clone, Default)]
 pub struct Redactor {
@@ -201,6 +216,14 @@ mod tests {
     fn replaces_every_occurrence() {
         let r = Redactor::new(["tok123"]);
         assert_eq!(r.redact("a tok123 b tok123"), "a *** b ***");
+    }
+
+    #[test]
+    fn values_too_short_to_mask_are_left_out_and_the_rest_go_longest_first() {
+        let values = ["abc", "abcd", "", "abcdefgh", "xyz12"].map(String::from);
+        assert_eq!(worth_masking(values), ["abcdefgh", "xyz12", "abcd"]);
+        let r = Redactor::new(worth_masking(["42".to_owned(), "s3cret".to_owned()]));
+        assert_eq!(r.redact("42 s3cret"), "42 ***");
     }
 
     #[test]

@@ -22,7 +22,7 @@ impl fmt::Debug for Keys<'_> {
 impl fmt::Debug for LaunchSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LaunchSpec")
-            .field("transport", &self.transport)
+            .field("transport", &self.transport())
             .field("command", &self.command)
             .field("args", &self.args)
             .field("cwd", &self.cwd)

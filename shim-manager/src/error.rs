@@ -6,8 +6,6 @@ use std::path::PathBuf;
 pub enum Error {
     #[error("cannot resolve the state directory {path}: {source}")]
     StateDir { path: PathBuf, source: io::Error },
-    #[error("cannot locate the directory of this executable: {source}")]
-    CurrentExe { source: io::Error },
     #[error("cannot resolve the launcher path {path}: {source}")]
     LauncherPath { path: PathBuf, source: io::Error },
     #[error("the tutti-shim launcher is missing at {path} (set TUTTI_LIBEXEC_DIR?)")]

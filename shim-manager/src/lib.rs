@@ -16,6 +16,8 @@ mod table;
 
 use std::path::PathBuf;
 
+use tutti_proto::rules::sibling::Libexec;
+
 pub use error::Error;
 pub use launcher::shim_main;
 
@@ -24,8 +26,8 @@ pub use launcher::shim_main;
 pub struct Config {
     /// The runtime's state directory (`--state-dir`); shims go to `<state_dir>/bin`.
     pub state_dir: PathBuf,
-    /// Where the `tutti-shim` launcher lives (`TUTTI_LIBEXEC_DIR`); `None` means the
-    /// directory of the current executable.
+    /// Where the `tutti-shim` launcher lives (`TUTTI_LIBEXEC_DIR`); `None` means next to the
+    /// current executable, then next to the file it links to (`tutti_proto::rules::sibling`).
     pub libexec_dir: Option<PathBuf>,
 }
 
@@ -38,24 +40,18 @@ pub async fn run(config: Config) -> Result<(), Error> {
         path: config.state_dir.clone(),
         source,
     })?;
-    let libexec_dir = match config.libexec_dir {
-        Some(dir) => dir,
-        None => std::env::current_exe()
-            .map_err(|source| Error::CurrentExe { source })?
-            .parent()
-            .map(PathBuf::from)
-            .ok_or_else(|| Error::CurrentExe {
-                source: std::io::Error::other("the executable has no parent directory"),
-            })?,
-    };
-    let launcher = libexec_dir.join(format!("tutti-shim{}", std::env::consts::EXE_SUFFIX));
+    // The rule every binary shares: the configured directory only, else next to this
+    // executable, then next to the file it links to.
+    let launcher = Libexec::new(
+        config.libexec_dir.map(PathBuf::into_os_string),
+        std::env::current_exe().ok(),
+    )
+    .locate("tutti-shim")
+    .map_err(|path| Error::LauncherMissing { path })?;
     let launcher = std::path::absolute(&launcher).map_err(|source| Error::LauncherPath {
         path: launcher.clone(),
         source,
     })?;
-    if !launcher.is_file() {
-        return Err(Error::LauncherMissing { path: launcher });
-    }
     let bin_dir = state_dir.join("bin");
     tracing::info!(bin = %bin_dir.display(), launcher = %launcher.display(), "shim manager starting");
     let publisher = publish::Publisher::new(bin_dir, launcher, &state_dir)?;

@@ -42,7 +42,7 @@ fn start(args: Args) -> anyhow::Result<()> {
         .context("no --state-dir, no TUTTI_STATE_DIR and no home directory")?;
     let config = tutti_shim_manager::Config {
         state_dir,
-        libexec_dir: std::env::var_os("TUTTI_LIBEXEC_DIR")
+        libexec_dir: std::env::var_os(tutti_proto::rules::sibling::LIBEXEC_ENV)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from),
     };

@@ -1,11 +1,13 @@
 //! Writes and removes shims in `<state>/bin`. Every write is atomic: a temp file in `bin/`
 //! (named `.tutti-connector-<key>.<pid>-<n>.tmp`, so it is never on PATH under a shim name),
-//! made executable, then renamed over the shim.
+//! made executable, then renamed over the shim (`tutti_proto::rules::atomic_file`).
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+
+use tutti_proto::rules::atomic_file;
 
 use crate::Error;
 use crate::shimfile::{self, Rendered, SHIM_PREFIX, Style};
@@ -144,8 +146,9 @@ impl Publisher {
         }
     }
 
-    /// Atomically replaces `target`: `fill` writes a fresh temp file in `bin/`, which is then
-    /// renamed over `target`; on any failure the temp file is deleted and `target` is untouched.
+    /// Atomically replaces `target` ([`atomic_file::replace_with`]): `fill` writes a fresh temp
+    /// file in `bin/`, which is then renamed over `target`, and `bin/` is synced; on any failure
+    /// the temp file is deleted and `target` is untouched.
     fn replace(
         &mut self,
         key: &str,
@@ -153,15 +156,10 @@ impl Publisher {
         fill: impl FnOnce(&Path) -> io::Result<()>,
     ) -> Result<(), Error> {
         let tmp = self.temp_path(key);
-        fill(&tmp)
-            .and_then(|()| fs::rename(&tmp, target))
-            .map_err(|source| {
-                let _ = fs::remove_file(&tmp);
-                Error::Publish {
-                    path: target.to_path_buf(),
-                    source,
-                }
-            })
+        atomic_file::replace_with(target, &tmp, fill).map_err(|source| Error::Publish {
+            path: target.to_path_buf(),
+            source,
+        })
     }
 
     fn temp_path(&mut self, key: &str) -> PathBuf {
@@ -212,10 +210,7 @@ fn path_is_sidecar(path: &Path) -> bool {
 }
 
 fn write_new(path: &Path, content: &[u8]) -> io::Result<()> {
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)?;
+    let mut file = atomic_file::create_new(path, None)?;
     file.write_all(content)?;
     file.sync_all()
 }

@@ -7,7 +7,7 @@ use tonic::transport::Channel;
 use tutti_proto::kernel::kernel_client::KernelClient;
 use tutti_proto::kernel::{
     LaunchSpec, OfferToolsReply, OfferToolsRequest, OfferedTool, RegisterWorkerRequest,
-    WorkerReport,
+    WorkerReport, WorkerReportKind,
 };
 use tutti_proto::limits;
 use tutti_proto::transport;
@@ -111,18 +111,18 @@ impl KernelLink {
     }
 
     /// Tells the kernel what we observed; failures are only logged.
-    pub(crate) async fn report(&self, kind: &str, message: &str, count: u64) {
+    pub(crate) async fn report(&self, kind: WorkerReportKind, message: &str, count: u64) {
         let mut client = self.client.clone();
         let request = WorkerReport {
             key: self.key.clone(),
             generation: self.generation,
             worker_token: self.token.clone(),
-            kind: kind.to_owned(),
+            kind: kind.into(),
             message: message.to_owned(),
             count,
         };
         if let Err(e) = Self::rpc("ReportWorker", client.report_worker(request)).await {
-            tracing::warn!(kind, error = %e, "could not report to the kernel");
+            tracing::warn!(%kind, error = %e, "could not report to the kernel");
         }
     }
 }

@@ -26,6 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tutti_proto::kernel::WorkerReportKind;
+use tutti_proto::rules::child_env::{WORKER_GENERATION, WORKER_KEY, WORKER_TOKEN};
 use tutti_proto::transport;
 use tutti_proto::worker::worker_server::WorkerServer;
 
@@ -66,7 +68,8 @@ impl std::fmt::Debug for Config {
 }
 
 impl Config {
-    /// Reads `TUTTI_WORKER_KEY`, `TUTTI_WORKER_GENERATION` (decimal) and `TUTTI_WORKER_TOKEN`.
+    /// Reads `TUTTI_WORKER_KEY`, `TUTTI_WORKER_GENERATION` (decimal) and `TUTTI_WORKER_TOKEN`
+    /// (set by the kernel: `tutti_proto::rules::child_env::worker`).
     pub fn from_env(state_dir: PathBuf) -> Result<Self, WorkerError> {
         Self::from_vars(state_dir, |name| std::env::var(name).ok())
     }
@@ -79,25 +82,24 @@ impl Config {
             var,
             problem: "is not set".to_owned(),
         };
-        let key = var("TUTTI_WORKER_KEY").ok_or_else(|| missing("TUTTI_WORKER_KEY"))?;
+        let key = var(WORKER_KEY).ok_or_else(|| missing(WORKER_KEY))?;
         if !tutti_proto::key::is_valid(&key) {
             return Err(WorkerError::Env {
-                var: "TUTTI_WORKER_KEY",
+                var: WORKER_KEY,
                 problem: format!("{key:?} is not a connector key"),
             });
         }
-        let generation =
-            var("TUTTI_WORKER_GENERATION").ok_or_else(|| missing("TUTTI_WORKER_GENERATION"))?;
+        let generation = var(WORKER_GENERATION).ok_or_else(|| missing(WORKER_GENERATION))?;
         let generation = generation
             .trim()
             .parse::<u64>()
             .map_err(|_| WorkerError::Env {
-                var: "TUTTI_WORKER_GENERATION",
+                var: WORKER_GENERATION,
                 problem: format!("{generation:?} is not a decimal u64"),
             })?;
-        let token = var("TUTTI_WORKER_TOKEN")
+        let token = var(WORKER_TOKEN)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| missing("TUTTI_WORKER_TOKEN"))?;
+            .ok_or_else(|| missing(WORKER_TOKEN))?;
         Ok(Self {
             state_dir,
             key,
@@ -232,7 +234,7 @@ async fn drive(
         0 => DEFAULT_START_TIMEOUT_MS,
         ms => ms,
     };
-    tracing::info!(transport = %spec.transport, start_timeout_ms = start_ms, "registered");
+    tracing::info!(transport = %spec.transport(), start_timeout_ms = start_ms, "registered");
 
     let parent_gone = platform::parent_gone();
     tokio::pin!(parent_gone);
@@ -255,13 +257,17 @@ async fn drive(
         Ok(started) => started,
         Err(WorkerError::UpstreamAuth { message }) => {
             tracing::error!(error = %message, "upstream authentication failed");
-            kernel.report("auth_failed", &message, 0).await;
+            kernel
+                .report(WorkerReportKind::AuthFailed, &message, 0)
+                .await;
             return Exit::AuthFailed;
         }
         Err(e) => {
             let message = redactor.redact(&e.to_string());
             tracing::error!(error = %message, "upstream failed to start");
-            kernel.report("start_failed", &message, 0).await;
+            kernel
+                .report(WorkerReportKind::StartFailed, &message, 0)
+                .await;
             return Exit::StartFailed;
         }
     };
@@ -303,7 +309,7 @@ async fn drive(
                     let message = format!("the upstream refused the credentials ({status})");
                     tracing::error!(error = %message, "upstream authentication failed");
                     shared.stop_calls();
-                    kernel.report("auth_failed", &message, 0).await;
+                    kernel.report(WorkerReportKind::AuthFailed, &message, 0).await;
                     break Exit::AuthFailed;
                 }
             },
@@ -319,7 +325,7 @@ async fn drive(
                 let message = redactor.redact(&how);
                 tracing::warn!(upstream = %message, "the upstream went away");
                 shared.stop_calls();
-                kernel.report("upstream_exited", &message, 0).await;
+                kernel.report(WorkerReportKind::UpstreamExited, &message, 0).await;
                 break Exit::UpstreamExited;
             }
             () = &mut parent_gone => {
@@ -345,14 +351,18 @@ async fn on_session_event(
         SessionEvent::Reinitialized(why) => {
             let message = redactor.redact(&why);
             tracing::warn!(upstream = %message, "the upstream session failed; initialized a new one");
-            kernel.report("upstream_reinitialized", &message, 0).await;
+            kernel
+                .report(WorkerReportKind::UpstreamReinitialized, &message, 0)
+                .await;
             None
         }
         SessionEvent::Unavailable(why) => {
             let message = redactor.redact(&why);
             tracing::error!(upstream = %message, "the upstream is unavailable");
             shared.stop_calls();
-            kernel.report("upstream_unavailable", &message, 0).await;
+            kernel
+                .report(WorkerReportKind::UpstreamUnavailable, &message, 0)
+                .await;
             Some(Exit::UpstreamExited)
         }
     }
@@ -403,7 +413,7 @@ async fn report_non_json(kernel: KernelLink, counter: Arc<stdio::NonJsonCounter>
         let total = counter.total();
         kernel
             .report(
-                "non_json_stdout",
+                WorkerReportKind::NonJsonStdout,
                 &format!("the upstream wrote {total} non-JSON line(s) to stdout"),
                 total,
             )

@@ -62,7 +62,8 @@ pub(crate) fn become_subreaper() {
 
 /// Sends SIGKILL to every process below this one (Linux, through `/proc`; elsewhere nothing),
 /// in rounds until none is left alive (a process may fork while the first round is sent).
-/// Returns how many were signalled.
+/// Returns how many were signalled. (Windows has no caller: the upstream's job ends its tree.)
+#[cfg(unix)]
 pub(crate) fn kill_descendants() -> usize {
     imp::kill_descendants()
 }
@@ -296,11 +297,6 @@ mod imp {
 
     /// Windows: the upstream's job holds its whole tree (see `Containment`); nothing to do.
     pub(super) fn become_subreaper() {}
-
-    /// Windows: the upstream's job ends its tree ([`Containment::end_tree`]); nothing here.
-    pub(super) fn kill_descendants() -> usize {
-        0
-    }
 
     pub(super) fn terminate(child: &mut Child) {
         let _ = child.start_kill();

@@ -30,7 +30,7 @@ use rmcp::{Peer, ServiceError};
 use serde_json::Value;
 use tokio::process::Command;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
-use tutti_proto::kernel::LaunchSpec;
+use tutti_proto::kernel::{LaunchSpec, Transport};
 
 use crate::error::{WorkerError, error_chain};
 use crate::http::{HttpClient, SessionEvent};
@@ -627,11 +627,11 @@ pub(crate) async fn start(
     redactor: Arc<Redactor>,
     within: Duration,
 ) -> Result<Started, WorkerError> {
-    match spec.transport.as_str() {
-        "stdio" => start_stdio(spec, redactor, within).await,
-        "http" => start_http(spec, redactor, within).await,
-        other => Err(WorkerError::LaunchSpec {
-            problem: format!("unknown transport {other:?}"),
+    match spec.transport() {
+        Transport::Stdio => start_stdio(spec, redactor, within).await,
+        Transport::Http => start_http(spec, redactor, within).await,
+        Transport::Unspecified => Err(WorkerError::LaunchSpec {
+            problem: format!("unknown transport {}", spec.transport),
         }),
     }
 }

@@ -330,7 +330,7 @@ fn stdio_spec(dir: &Path, command: String) -> LaunchSpec {
     env.insert("PATH".to_owned(), std::env::var("PATH").unwrap_or_default());
     env.insert("UPSTREAM_SECRET".to_owned(), SECRET.to_owned());
     LaunchSpec {
-        transport: "stdio".to_owned(),
+        transport: k::Transport::Stdio.into(),
         command,
         args: vec!["-u".to_owned(), script.to_string_lossy().into_owned()],
         cwd: dir.to_string_lossy().into_owned(),
@@ -446,7 +446,7 @@ impl Harness {
 
     async fn report(&mut self, kind: &str) -> Result<k::WorkerReport, Box<dyn std::error::Error>> {
         self.find(
-            |s| matches!(s, Seen::Report(r) if r.kind == kind),
+            |s| matches!(s, Seen::Report(r) if r.kind().label() == kind),
             |s| match s {
                 Seen::Report(report) => Some(report),
                 _ => None,
@@ -818,7 +818,7 @@ fn http_spec(url: String, bearer: &str) -> LaunchSpec {
     let mut headers = HashMap::new();
     headers.insert("Authorization".to_owned(), format!("Bearer {bearer}"));
     LaunchSpec {
-        transport: "http".to_owned(),
+        transport: k::Transport::Http.into(),
         url,
         headers,
         start_timeout_ms: 20_000,

@@ -112,7 +112,7 @@ pub(crate) fn install(state_dir: &Path, args: ServiceInstallArgs) -> Result<Exit
 
 fn service_paths(state_dir: &Path) -> Result<ServicePaths, CliError> {
     let kernel = super::up::locate_kernel(
-        std::env::var_os("TUTTI_LIBEXEC_DIR"),
+        std::env::var_os(tutti_proto::rules::sibling::LIBEXEC_ENV),
         std::env::current_exe().ok(),
     )?;
     let kernel = std::path::absolute(&kernel).map_err(|e| CliError::io("resolve", &kernel, e))?;

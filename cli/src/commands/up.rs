@@ -4,15 +4,14 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use tutti_proto::rules::sibling::{LIBEXEC_ENV, Libexec};
+
 use crate::error::CliError;
 
 const KERNEL: &str = "tutti-kernel";
 
 pub(crate) fn run(state_dir: &Path, demo: bool) -> Result<ExitCode, CliError> {
-    let kernel = locate_kernel(
-        std::env::var_os("TUTTI_LIBEXEC_DIR"),
-        std::env::current_exe().ok(),
-    )?;
+    let kernel = locate_kernel(std::env::var_os(LIBEXEC_ENV), std::env::current_exe().ok())?;
     let mut args: Vec<OsString> = vec!["--state-dir".into(), state_dir.as_os_str().to_owned()];
     if demo {
         args.push("--demo".into());
@@ -21,45 +20,15 @@ pub(crate) fn run(state_dir: &Path, demo: bool) -> Result<ExitCode, CliError> {
     imp::launch(&kernel, &args)
 }
 
-/// `TUTTI_LIBEXEC_DIR/tutti-kernel`, else `tutti-kernel` next to this executable (also
-/// next to the file it links to).
+/// `tutti-kernel` by the rule every binary shares ([`Libexec`]: `TUTTI_LIBEXEC_DIR` if set,
+/// else next to this executable, then next to the file it links to).
 pub(crate) fn locate_kernel(
     libexec: Option<OsString>,
     exe: Option<PathBuf>,
 ) -> Result<PathBuf, CliError> {
-    let file = format!("{KERNEL}{}", std::env::consts::EXE_SUFFIX);
-    if let Some(dir) = libexec.filter(|d| !d.is_empty()) {
-        let path = PathBuf::from(dir).join(&file);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(CliError::KernelBinaryMissing { path })
-        };
-    }
-    let Some(exe) = exe else {
-        return Err(CliError::KernelBinaryMissing {
-            path: PathBuf::from(file),
-        });
-    };
-    let mut candidates = Vec::new();
-    if let Some(dir) = exe.parent() {
-        candidates.push(dir.join(&file));
-    }
-    if let Some(dir) = std::fs::canonicalize(&exe)
-        .ok()
-        .and_then(|real| real.parent().map(Path::to_path_buf))
-    {
-        candidates.push(dir.join(&file));
-    }
-    match candidates.iter().find(|p| p.is_file()) {
-        Some(path) => Ok(path.clone()),
-        None => Err(CliError::KernelBinaryMissing {
-            path: candidates
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| PathBuf::from(file)),
-        }),
-    }
+    Libexec::new(libexec, exe)
+        .locate(KERNEL)
+        .map_err(|path| CliError::KernelBinaryMissing { path })
 }
 
 /// Unix: exec, so the kernel is this process: signals from the terminal or a service manager

@@ -559,16 +559,20 @@ fn an_unreadable_release_is_failed_with_its_reason() {
 
 #[test]
 fn report_kinds_are_read_from_their_wire_names() {
+    use tutti_proto::kernel::WorkerReportKind as Wire;
     for (wire, kind) in [
-        ("start_failed", ReportKind::StartFailed),
-        ("upstream_exited", ReportKind::UpstreamExited),
-        ("auth_failed", ReportKind::AuthFailed),
-        ("upstream_reinitialized", ReportKind::UpstreamReinitialized),
-        ("upstream_unavailable", ReportKind::UpstreamUnavailable),
-        ("non_json_stdout", ReportKind::NonJsonStdout),
-        ("tools_changed", ReportKind::Other),
+        (Wire::StartFailed, ReportKind::StartFailed),
+        (Wire::UpstreamExited, ReportKind::UpstreamExited),
+        (Wire::AuthFailed, ReportKind::AuthFailed),
+        (
+            Wire::UpstreamReinitialized,
+            ReportKind::UpstreamReinitialized,
+        ),
+        (Wire::UpstreamUnavailable, ReportKind::UpstreamUnavailable),
+        (Wire::NonJsonStdout, ReportKind::NonJsonStdout),
+        (Wire::Unspecified, ReportKind::Other),
     ] {
-        assert_eq!(ReportKind::from_wire(wire), kind, "{wire}");
+        assert_eq!(ReportKind::from_wire(wire), kind, "{wire:?}");
     }
 }
 

@@ -1,0 +1,16 @@
+//! Rules every process of the runtime shares, each in exactly one place. Nothing here knows
+//! the wire format (no protobuf, no gRPC): these are plain functions and constants over
+//! paths, environments, durations, strings and JSON Schema documents.
+//!
+//! - [`atomic_file`]: replacing a file atomically (temp file, fsync, rename, fsync the directory);
+//! - [`sibling`]: finding the runtime's other binaries (`TUTTI_LIBEXEC_DIR`, else next to the
+//!   running executable, then next to the file it links to);
+//! - [`child_env`]: the environment each kind of child process gets (one allowlist per kind);
+//! - [`mcp_header`]: the `x-mcp-header` / `Mcp-Param-*` vocabulary (SEP-2243);
+//! - [`timing`]: the shutdown timing chain, each bound derived from the one it must exceed.
+
+pub mod atomic_file;
+pub mod child_env;
+pub mod mcp_header;
+pub mod sibling;
+pub mod timing;
