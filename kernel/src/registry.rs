@@ -14,7 +14,8 @@ use crate::error::KernelError;
 pub struct Registry {
     #[serde(default)]
     pub revision: u64,
-    /// Increased at every kernel start; the high half of every generation number.
+    /// Increased at every kernel start; logged with the kernel's start line (generation
+    /// numbers come from `generation_ceiling`, not from this).
     #[serde(default)]
     pub boot_epoch: u32,
     /// Generation numbers up to this one may have been handed out; a new kernel starts
