@@ -2,7 +2,7 @@
 //! `tutti.kernel.v1` and `tutti.worker.v1`, and the local-socket transport they run on
 //! (a Unix domain socket file in the owner-only `run/` directory, or a named pipe on Windows),
 //! plus the few rules every process shares (state directory, connector keys, secret masking
-//! and log escaping, message and tool-set size limits, Windows jobs).
+//! and log escaping, message and tool-set size limits, the open-files limit, Windows jobs).
 #![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call) and
 // job (Windows FFI, each call commented)
 
@@ -13,6 +13,7 @@ pub mod key;
 pub mod limits;
 pub mod redact;
 mod redacted;
+pub mod rlimit;
 pub mod state_dir;
 pub mod transport;
 
