@@ -30,34 +30,6 @@ fn restrict_umask() {
     }
 }
 
-/// The soft descriptor limit is raised to the hard limit: the kernel holds a descriptor per
-/// child pipe, log file, socket and gRPC connection, and the common soft default (1024) is low
-/// for many connectors. Children inherit the raised limit. Failure is logged, not fatal.
-fn raise_descriptor_limit() {
-    #[cfg(unix)]
-    {
-        use nix::sys::resource::{Resource, getrlimit, setrlimit};
-        /// macOS's `OPEN_MAX`: the highest soft limit it takes when the hard one is unlimited.
-        const OPEN_MAX_FALLBACK: nix::sys::resource::rlim_t = 10_240;
-        let raised = getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| {
-            if soft >= hard {
-                return Ok(soft);
-            }
-            // macOS reports an unlimited hard limit but refuses a soft limit above OPEN_MAX.
-            setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
-                .map(|()| hard)
-                .or_else(|_| {
-                    let capped = hard.min(OPEN_MAX_FALLBACK).max(soft);
-                    setrlimit(Resource::RLIMIT_NOFILE, capped, hard).map(|()| capped)
-                })
-        });
-        match raised {
-            Ok(limit) => tracing::debug!(limit, "descriptor limit"),
-            Err(e) => tracing::warn!(error = %e, "cannot raise the descriptor limit"),
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.service && !cfg!(windows) {
@@ -72,7 +44,8 @@ fn main() -> ExitCode {
     };
     restrict_umask();
     init_tracing(&state_dir);
-    raise_descriptor_limit();
+    // The kernel holds a descriptor per child pipe, log file, socket and gRPC connection.
+    tutti_proto::rlimit::raise_open_files_limit();
     let config = tutti_kernel::Config {
         state_dir,
         demo: args.demo,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
 
 use crate::app::App;
@@ -378,10 +378,7 @@ async fn execute_call(
     let empty = Value::Object(Map::new());
     let arguments = arguments.filter(|a| !a.is_null()).unwrap_or(&empty);
     if let Err(text) = validate::check(&tool.validator, arguments) {
-        let result = json!({"content": [{"type": "text", "text": text}], "isError": true});
-        let answer = CallResult::from_value(&result)
-            .ok_or_else(|| RpcError::new(INTERNAL_ERROR, "cannot encode a result"));
-        return (answer, Outcome::InvalidArguments);
+        return invalid_arguments(&text);
     }
 
     let mut fence = connector.fence.subscribe();
@@ -411,56 +408,81 @@ async fn execute_call(
         }),
     };
     let deadline = Duration::from_millis(u64::from(connector.timeout_ms)) + DEADLINE_GRACE;
-    let fenced = async {
-        if fence.wait_for(|f| *f).await.is_err() {
-            pending::<()>().await;
-        }
-    };
-    let cancelled = async {
-        let delivered = match cancelled {
-            Some(rx) => rx.await.is_ok(),
-            None => false,
-        };
-        if !delivered {
-            pending::<()>().await;
-        }
-    };
 
     // Biased: a reply that is already there wins over a fence or a deadline noticed in the
     // same poll (the worker answered before it went away, so its answer is the one to give).
     tokio::select! {
         biased;
-        reply = async {
-            match progress {
-                Some(progress) => {
-                    app.backend
-                        .call_tool_with_progress(&connector.endpoint, request, progress)
-                        .await
-                }
-                None => app.backend.call_tool(&connector.endpoint, request).await,
-            }
-        } => {
+        reply = send_call(app, tool, request, progress) => {
             guard.disarm();
             map_reply(&tool.name, key, generation, reply)
         }
-        () = fenced => (Err(fenced_mid_call(key, generation)), Outcome::Unavailable),
-        () = cancelled => (
+        () = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), Outcome::Unavailable),
+        () = until_cancelled(cancelled) => (
             Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")
                 .with_data(json!({"tutti": tutti("cancelled", key, generation)}))),
             Outcome::Cancelled,
         ),
-        () = tokio::time::sleep(deadline) => (
-            Err(timed_out(
-                key,
-                generation,
-                &format!(
-                    "tool {} did not answer within {} ms",
-                    tool.name, connector.timeout_ms
-                ),
-            )),
-            Outcome::Timeout,
-        ),
+        () = tokio::time::sleep(deadline) => (Err(deadline_passed(tool)), Outcome::Timeout),
     }
+}
+
+/// The `invalid_arguments` result: a tool error naming what is wrong with the arguments.
+fn invalid_arguments(text: &str) -> Ended {
+    let result = json!({"content": [{"type": "text", "text": text}], "isError": true});
+    let answer = CallResult::from_value(&result)
+        .ok_or_else(|| RpcError::new(INTERNAL_ERROR, "cannot encode a result"));
+    (answer, Outcome::InvalidArguments)
+}
+
+/// Sends the call to the worker that owns the tool's generation, streaming progress if asked.
+async fn send_call(
+    app: &App,
+    tool: &Tool,
+    request: CallToolRequest,
+    progress: Option<mpsc::Sender<String>>,
+) -> Result<tutti_proto::worker::CallToolReply, Error> {
+    let endpoint = &tool.connector.endpoint;
+    match progress {
+        Some(progress) => {
+            app.backend
+                .call_tool_with_progress(endpoint, request, progress)
+                .await
+        }
+        None => app.backend.call_tool(endpoint, request).await,
+    }
+}
+
+/// Completes when the generation is fenced; never if the fence's sender is gone.
+async fn until_fenced(mut fence: watch::Receiver<bool>) {
+    if fence.wait_for(|f| *f).await.is_err() {
+        pending::<()>().await;
+    }
+}
+
+/// Completes when the client cancels the call; never if it cannot (no receiver, or its
+/// sender was dropped).
+async fn until_cancelled(cancelled: Option<oneshot::Receiver<()>>) {
+    let delivered = match cancelled {
+        Some(rx) => rx.await.is_ok(),
+        None => false,
+    };
+    if !delivered {
+        pending::<()>().await;
+    }
+}
+
+/// The frontend's own deadline passed without an answer from the worker.
+fn deadline_passed(tool: &Tool) -> RpcError {
+    let connector = &tool.connector;
+    timed_out(
+        &connector.key,
+        connector.generation,
+        &format!(
+            "tool {} did not answer within {} ms",
+            tool.name, connector.timeout_ms
+        ),
+    )
 }
 
 fn map_reply(
@@ -471,28 +493,7 @@ fn map_reply(
 ) -> Ended {
     let reply = match reply {
         Ok(reply) => reply,
-        // The worker refused the call up front: it never reached the upstream.
-        Err(Error::WorkerFenced { .. }) => {
-            return (Err(not_available(name, key, generation)), Outcome::RpcError);
-        }
-        Err(Error::WorkerTimeout { .. }) => {
-            return (
-                Err(timed_out(key, generation, "the call timed out")),
-                Outcome::Timeout,
-            );
-        }
-        Err(e) => {
-            tracing::warn!(connector = key, generation, error = %e, "worker call failed");
-            return (
-                Err(unavailable(
-                    key,
-                    generation,
-                    "unavailable",
-                    "worker unavailable",
-                )),
-                Outcome::Unavailable,
-            );
-        }
+        Err(e) => return map_worker_failure(name, key, generation, &e),
     };
     let generation = if reply.generation == 0 {
         generation
@@ -500,51 +501,9 @@ fn map_reply(
         reply.generation
     };
     match reply.outcome {
-        Some(call_tool_reply::Outcome::ResultJson(text)) => match CallResult::from_json(text) {
-            Some(result) => {
-                let outcome = if result.is_error() {
-                    Outcome::ToolError
-                } else {
-                    Outcome::Ok
-                };
-                (Ok(result), outcome)
-            }
-            None => (
-                Err(unavailable(
-                    key,
-                    generation,
-                    "unavailable",
-                    "the worker returned a malformed result",
-                )),
-                Outcome::Unavailable,
-            ),
-        },
+        Some(call_tool_reply::Outcome::ResultJson(text)) => map_result(key, generation, text),
         Some(call_tool_reply::Outcome::Error(error)) => {
-            let data = if error.data_json.is_empty() {
-                None
-            } else {
-                serde_json::from_str(&error.data_json).ok()
-            };
-            let reason = if error.reason.is_empty() {
-                "upstream_error"
-            } else {
-                error.reason.as_str()
-            };
-            let code = if error.code == 0 {
-                INTERNAL_ERROR
-            } else {
-                i64::from(error.code)
-            };
-            if reason == "fenced" && code == INVALID_PARAMS {
-                // The worker refused a call for a generation it no longer serves: the same
-                // SPEC §5 answer as a generation fenced before the call was sent.
-                return (Err(not_available(name, key, generation)), Outcome::RpcError);
-            }
-            (
-                Err(RpcError::new(code, error.message)
-                    .with_data(with_tutti(data, tutti(reason, key, generation)))),
-                outcome_of_worker_error(reason, code),
-            )
+            map_call_error(name, key, generation, error)
         }
         None => (
             Err(unavailable(
@@ -556,6 +515,89 @@ fn map_reply(
             Outcome::Unavailable,
         ),
     }
+}
+
+/// The worker call itself failed (no reply).
+fn map_worker_failure(name: &str, key: &str, generation: u64, e: &Error) -> Ended {
+    match e {
+        // The worker refused the call up front: it never reached the upstream.
+        Error::WorkerFenced { .. } => {
+            (Err(not_available(name, key, generation)), Outcome::RpcError)
+        }
+        Error::WorkerTimeout { .. } => (
+            Err(timed_out(key, generation, "the call timed out")),
+            Outcome::Timeout,
+        ),
+        e => {
+            tracing::warn!(connector = key, generation, error = %e, "worker call failed");
+            (
+                Err(unavailable(
+                    key,
+                    generation,
+                    "unavailable",
+                    "worker unavailable",
+                )),
+                Outcome::Unavailable,
+            )
+        }
+    }
+}
+
+/// The upstream's `CallToolResult` text.
+fn map_result(key: &str, generation: u64, text: String) -> Ended {
+    match CallResult::from_json(text) {
+        Some(result) => {
+            let outcome = if result.is_error() {
+                Outcome::ToolError
+            } else {
+                Outcome::Ok
+            };
+            (Ok(result), outcome)
+        }
+        None => (
+            Err(unavailable(
+                key,
+                generation,
+                "unavailable",
+                "the worker returned a malformed result",
+            )),
+            Outcome::Unavailable,
+        ),
+    }
+}
+
+/// A JSON-RPC error from the upstream, or the worker's own (`CallError`).
+fn map_call_error(
+    name: &str,
+    key: &str,
+    generation: u64,
+    error: tutti_proto::worker::CallError,
+) -> Ended {
+    let data = if error.data_json.is_empty() {
+        None
+    } else {
+        serde_json::from_str(&error.data_json).ok()
+    };
+    let reason = if error.reason.is_empty() {
+        "upstream_error"
+    } else {
+        error.reason.as_str()
+    };
+    let code = if error.code == 0 {
+        INTERNAL_ERROR
+    } else {
+        i64::from(error.code)
+    };
+    if reason == "fenced" && code == INVALID_PARAMS {
+        // The worker refused a call for a generation it no longer serves: the same
+        // SPEC §5 answer as a generation fenced before the call was sent.
+        return (Err(not_available(name, key, generation)), Outcome::RpcError);
+    }
+    (
+        Err(RpcError::new(code, error.message)
+            .with_data(with_tutti(data, tutti(reason, key, generation)))),
+        outcome_of_worker_error(reason, code),
+    )
 }
 
 #[cfg(test)]

@@ -248,77 +248,27 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
     let ticket = app.sessions.ticket();
     let (parts, body) = request.into_parts();
 
-    if !headers::host_allowed(&parts.headers) {
-        return rpc::reject(
-            StatusCode::FORBIDDEN,
-            "Forbidden: the Host header must name 127.0.0.1, localhost or [::1]",
-        );
-    }
-    if !headers::origin_allowed(&parts.headers) {
-        return rpc::reject(
-            StatusCode::FORBIDDEN,
-            "Forbidden: the Origin must be http:// on 127.0.0.1, localhost or [::1]",
-        );
+    if let Some(rejection) = host_or_origin_rejection(&parts.headers) {
+        return rejection;
     }
     let Some(token) = headers::bearer_token(&parts.headers).map(str::to_owned) else {
         return rejected(Ok(None), may_have_body(&parts.headers));
     };
     let is_post = parts.method == Method::POST;
     let is_json = is_json_content_type(&parts.headers);
-    // A small body is read and parsed while the token is verified (a kernel round trip unless
-    // the session cache knows it), but the verdict never waits for the body: a request
-    // without a valid token is answered 401 at once, whatever its body does. Nothing is acted
-    // on before the verdict, and every answer below keeps the documented check order. Larger
-    // bodies are only read once the token is valid.
     let on_endpoint = parts.uri.path() == ENDPOINT_PATH;
     let early = on_endpoint
         && is_post
         && is_json
         && declared_length(&parts.headers).is_some_and(|n| n <= EARLY_BODY_BYTES);
-    let (verified, pending) = if early {
-        let read = read_within_timeout(&parts.headers, body);
-        let verify = app.verify_session(&token);
-        tokio::pin!(read, verify);
-        tokio::select! {
-            verified = &mut verify => {
-                if !matches!(verified, Ok(Some(_))) {
-                    return rejected(verified, may_have_body(&parts.headers));
-                }
-                (verified, PendingBody::Parsed(read.await))
-            }
-            parsed = &mut read => (verify.await, PendingBody::Parsed(parsed)),
-        }
-    } else {
-        (app.verify_session(&token).await, PendingBody::Unread(body))
-    };
-    let identity = match verified {
-        Ok(Some(identity)) => identity,
-        other => {
-            let unread = matches!(pending, PendingBody::Unread(_));
-            return rejected(other, unread && may_have_body(&parts.headers));
-        }
+    let (identity, pending) = match authenticate(&app, &token, &parts.headers, body, early).await {
+        Ok(authenticated) => authenticated,
+        Err(rejection) => return rejection,
     };
     // SPEC §5: the bearer check comes before everything else but Host and Origin, so an
     // unauthenticated request gets 401 on every path.
-    if !on_endpoint {
-        return rpc::reject(
-            StatusCode::NOT_FOUND,
-            "Not Found: the MCP endpoint is /mcp/connector",
-        );
-    }
-    if !is_post {
-        return reject_with(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "Method Not Allowed: this endpoint accepts POST only",
-            header::ALLOW,
-            "POST",
-        );
-    }
-    if !is_json {
-        return rpc::reject(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Unsupported Media Type: Content-Type must be application/json",
-        );
+    if let Some(rejection) = route_rejection(on_endpoint, is_post, is_json) {
+        return rejection;
     }
     let parsed = match pending {
         PendingBody::Parsed(parsed) => parsed,
@@ -345,4 +295,87 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
     } else {
         legacy::handle(ctx, message).await
     }
+}
+
+/// The 403 for a Host or an Origin that is not loopback, checked before anything else.
+fn host_or_origin_rejection(headers: &HeaderMap) -> Option<Response> {
+    if !headers::host_allowed(headers) {
+        return Some(rpc::reject(
+            StatusCode::FORBIDDEN,
+            "Forbidden: the Host header must name 127.0.0.1, localhost or [::1]",
+        ));
+    }
+    if !headers::origin_allowed(headers) {
+        return Some(rpc::reject(
+            StatusCode::FORBIDDEN,
+            "Forbidden: the Origin must be http:// on 127.0.0.1, localhost or [::1]",
+        ));
+    }
+    None
+}
+
+/// Verifies the bearer token: the caller's identity and the body (read or not), or the
+/// rejection.
+///
+/// With `early`, a small body is read and parsed while the token is verified (a kernel round
+/// trip unless the session cache knows it), but the verdict never waits for the body: a
+/// request without a valid token is answered 401 at once, whatever its body does. Nothing is
+/// acted on before the verdict, and every answer after it keeps the documented check order.
+/// Larger bodies are only read once the token is valid.
+async fn authenticate(
+    app: &App,
+    token: &str,
+    headers: &HeaderMap,
+    body: Body,
+    early: bool,
+) -> Result<(Identity, PendingBody), Response> {
+    let (verified, pending) = if early {
+        let read = read_within_timeout(headers, body);
+        let verify = app.verify_session(token);
+        tokio::pin!(read, verify);
+        tokio::select! {
+            verified = &mut verify => {
+                if !matches!(verified, Ok(Some(_))) {
+                    return Err(rejected(verified, may_have_body(headers)));
+                }
+                (verified, PendingBody::Parsed(read.await))
+            }
+            parsed = &mut read => (verify.await, PendingBody::Parsed(parsed)),
+        }
+    } else {
+        (app.verify_session(token).await, PendingBody::Unread(body))
+    };
+    match verified {
+        Ok(Some(identity)) => Ok((identity, pending)),
+        other => {
+            let unread = matches!(pending, PendingBody::Unread(_));
+            Err(rejected(other, unread && may_have_body(headers)))
+        }
+    }
+}
+
+/// The 404, 405 or 415 for a request that is not a JSON POST to the endpoint (checked after
+/// the bearer token).
+fn route_rejection(on_endpoint: bool, is_post: bool, is_json: bool) -> Option<Response> {
+    if !on_endpoint {
+        return Some(rpc::reject(
+            StatusCode::NOT_FOUND,
+            "Not Found: the MCP endpoint is /mcp/connector",
+        ));
+    }
+    if !is_post {
+        return Some(reject_with(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Method Not Allowed: this endpoint accepts POST only",
+            header::ALLOW,
+            "POST",
+        ));
+    }
+    if !is_json {
+        return Some(rpc::reject(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Unsupported Media Type: Content-Type must be application/json",
+        ));
+    }
+    None
 }

@@ -90,7 +90,8 @@ impl Default for ServeOptions {
 /// Runs the frontend until SIGTERM/SIGINT (Ctrl-C) or the kernel's shutdown event
 /// (`Ok`), or until the kernel's route stream is lost for good (`Err`).
 pub async fn run(config: Config) -> Result<(), Error> {
-    raise_descriptor_limit();
+    // Every client connection holds a descriptor.
+    tutti_proto::rlimit::raise_open_files_limit();
     let listener = match inherited_listener()? {
         Some(listener) => listener,
         None => bind(config.port).await?,
@@ -326,13 +327,6 @@ fn inherited_listener() -> Result<Option<TcpListener>, Error> {
         .map_err(|source| Error::Inherit { source })
 }
 
-/// Raises this process's soft descriptor limit to its hard limit (Unix): every connection
-/// holds a descriptor, and the common soft default (1024) is far below what loopback clients
-/// can open. Failure is logged, not fatal.
-fn raise_descriptor_limit() {
-    imp::raise_descriptor_limit();
-}
-
 async fn bind(port: u16) -> Result<TcpListener, Error> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let started = tokio::time::Instant::now();
@@ -384,28 +378,6 @@ mod imp {
         Ok(listener)
     }
 
-    pub(super) fn raise_descriptor_limit() {
-        use nix::sys::resource::{Resource, getrlimit, setrlimit};
-        /// macOS's `OPEN_MAX`: the highest soft limit it takes when the hard one is unlimited.
-        const OPEN_MAX_FALLBACK: nix::sys::resource::rlim_t = 10_240;
-        let raised = getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| {
-            if soft >= hard {
-                return Ok(soft);
-            }
-            // macOS reports an unlimited hard limit but refuses a soft limit above OPEN_MAX.
-            setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
-                .map(|()| hard)
-                .or_else(|_| {
-                    let capped = hard.min(OPEN_MAX_FALLBACK).max(soft);
-                    setrlimit(Resource::RLIMIT_NOFILE, capped, hard).map(|()| capped)
-                })
-        });
-        match raised {
-            Ok(limit) => tracing::debug!(limit, "descriptor limit"),
-            Err(e) => tracing::warn!(error = %e, "cannot raise the descriptor limit"),
-        }
-    }
-
     pub(super) async fn shutdown_signal() {
         let (term, int) = (
             signal(SignalKind::terminate()),
@@ -432,9 +404,6 @@ mod imp {
     pub(super) fn inherited_listener() -> std::io::Result<Option<std::net::TcpListener>> {
         Ok(None)
     }
-
-    /// Windows has no descriptor limit of this kind.
-    pub(super) fn raise_descriptor_limit() {}
 
     pub(super) async fn shutdown_signal() {
         if tokio::signal::ctrl_c().await.is_err() {

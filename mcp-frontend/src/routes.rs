@@ -15,7 +15,7 @@ use serde::ser::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
-use tutti_proto::kernel::{ConnectorRoute, RouteEvent, SessionsRevoked, route_event};
+use tutti_proto::kernel::{ConnectorRoute, RouteEvent, RoutedTool, SessionsRevoked, route_event};
 
 use crate::era::{self, Revision};
 use crate::validate::{self, ParamHeader};
@@ -354,66 +354,11 @@ impl RouteState {
         } else {
             route.name.as_str()
         };
-        let mut tools = Vec::with_capacity(route.tools.len());
-        for routed in &route.tools {
-            let definition: Value = match serde_json::from_str(&routed.definition_json) {
-                Ok(v @ Value::Object(_)) => v,
-                _ => {
-                    tracing::warn!(
-                        connector = %route.key,
-                        tool = %routed.name,
-                        "skipping a tool whose definition is not a JSON object"
-                    );
-                    continue;
-                }
-            };
-            let input_schema = definition
-                .get("inputSchema")
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object"}));
-            let validator = match validate::compile(&input_schema) {
-                Ok(v) => v,
-                Err(problem) => {
-                    tracing::warn!(
-                        connector = %route.key,
-                        tool = %routed.name,
-                        %problem,
-                        "skipping a tool whose input schema does not compile"
-                    );
-                    continue;
-                }
-            };
-            let projected = project(
-                &routed.name,
-                &routed.upstream_name,
-                &routed.risk,
-                &route.key,
-                display_name,
-                &definition,
-                &input_schema,
-            );
-            let projected = match for_each_revision(&projected) {
-                Ok(raw) => raw,
-                Err(e) => {
-                    tracing::warn!(
-                        connector = %route.key,
-                        tool = %routed.name,
-                        error = %e,
-                        "skipping a tool that cannot be serialized"
-                    );
-                    continue;
-                }
-            };
-            tools.push(Arc::new(Tool {
-                name: routed.name.clone(),
-                upstream_name: routed.upstream_name.clone(),
-                connector: connector.clone(),
-                projected,
-                validator,
-                param_headers: validate::param_headers(&input_schema),
-                risk: routed.risk.clone(),
-            }));
-        }
+        let tools = route
+            .tools
+            .iter()
+            .filter_map(|routed| compile_tool(route, display_name, &connector, routed))
+            .collect();
         Some(Compiled { connector, tools })
     }
 
@@ -490,6 +435,74 @@ impl RouteState {
             }
         }
     }
+}
+
+/// Compiles one tool of a connector's committed set: its definition, input schema validator,
+/// the projection for each revision, and its parameter headers. `None` (logged): a tool that
+/// is skipped.
+fn compile_tool(
+    route: &ConnectorRoute,
+    display_name: &str,
+    connector: &Arc<Connector>,
+    routed: &RoutedTool,
+) -> Option<Arc<Tool>> {
+    let definition: Value = match serde_json::from_str(&routed.definition_json) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            tracing::warn!(
+                connector = %route.key,
+                tool = %routed.name,
+                "skipping a tool whose definition is not a JSON object"
+            );
+            return None;
+        }
+    };
+    let input_schema = definition
+        .get("inputSchema")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}));
+    let validator = match validate::compile(&input_schema) {
+        Ok(v) => v,
+        Err(problem) => {
+            tracing::warn!(
+                connector = %route.key,
+                tool = %routed.name,
+                %problem,
+                "skipping a tool whose input schema does not compile"
+            );
+            return None;
+        }
+    };
+    let projected = project(
+        &routed.name,
+        &routed.upstream_name,
+        &routed.risk,
+        &route.key,
+        display_name,
+        &definition,
+        &input_schema,
+    );
+    let projected = match for_each_revision(&projected) {
+        Ok(raw) => raw,
+        Err(e) => {
+            tracing::warn!(
+                connector = %route.key,
+                tool = %routed.name,
+                error = %e,
+                "skipping a tool that cannot be serialized"
+            );
+            return None;
+        }
+    };
+    Some(Arc::new(Tool {
+        name: routed.name.clone(),
+        upstream_name: routed.upstream_name.clone(),
+        connector: connector.clone(),
+        projected,
+        validator,
+        param_headers: validate::param_headers(&input_schema),
+        risk: routed.risk.clone(),
+    }))
 }
 
 /// The tool as `tools/list` shows it (SPEC §5), before the era table picks the fields each

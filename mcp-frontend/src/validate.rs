@@ -101,12 +101,31 @@ fn expected_types(kind: &TypeKind) -> String {
     }
 }
 
-/// What failed, in words, without the instance's value.
+/// What failed, in words, without the instance's value. Exhaustive, so a new kind of failure
+/// is a compile error here; each group of kinds is worded by its own helper.
 fn describe(error: &ValidationError<'_>) -> String {
-    match error.kind() {
-        ValidationErrorKind::AdditionalItems { limit } => {
-            format!("array has more than the {limit} allowed items")
-        }
+    let kind = error.kind();
+    match kind {
+        ValidationErrorKind::AdditionalItems { .. }
+        | ValidationErrorKind::ExclusiveMaximum { .. }
+        | ValidationErrorKind::ExclusiveMinimum { .. }
+        | ValidationErrorKind::MaxItems { .. }
+        | ValidationErrorKind::Maximum { .. }
+        | ValidationErrorKind::MaxLength { .. }
+        | ValidationErrorKind::MaxProperties { .. }
+        | ValidationErrorKind::MinItems { .. }
+        | ValidationErrorKind::Minimum { .. }
+        | ValidationErrorKind::MinLength { .. }
+        | ValidationErrorKind::MinProperties { .. }
+        | ValidationErrorKind::MultipleOf { .. } => describe_bound(kind),
+        ValidationErrorKind::Constant { .. }
+        | ValidationErrorKind::ContentEncoding { .. }
+        | ValidationErrorKind::ContentMediaType { .. }
+        | ValidationErrorKind::Enum { .. }
+        | ValidationErrorKind::Format { .. }
+        | ValidationErrorKind::FromUtf8 { .. }
+        | ValidationErrorKind::Pattern { .. }
+        | ValidationErrorKind::Required { .. } => describe_value(kind),
         ValidationErrorKind::AdditionalProperties { unexpected } => {
             format!(
                 "additional properties are not allowed ({})",
@@ -118,19 +137,41 @@ fn describe(error: &ValidationError<'_>) -> String {
         | ValidationErrorKind::RegexEngineFailure { .. } => {
             "the pattern could not be evaluated".into()
         }
-        ValidationErrorKind::Constant { expected_value } => {
-            format!("must equal {}", schema_text(expected_value))
-        }
         ValidationErrorKind::Contains => "no item matches the 'contains' schema".into(),
-        ValidationErrorKind::ContentEncoding { content_encoding } => {
-            format!("is not valid \"{content_encoding}\" content")
-        }
-        ValidationErrorKind::ContentMediaType { content_media_type } => {
-            format!("is not valid \"{content_media_type}\" content")
-        }
         ValidationErrorKind::Custom { keyword, .. } => format!("fails the '{keyword}' keyword"),
-        ValidationErrorKind::Enum { options } => {
-            format!("must be one of {}", schema_text(options))
+        ValidationErrorKind::FalseSchema => "no value is allowed here".into(),
+        ValidationErrorKind::Not { .. } => "must not match the 'not' schema".into(),
+        ValidationErrorKind::OneOfMultipleValid { .. } => {
+            "matches more than one schema of 'oneOf'".into()
+        }
+        ValidationErrorKind::OneOfNotValid { .. } => "does not match any schema of 'oneOf'".into(),
+        ValidationErrorKind::PropertyNames { .. } => {
+            "has a property name that is not allowed".into()
+        }
+        ValidationErrorKind::Type { kind } => format!(
+            "must be {}, got {}",
+            expected_types(kind),
+            type_name(error.instance())
+        ),
+        ValidationErrorKind::UnevaluatedItems { unexpected } => {
+            format!("has {} unevaluated item(s)", unexpected.len())
+        }
+        ValidationErrorKind::UnevaluatedProperties { unexpected } => {
+            format!(
+                "unevaluated properties are not allowed ({})",
+                names(unexpected)
+            )
+        }
+        ValidationErrorKind::UniqueItems => "items must be unique".into(),
+        ValidationErrorKind::Referencing(_) => "a schema reference could not be resolved".into(),
+    }
+}
+
+/// A numeric bound, or a bound on the size of an array, string or object ([`describe`]).
+fn describe_bound(kind: &ValidationErrorKind) -> String {
+    match kind {
+        ValidationErrorKind::AdditionalItems { limit } => {
+            format!("array has more than the {limit} allowed items")
         }
         ValidationErrorKind::ExclusiveMaximum { limit } => {
             format!("must be less than {}", schema_text(limit))
@@ -138,9 +179,6 @@ fn describe(error: &ValidationError<'_>) -> String {
         ValidationErrorKind::ExclusiveMinimum { limit } => {
             format!("must be greater than {}", schema_text(limit))
         }
-        ValidationErrorKind::FalseSchema => "no value is allowed here".into(),
-        ValidationErrorKind::Format { format } => format!("is not a valid \"{format}\""),
-        ValidationErrorKind::FromUtf8 { .. } => "decoded content is not valid UTF-8".into(),
         ValidationErrorKind::MaxItems { limit } => format!("must have at most {limit} items"),
         ValidationErrorKind::Maximum { limit } => {
             format!("must be at most {}", schema_text(limit))
@@ -164,40 +202,46 @@ fn describe(error: &ValidationError<'_>) -> String {
         ValidationErrorKind::MultipleOf { multiple_of } => {
             format!("must be a multiple of {multiple_of}")
         }
-        ValidationErrorKind::Not { .. } => "must not match the 'not' schema".into(),
-        ValidationErrorKind::OneOfMultipleValid { .. } => {
-            "matches more than one schema of 'oneOf'".into()
+        // Not a bound: [`describe`] sends only the kinds above here.
+        other => keyword_failed(other),
+    }
+}
+
+/// A rule about the value itself: what it must equal, match, contain or be encoded as
+/// ([`describe`]).
+fn describe_value(kind: &ValidationErrorKind) -> String {
+    match kind {
+        ValidationErrorKind::Constant { expected_value } => {
+            format!("must equal {}", schema_text(expected_value))
         }
-        ValidationErrorKind::OneOfNotValid { .. } => "does not match any schema of 'oneOf'".into(),
+        ValidationErrorKind::ContentEncoding { content_encoding } => {
+            format!("is not valid \"{content_encoding}\" content")
+        }
+        ValidationErrorKind::ContentMediaType { content_media_type } => {
+            format!("is not valid \"{content_media_type}\" content")
+        }
+        ValidationErrorKind::Enum { options } => {
+            format!("must be one of {}", schema_text(options))
+        }
+        ValidationErrorKind::Format { format } => format!("is not a valid \"{format}\""),
+        ValidationErrorKind::FromUtf8 { .. } => "decoded content is not valid UTF-8".into(),
         ValidationErrorKind::Pattern { pattern } => {
             format!(
                 "does not match the pattern {}",
                 schema_text(&Value::String(pattern.clone()))
             )
         }
-        ValidationErrorKind::PropertyNames { .. } => {
-            "has a property name that is not allowed".into()
-        }
         ValidationErrorKind::Required { property } => {
             format!("missing required property {}", schema_text(property))
         }
-        ValidationErrorKind::Type { kind } => format!(
-            "must be {}, got {}",
-            expected_types(kind),
-            type_name(error.instance())
-        ),
-        ValidationErrorKind::UnevaluatedItems { unexpected } => {
-            format!("has {} unevaluated item(s)", unexpected.len())
-        }
-        ValidationErrorKind::UnevaluatedProperties { unexpected } => {
-            format!(
-                "unevaluated properties are not allowed ({})",
-                names(unexpected)
-            )
-        }
-        ValidationErrorKind::UniqueItems => "items must be unique".into(),
-        ValidationErrorKind::Referencing(_) => "a schema reference could not be resolved".into(),
+        // Not a value rule: [`describe`] sends only the kinds above here.
+        other => keyword_failed(other),
     }
+}
+
+/// The generic wording: the schema keyword that failed.
+fn keyword_failed(kind: &ValidationErrorKind) -> String {
+    format!("fails the '{}' keyword", kind.keyword())
 }
 
 /// Why a schema did not compile (the schema is the upstream's, not a user's secret).

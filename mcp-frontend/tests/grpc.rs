@@ -213,56 +213,103 @@ fn route(endpoint: &str) -> ConnectorRoute {
     }
 }
 
-#[tokio::test]
-async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
-    let state: PathBuf = std::env::temp_dir().join(format!("tfe-grpc-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&state);
-    transport::run_dir(&state).expect("run dir");
+/// The fake kernel and worker on the runtime's sockets, the frontend running against them,
+/// and what the fakes record.
+struct Harness {
+    state: PathBuf,
+    routes: mpsc::UnboundedSender<RouteEvent>,
+    verified: Arc<AtomicUsize>,
+    watch_requests: mpsc::UnboundedReceiver<WatchRoutesRequest>,
+    acks: mpsc::UnboundedReceiver<AckRoutesRequest>,
+    calls: mpsc::UnboundedReceiver<CallToolRequest>,
+    cancels: mpsc::UnboundedReceiver<CancelRequest>,
+    frontend: tokio::task::JoinHandle<Result<(), tutti_mcp_frontend::Error>>,
+    client: reqwest::Client,
+    url: String,
+}
 
-    let (routes, routes_rx) = mpsc::unbounded_channel();
-    let (watching_tx, watching) = oneshot::channel();
-    let verified = Arc::new(AtomicUsize::new(0));
-    let (watch_requests_tx, mut watch_requests) = mpsc::unbounded_channel();
-    let (acks_tx, mut acks) = mpsc::unbounded_channel();
-    let kernel = FakeKernel {
-        watch: std::sync::Mutex::new(Some((routes_rx, watching_tx))),
-        verified: verified.clone(),
-        watch_requests: watch_requests_tx,
-        acks: acks_tx,
-    };
-    let incoming = transport::bind(&transport::kernel_endpoint(&state)).expect("bind kernel");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(KernelServer::new(kernel))
-            .serve_with_incoming(incoming),
-    );
-    let (calls_tx, mut calls) = mpsc::unbounded_channel();
-    let (cancels_tx, mut cancels) = mpsc::unbounded_channel();
-    let worker_endpoint = transport::worker_endpoint(&state, 1);
-    let incoming = transport::bind(&worker_endpoint).expect("bind worker");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(WorkerServer::new(FakeWorker {
-                calls: calls_tx,
-                cancels: cancels_tx,
-            }))
-            .serve_with_incoming(incoming),
-    );
+impl Harness {
+    /// Serves the fakes, starts the frontend, sends it the route snapshot, and reads its URL
+    /// from `run/frontend.json`.
+    async fn start() -> Self {
+        let state: PathBuf = std::env::temp_dir().join(format!("tfe-grpc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&state);
+        transport::run_dir(&state).expect("run dir");
 
-    let frontend = tokio::spawn(run(Config::new(state.clone(), 0)));
-    tokio::time::timeout(WAIT, watching)
-        .await
-        .expect("the frontend watches routes")
-        .expect("signal");
-    routes
-        .send(RouteEvent {
-            revision: 1,
-            event: Some(route_event::Event::Snapshot(RouteSnapshot {
-                connectors: vec![route(worker_endpoint.as_str())],
-            })),
-        })
-        .expect("snapshot");
+        let (routes, routes_rx) = mpsc::unbounded_channel();
+        let (watching_tx, watching) = oneshot::channel();
+        let verified = Arc::new(AtomicUsize::new(0));
+        let (watch_requests_tx, watch_requests) = mpsc::unbounded_channel();
+        let (acks_tx, acks) = mpsc::unbounded_channel();
+        let kernel = FakeKernel {
+            watch: std::sync::Mutex::new(Some((routes_rx, watching_tx))),
+            verified: verified.clone(),
+            watch_requests: watch_requests_tx,
+            acks: acks_tx,
+        };
+        let incoming = transport::bind(&transport::kernel_endpoint(&state)).expect("bind kernel");
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(KernelServer::new(kernel))
+                .serve_with_incoming(incoming),
+        );
+        let (calls_tx, calls) = mpsc::unbounded_channel();
+        let (cancels_tx, cancels) = mpsc::unbounded_channel();
+        let worker_endpoint = transport::worker_endpoint(&state, 1);
+        let incoming = transport::bind(&worker_endpoint).expect("bind worker");
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(WorkerServer::new(FakeWorker {
+                    calls: calls_tx,
+                    cancels: cancels_tx,
+                }))
+                .serve_with_incoming(incoming),
+        );
 
+        let frontend = tokio::spawn(run(Config::new(state.clone(), 0)));
+        tokio::time::timeout(WAIT, watching)
+            .await
+            .expect("the frontend watches routes")
+            .expect("signal");
+        routes
+            .send(RouteEvent {
+                revision: 1,
+                event: Some(route_event::Event::Snapshot(RouteSnapshot {
+                    connectors: vec![route(worker_endpoint.as_str())],
+                })),
+            })
+            .expect("snapshot");
+        let url = frontend_url(&state);
+        Self {
+            state,
+            routes,
+            verified,
+            watch_requests,
+            acks,
+            calls,
+            cancels,
+            frontend,
+            client: reqwest::Client::new(),
+            url,
+        }
+    }
+
+    /// POSTs `body` with `token` as the bearer token.
+    fn post(
+        &self,
+        body: &Value,
+        token: &str,
+    ) -> impl Future<Output = reqwest::Result<reqwest::Response>> + Send + 'static + use<> {
+        self.client
+            .post(&self.url)
+            .header("authorization", format!("Bearer {token}"))
+            .json(body)
+            .send()
+    }
+}
+
+/// The URL in `run/frontend.json`, checked against the port and pid written next to it.
+fn frontend_url(state: &std::path::Path) -> String {
     let file: Value = serde_json::from_str(
         &std::fs::read_to_string(state.join("run").join("frontend.json")).expect("frontend.json"),
     )
@@ -273,35 +320,39 @@ async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
         url,
         format!("http://127.0.0.1:{}/mcp/connector", file["port"])
     );
+    url
+}
 
-    let client = reqwest::Client::new();
-    let post = |body: Value, token: &str| {
-        client
-            .post(&url)
-            .header("authorization", format!("Bearer {token}"))
-            .json(&body)
-            .send()
-    };
-    let r = post(json!({"jsonrpc":"2.0","id":1,"method":"ping"}), "tts_wrong")
+/// A wrong token is refused; a call with the right one reaches the worker and comes back.
+async fn check_plain_call(h: &mut Harness) {
+    let r = h
+        .post(
+            &json!({"jsonrpc":"2.0","id":1,"method":"ping"}),
+            "tts_wrong",
+        )
         .await
         .expect("send");
     assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
 
-    let r = post(
-        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo_echo","arguments":{"a":1}}}),
-        TOKEN,
-    )
-    .await
-    .expect("send");
+    let r = h
+        .post(
+            &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo_echo","arguments":{"a":1}}}),
+            TOKEN,
+        )
+        .await
+        .expect("send");
     let body: Value = r.json().await.expect("json");
     assert_eq!(body["result"]["content"][0]["text"], r#"{"a":1}"#, "{body}");
-    let echo = calls.recv().await.expect("echo call recorded");
+    let echo = h.calls.recv().await.expect("echo call recorded");
     assert_eq!((echo.tool.as_str(), echo.generation), ("echo", 1));
+}
 
-    // A client that asked for progress gets the worker's progress notifications, with its own
-    // token, then the answer, as an event stream.
-    let r = client
-        .post(&url)
+/// A client that asked for progress gets the worker's progress notifications, with its own
+/// token, then the answer, as an event stream.
+async fn check_progress_stream(h: &mut Harness) {
+    let r = h
+        .client
+        .post(&h.url)
         .header("authorization", format!("Bearer {TOKEN}"))
         .header("accept", "application/json, text/event-stream")
         .json(&json!({"jsonrpc":"2.0","id":"p","method":"tools/call",
@@ -332,27 +383,30 @@ async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
     }
     assert_eq!(messages[2]["id"], "p");
     assert_eq!(messages[2]["result"]["content"][0]["text"], "streamed");
-    let streamed = calls.recv().await.expect("streamed call recorded");
+    let streamed = h.calls.recv().await.expect("streamed call recorded");
     assert_eq!(streamed.tool, "echo");
+}
 
-    // A legacy cancellation reaches the worker over gRPC.
-    let call = tokio::spawn(post(
-        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo_hang"}}),
+/// A legacy cancellation reaches the worker over gRPC.
+async fn check_cancellation(h: &mut Harness) {
+    let call = tokio::spawn(h.post(
+        &json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo_hang"}}),
         TOKEN,
     ));
-    let hang = tokio::time::timeout(WAIT, calls.recv())
+    let hang = tokio::time::timeout(WAIT, h.calls.recv())
         .await
         .expect("the call reached the worker")
         .expect("worker alive");
     assert_eq!(hang.tool, "hang");
-    let r = post(
-        json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}),
-        TOKEN,
-    )
-    .await
-    .expect("send");
+    let r = h
+        .post(
+            &json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}),
+            TOKEN,
+        )
+        .await
+        .expect("send");
     assert_eq!(r.status(), reqwest::StatusCode::ACCEPTED);
-    let cancel = tokio::time::timeout(WAIT, cancels.recv())
+    let cancel = tokio::time::timeout(WAIT, h.cancels.recv())
         .await
         .expect("the cancel reached the worker")
         .expect("worker alive");
@@ -367,12 +421,15 @@ async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
         .await
         .expect("json");
     assert_eq!(body["error"]["code"], -32800);
+}
 
-    // The route stream registered as a session cache: three requests, one verification.
-    let watch = watch_requests.try_recv().expect("the watch request");
+/// The route stream registered as a session cache (the requests so far, one verification);
+/// a revocation empties the cache before it is confirmed, so the next request asks again.
+async fn check_session_cache_and_revocation(h: &mut Harness) {
+    let watch = h.watch_requests.try_recv().expect("the watch request");
     assert!(watch.caches_sessions, "{watch:?}");
     assert_ne!(watch.watcher_id, 0);
-    let snapshot_ack = tokio::time::timeout(WAIT, acks.recv())
+    let snapshot_ack = tokio::time::timeout(WAIT, h.acks.recv())
         .await
         .expect("the snapshot is confirmed")
         .expect("kernel alive");
@@ -380,10 +437,13 @@ async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
         (snapshot_ack.watcher_id, snapshot_ack.revision),
         (watch.watcher_id, 1)
     );
-    assert_eq!(verified.load(Ordering::SeqCst), 1, "the cache was not used");
+    assert_eq!(
+        h.verified.load(Ordering::SeqCst),
+        1,
+        "the cache was not used"
+    );
 
-    // A revocation empties the cache before it is confirmed; the next request asks again.
-    routes
+    h.routes
         .send(RouteEvent {
             revision: 2,
             event: Some(route_event::Event::SessionsRevoked(SessionsRevoked {
@@ -393,31 +453,41 @@ async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
             })),
         })
         .expect("revocation");
-    let ack = tokio::time::timeout(WAIT, acks.recv())
+    let ack = tokio::time::timeout(WAIT, h.acks.recv())
         .await
         .expect("the revocation is confirmed")
         .expect("kernel alive");
     assert_eq!((ack.watcher_id, ack.revision), (watch.watcher_id, 2));
-    let r = post(json!({"jsonrpc":"2.0","id":4,"method":"ping"}), TOKEN)
+    let r = h
+        .post(&json!({"jsonrpc":"2.0","id":4,"method":"ping"}), TOKEN)
         .await
         .expect("send");
     assert_eq!(r.status(), reqwest::StatusCode::OK);
     assert_eq!(
-        verified.load(Ordering::SeqCst),
+        h.verified.load(Ordering::SeqCst),
         2,
         "a revoked session was answered from the cache"
     );
+}
 
-    routes
+#[tokio::test]
+async fn run_over_grpc_calls_workers_and_stops_on_kernel_shutdown() {
+    let mut h = Harness::start().await;
+    check_plain_call(&mut h).await;
+    check_progress_stream(&mut h).await;
+    check_cancellation(&mut h).await;
+    check_session_cache_and_revocation(&mut h).await;
+
+    h.routes
         .send(RouteEvent {
             revision: 3,
             event: Some(route_event::Event::Shutdown(RuntimeShutdown {})),
         })
         .expect("shutdown");
-    let outcome = tokio::time::timeout(WAIT, frontend)
+    let outcome = tokio::time::timeout(WAIT, h.frontend)
         .await
         .expect("stops")
         .expect("task");
     assert!(outcome.is_ok(), "{outcome:?}");
-    let _ = std::fs::remove_dir_all(&state);
+    let _ = std::fs::remove_dir_all(&h.state);
 }

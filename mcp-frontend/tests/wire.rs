@@ -1376,63 +1376,55 @@ async fn modern_meta_and_version_rules() {
     h.stop().await.expect("clean stop");
 }
 
+/// Extra request headers of one case.
+type Headers = &'static [(&'static str, &'static str)];
+
+/// Sends `body` on the modern surface (the version header and `headers`) and checks that it is
+/// served (`ok`) or refused as a header mismatch (400, -32020, the request's id).
+async fn expect_header_check(h: &Harness, headers: Headers, body: &Value, ok: bool) {
+    let mut req = h.post().header("mcp-protocol-version", "2026-07-28");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.json(body).send().await.expect("send");
+    expect_served_or_mismatch(r, ok).await;
+}
+
+/// The answer is a result (`ok`) or the -32020 header mismatch for request id 9.
+async fn expect_served_or_mismatch(r: reqwest::Response, ok: bool) {
+    let status = r.status();
+    let v: Value = r.json().await.expect("json");
+    if ok {
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert!(v.get("result").is_some(), "{v}");
+    } else {
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+        assert_eq!(v["error"]["code"], -32020, "{v}");
+        assert_eq!(v["id"], 9);
+    }
+}
+
+/// A modern request with id 9 and the modern `_meta`.
+fn modern_request(method: &str, params: Value) -> Value {
+    let mut params = params;
+    params["_meta"] = modern_meta();
+    json!({"jsonrpc":"2.0","id":9,"method":method,"params":params})
+}
+
 #[tokio::test]
 async fn modern_method_and_name_headers() {
     let h = start().await;
-    let body = |method: &str, params: Value| {
-        let mut params = params;
-        params["_meta"] = modern_meta();
-        json!({"jsonrpc":"2.0","id":9,"method":method,"params":params})
-    };
-    let send = |headers: Vec<(&'static str, &'static str)>, b: Value| {
-        let mut req = h.post().header("mcp-protocol-version", "2026-07-28");
-        for (k, v) in headers {
-            req = req.header(k, v);
-        }
-        req.json(&b).send()
-    };
-    let expect = |r: reqwest::Response, ok: bool| async move {
-        let status = r.status();
-        let v: Value = r.json().await.expect("json");
-        if ok {
-            assert_eq!(status, StatusCode::OK, "{v}");
-            assert!(v.get("result").is_some(), "{v}");
-        } else {
-            assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
-            assert_eq!(v["error"]["code"], -32020, "{v}");
-            assert_eq!(v["id"], 9);
-        }
-    };
-    let list = body("tools/list", json!({}));
-    expect(send(vec![], list.clone()).await.expect("send"), false).await;
-    expect(
-        send(vec![("mcp-method", "prompts/list")], list.clone())
-            .await
-            .expect("send"),
-        false,
-    )
-    .await;
-    expect(
-        send(vec![("mcp-method", "TOOLS/LIST")], list.clone())
-            .await
-            .expect("send"),
-        false,
-    )
-    .await;
-    expect(
-        send(vec![("mcp-method", "  tools/list ")], list.clone())
-            .await
-            .expect("send"),
-        true,
-    )
-    .await;
-    expect(
-        send(vec![("MCP-METHOD", "tools/list")], list.clone())
-            .await
-            .expect("send"),
-        true,
-    )
-    .await;
+    let list = modern_request("tools/list", json!({}));
+    let list_cases: [(Headers, bool); 5] = [
+        (&[], false),
+        (&[("mcp-method", "prompts/list")], false),
+        (&[("mcp-method", "TOOLS/LIST")], false),
+        (&[("mcp-method", "  tools/list ")], true),
+        (&[("MCP-METHOD", "tools/list")], true),
+    ];
+    for (headers, ok) in list_cases {
+        expect_header_check(&h, headers, &list, ok).await;
+    }
     // Title-cased header names on the wire.
     let title = reqwest::Client::builder()
         .http1_title_case_headers()
@@ -1447,191 +1439,125 @@ async fn modern_method_and_name_headers() {
         .send()
         .await
         .expect("send");
-    expect(r, true).await;
+    expect_served_or_mismatch(r, true).await;
 
-    let call = body(
+    let call = modern_request(
         "tools/call",
         json!({"name":"demo_echo","arguments":{"text":"a"}}),
     );
-    let m = ("mcp-method", "tools/call");
-    expect(send(vec![m], call.clone()).await.expect("send"), false).await;
-    expect(
-        send(vec![m, ("mcp-name", "wrong_tool_name")], call.clone())
-            .await
-            .expect("send"),
-        false,
-    )
-    .await;
-    expect(
-        send(vec![m, ("mcp-name", "  demo_echo  ")], call.clone())
-            .await
-            .expect("send"),
-        true,
-    )
-    .await;
-    expect(
-        send(
-            vec![m, ("mcp-name", "=?base64?ZGVtb19lY2hv?=")],
-            call.clone(),
-        )
-        .await
-        .expect("send"),
-        true,
-    )
-    .await;
+    const M: (&str, &str) = ("mcp-method", "tools/call");
+    let call_cases: [(Headers, bool); 4] = [
+        (&[M], false),
+        (&[M, ("mcp-name", "wrong_tool_name")], false),
+        (&[M, ("mcp-name", "  demo_echo  ")], true),
+        (&[M, ("mcp-name", "=?base64?ZGVtb19lY2hv?=")], true),
+    ];
+    for (headers, ok) in call_cases {
+        expect_header_check(&h, headers, &call, ok).await;
+    }
     h.stop().await.expect("clean stop");
+}
+
+/// Calls `demo_region` on the modern surface with `region` (and `n`) as arguments and
+/// `headers`; checks that it completes (`ok`) or is refused as a header mismatch (-32020).
+async fn check_region_call(
+    h: &Harness,
+    (region, n, headers, ok): (Value, Option<i64>, Headers, bool),
+) {
+    let mut args = json!({"region": region});
+    if let Some(n) = n {
+        args["n"] = json!(n);
+    }
+    let mut req = h
+        .post()
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "demo_region");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req
+        .json(&json!({"jsonrpc":"2.0","id":11,"method":"tools/call",
+            "params":{"name":"demo_region","arguments":args,"_meta":modern_meta()}}))
+        .send()
+        .await
+        .expect("send");
+    let status = r.status();
+    let v: Value = r.json().await.expect("json");
+    if ok {
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert_eq!(v["result"]["resultType"], "complete", "{v}");
+        assert_eq!(v["result"]["isError"], false, "{v}");
+    } else {
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+        assert_eq!(v["error"]["code"], -32020, "{v}");
+    }
 }
 
 #[tokio::test]
 async fn modern_param_headers_and_base64() {
     let h = start().await;
-    let call = |region: Value, n: Option<i64>, headers: Vec<(&'static str, &'static str)>| {
-        let mut args = json!({"region": region});
-        if let Some(n) = n {
-            args["n"] = json!(n);
-        }
-        let mut req = h
-            .post()
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "demo_region");
-        for (k, v) in headers {
-            req = req.header(k, v);
-        }
-        req.json(&json!({"jsonrpc":"2.0","id":11,"method":"tools/call",
-            "params":{"name":"demo_region","arguments":args,"_meta":modern_meta()}}))
-            .send()
-    };
-    let check = |r: reqwest::Response, ok: bool| async move {
-        let status = r.status();
-        let v: Value = r.json().await.expect("json");
-        if ok {
-            assert_eq!(status, StatusCode::OK, "{v}");
-            assert_eq!(v["result"]["resultType"], "complete", "{v}");
-            assert_eq!(v["result"]["isError"], false, "{v}");
-        } else {
-            assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
-            assert_eq!(v["error"]["code"], -32020, "{v}");
-        }
-    };
-    let hello = json!("Hello");
-    check(
-        call(hello.clone(), None, vec![("mcp-param-region", "Hello")])
-            .await
-            .expect("send"),
-        true,
-    )
-    .await;
-    check(
-        call(
-            hello.clone(),
+    let hello = || json!("Hello");
+    let cases: Vec<(Value, Option<i64>, Headers, bool)> = vec![
+        (hello(), None, &[("mcp-param-region", "Hello")], true),
+        (
+            hello(),
             None,
-            vec![("Mcp-Param-Region", "=?base64?SGVsbG8=?=")],
-        )
-        .await
-        .expect("send"),
-        true,
-    )
-    .await;
-    check(
-        call(
-            hello.clone(),
+            &[("Mcp-Param-Region", "=?base64?SGVsbG8=?=")],
+            true,
+        ),
+        (
+            hello(),
             None,
-            vec![("mcp-param-region", "=?base64?SGVsbG8?=")],
-        )
-        .await
-        .expect("send"),
-        false,
-    )
-    .await;
-    check(
-        call(
-            hello.clone(),
+            &[("mcp-param-region", "=?base64?SGVsbG8?=")],
+            false,
+        ),
+        (
+            hello(),
             None,
-            vec![("mcp-param-region", "=?base64?SGVs!!!bG8=?=")],
-        )
-        .await
-        .expect("send"),
-        false,
-    )
-    .await;
-    check(
-        call(hello.clone(), None, vec![("mcp-param-region", "hello")])
-            .await
-            .expect("send"),
-        false,
-    )
-    .await;
-    check(
-        call(hello.clone(), None, vec![]).await.expect("send"),
-        false,
-    )
-    .await;
-    // Only the prefix or only the suffix: literal values.
-    check(
-        call(
+            &[("mcp-param-region", "=?base64?SGVs!!!bG8=?=")],
+            false,
+        ),
+        (hello(), None, &[("mcp-param-region", "hello")], false),
+        (hello(), None, &[], false),
+        // Only the prefix or only the suffix: literal values.
+        (
             json!("=?base64?SGVsbG8="),
             None,
-            vec![("mcp-param-region", "=?base64?SGVsbG8=")],
-        )
-        .await
-        .expect("send"),
-        true,
-    )
-    .await;
-    check(
-        call(
+            &[("mcp-param-region", "=?base64?SGVsbG8=")],
+            true,
+        ),
+        (
             json!("SGVsbG8=?="),
             None,
-            vec![("mcp-param-region", "SGVsbG8=?=")],
-        )
-        .await
-        .expect("send"),
-        true,
-    )
-    .await;
-    // Non-ASCII travels base64-encoded.
-    check(
-        call(
+            &[("mcp-param-region", "SGVsbG8=?=")],
+            true,
+        ),
+        // Non-ASCII travels base64-encoded.
+        (
             json!("é"),
             None,
-            vec![("mcp-param-region", "=?base64?w6k=?=")],
-        )
-        .await
-        .expect("send"),
-        true,
-    )
-    .await;
-    // Integers compare numerically.
-    check(
-        call(
-            hello.clone(),
+            &[("mcp-param-region", "=?base64?w6k=?=")],
+            true,
+        ),
+        // Integers compare numerically.
+        (
+            hello(),
             Some(42),
-            vec![("mcp-param-region", "Hello"), ("mcp-param-n", "042")],
-        )
-        .await
-        .expect("send"),
-        true,
-    )
-    .await;
-    check(
-        call(
-            hello.clone(),
+            &[("mcp-param-region", "Hello"), ("mcp-param-n", "042")],
+            true,
+        ),
+        (
+            hello(),
             Some(42),
-            vec![("mcp-param-region", "Hello"), ("mcp-param-n", "43")],
-        )
-        .await
-        .expect("send"),
-        false,
-    )
-    .await;
-    check(
-        call(hello.clone(), Some(42), vec![("mcp-param-region", "Hello")])
-            .await
-            .expect("send"),
-        false,
-    )
-    .await;
+            &[("mcp-param-region", "Hello"), ("mcp-param-n", "43")],
+            false,
+        ),
+        (hello(), Some(42), &[("mcp-param-region", "Hello")], false),
+    ];
+    for case in cases {
+        check_region_call(&h, case).await;
+    }
     h.stop().await.expect("clean stop");
 }
 

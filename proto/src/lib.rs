@@ -2,8 +2,9 @@
 //! `tutti.kernel.v1` and `tutti.worker.v1`, and the local-socket transport they run on
 //! (a Unix domain socket file in the owner-only `run/` directory, or a named pipe on Windows),
 //! plus the few rules every process shares (state directory, connector keys, secret masking
-//! and log escaping, message and tool-set size limits, Windows jobs, and [`rules`]: atomic
-//! files, sibling binaries, child environments, `x-mcp-header`, the shutdown timing chain).
+//! and log escaping, message and tool-set size limits, the open-files limit, Windows jobs, and
+//! [`rules`]: atomic files, sibling binaries, child environments, `x-mcp-header`, the shutdown
+//! timing chain).
 #![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call) and
 // job (Windows FFI, each call commented)
 
@@ -15,6 +16,7 @@ mod labels;
 pub mod limits;
 pub mod redact;
 mod redacted;
+pub mod rlimit;
 pub mod rules;
 pub mod state_dir;
 pub mod transport;

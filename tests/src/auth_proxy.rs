@@ -18,7 +18,7 @@ use axum::http::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::bin;
+use crate::support::bin;
 
 #[derive(Clone)]
 struct Target {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use crate::{LEGACY_VERSION, MODERN_VERSION};
+use crate::support::{LEGACY_VERSION, MODERN_VERSION};
 
 /// Per-request timeout of ordinary requests (SSE streams have none).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);

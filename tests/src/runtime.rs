@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{bin, file_tail};
+use crate::support::{bin, file_tail, fixture_bin, fixture_connector, tools_dir};
 
 /// Program names the test runtimes allow beyond the kernel's defaults. A bare name stands
 /// only for the program PATH finds for it, so each runtime also allows the files its tests
@@ -207,7 +207,7 @@ impl Runtime {
         if !dest.is_file() {
             std::fs::create_dir_all(&dir)
                 .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-            let src = crate::fixture_bin();
+            let src = fixture_bin();
             if std::fs::hard_link(&src, &dest).is_err() {
                 std::fs::copy(&src, &dest).unwrap_or_else(|e| {
                     panic!("cannot copy {} to {}: {e}", src.display(), dest.display())
@@ -225,10 +225,7 @@ impl Runtime {
             "tutti-fixture-server{}",
             std::env::consts::EXE_SUFFIX
         ));
-        let time = crate::tools_dir()
-            .join("venv")
-            .join("bin")
-            .join("mcp-server-time");
+        let time = tools_dir().join("venv").join("bin").join("mcp-server-time");
         format!(
             "{TEST_ALLOWED_COMMANDS},{},{}",
             fixture.display(),
@@ -238,7 +235,7 @@ impl Runtime {
 
     /// [`crate::fixture_connector`] whose command is [`Runtime::private_fixture`].
     pub fn private_fixture_connector(&self, key: &str, args: &[&str]) -> Value {
-        let mut manifest = crate::fixture_connector(key, args);
+        let mut manifest = fixture_connector(key, args);
         manifest["mcp"]["command"] =
             Value::String(self.private_fixture().to_string_lossy().into_owned());
         manifest

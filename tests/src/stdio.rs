@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::{LEGACY_VERSION, fixture_bin};
+use crate::support::{LEGACY_VERSION, fixture_bin};
 
 /// How long [`StdioClient::request`] waits for a response.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -206,26 +206,9 @@ async fn drive(
     shared: &Arc<Shared<RmcpUpstream>>,
     events: &mut mpsc::UnboundedReceiver<Event>,
 ) -> Exit {
-    let kernel = match KernelLink::connect(
-        &config.state_dir,
-        &config.key,
-        config.generation,
-        &config.token,
-    )
-    .await
-    {
-        Ok(kernel) => kernel,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot register with the kernel");
-            return Exit::RegisterFailed;
-        }
-    };
-    let spec = match kernel.register(endpoint).await {
-        Ok(spec) => spec,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot register with the kernel");
-            return Exit::RegisterFailed;
-        }
+    let (kernel, spec) = match register(config, endpoint).await {
+        Ok(registered) => registered,
+        Err(exit) => return exit,
     };
     let redactor = Arc::new(redact::Redactor::new(spec.redact.iter().cloned()));
     redact::install((*redactor).clone());
@@ -235,6 +218,7 @@ async fn drive(
         ms => ms,
     };
     tracing::info!(transport = %spec.transport(), start_timeout_ms = start_ms, "registered");
+    let within = Duration::from_millis(u64::from(start_ms));
 
     let parent_gone = platform::parent_gone();
     tokio::pin!(parent_gone);
@@ -242,7 +226,7 @@ async fn drive(
     // Start the upstream, but stay responsive to the kernel meanwhile.
     let listing = definitions::Listing::start();
     let started = tokio::select! {
-        started = upstream::start(&spec, redactor.clone(), Duration::from_millis(u64::from(start_ms))) => started,
+        started = upstream::start(&spec, redactor.clone(), within) => started,
         event = events.recv() => {
             tracing::info!(?event, "stopped while the upstream was starting");
             return Exit::Done;
@@ -253,14 +237,68 @@ async fn drive(
         }
     };
     drop(listing);
-    let upstream::Started { mut session, tools } = match started {
-        Ok(started) => started,
+    let upstream::Started { mut session, tools } =
+        match started_or_report(&kernel, &redactor, started).await {
+            Ok(started) => started,
+            Err(exit) => return exit,
+        };
+
+    let exit = match offer(&kernel, shared, &session, tools, &redactor).await {
+        Ok(()) => {
+            serve(
+                &kernel,
+                shared,
+                &redactor,
+                &mut session,
+                events,
+                within,
+                parent_gone,
+            )
+            .await
+        }
+        Err(exit) => exit,
+    };
+    shared.stop_calls();
+    session.stop().await;
+    exit
+}
+
+/// Connects to the kernel and registers: the link and the launch spec.
+async fn register(
+    config: &Config,
+    endpoint: &str,
+) -> Result<(KernelLink, tutti_proto::kernel::LaunchSpec), Exit> {
+    let registered = async {
+        let kernel = KernelLink::connect(
+            &config.state_dir,
+            &config.key,
+            config.generation,
+            &config.token,
+        )
+        .await?;
+        let spec = kernel.register(endpoint).await?;
+        Ok::<_, WorkerError>((kernel, spec))
+    };
+    registered.await.map_err(|e| {
+        tracing::error!(error = %e, "cannot register with the kernel");
+        Exit::RegisterFailed
+    })
+}
+
+/// The started upstream, or the failure reported to the kernel and the exit it means.
+async fn started_or_report(
+    kernel: &KernelLink,
+    redactor: &redact::Redactor,
+    started: Result<upstream::Started, WorkerError>,
+) -> Result<upstream::Started, Exit> {
+    match started {
+        Ok(started) => Ok(started),
         Err(WorkerError::UpstreamAuth { message }) => {
             tracing::error!(error = %message, "upstream authentication failed");
             kernel
                 .report(WorkerReportKind::AuthFailed, &message, 0)
                 .await;
-            return Exit::AuthFailed;
+            Err(Exit::AuthFailed)
         }
         Err(e) => {
             let message = redactor.redact(&e.to_string());
@@ -268,12 +306,21 @@ async fn drive(
             kernel
                 .report(WorkerReportKind::StartFailed, &message, 0)
                 .await;
-            return Exit::StartFailed;
+            Err(Exit::StartFailed)
         }
-    };
+    }
+}
 
+/// Serves the upstream's calls, then offers its tool set (serve before offering: the kernel
+/// may route calls as soon as it commits). `Err`: the kernel did not commit it.
+async fn offer(
+    kernel: &KernelLink,
+    shared: &Shared<RmcpUpstream>,
+    session: &Session,
+    tools: Vec<serde_json::Value>,
+    redactor: &redact::Redactor,
+) -> Result<(), Exit> {
     let tools = definitions::as_sent(tools);
-    // Serve before offering: the kernel may route calls as soon as it commits.
     shared.attach(session.upstream.clone());
     if let Some(counter) = session.non_json.clone() {
         tokio::spawn(report_non_json(kernel.clone(), counter));
@@ -284,59 +331,65 @@ async fn drive(
     {
         Ok(reply) if reply.committed => {
             tracing::info!(tools = tools.len(), "tool set committed");
+            Ok(())
         }
         Ok(reply) => {
             tracing::error!(error = %redactor.redact(&reply.error), "the kernel refused the tool set");
-            shared.stop_calls();
-            session.stop().await;
-            return Exit::OfferRefused;
+            Err(Exit::OfferRefused)
         }
         Err(e) => {
             tracing::error!(error = %e, "cannot offer the tool set");
-            shared.stop_calls();
-            session.stop().await;
-            return Exit::OfferRefused;
+            Err(Exit::OfferRefused)
         }
     }
+}
 
+/// Serves the committed generation until it is fenced or shut down, the upstream fails or goes
+/// away, or the kernel does; the exit that means.
+async fn serve(
+    kernel: &KernelLink,
+    shared: &Shared<RmcpUpstream>,
+    redactor: &redact::Redactor,
+    session: &mut Session,
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    within: Duration,
+    mut parent_gone: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Exit {
     let list_changed = session.list_changed.clone();
     let mut session_events = session.take_session_events();
-    let exit = loop {
+    loop {
         tokio::select! {
             event = events.recv() => match event {
-                Some(Event::Fenced) | Some(Event::ShutDown) | None => break Exit::Done,
+                Some(Event::Fenced) | Some(Event::ShutDown) | None => return Exit::Done,
                 Some(Event::AuthFailed(status)) => {
                     let message = format!("the upstream refused the credentials ({status})");
                     tracing::error!(error = %message, "upstream authentication failed");
                     shared.stop_calls();
                     kernel.report(WorkerReportKind::AuthFailed, &message, 0).await;
-                    break Exit::AuthFailed;
+                    return Exit::AuthFailed;
                 }
             },
             event = session_events.next() => {
-                if let Some(exit) = on_session_event(&kernel, shared, &redactor, event).await {
-                    break exit;
+                if let Some(exit) = on_session_event(kernel, shared, redactor, event).await {
+                    return exit;
                 }
             }
             () = list_changed.notified() => {
-                reoffer(&kernel, &session, &redactor, Duration::from_millis(u64::from(start_ms))).await;
+                reoffer(kernel, session, redactor, within).await;
             }
             how = session.ended() => {
                 let message = redactor.redact(&how);
                 tracing::warn!(upstream = %message, "the upstream went away");
                 shared.stop_calls();
                 kernel.report(WorkerReportKind::UpstreamExited, &message, 0).await;
-                break Exit::UpstreamExited;
+                return Exit::UpstreamExited;
             }
             () = &mut parent_gone => {
                 tracing::warn!("the kernel went away; exiting");
-                break Exit::Done;
+                return Exit::Done;
             }
         }
-    };
-    shared.stop_calls();
-    session.stop().await;
-    exit
+    }
 }
 
 /// A remote upstream's session was re-initialized (reported, serving goes on) or cannot be

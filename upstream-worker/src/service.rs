@@ -250,22 +250,9 @@ impl<U: Upstream> Shared<U> {
             outcome: Some(outcome),
             generation: self.generation,
         };
-        let error = |e| reply(call_tool_reply::Outcome::Error(e));
-        let phase = *self.phase.borrow();
-        let upstream = match (
-            admit(self.generation, req.generation, phase),
-            self.upstream.get(),
-        ) {
-            (Admission::Admit, Some(upstream)) => Arc::clone(upstream),
-            (Admission::Refuse, _) => return Ok(error(refusal(&self.key, req.generation))),
-            // Not ready yet, gone, or (never while serving) no upstream attached.
-            (Admission::Unavailable, _) | (Admission::Admit, None) => {
-                return Ok(error(unavailable(
-                    &self.key,
-                    "upstream is not available",
-                    "unavailable",
-                )));
-            }
+        let upstream = match self.admitted(req.generation) {
+            Ok(upstream) => upstream,
+            Err(refused) => return Ok(reply(call_tool_reply::Outcome::Error(refused))),
         };
         let arguments = parse_object("arguments_json", &req.arguments_json)?;
         let meta = parse_object("meta_json", &req.meta_json)?.and_then(upstream_meta);
@@ -306,7 +293,30 @@ impl<U: Upstream> Shared<U> {
         };
         drop(guard);
 
-        let answer = match outcome {
+        Ok(reply(self.answer(outcome, timeout_ms)))
+    }
+
+    /// The upstream to call for `generation`, or why the call is refused.
+    fn admitted(&self, generation: u64) -> Result<Arc<U>, CallError> {
+        let phase = *self.phase.borrow();
+        match (
+            admit(self.generation, generation, phase),
+            self.upstream.get(),
+        ) {
+            (Admission::Admit, Some(upstream)) => Ok(Arc::clone(upstream)),
+            (Admission::Refuse, _) => Err(refusal(&self.key, generation)),
+            // Not ready yet, gone, or (never while serving) no upstream attached.
+            (Admission::Unavailable, _) | (Admission::Admit, None) => Err(unavailable(
+                &self.key,
+                "upstream is not available",
+                "unavailable",
+            )),
+        }
+    }
+
+    /// How a call that ran (or was interrupted) is answered.
+    fn answer(&self, outcome: Outcome, timeout_ms: u32) -> call_tool_reply::Outcome {
+        match outcome {
             Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultJson(result),
             Outcome::Done(Err(failure)) => call_tool_reply::Outcome::Error(self.failure(failure)),
             Outcome::Cancelled => call_tool_reply::Outcome::Error(cancelled()),
@@ -326,8 +336,7 @@ impl<U: Upstream> Shared<U> {
                 "upstream connection closed",
                 "unavailable",
             )),
-        };
-        Ok(reply(answer))
+        }
     }
 
     fn failure(&self, failure: CallFailure) -> CallError {

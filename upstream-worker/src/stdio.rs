@@ -168,58 +168,12 @@ where
             read_line_keeping_tail(&mut reader, &mut buf, &mut tail, MAX_STDOUT_LINE).await?;
         let kind = match outcome {
             ReadLine::Eof => break,
-            ReadLine::Cut => {
-                let answer = results.oversized(&buf, trim_line_end(&tail), MAX_STDOUT_LINE);
-                // The cut line's memory goes back; the next long line allocates again.
-                buf.truncate(NON_JSON_LOG_CHARS * 4);
-                buf.shrink_to_fit();
-                match answer {
-                    // The answer to a call, too large: that call fails now.
-                    Some(short) => {
-                        tracing::warn!(
-                            limit = MAX_STDOUT_LINE,
-                            "the upstream answered a tools/call with a line over the limit; the call fails"
-                        );
-                        buf.clear();
-                        buf.extend_from_slice(short.as_bytes());
-                        LineKind::Json
-                    }
-                    None => LineKind::NonJson,
-                }
-            }
-            ReadLine::Line => {
-                let line = trim_line_end(&buf);
-                definitions::observe(line);
-                match results.divert(line) {
-                    // A tools/call result kept as text: rmcp gets the short stand-in.
-                    Some(short) => {
-                        buf.clear();
-                        buf.extend_from_slice(short.as_bytes());
-                        LineKind::Json
-                    }
-                    None => classify(&buf),
-                }
-            }
+            ReadLine::Cut => cut_line_kind(&results, &mut buf, &tail),
+            ReadLine::Line => line_kind(&results, &mut buf),
         };
         match kind {
             LineKind::Blank => {}
-            LineKind::Json => {
-                if let Some(out) = json_out.as_mut() {
-                    // One write per line: the terminator goes on in place.
-                    let len = trim_line_end(&buf).len();
-                    buf.truncate(len);
-                    buf.push(b'\n');
-                    let sent = async {
-                        out.write_all(&buf).await?;
-                        out.flush().await
-                    }
-                    .await;
-                    if sent.is_err() {
-                        tracing::debug!("the MCP client stopped reading; draining upstream stdout");
-                        json_out = None;
-                    }
-                }
-            }
+            LineKind::Json => forward_json(&mut json_out, &mut buf).await,
             LineKind::NonJson => {
                 let total = counter.bump();
                 let shown =
@@ -232,6 +186,65 @@ where
         let _ = out.shutdown().await;
     }
     Ok(())
+}
+
+/// A line cut at [`MAX_STDOUT_LINE`] (`buf` holds its start, `tail` its end): the answer to a
+/// call, replaced in `buf` by the short failure of that call, or a non-JSON line.
+fn cut_line_kind(results: &CallResults, buf: &mut Vec<u8>, tail: &[u8]) -> LineKind {
+    let answer = results.oversized(buf, trim_line_end(tail), MAX_STDOUT_LINE);
+    // The cut line's memory goes back; the next long line allocates again.
+    buf.truncate(NON_JSON_LOG_CHARS * 4);
+    buf.shrink_to_fit();
+    match answer {
+        // The answer to a call, too large: that call fails now.
+        Some(short) => {
+            tracing::warn!(
+                limit = MAX_STDOUT_LINE,
+                "the upstream answered a tools/call with a line over the limit; the call fails"
+            );
+            buf.clear();
+            buf.extend_from_slice(short.as_bytes());
+            LineKind::Json
+        }
+        None => LineKind::NonJson,
+    }
+}
+
+/// A whole line in `buf`: observed for tool definitions, and a `tools/call` result kept as
+/// text is replaced in `buf` by its short stand-in for rmcp.
+fn line_kind(results: &CallResults, buf: &mut Vec<u8>) -> LineKind {
+    let line = trim_line_end(buf);
+    definitions::observe(line);
+    match results.divert(line) {
+        // A tools/call result kept as text: rmcp gets the short stand-in.
+        Some(short) => {
+            buf.clear();
+            buf.extend_from_slice(short.as_bytes());
+            LineKind::Json
+        }
+        None => classify(buf),
+    }
+}
+
+/// Writes the JSON line in `buf` to the MCP client, if it still reads; once a write fails the
+/// client is dropped and the rest of stdout is drained.
+async fn forward_json<W: AsyncWrite + Unpin>(json_out: &mut Option<W>, buf: &mut Vec<u8>) {
+    let Some(out) = json_out.as_mut() else {
+        return;
+    };
+    // One write per line: the terminator goes on in place.
+    let len = trim_line_end(buf).len();
+    buf.truncate(len);
+    buf.push(b'\n');
+    let sent = async {
+        out.write_all(buf).await?;
+        out.flush().await
+    }
+    .await;
+    if sent.is_err() {
+        tracing::debug!("the MCP client stopped reading; draining upstream stdout");
+        *json_out = None;
+    }
 }
 
 /// Copies the upstream's stderr to `sink` line by line with secrets masked and control and

@@ -641,6 +641,73 @@ async fn start_stdio(
     redactor: Arc<Redactor>,
     within: Duration,
 ) -> Result<Started, WorkerError> {
+    let (child, stdin, stdout, stderr) = spawn_stdio(spec, &redactor)?;
+    let contained = platform::contain(&child);
+    let mut child = ChildHandle::spawn(child, contained);
+    let pumps = StdioPumps::spawn(stdout, stderr, &redactor);
+    let last_stderr = pumps.last_stderr.clone();
+
+    let list_changed = Arc::new(Notify::new());
+    let transport =
+        AsyncRwTransport::new_client(pumps.rmcp_side, stdin).with_max_line_length(MAX_STDOUT_LINE);
+    let handshake = async {
+        let running = serve_client_with_lifecycle(
+            Handler::new(list_changed.clone()),
+            transport,
+            ClientLifecycleMode::Initialize,
+        )
+        .await
+        .map_err(|e| init_failure(&e))?;
+        let listed = first_listing(running, redactor.clone(), Some(pumps.results)).await?;
+        Ok::<_, String>(listed)
+    };
+
+    // The deadline is polled by reference: when it fires the handshake (and with it the
+    // upstream's stdin) is still alive, so the last stderr line is the upstream's own and not
+    // its reaction to being cut off.
+    let mut handshake = Box::pin(handshake);
+    let deadline = tokio::time::sleep(within);
+    tokio::pin!(deadline);
+    let outcome = tokio::select! {
+        res = &mut handshake => res.map_err(StartFailure::Failed),
+        () = &mut deadline => Err(StartFailure::TimedOut {
+            last_stderr: last_line(&last_stderr),
+        }),
+        // The child died during the handshake: say so rather than "connection closed".
+        how = child.exited() => Err(StartFailure::Failed(how)),
+    };
+    // Closes the upstream's stdin unless the session took it over.
+    drop(handshake);
+    match outcome {
+        Ok((running, upstream, (protocol_version, server_name), tools)) => Ok(Started {
+            session: Session {
+                upstream,
+                protocol_version,
+                server_name,
+                list_changed,
+                non_json: Some(pumps.counter),
+                session_events: None,
+                service: ServiceWatch::spawn(running),
+                child: Some(child),
+            },
+            tools,
+        }),
+        Err(failure) => {
+            Err(stdio_start_failed(child, failure, &last_stderr, within, &redactor).await)
+        }
+    }
+}
+
+/// The stdio upstream's process and its three pipes.
+type StdioChild = (
+    tokio::process::Child,
+    tokio::process::ChildStdin,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStderr,
+);
+
+/// Spawns the stdio upstream with exactly the launch spec's environment, hardened.
+fn spawn_stdio(spec: &LaunchSpec, redactor: &Redactor) -> Result<StdioChild, WorkerError> {
     let mut cmd = Command::new(&spec.command);
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)
@@ -664,79 +731,73 @@ async fn start_stdio(
             message: "the upstream's stdio pipes are missing".to_owned(),
         });
     };
-    let contained = platform::contain(&child);
-    let mut child = ChildHandle::spawn(child, contained);
+    Ok((child, stdin, stdout, stderr))
+}
 
-    let counter = Arc::new(NonJsonCounter::default());
-    let last_stderr = Arc::new(Mutex::new(None::<String>));
-    let results = Arc::new(CallResults::default());
-    let (rmcp_side, pump_side) = tokio::io::duplex(PIPE_BUFFER);
-    tokio::spawn({
-        let (redactor, counter, results) = (redactor.clone(), counter.clone(), results.clone());
-        async move {
-            if let Err(e) = stdio::pump_stdout(stdout, pump_side, redactor, counter, results).await
-            {
-                tracing::warn!(error = %e, "reading the upstream's stdout failed");
+/// The tasks reading a stdio upstream's stdout (into rmcp's side of a pipe) and stderr, and
+/// what they share with the session.
+struct StdioPumps {
+    /// Where rmcp reads the upstream's JSON lines.
+    rmcp_side: tokio::io::DuplexStream,
+    counter: Arc<NonJsonCounter>,
+    last_stderr: Arc<Mutex<Option<String>>>,
+    results: Arc<CallResults>,
+}
+
+impl StdioPumps {
+    fn spawn(
+        stdout: tokio::process::ChildStdout,
+        stderr: tokio::process::ChildStderr,
+        redactor: &Arc<Redactor>,
+    ) -> Self {
+        let counter = Arc::new(NonJsonCounter::default());
+        let last_stderr = Arc::new(Mutex::new(None::<String>));
+        let results = Arc::new(CallResults::default());
+        let (rmcp_side, pump_side) = tokio::io::duplex(PIPE_BUFFER);
+        tokio::spawn({
+            let (redactor, counter, results) = (redactor.clone(), counter.clone(), results.clone());
+            async move {
+                if let Err(e) =
+                    stdio::pump_stdout(stdout, pump_side, redactor, counter, results).await
+                {
+                    tracing::warn!(error = %e, "reading the upstream's stdout failed");
+                }
             }
-        }
-    });
-    tokio::spawn({
-        let (redactor, last_stderr) = (redactor.clone(), last_stderr.clone());
-        async move {
-            if let Err(e) =
-                stdio::pump_stderr(stderr, std::io::stderr(), redactor, last_stderr).await
-            {
-                tracing::warn!(error = %e, "reading the upstream's stderr failed");
+        });
+        tokio::spawn({
+            let (redactor, last_stderr) = (redactor.clone(), last_stderr.clone());
+            async move {
+                if let Err(e) =
+                    stdio::pump_stderr(stderr, std::io::stderr(), redactor, last_stderr).await
+                {
+                    tracing::warn!(error = %e, "reading the upstream's stderr failed");
+                }
             }
+        });
+        Self {
+            rmcp_side,
+            counter,
+            last_stderr,
+            results,
         }
-    });
+    }
+}
 
-    let list_changed = Arc::new(Notify::new());
-    let transport =
-        AsyncRwTransport::new_client(rmcp_side, stdin).with_max_line_length(MAX_STDOUT_LINE);
-    let handshake = async {
-        let running = serve_client_with_lifecycle(
-            Handler::new(list_changed.clone()),
-            transport,
-            ClientLifecycleMode::Initialize,
-        )
-        .await
-        .map_err(|e| init_failure(&e))?;
-        let listed = first_listing(running, redactor.clone(), Some(results)).await?;
-        Ok::<_, String>(listed)
-    };
+/// The last stderr line seen so far.
+fn last_line(last_stderr: &Mutex<Option<String>>) -> Option<String> {
+    last_stderr.lock().ok().and_then(|l| l.clone())
+}
 
-    // The deadline is polled by reference: when it fires the handshake (and with it the
-    // upstream's stdin) is still alive, so the last stderr line is the upstream's own and not
-    // its reaction to being cut off.
-    let mut handshake = Box::pin(handshake);
-    let deadline = tokio::time::sleep(within);
-    tokio::pin!(deadline);
-    let outcome = tokio::select! {
-        res = &mut handshake => res.map_err(StartFailure::Failed),
-        () = &mut deadline => Err(StartFailure::TimedOut {
-            last_stderr: last_stderr.lock().ok().and_then(|l| l.clone()),
-        }),
-        // The child died during the handshake: say so rather than "connection closed".
-        how = child.exited() => Err(StartFailure::Failed(how)),
-    };
-    // Closes the upstream's stdin unless the session took it over.
-    drop(handshake);
-    match outcome {
-        Ok((running, upstream, (protocol_version, server_name), tools)) => Ok(Started {
-            session: Session {
-                upstream,
-                protocol_version,
-                server_name,
-                list_changed,
-                non_json: Some(counter),
-                session_events: None,
-                service: ServiceWatch::spawn(running),
-                child: Some(child),
-            },
-            tools,
-        }),
-        Err(StartFailure::TimedOut { last_stderr }) => {
+/// Stops a stdio upstream that did not start, and says why it did not (redacted).
+async fn stdio_start_failed(
+    mut child: ChildHandle,
+    failure: StartFailure,
+    last_stderr: &Mutex<Option<String>>,
+    within: Duration,
+    redactor: &Redactor,
+) -> WorkerError {
+    let message = match failure {
+        StartFailure::TimedOut { last_stderr } => {
             // Our deadline, not the upstream's doing: whatever it does once its stdin closes
             // (exit 0, say) must not be reported as the cause.
             let mut message = start_timeout(within);
@@ -744,11 +805,9 @@ async fn start_stdio(
                 message = format!("{message}; last stderr line: {last}");
             }
             child.stop().await;
-            Err(WorkerError::UpstreamStart {
-                message: redactor.redact(&message),
-            })
+            message
         }
-        Err(StartFailure::Failed(mut message)) => {
+        StartFailure::Failed(mut message) => {
             // An early exit shows up as a closed connection first; prefer the exit status.
             if let Ok(how) = tokio::time::timeout(Duration::from_millis(300), child.exited()).await
                 && !message.starts_with("exited")
@@ -757,16 +816,17 @@ async fn start_stdio(
                 message = format!("{how} ({message})");
             }
             let exited = child.exit_now().is_some();
-            if let Some(last) = last_stderr.lock().ok().and_then(|l| l.clone()) {
+            if let Some(last) = last_line(last_stderr) {
                 message = format!("{message}; last stderr line: {last}");
             }
             if !exited {
                 let _ = child.stop().await;
             }
-            Err(WorkerError::UpstreamStart {
-                message: redactor.redact(&message),
-            })
+            message
         }
+    };
+    WorkerError::UpstreamStart {
+        message: redactor.redact(&message),
     }
 }
 

@@ -536,11 +536,12 @@ async fn cancelled_ids(
 
 // === tests ===
 
-#[tokio::test]
-async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
-    let py = python()?;
-    let mut h = Harness::start(|dir| Ok(stdio_spec(dir, py)), true).await?;
+/// The worker's gRPC client.
+type Client = WorkerClient<tonic::transport::Channel>;
 
+/// RegisterWorker comes first; then one offer with every page of tools/list, and the
+/// non-JSON banner line reported.
+async fn registers_then_offers(h: &mut Harness) -> TestResult {
     let Seen::Register(register) = h.next().await? else {
         return Err("RegisterWorker must come first".into());
     };
@@ -573,9 +574,12 @@ async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
     let report = h.report("non_json_stdout").await?;
     assert_eq!(report.count, 1);
     assert_eq!(report.worker_token, TOKEN);
+    Ok(())
+}
 
-    let mut client = h.client().await?;
-
+/// Results pass unchanged; upstream errors pass with their code, message and data, secrets
+/// masked; another generation is refused.
+async fn answers_results_errors_and_refusals(client: &mut Client) -> TestResult {
     // A call: the upstream's CallToolResult comes back unchanged.
     let reply = client
         .call_tool(call("echo", "c1", r#"{"message":"hello"}"#))
@@ -623,7 +627,11 @@ async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
             GENERATION - 1
         )
     );
+    Ok(())
+}
 
+/// A timeout and a Cancel each answer the call and cancel the upstream request.
+async fn times_out_and_cancels(client: &mut Client) -> TestResult {
     // A timeout answers [MCP_TIMEOUT] and cancels the upstream request.
     let mut slow = call("sleep", "c4", "");
     slow.timeout_ms = 300;
@@ -634,7 +642,7 @@ async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
         e.message,
         format!("[MCP_TIMEOUT] {KEY}: tool call exceeded 300 ms")
     );
-    assert_eq!(cancelled_ids(&mut client, "c5").await?.len(), 1);
+    assert_eq!(cancelled_ids(client, "c5").await?.len(), 1);
 
     // Cancel: the pending call answers -32800 and the upstream hears notifications/cancelled.
     let mut pending = {
@@ -659,8 +667,12 @@ async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
         (e.code, e.message.as_str(), e.reason.as_str()),
         (-32800, "Request cancelled", "cancelled")
     );
-    assert_eq!(cancelled_ids(&mut client, "c7").await?.len(), 2);
+    assert_eq!(cancelled_ids(client, "c7").await?.len(), 2);
+    Ok(())
+}
 
+/// The caller going away cancels the upstream request too.
+async fn cancels_an_abandoned_call(client: &mut Client) -> TestResult {
     // The caller going away (its gRPC stream is reset) cancels the upstream request too.
     // Nothing signals these steps to the test, so it polls the fixture (bounded).
     let abandoned = {
@@ -668,20 +680,32 @@ async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
         tokio::spawn(async move { client.call_tool(call("sleep", "c7b", "")).await })
     };
     let deadline = tokio::time::Instant::now() + WAIT;
-    while pending_count(&mut client).await? == 0 {
+    while pending_count(client).await? == 0 {
         if tokio::time::Instant::now() > deadline {
             return Err("the call never reached the upstream".into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     abandoned.abort();
-    while cancelled_ids(&mut client, "c7c").await?.len() < 3 {
+    while cancelled_ids(client, "c7c").await?.len() < 3 {
         if tokio::time::Instant::now() > deadline {
             return Err("an abandoned call was not cancelled upstream".into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(pending_count(&mut client).await?, 0);
+    assert_eq!(pending_count(client).await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn serves_offers_calls_and_exits_when_fenced() -> TestResult {
+    let py = python()?;
+    let mut h = Harness::start(|dir| Ok(stdio_spec(dir, py)), true).await?;
+    registers_then_offers(&mut h).await?;
+    let mut client = h.client().await?;
+    answers_results_errors_and_refusals(&mut client).await?;
+    times_out_and_cancels(&mut client).await?;
+    cancels_an_abandoned_call(&mut client).await?;
 
     // Fencing another generation is refused; our own makes the worker exit 0.
     let wrong = client
