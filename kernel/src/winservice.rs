@@ -14,7 +14,8 @@ use windows_service::service_control_handler::{
 };
 use windows_service::{define_windows_service, service_dispatcher};
 
-use crate::{Config, KernelError};
+use crate::error::KernelError;
+use crate::run::Config;
 
 /// The service name the kernel registers under (and `tutti service install` creates).
 pub const SERVICE_NAME: &str = "tutti-kernel";
@@ -142,7 +143,7 @@ fn serve(config: Config) -> Result<(), String> {
             tracing::warn!("cannot report StopPending to the SCM: {e}");
         }
     };
-    let result = rt.block_on(crate::run_until(config, stop));
+    let result = rt.block_on(crate::run::run_until(config, stop));
     rt.shutdown_timeout(Duration::from_secs(2));
     match result {
         Ok(()) => {
