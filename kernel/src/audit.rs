@@ -435,25 +435,23 @@ mod tests {
     }
 
     #[test]
-    fn uninstall_line() {
-        let u = Event::Uninstall {
-            connector: "k".into(),
-        };
-        assert_eq!(
-            line(u),
-            r#"{"connector":"k","event":"uninstall","time":"T"}"#
-        );
-    }
-
-    #[test]
-    fn disconnect_line() {
-        let d = Event::Disconnect {
-            connector: "k".into(),
-        };
-        assert_eq!(
-            line(d),
-            r#"{"connector":"k","event":"disconnect","time":"T"}"#
-        );
+    fn uninstall_and_disconnect_lines() {
+        for (e, want) in [
+            (
+                Event::Uninstall {
+                    connector: "k".into(),
+                },
+                r#"{"connector":"k","event":"uninstall","time":"T"}"#,
+            ),
+            (
+                Event::Disconnect {
+                    connector: "k".into(),
+                },
+                r#"{"connector":"k","event":"disconnect","time":"T"}"#,
+            ),
+        ] {
+            assert_eq!(line(e), want);
+        }
     }
 
     #[test]

@@ -563,6 +563,23 @@ mod tests {
             .expect("connector state")
     }
 
+    /// A kernel with connector `k` whose actor has started its first worker (a fake one).
+    async fn started(
+        dir: &std::path::Path,
+    ) -> (
+        Arc<Kernel>,
+        Arc<FakeSpawner>,
+        mpsc::UnboundedSender<Msg>,
+        u64,
+    ) {
+        let k = kernel(dir);
+        let spawner = Arc::new(FakeSpawner::default());
+        let tx = start_actor_with(&k, "k", spawner.clone());
+        until("a worker starts", || !lock(&spawner.started).is_empty()).await;
+        let g = lock(&spawner.started)[0];
+        (k, spawner, tx, g)
+    }
+
     async fn offer(tx: &mpsc::UnboundedSender<Msg>, generation: u64) -> Result<(), String> {
         let (reply, answer) = oneshot::channel();
         let tools = Ok(Vec::new());
@@ -577,11 +594,7 @@ mod tests {
     #[tokio::test]
     async fn a_started_worker_gets_an_identity_and_its_offer_commits() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let k = kernel(dir.path());
-        let spawner = Arc::new(FakeSpawner::default());
-        let tx = start_actor_with(&k, "k", spawner.clone());
-        until("a worker starts", || !lock(&spawner.started).is_empty()).await;
-        let g = lock(&spawner.started)[0];
+        let (k, _, tx, g) = started(dir.path()).await;
         assert!(lock(&k.inner).conns["k"].workers.contains_key(&g));
         assert_eq!(status(&k), lifecycle::Status::Starting);
         assert_eq!(offer(&tx, g).await, Ok(()));
@@ -624,11 +637,7 @@ mod tests {
     #[tokio::test]
     async fn stop_fences_and_waits_for_every_worker() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let k = kernel(dir.path());
-        let spawner = Arc::new(FakeSpawner::default());
-        let tx = start_actor_with(&k, "k", spawner.clone());
-        until("a worker starts", || !lock(&spawner.started).is_empty()).await;
-        let g = lock(&spawner.started)[0];
+        let (k, spawner, tx, g) = started(dir.path()).await;
         assert_eq!(offer(&tx, g).await, Ok(()));
         let (reply, done) = oneshot::channel();
         let input = Input::Stop {

@@ -156,19 +156,24 @@ fn a_file_merely_named_like_an_allowlisted_program_is_not_allowlisted() {
     );
 }
 
+/// A release whose command is the bare name `sh`, running a script that runs the fixture.
+fn sh_release(rt: &mut Runtime, key: &str, name: &str) -> std::path::PathBuf {
+    let manifest = json!({
+        "key": key, "name": name, "description": "sh from PATH",
+        "version": "1.0.0",
+        "mcp": {"transport": "stdio", "command": "sh", "args": ["run.sh"]},
+    });
+    rt.write_release(
+        &manifest,
+        &[("run.sh", script_running_the_fixture().as_bytes())],
+    )
+}
+
 #[test]
 fn allowlisted_programs_still_install_and_run() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     // A bare name, allowed for this install, found on PATH and run by that path.
-    let manifest = json!({
-        "key": "baresh", "name": "Bare sh", "description": "sh from PATH",
-        "version": "1.0.0",
-        "mcp": {"transport": "stdio", "command": "sh", "args": ["run.sh"]},
-    });
-    let dir = rt.write_release(
-        &manifest,
-        &[("run.sh", script_running_the_fixture().as_bytes())],
-    );
+    let dir = sh_release(&mut rt, "baresh", "Bare sh");
     let refused = install(&rt, &dir, &[]);
     assert_refused(&rt, &refused, "baresh", &["--allow-command sh"]);
     let out = install(&rt, &dir, &["--allow-command", "sh"]);
@@ -185,15 +190,7 @@ fn allowlisted_programs_still_install_and_run() {
 #[test]
 fn the_allowlist_is_checked_again_at_every_launch() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let manifest = json!({
-        "key": "again", "name": "Again", "description": "sh from PATH",
-        "version": "1.0.0",
-        "mcp": {"transport": "stdio", "command": "sh", "args": ["run.sh"]},
-    });
-    let dir = rt.write_release(
-        &manifest,
-        &[("run.sh", script_running_the_fixture().as_bytes())],
-    );
+    let dir = sh_release(&mut rt, "again", "Again");
     let out = install(&rt, &dir, &["--allow-command", "sh"]);
     assert!(out.status.success(), "{}", stderr(&out));
     rt.wait_status("again", "ready", READY);
