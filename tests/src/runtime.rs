@@ -461,6 +461,18 @@ impl Runtime {
     }
 
     /// The last `lines` lines of `<state>/logs/<name>`.
+    /// Every record of `logs/audit.jsonl` so far (a line that is not JSON fails the test).
+    pub fn audit_lines(&self) -> Vec<Value> {
+        let path = self.state.join("logs").join("audit.jsonl");
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        text.lines()
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
+            })
+            .collect()
+    }
+
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
         file_tail(&self.state.join("logs").join(name), lines)
     }

@@ -146,19 +146,10 @@ fn commands_outside_the_release_need_the_allowlist() {
     rt.wait_status("bundled", "ready", READY);
 }
 
-fn audit_lines(rt: &Runtime) -> Vec<Value> {
-    let text = std::fs::read_to_string(rt.state_dir().join("logs/audit.jsonl")).unwrap_or_default();
-    text.lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
-        })
-        .collect()
-}
-
 fn wait_audit(rt: &Runtime, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let lines = audit_lines(rt);
+        let lines = rt.audit_lines();
         if pred(&lines) {
             return lines;
         }

@@ -56,9 +56,8 @@ fn registry(rt: &Runtime) -> Value {
 }
 
 fn audit_records(rt: &Runtime, kind: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(rt.state_dir().join("logs/audit.jsonl")).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    rt.audit_lines()
+        .into_iter()
         .filter(|r| r["event"] == kind)
         .collect()
 }

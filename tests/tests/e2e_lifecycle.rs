@@ -6,15 +6,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tutti_tests::{Runtime, RuntimeOptions};
 
-fn audit_lines(rt: &Runtime) -> Vec<Value> {
-    let text = std::fs::read_to_string(rt.state_dir().join("logs/audit.jsonl")).unwrap_or_default();
-    text.lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
-        })
-        .collect()
-}
-
 #[test]
 fn a_connector_without_mcp_records_its_commit_like_any_other() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -34,7 +25,7 @@ fn a_connector_without_mcp_records_its_commit_like_any_other() {
     assert!(generation > 0, "a live generation: {status}");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let lines = audit_lines(&rt);
+        let lines = rt.audit_lines();
         let commit = lines.iter().find(|l| {
             l["event"] == "commit" && l["connector"] == "notes" && l["generation"] == generation
         });
