@@ -353,7 +353,7 @@ impl Actor {
             }
         }
         let _ = tokio::time::timeout(
-            drain + Duration::from_secs(6),
+            drain + timing::WORKER_REAP_AFTER_DRAIN,
             futures_util::future::join_all(reaped),
         )
         .await;
@@ -428,7 +428,7 @@ async fn watch_worker(
                 let _ = tokio::time::timeout(grace + Duration::from_millis(500), child.wait()).await;
                 rpc.abort();
             }
-            spawn::stop_group(&mut child, Duration::from_secs(2)).await;
+            spawn::stop_group(&mut child, timing::WORKER_KILL_AFTER_TERM).await;
             "stopped".to_string()
         }
     };

@@ -26,6 +26,13 @@ pub const SERVICE_KILL: Duration = FRONTEND_DRAIN.saturating_add(STEP);
 /// How long the kernel waits for its frontend and shim-manager supervisors to end.
 pub const SERVICES_WAIT: Duration = SERVICE_KILL.saturating_add(STEP);
 
+/// A stopped worker's process group gets SIGTERM, then SIGKILL this much later.
+pub const WORKER_KILL_AFTER_TERM: Duration = STEP;
+
+/// How long a connector's supervisor waits for its workers to be reaped after their drain:
+/// the exit wait, SIGTERM → SIGKILL ([`WORKER_KILL_AFTER_TERM`]) and the reaping, a step each.
+pub const WORKER_REAP_AFTER_DRAIN: Duration = STEP.saturating_mul(3);
+
 /// How long a session cache may take to confirm a revocation before the frontend is stopped
 /// (also the first step of a shutdown: tokens are revoked before anything drains).
 pub const REVOCATION_ACK: Duration = STEP;
@@ -66,7 +73,10 @@ mod tests {
         ];
         assert!(chain.windows(2).all(|w| w[0] < w[1]), "{chain:?}");
         // A worker is drained, then SIGTERMed and SIGKILLed a step apart: the kernel waits longer.
-        assert!(WORKER_DRAIN + STEP + STEP < CONNECTORS_WAIT);
+        assert!(WORKER_DRAIN + STEP + WORKER_KILL_AFTER_TERM < CONNECTORS_WAIT);
+        // A supervisor's wait for its reaped workers ends inside the kernel's wait for it.
+        assert!(WORKER_KILL_AFTER_TERM < WORKER_REAP_AFTER_DRAIN);
+        assert!(WORKER_DRAIN + WORKER_REAP_AFTER_DRAIN < CONNECTORS_WAIT);
         // The services stop while the connectors do; the kernel outwaits both.
         assert!(KERNEL_STOP_BOUND >= REVOCATION_ACK + CONNECTORS_WAIT + KERNEL_SERVER_STOP);
         assert!(KERNEL_STOP_BOUND >= REVOCATION_ACK + SERVICE_KILL + KERNEL_SERVER_STOP);
