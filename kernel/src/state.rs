@@ -527,7 +527,7 @@ impl Kernel {
             tools: n,
             superseded,
         });
-        tracing::info!(key, generation, tools = n, "committed");
+        tracing::info!(key = %key, generation, tools = n, "committed");
     }
 
     pub fn release_dir(inner: &Inner, key: &str) -> Option<PathBuf> {
