@@ -393,19 +393,25 @@ fn a_fifo_manifest_is_refused_at_once() {
     rt.install_ok(&fixture_connector("after", &["--tools", "echo"]), &[]);
 }
 
+/// A release whose description makes `connector.json` `bytes` long is refused at once by the
+/// 1 MiB manifest cap.
+fn refused_over_the_manifest_cap(rt: &mut Runtime, key: &str, bytes: usize) {
+    let mut manifest = fixture_connector(key, &["--tools", "echo"]);
+    manifest["description"] = json!("d".repeat(bytes));
+    let dir = rt.write_release(&manifest, &[]);
+    let out = install_at_once(rt, &dir);
+    assert_refused(
+        rt,
+        &out,
+        key,
+        &["connector.json: ", "larger than the 1 MiB limit"],
+    );
+}
+
 #[test]
 fn a_manifest_over_one_mebibyte_is_refused_at_once() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let mut manifest = fixture_connector("huge", &["--tools", "echo"]);
-    manifest["description"] = json!("x".repeat(2 * 1024 * 1024));
-    let dir = rt.write_release(&manifest, &[]);
-    let out = install_at_once(&rt, &dir);
-    assert_refused(
-        &rt,
-        &out,
-        "huge",
-        &["connector.json: ", "larger than the 1 MiB limit"],
-    );
+    refused_over_the_manifest_cap(&mut rt, "huge", 2 * 1024 * 1024);
 }
 
 /// Puts something at a path (a link, a FIFO, a big file).
@@ -446,16 +452,7 @@ fn skill_files_are_not_followed_and_are_capped() {
 fn oversized_manifest_fields_are_refused_at_install_naming_the_field() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     // 10 MB: the whole manifest is over its cap, and the refusal says so.
-    let mut manifest = fixture_connector("tenmb", &["--tools", "echo"]);
-    manifest["description"] = json!("d".repeat(10 * 1000 * 1000));
-    let dir = rt.write_release(&manifest, &[]);
-    let out = install_at_once(&rt, &dir);
-    assert_refused(
-        &rt,
-        &out,
-        "tenmb",
-        &["connector.json: ", "larger than the 1 MiB limit"],
-    );
+    refused_over_the_manifest_cap(&mut rt, "tenmb", 10 * 1000 * 1000);
     // 100 KiB: under the file cap, over the field's.
     let mut manifest = fixture_connector("longdesc", &["--tools", "echo"]);
     manifest["description"] = json!("d".repeat(100 * 1024));
