@@ -721,3 +721,129 @@ fn client(error: reqwest::Error) -> StreamableHttpError<WorkerError> {
 fn unavailable(detail: String) -> StreamableHttpError<WorkerError> {
     StreamableHttpError::Client(WorkerError::UpstreamUnavailable { detail })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_message(text: &str) -> ServerJsonRpcMessage {
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    fn client_message(text: &str) -> ClientJsonRpcMessage {
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn an_error_with_a_null_id_answers_no_request() {
+        let stale = server_message(
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#,
+        );
+        assert!(is_uncorrelated_error(&stale));
+        let answer = server_message(
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"no such method"}}"#,
+        );
+        assert!(!is_uncorrelated_error(&answer));
+        let result = server_message(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#);
+        assert!(!is_uncorrelated_error(&result));
+    }
+
+    #[test]
+    fn only_tools_call_initialize_and_discover_are_told_apart() {
+        let call = client_message(
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#,
+        );
+        assert!(matches!(
+            Kind::of(&call),
+            Kind::ToolsCall(RequestId::Number(3))
+        ));
+        let init = client_message(
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        );
+        assert!(matches!(Kind::of(&init), Kind::Initialize));
+        let list = client_message(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#);
+        assert!(matches!(Kind::of(&list), Kind::Other));
+        let note = client_message(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        assert!(matches!(Kind::of(&note), Kind::Other));
+    }
+
+    #[test]
+    fn a_refused_session_ran_nothing_and_a_server_error_may_have_run_it() {
+        let refused = Fault::Status {
+            status: StatusCode::NOT_FOUND,
+            body: String::new(),
+            session_rejected: true,
+        };
+        assert!(!refused.may_have_reached());
+        assert_eq!(
+            refused.to_string(),
+            "the upstream answered HTTP 404 Not Found"
+        );
+        let failed = Fault::Status {
+            status: StatusCode::BAD_GATEWAY,
+            body: "upstream gone".into(),
+            session_rejected: false,
+        };
+        assert!(failed.may_have_reached());
+        assert_eq!(
+            failed.to_string(),
+            "the upstream answered HTTP 502 Bad Gateway: upstream gone"
+        );
+    }
+
+    #[test]
+    fn server_errors_keep_their_status_and_client_errors_their_text() {
+        assert!(matches!(
+            status_error(StatusCode::INTERNAL_SERVER_ERROR, "x"),
+            StreamableHttpError::HttpStatus(_)
+        ));
+        assert!(matches!(
+            status_error(StatusCode::TOO_MANY_REQUESTS, "x"),
+            StreamableHttpError::HttpStatus(_)
+        ));
+        match status_error(StatusCode::BAD_REQUEST, "no session") {
+            StreamableHttpError::UnexpectedServerResponse(text) => {
+                assert_eq!(text, "HTTP 400 Bad Request: no session");
+            }
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn an_error_body_is_previewed_on_one_line_and_cut() {
+        assert_eq!(
+            preview(b"  <html>\n  <body>oops</body>\n</html> "),
+            "<html> <body>oops</body> </html>"
+        );
+        let long = "é".repeat(ERROR_PREVIEW + 10);
+        let shown = preview(long.as_bytes());
+        assert_eq!(shown.chars().count(), ERROR_PREVIEW + 1, "{shown}");
+        assert!(shown.ends_with('…'));
+    }
+
+    #[tokio::test]
+    async fn an_event_over_the_bound_ends_the_stream_and_blank_lines_reset_it() {
+        let chunks = |parts: &[&'static str]| {
+            futures_util::stream::iter(
+                parts
+                    .iter()
+                    .map(|p| Ok::<_, reqwest::Error>(p.as_bytes().to_vec()))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        // Two events of 8 bytes each (`data: ab`), a bound of 8: both pass.
+        let ok: Vec<_> = bounded(chunks(&["data: ab\n\n", "data: cd\n\n"]), 8)
+            .collect()
+            .await;
+        assert!(ok.iter().all(Result::is_ok), "{ok:?}");
+        // One event split over chunks grows past the bound: the stream ends with an error.
+        let over: Vec<_> = bounded(chunks(&["data: ab", "cdef\n", "data: x\n\n"]), 8)
+            .collect()
+            .await;
+        let err = over
+            .iter()
+            .find_map(|r| r.as_ref().err())
+            .unwrap_or_else(|| panic!("no error in {over:?}"));
+        assert!(err.to_string().contains("exceeds 8 bytes"), "{err}");
+    }
+}
