@@ -167,9 +167,10 @@ impl HttpClient {
                 self.answer(response, &message, &kind, attached, limits)
                     .await
             }
+            // Without the URL: this text reaches agents and `status` (SPEC §7, §9).
             Err(e) => Err(Failure::Fault(Fault::Transport {
                 reached: !e.is_connect(),
-                error: e,
+                error: e.without_url(),
             })),
         };
         let outcome = match outcome {
@@ -314,7 +315,7 @@ impl HttpClient {
         attached: bool,
         fault: Fault,
     ) -> StreamableHttpError<WorkerError> {
-        let why = fault.to_string();
+        let why = fault.summary();
         if !self.started() {
             return fault.into_error();
         }
@@ -326,7 +327,7 @@ impl HttpClient {
             ));
         }
         // (stderr is redacted as a whole: no secret reaches the log.)
-        tracing::warn!(fault = %why, session = attached, "an upstream request failed");
+        tracing::warn!(fault = %fault, session = attached, "an upstream request failed");
         if !attached {
             let _ = self
                 .shared
@@ -595,6 +596,18 @@ impl Fault {
     }
 }
 
+impl Fault {
+    /// What callers, `status` and the audit log are told: the status line or the transport
+    /// error, never the upstream's error page (that stays in the connector's log, through
+    /// [`Fault`]'s `Display`).
+    fn summary(&self) -> String {
+        match self {
+            Fault::Status { status, .. } => format!("the upstream answered HTTP {status}"),
+            Fault::Transport { .. } => self.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -788,6 +801,20 @@ mod tests {
         assert_eq!(
             failed.to_string(),
             "the upstream answered HTTP 502 Bad Gateway: upstream gone"
+        );
+    }
+
+    #[test]
+    fn callers_are_told_the_status_line_not_the_upstreams_page() {
+        let page = Fault::Status {
+            status: StatusCode::BAD_GATEWAY,
+            body: "<html>internal host 10.0.0.7</html>".into(),
+            session_rejected: false,
+        };
+        assert_eq!(page.summary(), "the upstream answered HTTP 502 Bad Gateway");
+        assert!(
+            page.to_string().contains("10.0.0.7"),
+            "the log keeps the page"
         );
     }
 
