@@ -191,6 +191,12 @@ impl Actor {
                 generation,
                 detail: self.k.redact(&detail),
             },
+            // The worker's periodic non-JSON count is its own text and changes nothing the
+            // lifecycle shows: no need to read every stored secret for it once a second.
+            Input::Report {
+                kind: lifecycle::ReportKind::NonJsonStdout,
+                ..
+            } => input,
             Input::Report {
                 generation,
                 kind,
