@@ -90,6 +90,9 @@ pub struct InstallArgs {
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
+    /// Install although the skill scan found something (the findings are recorded)
+    #[arg(long)]
+    pub allow_skill_findings: bool,
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +136,9 @@ pub struct ProbeArgs {
     /// secret name (repeatable)
     #[arg(long = "allow-env", value_name = "NAME")]
     pub allow_env: Vec<String>,
+    /// Confirm non-interactively that a release directory's upstream may run
+    #[arg(long, short = 'y')]
+    pub yes: bool,
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,

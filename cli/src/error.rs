@@ -71,6 +71,14 @@ pub enum CliError {
     Cancelled,
 
     #[error(
+        "confirmation needed: probing a release directory runs its upstream; re-run with --yes to probe non-interactively"
+    )]
+    ProbeConfirmationNeeded,
+
+    #[error("probe cancelled, nothing was run; re-run and answer y to probe")]
+    ProbeCancelled,
+
+    #[error(
         "environment variable {name} is not set or empty; set it to the secret value and re-run"
     )]
     EnvMissing { name: String },

@@ -312,6 +312,9 @@ fn inside_release(rel: &str) -> bool {
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
+/// The key no connector may have: the runtime's own names start with `tutti_` (SPEC §16).
+pub const RESERVED_KEY: &str = "tutti";
+
 pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
     let mut p = Problems(Vec::new());
     let Some(root) = value.as_object() else {
@@ -322,6 +325,14 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         p.push(
             "key",
             format!("must match ^[a-z][a-z0-9-]{{0,23}}$, got {key:?}"),
+        );
+    }
+    if key == RESERVED_KEY {
+        p.push(
+            "key",
+            format!(
+                "{key:?} is reserved for the runtime's own tools and prompts (SPEC §16); choose another key"
+            ),
         );
     }
     let name = string(root, "name", "name", true, &mut p).unwrap_or_default();
@@ -777,6 +788,22 @@ mod tests {
 
     fn dir() -> PathBuf {
         std::env::temp_dir()
+    }
+
+    #[test]
+    fn the_key_tutti_is_reserved() {
+        let v = json!({"key":"tutti","name":"T","description":"d","version":"1",
+            "cli":{"entrypoint":"bin/x"}});
+        let e = parse(&v, &dir()).expect_err("must be refused");
+        assert!(
+            e.iter()
+                .any(|l| l.starts_with("connector.json: key: \"tutti\" is reserved")),
+            "{e:?}"
+        );
+        let ok = json!({"key":"tutti-x","name":"T","description":"d","version":"1",
+            "cli":{"entrypoint":"bin/x"}});
+        let e = parse(&ok, &dir()).err().unwrap_or_default();
+        assert!(!e.iter().any(|l| l.contains("reserved")), "{e:?}");
     }
 
     #[test]

@@ -161,9 +161,14 @@ pub(crate) fn executable(_: &std::fs::Metadata) -> bool {
 
 /// SHA-256 over every file's relative path, executable bit and content.
 pub fn hash_tree(root: &Path) -> Result<String, String> {
+    hash_files(root, &files(root)?)
+}
+
+/// SHA-256 over the given files of `root` (sorted relative paths), as [`hash_tree`].
+fn hash_files(root: &Path, list: &[PathBuf]) -> Result<String, String> {
     let mut h = Sha256::new();
-    for rel in files(root)? {
-        let path = root.join(&rel);
+    for rel in list {
+        let path = root.join(rel);
         // Checked by type again as it is opened: it may have changed since it was listed.
         let mut f = open_no_follow(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let meta = f
@@ -187,42 +192,67 @@ pub fn hash_tree(root: &Path) -> Result<String, String> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Whether every file of `src` is in `dest` with the same content and executable bit (files
-/// an upstream created in its release dir at run time, e.g. `__pycache__`, do not matter).
-fn holds_release(src: &Path, dest: &Path) -> bool {
-    let Ok(list) = files(src) else {
-        return false;
-    };
-    list.iter().all(|rel| {
-        let (a, b) = (src.join(rel), dest.join(rel));
-        match (std::fs::metadata(&a), std::fs::metadata(&b)) {
-            (Ok(ma), Ok(mb)) => {
-                mb.is_file()
-                    && ma.len() == mb.len()
-                    && executable(&ma) == executable(&mb)
-                    && std::fs::read(&a).ok() == std::fs::read(&b).ok()
-            }
-            _ => false,
-        }
-    })
+/// `releases/<key>/<sha>.files`: the relative paths of a release copy's own files (JSON),
+/// beside it. Files an upstream creates in its release dir at run time (`__pycache__`) are
+/// not in it, so they do not make an intact copy look damaged; a listed file that is gone
+/// or changed does (the list is covered by the name: dropping an entry changes the hash).
+pub fn list_path(copy: &Path) -> PathBuf {
+    copy.with_extension("files")
 }
 
-/// Copies `src` to `dest` (via a temp dir and rename). An existing `dest` is kept when it
-/// still holds the release (same sha256 by construction); a damaged one (a file edited or
-/// removed by hand) is replaced, so installing again repairs it.
-pub fn copy_release(src: &Path, dest: &Path) -> Result<(), String> {
+/// The files a copy is verified over: its list when there is one, else (a copy made before
+/// lists were written) every file in it.
+fn listed_files(copy: &Path) -> Result<Vec<PathBuf>, String> {
+    match std::fs::read(list_path(copy)) {
+        Ok(bytes) => serde_json::from_slice::<Vec<PathBuf>>(&bytes)
+            .map_err(|e| format!("{}: {e}", list_path(copy).display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => files(copy),
+        Err(e) => Err(format!("{}: {e}", list_path(copy).display())),
+    }
+}
+
+/// Whether the release copy `copy` holds exactly the content its name `sha` says. `Err`
+/// is one line naming the copy.
+pub fn verify_copy(copy: &Path, sha: &str) -> Result<(), String> {
+    let actual = listed_files(copy).and_then(|list| hash_files(copy, &list));
+    match actual {
+        Ok(actual) if actual == sha => Ok(()),
+        Ok(actual) => Err(format!(
+            "the release copy {} does not match its name: its files hash to {}, so they were changed after install",
+            copy.display(),
+            short(&actual)
+        )),
+        Err(e) => Err(format!(
+            "the release copy {} is damaged: {e}",
+            copy.display()
+        )),
+    }
+}
+
+/// The first 12 hex digits of a SHA-256, as messages show it.
+pub fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+/// Copies `src` to `dest` (via a temp dir and rename), exactly the content `sha` names: the
+/// copy is hashed before it is moved into place and refused (nothing kept) when it differs,
+/// so a folder changed after the user confirmed `sha` installs nothing. An existing `dest`
+/// that still holds `sha` is kept; a damaged one (a file edited or removed by hand) is
+/// replaced, so installing again repairs it.
+pub fn copy_release(src: &Path, dest: &Path, sha: &str) -> Result<(), String> {
     if dest.is_dir() {
-        if holds_release(src, dest) {
-            return Ok(());
+        if verify_copy(dest, sha).is_ok() {
+            return write_list_if_missing(dest);
         }
         // Moved aside rather than deleted first: a worker may have its cwd in it.
         let aside = dest.with_extension(format!("damaged-{}", std::process::id()));
         std::fs::rename(dest, &aside).map_err(|e| format!("{}: {e}", dest.display()))?;
-        let copied = copy_release(src, dest);
+        let copied = copy_release(src, dest, sha);
         let _ = std::fs::remove_dir_all(&aside);
         return copied;
     }
     let parent = dest.parent().ok_or("release path has no parent")?;
+    let new_parent = !parent.exists();
     std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     let tmp = parent.join(format!(
         ".tmp-{}-{}",
@@ -234,8 +264,66 @@ pub fn copy_release(src: &Path, dest: &Path) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&tmp);
     let files = files(src)?;
     // Moved into place whole, the directory synced: a crash leaves the release or nothing.
-    atomic_file::replace_with(dest, &tmp, |tmp| copy_files(src, &files, tmp))
-        .map_err(|e| format!("{}: {e}", dest.display()))
+    let copied = atomic_file::replace_with(dest, &tmp, |tmp| {
+        copy_files(src, &files, tmp)?;
+        match hash_files(tmp, &files) {
+            Ok(copied) if copied == sha => Ok(()),
+            Ok(copied) => Err(CopyError::Changed(copied)),
+            Err(e) => Err(CopyError::Changed(e)),
+        }
+    });
+    match copied {
+        Ok(()) => write_list(dest, &files),
+        Err(e) => {
+            if new_parent {
+                let _ = std::fs::remove_dir(parent);
+            }
+            Err(match e {
+                CopyError::Io(e) => format!("{}: {e}", dest.display()),
+                CopyError::Changed(now) => changed_after_confirmation(src, sha, &now),
+            })
+        }
+    }
+}
+
+/// Why a copy was refused: an I/O error, or content that is not the confirmed release.
+enum CopyError {
+    Io(std::io::Error),
+    Changed(String),
+}
+
+impl From<std::io::Error> for CopyError {
+    fn from(e: std::io::Error) -> Self {
+        CopyError::Io(e)
+    }
+}
+
+/// The refusal when the folder does not hold what the user confirmed (`now` is the hash it
+/// holds now, or why it cannot be read).
+pub fn changed_after_confirmation(src: &Path, confirmed: &str, now: &str) -> String {
+    let now = if now.len() == 64 && now.bytes().all(|b| b.is_ascii_hexdigit()) {
+        format!("it now hashes to {}", short(now))
+    } else {
+        format!("it cannot be read as confirmed: {now}")
+    };
+    format!(
+        "{}: the folder changed after confirmation (confirmed release sha256 {}, {now}); nothing was installed. Run `tutti connector install` again to review and confirm what it holds now",
+        src.display(),
+        short(confirmed)
+    )
+}
+
+fn write_list(dest: &Path, files: &[PathBuf]) -> Result<(), String> {
+    let json = serde_json::to_vec(files).map_err(|e| e.to_string())?;
+    let path = list_path(dest);
+    atomic_file::write(&path, &json, None).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn write_list_if_missing(dest: &Path) -> Result<(), String> {
+    if list_path(dest).exists() {
+        return Ok(());
+    }
+    write_list(dest, &files(dest)?)
 }
 
 /// Copies `files` (relative paths) from `src` into a new directory `tmp`.
@@ -282,7 +370,7 @@ mod tests {
         let h1 = hash_tree(&src).expect("hash");
         assert_eq!(h1.len(), 64);
         let dest = base.join("releases/k").join(&h1);
-        copy_release(&src, &dest).expect("copy");
+        copy_release(&src, &dest, &h1).expect("copy");
         assert_eq!(hash_tree(&dest).expect("hash"), h1);
         std::fs::write(src.join("sub/a.txt"), "hellO").expect("w");
         assert_ne!(hash_tree(&src).expect("hash"), h1);
@@ -298,25 +386,51 @@ mod tests {
         std::fs::create_dir_all(src.join("skills/s")).expect("mkdir");
         std::fs::write(src.join("connector.json"), "{}").expect("w");
         std::fs::write(src.join("skills/s/SKILL.md"), "---\nname: s\n---\n").expect("w");
-        let dest = base.join("releases/k/sha");
-        copy_release(&src, &dest).expect("copy");
+        let sha = hash_tree(&src).expect("hash");
+        let dest = base.join("releases/k").join(&sha);
+        copy_release(&src, &dest, &sha).expect("copy");
+        verify_copy(&dest, &sha).expect("a fresh copy verifies");
         // A file created at run time is not damage; a removed or edited one is.
         std::fs::write(dest.join("cache.pyc"), "x").expect("w");
-        copy_release(&src, &dest).expect("copy again");
+        verify_copy(&dest, &sha).expect("a file made at run time is not damage");
+        copy_release(&src, &dest, &sha).expect("copy again");
         assert!(
             dest.join("cache.pyc").exists(),
             "an intact copy is kept as it is"
         );
         std::fs::remove_file(dest.join("skills/s/SKILL.md")).expect("rm");
-        copy_release(&src, &dest).expect("repair");
+        let e = verify_copy(&dest, &sha).expect_err("a removed file is damage");
+        assert!(e.contains(&dest.display().to_string()), "{e}");
+        copy_release(&src, &dest, &sha).expect("repair");
         assert!(dest.join("skills/s/SKILL.md").is_file());
         std::fs::write(dest.join("connector.json"), "{\"edited\":1}").expect("w");
-        copy_release(&src, &dest).expect("repair");
+        let e = verify_copy(&dest, &sha).expect_err("an edited file is damage");
+        assert!(e.contains("does not match its name"), "{e}");
+        copy_release(&src, &dest, &sha).expect("repair");
         assert_eq!(
             std::fs::read_to_string(dest.join("connector.json")).expect("r"),
             "{}"
         );
+        verify_copy(&dest, &sha).expect("repaired");
         let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn a_copy_of_other_content_than_confirmed_is_refused_and_nothing_is_kept() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let src = tmp.path().join("src");
+        std::fs::create_dir_all(&src).expect("mkdir");
+        std::fs::write(src.join("connector.json"), "{}").expect("w");
+        let confirmed = hash_tree(&src).expect("hash");
+        std::fs::write(src.join("connector.json"), "{\"changed\":1}").expect("w");
+        let dest = tmp.path().join("releases/k").join(&confirmed);
+        let e = copy_release(&src, &dest, &confirmed).expect_err("must be refused");
+        assert!(e.contains("changed after confirmation"), "{e}");
+        assert!(e.contains(short(&confirmed)), "{e}");
+        assert!(
+            !tmp.path().join("releases/k").exists(),
+            "nothing is written: {e}"
+        );
     }
 
     #[cfg(unix)]
@@ -368,7 +482,8 @@ mod tests {
                 .expect("chmod");
         }
         let dest = base.join("copy");
-        copy_release(&src, &dest).expect("copy");
+        let sha = hash_tree(&src).expect("hash");
+        copy_release(&src, &dest, &sha).expect("copy");
         let mode = |name: &str| {
             std::fs::metadata(dest.join(name))
                 .expect("stat")

@@ -159,7 +159,12 @@ fn load_connectors(paths: &paths::Paths) -> Result<Loaded, KernelError> {
     let mut manifests = std::collections::BTreeMap::new();
     let mut broken = Vec::new();
     for (key, installed) in &registry.connectors {
-        match manifest::load(&installed.release_dir) {
+        // SPEC §12: what runs is what was confirmed, so the copy must still be what its
+        // name says (a damaged copy fails only its own connector; a reinstall repairs it).
+        let verified = crate::release::verify_copy(&installed.release_dir, &installed.sha256)
+            .map_err(|why| vec![why])
+            .and_then(|()| manifest::load(&installed.release_dir));
+        match verified {
             Ok(m) => {
                 manifests.insert(key.clone(), m);
             }
@@ -226,6 +231,7 @@ async fn install_demo(k: &Arc<Kernel>) -> Vec<String> {
             source_dir: dir.to_string_lossy().into_owned(),
             allow_commands: Vec::new(),
             allow_env: Vec::new(),
+            ..Default::default()
         };
         match svc.install(tonic::Request::new(req)).await {
             Ok(r) => keys.push(r.into_inner().key),

@@ -110,6 +110,7 @@ impl Service {
         let sha = crate::release::hash_tree(&src).map_err(precondition)?;
         let release_dir = self.k.paths.releases().join(&manifest.key).join(&sha);
         reply.key = manifest.key.clone();
+        reply.sha256 = sha.clone();
         reply.name = manifest.name.clone();
         reply.description = manifest.description.clone();
         reply.version = manifest.version.clone();
@@ -370,9 +371,19 @@ impl KernelRpc for Service {
         if !plan.reply.problems.is_empty() {
             return Err(precondition(plan.reply.problems.join("\n")));
         }
+        // SPEC §12: what the user confirmed is what is installed, or nothing.
+        if !req.expected_sha256.is_empty() && req.expected_sha256 != plan.sha {
+            return Err(precondition(crate::release::changed_after_confirmation(
+                std::path::Path::new(&req.source_dir),
+                &req.expected_sha256,
+                &plan.sha,
+            )));
+        }
         // Copying a whole release is blocking file work: off the (single) runtime thread.
+        // The copy is hashed again: a folder changed during the copy installs nothing.
         let (source, dest) = (PathBuf::from(&req.source_dir), plan.release_dir.clone());
-        tokio::task::spawn_blocking(move || crate::release::copy_release(&source, &dest))
+        let sha = plan.sha.clone();
+        tokio::task::spawn_blocking(move || crate::release::copy_release(&source, &dest, &sha))
             .await
             .map_err(|e| Status::internal(format!("release copy task: {e}")))?
             .map_err(precondition)?;

@@ -234,7 +234,14 @@ fn an_injection_variable_in_env_needs_allow_env_and_is_shown() {
         "{}",
         stderr(&probe)
     );
-    rt.tutti_ok(&["connector", "probe", &dir_arg, "--allow-env", "PYTHONPATH"]);
+    rt.tutti_ok(&[
+        "connector",
+        "probe",
+        &dir_arg,
+        "--allow-env",
+        "PYTHONPATH",
+        "--yes",
+    ]);
 
     let out = install(&rt, &dir, &["--allow-env", "PYTHONPATH"]);
     let err = stderr(&out);

@@ -55,7 +55,7 @@ fn a_probe_worker_gets_the_same_environment_as_a_supervised_worker() {
 
     let probed = rt.private_fixture_connector("probedenv", &[]);
     let dir = rt.write_release(&probed, &[]);
-    let out = rt.tutti(&["connector", "probe", &dir.to_string_lossy()]);
+    let out = rt.tutti(&["connector", "probe", &dir.to_string_lossy(), "--yes"]);
     assert!(
         out.status.success(),
         "probe failed: {}\n{}",

@@ -240,7 +240,7 @@ impl Drop for FixtureAt {
 
 /// `tutti connector probe TARGET --json`, parsed (whatever the exit status).
 fn probe_json(rt: &Runtime, target: &str) -> (Output, Value) {
-    let out = rt.tutti(&["connector", "probe", target, "--json"]);
+    let out = rt.tutti(&["connector", "probe", target, "--json", "--yes"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let v = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!(
@@ -875,7 +875,7 @@ async fn secret_values_appear_nowhere_but_secrets() {
     t.ok(&rt, &["connector", "probe", "remote"], &env, b"");
     t.ok(
         &rt,
-        &["connector", "probe", &leaky_dir, "--json"],
+        &["connector", "probe", &leaky_dir, "--json", "--yes"],
         &env,
         b"",
     );
@@ -1283,7 +1283,7 @@ fn a_probed_folder_claiming_an_installed_key_gets_no_stored_credentials() {
     // The same manifest in another folder gets no token: the upstream refuses it, and the
     // answer says how to probe the installed release.
     let dir = rt.write_release(&manifest, &[]);
-    let out = rt.tutti(&["connector", "probe", &dir.to_string_lossy()]);
+    let out = rt.tutti(&["connector", "probe", &dir.to_string_lossy(), "--yes"]);
     let (stdout, stderr) = lines_of(&out);
     assert!(
         !out.status.success(),
@@ -1340,7 +1340,7 @@ fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
     assert!(!out.status.success(), "a probe with problems exits 0");
 
     // The table form: tools on stdout, one line per problem on stderr.
-    let out = rt.tutti(&["connector", "probe", &dir_s]);
+    let out = rt.tutti(&["connector", "probe", &dir_s, "--yes"]);
     let (stdout, stderr) = lines_of(&out);
     for name in ["probed_echo", "probed_add", "probed_bad_schema"] {
         assert!(stdout.contains(name), "{name} not in:\n{stdout}");

@@ -22,10 +22,12 @@ use crate::output::{emit, first_line, json_line, note, one_line, shell_join, tab
 
 pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitCode, CliError> {
     let dir = absolute_dir(&args.dir)?;
-    let request = InstallRequest {
+    let mut request = InstallRequest {
         source_dir: dir.display().to_string(),
         allow_commands: args.allow_commands,
         allow_env: args.allow_env,
+        allow_skill_findings: args.allow_skill_findings,
+        ..Default::default()
     };
     let mut kernel = Kernel::connect(state_dir).await?;
     let plan = kernel
@@ -40,10 +42,12 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         }
         return Ok(ExitCode::FAILURE);
     }
-    note(confirmation(&plan).trim_end());
+    note(confirmation(&plan, Verb::Install).trim_end());
     if !args.yes {
-        confirm()?;
+        confirm(Verb::Install)?;
     }
+    // SPEC §12: the install is bound to the content just confirmed.
+    request.expected_sha256 = plan.sha256.clone();
     let reply = kernel
         .client
         .install(request)
@@ -89,15 +93,19 @@ fn absolute_dir(dir: &Path) -> Result<PathBuf, CliError> {
 /// What will run, shown before the trust step (to stderr).
 /// Every field is shown with its control characters written out (`visible`, `shell_join`):
 /// a manifest must not be able to rewrite what the person confirming sees.
-fn confirmation(plan: &InstallPlan) -> String {
+fn confirmation(plan: &InstallPlan, verb: Verb) -> String {
     let mut out = format!(
-        "Install connector {} {} ({})\n",
+        "{} connector {} {} ({})\n",
+        verb.heading(),
         plan.key,
         visible(&plan.version),
         visible(&plan.name)
     );
     if !plan.description.is_empty() {
         out.push_str(&format!("  about: {}\n", visible(&plan.description)));
+    }
+    if !plan.sha256.is_empty() {
+        out.push_str(&format!("  sha256: {}\n", visible(&plan.sha256)));
     }
     match plan.transport.as_str() {
         "stdio" => {
@@ -148,7 +156,15 @@ fn confirmation(plan: &InstallPlan) -> String {
             visible(&plan.allowed_env.join(", "))
         ));
     }
-    if plan.same_release {
+    for finding in &plan.skill_findings {
+        out.push_str(&format!(
+            "  skill finding (allowed): {}\n",
+            visible(&one_line(finding, 512))
+        ));
+    }
+    if verb == Verb::Probe {
+        out.push_str("  probe: runs it once to list its tools, installs nothing\n");
+    } else if plan.same_release {
         out.push_str("  reinstalls: the same release (its worker restarts)\n");
     } else if !plan.upgrades_version.is_empty() {
         out.push_str(&format!(
@@ -159,11 +175,31 @@ fn confirmation(plan: &InstallPlan) -> String {
     out
 }
 
+/// What a confirmation is for: installing a release, or probing a release directory (which
+/// runs its upstream just the same, SPEC §12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verb {
+    Install,
+    Probe,
+}
+
+impl Verb {
+    fn heading(self) -> &'static str {
+        match self {
+            Verb::Install => "Install",
+            Verb::Probe => "Probe",
+        }
+    }
+}
+
 /// The trust step without `--yes`: ask on a terminal, refuse otherwise.
-fn confirm() -> Result<(), CliError> {
+fn confirm(verb: Verb) -> Result<(), CliError> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
-        return Err(CliError::ConfirmationNeeded);
+        return Err(match verb {
+            Verb::Install => CliError::ConfirmationNeeded,
+            Verb::Probe => CliError::ProbeConfirmationNeeded,
+        });
     }
     {
         use std::io::Write as _;
@@ -182,7 +218,10 @@ fn confirm() -> Result<(), CliError> {
     if is_yes(&answer) {
         Ok(())
     } else {
-        Err(CliError::Cancelled)
+        Err(match verb {
+            Verb::Install => CliError::Cancelled,
+            Verb::Probe => CliError::ProbeCancelled,
+        })
     }
 }
 
@@ -415,12 +454,22 @@ pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode,
         allow_commands: args.allow_commands.clone(),
         allow_env: args.allow_env.clone(),
     };
-    let reply = match (kernel.client.probe(request(target)).await, fallback) {
-        // `probe notes` with a folder `notes` here and no connector `notes`: the folder.
-        (Err(status), Some(dir)) if status.code() == tonic::Code::NotFound => {
-            kernel.client.probe(request(dir)).await
+    let reply = if Path::new(&target).is_dir() {
+        if !confirm_probe(&mut kernel, &target, &args).await? {
+            return Ok(ExitCode::FAILURE);
         }
-        (reply, _) => reply,
+        kernel.client.probe(request(target)).await
+    } else {
+        match (kernel.client.probe(request(target)).await, fallback) {
+            // `probe notes` with a folder `notes` here and no connector `notes`: the folder.
+            (Err(status), Some(dir)) if status.code() == tonic::Code::NotFound => {
+                if !confirm_probe(&mut kernel, &dir, &args).await? {
+                    return Ok(ExitCode::FAILURE);
+                }
+                kernel.client.probe(request(dir)).await
+            }
+            (reply, _) => reply,
+        }
     }
     .map_err(|status| kernel.error(status))?
     .into_inner();
@@ -437,6 +486,36 @@ pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode,
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// SPEC §12: probing a release directory runs its upstream, so it shows the launch line and
+/// asks as install does (`--yes` confirms). `false` (after one line per problem) when the
+/// plan already refuses the folder: nothing runs.
+async fn confirm_probe(kernel: &mut Kernel, dir: &str, args: &ProbeArgs) -> Result<bool, CliError> {
+    let plan = kernel
+        .client
+        .plan_install(InstallRequest {
+            source_dir: dir.to_owned(),
+            allow_commands: args.allow_commands.clone(),
+            allow_env: args.allow_env.clone(),
+            // Skills are not mounted by a probe: their findings are shown, not refused.
+            allow_skill_findings: true,
+            ..Default::default()
+        })
+        .await
+        .map_err(|status| kernel.error(status))?
+        .into_inner();
+    if !plan.problems.is_empty() {
+        for problem in &plan.problems {
+            note(&visible(&one_line(problem, 4096)));
+        }
+        return Ok(false);
+    }
+    note(confirmation(&plan, Verb::Probe).trim_end());
+    if !args.yes {
+        confirm(Verb::Probe)?;
+    }
+    Ok(true)
 }
 
 /// What to probe: an installed connector's key, or a release directory (made absolute). A
@@ -843,15 +922,18 @@ mod tests {
             ],
             allowed_env: names(&["NODE_OPTIONS"]),
             description: "GitHub issues".into(),
+            sha256: "0123abcd".into(),
+            skill_findings: vec![],
         }
     }
 
     #[test]
     fn confirmation_shows_what_will_run() {
         assert_eq!(
-            confirmation(&plan()),
+            confirmation(&plan(), Verb::Install),
             "Install connector github 1.4.0 (GitHub)\n\
              \x20 about: GitHub issues\n\
+             \x20 sha256: 0123abcd\n\
              \x20 runs: /usr/bin/node server.js --stdio 'a b'\n\
              \x20 in:   /s/releases/github/abc\n\
              \x20 env:  LOG_LEVEL=warn\n\
@@ -868,7 +950,7 @@ mod tests {
     fn confirmation_of_the_same_release_says_it_only_restarts() {
         let mut p = plan();
         p.same_release = true;
-        let text = confirmation(&p);
+        let text = confirmation(&p, Verb::Install);
         assert!(
             text.ends_with("  reinstalls: the same release (its worker restarts)\n"),
             "{text}"
@@ -891,8 +973,9 @@ mod tests {
         p.allowed_env.clear();
         p.description.clear();
         assert_eq!(
-            confirmation(&p),
+            confirmation(&p, Verb::Install),
             "Install connector github 1.4.0 (GitHub)\n\
+             \x20 sha256: 0123abcd\n\
              \x20 url:  https://example.com/mcp\n\
              \x20 secrets: none\n"
         );
