@@ -19,6 +19,10 @@ fn files(root: &Path) -> Result<Vec<PathBuf>, String> {
             let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
             let ty = entry.file_type().map_err(|e| e.to_string())?;
             let child = rel.join(entry.file_name());
+            if child == Path::new(LIST_NAME) {
+                // The kernel's own list in a copy, never content (a copy can be a source).
+                continue;
+            }
             if ty.is_dir() {
                 stack.push(child);
             } else if ty.is_file() {
@@ -192,12 +196,16 @@ fn hash_files(root: &Path, list: &[PathBuf]) -> Result<String, String> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// `releases/<key>/<sha>.files`: the relative paths of a release copy's own files (JSON),
-/// beside it. Files an upstream creates in its release dir at run time (`__pycache__`) are
-/// not in it, so they do not make an intact copy look damaged; a listed file that is gone
-/// or changed does (the list is covered by the name: dropping an entry changes the hash).
-pub fn list_path(copy: &Path) -> PathBuf {
-    copy.with_extension("files")
+/// `releases/<key>/<sha>/.tutti-release-files`: the relative paths of a release copy's own
+/// files (JSON), written into the copy before it is moved into place. Files an upstream
+/// creates in its release dir at run time (`__pycache__`) are not in it, so they do not
+/// make an intact copy look damaged; a listed file that is gone or changed does (the list
+/// is covered by the name: dropping an entry changes the hash). A file of this name at the
+/// top of a source is not part of the release (neither hashed nor copied).
+pub const LIST_NAME: &str = ".tutti-release-files";
+
+fn list_path(copy: &Path) -> PathBuf {
+    copy.join(LIST_NAME)
 }
 
 /// The files a copy is verified over: its list when there is one, else (a copy made before
@@ -242,7 +250,8 @@ pub fn short(sha: &str) -> &str {
 pub fn copy_release(src: &Path, dest: &Path, sha: &str) -> Result<(), String> {
     if dest.is_dir() {
         if verify_copy(dest, sha).is_ok() {
-            return write_list_if_missing(dest);
+            write_list_if_missing(dest);
+            return Ok(());
         }
         // Moved aside rather than deleted first: a worker may have its cwd in it.
         let aside = dest.with_extension(format!("damaged-{}", std::process::id()));
@@ -267,13 +276,13 @@ pub fn copy_release(src: &Path, dest: &Path, sha: &str) -> Result<(), String> {
     let copied = atomic_file::replace_with(dest, &tmp, |tmp| {
         copy_files(src, &files, tmp)?;
         match hash_files(tmp, &files) {
-            Ok(copied) if copied == sha => Ok(()),
+            Ok(copied) if copied == sha => write_list(tmp, &files).map_err(CopyError::Io),
             Ok(copied) => Err(CopyError::Changed(copied)),
             Err(e) => Err(CopyError::Changed(e)),
         }
     });
     match copied {
-        Ok(()) => write_list(dest, &files),
+        Ok(()) => Ok(()),
         Err(e) => {
             if new_parent {
                 let _ = std::fs::remove_dir(parent);
@@ -313,17 +322,22 @@ pub fn changed_after_confirmation(src: &Path, confirmed: &str, now: &str) -> Str
     )
 }
 
-fn write_list(dest: &Path, files: &[PathBuf]) -> Result<(), String> {
-    let json = serde_json::to_vec(files).map_err(|e| e.to_string())?;
-    let path = list_path(dest);
-    atomic_file::write(&path, &json, None).map_err(|e| format!("{}: {e}", path.display()))
+fn write_list(copy: &Path, files: &[PathBuf]) -> std::io::Result<()> {
+    let json = serde_json::to_vec(files).map_err(std::io::Error::other)?;
+    atomic_file::write(&list_path(copy), &json, None)
 }
 
-fn write_list_if_missing(dest: &Path) -> Result<(), String> {
-    if list_path(dest).exists() {
-        return Ok(());
+/// A copy made before lists were written (verified over all its files) gets its list; if
+/// it cannot be written the copy stays verified over all its files.
+fn write_list_if_missing(copy: &Path) {
+    if list_path(copy).exists() {
+        return;
     }
-    write_list(dest, &files(dest)?)
+    if let Err(e) = files(copy).and_then(|list| {
+        write_list(copy, &list).map_err(|e| format!("{}: {e}", list_path(copy).display()))
+    }) {
+        tracing::warn!("cannot list the release copy's files: {e}");
+    }
 }
 
 /// Copies `files` (relative paths) from `src` into a new directory `tmp`.
@@ -371,6 +385,7 @@ mod tests {
         assert_eq!(h1.len(), 64);
         let dest = base.join("releases/k").join(&h1);
         copy_release(&src, &dest, &h1).expect("copy");
+        verify_copy(&dest, &h1).expect("the copy holds what was hashed");
         assert_eq!(hash_tree(&dest).expect("hash"), h1);
         std::fs::write(src.join("sub/a.txt"), "hellO").expect("w");
         assert_ne!(hash_tree(&src).expect("hash"), h1);
@@ -431,6 +446,10 @@ mod tests {
             !tmp.path().join("releases/k").exists(),
             "nothing is written: {e}"
         );
+        // A copy is a valid source: its list is not content.
+        std::fs::write(src.join("connector.json"), "{}").expect("w");
+        std::fs::write(src.join(LIST_NAME), "[]").expect("w");
+        assert_eq!(hash_tree(&src).expect("hash"), confirmed);
     }
 
     #[cfg(unix)]

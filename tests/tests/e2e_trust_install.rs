@@ -151,7 +151,6 @@ fn release_copy(rt: &Runtime, key: &str) -> std::path::PathBuf {
         .expect("releases/<key>")
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.is_dir())
         .collect();
     assert_eq!(dirs.len(), 1, "{dirs:?}");
     dirs.into_iter().next().unwrap_or_default()
