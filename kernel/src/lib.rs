@@ -17,6 +17,7 @@ mod registry;
 mod release;
 mod restart;
 mod revocation;
+mod risk;
 mod run;
 mod secrets;
 mod service;

@@ -134,35 +134,14 @@ pub fn validate(
     }
 }
 
-/// `low` for readOnlyHint, `high` for destructiveHint or an outward verb, else `medium`.
+/// The level of an upstream tool: [`crate::risk::assess`] (SPEC §12).
 pub fn risk_of(upstream_name: &str, definition: &Value) -> Risk {
-    let annotations = definition.get("annotations");
-    let hint = |name: &str| {
-        annotations
-            .and_then(|a| a.get(name))
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-    };
-    if hint("destructiveHint") {
-        return Risk::High;
-    }
-    let description = definition
-        .get("description")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let has_verb = |text: &str| words(text).any(|w| is_outward_verb(&w));
-    if hint("readOnlyHint") {
-        return Risk::Low;
-    }
-    if has_verb(upstream_name) || has_verb(description) {
-        return Risk::High;
-    }
-    Risk::Medium
+    crate::risk::assess(upstream_name, definition).0
 }
 
 /// The words of a name or a sentence, lower-cased: split at anything not alphanumeric and
 /// at camelCase humps (`deleteFile` → `delete`, `file`; `HTTPRequest` → `http`, `request`).
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_ascii_alphanumeric())
         .flat_map(|chunk| {
             let chars: Vec<char> = chunk.chars().collect();
@@ -188,7 +167,7 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
 
 /// A listed verb, also as written in descriptions and names: `sends`, `pushes`, `deleted`,
 /// `deleting`, `running`.
-fn is_outward_verb(word: &str) -> bool {
+pub(crate) fn is_outward_verb(word: &str) -> bool {
     OUTWARD_VERBS.iter().any(|verb| {
         let Some(rest) = word.strip_prefix(verb) else {
             // `deleting` / `deleted` drop the verb's final `e`.
@@ -532,15 +511,17 @@ mod tests {
                 "{name}: {description}"
             );
         }
-        for (name, description) in [
-            ("getRunner", "Reads the runner's state"),
-            ("postcode_lookup", "Finds a postcode"),
-            ("list_sender_ids", "Lists the senders"),
-            ("dropdown_values", ""),
+        // A verb inside another word is no verb; read verbs in the name make these `low`
+        // (issue 22), `dropdown_values` says nothing and stays `medium`.
+        for (name, description, want) in [
+            ("getRunner", "Reads the runner's state", Risk::Low),
+            ("postcode_lookup", "Finds a postcode", Risk::Low),
+            ("list_sender_ids", "Lists the senders", Risk::Low),
+            ("dropdown_values", "", Risk::Medium),
         ] {
             assert_eq!(
                 risk_of(name, &json!({ "description": description })),
-                Risk::Medium,
+                want,
                 "{name}: {description}"
             );
         }
