@@ -85,6 +85,13 @@ pub enum Event {
     Uninstall {
         connector: String,
     },
+    /// An install that the skill scan would have refused, allowed by the user
+    /// (`--allow-skill-findings`): what was found, one `file:line: what` line each.
+    SkillFindingsAllowed {
+        connector: String,
+        sha256: String,
+        findings: Vec<String>,
+    },
     /// Secrets stored by name (never their values), and the declared ones still missing.
     Connect {
         connector: String,

@@ -24,6 +24,7 @@ mod service;
 mod services;
 mod session_caches;
 mod skills;
+mod skillscan;
 #[allow(unsafe_code)]
 mod spawn;
 mod state;

@@ -53,6 +53,10 @@ pub struct Installed {
     /// restart (of a worker or of the kernel) never brings back a release that failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Box<Installed>>,
+    /// What the skill scan found in this release and the user installed anyway
+    /// (`--allow-skill-findings`, SPEC §12), one `file:line: what` line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skill_findings: Vec<String>,
 }
 
 impl Installed {

@@ -118,6 +118,7 @@ impl Service {
         reply
             .problems
             .extend(manifest::injection_problems(&manifest, &req.allow_env));
+        scan_skills(req, &manifest, &src, &mut reply);
         if let Some(cli) = &manifest.cli {
             reply.cli_entrypoint = cli.entrypoint.clone();
         }
@@ -243,6 +244,7 @@ impl Service {
             sha256: plan.sha.clone(),
             release_dir: plan.release_dir.clone(),
             installed_at_unix: now_unix(),
+            skill_findings: plan.reply.skill_findings.clone(),
             confirmed_launch: confirmed_launch(&plan.reply),
             allow_commands: req.allow_commands.clone(),
             allow_env: req.allow_env.clone(),
@@ -279,6 +281,30 @@ impl Service {
                 start_actor(&self.k, key);
             }
         }
+    }
+}
+
+/// SPEC §12: the skill scan. Its findings are shown in the plan; unless the install allows
+/// them (`--allow-skill-findings`) each is a refusal line, followed by the way out.
+fn scan_skills(
+    req: &pb::InstallRequest,
+    manifest: &Manifest,
+    src: &std::path::Path,
+    reply: &mut pb::InstallPlan,
+) {
+    let dirs: Vec<String> = manifest.skills.iter().map(|s| s.dir.clone()).collect();
+    match crate::skillscan::scan_release(src, &dirs) {
+        Ok(findings) => {
+            if !findings.is_empty() && !req.allow_skill_findings {
+                reply.problems.extend(findings.iter().cloned());
+                reply.problems.push(
+                    "the skill scan found the above; review the skill files, or install with --allow-skill-findings to install anyway (the findings are recorded)"
+                        .into(),
+                );
+            }
+            reply.skill_findings = findings;
+        }
+        Err(e) => reply.problems.push(format!("skill scan: {e}")),
     }
 }
 
@@ -399,6 +425,13 @@ impl KernelRpc for Service {
             allow_commands: req.allow_commands.clone(),
             allow_env: req.allow_env.clone(),
         });
+        if !plan.reply.skill_findings.is_empty() {
+            self.k.audit.record(Event::SkillFindingsAllowed {
+                connector: key.clone(),
+                sha256: plan.sha.clone(),
+                findings: plan.reply.skill_findings.clone(),
+            });
+        }
         tracing::info!(key, version = %plan.manifest.version, sha = %plan.sha, upgraded, "installed");
         self.reload(&key);
         Ok(Response::new(pb::InstallReply {

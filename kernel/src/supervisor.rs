@@ -528,6 +528,7 @@ mod tests {
                 sha256: "0".into(),
                 release_dir: release.clone(),
                 installed_at_unix: 0,
+                skill_findings: vec![],
                 confirmed_launch: vec![],
                 allow_commands: vec![],
                 allow_env: vec![],
