@@ -45,6 +45,12 @@ pub struct WorkerStart<'a> {
 /// use a fake.
 pub trait Spawner: Send + Sync + 'static {
     fn start(&self, w: WorkerStart<'_>) -> Result<WorkerHandle, String>;
+
+    /// Whether the release copy a worker is about to run still holds the content its name
+    /// says (SPEC §12). Runs on the blocking pool before every spawn.
+    fn verify_release(&self, release: &std::path::Path, sha: &str) -> Result<(), String> {
+        crate::release::verify_copy(release, sha)
+    }
 }
 
 /// Starts the actor of `key` with the real spawner and registers its mailbox.
@@ -300,7 +306,10 @@ impl Actor {
 
     async fn run_later(&mut self, effect: Later) {
         match effect {
-            Later::Spawn { generation, token } => self.spawn(generation, &token),
+            Later::Spawn { generation, token } => match self.release_check(generation).await {
+                Ok(()) => self.spawn(generation, &token),
+                Err(detail) => self.spawn_failed(generation, detail),
+            },
             Later::Stop { generation, grace } => {
                 if let Some(stop) = self
                     .handles
@@ -335,15 +344,40 @@ impl Actor {
             Ok(handle) => {
                 self.handles.insert(generation, handle);
             }
-            Err(detail) => {
-                if let Some(c) = lock(&self.k.inner).conns.get_mut(&self.key) {
-                    c.workers.remove(&generation);
-                }
-                let _ = self
-                    .tx
-                    .send(Msg::step(Input::Exited { generation, detail }));
-            }
+            Err(detail) => self.spawn_failed(generation, detail),
         }
+    }
+
+    /// A worker that could not be started: its identity goes, the lifecycle hears it exited.
+    fn spawn_failed(&mut self, generation: u64, detail: String) {
+        if let Some(c) = lock(&self.k.inner).conns.get_mut(&self.key) {
+            c.workers.remove(&generation);
+        }
+        let _ = self
+            .tx
+            .send(Msg::step(Input::Exited { generation, detail }));
+    }
+
+    /// SPEC §12, what runs is what was confirmed: the release copy `generation` is to run
+    /// is verified against the SHA-256 it was installed as (off the runtime thread).
+    async fn release_check(&self, generation: u64) -> Result<(), String> {
+        let target = {
+            let inner = lock(&self.k.inner);
+            inner
+                .conns
+                .get(&self.key)
+                .and_then(|c| c.workers.get(&generation))
+                .map(|w| w.release.release_dir.clone())
+                .and_then(|dir| installed_sha(&inner, &self.key, &dir).map(|sha| (dir, sha)))
+        };
+        let Some((dir, sha)) = target else {
+            return Ok(());
+        };
+        let spawner = self.spawner.clone();
+        tokio::task::spawn_blocking(move || spawner.verify_release(&dir, &sha))
+            .await
+            .map_err(|e| format!("release check task: {e}"))?
+            .map_err(|why| format!("{why}; reinstall it with `tutti connector install DIR`"))
     }
 
     /// Every watcher drops its sender once the process is reaped and its group swept (a
@@ -364,6 +398,19 @@ impl Actor {
         )
         .await;
     }
+}
+
+/// The SHA-256 `release_dir` of `key` was installed as (the current release or one it
+/// falls back to).
+fn installed_sha(inner: &Inner, key: &str, release_dir: &std::path::Path) -> Option<String> {
+    let mut entry = inner.registry.connectors.get(key);
+    while let Some(e) = entry {
+        if e.release_dir == release_dir {
+            return Some(e.sha256.clone());
+        }
+        entry = e.previous.as_deref();
+    }
+    None
 }
 
 /// The real spawner: `tutti-upstream-worker` as a child process, watched by its own task.
@@ -485,6 +532,11 @@ mod tests {
     }
 
     impl Spawner for FakeSpawner {
+        /// The fake's releases are hand-written, not installed copies.
+        fn verify_release(&self, _: &std::path::Path, _: &str) -> Result<(), String> {
+            Ok(())
+        }
+
         fn start(&self, w: WorkerStart<'_>) -> Result<WorkerHandle, String> {
             if self.fail {
                 return Err("cannot start the worker: no such file".into());

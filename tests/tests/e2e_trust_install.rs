@@ -194,6 +194,51 @@ fn a_release_copy_changed_while_the_kernel_was_down_fails_only_its_connector() {
 }
 
 #[test]
+fn a_release_copy_changed_while_it_runs_is_not_started_again() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let manifest = fixture_connector("running", &["--tools", "echo"]);
+    let source = rt.write_release(&manifest, &[("data/notes.txt", b"confirmed")]);
+    let install = |rt: &Runtime| {
+        let out = rt.tutti(&["connector", "install", &source.to_string_lossy(), "--yes"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    install(&rt);
+    rt.wait_status("running", "ready", READY);
+    let copy = release_copy(&rt, "running");
+    std::fs::write(copy.join("data/notes.txt"), "changed").expect("edit the copy");
+
+    // The worker dies; its restart finds the copy changed and runs nothing.
+    let worker = rt
+        .workers()
+        .into_iter()
+        .find(|w| w.key == "running")
+        .expect("the worker of running");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(worker.pid).expect("pid")),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let copy_shown = copy.to_string_lossy().into_owned();
+    let status = rt.wait_connector(
+        "running",
+        Duration::from_secs(30),
+        "a last error naming the changed copy",
+        |e| {
+            e["lastError"]
+                .as_str()
+                .is_some_and(|m| m.contains(&copy_shown) && m.contains("does not match"))
+        },
+    );
+    assert_ne!(status["status"], "ready", "{status}");
+    assert!(
+        rt.workers().iter().all(|w| w.key != "running"),
+        "a worker runs the changed copy"
+    );
+
+    install(&rt);
+    rt.wait_status("running", "ready", READY);
+}
+
+#[test]
 fn probing_a_folder_shows_the_launch_line_and_asks() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let dir = rt.write_release(&fixture_connector("asked", &["--tools", "echo"]), &[]);
