@@ -338,7 +338,7 @@ fn skill_files_with_injections_are_refused_line_by_line_and_clean_ones_install()
         (
             "blob",
             "# Use\n",
-            vec![("data/payload.txt", blob.as_str())],
+            vec![("data/payload.txt", blob)],
             "skills/s/data/payload.txt:1: encoded blob of 240 characters",
         ),
     ] {
