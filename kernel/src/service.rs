@@ -394,16 +394,19 @@ impl KernelRpc for Service {
         let _admin = self.k.admin.lock().await;
         let req = req.into_inner();
         let plan = self.plan_off_thread(req.clone()).await?;
-        if !plan.reply.problems.is_empty() {
-            return Err(precondition(plan.reply.problems.join("\n")));
-        }
         // SPEC §12: what the user confirmed is what is installed, or nothing.
-        if !req.expected_sha256.is_empty() && req.expected_sha256 != plan.sha {
+        if !req.expected_sha256.is_empty()
+            && !plan.sha.is_empty()
+            && req.expected_sha256 != plan.sha
+        {
             return Err(precondition(crate::release::changed_after_confirmation(
                 std::path::Path::new(&req.source_dir),
                 &req.expected_sha256,
                 &plan.sha,
             )));
+        }
+        if !plan.reply.problems.is_empty() {
+            return Err(precondition(plan.reply.problems.join("\n")));
         }
         // Copying a whole release is blocking file work: off the (single) runtime thread.
         // The copy is hashed again: a folder changed during the copy installs nothing.

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 /// Most bytes of one skill file that are scanned; a larger file is itself a finding.
 pub const SCAN_MAX_BYTES: u64 = 4 * 1024 * 1024;
 
+/// Most findings listed for one file; the rest are counted in one more line.
+pub const MAX_FINDINGS_PER_FILE: usize = 20;
+
 /// A run of base64 / base64url characters at least this long is an encoded blob.
 pub const BLOB_MIN_CHARS: usize = 200;
 /// ... when it uses at least this many different characters: encoded text or data does
@@ -195,7 +198,13 @@ fn scan_file(release: &Path, rel: &Path) -> Result<Vec<String>, String> {
             crate::release::human_bytes(SCAN_MAX_BYTES)
         )]);
     }
-    Ok(scan_text(&shown, &String::from_utf8_lossy(&bytes)))
+    let mut findings = scan_text(&shown, &String::from_utf8_lossy(&bytes));
+    if findings.len() > MAX_FINDINGS_PER_FILE {
+        let more = findings.len() - MAX_FINDINGS_PER_FILE;
+        findings.truncate(MAX_FINDINGS_PER_FILE);
+        findings.push(format!("{shown}: … and {more} more findings in this file"));
+    }
+    Ok(findings)
 }
 
 #[cfg(test)]
@@ -262,6 +271,22 @@ mod tests {
         let hash = "ab".repeat(32);
         let url = format!("https://example.com/{}/x", "a".repeat(150));
         assert!(scan_text("s", &format!("sha {hash}\n{url}")).is_empty());
+    }
+
+    #[test]
+    fn a_release_is_scanned_file_by_file_with_a_bounded_list() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let skill = tmp.path().join("skills/s");
+        std::fs::create_dir_all(skill.join("deep")).expect("mkdir");
+        std::fs::write(skill.join("SKILL.md"), "clean\n").expect("w");
+        std::fs::write(skill.join("deep/many.md"), "x\u{200b}\n".repeat(30)).expect("w");
+        let f = scan_release(tmp.path(), &["skills/s".to_string()]).expect("scan");
+        assert_eq!(f.len(), MAX_FINDINGS_PER_FILE + 1, "{f:?}");
+        assert!(f[0].starts_with("skills/s/deep/many.md:1: "), "{f:?}");
+        assert_eq!(
+            f[20],
+            "skills/s/deep/many.md: … and 10 more findings in this file"
+        );
     }
 
     #[test]
