@@ -454,7 +454,9 @@ pub(crate) async fn probe(state_dir: &Path, args: ProbeArgs) -> Result<ExitCode,
         allow_commands: args.allow_commands.clone(),
         allow_env: args.allow_env.clone(),
     };
-    let reply = if Path::new(&target).is_dir() {
+    // A folder target is absolute (`probe_target`); a bare word is a key first.
+    let folder = Path::new(&target);
+    let reply = if folder.is_absolute() && folder.is_dir() {
         if !confirm_probe(&mut kernel, &target, &args).await? {
             return Ok(ExitCode::FAILURE);
         }
