@@ -53,6 +53,12 @@ pub struct Installed {
     /// restart (of a worker or of the kernel) never brings back a release that failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Box<Installed>>,
+    /// The pinned definitions (SPEC §12, `pin.rs`) of the release that committed last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<crate::pin::Pin>,
+    /// `install --trust-updates`: offers commit without review.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_updates: bool,
 }
 
 impl Installed {

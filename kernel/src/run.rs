@@ -226,6 +226,7 @@ async fn install_demo(k: &Arc<Kernel>) -> Vec<String> {
             source_dir: dir.to_string_lossy().into_owned(),
             allow_commands: Vec::new(),
             allow_env: Vec::new(),
+            ..Default::default()
         };
         match svc.install(tonic::Request::new(req)).await {
             Ok(r) => keys.push(r.into_inner().key),

@@ -597,6 +597,7 @@ mod tests {
             tools,
             has_cli: false,
             has_mcp: true,
+            ..Default::default()
         }
     }
 

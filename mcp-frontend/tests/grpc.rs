@@ -210,6 +210,7 @@ fn route(endpoint: &str) -> ConnectorRoute {
         ],
         has_cli: false,
         has_mcp: true,
+        ..Default::default()
     }
 }
 

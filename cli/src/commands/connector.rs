@@ -26,6 +26,7 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         source_dir: dir.display().to_string(),
         allow_commands: args.allow_commands,
         allow_env: args.allow_env,
+        trust_updates: args.trust_updates,
     };
     let mut kernel = Kernel::connect(state_dir).await?;
     let plan = kernel
