@@ -252,7 +252,7 @@ mod tests {
             Risk::Low,
         );
         assert_ne!(
-            hash(&entries(&[c.clone()])),
+            hash(&entries(std::slice::from_ref(&c))),
             hash(&entries(&[c.clone(), echo("e")]))
         );
     }
