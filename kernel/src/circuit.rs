@@ -68,6 +68,28 @@ pub fn parse(root: &Map<String, Value>) -> Result<Settings, Vec<(String, String)
     }
 }
 
+/// The last circuit state a frontend reported for a connector (closed: none).
+#[derive(Clone, Debug)]
+pub struct CircuitSeen {
+    pub state: String,
+    pub failures: u32,
+    pub retry_at_unix_ms: i64,
+}
+
+impl CircuitSeen {
+    /// What `status` shows: `circuit open after N failures; retry in S s`.
+    pub fn note(&self, key: &str, now_unix_ms: i64) -> String {
+        if self.state != "open" {
+            return format!("{key}: circuit half-open: one trial call decides");
+        }
+        let secs = (self.retry_at_unix_ms.saturating_sub(now_unix_ms).max(0) + 999) / 1000;
+        format!(
+            "{key}: circuit open after {} failures; retry in {secs} s",
+            self.failures
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,8 +48,8 @@ pub struct ConnState {
     pub non_json_lines: u64,
     /// Identities of the workers not stopped yet: their RPCs are checked against these.
     pub workers: BTreeMap<u64, Pending>,
-    /// The frontend's circuit breaker, when not closed (`review.rs`).
-    pub circuit: Option<crate::review::CircuitSeen>,
+    /// The frontend's circuit breaker, when not closed (`circuit.rs`, reported by `review.rs`).
+    pub circuit: Option<crate::circuit::CircuitSeen>,
 }
 
 impl ConnState {

@@ -370,7 +370,7 @@ pub(crate) async fn execute(
         }
     };
     let ended = execute_call(app, tool, arguments, cancelled, progress).await;
-    permit.finish(ended.1);
+    permit.finish(ended.1.circuit_verdict());
     audit.finish(&ended);
     ended.0
 }

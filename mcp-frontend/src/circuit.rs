@@ -19,7 +19,6 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tutti_proto::kernel::CircuitReport;
 
-use crate::audit::Outcome;
 use crate::backend::Backend;
 use crate::rpc::{INTERNAL_ERROR, RpcError};
 
@@ -195,9 +194,15 @@ impl Breaker {
     }
 }
 
-/// Whether a call's outcome counts against the circuit.
-pub(crate) fn counts(outcome: Outcome) -> bool {
-    matches!(outcome, Outcome::Timeout | Outcome::Unavailable)
+/// What a call's outcome says about its connector (`audit::Outcome::circuit_verdict`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Unavailable or timed out: counts, with the reason the kernel is told.
+    Failed(&'static str),
+    /// The upstream answered (a result, `isError`, a JSON-RPC error): the connector is up.
+    Answered,
+    /// Nothing reached the upstream (cancelled, invalid arguments): tells nothing.
+    NoAnswer,
 }
 
 /// The answer to a call refused by an open circuit.
@@ -302,25 +307,27 @@ pub(crate) struct Permit<'a> {
 }
 
 impl Permit<'_> {
-    pub(crate) fn finish(mut self, outcome: Outcome) {
+    pub(crate) fn finish(mut self, verdict: Verdict) {
         self.done = true;
-        // Nothing reached the upstream: it tells nothing either way.
-        if matches!(outcome, Outcome::Cancelled | Outcome::InvalidArguments) {
-            if let Some(b) = self.circuits.lock().get_mut(&self.key) {
-                b.abandon(self.admit);
+        let failed = match verdict {
+            Verdict::NoAnswer => {
+                if let Some(b) = self.circuits.lock().get_mut(&self.key) {
+                    b.abandon(self.admit);
+                }
+                return;
             }
-            return;
-        }
+            Verdict::Failed(_) => true,
+            Verdict::Answered => false,
+        };
         let transition = self
             .circuits
             .lock()
             .get_mut(&self.key)
-            .and_then(|b| b.finish(Instant::now(), self.admit, counts(outcome)));
+            .and_then(|b| b.finish(Instant::now(), self.admit, failed));
         if let Some(t) = transition {
-            let reason = match outcome {
-                Outcome::Timeout => "calls timed out ([MCP_TIMEOUT])",
-                Outcome::Unavailable => "the connector was unavailable ([MCP_UNAVAILABLE])",
-                _ => "the trial call succeeded",
+            let reason = match verdict {
+                Verdict::Failed(why) => why,
+                _ => "the trial call was answered",
             };
             self.circuits.report(&self.key, t, reason);
         }
@@ -445,21 +452,6 @@ mod tests {
         }
         assert_eq!(b.finish(t0 + 10 * MS, early, false), None);
         assert!(matches!(b.admit(t0 + 11 * MS).0, Admit::Refuse { .. }));
-    }
-
-    #[test]
-    fn only_unavailability_and_timeouts_count() {
-        assert!(counts(Outcome::Timeout));
-        assert!(counts(Outcome::Unavailable));
-        for o in [
-            Outcome::Ok,
-            Outcome::ToolError,
-            Outcome::RpcError,
-            Outcome::InvalidArguments,
-            Outcome::Cancelled,
-        ] {
-            assert!(!counts(o), "{o:?}");
-        }
     }
 
     #[test]
