@@ -127,3 +127,18 @@ pub fn report_circuit(k: &Kernel, report: pb::CircuitReport) {
         retry_at_unix_ms,
     });
 }
+
+/// The frontend is gone, and its breakers with it: the next one starts every circuit closed.
+pub fn forget_circuits(k: &Kernel) {
+    let mut inner = lock(&k.inner);
+    for (key, conn) in &mut inner.conns {
+        if let Some(seen) = conn.circuit.take() {
+            k.audit.record(Event::Circuit {
+                connector: key.clone(),
+                state: "closed".into(),
+                failures: seen.failures,
+                reason: "the frontend restarted; its breakers start closed".into(),
+            });
+        }
+    }
+}
