@@ -69,6 +69,10 @@ pub enum ConnectorCommand {
     Probe(ProbeArgs),
     /// List installed connectors, their skills and interfaces (for agents)
     Available(JsonFlag),
+    /// Show how a connector's offered definitions differ from the pinned ones
+    Review(KeyArg),
+    /// Commit the definitions that await review and pin them
+    Approve(KeyArg),
 }
 
 #[derive(Debug, Args)]
@@ -87,6 +91,10 @@ pub struct InstallArgs {
     /// PYTHONPATH, …) in the release's mcp.env or as a secret name (repeatable)
     #[arg(long = "allow-env", value_name = "NAME")]
     pub allow_env: Vec<String>,
+    /// Commit changed or added tool definitions of this connector without review (they
+    /// are pinned otherwise)
+    #[arg(long)]
+    pub trust_updates: bool,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,

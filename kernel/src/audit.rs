@@ -165,6 +165,35 @@ pub enum Event {
         #[serde(rename = "errorCode")]
         error_code: Option<i32>,
     },
+    /// An offer of a pinned release that adds or changes definitions was held (SPEC §12).
+    Hold {
+        connector: String,
+        generation: u64,
+        /// The pin's hash and the held offer's (`sha256:…`).
+        pinned: String,
+        offered: String,
+        /// `added …; changed …; removed …` (names only).
+        changes: String,
+    },
+    /// `tutti connector approve`: the held offer committed and is the new pin.
+    Approve {
+        connector: String,
+        generation: u64,
+        pinned: String,
+        changes: String,
+    },
+    /// `install --trust-updates`: the connector is opted out of review.
+    TrustUpdates {
+        connector: String,
+        version: String,
+    },
+    /// A connector's circuit breaker changed state (`open`, `half_open`, `closed`).
+    Circuit {
+        connector: String,
+        state: String,
+        failures: u32,
+        reason: String,
+    },
 }
 
 impl Event {

@@ -4,6 +4,7 @@
 
 mod allowlist;
 mod audit;
+mod circuit;
 mod demo;
 mod error;
 mod housekeeping;
@@ -12,10 +13,12 @@ mod manifest;
 mod naming;
 mod notify;
 mod paths;
+mod pin;
 mod probe;
 mod registry;
 mod release;
 mod restart;
+mod review;
 mod revocation;
 mod risk;
 mod run;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tutti_proto::kernel::WorkerReportKind as WireReportKind;
 
 use crate::audit::Event;
+use crate::pin::{self, Pin};
 use crate::restart::{Decision, RestartPolicy, RestartTracker};
 use crate::toolset::ValidTool;
 
@@ -105,6 +106,10 @@ pub struct View {
     pub connect_command: String,
     /// Where the connector's workers log (named when an exit has no better reason).
     pub log_path: String,
+    /// The pinned definitions (`registry.json`), of whichever release pinned them last.
+    pub pin: Option<Pin>,
+    /// `install --trust-updates`: every offer commits and is pinned without review.
+    pub trust_updates: bool,
 }
 
 /// The facts of the moment a step runs in.
@@ -157,6 +162,8 @@ pub enum Input {
     Abandoned { note: Option<String>, why: String },
     /// Uninstall or runtime shutdown: fence, stop everything; the actor ends.
     Stop { reason: String, drain: Duration },
+    /// `tutti connector approve`: commit the held set and pin it.
+    Approve,
 }
 
 /// What the supervisor must do, in order.
@@ -194,6 +201,21 @@ pub enum Effect {
     RetryAfter { epoch: u64, after: Duration },
     /// The answer to an `Offer`: committed, or the error the worker gets.
     Answer(Result<(), String>),
+    /// Store this pin in the registry (the release's first commit, an approval, a trusted
+    /// update).
+    Pin(Pin),
+}
+
+/// An offer that awaits review (SPEC §12): the newest offer of the pinned release that adds
+/// or changes a definition.
+#[derive(Clone, Debug)]
+pub struct Held {
+    /// The generation that offered it (it serves the pinned definitions meanwhile).
+    pub generation: u64,
+    pub tools: Vec<ValidTool>,
+    pub hash: String,
+    /// `added …; changed …` (names only).
+    pub summary: String,
 }
 
 /// A worker process the connector has started and not seen exit.
@@ -215,6 +237,8 @@ pub struct Connector {
     restarts: u32,
     reinitializations: u32,
     next_retry_unix_ms: i64,
+    /// The tools the last commit made live.
+    served: Option<Vec<ValidTool>>,
     live: Option<u64>,
     candidate: Option<u64>,
     running: BTreeMap<u64, Running>,
@@ -223,6 +247,7 @@ pub struct Connector {
     retry_epoch: u64,
     auth_failed: bool,
     start_error: Option<String>,
+    held: Option<Held>,
 }
 
 impl Connector {
@@ -235,6 +260,7 @@ impl Connector {
             restarts: 0,
             reinitializations: 0,
             next_retry_unix_ms: 0,
+            served: None,
             live: None,
             candidate: None,
             running: BTreeMap::new(),
@@ -243,6 +269,7 @@ impl Connector {
             retry_epoch: 0,
             auth_failed: false,
             start_error: None,
+            held: None,
         }
     }
 
@@ -270,6 +297,10 @@ impl Connector {
     }
     pub fn next_retry_unix_ms(&self) -> i64 {
         self.next_retry_unix_ms
+    }
+    /// The offer that awaits review, if any (`status`: changes await review).
+    pub fn held(&self) -> Option<&Held> {
+        self.held.as_ref()
     }
 
     /// The one place the status changes. `error` replaces the last error when given; a
@@ -323,8 +354,10 @@ impl Connector {
                 self.live = None;
                 self.candidate = None;
                 self.running.clear();
+                self.held = None;
                 out.push(Effect::StopAll { drain });
             }
+            Input::Approve => self.on_approve(f, &mut out),
         }
         out
     }
@@ -418,6 +451,7 @@ impl Connector {
         if settles {
             self.upgrade_note.clear();
         }
+        self.served.clone_from(&tools);
         out.push(Effect::Commit {
             generation,
             tools,
@@ -454,7 +488,104 @@ impl Connector {
             .installed
             .as_ref()
             .is_some_and(|v| v.upgrade_pending && v.release == release);
-        self.commit(g, Some(tools), release, settles, out);
+        let (tools, unchanged) = self.pinned_offer(g, &release, tools, f, out);
+        if !unchanged {
+            self.commit(g, Some(tools), release, settles, out);
+        }
+        out.push(Effect::Answer(Ok(())));
+    }
+
+    /// Pinning (SPEC §12, `pin.rs`): what of an offer commits. The release's first offer (or
+    /// any offer when updates are trusted) commits whole and is pinned; one that only removes
+    /// entries commits whole; one that adds or changes entries is held, and the pinned
+    /// definitions of the tools still offered serve meanwhile. The flag is true when that is
+    /// what the live generation `g` serves already (nothing to commit).
+    fn pinned_offer(
+        &mut self,
+        g: u64,
+        release: &std::path::Path,
+        tools: Vec<ValidTool>,
+        f: &Facts<'_>,
+        out: &mut Vec<Effect>,
+    ) -> (Vec<ValidTool>, bool) {
+        let Some(v) = f.installed.as_ref() else {
+            return (tools, false);
+        };
+        let offered = pin::entries(&tools);
+        let pinned = v.pin.as_ref().filter(|p| p.release_dir == release);
+        let Some(pinned) = pinned.filter(|_| !v.trust_updates) else {
+            self.held = None;
+            if offered.is_empty() {
+                // An empty set pins nothing: the first set with definitions is the pin.
+                return (tools, false);
+            }
+            let new = Pin::new(release.to_path_buf(), offered);
+            if v.pin.as_ref() != Some(&new) {
+                out.push(Effect::Pin(new));
+            }
+            return (tools, false);
+        };
+        let d = pin::diff(&pinned.entries, &offered);
+        if !d.needs_review() {
+            self.held = None;
+            return (tools, false);
+        }
+        let hash = pin::hash(&offered);
+        let summary = d.summary();
+        if self.held.as_ref().is_none_or(|h| h.hash != hash) {
+            tracing::warn!(key = %self.key, generation = g, changes = %summary, "changes await review");
+            out.push(Effect::Audit(Event::Hold {
+                connector: self.key.clone(),
+                generation: g,
+                pinned: pinned.hash.clone(),
+                offered: hash.clone(),
+                changes: summary.clone(),
+            }));
+        }
+        self.held = Some(Held {
+            generation: g,
+            tools: tools.clone(),
+            hash,
+            summary,
+        });
+        let serve = pin::serve_pinned(pinned, &tools);
+        let unchanged = self.live == Some(g)
+            && self.served.as_deref().map(pin::entries) == Some(pin::entries(&serve));
+        (serve, unchanged)
+    }
+
+    /// `tutti connector approve`: the held offer commits (its generation must still be live)
+    /// and becomes the pin.
+    fn on_approve(&mut self, f: &Facts<'_>, out: &mut Vec<Effect>) {
+        let Some(held) = self.held.take() else {
+            let error = format!("no changes of {} await review", self.key);
+            out.push(Effect::Answer(Err(error)));
+            return;
+        };
+        let g = held.generation;
+        let release = self
+            .running
+            .get(&g)
+            .filter(|r| !r.revoked && self.live == Some(g))
+            .map(|r| r.release.clone());
+        let Some(release) = release.filter(|_| f.installed.is_some()) else {
+            self.held = Some(held);
+            let error = format!(
+                "the worker that offered the changes of {} is not serving any more; wait until `tutti status` shows it ready and run this again",
+                self.key
+            );
+            out.push(Effect::Answer(Err(error)));
+            return;
+        };
+        let new = Pin::new(release.clone(), pin::entries(&held.tools));
+        out.push(Effect::Audit(Event::Approve {
+            connector: self.key.clone(),
+            generation: g,
+            pinned: new.hash.clone(),
+            changes: held.summary,
+        }));
+        out.push(Effect::Pin(new));
+        self.commit(g, Some(held.tools), release, false, out);
         out.push(Effect::Answer(Ok(())));
     }
 
@@ -749,5 +880,7 @@ pub fn auth_hint(key: &str, missing: &[String]) -> String {
     )
 }
 
+#[cfg(test)]
+mod pin_tests;
 #[cfg(test)]
 mod tests;

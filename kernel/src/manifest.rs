@@ -21,6 +21,8 @@ pub struct Manifest {
     pub start_ms: u32,
     pub call_ms: u32,
     pub tool_risk: BTreeMap<String, String>,
+    /// `circuit` (SPEC §12), defaults filled in.
+    pub circuit: crate::circuit::Settings,
 }
 
 #[derive(Clone, Debug)]
@@ -371,6 +373,12 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
     }
     let (start_ms, call_ms) = parse_timeouts(root, &mut p);
     let tool_risk = parse_tool_risk(root, &mut p);
+    let circuit = crate::circuit::parse(root).unwrap_or_else(|problems| {
+        for (field, problem) in problems {
+            p.push(&field, problem);
+        }
+        crate::circuit::Settings::default()
+    });
     if p.0.is_empty() {
         Ok(Manifest {
             key,
@@ -383,6 +391,7 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
             start_ms,
             call_ms,
             tool_risk,
+            circuit,
         })
     } else {
         Err(p.0)

@@ -251,7 +251,19 @@ impl Service {
             auth,
             connected,
             previous,
+            pin: inner
+                .registry
+                .connectors
+                .get(&key)
+                .and_then(|c| c.pin.clone()),
+            trust_updates: req.trust_updates,
         };
+        if req.trust_updates {
+            self.k.audit.record(Event::TrustUpdates {
+                connector: key.clone(),
+                version: plan.manifest.version.clone(),
+            });
+        }
         // An upgrade waiting for a secret leaves the live release serving (and ready).
         let waits = installed.upgrade_waits_for_secrets() && inner.table.live(&key).is_some();
         inner.registry.connectors.insert(key.clone(), installed);
@@ -320,6 +332,7 @@ fn placeholder_manifest() -> Manifest {
         start_ms: 0,
         call_ms: 0,
         tool_risk: BTreeMap::new(),
+        circuit: Default::default(),
     }
 }
 
@@ -627,6 +640,19 @@ impl KernelRpc for Service {
                 non_json_stdout_lines: c.map(|c| c.non_json_lines).unwrap_or(0),
                 has_mcp: m.is_some_and(|m| m.mcp.is_some()),
                 has_cli: m.is_some_and(|m| m.cli.is_some()),
+                changes_await_review: c.is_some_and(|c| c.life.held().is_some()),
+                review_summary: c
+                    .and_then(|c| c.life.held())
+                    .map(|h| redact(&h.summary))
+                    .unwrap_or_default(),
+                circuit: c
+                    .and_then(|c| c.circuit.as_ref())
+                    .map_or("closed", |s| s.state.as_str())
+                    .into(),
+                circuit_note: c
+                    .and_then(|c| c.circuit.as_ref())
+                    .map(|s| s.note(key, crate::state::unix_ms(std::time::SystemTime::now())))
+                    .unwrap_or_default(),
                 ..Default::default()
             };
             if let Some(r) = live {
@@ -1093,6 +1119,30 @@ impl KernelRpc for Service {
                 error_code: (record.error_code != 0).then_some(record.error_code),
             });
         }
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn review_changes(
+        &self,
+        req: Request<pb::KeyRequest>,
+    ) -> Result<Response<pb::ReviewReply>, Status> {
+        crate::review::review(&self.k, &req.into_inner().key).map(Response::new)
+    }
+
+    async fn approve_changes(
+        &self,
+        req: Request<pb::KeyRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let _turn = self.k.admin.lock().await;
+        crate::review::approve(&self.k, &req.into_inner().key).await?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn report_circuit(
+        &self,
+        req: Request<pb::CircuitReport>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        crate::review::report_circuit(&self.k, req.into_inner());
         Ok(Response::new(pb::Empty {}))
     }
 

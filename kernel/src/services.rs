@@ -271,6 +271,7 @@ fn frontend_socket(
 /// The frontend is gone: forget its URL until the next one reports, keep its port.
 fn remember_port(k: &Kernel, port: u16) -> u16 {
     *lock(&k.frontend_url) = None;
+    crate::review::forget_circuits(k);
     std::fs::read(k.paths.frontend_json())
         .ok()
         .and_then(|bytes| serde_json::from_slice::<FrontendInfo>(&bytes).ok())

@@ -48,6 +48,8 @@ pub struct ConnState {
     pub non_json_lines: u64,
     /// Identities of the workers not stopped yet: their RPCs are checked against these.
     pub workers: BTreeMap<u64, Pending>,
+    /// The frontend's circuit breaker, when not closed (`circuit.rs`, reported by `review.rs`).
+    pub circuit: Option<crate::circuit::CircuitSeen>,
 }
 
 impl ConnState {
@@ -56,6 +58,7 @@ impl ConnState {
             life: Connector::new(key),
             non_json_lines: 0,
             workers: BTreeMap::new(),
+            circuit: None,
         }
     }
 }
@@ -421,6 +424,27 @@ impl Kernel {
         }
     }
 
+    /// Records the pin of `key` (SPEC §12) in the registry, if the pin's release is the
+    /// installed one (an upgrade installed meanwhile starts a pin of its own).
+    pub fn store_pin(&self, inner: &mut Inner, key: &str, pin: crate::pin::Pin) {
+        let Some(entry) = inner.registry.connectors.get_mut(key) else {
+            return;
+        };
+        let current = entry.release_dir == pin.release_dir
+            || entry
+                .previous
+                .as_ref()
+                .is_some_and(|p| p.release_dir == pin.release_dir);
+        if !current {
+            return;
+        }
+        tracing::info!(key, hash = %pin.hash, entries = pin.entries.len(), "definitions pinned");
+        entry.pin = Some(pin);
+        if let Err(e) = self.save_registry(inner) {
+            tracing::error!(key, error = %e, "cannot record the pinned definitions");
+        }
+    }
+
     /// The upgrade of `key` failed before its first commit (`why`): the release it replaced
     /// becomes the current one again, in the registry and for the next worker. Returns the
     /// note shown in `status`, or `None` when no upgrade was pending.
@@ -448,6 +472,8 @@ impl Kernel {
             auth,
             connected,
             previous: None,
+            // The pin of the release that serves (an approval may have come since).
+            pin: entry.pin.clone(),
             ..previous
         };
         let note = format!(
@@ -504,6 +530,7 @@ impl Kernel {
             has_cli: manifest.cli.is_some(),
             has_mcp,
             tools,
+            circuit: manifest.circuit,
         };
         let superseded = inner
             .table
@@ -580,6 +607,9 @@ pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
             .collect(),
         has_cli: r.has_cli,
         has_mcp: r.has_mcp,
+        circuit_failures: r.circuit.failures,
+        circuit_window_ms: r.circuit.window_ms,
+        circuit_open_ms: r.circuit.open_ms,
     }
 }
 

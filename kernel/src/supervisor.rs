@@ -139,6 +139,8 @@ fn view(k: &Kernel, inner: &Inner, key: &str) -> Option<View> {
         auth_hint,
         connect_command: lifecycle::connect_command(key, &names),
         log_path: k.paths.connector_log(key).display().to_string(),
+        pin: installed.pin.clone(),
+        trust_updates: installed.trust_updates,
     })
 }
 
@@ -268,6 +270,7 @@ impl Actor {
             }
             Effect::Audit(event) => k.audit.record(event),
             Effect::Answer(a) => *answer = Some(a),
+            Effect::Pin(pin) => k.store_pin(inner, key, pin),
         }
     }
 
@@ -587,6 +590,8 @@ mod tests {
                 auth: AuthState::Ready,
                 connected: true,
                 previous: None,
+                pin: None,
+                trust_updates: false,
             },
         );
         let manifests = [(

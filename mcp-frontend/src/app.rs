@@ -34,6 +34,8 @@ pub(crate) struct App {
     pub(crate) audit: crate::audit::CallAudit,
     /// Verified session tokens (hashes); see `sessions.rs` for why this is safe.
     pub(crate) sessions: crate::sessions::SessionCache,
+    /// Each connector's circuit breaker (SPEC §12).
+    pub(crate) circuits: crate::circuit::Circuits,
 }
 
 impl App {
@@ -44,6 +46,7 @@ impl App {
             .unwrap_or_default();
         Self {
             audit: crate::audit::CallAudit::start(backend.clone()),
+            circuits: crate::circuit::Circuits::start(backend.clone()),
             backend,
             page_size: page_size.max(1),
             routes: watch::channel(None).0,

@@ -44,6 +44,20 @@ impl Outcome {
             Self::Cancelled => "cancelled",
         }
     }
+
+    /// What the call says about its connector, for the circuit breaker (SPEC §12): only
+    /// unavailability and timeouts count; an upstream's answer, even an error, means it is up.
+    pub(crate) fn circuit_verdict(self) -> crate::circuit::Verdict {
+        use crate::circuit::Verdict;
+        match self {
+            Self::Timeout => Verdict::Failed("calls timed out ([MCP_TIMEOUT])"),
+            Self::Unavailable => {
+                Verdict::Failed("the connector was unavailable ([MCP_UNAVAILABLE])")
+            }
+            Self::Ok | Self::ToolError | Self::RpcError => Verdict::Answered,
+            Self::Cancelled | Self::InvalidArguments => Verdict::NoAnswer,
+        }
+    }
 }
 
 const QUEUE: usize = 4096;
@@ -166,6 +180,20 @@ mod tests {
         CallRecord {
             duration_us: n,
             ..CallRecord::default()
+        }
+    }
+
+    #[test]
+    fn only_unavailability_and_timeouts_count_against_the_circuit() {
+        use crate::circuit::Verdict;
+        for o in [Outcome::Timeout, Outcome::Unavailable] {
+            assert!(matches!(o.circuit_verdict(), Verdict::Failed(_)), "{o:?}");
+        }
+        for o in [Outcome::Ok, Outcome::ToolError, Outcome::RpcError] {
+            assert_eq!(o.circuit_verdict(), Verdict::Answered, "{o:?}");
+        }
+        for o in [Outcome::Cancelled, Outcome::InvalidArguments] {
+            assert_eq!(o.circuit_verdict(), Verdict::NoAnswer, "{o:?}");
         }
     }
 

@@ -88,6 +88,14 @@ pub trait Backend: Send + Sync + 'static {
     /// other endpoint may be dropped.
     fn retain_endpoints(&self, _live: &HashSet<String>) {}
 
+    /// Reports a circuit breaker's transition to the kernel. The default discards it.
+    fn report_circuit(
+        &self,
+        _report: tutti_proto::kernel::CircuitReport,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// Streams audit records of calls to the kernel until `records` ends. The default
     /// (for backends without a kernel) discards them.
     fn record_calls(
@@ -359,6 +367,20 @@ impl Backend for GrpcBackend {
     fn retain_endpoints(&self, live: &HashSet<String>) {
         self.lock_workers()
             .retain(|endpoint, _| live.contains(endpoint));
+    }
+
+    fn report_circuit(
+        &self,
+        report: tutti_proto::kernel::CircuitReport,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let mut client = self.kernel().await?;
+            client
+                .report_circuit(report)
+                .await
+                .map(|_| ())
+                .map_err(|status| kernel_status(&status))
+        })
     }
 
     fn record_calls(

@@ -360,7 +360,17 @@ pub(crate) async fn execute(
         started: Instant::now(),
         done: false,
     };
+    let c = &tool.connector;
+    let permit = match app.circuits.admit(&c.key, c.generation, c.circuit) {
+        Ok(permit) => permit,
+        Err(open) => {
+            let ended = (Err(open), Outcome::Unavailable);
+            audit.finish(&ended);
+            return ended.0;
+        }
+    };
     let ended = execute_call(app, tool, arguments, cancelled, progress).await;
+    permit.finish(ended.1.circuit_verdict());
     audit.finish(&ended);
     ended.0
 }

@@ -12,6 +12,7 @@ mod app;
 mod audit;
 mod backend;
 mod call;
+mod circuit;
 mod era;
 mod error;
 mod headers;

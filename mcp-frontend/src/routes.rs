@@ -36,6 +36,8 @@ pub(crate) struct Connector {
     pub(crate) endpoint: String,
     pub(crate) timeout_ms: u32,
     pub(crate) fence: Fence,
+    /// The circuit breaker's settings (SPEC §12).
+    pub(crate) circuit: crate::circuit::Settings,
 }
 
 /// One routable tool: the immutable binding a call resolves to.
@@ -348,6 +350,11 @@ impl RouteState {
                 route.call_timeout_ms
             },
             fence,
+            circuit: crate::circuit::Settings::from_route(
+                route.circuit_failures,
+                route.circuit_window_ms,
+                route.circuit_open_ms,
+            ),
         });
         let display_name = if route.name.is_empty() {
             route.key.as_str()
@@ -597,6 +604,7 @@ mod tests {
             tools,
             has_cli: false,
             has_mcp: true,
+            ..Default::default()
         }
     }
 

@@ -122,6 +122,25 @@ impl Kernel for FakeKernel {
     async fn resolve_shim(&self, _: Request<KeyRequest>) -> Reply<ResolveShimReply> {
         no()
     }
+
+    async fn review_changes(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::ReviewReply>, tonic::Status> {
+        Err(tonic::Status::unimplemented("ReviewChanges"))
+    }
+    async fn approve_changes(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
+        Err(tonic::Status::unimplemented("ApproveChanges"))
+    }
+    async fn report_circuit(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::CircuitReport>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
+        Err(tonic::Status::unimplemented("ReportCircuit"))
+    }
 }
 
 struct FakeWorker {
@@ -210,6 +229,7 @@ fn route(endpoint: &str) -> ConnectorRoute {
         ],
         has_cli: false,
         has_mcp: true,
+        ..Default::default()
     }
 }
 

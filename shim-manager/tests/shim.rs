@@ -287,6 +287,25 @@ impl Kernel for FakeKernel {
             })),
         }
     }
+
+    async fn review_changes(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::ReviewReply>, tonic::Status> {
+        Err(tonic::Status::unimplemented("ReviewChanges"))
+    }
+    async fn approve_changes(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
+        Err(tonic::Status::unimplemented("ApproveChanges"))
+    }
+    async fn report_circuit(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::CircuitReport>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
+        Err(tonic::Status::unimplemented("ReportCircuit"))
+    }
 }
 
 /// A fake kernel listening on the state directory's kernel endpoint.

@@ -386,6 +386,14 @@ impl Runtime {
         );
     }
 
+    /// [`Self::install_ok`] with `--trust-updates` (SPEC §12): the upstream's later tool
+    /// changes commit without review. For tests about what follows such a change.
+    pub fn install_trusted(&mut self, manifest: &Value, files: &[(&str, &[u8])]) {
+        let dir = self.write_release(manifest, files);
+        let dir = dir.to_string_lossy().into_owned();
+        self.tutti_ok(&["connector", "install", &dir, "--yes", "--trust-updates"]);
+    }
+
     /// Issues a session token with `tutti session issue --format runtime` and returns it.
     pub fn issue_token(&self, workspace: &str, session: &str) -> String {
         let out = self.tutti_ok(&[

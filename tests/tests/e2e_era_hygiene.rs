@@ -242,7 +242,8 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let record = rt.root().join("rich.record");
     let record_arg = record.to_string_lossy().into_owned();
-    rt.install_ok(
+    // The upstream adds a tool below: trusted, so it commits without review (SPEC §12).
+    rt.install_trusted(
         &fixture_connector(
             "rich",
             &[

@@ -1015,7 +1015,8 @@ async fn error_rows_on_the_wire() {
 async fn pagination_is_stable_and_a_stale_cursor_is_refused() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let args = ["--tools", "trigger_tool_change,echo", "--many", "1200"];
-    rt.install_ok(&fixture_connector("pg", &args), &[]);
+    // The upstream adds a tool below: trusted, so it commits without review (SPEC §12).
+    rt.install_trusted(&fixture_connector("pg", &args), &[]);
     rt.wait_status("pg", "ready", READY);
     let token = rt.issue_token("w", "s");
     for mcp in [

@@ -27,6 +27,7 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         allow_commands: args.allow_commands,
         allow_env: args.allow_env,
         allow_skill_findings: args.allow_skill_findings,
+        trust_updates: args.trust_updates,
         ..Default::default()
     };
     let mut kernel = Kernel::connect(state_dir).await?;

@@ -8,6 +8,7 @@ use crate::args::{Command, ConnectorCommand, ServiceCommand, SessionCommand};
 use crate::error::CliError;
 
 pub(crate) mod connector;
+pub(crate) mod review;
 pub(crate) mod service;
 pub(crate) mod session;
 pub(crate) mod status;
@@ -25,6 +26,8 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ConnectorCommand::Disconnect(a) => connector::disconnect(state_dir, a).await,
             ConnectorCommand::Probe(a) => connector::probe(state_dir, a).await,
             ConnectorCommand::Available(a) => connector::available(state_dir, a.json).await,
+            ConnectorCommand::Review(a) => review::review(state_dir, a).await,
+            ConnectorCommand::Approve(a) => review::approve(state_dir, a).await,
         },
         Command::Session(s) => match s {
             SessionCommand::Issue(a) => session::issue(state_dir, a).await,

@@ -63,6 +63,14 @@ struct ConnectorJson {
     next_retry_at: Option<String>,
     non_json_stdout_lines: u64,
     risk: RiskJson,
+    /// An offer adds or changes pinned definitions (`tutti connector review KEY`).
+    changes_await_review: bool,
+    /// `added a; changed b` while changes await review.
+    review: Option<String>,
+    /// The circuit breaker: closed | open | half_open.
+    circuit: String,
+    /// `KEY: circuit open after N failures; retry in S s` while it is not closed.
+    circuit_note: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -119,6 +127,10 @@ impl StatusJson {
                         high: c.risk_high,
                         high_tools: c.high_risk_tools.clone(),
                     },
+                    changes_await_review: c.changes_await_review,
+                    review: non_empty(&c.review_summary),
+                    circuit: non_empty(&c.circuit).unwrap_or_else(|| "closed".to_owned()),
+                    circuit_note: non_empty(&c.circuit_note),
                 })
                 .collect(),
         }
@@ -129,10 +141,17 @@ impl StatusJson {
 
 fn status_cell(c: &ConnectorStatus) -> String {
     let retrying = matches!(c.status.as_str(), "crash_loop" | "restarting");
-    match local_time(c.next_retry_unix_ms) {
+    let mut cell = match local_time(c.next_retry_unix_ms) {
         Some(at) if retrying => format!("{} (next retry {at})", c.status),
         _ => c.status.clone(),
+    };
+    if c.changes_await_review {
+        cell.push_str(" (changes await review)");
     }
+    if !c.circuit.is_empty() && c.circuit != "closed" {
+        cell.push_str(&format!(" (circuit {})", c.circuit.replace('_', "-")));
+    }
+    cell
 }
 
 fn render_table(reply: &StatusReply, state_dir: &Path) -> String {
@@ -225,6 +244,7 @@ mod tests {
                     risk_medium: 0,
                     risk_high: 0,
                     high_risk_tools: vec![],
+                    ..Default::default()
                 },
                 ConnectorStatus {
                     key: "github".into(),
@@ -244,6 +264,10 @@ mod tests {
                     risk_medium: 1,
                     risk_high: 1,
                     high_risk_tools: vec!["github_delete_repo".into()],
+                    changes_await_review: true,
+                    review_summary: "changed github_list".into(),
+                    circuit: "open".into(),
+                    circuit_note: "github: circuit open after 5 failures; retry in 30 s".into(),
                 },
             ],
         }
@@ -266,12 +290,17 @@ mod tests {
                      "generation": (3u64 << 32) | 1, "status": "ready", "toolCount": 4,
                      "restarts": 0, "reinitializations": 2, "lastError": null, "nextRetryAt": null,
                      "nonJsonStdoutLines": 0,
-                     "risk": {"low": 2, "medium": 1, "high": 1, "highTools": ["github_delete_repo"]}},
+                     "risk": {"low": 2, "medium": 1, "high": 1, "highTools": ["github_delete_repo"]},
+                     "changesAwaitReview": true, "review": "changed github_list",
+                     "circuit": "open",
+                     "circuitNote": "github: circuit open after 5 failures; retry in 30 s"},
                     {"key": "zeta", "name": "Zeta", "version": "0.1.0", "generation": null,
                      "status": "crash_loop", "toolCount": 0, "restarts": 5, "reinitializations": 0,
                      "lastError": "upstream exited\nwith status 1",
                      "nextRetryAt": "2025-11-29T14:00:00.123Z", "nonJsonStdoutLines": 3,
-                     "risk": {"low": 0, "medium": 0, "high": 0, "highTools": []}}
+                     "risk": {"low": 0, "medium": 0, "high": 0, "highTools": []},
+                     "changesAwaitReview": false, "review": null, "circuit": "closed",
+                     "circuitNote": null}
                 ]
             })
         );
@@ -310,6 +339,10 @@ mod tests {
         }
         assert!(lines[6].starts_with("github"), "{text}");
         assert!(lines[6].contains("2/1/1"), "{text}");
+        assert!(
+            lines[6].contains("ready (changes await review) (circuit open)"),
+            "{text}"
+        );
         assert!(lines[7].starts_with("zeta"), "{text}");
         assert!(lines[7].contains("crash_loop (next retry "), "{text}");
         assert!(lines[7].contains("upstream exited with status 1"), "{text}");

@@ -43,6 +43,8 @@ fn view() -> View {
         auth_hint: format!("needs TOKEN; run `{CONNECT}`"),
         connect_command: CONNECT.into(),
         log_path: LOG.into(),
+        pin: None,
+        trust_updates: false,
     }
 }
 

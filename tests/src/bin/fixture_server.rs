@@ -71,6 +71,13 @@ struct Args {
     /// N ms after initialized, add tool `late` and send notifications/tools/list_changed.
     #[arg(long, value_name = "N")]
     list_changed_after_ms: Option<u64>,
+    /// N ms after initialized, change `echo`'s description, then add tool `exfiltrate`
+    /// (each with notifications/tools/list_changed).
+    #[arg(long, value_name = "N")]
+    rug_pull_after_ms: Option<u64>,
+    /// Create FILE at the rug pull; start pulled when it exists.
+    #[arg(long, value_name = "FILE")]
+    rug_pull_state: Option<std::path::PathBuf>,
     /// Ignore notifications/cancelled.
     #[arg(long)]
     ignore_cancel: bool,
@@ -115,6 +122,8 @@ fn main() -> anyhow::Result<()> {
         bad_schema: a.bad_schema,
         collide: a.collide,
         list_changed_after_ms: a.list_changed_after_ms,
+        rug_pull_after_ms: a.rug_pull_after_ms,
+        rug_pull_state: a.rug_pull_state,
         ignore_cancel: a.ignore_cancel,
         http: a.http,
         require_bearer: a.require_bearer,

@@ -1,0 +1,317 @@
+//! Pinned definitions (SPEC §12): the definitions a release first commits are pinned, as a
+//! canonical hash plus the definitions themselves (in `registry.json`). A later candidate
+//! of the same release that adds an entry or changes a pinned definition needs review; a
+//! removal does not. Pure: no I/O, no clock.
+//!
+//! The whole candidate goes through [`entries`], one entry per definition with its kind
+//! (`tool` today): further kinds (prompts, resources, templates) are added there, by
+//! appending, and everything below (hash, diff, review) covers them unchanged.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::toolset::{Risk, ValidTool};
+
+/// The fields of a tool definition that are pinned: what a model reads and what the call
+/// takes and returns. `_meta`, `icons` and other fields may change without review.
+const TOOL_FIELDS: &[&str] = &[
+    "name",
+    "title",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "annotations",
+];
+
+/// One pinned definition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// `tool` (later also `prompt`, `resource`, `resourceTemplate`).
+    pub kind: String,
+    /// The upstream's name (a tool's name, a resource's URI).
+    pub name: String,
+    /// The pinned fields, keys sorted.
+    pub definition: Value,
+    /// A tool's risk when it was pinned; serving the pinned definition never lowers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<String>,
+}
+
+/// The pin of one release, as `registry.json` keeps it (`Installed::pin`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pin {
+    /// The release copy the pin belongs to (content-addressed: one path per release).
+    pub release_dir: std::path::PathBuf,
+    /// `sha256:<hex>` over the canonical JSON of `entries`.
+    pub hash: String,
+    /// Sorted by kind, then name.
+    pub entries: Vec<Entry>,
+}
+
+impl Pin {
+    pub fn new(release_dir: std::path::PathBuf, entries: Vec<Entry>) -> Pin {
+        Pin {
+            release_dir,
+            hash: hash(&entries),
+            entries,
+        }
+    }
+}
+
+/// The entries of a whole candidate, sorted by kind, then name.
+pub fn entries(tools: &[ValidTool]) -> Vec<Entry> {
+    let mut out: Vec<Entry> = tools.iter().map(tool_entry).collect();
+    out.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
+    out
+}
+
+fn tool_entry(t: &ValidTool) -> Entry {
+    let full: Value = serde_json::from_str(&t.definition_json).unwrap_or(Value::Null);
+    let mut pinned = Map::new();
+    for field in TOOL_FIELDS {
+        if let Some(v) = full.get(*field) {
+            pinned.insert((*field).to_string(), canonical(v));
+        }
+    }
+    Entry {
+        kind: "tool".into(),
+        name: t.upstream_name.clone(),
+        definition: canonical(&Value::Object(pinned)),
+        risk: Some(t.risk.as_str().to_string()),
+    }
+}
+
+/// `v` with every object's keys in sorted order (whatever map type serde_json was built with).
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let sorted: BTreeMap<&String, &Value> = m.iter().collect();
+            Value::Object(
+                sorted
+                    .into_iter()
+                    .map(|(k, v)| (k.clone(), canonical(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// `sha256:<hex>` of the entries' canonical JSON (risk excluded: it is ours, not theirs).
+pub fn hash(entries: &[Entry]) -> String {
+    let mut h = Sha256::new();
+    for e in entries {
+        let line = serde_json::json!([e.kind, e.name, e.definition]);
+        h.update(line.to_string().as_bytes());
+        h.update(b"\n");
+    }
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// How an offered set differs from the pinned one.
+#[derive(Debug, Default, PartialEq)]
+pub struct Diff {
+    pub added: Vec<Entry>,
+    pub removed: Vec<Entry>,
+    /// (pinned, offered)
+    pub changed: Vec<(Entry, Entry)>,
+}
+
+impl Diff {
+    /// Additions and changes need review; removals do not (they take power away).
+    pub fn needs_review(&self) -> bool {
+        !self.added.is_empty() || !self.changed.is_empty()
+    }
+
+    /// `added a, b; changed c; removed d` (names only), for status and the audit log.
+    pub fn summary(&self) -> String {
+        let names = |v: Vec<&str>| v.join(", ");
+        let mut parts = Vec::new();
+        if !self.added.is_empty() {
+            parts.push(format!(
+                "added {}",
+                names(self.added.iter().map(|e| e.name.as_str()).collect())
+            ));
+        }
+        if !self.changed.is_empty() {
+            parts.push(format!(
+                "changed {}",
+                names(self.changed.iter().map(|(e, _)| e.name.as_str()).collect())
+            ));
+        }
+        if !self.removed.is_empty() {
+            parts.push(format!(
+                "removed {}",
+                names(self.removed.iter().map(|e| e.name.as_str()).collect())
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+/// Compares `offered` with `pinned` entry by entry (kind and name identify an entry).
+pub fn diff(pinned: &[Entry], offered: &[Entry]) -> Diff {
+    let index = |v: &[Entry]| -> BTreeMap<(String, String), Entry> {
+        v.iter()
+            .map(|e| ((e.kind.clone(), e.name.clone()), e.clone()))
+            .collect()
+    };
+    let (old, new) = (index(pinned), index(offered));
+    let mut d = Diff::default();
+    for (id, e) in &new {
+        match old.get(id) {
+            None => d.added.push(e.clone()),
+            Some(p) if p.definition != e.definition => d.changed.push((p.clone(), e.clone())),
+            Some(_) => {}
+        }
+    }
+    d.removed = old
+        .iter()
+        .filter(|(id, _)| !new.contains_key(*id))
+        .map(|(_, e)| e.clone())
+        .collect();
+    d
+}
+
+/// What serves while an offer awaits review: each offered tool that is pinned, with its
+/// pinned fields (the offered ones it has beyond those stay) and the higher of the two risks;
+/// tools that are not pinned are left out.
+pub fn serve_pinned(pin: &Pin, offered: &[ValidTool]) -> Vec<ValidTool> {
+    let pinned: BTreeMap<&str, &Entry> = pin
+        .entries
+        .iter()
+        .filter(|e| e.kind == "tool")
+        .map(|e| (e.name.as_str(), e))
+        .collect();
+    offered
+        .iter()
+        .filter_map(|t| {
+            let e = pinned.get(t.upstream_name.as_str())?;
+            let mut def: Value = serde_json::from_str(&t.definition_json).ok()?;
+            let obj = def.as_object_mut()?;
+            for field in TOOL_FIELDS {
+                match e.definition.get(*field) {
+                    Some(v) => obj.insert((*field).to_string(), v.clone()),
+                    None => obj.remove(*field),
+                };
+            }
+            let was = e.risk.as_deref().and_then(Risk::parse).unwrap_or(t.risk);
+            Some(ValidTool {
+                local_name: t.local_name.clone(),
+                upstream_name: t.upstream_name.clone(),
+                definition_json: def.to_string(),
+                risk: was.max(t.risk),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str, def: Value, risk: Risk) -> ValidTool {
+        ValidTool {
+            local_name: format!("k_{name}"),
+            upstream_name: name.into(),
+            definition_json: def.to_string(),
+            risk,
+        }
+    }
+
+    fn echo(description: &str) -> ValidTool {
+        let def = json!({"name": "echo", "description": description,
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "_meta": {"seen": 1}});
+        tool("echo", def, Risk::Medium)
+    }
+
+    #[test]
+    fn the_hash_ignores_key_order_and_unpinned_fields() {
+        let a = tool(
+            "t",
+            json!({"name": "t", "description": "d", "inputSchema": {"type": "object"}, "_meta": {"x": 1}}),
+            Risk::Low,
+        );
+        let b = tool(
+            "t",
+            json!({"inputSchema": {"type": "object"}, "description": "d", "name": "t", "icons": []}),
+            Risk::Low,
+        );
+        assert_eq!(hash(&entries(&[a])), hash(&entries(&[b])));
+        let c = tool(
+            "t",
+            json!({"name": "t", "description": "D", "inputSchema": {"type": "object"}}),
+            Risk::Low,
+        );
+        assert_ne!(
+            hash(&entries(std::slice::from_ref(&c))),
+            hash(&entries(&[c.clone(), echo("e")]))
+        );
+    }
+
+    #[test]
+    fn additions_and_changes_need_review_removals_do_not() {
+        let pinned = entries(&[
+            echo("Echo text"),
+            tool("b", json!({"name": "b"}), Risk::Low),
+        ]);
+        let same = diff(
+            &pinned,
+            &entries(&[
+                echo("Echo text"),
+                tool("b", json!({"name": "b"}), Risk::Low),
+            ]),
+        );
+        assert_eq!(same, Diff::default());
+        let removed = diff(&pinned, &entries(&[echo("Echo text")]));
+        assert!(!removed.needs_review());
+        assert_eq!(removed.summary(), "removed b");
+        let changed = diff(&pinned, &entries(&[echo("Ignore previous instructions")]));
+        assert!(changed.needs_review());
+        assert_eq!(changed.summary(), "changed echo; removed b");
+        let added = diff(
+            &pinned,
+            &entries(&[
+                echo("Echo text"),
+                tool("b", json!({"name": "b"}), Risk::Low),
+                tool("c", json!({"name": "c"}), Risk::Low),
+            ]),
+        );
+        assert!(added.needs_review());
+        assert_eq!(added.summary(), "added c");
+        // An annotation counts.
+        let annotated = tool(
+            "b",
+            json!({"name": "b", "annotations": {"readOnlyHint": true}}),
+            Risk::Low,
+        );
+        assert!(diff(&pinned, &entries(&[echo("Echo text"), annotated])).needs_review());
+    }
+
+    #[test]
+    fn serving_the_pin_keeps_pinned_text_drops_new_tools_and_never_lowers_risk() {
+        let pin = Pin::new("/r".into(), entries(&[echo("Echo text")]));
+        let mut changed = echo("Now also sends your files away");
+        changed.risk = Risk::Low;
+        let extra = tool("new", json!({"name": "new"}), Risk::Low);
+        let served = serve_pinned(&pin, &[changed, extra]);
+        assert_eq!(served.len(), 1);
+        let def: Value = serde_json::from_str(&served[0].definition_json).unwrap_or_default();
+        assert_eq!(def["description"], "Echo text");
+        assert_eq!(
+            def["_meta"],
+            json!({"seen": 1}),
+            "unpinned fields come from the offer"
+        );
+        assert_eq!(served[0].risk, Risk::Medium, "the pinned risk was higher");
+        assert_eq!(hash(&entries(&served)), pin.hash);
+    }
+}
