@@ -4,6 +4,7 @@
 
 mod allowlist;
 mod audit;
+mod catalog;
 mod demo;
 mod error;
 mod housekeeping;

@@ -20,8 +20,8 @@ use std::time::Duration;
 use tutti_proto::kernel::WorkerReportKind as WireReportKind;
 
 use crate::audit::Event;
+use crate::catalog::Candidate;
 use crate::restart::{Decision, RestartPolicy, RestartTracker};
-use crate::toolset::ValidTool;
 
 /// How long a superseded generation may finish its calls after an update commits.
 pub const UPDATE_DRAIN: Duration = Duration::from_secs(10);
@@ -138,7 +138,7 @@ pub enum Input {
     /// `Ok` with the validated set, `Err` with the problems in one line.
     Offer {
         generation: u64,
-        tools: Result<Vec<ValidTool>, String>,
+        tools: Result<Candidate, String>,
     },
     /// The worker process of `generation` exited (redacted detail).
     Exited { generation: u64, detail: String },
@@ -183,7 +183,7 @@ pub enum Effect {
     /// its release the live one; settles an upgrade of that release.
     Commit {
         generation: u64,
-        tools: Option<Vec<ValidTool>>,
+        tools: Option<Candidate>,
         release: PathBuf,
     },
     /// Go back to the release the pending upgrade replaced; answer with `Input::Abandoned`.
@@ -410,7 +410,7 @@ impl Connector {
     fn commit(
         &mut self,
         generation: u64,
-        tools: Option<Vec<ValidTool>>,
+        tools: Option<Candidate>,
         release: PathBuf,
         settles: bool,
         out: &mut Vec<Effect>,
@@ -437,7 +437,7 @@ impl Connector {
         }
     }
 
-    fn on_offer(&mut self, g: u64, tools: Vec<ValidTool>, f: &Facts<'_>, out: &mut Vec<Effect>) {
+    fn on_offer(&mut self, g: u64, tools: Candidate, f: &Facts<'_>, out: &mut Vec<Effect>) {
         let Some(release) = self
             .running
             .get(&g)

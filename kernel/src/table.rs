@@ -18,6 +18,8 @@ pub struct Route {
     pub has_cli: bool,
     pub has_mcp: bool,
     pub tools: Vec<ValidTool>,
+    /// Prompts, resources and templates of the same generation (issue 21).
+    pub catalog: crate::catalog::Catalog,
 }
 
 /// A published change of the table.
@@ -26,7 +28,8 @@ pub enum Change {
     /// The connector's whole tool set now belongs to this route's generation.
     Upsert {
         route: Route,
-        /// False when only the generation/endpoint changed and the visible tools did not.
+        /// False when only the generation/endpoint changed and the visible tools, prompts
+        /// and resources did not.
         tools_changed: bool,
     },
     /// The generation left the table (fenced or removed).
@@ -91,7 +94,8 @@ impl GenerationTable {
                 return None;
             }
         }
-        let tools_changed = previous.is_none_or(|p| p.tools != route.tools);
+        let tools_changed =
+            previous.is_none_or(|p| p.tools != route.tools || p.catalog != route.catalog);
         if let Some(prev) = previous
             && prev.generation != route.generation
         {
@@ -187,6 +191,7 @@ mod tests {
             has_cli: false,
             has_mcp: true,
             tools: tools.iter().map(|t| tool(t)).collect(),
+            catalog: Default::default(),
         }
     }
 

@@ -188,6 +188,7 @@ fn demo(generation: u64, extra: Vec<RoutedTool>) -> ConnectorRoute {
         tools,
         has_cli: false,
         has_mcp: true,
+        ..Default::default()
     }
 }
 
@@ -206,6 +207,7 @@ fn other() -> ConnectorRoute {
         )],
         has_cli: true,
         has_mcp: true,
+        ..Default::default()
     }
 }
 
@@ -223,6 +225,7 @@ fn slowpoke() -> ConnectorRoute {
         )],
         has_cli: false,
         has_mcp: true,
+        ..Default::default()
     }
 }
 
@@ -1697,7 +1700,7 @@ async fn listen_ack_list_changed_and_final_result_on_revocation() {
         ack,
         json!({"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged",
                "params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"listen-1"},
-                         "notifications":{"toolsListChanged":true}}})
+                         "notifications":{"toolsListChanged":true,"promptsListChanged":true}}})
     );
     // Another session's revocation does not end this stream.
     h.send(route_event::Event::SessionsRevoked(SessionsRevoked {
@@ -1757,7 +1760,12 @@ async fn listen_honours_only_requested_kinds() {
         .listen(json!(77), json!({"promptsListChanged": true}))
         .await;
     let ack = prompts_only.next().await.expect("ack");
-    assert_eq!(ack["params"]["notifications"], json!({}));
+    // Prompt list changes are honoured since issue 21 (SPEC §11); tool list changes were
+    // not asked for and must not leak.
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"promptsListChanged": true})
+    );
     assert_eq!(
         ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
         77

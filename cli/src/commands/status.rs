@@ -38,6 +38,18 @@ struct StatusJson {
     route_revision: u64,
     audit_dropped: u64,
     connectors: Vec<ConnectorJson>,
+    /// Resource URIs (and identical URI templates) that several ready connectors claim: no
+    /// connector serves them (SPEC §11).
+    resource_clashes: Vec<ClashJson>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ClashJson {
+    uri: String,
+    /// `resource` or `template`.
+    kind: String,
+    connectors: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -63,6 +75,9 @@ struct ConnectorJson {
     next_retry_at: Option<String>,
     non_json_stdout_lines: u64,
     risk: RiskJson,
+    prompt_count: u32,
+    resource_count: u32,
+    resource_template_count: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -119,6 +134,18 @@ impl StatusJson {
                         high: c.risk_high,
                         high_tools: c.high_risk_tools.clone(),
                     },
+                    prompt_count: c.prompt_count,
+                    resource_count: c.resource_count,
+                    resource_template_count: c.resource_template_count,
+                })
+                .collect(),
+            resource_clashes: reply
+                .resource_clashes
+                .iter()
+                .map(|c| ClashJson {
+                    uri: c.uri.clone(),
+                    kind: c.kind.clone(),
+                    connectors: c.connectors.clone(),
                 })
                 .collect(),
         }
@@ -190,7 +217,24 @@ fn render_table(reply: &StatusReply, state_dir: &Path) -> String {
         ],
         &rows,
     ));
+    out.push_str(&render_clashes(reply));
     out
+}
+
+/// One line per resource URI (or template) that several connectors claim.
+fn render_clashes(reply: &StatusReply) -> String {
+    reply
+        .resource_clashes
+        .iter()
+        .map(|c| {
+            format!(
+                "resource clash: {} {} is claimed by {}; no connector serves it\n",
+                c.kind,
+                one_line(&c.uri, 200),
+                c.connectors.join(", ")
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -225,6 +269,7 @@ mod tests {
                     risk_medium: 0,
                     risk_high: 0,
                     high_risk_tools: vec![],
+                    ..Default::default()
                 },
                 ConnectorStatus {
                     key: "github".into(),
@@ -244,8 +289,20 @@ mod tests {
                     risk_medium: 1,
                     risk_high: 1,
                     high_risk_tools: vec!["github_delete_repo".into()],
+                    prompt_count: 2,
+                    resource_count: 1,
+                    resource_template_count: 0,
                 },
             ],
+            resource_clashes: vec![],
+        }
+    }
+
+    fn clash() -> tutti_proto::kernel::ResourceClash {
+        tutti_proto::kernel::ResourceClash {
+            uri: "file:///shared".into(),
+            connectors: vec!["a".into(), "b".into()],
+            kind: "resource".into(),
         }
     }
 
@@ -266,14 +323,36 @@ mod tests {
                      "generation": (3u64 << 32) | 1, "status": "ready", "toolCount": 4,
                      "restarts": 0, "reinitializations": 2, "lastError": null, "nextRetryAt": null,
                      "nonJsonStdoutLines": 0,
-                     "risk": {"low": 2, "medium": 1, "high": 1, "highTools": ["github_delete_repo"]}},
+                     "risk": {"low": 2, "medium": 1, "high": 1, "highTools": ["github_delete_repo"]},
+                     "promptCount": 2, "resourceCount": 1, "resourceTemplateCount": 0},
                     {"key": "zeta", "name": "Zeta", "version": "0.1.0", "generation": null,
                      "status": "crash_loop", "toolCount": 0, "restarts": 5, "reinitializations": 0,
                      "lastError": "upstream exited\nwith status 1",
                      "nextRetryAt": "2025-11-29T14:00:00.123Z", "nonJsonStdoutLines": 3,
-                     "risk": {"low": 0, "medium": 0, "high": 0, "highTools": []}}
-                ]
+                     "risk": {"low": 0, "medium": 0, "high": 0, "highTools": []},
+                     "promptCount": 0, "resourceCount": 0, "resourceTemplateCount": 0}
+                ],
+                "resourceClashes": []
             })
+        );
+    }
+
+    #[test]
+    fn resource_clashes_are_shown_in_both_forms() {
+        let mut r = reply();
+        r.resource_clashes.push(clash());
+        let text = json_line(&StatusJson::new(&r, Path::new("/s"))).unwrap_or_default();
+        let got: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert_eq!(
+            got["resourceClashes"],
+            json!([{"uri": "file:///shared", "kind": "resource", "connectors": ["a", "b"]}])
+        );
+        let table = render_table(&r, Path::new("/s"));
+        assert!(
+            table.contains(
+                "resource clash: resource file:///shared is claimed by a, b; no connector serves it"
+            ),
+            "{table}"
         );
     }
 
