@@ -91,6 +91,12 @@ struct Args {
           value_parser = clap::builder::PossibleValuesParser::new(["400", "404"])
               .map(|s| if s == "400" { 400u16 } else { 404 }))]
     unknown_session: u16,
+    /// Offer a text resource with this URI (repeatable); declares `resources`.
+    #[arg(long = "resource", value_name = "URI")]
+    resources: Vec<String>,
+    /// Offer a prompt with this name (repeatable); declares `prompts`.
+    #[arg(long = "prompt", value_name = "NAME")]
+    prompts: Vec<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -118,6 +124,8 @@ fn main() -> anyhow::Result<()> {
         ignore_cancel: a.ignore_cancel,
         http: a.http,
         require_bearer: a.require_bearer,
+        resources: a.resources,
+        prompts: a.prompts,
         http_mode: fixture::HttpMode {
             stateless: a.stateless,
             sse: a.sse,
