@@ -117,6 +117,25 @@ pub(crate) fn in_era(result: Value, modern: bool) -> Value {
     Value::Object(result)
 }
 
+/// A modern `resources/read` result with the caching hints 2026-07-28 requires (SEP-2549):
+/// the upstream's own when it gave them, else not cached (`ttlMs: 0`, `private`: what a
+/// resource says can change with every commit and depends on the token's session).
+pub(crate) fn with_cache_hints(result: Value) -> Value {
+    let Value::Object(mut result) = result else {
+        return result;
+    };
+    if !result.get("ttlMs").is_some_and(Value::is_u64) {
+        result.insert("ttlMs".into(), json!(0));
+    }
+    if !matches!(
+        result.get("cacheScope").and_then(Value::as_str),
+        Some("public" | "private")
+    ) {
+        result.insert("cacheScope".into(), json!("private"));
+    }
+    Value::Object(result)
+}
+
 fn params_object(params: Option<Value>) -> Result<Map<String, Value>, RpcError> {
     match params {
         Some(Value::Object(map)) => Ok(map),

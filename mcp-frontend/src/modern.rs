@@ -159,7 +159,9 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             }
             let (app, who) = (&ctx.app, &ctx.identity);
             if method == "resources/read" {
-                beyond::read_resource(app, who, params, INVALID_PARAMS).await
+                beyond::read_resource(app, who, params, INVALID_PARAMS)
+                    .await
+                    .map(beyond::with_cache_hints)
             } else {
                 beyond::get_prompt(app, who, params).await
             }

@@ -97,6 +97,9 @@ struct Args {
     /// Offer a prompt with this name (repeatable); declares `prompts`.
     #[arg(long = "prompt", value_name = "NAME")]
     prompts: Vec<String>,
+    /// Offer the conformance suite's prompts, resources, template and completion.
+    #[arg(long)]
+    conformance_catalog: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -126,6 +129,7 @@ fn main() -> anyhow::Result<()> {
         require_bearer: a.require_bearer,
         resources: a.resources,
         prompts: a.prompts,
+        conformance_catalog: a.conformance_catalog,
         http_mode: fixture::HttpMode {
             stateless: a.stateless,
             sse: a.sse,
