@@ -157,15 +157,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             {
                 return bad(&id, e);
             }
-            let (app, who) = (&ctx.app, &ctx.identity);
-            if method == "resources/read" {
-                beyond::read_resource(app, who, params, INVALID_PARAMS)
-                    .await
-                    .map(beyond::with_cache_hints)
-            } else {
-                beyond::get_prompt(app, who, params).await
-            }
-            .map(|result| beyond::in_era(result, true))
+            get_or_read(&ctx, &method, params).await
         }
         "completion/complete" => beyond::complete(&ctx.app, &ctx.identity, params)
             .await
@@ -186,6 +178,19 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         }
     };
     rpc::answer_response(&id, answer)
+}
+
+/// `prompts/get` or `resources/read` (issue 21), in this era's form.
+async fn get_or_read(ctx: &Ctx, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
+    let (app, who) = (&ctx.app, &ctx.identity);
+    if method == "resources/read" {
+        beyond::read_resource(app, who, params, INVALID_PARAMS)
+            .await
+            .map(beyond::with_cache_hints)
+    } else {
+        beyond::get_prompt(app, who, params).await
+    }
+    .map(|result| beyond::in_era(result, true))
 }
 
 async fn discover(app: &crate::app::App) -> Value {
