@@ -314,6 +314,23 @@ mod tests {
     }
 
     #[test]
+    fn a_forwarded_request_keeps_any_result_a_tool_call_only_tool_results() {
+        let results = Arc::new(CallResults::default());
+        let read = results.expect_any(id(8));
+        let call = results.expect(id(9));
+        let contents =
+            br#"{"jsonrpc":"2.0","id":8,"result":{"contents":[{"uri":"x://1","blob":"AAE="}]}}"#;
+        assert!(results.divert(contents).is_some());
+        assert_eq!(
+            read.take().as_deref(),
+            Some(r#"{"contents":[{"uri":"x://1","blob":"AAE="}]}"#)
+        );
+        let messages = br#"{"jsonrpc":"2.0","id":9,"result":{"messages":[]}}"#;
+        assert_eq!(results.divert(messages), None, "not a tool result: rmcp's");
+        assert_eq!(call.take(), None);
+    }
+
+    #[test]
     fn a_complete_2026_result_is_kept_too() {
         let results = Arc::new(CallResults::default());
         let call = results.expect(id(4));
