@@ -518,3 +518,73 @@ async fn prompts_and_resources_of_a_removed_generation_answer_like_tools_call() 
         "{audit:?}"
     );
 }
+
+/// server-everything over streamable HTTP (its `streamableHttp` mode): prompts, a binary
+/// resource through a template, and completion reach it through the remote worker too.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_everything_over_streamable_http_serves_prompts_resources_and_completion() {
+    let node = require_node22();
+    let pkg = npm_package("@modelcontextprotocol/server-everything").unwrap_or_else(|| {
+        panic!("this test needs server-everything under .tools/npm: run scripts/install-test-tools")
+    });
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let port = tutti_tests::free_port();
+    let stderr = std::fs::File::create(rt.root().join("everything-http.stderr"))
+        .unwrap_or_else(|e| panic!("cannot create the stderr file: {e}"));
+    let mut server = Command::new(node)
+        .arg(pkg.join("dist").join("index.js"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .current_dir(rt.root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start server-everything: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "server-everything did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let manifest = json!({
+        "key": "remote", "name": "Remote everything", "description": "server-everything over HTTP",
+        "version": "1.0.0",
+        "mcp": {"transport": "http", "url": format!("http://127.0.0.1:{port}/mcp")},
+    });
+    tokio::task::block_in_place(|| {
+        rt.install_ok(&manifest, &[]);
+        rt.wait_status("remote", "ready", READY);
+    });
+    let token = rt.issue_token("w", "remote");
+    for mcp in [
+        Mcp::legacy(rt.frontend_url(), &token),
+        Mcp::modern(rt.frontend_url(), &token),
+    ] {
+        let got = result_of(
+            "prompts/get",
+            &mcp.request(
+                "prompts/get",
+                json!({"name": "remote_args-prompt", "arguments": {"city": "Oslo"}}),
+            )
+            .await,
+        );
+        assert!(got.to_string().contains("Oslo"), "{got}");
+        let blob = result_of("read", &read(&mcp, "demo://resource/dynamic/blob/2").await);
+        assert!(blob["contents"][0]["blob"].is_string(), "{blob}");
+        let done = result_of(
+            "complete",
+            &mcp.request(
+                "completion/complete",
+                json!({"ref": {"type": "ref/prompt", "name": "remote_completable-prompt"},
+                       "argument": {"name": "department", "value": "Sa"}}),
+            )
+            .await,
+        );
+        assert_eq!(done["completion"]["values"], json!(["Sales"]), "{done}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+}
