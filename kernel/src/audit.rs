@@ -164,6 +164,10 @@ pub enum Event {
         outcome: String,
         #[serde(rename = "errorCode")]
         error_code: Option<i32>,
+        /// What was called when it is not a tool (issue 21): `prompt` (`tool` is the prompt's
+        /// local name), `resource` (`tool` is the URI without query or fragment), `completion`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kind: Option<String>,
     },
     /// An offer of a pinned release that adds or changes definitions was held (SPEC §12).
     Hold {
@@ -637,6 +641,7 @@ mod tests {
             duration_us: 420,
             outcome: "ok".into(),
             error_code,
+            kind: None,
         };
         assert_eq!(
             line(call(None)),

@@ -5,6 +5,7 @@
 mod allowlist;
 mod audit;
 mod circuit;
+mod catalog;
 mod demo;
 mod error;
 mod housekeeping;

@@ -21,8 +21,8 @@ use tutti_proto::kernel::WorkerReportKind as WireReportKind;
 
 use crate::audit::Event;
 use crate::pin::{self, Pin};
+use crate::catalog::Candidate;
 use crate::restart::{Decision, RestartPolicy, RestartTracker};
-use crate::toolset::ValidTool;
 
 /// How long a superseded generation may finish its calls after an update commits.
 pub const UPDATE_DRAIN: Duration = Duration::from_secs(10);
@@ -143,7 +143,7 @@ pub enum Input {
     /// `Ok` with the validated set, `Err` with the problems in one line.
     Offer {
         generation: u64,
-        tools: Result<Vec<ValidTool>, String>,
+        tools: Result<Candidate, String>,
     },
     /// The worker process of `generation` exited (redacted detail).
     Exited { generation: u64, detail: String },
@@ -190,7 +190,7 @@ pub enum Effect {
     /// its release the live one; settles an upgrade of that release.
     Commit {
         generation: u64,
-        tools: Option<Vec<ValidTool>>,
+        tools: Option<Candidate>,
         release: PathBuf,
     },
     /// Go back to the release the pending upgrade replaced; answer with `Input::Abandoned`.
@@ -212,7 +212,7 @@ pub enum Effect {
 pub struct Held {
     /// The generation that offered it (it serves the pinned definitions meanwhile).
     pub generation: u64,
-    pub tools: Vec<ValidTool>,
+    pub tools: Candidate,
     pub hash: String,
     /// `added …; changed …` (names only).
     pub summary: String,
@@ -238,7 +238,7 @@ pub struct Connector {
     reinitializations: u32,
     next_retry_unix_ms: i64,
     /// The tools the last commit made live.
-    served: Option<Vec<ValidTool>>,
+    served: Option<Candidate>,
     live: Option<u64>,
     candidate: Option<u64>,
     running: BTreeMap<u64, Running>,
@@ -443,7 +443,7 @@ impl Connector {
     fn commit(
         &mut self,
         generation: u64,
-        tools: Option<Vec<ValidTool>>,
+        tools: Option<Candidate>,
         release: PathBuf,
         settles: bool,
         out: &mut Vec<Effect>,
@@ -471,7 +471,7 @@ impl Connector {
         }
     }
 
-    fn on_offer(&mut self, g: u64, tools: Vec<ValidTool>, f: &Facts<'_>, out: &mut Vec<Effect>) {
+    fn on_offer(&mut self, g: u64, tools: Candidate, f: &Facts<'_>, out: &mut Vec<Effect>) {
         let Some(release) = self
             .running
             .get(&g)
@@ -504,10 +504,10 @@ impl Connector {
         &mut self,
         g: u64,
         release: &std::path::Path,
-        tools: Vec<ValidTool>,
+        tools: Candidate,
         f: &Facts<'_>,
         out: &mut Vec<Effect>,
-    ) -> (Vec<ValidTool>, bool) {
+    ) -> (Candidate, bool) {
         let Some(v) = f.installed.as_ref() else {
             return (tools, false);
         };
@@ -550,7 +550,7 @@ impl Connector {
         });
         let serve = pin::serve_pinned(pinned, &tools);
         let unchanged = self.live == Some(g)
-            && self.served.as_deref().map(pin::entries) == Some(pin::entries(&serve));
+            && self.served.as_ref().map(pin::entries) == Some(pin::entries(&serve));
         (serve, unchanged)
     }
 

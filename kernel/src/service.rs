@@ -656,6 +656,9 @@ impl KernelRpc for Service {
                 ..Default::default()
             };
             if let Some(r) = live {
+                s.prompt_count = r.catalog.prompts.len() as u32;
+                s.resource_count = r.catalog.resources.len() as u32;
+                s.resource_template_count = r.catalog.templates.len() as u32;
                 for t in &r.tools {
                     match t.risk {
                         crate::toolset::Risk::Low => s.risk_low += 1,
@@ -677,6 +680,7 @@ impl KernelRpc for Service {
             connectors,
             audit_dropped: self.k.audit.dropped(),
             bin_dir: self.k.paths.bin().to_string_lossy().into_owned(),
+            resource_clashes: resource_clashes(&inner.table),
         }))
     }
 
@@ -1026,8 +1030,7 @@ impl KernelRpc for Service {
             };
             let verdict = match offer_size_problem(&req) {
                 Some(problem) => Err(problem),
-                None => validate(&req.key, &offered_tools(&req.tools), &manifest.tool_risk)
-                    .map_err(|problems| problems.join("; ")),
+                None => validate_candidate(&req, &manifest.tool_risk),
             };
             (inner.actors.get(&req.key).cloned(), verdict)
         };
@@ -1117,6 +1120,10 @@ impl KernelRpc for Service {
                 duration_us: record.duration_us,
                 outcome: record.outcome,
                 error_code: (record.error_code != 0).then_some(record.error_code),
+                kind: match record.kind.as_str() {
+                    "" | "tool" => None,
+                    kind => Some(kind.to_owned()),
+                },
             });
         }
         Ok(Response::new(pb::Empty {}))
@@ -1214,6 +1221,61 @@ fn offer_size_problem(req: &pb::OfferToolsRequest) -> Option<String> {
         .map(|t| tool_bytes(&t.upstream_name, &t.definition_json))
         .sum();
     tool_set_problem(req.tools.len(), bytes)
+}
+
+/// The whole candidate, tools and what comes with them (issue 21), validated at once: every
+/// problem of either refuses it, one line each.
+fn validate_candidate(
+    req: &pb::OfferToolsRequest,
+    risk_overrides: &std::collections::BTreeMap<String, String>,
+) -> Result<crate::catalog::Candidate, String> {
+    use crate::catalog::{Candidate, Offered, OfferedPrompt, OfferedResource};
+    let resources = |items: &[pb::OfferedResource]| {
+        items
+            .iter()
+            .map(|r| OfferedResource {
+                uri: r.uri.clone(),
+                definition_json: r.definition_json.clone(),
+            })
+            .collect()
+    };
+    let offered = Offered {
+        prompts: req
+            .prompts
+            .iter()
+            .map(|p| OfferedPrompt {
+                upstream_name: p.upstream_name.clone(),
+                definition_json: p.definition_json.clone(),
+            })
+            .collect(),
+        resources: resources(&req.resources),
+        templates: resources(&req.resource_templates),
+        completions: req.completions,
+        subscribe: req.resources_subscribe,
+    };
+    let tools = validate(&req.key, &offered_tools(&req.tools), risk_overrides);
+    let catalog = crate::catalog::validate(&req.key, &offered);
+    match (tools, catalog) {
+        (Ok(tools), Ok(catalog)) => Ok(Candidate { tools, catalog }),
+        (tools, catalog) => {
+            let mut problems = tools.err().unwrap_or_default();
+            problems.extend(catalog.err().unwrap_or_default());
+            Err(problems.join("; "))
+        }
+    }
+}
+
+/// Resource URIs (and identical templates) claimed by more than one live generation.
+fn resource_clashes(table: &crate::table::GenerationTable) -> Vec<pb::ResourceClash> {
+    let (_, routes) = table.snapshot();
+    crate::catalog::clashes(routes.iter().map(|r| (r.key.as_str(), &r.catalog)))
+        .into_iter()
+        .map(|c| pb::ResourceClash {
+            uri: c.uri,
+            connectors: c.connectors,
+            kind: c.kind.to_owned(),
+        })
+        .collect()
 }
 
 fn offered_tools(tools: &[pb::OfferedTool]) -> Vec<OfferedTool> {

@@ -504,7 +504,7 @@ impl Kernel {
         inner: &mut Inner,
         key: &str,
         generation: u64,
-        tools: Option<Vec<crate::toolset::ValidTool>>,
+        tools: Option<crate::catalog::Candidate>,
         release_dir: PathBuf,
     ) {
         self.reserve_generation(inner, generation);
@@ -519,7 +519,7 @@ impl Kernel {
             (None, None) => return,
         };
         let has_mcp = tools.is_some();
-        let tools = tools.unwrap_or_default();
+        let crate::catalog::Candidate { tools, catalog } = tools.unwrap_or_default();
         let n = tools.len();
         let route = Route {
             key: key.to_string(),
@@ -531,6 +531,7 @@ impl Kernel {
             has_mcp,
             tools,
             circuit: manifest.circuit,
+            catalog,
         };
         let superseded = inner
             .table
@@ -610,7 +611,31 @@ pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
         circuit_failures: r.circuit.failures,
         circuit_window_ms: r.circuit.window_ms,
         circuit_open_ms: r.circuit.open_ms,
+        prompts: r
+            .catalog
+            .prompts
+            .iter()
+            .map(|p| pb::RoutedPrompt {
+                name: p.local_name.clone(),
+                upstream_name: p.upstream_name.clone(),
+                definition_json: p.definition_json.clone(),
+            })
+            .collect(),
+        resources: resources_to_pb(&r.catalog.resources),
+        resource_templates: resources_to_pb(&r.catalog.templates),
+        completions: r.catalog.completions,
+        resources_subscribe: r.catalog.subscribe,
     }
+}
+
+fn resources_to_pb(items: &[crate::catalog::ValidResource]) -> Vec<pb::OfferedResource> {
+    items
+        .iter()
+        .map(|r| pb::OfferedResource {
+            uri: r.uri.clone(),
+            definition_json: r.definition_json.clone(),
+        })
+        .collect()
 }
 
 /// The base environment of an upstream ([`child_env::ChildKind::Upstream`]).

@@ -646,7 +646,7 @@ mod tests {
 
     async fn offer(tx: &mpsc::UnboundedSender<Msg>, generation: u64) -> Result<(), String> {
         let (reply, answer) = oneshot::channel();
-        let tools = Ok(Vec::new());
+        let tools = Ok(crate::catalog::Candidate::default());
         let input = Input::Offer { generation, tools };
         let _ = tx.send(Msg {
             input,

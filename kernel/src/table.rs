@@ -20,6 +20,8 @@ pub struct Route {
     pub tools: Vec<ValidTool>,
     /// The circuit breaker's settings (SPEC §12), for the frontend.
     pub circuit: crate::circuit::Settings,
+    /// Prompts, resources and templates of the same generation (issue 21).
+    pub catalog: crate::catalog::Catalog,
 }
 
 /// A published change of the table.
@@ -28,7 +30,8 @@ pub enum Change {
     /// The connector's whole tool set now belongs to this route's generation.
     Upsert {
         route: Route,
-        /// False when only the generation/endpoint changed and the visible tools did not.
+        /// False when only the generation/endpoint changed and the visible tools, prompts
+        /// and resources did not.
         tools_changed: bool,
     },
     /// The generation left the table (fenced or removed).
@@ -93,7 +96,8 @@ impl GenerationTable {
                 return None;
             }
         }
-        let tools_changed = previous.is_none_or(|p| p.tools != route.tools);
+        let tools_changed =
+            previous.is_none_or(|p| p.tools != route.tools || p.catalog != route.catalog);
         if let Some(prev) = previous
             && prev.generation != route.generation
         {
@@ -190,6 +194,7 @@ mod tests {
             has_mcp: true,
             tools: tools.iter().map(|t| tool(t)).collect(),
             circuit: Default::default(),
+            catalog: Default::default(),
         }
     }
 

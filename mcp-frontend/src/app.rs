@@ -36,6 +36,8 @@ pub(crate) struct App {
     pub(crate) sessions: crate::sessions::SessionCache,
     /// Each connector's circuit breaker (SPEC §12).
     pub(crate) circuits: crate::circuit::Circuits,
+    /// List changes and resource updates for clients, and resource subscriptions (issue 21).
+    pub(crate) notifier: Arc<crate::notify::Notifier>,
 }
 
 impl App {
@@ -57,6 +59,7 @@ impl App {
             call_prefix: format!("f{:x}-{:x}", std::process::id(), started),
             stopping: watch::channel(false).0,
             sessions: crate::sessions::SessionCache::default(),
+            notifier: Arc::default(),
         }
     }
 
@@ -93,9 +96,28 @@ impl App {
 
     pub(crate) fn publish_routes(&self, table: Arc<RouteTable>, tools_changed: bool) {
         self.backend.retain_endpoints(&table.endpoints());
-        self.routes.send_replace(Some(table));
+        let previous = self.routes.send_replace(Some(table.clone()));
         if tools_changed {
             self.tools_version.send_modify(|v| *v += 1);
+        }
+        self.notify_changes(previous.as_deref(), &table, tools_changed);
+    }
+
+    /// The list changes a client can see, as notes (issue 21).
+    fn notify_changes(&self, previous: Option<&RouteTable>, table: &RouteTable, tools: bool) {
+        use crate::notify::Note;
+        let Some(previous) = previous else {
+            return; // the first snapshot: nobody has listed anything yet
+        };
+        let (prompts, resources) = table.catalog.differs(&previous.catalog);
+        for (changed, note) in [
+            (tools, Note::ToolsListChanged),
+            (prompts, Note::PromptsListChanged),
+            (resources, Note::ResourcesListChanged),
+        ] {
+            if changed {
+                self.notifier.publish(note);
+            }
         }
     }
 

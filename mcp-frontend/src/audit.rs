@@ -62,6 +62,15 @@ impl Outcome {
 
 const QUEUE: usize = 4096;
 
+/// What a request beyond tools was, for its audit record.
+pub(crate) struct Audited<'a> {
+    pub(crate) kind: &'static str,
+    pub(crate) name: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) generation: u64,
+    pub(crate) started: Instant,
+}
+
 pub(crate) struct CallAudit {
     tx: mpsc::Sender<CallRecord>,
     dropped: Arc<AtomicU64>,
@@ -100,7 +109,41 @@ impl CallAudit {
             outcome: outcome.as_str().into(),
             error_code,
             dropped_total: self.dropped.load(Ordering::Relaxed),
+            kind: String::new(),
         };
+        self.send(record);
+    }
+
+    /// Records one finished request beyond tools (issue 21): `kind` is `prompt`, `resource`
+    /// or `completion`, `name` the prompt's local name or the URI without query or fragment.
+    pub(crate) fn record_other(
+        &self,
+        who: &Identity,
+        what: Audited<'_>,
+        outcome: Outcome,
+        error_code: i32,
+    ) {
+        let record = CallRecord {
+            time_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+            workspace: who.workspace.clone(),
+            session: who.session.clone(),
+            tool: what.name.to_owned(),
+            connector: what.key.to_owned(),
+            generation: what.generation,
+            duration_us: what.started.elapsed().as_micros() as u64,
+            outcome: outcome.as_str().into(),
+            error_code,
+            dropped_total: self.dropped.load(Ordering::Relaxed),
+            kind: what.kind.to_owned(),
+            ..CallRecord::default()
+        };
+        self.send(record);
+    }
+
+    fn send(&self, record: CallRecord) {
         if self.tx.try_send(record).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }

@@ -16,12 +16,28 @@ use tutti_proto::kernel::{
 };
 use tutti_proto::transport::{self, LocalEndpoint};
 use tutti_proto::worker::worker_client::WorkerClient;
-use tutti_proto::worker::{CallToolReply, CallToolRequest, CancelRequest, call_tool_event};
+use tutti_proto::worker::{
+    CallToolReply, CallToolRequest, CancelRequest, GenerationRequest, UpstreamRequest,
+    call_tool_event,
+};
 
 use crate::error::Error;
 
 /// Route events as they arrive from the kernel.
 pub type RouteStream = BoxStream<'static, Result<RouteEvent, Error>>;
+
+/// A worker's resource updates: (URI, the update's params as JSON text).
+pub type ResourceUpdates = BoxStream<'static, (String, String)>;
+
+/// Which request beyond tools a worker forwards (issue 21; one `tutti.worker.v1` RPC each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forward {
+    GetPrompt,
+    ReadResource,
+    Complete,
+    Subscribe,
+    Unsubscribe,
+}
 
 /// Who a valid session token belongs to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -75,6 +91,37 @@ pub trait Backend: Send + Sync + 'static {
         _progress: tokio::sync::mpsc::Sender<String>,
     ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
         self.call_tool(endpoint, request)
+    }
+
+    /// Forwards one request beyond tools (issue 21) to the worker at `endpoint`. The default
+    /// (backends without workers) has none to forward to.
+    fn forward<'a>(
+        &'a self,
+        endpoint: &'a str,
+        kind: Forward,
+        _request: UpstreamRequest,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        Box::pin(async move {
+            Err(Error::WorkerUnavailable {
+                endpoint: endpoint.to_owned(),
+                detail: format!("{kind:?} is not supported by this backend"),
+            })
+        })
+    }
+
+    /// The upstream's resource updates of `generation` (params as JSON text), until that
+    /// generation ends.
+    fn watch_resources<'a>(
+        &'a self,
+        endpoint: &'a str,
+        _generation: u64,
+    ) -> BoxFuture<'a, Result<ResourceUpdates, Error>> {
+        Box::pin(async move {
+            Err(Error::WorkerUnavailable {
+                endpoint: endpoint.to_owned(),
+                detail: "resource updates are not supported by this backend".to_owned(),
+            })
+        })
     }
 
     /// Cancels an in-flight call on the worker listening at `endpoint`.
@@ -345,6 +392,47 @@ impl Backend for GrpcBackend {
                 endpoint: endpoint.to_owned(),
                 detail: "the call's stream ended without a reply".to_owned(),
             })
+        })
+    }
+
+    fn forward<'a>(
+        &'a self,
+        endpoint: &'a str,
+        kind: Forward,
+        request: UpstreamRequest,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        Box::pin(async move {
+            let generation = request.generation;
+            let mut client = self.worker(endpoint).await?;
+            let reply = match kind {
+                Forward::GetPrompt => client.get_prompt(request).await,
+                Forward::ReadResource => client.read_resource(request).await,
+                Forward::Complete => client.complete(request).await,
+                Forward::Subscribe => client.subscribe(request).await,
+                Forward::Unsubscribe => client.unsubscribe(request).await,
+            };
+            reply
+                .map(tonic::Response::into_inner)
+                .map_err(|status| self.call_failed(endpoint, generation, &status))
+        })
+    }
+
+    fn watch_resources<'a>(
+        &'a self,
+        endpoint: &'a str,
+        generation: u64,
+    ) -> BoxFuture<'a, Result<ResourceUpdates, Error>> {
+        Box::pin(async move {
+            let mut client = self.worker(endpoint).await?;
+            let stream = client
+                .watch_resources(GenerationRequest { generation })
+                .await
+                .map_err(|status| self.call_failed(endpoint, generation, &status))?
+                .into_inner();
+            let updates = stream.filter_map(|update| {
+                std::future::ready(update.ok().map(|u| (u.uri, u.params_json)))
+            });
+            Ok(Box::pin(updates) as ResourceUpdates)
         })
     }
 

@@ -172,13 +172,13 @@ impl serde::Serialize for CallResult {
 
 /// The frontend's own deadline is the call timeout plus this much (the worker normally
 /// answers the timeout itself).
-const DEADLINE_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const DEADLINE_GRACE: Duration = Duration::from_secs(2);
 
-fn tutti(reason: &str, key: &str, generation: u64) -> Value {
+pub(crate) fn tutti(reason: &str, key: &str, generation: u64) -> Value {
     json!({"reason": reason, "connector": key, "generation": generation})
 }
 
-fn with_tutti(data: Option<Value>, tutti: Value) -> Value {
+pub(crate) fn with_tutti(data: Option<Value>, tutti: Value) -> Value {
     match data {
         Some(Value::Object(mut map)) => {
             map.insert("tutti".into(), tutti);
@@ -189,7 +189,7 @@ fn with_tutti(data: Option<Value>, tutti: Value) -> Value {
     }
 }
 
-fn unavailable(key: &str, generation: u64, reason: &str, what: &str) -> RpcError {
+pub(crate) fn unavailable(key: &str, generation: u64, reason: &str, what: &str) -> RpcError {
     RpcError::new(INTERNAL_ERROR, format!("[MCP_UNAVAILABLE] {key}: {what}"))
         .with_data(json!({"tutti": tutti(reason, key, generation)}))
 }
@@ -208,7 +208,7 @@ fn not_available(name: &str, key: &str, generation: u64) -> RpcError {
 }
 
 /// The generation was fenced while the call was in flight (SPEC §5: -32603 unavailable).
-fn fenced_mid_call(key: &str, generation: u64) -> RpcError {
+pub(crate) fn fenced_mid_call(key: &str, generation: u64) -> RpcError {
     unavailable(
         key,
         generation,
@@ -217,7 +217,7 @@ fn fenced_mid_call(key: &str, generation: u64) -> RpcError {
     )
 }
 
-fn timed_out(key: &str, generation: u64, what: &str) -> RpcError {
+pub(crate) fn timed_out(key: &str, generation: u64, what: &str) -> RpcError {
     RpcError::new(INTERNAL_ERROR, format!("[MCP_TIMEOUT] {key}: {what}"))
         .with_data(json!({"tutti": tutti("timeout", key, generation)}))
 }
@@ -278,14 +278,14 @@ pub(crate) async fn resolve(app: &App, name: &str) -> Result<Arc<Tool>, RpcError
 
 /// Sends `Cancel` to the worker unless disarmed (the call completed). Dropping the call's
 /// future (the client closed the stream) therefore cancels the upstream call.
-struct CancelGuard {
-    backend: Arc<dyn Backend>,
-    endpoint: String,
-    request: Option<CancelRequest>,
+pub(crate) struct CancelGuard {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) endpoint: String,
+    pub(crate) request: Option<CancelRequest>,
 }
 
 impl CancelGuard {
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.request = None;
     }
 }
@@ -464,7 +464,7 @@ async fn send_call(
 }
 
 /// Completes when the generation is fenced; never if the fence's sender is gone.
-async fn until_fenced(mut fence: watch::Receiver<bool>) {
+pub(crate) async fn until_fenced(mut fence: watch::Receiver<bool>) {
     if fence.wait_for(|f| *f).await.is_err() {
         pending::<()>().await;
     }

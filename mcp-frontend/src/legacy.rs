@@ -5,14 +5,12 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
+use crate::beyond::{self, List};
 use crate::call;
 use crate::era::{Revision, server_info};
 use crate::progress;
 use crate::rpc::{self, METHOD_NOT_FOUND, Message, RESOURCE_NOT_FOUND, RpcError, SERVER_ERROR};
-use crate::shared::{
-    Ctx, PROTOCOL_VERSION_HEADER, empty_list, empty_list_field, get_prompt, list_tools,
-    read_resource,
-};
+use crate::shared::{Ctx, PROTOCOL_VERSION_HEADER, list_tools};
 
 /// Versions this surface speaks; the first is the one offered when the client's is unknown.
 pub(crate) const VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2025-11-25"];
@@ -52,7 +50,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         }
         Message::Request { id, method, params } => {
             let answer = match method.as_str() {
-                "initialize" => Ok(initialize(params.as_ref())),
+                "initialize" => Ok(initialize(&ctx.app, params.as_ref()).await),
                 "ping" => Ok(json!({})),
                 "tools/list" => {
                     match list_tools(&ctx.app, params.as_ref(), revision(&ctx), Map::new()).await {
@@ -61,22 +59,34 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     }
                 }
                 "tools/call" => return tools_call(ctx, id, params).await,
-                "resources/read" => read_resource(params.as_ref(), RESOURCE_NOT_FOUND),
-                "prompts/get" => get_prompt(params.as_ref()),
-                other => match empty_list_field(other) {
-                    Some(field) => Ok(Value::Object(empty_list(field))),
-                    None => Err(RpcError::new(
-                        METHOD_NOT_FOUND,
-                        format!("Method not found: {other}"),
-                    )),
-                },
+                other => beyond_tools(&ctx, other, params).await,
             };
             rpc::answer_response(&id, answer)
         }
     }
 }
 
-fn initialize(params: Option<&Value>) -> Value {
+/// The methods of issue 21 (SPEC §11) on this surface, and method-not-found for the rest.
+async fn beyond_tools(ctx: &Ctx, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
+    let (app, who) = (&ctx.app, &ctx.identity);
+    let answer = match method {
+        "prompts/get" => beyond::get_prompt(app, who, params).await,
+        "resources/read" => beyond::read_resource(app, who, params, RESOURCE_NOT_FOUND).await,
+        "completion/complete" => beyond::complete(app, who, params).await,
+        "resources/subscribe" => beyond::subscribe(app, who, params, RESOURCE_NOT_FOUND).await,
+        "resources/unsubscribe" => beyond::unsubscribe(app, who, params).await,
+        other => match List::of(other) {
+            Some(list) => beyond::list(app, list).await.map(Value::Object),
+            None => Err(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!("Method not found: {other}"),
+            )),
+        },
+    };
+    answer.map(|result| beyond::in_era(result, false))
+}
+
+async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
     let requested = params
         .and_then(|p| p.get("protocolVersion"))
         .and_then(Value::as_str);
@@ -84,9 +94,12 @@ fn initialize(params: Option<&Value>) -> Value {
         Some(v) if VERSIONS.contains(&v) => v,
         _ => VERSIONS[0],
     };
+    let mut capabilities = Map::new();
+    capabilities.insert("tools".into(), json!({"listChanged": false}));
+    beyond::declare(app, &mut capabilities).await;
     json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}, "resources": {}, "prompts": {}},
+        "capabilities": capabilities,
         "serverInfo": server_info(),
     })
 }

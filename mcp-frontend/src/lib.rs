@@ -11,8 +11,10 @@
 mod app;
 mod audit;
 mod backend;
+mod beyond;
 mod call;
 mod circuit;
+mod catalog;
 mod era;
 mod error;
 mod headers;
@@ -21,6 +23,7 @@ mod legacy;
 mod listen;
 mod listeners;
 mod modern;
+mod notify;
 mod progress;
 mod routes;
 mod rpc;
@@ -38,7 +41,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tutti_proto::rules::{atomic_file, timing};
 
-pub use backend::{Backend, Identity, RouteStream};
+pub use backend::{Backend, Forward, Identity, ResourceUpdates, RouteStream};
 pub use error::Error;
 
 use app::App;

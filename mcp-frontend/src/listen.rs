@@ -1,6 +1,9 @@
 //! `subscriptions/listen` (MCP 2026-07-28): a long-lived `text/event-stream` that
-//! acknowledges the subscription, then carries `notifications/tools/list_changed`, and ends
-//! with a final result when the session's token is revoked or the runtime shuts down.
+//! acknowledges the subscription, then carries `notifications/tools/list_changed` and (issue
+//! 21) `notifications/prompts/list_changed`, `notifications/resources/list_changed` and
+//! `notifications/resources/updated` for the `resourceSubscriptions` it honours, each only when
+//! asked for, and ends with a final result when the session's token is revoked or the runtime
+//! shuts down.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,11 +11,12 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::response::Response;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use crate::app::App;
 use crate::backend::Identity;
+use crate::notify::Note;
 
 /// How often a keep-alive comment is sent. SPEC §5 asks for one at least every 15 s; 10 s
 /// leaves room for a busy machine and for clients whose read timeout is the 15 s itself.
@@ -43,6 +47,9 @@ struct Stream {
     /// The request id, which is also the subscription id.
     id: Value,
     wants_tools: bool,
+    /// Prompts and resources list changes, and the URIs whose updates it gets (issue 21).
+    wants: Wants,
+    notes: broadcast::Receiver<Note>,
     end_after_ack: bool,
     tools: watch::Receiver<u64>,
     end: watch::Receiver<bool>,
@@ -71,6 +78,8 @@ pub(crate) async fn open(
         == Some(true);
     let mut tools = app.tools_version.subscribe();
     tools.borrow_and_update();
+    let notes = app.notifier.receiver();
+    let wants = Wants::honoured(&app, &identity, params).await;
     let (listener, end) = app.listeners.register(identity);
     let registration = Registration {
         app: app.clone(),
@@ -86,6 +95,8 @@ pub(crate) async fn open(
         phase: Phase::Ack,
         id,
         wants_tools,
+        wants,
+        notes,
         end_after_ack,
         tools,
         end,
@@ -99,11 +110,12 @@ async fn next_frame(mut s: Stream) -> Option<(Bytes, Stream)> {
     let meta = json!({ SUBSCRIPTION_ID: s.id });
     match s.phase {
         Phase::Ack => {
-            let notifications = if s.wants_tools {
+            let mut notifications = if s.wants_tools {
                 json!({"toolsListChanged": true})
             } else {
                 json!({})
             };
+            s.wants.acknowledge(&mut notifications);
             let ack = json!({
                 "jsonrpc": "2.0",
                 "method": "notifications/subscriptions/acknowledged",
@@ -142,12 +154,95 @@ async fn next_frame(mut s: Stream) -> Option<(Bytes, Stream)> {
                     });
                     return Some((frame(&note), s));
                 }
+                note = s.notes.recv() => match note {
+                    Ok(note) if s.wants.note(&note) => {
+                        return Some((frame(&note.message(Some(&meta))), s));
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        s.notes = broadcast::channel(1).1;
+                        continue;
+                    }
+                },
                 _ = s.keep_alive.tick() => {
                     return Some((Bytes::from_static(b": keep-alive\n\n"), s));
                 }
             }
         },
         Phase::Done => None,
+    }
+}
+
+/// What a listen stream honours beyond tools (issue 21).
+#[derive(Default)]
+struct Wants {
+    prompts: bool,
+    resources: bool,
+    /// URIs whose upstream accepted the subscription.
+    uris: std::collections::BTreeSet<String>,
+}
+
+impl Wants {
+    /// What the request asks for and can be honoured: the list changes always; each of
+    /// `resourceSubscriptions` whose connector could be subscribed (others are left out of the
+    /// acknowledgement, as 2026-07-28 says for what a server does not honour).
+    async fn honoured(app: &App, who: &Identity, params: Option<&Value>) -> Self {
+        let asked = params.and_then(|p| p.get("notifications"));
+        let flag =
+            |name: &str| asked.and_then(|n| n.get(name)).and_then(Value::as_bool) == Some(true);
+        let mut wants = Wants {
+            prompts: flag("promptsListChanged"),
+            resources: flag("resourcesListChanged"),
+            uris: Default::default(),
+        };
+        let uris = asked
+            .and_then(|n| n.get("resourceSubscriptions"))
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for uri in uris.iter().filter_map(Value::as_str) {
+            let subscribed = crate::beyond::ensure_upstream_subscription(
+                app,
+                who,
+                uri,
+                crate::rpc::INVALID_PARAMS,
+            )
+            .await;
+            match subscribed {
+                Ok(()) => {
+                    wants.uris.insert(uri.to_owned());
+                }
+                Err(e) => {
+                    tracing::debug!(%uri, error = %e.message, "resource subscription not honoured")
+                }
+            }
+        }
+        wants
+    }
+
+    fn acknowledge(&self, notifications: &mut Value) {
+        let Some(map) = notifications.as_object_mut() else {
+            return;
+        };
+        if self.prompts {
+            map.insert("promptsListChanged".into(), json!(true));
+        }
+        if self.resources {
+            map.insert("resourcesListChanged".into(), json!(true));
+        }
+        if !self.uris.is_empty() {
+            map.insert("resourceSubscriptions".into(), json!(self.uris));
+        }
+    }
+
+    /// Whether `note` goes on this stream (tool list changes travel by `tools_version`).
+    fn note(&self, note: &Note) -> bool {
+        match note {
+            Note::ToolsListChanged => false,
+            Note::PromptsListChanged => self.prompts,
+            Note::ResourcesListChanged => self.resources,
+            Note::ResourceUpdated { uri, .. } => self.uris.contains(uri),
+        }
     }
 }
 

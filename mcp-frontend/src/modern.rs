@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
+use crate::beyond::{self, List};
 use crate::call;
 use crate::era::{META_SERVER_INFO, Revision, server_info};
 use crate::headers::{self, HeaderProblem};
@@ -15,8 +16,7 @@ use crate::rpc::{
     UNSUPPORTED_VERSION,
 };
 use crate::shared::{
-    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, empty_list,
-    empty_list_field, get_prompt, list_tools, read_resource, target_param,
+    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, list_tools, target_param,
 };
 
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -27,7 +27,6 @@ const DISCOVER_TTL_MS: u64 = 3_600_000;
 /// stream must not keep a stale list (the Python SDK caches for `ttlMs`; with 60 s, "list
 /// tools again" after a -32602 returned the same stale list for a minute).
 const TOOLS_TTL_MS: u64 = 0;
-const EMPTY_LIST_TTL_MS: u64 = 3_600_000;
 
 fn bad(id: &Value, error: RpcError) -> Response {
     rpc::error_response(StatusCode::BAD_REQUEST, id, &error)
@@ -59,10 +58,6 @@ fn cacheable_fields(mut fields: Map<String, Value>, ttl_ms: u64) -> Map<String, 
     fields.insert("cacheScope".into(), json!("private"));
     fields.insert("_meta".into(), json!({ META_SERVER_INFO: server_info() }));
     fields
-}
-
-fn empty_list_result(field: &str) -> Value {
-    cacheable(empty_list(field), EMPTY_LIST_TTL_MS)
 }
 
 /// The request's `_meta` and headers: required `_meta` fields (-32602), then header vs
@@ -130,7 +125,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
     }
 
     let answer = match method.as_str() {
-        "server/discover" => Ok(discover()),
+        "server/discover" => Ok(discover(&ctx.app).await),
         "tools/list" => {
             let extra = cacheable_fields(Map::new(), TOOLS_TTL_MS);
             match list_tools(&ctx.app, params.as_ref(), Revision::V2026_07_28, extra).await {
@@ -162,15 +157,18 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             {
                 return bad(&id, e);
             }
-            if method == "resources/read" {
-                read_resource(params.as_ref(), INVALID_PARAMS)
-            } else {
-                get_prompt(params.as_ref())
-            }
+            get_or_read(&ctx, &method, params).await
         }
+        "completion/complete" => beyond::complete(&ctx.app, &ctx.identity, params)
+            .await
+            .map(|result| beyond::in_era(result, true)),
         other => {
-            if let Some(field) = empty_list_field(other) {
-                return rpc::answer_response(&id, Ok(empty_list_result(field)));
+            if let Some(list) = List::of(other) {
+                // The lists change with every commit, like the tool list: not cached.
+                let answer = beyond::list(&ctx.app, list)
+                    .await
+                    .map(|fields| cacheable(fields, TOOLS_TTL_MS));
+                return rpc::answer_response(&id, answer);
             }
             return rpc::error_response(
                 StatusCode::NOT_FOUND,
@@ -182,13 +180,26 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
     rpc::answer_response(&id, answer)
 }
 
-fn discover() -> Value {
+/// `prompts/get` or `resources/read` (issue 21), in this era's form.
+async fn get_or_read(ctx: &Ctx, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
+    let (app, who) = (&ctx.app, &ctx.identity);
+    if method == "resources/read" {
+        beyond::read_resource(app, who, params, INVALID_PARAMS)
+            .await
+            .map(beyond::with_cache_hints)
+    } else {
+        beyond::get_prompt(app, who, params).await
+    }
+    .map(|result| beyond::in_era(result, true))
+}
+
+async fn discover(app: &crate::app::App) -> Value {
     let mut fields = Map::new();
     fields.insert("supportedVersions".into(), json!([MODERN_VERSION]));
-    fields.insert(
-        "capabilities".into(),
-        json!({"tools": {"listChanged": true}, "resources": {}, "prompts": {}}),
-    );
+    let mut capabilities = Map::new();
+    capabilities.insert("tools".into(), json!({"listChanged": true}));
+    beyond::declare(app, &mut capabilities).await;
+    fields.insert("capabilities".into(), Value::Object(capabilities));
     cacheable(fields, DISCOVER_TTL_MS)
 }
 

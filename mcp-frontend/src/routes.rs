@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tutti_proto::kernel::{ConnectorRoute, RouteEvent, RoutedTool, SessionsRevoked, route_event};
 
+use crate::catalog::{self, Catalog};
 use crate::era::{self, Revision};
 use crate::validate::{self, ParamHeader};
 
@@ -38,6 +39,15 @@ pub(crate) struct Connector {
     pub(crate) fence: Fence,
     /// The circuit breaker's settings (SPEC §12).
     pub(crate) circuit: crate::circuit::Settings,
+}
+
+impl catalog::Owner for Connector {
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn generation(&self) -> u64 {
+        self.generation
+    }
 }
 
 /// One routable tool: the immutable binding a call resolves to.
@@ -75,6 +85,8 @@ pub(crate) struct RouteTable {
     pub(crate) list_revision: u64,
     tools: Vec<Arc<Tool>>,
     gone: Arc<HashMap<String, Gone>>,
+    /// Prompts, resources and templates of the same generations (issue 21).
+    pub(crate) catalog: Arc<Catalog<Connector>>,
 }
 
 /// A `tools/list` cursor that cannot be used.
@@ -90,6 +102,7 @@ impl RouteTable {
             list_revision: 0,
             tools: Vec::new(),
             gone: Arc::new(HashMap::new()),
+            catalog: Arc::new(Catalog::empty()),
         }
     }
 
@@ -150,7 +163,9 @@ impl RouteTable {
     pub(crate) fn endpoints(&self) -> HashSet<String> {
         self.tools
             .iter()
-            .map(|t| t.connector.endpoint.clone())
+            .map(|t| &t.connector)
+            .chain(self.catalog.connectors())
+            .map(|c| c.endpoint.clone())
             .collect()
     }
 }
@@ -216,6 +231,7 @@ pub(crate) enum Effect {
 struct Compiled {
     connector: Arc<Connector>,
     tools: Vec<Arc<Tool>>,
+    part: catalog::Part<Connector>,
 }
 
 /// The mutable side, owned by the watcher task.
@@ -366,7 +382,12 @@ impl RouteState {
             .iter()
             .filter_map(|routed| compile_tool(route, display_name, &connector, routed))
             .collect();
-        Some(Compiled { connector, tools })
+        let part = catalog::Part::compile(route, &connector);
+        Some(Compiled {
+            connector,
+            tools,
+            part,
+        })
     }
 
     fn replace_connectors(&mut self, next: BTreeMap<String, Compiled>) -> Effect {
@@ -424,10 +445,15 @@ impl RouteState {
         self.unfenced
             .retain(|k, fence| live.contains(k) || fence.receiver_count() > 0);
 
+        let catalog = Catalog::build(
+            self.connectors.values().map(|c| &c.part),
+            &self.table.catalog,
+        );
         self.table = Arc::new(RouteTable {
             list_revision: self.list_revision,
             tools,
             gone: Arc::new(self.gone.clone()),
+            catalog: Arc::new(catalog),
         });
         Effect::Routes { tools_changed }
     }

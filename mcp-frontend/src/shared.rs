@@ -1,6 +1,5 @@
 //! What both surfaces (`legacy`, `modern`) share, under them: the request context, the
-//! protocol constants, `tools/list`, and the answers for resources and prompts (none are
-//! projected, SPEC §5). Depends only on the layers below (`call`'s state, `rpc`, `routes`,
+//! protocol constants and `tools/list` (prompts and resources: `beyond.rs`). Depends only on the layers below (`call`'s state, `rpc`, `routes`,
 //! `era`), never on a surface or on `http`.
 
 use std::sync::Arc;
@@ -8,7 +7,7 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::app::App;
 use crate::backend::Identity;
@@ -33,24 +32,6 @@ pub(crate) struct Ctx {
     pub(crate) headers: HeaderMap,
 }
 
-/// The field of an always-empty list result (`resources/list`, `resources/templates/list`,
-/// `prompts/list`), or `None` for any other method.
-pub(crate) fn empty_list_field(method: &str) -> Option<&'static str> {
-    match method {
-        "resources/list" => Some("resources"),
-        "resources/templates/list" => Some("resourceTemplates"),
-        "prompts/list" => Some("prompts"),
-        _ => None,
-    }
-}
-
-/// The fields of an empty list result: `field` holding `[]`.
-pub(crate) fn empty_list(field: &str) -> Map<String, Value> {
-    let mut fields = Map::new();
-    fields.insert(field.into(), json!([]));
-    fields
-}
-
 /// A string parameter that names the target of a request (`uri`, `name`), or -32602.
 pub(crate) fn target_param<'a>(
     params: Option<&'a Value>,
@@ -65,23 +46,6 @@ pub(crate) fn target_param<'a>(
                 format!("Invalid params: {field} is required"),
             )
         })
-}
-
-/// `resources/read`: no resources are projected (SPEC §5), so every URI is not found.
-/// `code` is -32602 on the modern surface (SEP-2164) and -32002 on the legacy one
-/// (MCP 2025-06-18); `data.uri` echoes the requested URI either way.
-pub(crate) fn read_resource(params: Option<&Value>, code: i64) -> Result<Value, RpcError> {
-    let uri = target_param(params, "uri")?;
-    Err(RpcError::new(code, format!("Resource not found: {uri}")).with_data(json!({"uri": uri})))
-}
-
-/// `prompts/get`: no prompts are projected (SPEC §5), so every name is unknown (-32602).
-pub(crate) fn get_prompt(params: Option<&Value>) -> Result<Value, RpcError> {
-    let name = target_param(params, "name")?;
-    Err(RpcError::new(
-        INVALID_PARAMS,
-        format!("Unknown prompt: {name}"),
-    ))
 }
 
 /// A `tools/list` result: the page's pre-serialized tools, the next cursor and the era's

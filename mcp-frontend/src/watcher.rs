@@ -58,6 +58,7 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                         Effect::Revoked(revoked) => {
                             app.sessions.revoke(&revoked);
                             app.listeners.revoke(&revoked);
+                            app.notifier.revoke(&revoked);
                             acknowledge(&app, revision).await;
                         }
                         Effect::Shutdown => return WatchEnd::Shutdown,

@@ -18,7 +18,7 @@ use tutti_proto::transport;
 use tutti_proto::worker::worker_server::{Worker, WorkerServer};
 use tutti_proto::worker::{
     self as wk, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, GenerationRequest,
-    ShutdownRequest, call_tool_event, call_tool_reply,
+    ResourceUpdated, ShutdownRequest, UpstreamRequest, call_tool_event, call_tool_reply,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -202,6 +202,28 @@ impl Worker for FakeWorker {
         no()
     }
     async fn shutdown(&self, _: Request<ShutdownRequest>) -> Reply<wk::Empty> {
+        no()
+    }
+    async fn get_prompt(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+        no()
+    }
+    async fn read_resource(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+        no()
+    }
+    async fn complete(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+        no()
+    }
+    async fn subscribe(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+        no()
+    }
+    async fn unsubscribe(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+        no()
+    }
+    type WatchResourcesStream = futures_util::stream::Empty<Result<ResourceUpdated, Status>>;
+    async fn watch_resources(
+        &self,
+        _: Request<GenerationRequest>,
+    ) -> Reply<Self::WatchResourcesStream> {
         no()
     }
 }

@@ -1700,7 +1700,7 @@ async fn listen_ack_list_changed_and_final_result_on_revocation() {
         ack,
         json!({"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged",
                "params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"listen-1"},
-                         "notifications":{"toolsListChanged":true}}})
+                         "notifications":{"toolsListChanged":true,"promptsListChanged":true}}})
     );
     // Another session's revocation does not end this stream.
     h.send(route_event::Event::SessionsRevoked(SessionsRevoked {
@@ -1760,7 +1760,12 @@ async fn listen_honours_only_requested_kinds() {
         .listen(json!(77), json!({"promptsListChanged": true}))
         .await;
     let ack = prompts_only.next().await.expect("ack");
-    assert_eq!(ack["params"]["notifications"], json!({}));
+    // Prompt list changes are honoured since issue 21 (SPEC §11); tool list changes were
+    // not asked for and must not leak.
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"promptsListChanged": true})
+    );
     assert_eq!(
         ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
         77

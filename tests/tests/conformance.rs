@@ -131,7 +131,8 @@ async fn conformance_suite_passes_both_requirement_sets() {
     assert!(!baseline.is_empty());
 
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let tools: Vec<&str> = vec!["--tools", TEST_TOOLS];
+    // Issue 21: the suite's prompts, resources, template and completion too.
+    let tools: Vec<&str> = vec!["--tools", TEST_TOOLS, "--conformance-catalog"];
     // The suite makes the upstream add tools: trusted, so they commit without review.
     rt.install_trusted(&fixture_connector("test", &tools), &[]);
     rt.wait_status("test", "ready", Duration::from_secs(20));

@@ -438,10 +438,11 @@ async fn listen_stream_on_the_wire_ends_with_a_final_result_at_shutdown() {
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
     );
-    // Only what the runtime honours is acknowledged: prompts never change.
+    // What the runtime honours is acknowledged: prompt list changes too since SPEC §11
+    // (issue 21); a connector without prompts (below) changes only the tool list.
     assert_eq!(
         ack["params"]["notifications"],
-        json!({"toolsListChanged": true}),
+        json!({"toolsListChanged": true, "promptsListChanged": true}),
         "{ack}"
     );
     assert_eq!(ack["params"]["_meta"], meta, "{ack}");

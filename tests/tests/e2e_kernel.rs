@@ -35,6 +35,20 @@ fn text_json(result: &Value) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
+/// The fixture's "who answered" JSON of a `whoami` result, a `prompts/get` result or a
+/// `resources/read` result.
+fn who_answered(result: &Value) -> Value {
+    let text = [
+        &result["content"][0]["text"],
+        &result["messages"][0]["content"]["text"],
+        &result["contents"][0]["text"],
+    ]
+    .into_iter()
+    .find_map(Value::as_str)
+    .unwrap_or("");
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
 fn generation(entry: &Value) -> u64 {
     entry["generation"].as_u64().unwrap_or(0)
 }
@@ -192,10 +206,17 @@ async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> V
         i += 1;
         let key = CHAOS_KEYS[i % 2];
         let echo = i.is_multiple_of(5);
-        let tool = if echo {
-            format!("{key}_echo")
-        } else {
-            format!("{key}_whoami")
+        // Issue 21: prompts/get and resources/read are fenced like tools/call; the fixture's
+        // answers name the upstream's pid and parent like `whoami`.
+        let beyond = match i % 5 {
+            1 => Some(("prompts/get", json!({"name": format!("{key}_hello")}))),
+            3 => Some(("resources/read", json!({"uri": format!("{key}://doc")}))),
+            _ => None,
+        };
+        let tool = match (&beyond, echo) {
+            (Some((method, params)), _) => format!("{method} {params}"),
+            (None, true) => format!("{key}_echo"),
+            (None, false) => format!("{key}_whoami"),
         };
         let message = format!("c{n}-{i}");
         let args = if echo {
@@ -204,7 +225,12 @@ async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> V
             json!({})
         };
         let start = Instant::now();
-        let reply = tokio::time::timeout(CALL_LIMIT, mcp.call_tool(&tool, args)).await;
+        let reply = match beyond {
+            Some((method, params)) => {
+                tokio::time::timeout(CALL_LIMIT, mcp.request(method, params)).await
+            }
+            None => tokio::time::timeout(CALL_LIMIT, mcp.call_tool(&tool, args)).await,
+        };
         let end = Instant::now();
         let outcome = match reply {
             Err(_) => Outcome::Hang,
@@ -222,7 +248,7 @@ async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> V
                             .to_owned(),
                     )
                 } else {
-                    let who = text_json(&body["result"]);
+                    let who = who_answered(&body["result"]);
                     match (who["pid"].as_u64(), who["ppid"].as_u64()) {
                         (Some(pid), Some(ppid)) => Outcome::Who {
                             pid: pid as u32,
@@ -258,7 +284,18 @@ async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> V
 async fn chaos_worker_kills_never_hang_misroute_or_outlive_their_fence() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     for key in CHAOS_KEYS {
-        let mut m = rt.private_fixture_connector(key, &["--tools", "whoami,echo"]);
+        let doc = format!("{key}://doc");
+        let mut m = rt.private_fixture_connector(
+            key,
+            &[
+                "--tools",
+                "whoami,echo",
+                "--prompt",
+                "hello",
+                "--resource",
+                &doc,
+            ],
+        );
         m["timeouts"] = json!({"callMs": 30000});
         rt.install_ok(&m, &[]);
     }

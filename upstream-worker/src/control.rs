@@ -6,12 +6,13 @@ use std::time::Duration;
 use tonic::transport::Channel;
 use tutti_proto::kernel::kernel_client::KernelClient;
 use tutti_proto::kernel::{
-    LaunchSpec, OfferToolsReply, OfferToolsRequest, OfferedTool, RegisterWorkerRequest,
-    WorkerReport, WorkerReportKind,
+    LaunchSpec, OfferToolsReply, OfferToolsRequest, OfferedPrompt, OfferedResource, OfferedTool,
+    RegisterWorkerRequest, WorkerReport, WorkerReportKind,
 };
 use tutti_proto::limits;
 use tutti_proto::transport;
 
+use crate::catalog::Catalog;
 use crate::error::WorkerError;
 
 /// How long a kernel RPC may take before we give up on it.
@@ -75,10 +76,11 @@ impl KernelLink {
         })
     }
 
-    /// Offers the complete tool set of this generation.
+    /// Offers the complete tool set of this generation, with its prompts and resources.
     pub(crate) async fn offer(
         &self,
         tools: &[serde_json::Value],
+        catalog: &Catalog,
         protocol_version: &str,
         server_name: &str,
     ) -> Result<OfferToolsReply, WorkerError> {
@@ -106,6 +108,18 @@ impl KernelLink {
             server_name: server_name.to_owned(),
             withheld_tools,
             withheld_bytes,
+            prompts: catalog
+                .prompts
+                .iter()
+                .map(|p| OfferedPrompt {
+                    upstream_name: string_field(p, "name"),
+                    definition_json: p.to_string(),
+                })
+                .collect(),
+            resources: offered_resources(&catalog.resources, "uri"),
+            resource_templates: offered_resources(&catalog.templates, "uriTemplate"),
+            completions: catalog.completions,
+            resources_subscribe: catalog.subscribe,
         };
         Self::rpc("OfferTools", client.offer_tools(request)).await
     }
@@ -138,6 +152,25 @@ fn offered(tools: &[serde_json::Value]) -> Vec<OfferedTool> {
                 .unwrap_or_default()
                 .to_owned(),
             definition_json: tool.to_string(),
+        })
+        .collect()
+}
+
+fn string_field(value: &serde_json::Value, field: &str) -> String {
+    value
+        .get(field)
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Resources (by `uri`) or templates (by `uriTemplate`), each object as the upstream sent it.
+fn offered_resources(items: &[serde_json::Value], field: &str) -> Vec<OfferedResource> {
+    items
+        .iter()
+        .map(|item| OfferedResource {
+            uri: string_field(item, field),
+            definition_json: item.to_string(),
         })
         .collect()
 }

@@ -7,6 +7,7 @@
 //! goes away. The process exit code tells the kernel why it ended ([`Exit`]).
 #![deny(unsafe_code)]
 
+mod catalog;
 mod control;
 mod definitions;
 mod error;
@@ -243,7 +244,8 @@ async fn drive(
             Err(exit) => return exit,
         };
 
-    let exit = match offer(&kernel, shared, &session, tools, &redactor).await {
+    let catalog = list_catalog(&session, within).await;
+    let exit = match offer(&kernel, shared, &session, tools, &catalog, &redactor).await {
         Ok(()) => {
             serve(
                 &kernel,
@@ -318,6 +320,7 @@ async fn offer(
     shared: &Shared<RmcpUpstream>,
     session: &Session,
     tools: Vec<serde_json::Value>,
+    catalog: &catalog::Catalog,
     redactor: &redact::Redactor,
 ) -> Result<(), Exit> {
     let tools = definitions::as_sent(tools);
@@ -326,11 +329,22 @@ async fn offer(
         tokio::spawn(report_non_json(kernel.clone(), counter));
     }
     match kernel
-        .offer(&tools, &session.protocol_version, &session.server_name)
+        .offer(
+            &tools,
+            catalog,
+            &session.protocol_version,
+            &session.server_name,
+        )
         .await
     {
         Ok(reply) if reply.committed => {
-            tracing::info!(tools = tools.len(), "tool set committed");
+            tracing::info!(
+                tools = tools.len(),
+                prompts = catalog.prompts.len(),
+                resources = catalog.resources.len(),
+                templates = catalog.templates.len(),
+                "tool set committed"
+            );
             Ok(())
         }
         Ok(reply) => {
@@ -445,8 +459,14 @@ async fn reoffer(
             return;
         }
     };
+    let catalog = list_catalog(session, within).await;
     match kernel
-        .offer(&tools, &session.protocol_version, &session.server_name)
+        .offer(
+            &tools,
+            &catalog,
+            &session.protocol_version,
+            &session.server_name,
+        )
         .await
     {
         Ok(reply) if reply.committed => {
@@ -456,6 +476,27 @@ async fn reoffer(
             tracing::warn!(error = %redactor.redact(&reply.error), "the kernel refused the changed tool set");
         }
         Err(e) => tracing::warn!(error = %e, "cannot offer the changed tool set"),
+    }
+}
+
+/// The upstream's prompts, resources and templates, listed within `within`. A listing that
+/// fails is logged and offered empty: the tools still serve (the upstream declared a list it
+/// cannot give; its log says so).
+async fn list_catalog(session: &Session, within: Duration) -> catalog::Catalog {
+    let upstream = &session.upstream;
+    match tokio::time::timeout(within, catalog::list(upstream.as_ref(), upstream.offers)).await {
+        Ok(Ok(catalog)) => catalog,
+        Ok(Err(why)) => {
+            tracing::warn!(error = %why, "cannot list the upstream's prompts and resources");
+            catalog::Catalog::default()
+        }
+        Err(_) => {
+            tracing::warn!(
+                timeout_ms = within.as_millis(),
+                "listing the upstream's prompts and resources timed out"
+            );
+            catalog::Catalog::default()
+        }
     }
 }
 

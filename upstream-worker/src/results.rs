@@ -35,6 +35,9 @@ pub(crate) struct CallResults {
 enum Slot {
     #[default]
     Waiting,
+    /// Waiting for any result (not only a tool result): the answer to a forwarded
+    /// `prompts/get`, `resources/read`, list page, … (issue 21).
+    WaitingAny,
     /// The result text.
     Text(String),
     /// The answer's line was longer than this many bytes and was discarded.
@@ -54,6 +57,16 @@ impl CallResults {
     /// Registers the tools/call request `id`: its result may be kept as text.
     pub(crate) fn expect(self: &Arc<Self>, id: RequestId) -> Expected {
         self.lock().insert(id.clone(), Slot::Waiting);
+        Expected {
+            results: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// Registers the forwarded request `id` (not a tools/call): any object result is kept as
+    /// text, whatever its members.
+    pub(crate) fn expect_any(self: &Arc<Self>, id: RequestId) -> Expected {
+        self.lock().insert(id.clone(), Slot::WaitingAny);
         Expected {
             results: Arc::clone(self),
             id,
@@ -81,17 +94,22 @@ impl CallResults {
         // request, a task) is rmcp's to interpret. The key test is on the raw text: the quoted
         // name cannot occur inside a JSON string (its quotes would be escaped), so a miss is
         // certain and a hit only sends a nested key the slow way.
-        if !text.starts_with('{')
-            || !text.contains(r#""content""#)
-            || (text.contains(r#""resultType""#) && !is_complete(text))
-        {
+        if !text.starts_with('{') || (text.contains(r#""resultType""#) && !is_complete(text)) {
             return None;
         }
+        let tool_result = text.contains(r#""content""#);
         {
             let mut calls = self.lock();
             let slot = calls.get_mut(&id)?;
-            if !matches!(slot, Slot::Waiting) {
-                return None; // a second answer to one request: rmcp's to judge
+            let waiting = match slot {
+                Slot::Waiting => tool_result,
+                Slot::WaitingAny => true,
+                _ => false,
+            };
+            if !waiting {
+                // Not a tool result (rmcp's to interpret), or a second answer to one
+                // request (rmcp's to judge).
+                return None;
             }
             *slot = Slot::Text(text.to_owned());
         }
@@ -110,7 +128,7 @@ impl CallResults {
         {
             let mut calls = self.lock();
             let slot = calls.get_mut(&id)?;
-            if !matches!(slot, Slot::Waiting) {
+            if !matches!(slot, Slot::Waiting | Slot::WaitingAny) {
                 return None;
             }
             *slot = Slot::TooLarge(limit);
@@ -293,6 +311,23 @@ mod tests {
             Some(r#"{"content":[{"type":"text","text":"1.50"}],"x":{"y":1e3}}"#)
         );
         assert_eq!(call.take(), None, "taken once");
+    }
+
+    #[test]
+    fn a_forwarded_request_keeps_any_result_a_tool_call_only_tool_results() {
+        let results = Arc::new(CallResults::default());
+        let read = results.expect_any(id(8));
+        let call = results.expect(id(9));
+        let contents =
+            br#"{"jsonrpc":"2.0","id":8,"result":{"contents":[{"uri":"x://1","blob":"AAE="}]}}"#;
+        assert!(results.divert(contents).is_some());
+        assert_eq!(
+            read.take().as_deref(),
+            Some(r#"{"contents":[{"uri":"x://1","blob":"AAE="}]}"#)
+        );
+        let messages = br#"{"jsonrpc":"2.0","id":9,"result":{"messages":[]}}"#;
+        assert_eq!(results.divert(messages), None, "not a tool result: rmcp's");
+        assert_eq!(call.take(), None);
     }
 
     #[test]

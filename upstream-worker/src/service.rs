@@ -14,7 +14,8 @@ use tonic::{Request, Response, Status};
 use tutti_proto::worker::worker_server::Worker;
 use tutti_proto::worker::{
     CallError, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, Empty,
-    GenerationRequest, ShutdownRequest, call_tool_event, call_tool_reply,
+    GenerationRequest, ResourceUpdated, ShutdownRequest, UpstreamRequest, call_tool_event,
+    call_tool_reply,
 };
 
 use crate::upstream::{CallFailure, ProgressSink, Upstream};
@@ -98,10 +99,10 @@ fn unavailable(key: &str, what: &str, reason: &str) -> CallError {
     }
 }
 
-fn timed_out(key: &str, ms: u32) -> CallError {
+fn timed_out(key: &str, what: &str, ms: u32) -> CallError {
     CallError {
         code: -32603,
-        message: format!("[MCP_TIMEOUT] {key}: tool call exceeded {ms} ms"),
+        message: format!("[MCP_TIMEOUT] {key}: {what} exceeded {ms} ms"),
         data_json: String::new(),
         reason: "timeout".to_owned(),
     }
@@ -263,27 +264,10 @@ impl<U: Upstream> Shared<U> {
         };
 
         let mut guard = self.register(&req.call_id)?;
-        let mut cancel = guard.cancel.take();
-        let mut phase = self.phase.subscribe();
         tracing::debug!(call_id = %req.call_id, tool = %req.tool, timeout_ms, "tool call");
-
         // Whatever ends the wait first also cancels the upstream request (and so does this
         // handler being dropped because the caller went away).
-        let interrupt = async {
-            let cancelled = async {
-                match cancel.as_mut() {
-                    Some(rx) => rx.await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                Ok(()) = cancelled => Outcome::Cancelled,
-                () = tokio::time::sleep(Duration::from_millis(u64::from(timeout_ms))) => Outcome::TimedOut,
-                stopped = phase.wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed)) => {
-                    Outcome::Stopped(stopped.map(|p| *p).unwrap_or(Phase::Stopped))
-                }
-            }
-        };
+        let interrupt = interrupted(guard.cancel.take(), self.phase.subscribe(), timeout_ms);
         let outcome = match upstream
             .call_tool(req.tool, arguments, meta, progress, interrupt)
             .await
@@ -293,7 +277,70 @@ impl<U: Upstream> Shared<U> {
         };
         drop(guard);
 
-        Ok(reply(self.answer(outcome, timeout_ms)))
+        Ok(reply(self.answer(outcome, "tool call", timeout_ms)))
+    }
+
+    /// One forwarded request of issue 21 (`prompts/get`, `resources/read`, …): the same
+    /// generation check, registration, cancellation, timeout and answers as a tool call.
+    async fn forward(
+        self: &Arc<Self>,
+        method: &'static str,
+        req: UpstreamRequest,
+    ) -> Result<CallToolReply, Status> {
+        let reply = |outcome| CallToolReply {
+            outcome: Some(outcome),
+            generation: self.generation,
+        };
+        let upstream = match self.admitted(req.generation) {
+            Ok(upstream) => upstream,
+            Err(refused) => return Ok(reply(call_tool_reply::Outcome::Error(refused))),
+        };
+        let params = parse_object("params_json", &req.params_json)?;
+        let timeout_ms = if req.timeout_ms > 0 {
+            req.timeout_ms
+        } else {
+            self.call_timeout_ms.load(Ordering::Relaxed)
+        };
+        let mut guard = self.register(&req.call_id)?;
+        tracing::debug!(call_id = %req.call_id, method, timeout_ms, "forwarded request");
+        let interrupt = interrupted(guard.cancel.take(), self.phase.subscribe(), timeout_ms);
+        let outcome = match upstream.request(method, params, interrupt).await {
+            Ok(done) => Outcome::Done(done),
+            Err(interrupted) => interrupted,
+        };
+        drop(guard);
+        Ok(reply(self.answer(outcome, method, timeout_ms)))
+    }
+
+    /// The upstream's resource updates until this generation stops serving.
+    fn resource_updates(&self, generation: u64) -> Result<ResourceStream, Status> {
+        self.check_generation(generation)?;
+        let updates = self
+            .upstream
+            .get()
+            .and_then(|u| u.resource_updates())
+            .ok_or_else(|| Status::unavailable("the upstream is not serving"))?;
+        let mut phase = self.phase.subscribe();
+        let stopped = async move {
+            let _ = phase
+                .wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed))
+                .await;
+        };
+        let updates = tokio_stream::wrappers::BroadcastStream::new(updates);
+        let stream = futures_util::StreamExt::filter_map(updates, |update| {
+            // A lagging stream lost some updates: the ones after stand for them.
+            let update = update.ok().map(|params_json| {
+                let uri = serde_json::from_str::<serde_json::Value>(&params_json)
+                    .ok()
+                    .and_then(|v| v.get("uri").and_then(|u| u.as_str()).map(str::to_owned))
+                    .unwrap_or_default();
+                Ok(ResourceUpdated { params_json, uri })
+            });
+            std::future::ready(update)
+        });
+        Ok(Box::pin(futures_util::StreamExt::take_until(
+            stream, stopped,
+        )))
     }
 
     /// The upstream to call for `generation`, or why the call is refused.
@@ -315,12 +362,14 @@ impl<U: Upstream> Shared<U> {
     }
 
     /// How a call that ran (or was interrupted) is answered.
-    fn answer(&self, outcome: Outcome, timeout_ms: u32) -> call_tool_reply::Outcome {
+    fn answer(&self, outcome: Outcome, what: &str, timeout_ms: u32) -> call_tool_reply::Outcome {
         match outcome {
             Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultJson(result),
             Outcome::Done(Err(failure)) => call_tool_reply::Outcome::Error(self.failure(failure)),
             Outcome::Cancelled => call_tool_reply::Outcome::Error(cancelled()),
-            Outcome::TimedOut => call_tool_reply::Outcome::Error(timed_out(&self.key, timeout_ms)),
+            Outcome::TimedOut => {
+                call_tool_reply::Outcome::Error(timed_out(&self.key, what, timeout_ms))
+            }
             Outcome::Stopped(Phase::Fenced) => call_tool_reply::Outcome::Error(unavailable(
                 &self.key,
                 &format!("generation {} is fenced", self.generation),
@@ -411,6 +460,32 @@ impl<U: Upstream> Shared<U> {
             change
         });
         let _ = self.events.send(Event::ShutDown);
+    }
+}
+
+/// The updates of `WatchResources`.
+type ResourceStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<ResourceUpdated, Status>> + Send>>;
+
+/// What ends a call's wait other than its answer: the caller's `Cancel`, the timeout, or the
+/// generation stopping (fenced, upstream gone, drained).
+async fn interrupted(
+    mut cancel: Option<oneshot::Receiver<()>>,
+    mut phase: watch::Receiver<Phase>,
+    timeout_ms: u32,
+) -> Outcome {
+    let cancelled = async {
+        match cancel.as_mut() {
+            Some(rx) => rx.await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        Ok(()) = cancelled => Outcome::Cancelled,
+        () = tokio::time::sleep(Duration::from_millis(u64::from(timeout_ms))) => Outcome::TimedOut,
+        stopped = phase.wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed)) => {
+            Outcome::Stopped(stopped.map(|p| *p).unwrap_or(Phase::Stopped))
+        }
     }
 }
 
@@ -523,6 +598,71 @@ impl<U: Upstream> Worker for WorkerService<U> {
             futures_util::stream::iter(first),
             tokio_stream::wrappers::ReceiverStream::new(stream),
         )))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        let shared = &self.shared;
+        shared
+            .forward("prompts/get", request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn read_resource(
+        &self,
+        request: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        let shared = &self.shared;
+        shared
+            .forward("resources/read", request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn complete(
+        &self,
+        request: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        let shared = &self.shared;
+        shared
+            .forward("completion/complete", request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn subscribe(
+        &self,
+        request: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        let shared = &self.shared;
+        shared
+            .forward("resources/subscribe", request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        let shared = &self.shared;
+        shared
+            .forward("resources/unsubscribe", request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    type WatchResourcesStream = ResourceStream;
+
+    async fn watch_resources(
+        &self,
+        request: Request<GenerationRequest>,
+    ) -> Result<Response<Self::WatchResourcesStream>, Status> {
+        let generation = request.into_inner().generation;
+        self.shared.resource_updates(generation).map(Response::new)
     }
 
     async fn cancel(&self, request: Request<CancelRequest>) -> Result<Response<Empty>, Status> {

@@ -11,9 +11,10 @@ use rmcp::ClientHandler;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
-    ClientConfig, ClientRequest, Implementation, JsonObject, ListToolsRequest, MetaObject,
-    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, RequestId,
-    RequestMetaObject, ServerNotification, ServerResult, SubscriptionFilter,
+    ClientConfig, ClientRequest, CustomRequest, Implementation, JsonObject, ListToolsRequest,
+    MetaObject, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, RequestId,
+    RequestMetaObject, ResourceUpdatedNotificationParam, ServerNotification, ServerResult,
+    SubscriptionFilter,
 };
 use rmcp::service::{
     ClientCacheConfig, ClientInitializeError, ClientLifecycleMode, NotificationContext,
@@ -29,7 +30,7 @@ use rmcp::transport::streamable_http_client::{
 use rmcp::{Peer, ServiceError};
 use serde_json::Value;
 use tokio::process::Command;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot, watch};
 use tutti_proto::kernel::{LaunchSpec, Transport};
 
 use crate::error::{WorkerError, error_chain};
@@ -47,6 +48,9 @@ const PIPE_BUFFER: usize = 256 * 1024;
 const CANCEL_REASON: &str = "request cancelled";
 /// How long sending `notifications/cancelled` may hold up the reply to the caller.
 const CANCEL_SEND_LIMIT: Duration = Duration::from_secs(1);
+/// `notifications/resources/updated` buffered for a slow `WatchResources` stream; older ones are
+/// dropped (an update says "read again", so a later one stands for a lost one).
+const RESOURCE_UPDATES: usize = 256;
 /// How long rmcp gets to wind down its transport when we stop.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
@@ -101,6 +105,36 @@ pub(crate) trait Upstream: Send + Sync + 'static {
         progress: Option<ProgressSink>,
         interrupt: impl Future<Output = W> + Send,
     ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send;
+
+    /// One other request (`prompts/get`, `resources/read`, `completion/complete`,
+    /// `resources/subscribe`, a list page, …, issue 21) with `params` as given: the upstream's
+    /// result as JSON text, as sent where the transport lets us take it so, or why there is
+    /// none. Interrupted and cancelled exactly like [`Upstream::call_tool`].
+    fn request<W: Send>(
+        &self,
+        method: &'static str,
+        params: Option<JsonObject>,
+        interrupt: impl Future<Output = W> + Send,
+    ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send {
+        let _ = (method, params, interrupt);
+        std::future::ready(Ok(Err(CallFailure::Other(
+            "this upstream forwards tools only".to_owned(),
+        ))))
+    }
+
+    /// The upstream's `notifications/resources/updated` params (JSON objects), as they come.
+    fn resource_updates(&self) -> Option<broadcast::Receiver<String>> {
+        None
+    }
+}
+
+/// What the upstream declared beyond tools in its capabilities (issue 21).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Offers {
+    pub(crate) prompts: bool,
+    pub(crate) resources: bool,
+    pub(crate) completions: bool,
+    pub(crate) subscribe: bool,
 }
 
 // === impl RmcpUpstream ===
@@ -113,6 +147,10 @@ pub(crate) struct RmcpUpstream {
     progress: ProgressDispatcher,
     /// tools/call results the stdout pump keeps as text (stdio upstreams only).
     results: Option<Arc<CallResults>>,
+    /// What the upstream offers beyond tools.
+    pub(crate) offers: Offers,
+    /// Its `notifications/resources/updated`, as JSON params.
+    updates: broadcast::Sender<String>,
 }
 
 impl Upstream for RmcpUpstream {
@@ -230,6 +268,58 @@ impl Upstream for RmcpUpstream {
                 "the upstream answered tools/call with an unexpected result type".to_owned(),
             )),
         })
+    }
+
+    async fn request<W: Send>(
+        &self,
+        method: &'static str,
+        params: Option<JsonObject>,
+        interrupt: impl Future<Output = W> + Send,
+    ) -> Result<Result<String, CallFailure>, W> {
+        // A custom request: rmcp writes method and params as given (no typed model in between).
+        let request =
+            ClientRequest::CustomRequest(CustomRequest::new(method, params.map(Value::Object)));
+        let mut interrupt = std::pin::pin!(interrupt);
+        let sent = tokio::select! {
+            sent = self.peer.send_request_with_option(request, PeerRequestOptions::no_options()) => sent,
+            why = &mut interrupt => return Err(why),
+        };
+        let handle = match sent {
+            Ok(handle) => handle,
+            Err(e) => return Ok(Err(self.failure(e))),
+        };
+        let id = handle.id.clone();
+        // As for tools/call: registered before rmcp can have written the request.
+        let expected = self.results.as_ref().map(|r| r.expect_any(id.clone()));
+        let mut guard = CancelOnDrop {
+            peer: self.peer.clone(),
+            id: Some(id.clone()),
+        };
+        let response = tokio::select! {
+            response = handle.await_response() => response,
+            why = &mut interrupt => {
+                guard.disarm();
+                send_cancelled(&self.peer, id).await;
+                return Err(why);
+            }
+        };
+        guard.disarm();
+        let result = match response {
+            Ok(result) => result,
+            Err(e) => return Ok(Err(self.failure(e))),
+        };
+        if let Some(text) = expected.as_ref().and_then(Expected::take) {
+            return Ok(Ok(text));
+        }
+        if let Some(limit) = expected.as_ref().and_then(Expected::too_large) {
+            return Ok(Err(CallFailure::TooLarge(limit)));
+        }
+        Ok(serde_json::to_string(&result)
+            .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))))
+    }
+
+    fn resource_updates(&self) -> Option<broadcast::Receiver<String>> {
+        Some(self.updates.subscribe())
     }
 }
 
@@ -427,6 +517,8 @@ struct Handler {
     info: ClientConfig,
     list_changed: Arc<Notify>,
     progress: ProgressDispatcher,
+    /// `notifications/resources/updated` params, for the frontend's `WatchResources`.
+    updates: broadcast::Sender<String>,
 }
 
 impl Handler {
@@ -440,6 +532,7 @@ impl Handler {
             info,
             list_changed,
             progress: ProgressDispatcher::new(),
+            updates: broadcast::channel(RESOURCE_UPDATES).0,
         }
     }
 }
@@ -447,6 +540,27 @@ impl Handler {
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.list_changed.notify_one();
+    }
+
+    // Prompts and resources are offered with the tools as one candidate (issue 21): any of
+    // the three lists changing means listing and offering again.
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.notify_one();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.notify_one();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Ok(params) = serde_json::to_string(&params) {
+            // Nobody listening (no subscriber in the frontend) is fine.
+            let _ = self.updates.send(params);
+        }
     }
 
     async fn on_progress(
@@ -1005,11 +1119,17 @@ async fn first_listing(
             )
         })
         .unwrap_or_default();
+    let offers = peer
+        .peer_info()
+        .map(|info| offers(&info.capabilities))
+        .unwrap_or_default();
     let upstream = Arc::new(RmcpUpstream {
         peer,
         redactor,
         progress: running.service().progress.clone(),
         results,
+        offers,
+        updates: running.service().updates.clone(),
     });
     let tools = upstream.list_tools().await.map_err(|f| match f {
         CallFailure::Rpc { code, message, .. } => {
@@ -1033,23 +1153,45 @@ async fn first_listing(
     Ok((running, upstream, (protocol_version, server_name), tools))
 }
 
+/// What the upstream's capabilities offer beyond tools.
+fn offers(capabilities: &rmcp::model::ServerCapabilities) -> Offers {
+    Offers {
+        prompts: capabilities.prompts.is_some(),
+        resources: capabilities.resources.is_some(),
+        completions: capabilities.completions.is_some(),
+        subscribe: capabilities
+            .resources
+            .as_ref()
+            .and_then(|r| r.subscribe)
+            .unwrap_or(false),
+    }
+}
+
 /// On a 2026-07-28 connection list changes arrive on a `subscriptions/listen` stream.
 fn subscribe_list_changed(running: &RunningService<RoleClient, Handler>, notify: Arc<Notify>) {
     let peer = running.peer().clone();
     let Some(info) = peer.peer_info() else {
         return;
     };
-    let wants = info
-        .capabilities
-        .tools
-        .as_ref()
-        .and_then(|t| t.list_changed)
-        .unwrap_or(false);
-    if info.protocol_version.has_initialize() || !wants {
+    let caps = &info.capabilities;
+    let tools = caps.tools.as_ref().and_then(|t| t.list_changed) == Some(true);
+    let prompts = caps.prompts.as_ref().and_then(|p| p.list_changed) == Some(true);
+    let resources = caps.resources.as_ref().and_then(|r| r.list_changed) == Some(true);
+    if info.protocol_version.has_initialize() || !(tools || prompts || resources) {
         return;
     }
     tokio::spawn(async move {
-        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let mut filter = SubscriptionFilter::builder();
+        if tools {
+            filter = filter.tools_list_changed();
+        }
+        if prompts {
+            filter = filter.prompts_list_changed();
+        }
+        if resources {
+            filter = filter.resources_list_changed();
+        }
+        let filter = filter.build();
         let mut subscription = match peer.listen(filter).await {
             Ok(s) => s,
             Err(e) => {
@@ -1059,7 +1201,11 @@ fn subscribe_list_changed(running: &RunningService<RoleClient, Handler>, notify:
         };
         loop {
             match subscription.next().await {
-                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                Ok(Some(
+                    ServerNotification::ToolListChangedNotification(_)
+                    | ServerNotification::PromptListChangedNotification(_)
+                    | ServerNotification::ResourceListChangedNotification(_),
+                )) => {
                     notify.notify_one();
                 }
                 Ok(Some(_)) => {}

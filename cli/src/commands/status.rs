@@ -38,6 +38,18 @@ struct StatusJson {
     route_revision: u64,
     audit_dropped: u64,
     connectors: Vec<ConnectorJson>,
+    /// Resource URIs (and identical URI templates) that several ready connectors claim: no
+    /// connector serves them (SPEC §11).
+    resource_clashes: Vec<ClashJson>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ClashJson {
+    uri: String,
+    /// `resource` or `template`.
+    kind: String,
+    connectors: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -71,6 +83,9 @@ struct ConnectorJson {
     circuit: String,
     /// `KEY: circuit open after N failures; retry in S s` while it is not closed.
     circuit_note: Option<String>,
+    prompt_count: u32,
+    resource_count: u32,
+    resource_template_count: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -131,6 +146,18 @@ impl StatusJson {
                     review: non_empty(&c.review_summary),
                     circuit: non_empty(&c.circuit).unwrap_or_else(|| "closed".to_owned()),
                     circuit_note: non_empty(&c.circuit_note),
+                    prompt_count: c.prompt_count,
+                    resource_count: c.resource_count,
+                    resource_template_count: c.resource_template_count,
+                })
+                .collect(),
+            resource_clashes: reply
+                .resource_clashes
+                .iter()
+                .map(|c| ClashJson {
+                    uri: c.uri.clone(),
+                    kind: c.kind.clone(),
+                    connectors: c.connectors.clone(),
                 })
                 .collect(),
         }
@@ -209,7 +236,24 @@ fn render_table(reply: &StatusReply, state_dir: &Path) -> String {
         ],
         &rows,
     ));
+    out.push_str(&render_clashes(reply));
     out
+}
+
+/// One line per resource URI (or template) that several connectors claim.
+fn render_clashes(reply: &StatusReply) -> String {
+    reply
+        .resource_clashes
+        .iter()
+        .map(|c| {
+            format!(
+                "resource clash: {} {} is claimed by {}; no connector serves it\n",
+                c.kind,
+                one_line(&c.uri, 200),
+                c.connectors.join(", ")
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -268,8 +312,20 @@ mod tests {
                     review_summary: "changed github_list".into(),
                     circuit: "open".into(),
                     circuit_note: "github: circuit open after 5 failures; retry in 30 s".into(),
+                    prompt_count: 2,
+                    resource_count: 1,
+                    resource_template_count: 0,
                 },
             ],
+            resource_clashes: vec![],
+        }
+    }
+
+    fn clash() -> tutti_proto::kernel::ResourceClash {
+        tutti_proto::kernel::ResourceClash {
+            uri: "file:///shared".into(),
+            connectors: vec!["a".into(), "b".into()],
+            kind: "resource".into(),
         }
     }
 
@@ -293,16 +349,38 @@ mod tests {
                      "risk": {"low": 2, "medium": 1, "high": 1, "highTools": ["github_delete_repo"]},
                      "changesAwaitReview": true, "review": "changed github_list",
                      "circuit": "open",
-                     "circuitNote": "github: circuit open after 5 failures; retry in 30 s"},
+                     "circuitNote": "github: circuit open after 5 failures; retry in 30 s",
+                     "promptCount": 2, "resourceCount": 1, "resourceTemplateCount": 0},
                     {"key": "zeta", "name": "Zeta", "version": "0.1.0", "generation": null,
                      "status": "crash_loop", "toolCount": 0, "restarts": 5, "reinitializations": 0,
                      "lastError": "upstream exited\nwith status 1",
                      "nextRetryAt": "2025-11-29T14:00:00.123Z", "nonJsonStdoutLines": 3,
                      "risk": {"low": 0, "medium": 0, "high": 0, "highTools": []},
                      "changesAwaitReview": false, "review": null, "circuit": "closed",
-                     "circuitNote": null}
-                ]
+                     "circuitNote": null,
+                     "promptCount": 0, "resourceCount": 0, "resourceTemplateCount": 0}
+                ],
+                "resourceClashes": []
             })
+        );
+    }
+
+    #[test]
+    fn resource_clashes_are_shown_in_both_forms() {
+        let mut r = reply();
+        r.resource_clashes.push(clash());
+        let text = json_line(&StatusJson::new(&r, Path::new("/s"))).unwrap_or_default();
+        let got: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert_eq!(
+            got["resourceClashes"],
+            json!([{"uri": "file:///shared", "kind": "resource", "connectors": ["a", "b"]}])
+        );
+        let table = render_table(&r, Path::new("/s"));
+        assert!(
+            table.contains(
+                "resource clash: resource file:///shared is claimed by a, b; no connector serves it"
+            ),
+            "{table}"
         );
     }
 

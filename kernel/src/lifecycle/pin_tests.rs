@@ -5,7 +5,15 @@
 use serde_json::json;
 
 use super::*;
-use crate::toolset::Risk;
+use crate::catalog::{Candidate, Catalog};
+use crate::toolset::{Risk, ValidTool};
+
+fn candidate(tools: Vec<ValidTool>) -> Candidate {
+    Candidate {
+        tools,
+        catalog: Catalog::default(),
+    }
+}
 
 fn view() -> View {
     View {
@@ -49,7 +57,7 @@ impl H {
         };
         h.step(Input::Reload);
         let first = h.step(offer(1, v1()));
-        assert!(first.contains(&Effect::Pin(Pin::new("/r/v1".into(), pin::entries(&v1())))));
+        assert!(first.contains(&Effect::Pin(Pin::new("/r/v1".into(), pin::entries(&candidate(v1()))))));
         h
     }
 
@@ -81,14 +89,14 @@ impl H {
 fn offer(g: u64, tools: Vec<ValidTool>) -> Input {
     Input::Offer {
         generation: g,
-        tools: Ok(tools),
+        tools: Ok(candidate(tools)),
     }
 }
 
 /// The tools of the commit among `effects`, if any.
 fn committed(effects: &[Effect]) -> Option<Vec<ValidTool>> {
     effects.iter().find_map(|e| match e {
-        Effect::Commit { tools, .. } => tools.clone(),
+        Effect::Commit { tools, .. } => tools.clone().map(|c| c.tools),
         _ => None,
     })
 }
@@ -191,7 +199,7 @@ fn approve_commits_the_held_set_and_pins_it() {
     assert!(
         effects.contains(&Effect::Pin(Pin::new(
             "/r/v1".into(),
-            pin::entries(&rug_pull())
+            pin::entries(&candidate(rug_pull()))
         ))),
         "{effects:?}"
     );
@@ -250,7 +258,7 @@ fn trusted_updates_commit_and_are_pinned() {
     assert_eq!(committed(&effects), Some(rug_pull()));
     assert!(effects.contains(&Effect::Pin(Pin::new(
         "/r/v1".into(),
-        pin::entries(&rug_pull())
+        pin::entries(&candidate(rug_pull()))
     ))));
 }
 
@@ -266,7 +274,7 @@ fn an_upgrade_starts_a_new_pin() {
     assert_eq!(holds(&effects), 0);
     assert!(effects.contains(&Effect::Pin(Pin::new(
         "/r/v2".into(),
-        pin::entries(&rug_pull())
+        pin::entries(&candidate(rug_pull()))
     ))));
     assert_eq!(committed(&effects), Some(rug_pull()));
 }

@@ -146,7 +146,7 @@ fn reload() -> Step {
 fn offer(g: u64) -> Input {
     Input::Offer {
         generation: g,
-        tools: Ok(Vec::new()),
+        tools: Ok(crate::catalog::Candidate::default()),
     }
 }
 fn refuse(g: u64, problems: &str) -> Input {
@@ -221,7 +221,7 @@ fn fence(g: u64, reason: &str) -> Effect {
 fn commit(g: u64, release: &str) -> Effect {
     Effect::Commit {
         generation: g,
-        tools: Some(Vec::new()),
+        tools: Some(crate::catalog::Candidate::default()),
         release: release.into(),
     }
 }

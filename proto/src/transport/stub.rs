@@ -3,7 +3,7 @@
 use crate::worker::worker_server::Worker;
 use crate::worker::{
     CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, Empty, GenerationRequest,
-    ShutdownRequest,
+    ResourceUpdated, ShutdownRequest, UpstreamRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -31,6 +31,43 @@ impl Worker for Stub {
         Err(Status::unimplemented("stub"))
     }
     async fn shutdown(&self, _: Request<ShutdownRequest>) -> Result<Response<Empty>, Status> {
+        Err(Status::unimplemented("stub"))
+    }
+    async fn get_prompt(
+        &self,
+        _: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        Err(Status::unimplemented("stub"))
+    }
+    async fn read_resource(
+        &self,
+        _: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        Err(Status::unimplemented("stub"))
+    }
+    async fn complete(
+        &self,
+        _: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        Err(Status::unimplemented("stub"))
+    }
+    async fn subscribe(
+        &self,
+        _: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        Err(Status::unimplemented("stub"))
+    }
+    async fn unsubscribe(
+        &self,
+        _: Request<UpstreamRequest>,
+    ) -> Result<Response<CallToolReply>, Status> {
+        Err(Status::unimplemented("stub"))
+    }
+    type WatchResourcesStream = futures_util::stream::Empty<Result<ResourceUpdated, Status>>;
+    async fn watch_resources(
+        &self,
+        _: Request<GenerationRequest>,
+    ) -> Result<Response<Self::WatchResourcesStream>, Status> {
         Err(Status::unimplemented("stub"))
     }
 }

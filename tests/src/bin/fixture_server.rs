@@ -98,6 +98,15 @@ struct Args {
           value_parser = clap::builder::PossibleValuesParser::new(["400", "404"])
               .map(|s| if s == "400" { 400u16 } else { 404 }))]
     unknown_session: u16,
+    /// Offer a text resource with this URI (repeatable); declares `resources`.
+    #[arg(long = "resource", value_name = "URI")]
+    resources: Vec<String>,
+    /// Offer a prompt with this name (repeatable); declares `prompts`.
+    #[arg(long = "prompt", value_name = "NAME")]
+    prompts: Vec<String>,
+    /// Offer the conformance suite's prompts, resources, template and completion.
+    #[arg(long)]
+    conformance_catalog: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -127,6 +136,9 @@ fn main() -> anyhow::Result<()> {
         ignore_cancel: a.ignore_cancel,
         http: a.http,
         require_bearer: a.require_bearer,
+        resources: a.resources,
+        prompts: a.prompts,
+        conformance_catalog: a.conformance_catalog,
         http_mode: fixture::HttpMode {
             stateless: a.stateless,
             sse: a.sse,

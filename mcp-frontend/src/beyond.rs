@@ -1,0 +1,627 @@
+//! MCP beyond tools on both surfaces (issue 21, SPEC §11): `prompts/list`, `prompts/get`,
+//! `resources/list`, `resources/templates/list`, `resources/read`, `completion/complete`,
+//! `resources/subscribe` / `unsubscribe`.
+//!
+//! Every get, read and completion resolves at its start to an immutable binding (connector
+//! key, generation, upstream name or URI) from the route table's catalog (`catalog.rs`, which
+//! also holds the resource routing rule) and is forwarded to the worker of exactly that
+//! generation, as `tools/call` is: a generation fenced before the request was sent, or a name
+//! that vanished, is answered -32602 "not available now, list again"; fenced while in flight
+//! -32603 `[MCP_UNAVAILABLE]`; past the call timeout `[MCP_TIMEOUT]`. Results pass through as
+//! the upstream gave them (only `resultType` and the server's identity in `_meta` follow the
+//! client's era).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use tutti_proto::worker::{CallToolReply, CancelRequest, UpstreamRequest, call_tool_reply};
+
+use crate::app::App;
+use crate::audit::{Audited, Outcome};
+use crate::backend::{Forward, Identity};
+use crate::call::{
+    CancelGuard, DEADLINE_GRACE, fenced_mid_call, timed_out, tutti, unavailable, until_fenced,
+    with_tutti,
+};
+use crate::catalog::{Entry, Resolved};
+use crate::era::{META_SERVER_INFO, server_info};
+use crate::error::Error;
+use crate::notify::Note;
+use crate::routes::{Connector, RouteTable};
+use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, RpcError, routes_not_ready};
+
+/// A list beyond tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum List {
+    Prompts,
+    Resources,
+    Templates,
+}
+
+impl List {
+    /// The list a method asks for.
+    pub(crate) fn of(method: &str) -> Option<Self> {
+        match method {
+            "prompts/list" => Some(List::Prompts),
+            "resources/list" => Some(List::Resources),
+            "resources/templates/list" => Some(List::Templates),
+            _ => None,
+        }
+    }
+
+    fn field(self) -> &'static str {
+        match self {
+            List::Prompts => "prompts",
+            List::Resources => "resources",
+            List::Templates => "resourceTemplates",
+        }
+    }
+}
+
+/// The capabilities beyond tools, added to `capabilities`: `prompts` and `resources` always,
+/// `completions` only while a ready connector offers it (SPEC §11). The one place both
+/// surfaces declare them.
+pub(crate) async fn declare(app: &App, capabilities: &mut Map<String, Value>) {
+    capabilities.entry("prompts").or_insert_with(|| json!({}));
+    capabilities.entry("resources").or_insert_with(|| json!({}));
+    let completions = app
+        .routes()
+        .await
+        .is_some_and(|table| table.catalog.completions());
+    if completions {
+        capabilities.insert("completions".into(), json!({}));
+    }
+}
+
+/// The result fields of one list: every ready connector's items (prompts by local name,
+/// resources and templates by URI), in one page.
+pub(crate) async fn list(app: &App, list: List) -> Result<Map<String, Value>, RpcError> {
+    let table = app.routes().await.ok_or_else(routes_not_ready)?;
+    let catalog = &table.catalog;
+    let items: Vec<Value> = match list {
+        List::Prompts => catalog.prompts().cloned().collect(),
+        List::Resources => catalog.resources().cloned().collect(),
+        List::Templates => catalog.templates().cloned().collect(),
+    };
+    let mut fields = Map::new();
+    fields.insert(list.field().into(), Value::Array(items));
+    Ok(fields)
+}
+
+/// A result in the client's era: on the modern surface `resultType` and this runtime's
+/// identity in `_meta`; on the legacy one neither (an upstream's `serverInfo` is removed).
+pub(crate) fn in_era(result: Value, modern: bool) -> Value {
+    let Value::Object(mut result) = result else {
+        return result;
+    };
+    if modern {
+        result
+            .entry("resultType")
+            .or_insert_with(|| json!("complete"));
+    } else {
+        result.remove("resultType");
+    }
+    let meta = result
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(meta) = meta {
+        meta.remove(META_SERVER_INFO);
+        if modern {
+            meta.insert(META_SERVER_INFO.into(), server_info());
+        }
+    }
+    if result.get("_meta").is_some_and(|m| m == &json!({})) {
+        result.remove("_meta");
+    }
+    Value::Object(result)
+}
+
+/// A modern `resources/read` result with the caching hints 2026-07-28 requires (SEP-2549):
+/// the upstream's own when it gave them, else not cached (`ttlMs: 0`, `private`: what a
+/// resource says can change with every commit and depends on the token's session).
+pub(crate) fn with_cache_hints(result: Value) -> Value {
+    let Value::Object(mut result) = result else {
+        return result;
+    };
+    if !result.get("ttlMs").is_some_and(Value::is_u64) {
+        result.insert("ttlMs".into(), json!(0));
+    }
+    if !matches!(
+        result.get("cacheScope").and_then(Value::as_str),
+        Some("public" | "private")
+    ) {
+        result.insert("cacheScope".into(), json!("private"));
+    }
+    Value::Object(result)
+}
+
+fn params_object(params: Option<Value>) -> Result<Map<String, Value>, RpcError> {
+    match params {
+        Some(Value::Object(map)) => Ok(map),
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(_) => Err(RpcError::new(
+            INVALID_PARAMS,
+            "Invalid params: params must be an object",
+        )),
+    }
+}
+
+fn string_param(params: &Map<String, Value>, field: &str) -> Result<String, RpcError> {
+    params
+        .get(field)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            RpcError::new(
+                INVALID_PARAMS,
+                format!("Invalid params: {field} is required"),
+            )
+        })
+}
+
+/// The SPEC §5 "removed or fenced" answer for a prompt or a resource.
+fn not_available(what: &str, name: &str, key: &str, generation: u64) -> RpcError {
+    RpcError::new(
+        INVALID_PARAMS,
+        format!(
+            "{what} {name} is not available now (its connector was removed, stopped, or is \
+             restarting); list {what}s again"
+        ),
+    )
+    .with_data(json!({"tutti": tutti("fenced", key, generation)}))
+}
+
+/// A URI that several connectors claim (SPEC §11): served by none.
+fn clash(uri: &str, keys: &[String]) -> RpcError {
+    RpcError::new(
+        INVALID_PARAMS,
+        format!(
+            "resource {uri} is claimed by more than one connector ({}), so none serves it; \
+             `tutti status` shows the clash (uninstall or disconnect one of them)",
+            keys.join(", ")
+        ),
+    )
+    .with_data(json!({"uri": uri, "tutti": {"reason": "resource_clash", "connectors": keys}}))
+}
+
+/// `prompts/get`: the prompt's binding, its upstream name put in, forwarded.
+pub(crate) async fn get_prompt(
+    app: &App,
+    who: &Identity,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    let mut params = params_object(params)?;
+    let name = string_param(&params, "name")?;
+    let table = app.routes().await.ok_or_else(routes_not_ready)?;
+    let entry = match table.catalog.prompt(&name) {
+        Resolved::Found(entry) => entry,
+        Resolved::Gone(gone) => {
+            return Err(not_available("prompt", &name, &gone.key, gone.generation));
+        }
+        Resolved::Clash(_) | Resolved::Unknown => {
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                format!("Unknown prompt: {name}"),
+            ));
+        }
+    };
+    params.insert("name".into(), Value::String(entry.upstream.clone()));
+    let target = Target {
+        kind: "prompt",
+        name: &name,
+        entry: &entry,
+    };
+    forward(app, who, &target, Forward::GetPrompt, params).await
+}
+
+/// The binding of a URI by the routing rule, or the answer: not found (`not_found` is the
+/// era's code), claimed twice, or gone.
+fn resolve_uri(
+    table: &RouteTable,
+    uri: &str,
+    not_found: i64,
+) -> Result<Arc<Entry<Connector>>, RpcError> {
+    match table.catalog.resource(uri) {
+        Resolved::Found(entry) => Ok(entry),
+        Resolved::Clash(keys) => Err(clash(uri, &keys)),
+        Resolved::Gone(gone) => Err(not_available("resource", uri, &gone.key, gone.generation)),
+        Resolved::Unknown => Err(
+            RpcError::new(not_found, format!("Resource not found: {uri}"))
+                .with_data(json!({"uri": uri})),
+        ),
+    }
+}
+
+/// `resources/read`: routed by the rule of `catalog.rs`, the URI unchanged. `not_found` is
+/// -32602 on the modern surface (SEP-2164) and -32002 on the legacy one.
+pub(crate) async fn read_resource(
+    app: &App,
+    who: &Identity,
+    params: Option<Value>,
+    not_found: i64,
+) -> Result<Value, RpcError> {
+    let params = params_object(params)?;
+    let uri = string_param(&params, "uri")?;
+    let table = app.routes().await.ok_or_else(routes_not_ready)?;
+    let entry = resolve_uri(&table, &uri, not_found)?;
+    let audited = audit_uri(&uri);
+    let target = Target {
+        kind: "resource",
+        name: &audited,
+        entry: &entry,
+    };
+    forward(app, who, &target, Forward::ReadResource, params).await
+}
+
+/// A URI as its audit record names it: without query or fragment (they may carry values).
+fn audit_uri(uri: &str) -> String {
+    uri.split(['?', '#']).next().unwrap_or_default().to_owned()
+}
+
+/// `completion/complete`: routed to the owner of the prompt (`ref/prompt`, its upstream name
+/// put in) or of the resource template (`ref/resource`, by the template string).
+pub(crate) async fn complete(
+    app: &App,
+    who: &Identity,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    let mut params = params_object(params)?;
+    let reference = params
+        .get("ref")
+        .and_then(Value::as_object)
+        .cloned()
+        .ok_or_else(|| RpcError::new(INVALID_PARAMS, "Invalid params: ref is required"))?;
+    let table = app.routes().await.ok_or_else(routes_not_ready)?;
+    let kind = reference.get("type").and_then(Value::as_str).unwrap_or("");
+    let (field, resolved) = match kind {
+        "ref/prompt" => {
+            let name = string_param(&reference, "name")?;
+            ("name", (name.clone(), table.catalog.prompt(&name)))
+        }
+        "ref/resource" => {
+            let uri = string_param(&reference, "uri")?;
+            ("uri", (uri.clone(), table.catalog.completion_target(&uri)))
+        }
+        other => {
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                format!("Invalid params: unknown ref type {other:?}"),
+            ));
+        }
+    };
+    let (name, entry) = match resolved {
+        (_, Resolved::Found(entry)) => (entry.name.clone(), entry),
+        (name, Resolved::Clash(keys)) => return Err(clash(&name, &keys)),
+        (name, Resolved::Gone(gone)) => {
+            let what = if field == "name" {
+                "prompt"
+            } else {
+                "resource"
+            };
+            return Err(not_available(what, &name, &gone.key, gone.generation));
+        }
+        (name, Resolved::Unknown) => {
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                format!("Unknown completion reference: {name}"),
+            ));
+        }
+    };
+    let mut reference = reference;
+    reference.insert(field.into(), Value::String(entry.upstream.clone()));
+    params.insert("ref".into(), Value::Object(reference));
+    let target = Target {
+        kind: "completion",
+        name: &name,
+        entry: &entry,
+    };
+    forward(app, who, &target, Forward::Complete, params).await
+}
+
+/// `resources/subscribe` (legacy): the upstream that serves the URI is subscribed once per
+/// generation, and `who` gets its `notifications/resources/updated` (on its GET stream).
+pub(crate) async fn subscribe(
+    app: &App,
+    who: &Identity,
+    params: Option<Value>,
+    not_found: i64,
+) -> Result<Value, RpcError> {
+    let params = params_object(params)?;
+    let uri = string_param(&params, "uri")?;
+    ensure_upstream_subscription(app, who, &uri, not_found).await?;
+    app.notifier.subscribe(who, &uri);
+    Ok(json!({}))
+}
+
+/// `resources/unsubscribe` (legacy): `who` stops getting updates of the URI; the upstream is
+/// unsubscribed once nobody is subscribed any more.
+pub(crate) async fn unsubscribe(
+    app: &App,
+    who: &Identity,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    let params = params_object(params)?;
+    let uri = string_param(&params, "uri")?;
+    if !app.notifier.unsubscribe(who, &uri) {
+        return Ok(json!({}));
+    }
+    let Some(table) = app.routes().await else {
+        return Ok(json!({}));
+    };
+    if let Resolved::Found(entry) = table.catalog.resource(&uri) {
+        let connector = &entry.connector;
+        app.notifier
+            .upstream_unsubscribe(&connector.key, connector.generation, &uri);
+        let target = Target {
+            kind: "",
+            name: &uri,
+            entry: &entry,
+        };
+        let mut params = Map::new();
+        params.insert("uri".into(), Value::String(uri.clone()));
+        // Best effort: a failure only means a few more updates that nobody receives.
+        let _ = forward(app, who, &target, Forward::Unsubscribe, params).await;
+    }
+    Ok(json!({}))
+}
+
+/// Makes sure the upstream serving `uri` sends its updates: its generation's update stream
+/// open, and (once per generation and URI) the upstream subscribed. Used by legacy
+/// `resources/subscribe` and modern `subscriptions/listen` (`resourceSubscriptions`).
+pub(crate) async fn ensure_upstream_subscription(
+    app: &App,
+    who: &Identity,
+    uri: &str,
+    not_found: i64,
+) -> Result<(), RpcError> {
+    let table = app.routes().await.ok_or_else(routes_not_ready)?;
+    let entry = resolve_uri(&table, uri, not_found)?;
+    let connector = &entry.connector;
+    watch_generation(app, connector).await?;
+    if !app
+        .notifier
+        .upstream_subscribe(&connector.key, connector.generation, uri)
+    {
+        return Ok(());
+    }
+    let mut params = Map::new();
+    params.insert("uri".into(), Value::String(uri.to_owned()));
+    let target = Target {
+        kind: "",
+        name: uri,
+        entry: &entry,
+    };
+    let subscribed = forward(app, who, &target, Forward::Subscribe, params).await;
+    if subscribed.is_err() {
+        app.notifier
+            .upstream_unsubscribe(&connector.key, connector.generation, uri);
+    }
+    subscribed.map(|_| ())
+}
+
+/// Opens the generation's `WatchResources` stream (once) and relays it into the notifier
+/// until the generation ends.
+async fn watch_generation(app: &App, connector: &Arc<Connector>) -> Result<(), RpcError> {
+    let (key, generation) = (connector.key.clone(), connector.generation);
+    if !app.notifier.watch(&key, generation) {
+        return Ok(());
+    }
+    let updates = match app
+        .backend
+        .watch_resources(&connector.endpoint, generation)
+        .await
+    {
+        Ok(updates) => updates,
+        Err(e) => {
+            app.notifier.unwatch(&key, generation);
+            tracing::warn!(connector = %key, generation, error = %e, "cannot watch resource updates");
+            return Err(unavailable(
+                &key,
+                generation,
+                "unavailable",
+                "cannot subscribe to the connector's resource updates",
+            ));
+        }
+    };
+    let notifier = app.notifier.clone();
+    tokio::spawn(async move {
+        let mut updates = updates;
+        while let Some((uri, params)) = futures_util::StreamExt::next(&mut updates).await {
+            let params = serde_json::from_str(&params).unwrap_or_else(|_| json!({"uri": uri}));
+            notifier.publish(Note::ResourceUpdated { uri, params });
+        }
+        notifier.unwatch(&key, generation);
+    });
+    Ok(())
+}
+
+/// What a forwarded request is about: its binding, and how its audit record names it (`kind`
+/// empty: not audited).
+struct Target<'a> {
+    kind: &'static str,
+    name: &'a str,
+    entry: &'a Arc<Entry<Connector>>,
+}
+
+type Ended = (Result<Value, RpcError>, Outcome);
+
+/// Forwards `params` to the worker of the target's generation and records the request.
+async fn forward(
+    app: &App,
+    who: &Identity,
+    target: &Target<'_>,
+    what: Forward,
+    params: Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let started = Instant::now();
+    let (answer, outcome) = send(app, target, what, params).await;
+    if !target.kind.is_empty() {
+        let connector = &target.entry.connector;
+        let code = match &answer {
+            Ok(_) => 0,
+            Err(e) => i32::try_from(e.code).unwrap_or(i32::MIN),
+        };
+        let audited = Audited {
+            kind: target.kind,
+            name: target.name,
+            key: &connector.key,
+            generation: connector.generation,
+            started,
+        };
+        app.audit.record_other(who, audited, outcome, code);
+    }
+    answer
+}
+
+async fn send(app: &App, target: &Target<'_>, what: Forward, params: Map<String, Value>) -> Ended {
+    let connector = &target.entry.connector;
+    let (key, generation) = (connector.key.as_str(), connector.generation);
+    let mut fence = connector.fence.subscribe();
+    if *fence.borrow_and_update() {
+        // Fenced between resolution and now: nothing was sent upstream.
+        return (Err(refused(target)), Outcome::RpcError);
+    }
+    let call_id = app.next_call_id();
+    let request = UpstreamRequest {
+        generation,
+        call_id: call_id.clone(),
+        params_json: Value::Object(params).to_string(),
+        timeout_ms: connector.timeout_ms,
+    };
+    let mut guard = CancelGuard {
+        backend: app.backend.clone(),
+        endpoint: connector.endpoint.clone(),
+        request: Some(CancelRequest {
+            generation,
+            call_id,
+        }),
+    };
+    let deadline = Duration::from_millis(u64::from(connector.timeout_ms)) + DEADLINE_GRACE;
+    tokio::select! {
+        biased;
+        reply = app.backend.forward(&connector.endpoint, what, request) => {
+            guard.disarm();
+            map_reply(target, reply)
+        }
+        () = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), Outcome::Unavailable),
+        () = tokio::time::sleep(deadline) => (
+            Err(timed_out(key, generation, &format!(
+                "{} did not answer within {} ms", target.entry.name, connector.timeout_ms
+            ))),
+            Outcome::Timeout,
+        ),
+    }
+}
+
+/// The -32602 "not available now" answer for the target's kind.
+fn refused(target: &Target<'_>) -> RpcError {
+    let connector = &target.entry.connector;
+    let what = if target.kind == "prompt" {
+        "prompt"
+    } else {
+        "resource"
+    };
+    not_available(
+        what,
+        &target.entry.name,
+        &connector.key,
+        connector.generation,
+    )
+}
+
+fn map_reply(target: &Target<'_>, reply: Result<CallToolReply, Error>) -> Ended {
+    let connector = &target.entry.connector;
+    let (key, generation) = (connector.key.as_str(), connector.generation);
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(Error::WorkerFenced { .. }) => return (Err(refused(target)), Outcome::RpcError),
+        Err(Error::WorkerTimeout { .. }) => {
+            return (
+                Err(timed_out(key, generation, "the request timed out")),
+                Outcome::Timeout,
+            );
+        }
+        Err(e) => {
+            tracing::warn!(connector = key, generation, error = %e, "worker request failed");
+            let why = unavailable(key, generation, "unavailable", "worker unavailable");
+            return (Err(why), Outcome::Unavailable);
+        }
+    };
+    match reply.outcome {
+        Some(call_tool_reply::Outcome::ResultJson(text)) => match serde_json::from_str(&text) {
+            Ok(value @ Value::Object(_)) => (Ok(value), Outcome::Ok),
+            _ => (
+                Err(unavailable(
+                    key,
+                    generation,
+                    "unavailable",
+                    "the worker returned a malformed result",
+                )),
+                Outcome::Unavailable,
+            ),
+        },
+        Some(call_tool_reply::Outcome::Error(error)) => {
+            let code = if error.code == 0 {
+                INTERNAL_ERROR
+            } else {
+                i64::from(error.code)
+            };
+            if error.reason == "fenced" && code == INVALID_PARAMS {
+                return (Err(refused(target)), Outcome::RpcError);
+            }
+            let reason = if error.reason.is_empty() {
+                "upstream_error"
+            } else {
+                error.reason.as_str()
+            };
+            let outcome = match reason {
+                "timeout" => Outcome::Timeout,
+                "cancelled" => Outcome::Cancelled,
+                "unavailable" | "fenced" => Outcome::Unavailable,
+                _ => Outcome::RpcError,
+            };
+            let data = serde_json::from_str(&error.data_json).ok();
+            let data = with_tutti(data, tutti(reason, key, generation));
+            (
+                Err(RpcError::new(code, error.message).with_data(data)),
+                outcome,
+            )
+        }
+        None => (
+            Err(unavailable(
+                key,
+                generation,
+                "unavailable",
+                "the worker returned no outcome",
+            )),
+            Outcome::Unavailable,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_follow_the_era_and_keep_everything_else() {
+        let upstream = json!({"contents": [{"uri": "x://1", "blob": "AAE="}],
+            "_meta": {"k": 1, "io.modelcontextprotocol/serverInfo": {"name": "up"}}});
+        let legacy = in_era(upstream.clone(), false);
+        assert_eq!(
+            legacy,
+            json!({"contents": [{"uri": "x://1", "blob": "AAE="}], "_meta": {"k": 1}})
+        );
+        let modern = in_era(upstream, true);
+        assert_eq!(modern["resultType"], "complete");
+        assert_eq!(modern["_meta"]["k"], 1);
+        assert_eq!(modern["_meta"][META_SERVER_INFO], server_info());
+        assert_eq!(in_era(json!({"resultType": "complete"}), false), json!({}));
+    }
+
+    #[test]
+    fn audited_uris_lose_query_and_fragment() {
+        assert_eq!(audit_uri("x://a/b?token=1#f"), "x://a/b");
+    }
+}
