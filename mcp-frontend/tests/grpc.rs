@@ -185,6 +185,12 @@ impl Worker for FakeWorker {
     async fn shutdown(&self, _: Request<ShutdownRequest>) -> Reply<wk::Empty> {
         no()
     }
+    async fn answer_upstream_request(
+        &self,
+        _: Request<wk::AnswerUpstreamRequestRequest>,
+    ) -> Reply<wk::Empty> {
+        no()
+    }
 }
 
 fn route(endpoint: &str) -> ConnectorRoute {

@@ -13,10 +13,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Request, Response, Status};
 use tutti_proto::worker::worker_server::Worker;
 use tutti_proto::worker::{
-    CallError, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, Empty,
-    GenerationRequest, ShutdownRequest, call_tool_event, call_tool_reply,
+    AnswerUpstreamRequestRequest, CallError, CallToolEvent, CallToolReply, CallToolRequest,
+    CancelRequest, Empty, GenerationRequest, ShutdownRequest, UpstreamRequest,
+    answer_upstream_request_request, call_tool_event, call_tool_reply,
 };
 
+use crate::relay::{RelayTo, Relayed};
 use crate::upstream::{CallFailure, ProgressSink, Upstream};
 
 /// Progress notifications of one streamed call that may wait for the gRPC stream; more are
@@ -246,6 +248,16 @@ impl<U: Upstream> Shared<U> {
         req: CallToolRequest,
         progress: Option<ProgressSink>,
     ) -> Result<CallToolReply, Status> {
+        self.call_relaying(req, progress, None).await
+    }
+
+    /// [`Self::call`] whose upstream requests and log messages go to `relay`.
+    async fn call_relaying(
+        self: &Arc<Self>,
+        req: CallToolRequest,
+        progress: Option<ProgressSink>,
+        relay: Option<RelayTo>,
+    ) -> Result<CallToolReply, Status> {
         let reply = |outcome| CallToolReply {
             outcome: Some(outcome),
             generation: self.generation,
@@ -285,7 +297,7 @@ impl<U: Upstream> Shared<U> {
             }
         };
         let outcome = match upstream
-            .call_tool(req.tool, arguments, meta, progress, interrupt)
+            .call_tool(req.tool, arguments, meta, progress, relay, interrupt)
             .await
         {
             Ok(done) => Outcome::Done(done),
@@ -451,7 +463,13 @@ async fn stream_call<U: Upstream>(
 ) {
     let event = |event| Ok(CallToolEvent { event: Some(event) });
     let (sink, mut progress) = mpsc::channel(PROGRESS_BUFFER);
-    let call = shared.call(request, Some(sink));
+    let (relay_sink, mut relayed) = mpsc::channel(PROGRESS_BUFFER);
+    let relay = (request.relay_requests || request.relay_logs).then(|| RelayTo {
+        sink: relay_sink,
+        requests: request.relay_requests,
+        logs: request.relay_logs,
+    });
+    let call = shared.call_relaying(request, Some(sink), relay);
     let mut call = std::pin::pin!(call);
     let outcome = loop {
         tokio::select! {
@@ -460,6 +478,13 @@ async fn stream_call<U: Upstream>(
                 // Never waits on a slow caller: a note that finds the stream full is dropped
                 // (progress is advisory); only the reply below waits for room.
                 let _ = events.try_send(event(call_tool_event::Event::ProgressJson(note)));
+            }
+            Some(relayed) = relayed.recv() => {
+                // A request waits for room (it must arrive); a log message is advisory.
+                let relayed = event(relayed_event(relayed));
+                if events.send(relayed).await.is_err() {
+                    return;
+                }
             }
             outcome = &mut call => break outcome,
             () = events.closed() => return,
@@ -472,6 +497,45 @@ async fn stream_call<U: Upstream>(
         event: Some(call_tool_event::Event::Reply(reply)),
     });
     let _ = events.send(last).await;
+}
+
+/// The stream event of one relayed request or log message.
+fn relayed_event(relayed: Relayed) -> call_tool_event::Event {
+    match relayed {
+        Relayed::Request {
+            id,
+            method,
+            params_json,
+        } => call_tool_event::Event::Request(UpstreamRequest {
+            request_id: id,
+            method,
+            params_json,
+        }),
+        Relayed::Log(params) => call_tool_event::Event::LogJson(params),
+    }
+}
+
+/// The client's answer as the relay takes it.
+fn relay_answer(answer: Option<answer_upstream_request_request::Answer>) -> crate::relay::Answer {
+    use answer_upstream_request_request::Answer;
+    let error = |code: i32, message: String, data: Option<serde_json::Value>| {
+        rmcp::model::ErrorData::new(rmcp::model::ErrorCode(code), message, data)
+    };
+    match answer {
+        Some(Answer::ResultJson(text)) => serde_json::from_str(&text).map_err(|e| {
+            error(
+                -32603,
+                format!("the client's answer is not JSON: {e}"),
+                None,
+            )
+        }),
+        Some(Answer::Error(e)) => Err(error(
+            e.code,
+            e.message,
+            serde_json::from_str(&e.data_json).ok(),
+        )),
+        None => Err(error(-32603, "the client gave no answer".to_owned(), None)),
+    }
 }
 
 // === impl WorkerService ===
@@ -530,6 +594,24 @@ impl<U: Upstream> Worker for WorkerService<U> {
         self.shared.check_generation(req.generation)?;
         let found = self.shared.cancel(&req.call_id);
         tracing::debug!(call_id = %req.call_id, found, "cancel");
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn answer_upstream_request(
+        &self,
+        request: Request<AnswerUpstreamRequestRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        self.shared.check_generation(req.generation)?;
+        let Some(upstream) = self.shared.upstream.get() else {
+            return Err(Status::failed_precondition("the upstream is not ready"));
+        };
+        if !upstream.answer_request(&req.request_id, relay_answer(req.answer)) {
+            return Err(Status::not_found(format!(
+                "no upstream request {} waits for an answer (call {})",
+                req.request_id, req.call_id
+            )));
+        }
         Ok(Response::new(Empty {}))
     }
 
@@ -593,6 +675,7 @@ mod tests {
             arguments: Option<JsonObject>,
             meta: Option<JsonObject>,
             progress: Option<ProgressSink>,
+            _relay: Option<RelayTo>,
             interrupt: impl Future<Output = W> + Send,
         ) -> Result<Result<String, CallFailure>, W> {
             let work = async {

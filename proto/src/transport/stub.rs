@@ -2,8 +2,8 @@
 
 use crate::worker::worker_server::Worker;
 use crate::worker::{
-    CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, Empty, GenerationRequest,
-    ShutdownRequest,
+    AnswerUpstreamRequestRequest, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest,
+    Empty, GenerationRequest, ShutdownRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -31,6 +31,12 @@ impl Worker for Stub {
         Err(Status::unimplemented("stub"))
     }
     async fn shutdown(&self, _: Request<ShutdownRequest>) -> Result<Response<Empty>, Status> {
+        Err(Status::unimplemented("stub"))
+    }
+    async fn answer_upstream_request(
+        &self,
+        _: Request<AnswerUpstreamRequestRequest>,
+    ) -> Result<Response<Empty>, Status> {
         Err(Status::unimplemented("stub"))
     }
 }
