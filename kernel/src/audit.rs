@@ -157,6 +157,12 @@ pub enum Event {
         outcome: String,
         #[serde(rename = "errorCode")]
         error_code: Option<i32>,
+        /// Relayed upstream requests, `<method>:<outcome>` (never contents).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        relayed: Vec<String>,
+        /// The person's decision on a confirmed high-risk call.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        confirmation: Option<String>,
     },
 }
 
@@ -601,6 +607,8 @@ mod tests {
             duration_us: 420,
             outcome: "ok".into(),
             error_code,
+            relayed: Vec::new(),
+            confirmation: None,
         };
         assert_eq!(
             line(call(None)),

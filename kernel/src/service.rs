@@ -1044,6 +1044,8 @@ impl KernelRpc for Service {
                 duration_us: record.duration_us,
                 outcome: record.outcome,
                 error_code: (record.error_code != 0).then_some(record.error_code),
+                relayed: record.relayed,
+                confirmation: (!record.confirmation.is_empty()).then_some(record.confirmation),
             });
         }
         Ok(Response::new(pb::Empty {}))

@@ -34,6 +34,8 @@ pub(crate) struct App {
     pub(crate) audit: crate::audit::CallAudit,
     /// Verified session tokens (hashes); see `sessions.rs` for why this is safe.
     pub(crate) sessions: crate::sessions::SessionCache,
+    /// Per-token client state, relayed requests and parked calls (relay21).
+    pub(crate) clients: crate::clients::Clients,
 }
 
 impl App {
@@ -54,6 +56,7 @@ impl App {
             call_prefix: format!("f{:x}-{:x}", std::process::id(), started),
             stopping: watch::channel(false).0,
             sessions: crate::sessions::SessionCache::default(),
+            clients: crate::clients::Clients::default(),
         }
     }
 

@@ -16,12 +16,26 @@ use tutti_proto::kernel::{
 };
 use tutti_proto::transport::{self, LocalEndpoint};
 use tutti_proto::worker::worker_client::WorkerClient;
-use tutti_proto::worker::{CallToolReply, CallToolRequest, CancelRequest, call_tool_event};
+use tutti_proto::worker::{
+    AnswerUpstreamRequestRequest, CallToolReply, CallToolRequest, CancelRequest, UpstreamRequest,
+    call_tool_event,
+};
 
 use crate::error::Error;
 
 /// Route events as they arrive from the kernel.
 pub type RouteStream = BoxStream<'static, Result<RouteEvent, Error>>;
+
+/// What a worker streams ahead of a relayed call's reply (`CallToolStream`, relay21).
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerEvent {
+    /// One upstream progress notification's params (JSON, no token).
+    Progress(String),
+    /// A request from the upstream to the client.
+    Request(UpstreamRequest),
+    /// One upstream `notifications/message`'s params (JSON).
+    Log(String),
+}
 
 /// Who a valid session token belongs to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -75,6 +89,32 @@ pub trait Backend: Send + Sync + 'static {
         _progress: tokio::sync::mpsc::Sender<String>,
     ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
         self.call_tool(endpoint, request)
+    }
+
+    /// [`Backend::call_tool`] whose progress, upstream requests and log messages (as the
+    /// request's `relay_requests`/`relay_logs` ask) go to `events`; requests wait for room,
+    /// the rest is dropped when `events` is full. The default sends none.
+    fn call_tool_relayed<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CallToolRequest,
+        _events: tokio::sync::mpsc::Sender<WorkerEvent>,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        self.call_tool(endpoint, request)
+    }
+
+    /// The client's answer to a relayed upstream request. The default refuses.
+    fn answer_upstream_request<'a>(
+        &'a self,
+        endpoint: &'a str,
+        _request: AnswerUpstreamRequestRequest,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            Err(Error::WorkerUnavailable {
+                endpoint: endpoint.to_owned(),
+                detail: "this backend relays no requests".to_owned(),
+            })
+        })
     }
 
     /// Cancels an in-flight call on the worker listening at `endpoint`.
@@ -330,6 +370,48 @@ impl Backend for GrpcBackend {
                         let _ = progress.try_send(note);
                     }
                     Some(call_tool_event::Event::Reply(reply)) => return Ok(reply),
+                    // Not asked for on this call (relay_requests/relay_logs unset).
+                    Some(
+                        call_tool_event::Event::Request(_) | call_tool_event::Event::LogJson(_),
+                    )
+                    | None => {}
+                }
+            }
+            Err(Error::WorkerUnavailable {
+                endpoint: endpoint.to_owned(),
+                detail: "the call's stream ended without a reply".to_owned(),
+            })
+        })
+    }
+
+    fn call_tool_relayed<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CallToolRequest,
+        events: tokio::sync::mpsc::Sender<WorkerEvent>,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        Box::pin(async move {
+            let generation = request.generation;
+            let mut client = self.worker(endpoint).await?;
+            let failed = |status: tonic::Status| self.call_failed(endpoint, generation, &status);
+            let mut stream = client
+                .call_tool_stream(request)
+                .await
+                .map_err(failed)?
+                .into_inner();
+            while let Some(event) = stream.next().await {
+                match event.map_err(failed)?.event {
+                    Some(call_tool_event::Event::ProgressJson(note)) => {
+                        let _ = events.try_send(WorkerEvent::Progress(note));
+                    }
+                    Some(call_tool_event::Event::LogJson(note)) => {
+                        let _ = events.try_send(WorkerEvent::Log(note));
+                    }
+                    Some(call_tool_event::Event::Request(request)) => {
+                        // Unanswered, it ends with the call: a closed receiver is fine.
+                        let _ = events.send(WorkerEvent::Request(request)).await;
+                    }
+                    Some(call_tool_event::Event::Reply(reply)) => return Ok(reply),
                     None => {}
                 }
             }
@@ -337,6 +419,22 @@ impl Backend for GrpcBackend {
                 endpoint: endpoint.to_owned(),
                 detail: "the call's stream ended without a reply".to_owned(),
             })
+        })
+    }
+
+    fn answer_upstream_request<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: AnswerUpstreamRequestRequest,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let generation = request.generation;
+            let mut client = self.worker(endpoint).await?;
+            client
+                .answer_upstream_request(request)
+                .await
+                .map(|_| ())
+                .map_err(|status| self.call_failed(endpoint, generation, &status))
         })
     }
 

@@ -39,6 +39,9 @@ pub(crate) enum Relayed {
     },
     /// The params of a `notifications/message`, as a JSON object.
     Log(String),
+    /// The upstream sent `method` during a call whose client declared no capability for it
+    /// and must be refused with -32021 (`RelayTo::refuse`).
+    Missing(String),
 }
 
 /// Where a relaying call's requests and logs go.
@@ -50,6 +53,8 @@ pub(crate) struct RelayTo {
     pub(crate) sink: RelaySink,
     pub(crate) requests: bool,
     pub(crate) logs: bool,
+    /// A request ends the call ([`Relayed::Missing`]).
+    pub(crate) refuse: bool,
 }
 
 /// The client's answer to one relayed request.
@@ -136,6 +141,15 @@ impl Relay {
         ct: CancellationToken,
     ) -> Answer {
         let to = match self.target(origin)? {
+            Some(to) if to.refuse => {
+                let _ = to.sink.try_send(Relayed::Missing(method.to_owned()));
+                return Err(error(
+                    METHOD_NOT_FOUND,
+                    format!(
+                        "{method}: the client of this tool call did not declare the capability"
+                    ),
+                ));
+            }
             Some(to) if to.requests => to,
             _ => {
                 return Err(error(
@@ -226,6 +240,7 @@ mod tests {
                 sink,
                 requests,
                 logs: true,
+                refuse: false,
             },
             rx,
         )

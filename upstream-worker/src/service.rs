@@ -109,6 +109,25 @@ fn timed_out(key: &str, ms: u32) -> CallError {
     }
 }
 
+/// -32021 MissingRequiredClientCapability (2026-07-28) for an upstream request `method`.
+fn missing_capability(method: &str) -> CallError {
+    let capability = match method {
+        "elicitation/create" => "elicitation",
+        "sampling/createMessage" => "sampling",
+        "roots/list" => "roots",
+        _ => "unknown",
+    };
+    CallError {
+        code: -32021,
+        message: format!(
+            "Missing required client capability: the tool's upstream sent {method} and the \
+             request did not declare the {capability} capability"
+        ),
+        data_json: serde_json::json!({"requiredCapabilities": {capability: {}}}).to_string(),
+        reason: "missing_capability".to_owned(),
+    }
+}
+
 fn cancelled() -> CallError {
     CallError {
         code: -32800,
@@ -274,6 +293,7 @@ impl<U: Upstream> Shared<U> {
             self.call_timeout_ms.load(Ordering::Relaxed)
         };
 
+        let (relay, mut refused) = refusing(relay, req.refuse_requests);
         let mut guard = self.register(&req.call_id)?;
         let mut cancel = guard.cancel.take();
         let mut phase = self.phase.subscribe();
@@ -288,8 +308,21 @@ impl<U: Upstream> Shared<U> {
                     None => std::future::pending().await,
                 }
             };
+            let refused = async {
+                match refused.as_mut() {
+                    Some(rx) => loop {
+                        match rx.recv().await {
+                            Some(Relayed::Missing(method)) => break method,
+                            Some(_) => {}
+                            None => std::future::pending().await,
+                        }
+                    },
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 Ok(()) = cancelled => Outcome::Cancelled,
+                method = refused => Outcome::MissingCapability(method),
                 () = tokio::time::sleep(Duration::from_millis(u64::from(timeout_ms))) => Outcome::TimedOut,
                 stopped = phase.wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed)) => {
                     Outcome::Stopped(stopped.map(|p| *p).unwrap_or(Phase::Stopped))
@@ -332,6 +365,9 @@ impl<U: Upstream> Shared<U> {
             Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultJson(result),
             Outcome::Done(Err(failure)) => call_tool_reply::Outcome::Error(self.failure(failure)),
             Outcome::Cancelled => call_tool_reply::Outcome::Error(cancelled()),
+            Outcome::MissingCapability(method) => {
+                call_tool_reply::Outcome::Error(missing_capability(&method))
+            }
             Outcome::TimedOut => call_tool_reply::Outcome::Error(timed_out(&self.key, timeout_ms)),
             Outcome::Stopped(Phase::Fenced) => call_tool_reply::Outcome::Error(unavailable(
                 &self.key,
@@ -431,6 +467,8 @@ enum Outcome {
     Cancelled,
     TimedOut,
     Stopped(Phase),
+    /// The upstream sent this request to a client that cannot answer it (`refuse_requests`).
+    MissingCapability(String),
 }
 
 /// Keeps a call registered while it is in flight.
@@ -468,6 +506,7 @@ async fn stream_call<U: Upstream>(
         sink: relay_sink,
         requests: request.relay_requests,
         logs: request.relay_logs,
+        refuse: false,
     });
     let call = shared.call_relaying(request, Some(sink), relay);
     let mut call = std::pin::pin!(call);
@@ -481,8 +520,9 @@ async fn stream_call<U: Upstream>(
             }
             Some(relayed) = relayed.recv() => {
                 // A request waits for room (it must arrive); a log message is advisory.
-                let relayed = event(relayed_event(relayed));
-                if events.send(relayed).await.is_err() {
+                if let Some(relayed) = relayed_event(relayed)
+                    && events.send(event(relayed)).await.is_err()
+                {
                     return;
                 }
             }
@@ -499,9 +539,28 @@ async fn stream_call<U: Upstream>(
     let _ = events.send(last).await;
 }
 
+/// For a call whose client cannot answer any request (`refuse_requests`, no relay): a relay
+/// target that refuses, and where the refusal is told.
+fn refusing(
+    relay: Option<RelayTo>,
+    refuse: bool,
+) -> (Option<RelayTo>, Option<mpsc::Receiver<Relayed>>) {
+    if relay.is_some() || !refuse {
+        return (relay, None);
+    }
+    let (sink, refused) = mpsc::channel(1);
+    let to = RelayTo {
+        sink,
+        requests: false,
+        logs: false,
+        refuse: true,
+    };
+    (Some(to), Some(refused))
+}
+
 /// The stream event of one relayed request or log message.
-fn relayed_event(relayed: Relayed) -> call_tool_event::Event {
-    match relayed {
+fn relayed_event(relayed: Relayed) -> Option<call_tool_event::Event> {
+    Some(match relayed {
         Relayed::Request {
             id,
             method,
@@ -512,7 +571,9 @@ fn relayed_event(relayed: Relayed) -> call_tool_event::Event {
             params_json,
         }),
         Relayed::Log(params) => call_tool_event::Event::LogJson(params),
-    }
+        // Only on calls that refuse requests, which are never streamed with a relay.
+        Relayed::Missing(_) => return None,
+    })
 }
 
 /// The client's answer as the relay takes it.

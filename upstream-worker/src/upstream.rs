@@ -493,10 +493,6 @@ impl Handler {
 
 /// The client capabilities the worker declares to its upstream: elicitation (form and URL),
 /// sampling and roots, each relayed to the calling client.
-#[expect(
-    deprecated,
-    reason = "sampling and roots are deprecated by 2026-07-28 but served"
-)]
 fn relayed_capabilities() -> ClientCapabilities {
     let mut capabilities = ClientCapabilities::default();
     capabilities.elicitation = Some(
@@ -513,6 +509,10 @@ fn to_value<T: serde::Serialize>(params: &T) -> Value {
     serde_json::to_value(params).unwrap_or(Value::Null)
 }
 
+#[expect(
+    deprecated,
+    reason = "sampling, roots and logging are deprecated by 2026-07-28 but served"
+)]
 impl ClientHandler for Handler {
     async fn create_elicitation(
         &self,

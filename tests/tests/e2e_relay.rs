@@ -1,0 +1,387 @@
+//! Issue 21 items 4 and 5 over the real runtime (relay21): requests from an upstream to the
+//! client during a call (`elicitation/create`, `sampling/createMessage`, `roots/list`) reach
+//! the official Python SDK client (mcp 2.3.0) in both eras and its answers go back to the
+//! upstream (server-everything over Streamable HTTP); log messages arrive only after the
+//! client asked for them, tagged `<key>/…`; a client without the capability gets what SPEC
+//! §11 says; the call's audit record names the relayed kinds and outcomes.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tutti_tests::{
+    Runtime, RuntimeOptions, free_port, npm_package, require_node22, require_python_venv,
+};
+
+const READY: Duration = Duration::from_secs(30);
+const CLIENT_RUN: Duration = Duration::from_secs(90);
+
+/// The Python SDK client, driven by argv; prints one JSON object per line.
+const PY_CLIENT: &str = r#"
+import asyncio, json, os, sys
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+def out(**kw):
+    print(json.dumps(kw), flush=True)
+
+def dump(model):
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+async def main():
+    what, url, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
+    asked = []
+    logs = []
+
+    async def on_elicit(ctx, params):
+        asked.append({"kind": "elicitation", "message": params.message})
+        if what == "decline":
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={
+            "name": "Ada Lovelace", "check": True, "firstLine": "It was a dark night.",
+            "email": "ada@example.com", "homepage": "https://example.com",
+            "birthdate": "1815-12-10", "integer": 7, "number": 1.5, "untitledSingleSelectEnum": "Option 1"})
+
+    async def on_sample(ctx, params):
+        asked.append({"kind": "sampling"})
+        return types.CreateMessageResult(role="assistant",
+            content=types.TextContent(type="text", text="sampled by the relay test"),
+            model="relay-test-model")
+
+    async def on_roots(ctx):
+        asked.append({"kind": "roots"})
+        return types.ListRootsResult(roots=[types.Root(uri="file:///relay-test-root", name="relay-root")])
+
+    async def on_log(params):
+        logs.append({"level": params.level, "logger": params.logger})
+
+    kw = {}
+    if what in ("answer", "decline"):
+        kw = dict(elicitation_callback=on_elicit, sampling_callback=on_sample,
+                  list_roots_callback=on_roots)
+    if what == "logs":
+        kw = dict(logging_callback=on_log, list_roots_callback=on_roots)
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as hc:
+        async with Client(streamable_http_client(url, http_client=hc), mode=mode, **kw) as c:
+            out(event="connected", protocolVersion=c.protocol_version)
+            if what == "logs":
+                r = await c.call_tool(sys.argv[4], {})
+                out(event="called", logs=list(logs), result=dump(r))
+                logs.clear()
+                await c.set_logging_level("debug")
+                r = await c.call_tool(sys.argv[4], {})
+                out(event="called", logs=list(logs), result=dump(r))
+                return
+            for name, args in json.loads(sys.argv[4]):
+                try:
+                    r = await c.call_tool(name, args)
+                    out(event="called", name=name, asked=list(asked), result=dump(r))
+                except Exception as e:
+                    out(event="failed", name=name, asked=list(asked), error=str(e),
+                        code=getattr(getattr(e, "error", None), "code", None))
+                asked.clear()
+
+try:
+    asyncio.run(main())
+except Exception as e:
+    out(event="error", error=repr(e))
+    sys.exit(1)
+"#;
+
+struct PyClient {
+    child: Child,
+    lines: Receiver<Value>,
+    stderr: PathBuf,
+}
+
+impl PyClient {
+    fn spawn(rt: &Runtime, token: &str, args: &[&str]) -> PyClient {
+        let venv = require_python_venv();
+        let script = rt.root().join("relay_client.py");
+        std::fs::write(&script, PY_CLIENT).unwrap_or_else(|e| panic!("write script: {e}"));
+        let stderr = rt.root().join(format!("py-{}-{}.stderr", args[0], args[2]));
+        let err_file = std::fs::File::create(&stderr).unwrap_or_else(|e| panic!("stderr: {e}"));
+        let mut child = Command::new(venv.join("bin").join("python"))
+            .arg(&script)
+            .args(args)
+            .env("TUTTI_TEST_TOKEN", token)
+            .env("PYTHONWARNINGS", "ignore")
+            .env_remove("HTTP_PROXY")
+            .env_remove("http_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(err_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run the Python client: {e}"));
+        let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        PyClient {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    fn next(&self, what: &str) -> Value {
+        match self.lines.recv_timeout(CLIENT_RUN) {
+            Ok(v) => {
+                assert_ne!(
+                    v["event"],
+                    "error",
+                    "Python client failed waiting for {what}: {v}\n{}",
+                    self.stderr_text()
+                );
+                v
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("Python client: no {what}\n{}", self.stderr_text())
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("Python client ended before {what}\n{}", self.stderr_text())
+            }
+        }
+    }
+
+    fn stderr_text(&self) -> String {
+        tutti_tests::file_tail(&self.stderr, 40)
+    }
+}
+
+impl Drop for PyClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// server-everything in `streamableHttp` mode; killed on drop.
+struct Everything(Child);
+
+impl Drop for Everything {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_everything(rt: &Runtime) -> (Everything, String) {
+    let node = require_node22();
+    let pkg = npm_package("@modelcontextprotocol/server-everything").unwrap_or_else(|| {
+        panic!(
+            "this test needs @modelcontextprotocol/server-everything under .tools/npm: \
+             run scripts/install-test-tools"
+        )
+    });
+    let port = free_port();
+    let stderr = std::fs::File::create(rt.root().join("everything.stderr"))
+        .unwrap_or_else(|e| panic!("stderr file: {e}"));
+    let child = Command::new(node)
+        .arg(pkg.join("dist").join("index.js"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .current_dir(rt.root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start server-everything: {e}"));
+    let server = Everything(child);
+    let deadline = Instant::now() + READY;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "server-everything did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (server, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// A runtime with server-everything installed as connector `ev`, ready, and a token.
+fn runtime_with_everything() -> (Runtime, Everything, String) {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let (server, url) = start_everything(&rt);
+    let manifest = json!({
+        "key": "ev",
+        "name": "Everything",
+        "description": "server-everything over Streamable HTTP",
+        "version": "1.0.0",
+        "mcp": {"transport": "http", "url": url},
+    });
+    rt.install_ok(&manifest, &[]);
+    rt.wait_status("ev", "ready", READY);
+    let token = rt.issue_token("w", "relay");
+    (rt, server, token)
+}
+
+fn text_of(result: &Value) -> String {
+    tutti_tests::result_texts(result)
+}
+
+/// The audit `call` records of `tool`.
+fn call_records(rt: &Runtime, tool: &str) -> Vec<Value> {
+    rt.audit_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "call" && l["tool"] == tool)
+        .collect()
+}
+
+fn wait_call_records(rt: &Runtime, tool: &str, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let records = call_records(rt, tool);
+        if records.len() >= n || Instant::now() > deadline {
+            return records;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn python_sdk_answers_the_upstreams_elicitation_sampling_and_roots_in_both_eras() {
+    let (rt, _everything, token) = runtime_with_everything();
+    let calls = json!([
+        ["ev_trigger-elicitation-request", {}],
+        ["ev_trigger-sampling-request", {"prompt": "say hi", "maxTokens": 20}],
+        ["ev_get-roots-list", {}],
+    ])
+    .to_string();
+    for mode in ["legacy", "auto"] {
+        let py = PyClient::spawn(&rt, &token, &["answer", rt.frontend_url(), mode, &calls]);
+        py.next("connected");
+        let elicit = py.next("the elicitation call");
+        assert_eq!(elicit["event"], "called", "mode={mode}: {elicit}");
+        assert_eq!(
+            elicit["asked"][0]["kind"], "elicitation",
+            "mode={mode}: {elicit}"
+        );
+        let text = text_of(&elicit["result"]);
+        assert!(
+            text.contains("Ada Lovelace") && text.contains("accept"),
+            "mode={mode}: the upstream got the client's answer: {text}"
+        );
+        let sample = py.next("the sampling call");
+        assert_eq!(
+            sample["asked"][0]["kind"], "sampling",
+            "mode={mode}: {sample}"
+        );
+        assert!(
+            text_of(&sample["result"]).contains("sampled by the relay test"),
+            "mode={mode}: {sample}"
+        );
+        let roots = py.next("the roots call");
+        assert!(
+            text_of(&roots["result"]).contains("file:///relay-test-root"),
+            "mode={mode}: {roots}"
+        );
+    }
+    let records = wait_call_records(&rt, "ev_trigger-elicitation-request", 2);
+    assert_eq!(records.len(), 2, "{records:?}");
+    for record in &records {
+        assert_eq!(
+            record["relayed"],
+            json!(["elicitation/create:answered"]),
+            "{record}"
+        );
+        assert!(
+            !record.to_string().contains("Ada"),
+            "never the contents: {record}"
+        );
+    }
+    let sampling = wait_call_records(&rt, "ev_trigger-sampling-request", 2);
+    assert!(
+        sampling
+            .iter()
+            .all(|r| r["relayed"] == json!(["sampling/createMessage:answered"])),
+        "{sampling:?}"
+    );
+}
+
+#[test]
+fn a_declined_elicitation_reaches_the_upstream_as_a_decline_in_both_eras() {
+    let (rt, _everything, token) = runtime_with_everything();
+    let calls = json!([["ev_trigger-elicitation-request", {}]]).to_string();
+    for mode in ["legacy", "auto"] {
+        let py = PyClient::spawn(&rt, &token, &["decline", rt.frontend_url(), mode, &calls]);
+        py.next("connected");
+        let called = py.next("the elicitation call");
+        assert_eq!(called["event"], "called", "mode={mode}: {called}");
+        assert!(
+            text_of(&called["result"]).contains("declined"),
+            "mode={mode}: {called}"
+        );
+    }
+}
+
+#[test]
+fn a_client_without_the_capability_gets_what_each_era_prescribes() {
+    let (rt, _everything, token) = runtime_with_everything();
+    let calls =
+        json!([["ev_trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}]]).to_string();
+    // Legacy: the upstream receives an error (server-everything then fails its tool).
+    let py = PyClient::spawn(&rt, &token, &["plain", rt.frontend_url(), "legacy", &calls]);
+    py.next("connected");
+    let legacy = py.next("the legacy call");
+    assert!(
+        legacy["asked"].as_array().is_some_and(Vec::is_empty),
+        "{legacy}"
+    );
+    let said = legacy.to_string();
+    assert!(
+        said.contains("did not declare the capability"),
+        "the upstream got our error and reported it: {legacy}"
+    );
+    drop(py);
+    // Modern: -32021 before anything of the client reaches the upstream.
+    let py = PyClient::spawn(&rt, &token, &["plain", rt.frontend_url(), "auto", &calls]);
+    py.next("connected");
+    let modern = py.next("the modern call");
+    assert_eq!(modern["event"], "failed", "{modern}");
+    assert_eq!(modern["code"], -32021, "{modern}");
+}
+
+#[test]
+fn log_messages_arrive_only_after_set_level_tagged_with_the_connector() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // The fixture's logging_tool logs three `info` messages (logger tutti-fixture) per call.
+    let manifest = tutti_tests::fixture_connector("fx", &["--tools", "logging_tool"]);
+    rt.install_ok(&manifest, &[]);
+    rt.wait_status("fx", "ready", READY);
+    let token = rt.issue_token("w", "logs");
+    let py = PyClient::spawn(
+        &rt,
+        &token,
+        &["logs", rt.frontend_url(), "legacy", "fx_logging_tool"],
+    );
+    py.next("connected");
+    let before = py.next("the call before setLevel");
+    assert_eq!(
+        before["logs"],
+        json!([]),
+        "no level set, no messages: {before}"
+    );
+    let after = py.next("the call after setLevel");
+    let logs = after["logs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(logs.len(), 3, "the call's messages after setLevel: {after}");
+    for log in &logs {
+        assert_eq!(log["logger"], "fx/tutti-fixture", "tagged <key>/: {log}");
+        assert_eq!(log["level"], "info", "{log}");
+    }
+}
