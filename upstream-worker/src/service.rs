@@ -806,6 +806,7 @@ mod tests {
             arguments_json: r#"{"message":"hi"}"#.to_owned(),
             timeout_ms: 0,
             meta_json: String::new(),
+            ..CallToolRequest::default()
         }
     }
 
