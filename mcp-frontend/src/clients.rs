@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use base64::Engine;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
 
 use crate::audit::Relayed;
 
@@ -125,7 +126,12 @@ pub(crate) struct Clients {
     asked: Mutex<HashMap<(TokenKey, String), AnswerTo>>,
     parked: Mutex<HashMap<String, Parked>>,
     seq: AtomicU64,
+    /// Open legacy GET streams by id: their token and where their notifications go.
+    streams: Mutex<HashMap<u64, (TokenKey, mpsc::Sender<Value>)>>,
 }
+
+/// Notifications one GET stream may have waiting; more are dropped.
+const STREAM_BUFFER: usize = 256;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -187,6 +193,27 @@ impl Clients {
             .get(state)
             .is_some_and(|p| p.token == *token && p.tool == tool);
         if ours { parked.remove(state) } else { None }
+    }
+
+    /// A new GET stream of `token`: its id and where its notifications arrive.
+    pub(crate) fn register_stream(&self, token: TokenKey) -> (u64, mpsc::Receiver<Value>) {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let id = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        lock(&self.streams).insert(id, (token, tx));
+        (id, rx)
+    }
+
+    pub(crate) fn unregister_stream(&self, id: u64) {
+        lock(&self.streams).remove(&id);
+    }
+
+    /// Queues `message` on every GET stream of `token` (dropped where one is full).
+    pub(crate) fn push(&self, token: &TokenKey, message: &Value) {
+        for (t, tx) in lock(&self.streams).values() {
+            if t == token {
+                let _ = tx.try_send(message.clone());
+            }
+        }
     }
 
     /// Drops a parked call that was never resumed (its deadline passed).

@@ -99,7 +99,7 @@ fn initialize(params: Option<&Value>) -> Value {
     };
     json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}, "resources": {}, "prompts": {}},
+        "capabilities": crate::get_stream::legacy_capabilities(),
         "serverInfo": server_info(),
     })
 }

@@ -15,6 +15,7 @@ mod call;
 mod clients;
 mod era;
 mod error;
+mod get_stream;
 mod headers;
 mod http;
 mod legacy;

@@ -385,3 +385,146 @@ fn log_messages_arrive_only_after_set_level_tagged_with_the_connector() {
         assert_eq!(log["level"], "info", "{log}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// the 2025-06-18 notification stream (GET)
+
+/// Upper bound for anything that should happen "at once".
+const AT_ONCE: Duration = Duration::from_secs(1);
+
+/// Runs blocking runtime commands from an async test.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// Waits until the stream ends; how long that took (panics after 5 s).
+async fn ends(stream: &mut tutti_tests::SseStream) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        let left = Duration::from_secs(5).saturating_sub(started.elapsed());
+        if stream.next_event(left).await.is_none() {
+            return started.elapsed();
+        }
+    }
+    panic!("the stream did not end within 5 s");
+}
+
+fn list_changed(event: Option<Value>, what: &str) {
+    let event = event.unwrap_or_else(|| panic!("no tools/list_changed within 1 s of {what}"));
+    assert_eq!(
+        event["method"], "notifications/tools/list_changed",
+        "{what}: {event}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legacy_get_stream_announces_installs_upgrades_and_uninstalls_and_ends_on_revoke() {
+    let mut rt = blocking(|| Runtime::start(RuntimeOptions::default()));
+    let fixture = |tools: &str, version: &str| {
+        let mut m = tutti_tests::fixture_connector("gx", &["--tools", tools]);
+        m["version"] = json!(version);
+        m
+    };
+    let token = blocking(|| rt.issue_token("w", "get"));
+    let client = tutti_tests::Mcp::legacy(rt.frontend_url(), &token);
+    let init = client.initialize().await;
+    let caps = &init["capabilities"];
+    assert_eq!(caps["tools"]["listChanged"], true, "{init}");
+    assert_eq!(caps["resources"]["subscribe"], true, "{init}");
+    assert!(caps["logging"].is_object(), "{init}");
+    let mut stream = client.get_stream().await;
+    assert_eq!(stream.status, 200);
+    assert_eq!(
+        stream
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("text/event-stream")
+    );
+    assert!(stream.headers.get("mcp-session-id").is_none());
+
+    blocking(|| {
+        rt.install_ok(&fixture("echo", "1.0.0"), &[]);
+        rt.wait_status("gx", "ready", READY);
+    });
+    list_changed(stream.next_event(AT_ONCE).await, "an install");
+
+    blocking(|| {
+        rt.install_ok(&fixture("echo,add", "1.0.1"), &[]);
+        let deadline = Instant::now() + READY;
+        while rt
+            .connector_status("gx")
+            .map(|s| s["version"] != "1.0.1" || s["status"] != "ready")
+            .unwrap_or(true)
+        {
+            assert!(Instant::now() < deadline, "the upgrade did not commit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    list_changed(stream.next_event(AT_ONCE).await, "an upgrade");
+
+    blocking(|| rt.tutti_ok(&["connector", "uninstall", "gx"]));
+    list_changed(stream.next_event(AT_ONCE).await, "an uninstall");
+
+    blocking(|| rt.tutti_ok(&["session", "revoke", "--workspace", "w", "--session", "get"]));
+    let took = ends(&mut stream).await;
+    assert!(
+        took <= AT_ONCE,
+        "the stream ended {took:?} after the revoke"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reissued_tokens_old_get_stream_ends_and_get_without_event_stream_stays_405() {
+    let rt = blocking(|| Runtime::start(RuntimeOptions::default()));
+    let old = blocking(|| rt.issue_token("w", "re"));
+    let mut stream = tutti_tests::Mcp::legacy(rt.frontend_url(), &old)
+        .get_stream()
+        .await;
+    assert_eq!(stream.status, 200);
+    let opened = Instant::now();
+    assert!(
+        stream
+            .next_event(Duration::from_millis(500))
+            .await
+            .is_none()
+    );
+    assert!(
+        opened.elapsed() >= Duration::from_millis(450),
+        "the stream must stay open until something ends it"
+    );
+    let new = blocking(|| rt.issue_token("w", "re"));
+    let took = ends(&mut stream).await;
+    assert!(
+        took <= AT_ONCE,
+        "the old token's stream ended {took:?} after the reissue"
+    );
+    // The new token's stream stays open; GET without `Accept: text/event-stream` stays 405.
+    let mut fresh = tutti_tests::Mcp::legacy(rt.frontend_url(), &new)
+        .get_stream()
+        .await;
+    assert_eq!(fresh.status, 200);
+    let waited = Instant::now();
+    assert!(
+        fresh
+            .next_event(Duration::from_millis(1500))
+            .await
+            .is_none()
+    );
+    assert!(
+        waited.elapsed() >= Duration::from_millis(1400),
+        "the new token's stream must stay open"
+    );
+    let status = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .get(rt.frontend_url())
+        .header("Authorization", format!("Bearer {new}"))
+        .header("Accept", "application/json")
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0);
+    assert_eq!(status, 405);
+}
