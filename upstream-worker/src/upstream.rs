@@ -193,9 +193,8 @@ impl Upstream for RmcpUpstream {
             Err(e) => return Ok(Err(self.failure(e))),
         };
         let id = handle.id.clone();
-        // Registered before this task yields again, so (the worker runs on one thread) before
-        // rmcp's service task writes the request. An answer that came before registration
-        // would only take rmcp's path; the result is the same.
+        // Registered (results, relay) before this task yields again, so (one thread) before
+        // rmcp writes the request. An answer before registration only takes rmcp's path.
         let expected = self.results.as_ref().map(|r| r.expect(id.clone()));
         let _entered = self.relay.enter(id.clone(), relay);
         let mut guard = CancelOnDrop {
@@ -235,16 +234,7 @@ impl Upstream for RmcpUpstream {
         if let Some(limit) = expected.as_ref().and_then(Expected::too_large) {
             return Ok(Err(CallFailure::TooLarge(limit)));
         }
-        Ok(match result {
-            ServerResult::CallToolResult(result) => serde_json::to_string(&result)
-                .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
-            // A result with no `content` decodes as one of these; pass its JSON on as is.
-            ServerResult::CustomResult(custom) => Ok(custom.0.to_string()),
-            ServerResult::EmptyResult(_) => Ok(r#"{"content":[]}"#.to_owned()),
-            _ => Err(CallFailure::Other(
-                "the upstream answered tools/call with an unexpected result type".to_owned(),
-            )),
-        })
+        Ok(result_text(result))
     }
 
     fn answer_request(&self, id: &str, answer: crate::relay::Answer) -> bool {
@@ -315,6 +305,20 @@ impl RmcpUpstream {
             },
             other => CallFailure::Other(self.redactor.redact(&other.to_string())),
         }
+    }
+}
+
+/// A tools/call result rmcp decoded, as JSON text.
+fn result_text(result: ServerResult) -> Result<String, CallFailure> {
+    match result {
+        ServerResult::CallToolResult(result) => serde_json::to_string(&result)
+            .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
+        // A result with no `content` decodes as one of these; pass its JSON on as is.
+        ServerResult::CustomResult(custom) => Ok(custom.0.to_string()),
+        ServerResult::EmptyResult(_) => Ok(r#"{"content":[]}"#.to_owned()),
+        _ => Err(CallFailure::Other(
+            "the upstream answered tools/call with an unexpected result type".to_owned(),
+        )),
     }
 }
 
