@@ -283,7 +283,10 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     let resuming = params
         .as_ref()
         .is_some_and(|p| p.get("requestState").is_some());
-    if caps.any() || resuming {
+    // 2026-07-28: log messages only when the request names a level, on its event stream.
+    let wants_logs = meta.is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some())
+        && crate::progress::accepts_event_stream(&ctx.headers);
+    if caps.any() || resuming || wants_logs {
         return relayed_call(ctx, id, tool, params, caps, progress).await;
     }
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));

@@ -63,6 +63,18 @@ async def main():
         logs.append({"level": params.level, "logger": params.logger})
 
     kw = {}
+    if what == "logs" and mode != "legacy":
+        # 2026-07-28: the level travels in each request's _meta; none, then debug.
+        for level in (None, "debug"):
+            async with httpx2.AsyncClient(headers=headers, timeout=60) as hc:
+                async with Client(streamable_http_client(url, http_client=hc), mode=mode,
+                                  logging_callback=on_log, log_level=level) as c:
+                    if level is None:
+                        out(event="connected", protocolVersion=c.protocol_version)
+                    r = await c.call_tool(sys.argv[4], {})
+                    out(event="called", logs=list(logs), result=dump(r))
+                    logs.clear()
+        return
     if what in ("answer", "decline"):
         kw = dict(elicitation_callback=on_elicit, sampling_callback=on_sample,
                   list_roots_callback=on_roots)
@@ -365,24 +377,26 @@ fn log_messages_arrive_only_after_set_level_tagged_with_the_connector() {
     rt.install_ok(&manifest, &[]);
     rt.wait_status("fx", "ready", READY);
     let token = rt.issue_token("w", "logs");
-    let py = PyClient::spawn(
-        &rt,
-        &token,
-        &["logs", rt.frontend_url(), "legacy", "fx_logging_tool"],
-    );
-    py.next("connected");
-    let before = py.next("the call before setLevel");
-    assert_eq!(
-        before["logs"],
-        json!([]),
-        "no level set, no messages: {before}"
-    );
-    let after = py.next("the call after setLevel");
-    let logs = after["logs"].as_array().cloned().unwrap_or_default();
-    assert_eq!(logs.len(), 3, "the call's messages after setLevel: {after}");
-    for log in &logs {
-        assert_eq!(log["logger"], "fx/tutti-fixture", "tagged <key>/: {log}");
-        assert_eq!(log["level"], "info", "{log}");
+    for mode in ["legacy", "auto"] {
+        let py = PyClient::spawn(
+            &rt,
+            &token,
+            &["logs", rt.frontend_url(), mode, "fx_logging_tool"],
+        );
+        py.next("connected");
+        let before = py.next("the call before a level was set");
+        assert_eq!(
+            before["logs"],
+            json!([]),
+            "mode={mode}: no level, no messages: {before}"
+        );
+        let after = py.next("the call after a level was set");
+        let logs = after["logs"].as_array().cloned().unwrap_or_default();
+        assert_eq!(logs.len(), 3, "mode={mode}: the call's messages: {after}");
+        for log in &logs {
+            assert_eq!(log["logger"], "fx/tutti-fixture", "tagged <key>/: {log}");
+            assert_eq!(log["level"], "info", "{log}");
+        }
     }
 }
 
