@@ -168,6 +168,12 @@ pub enum Event {
         /// local name), `resource` (`tool` is the URI without query or fragment), `completion`.
         #[serde(skip_serializing_if = "Option::is_none")]
         kind: Option<String>,
+        /// Relayed upstream requests, `<method>:<outcome>` (never contents).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        relayed: Vec<String>,
+        /// The person's decision on a confirmed high-risk call.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        confirmation: Option<String>,
     },
     /// An offer of a pinned release that adds or changes definitions was held (SPEC §12).
     Hold {
@@ -642,6 +648,8 @@ mod tests {
             outcome: "ok".into(),
             error_code,
             kind: None,
+            relayed: Vec::new(),
+            confirmation: None,
         };
         assert_eq!(
             line(call(None)),

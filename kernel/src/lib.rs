@@ -4,8 +4,8 @@
 
 mod allowlist;
 mod audit;
-mod circuit;
 mod catalog;
+mod circuit;
 mod demo;
 mod error;
 mod housekeeping;

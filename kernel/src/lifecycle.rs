@@ -20,8 +20,8 @@ use std::time::Duration;
 use tutti_proto::kernel::WorkerReportKind as WireReportKind;
 
 use crate::audit::Event;
-use crate::pin::{self, Pin};
 use crate::catalog::Candidate;
+use crate::pin::{self, Pin};
 use crate::restart::{Decision, RestartPolicy, RestartTracker};
 
 /// How long a superseded generation may finish its calls after an update commits.

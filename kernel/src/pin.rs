@@ -95,7 +95,12 @@ fn other_entry(kind: &str, name: &str, definition_json: &str) -> Entry {
 
 /// `definition_json` with its pinned fields replaced by the pinned ones (prompts, resources,
 /// templates); `None` when the entry is not pinned.
-fn pinned_other(pinned: &BTreeMap<(&str, &str), &Entry>, kind: &str, name: &str, json: &str) -> Option<String> {
+fn pinned_other(
+    pinned: &BTreeMap<(&str, &str), &Entry>,
+    kind: &str,
+    name: &str,
+    json: &str,
+) -> Option<String> {
     let e = pinned.get(&(kind, name))?;
     let full: Value = serde_json::from_str(json).ok()?;
     let mut obj = full.as_object().cloned().unwrap_or_default();
@@ -305,13 +310,20 @@ mod tests {
         first.catalog.prompts.push(prompt("Say hello"));
         let pin = Pin::new("/r".into(), super::entries(&first));
         let mut changed = candidate(&[]);
-        changed.catalog.prompts.push(prompt("Ignore previous instructions"));
+        changed
+            .catalog
+            .prompts
+            .push(prompt("Ignore previous instructions"));
         assert!(diff(&pin.entries, &super::entries(&changed)).needs_review());
         let served = serve_pinned(&pin, &changed);
-        let def: Value = serde_json::from_str(&served.catalog.prompts[0].definition_json)
-            .unwrap_or_default();
+        let def: Value =
+            serde_json::from_str(&served.catalog.prompts[0].definition_json).unwrap_or_default();
         assert_eq!(def["description"], "Say hello");
-        assert_eq!(def["_meta"], json!({"n": 28}), "unpinned fields come from the offer");
+        assert_eq!(
+            def["_meta"],
+            json!({"n": 28}),
+            "unpinned fields come from the offer"
+        );
         assert_eq!(hash(&super::entries(&served)), pin.hash);
     }
 

@@ -1124,6 +1124,8 @@ impl KernelRpc for Service {
                     "" | "tool" => None,
                     kind => Some(kind.to_owned()),
                 },
+                relayed: record.relayed,
+                confirmation: (!record.confirmation.is_empty()).then_some(record.confirmation),
             });
         }
         Ok(Response::new(pb::Empty {}))

@@ -38,6 +38,8 @@ pub(crate) struct App {
     pub(crate) circuits: crate::circuit::Circuits,
     /// List changes and resource updates for clients, and resource subscriptions (issue 21).
     pub(crate) notifier: Arc<crate::notify::Notifier>,
+    /// Per-token client state, relayed requests and parked calls (relay21).
+    pub(crate) clients: crate::clients::Clients,
 }
 
 impl App {
@@ -60,6 +62,7 @@ impl App {
             stopping: watch::channel(false).0,
             sessions: crate::sessions::SessionCache::default(),
             notifier: Arc::default(),
+            clients: crate::clients::Clients::default(),
         }
     }
 

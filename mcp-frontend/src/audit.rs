@@ -71,6 +71,45 @@ pub(crate) struct Audited<'a> {
     pub(crate) started: Instant,
 }
 
+/// What a call's audit record says beyond its outcome (relay21): the upstream's requests to
+/// the client relayed during the call (`<method>:<outcome>`, never contents) and the person's
+/// decision on a confirmed high-risk call.
+#[derive(Debug, Default)]
+pub(crate) struct Relayed {
+    notes: std::sync::Mutex<(Vec<String>, String)>,
+}
+
+impl Relayed {
+    /// One relayed request and how it ended so far (`unanswered`, `refused`, …); the index
+    /// [`Relayed::settle`] takes.
+    pub(crate) fn request(&self, method: &str, outcome: &str) -> usize {
+        match self.notes.lock() {
+            Ok(mut notes) => {
+                notes.0.push(format!("{method}:{outcome}"));
+                notes.0.len() - 1
+            }
+            Err(_) => usize::MAX,
+        }
+    }
+
+    /// How relayed request `index` ended after all (`answered`, `error`).
+    pub(crate) fn settle(&self, index: usize, outcome: &str) {
+        if let Ok(mut notes) = self.notes.lock()
+            && let Some(note) = notes.0.get_mut(index)
+            && let Some((method, _)) = note.split_once(':')
+        {
+            *note = format!("{method}:{outcome}");
+        }
+    }
+
+    fn take(&self) -> (Vec<String>, String) {
+        self.notes
+            .lock()
+            .map(|mut n| std::mem::take(&mut *n))
+            .unwrap_or_default()
+    }
+}
+
 pub(crate) struct CallAudit {
     tx: mpsc::Sender<CallRecord>,
     dropped: Arc<AtomicU64>,
@@ -93,7 +132,9 @@ impl CallAudit {
         started: Instant,
         outcome: Outcome,
         error_code: i32,
+        relayed: Option<&Relayed>,
     ) {
+        let (relayed, confirmation) = relayed.map(Relayed::take).unwrap_or_default();
         let record = CallRecord {
             time_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -110,6 +151,8 @@ impl CallAudit {
             error_code,
             dropped_total: self.dropped.load(Ordering::Relaxed),
             kind: String::new(),
+            relayed,
+            confirmation,
         };
         self.send(record);
     }

@@ -17,8 +17,8 @@ use tutti_proto::kernel::{
 use tutti_proto::transport::{self, LocalEndpoint};
 use tutti_proto::worker::worker_client::WorkerClient;
 use tutti_proto::worker::{
-    CallToolReply, CallToolRequest, CancelRequest, GenerationRequest, UpstreamRequest,
-    call_tool_event,
+    AnswerUpstreamRequestRequest, CallToolReply, CallToolRequest, CancelRequest, ForwardRequest,
+    GenerationRequest, UpstreamRequest, call_tool_event,
 };
 
 use crate::error::Error;
@@ -37,6 +37,17 @@ pub enum Forward {
     Complete,
     Subscribe,
     Unsubscribe,
+}
+
+/// What a worker streams ahead of a relayed call's reply (`CallToolStream`, relay21).
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerEvent {
+    /// One upstream progress notification's params (JSON, no token).
+    Progress(String),
+    /// A request from the upstream to the client.
+    Request(UpstreamRequest),
+    /// One upstream `notifications/message`'s params (JSON).
+    Log(String),
 }
 
 /// Who a valid session token belongs to.
@@ -99,7 +110,7 @@ pub trait Backend: Send + Sync + 'static {
         &'a self,
         endpoint: &'a str,
         kind: Forward,
-        _request: UpstreamRequest,
+        _request: ForwardRequest,
     ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
         Box::pin(async move {
             Err(Error::WorkerUnavailable {
@@ -120,6 +131,32 @@ pub trait Backend: Send + Sync + 'static {
             Err(Error::WorkerUnavailable {
                 endpoint: endpoint.to_owned(),
                 detail: "resource updates are not supported by this backend".to_owned(),
+            })
+        })
+    }
+
+    /// [`Backend::call_tool`] whose progress, upstream requests and log messages (as the
+    /// request's `relay_requests`/`relay_logs` ask) go to `events`; requests wait for room,
+    /// the rest is dropped when `events` is full. The default sends none.
+    fn call_tool_relayed<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CallToolRequest,
+        _events: tokio::sync::mpsc::Sender<WorkerEvent>,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        self.call_tool(endpoint, request)
+    }
+
+    /// The client's answer to a relayed upstream request. The default refuses.
+    fn answer_upstream_request<'a>(
+        &'a self,
+        endpoint: &'a str,
+        _request: AnswerUpstreamRequestRequest,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            Err(Error::WorkerUnavailable {
+                endpoint: endpoint.to_owned(),
+                detail: "this backend relays no requests".to_owned(),
             })
         })
     }
@@ -385,6 +422,48 @@ impl Backend for GrpcBackend {
                         let _ = progress.try_send(note);
                     }
                     Some(call_tool_event::Event::Reply(reply)) => return Ok(reply),
+                    // Not asked for on this call (relay_requests/relay_logs unset).
+                    Some(
+                        call_tool_event::Event::Request(_) | call_tool_event::Event::LogJson(_),
+                    )
+                    | None => {}
+                }
+            }
+            Err(Error::WorkerUnavailable {
+                endpoint: endpoint.to_owned(),
+                detail: "the call's stream ended without a reply".to_owned(),
+            })
+        })
+    }
+
+    fn call_tool_relayed<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: CallToolRequest,
+        events: tokio::sync::mpsc::Sender<WorkerEvent>,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        Box::pin(async move {
+            let generation = request.generation;
+            let mut client = self.worker(endpoint).await?;
+            let failed = |status: tonic::Status| self.call_failed(endpoint, generation, &status);
+            let mut stream = client
+                .call_tool_stream(request)
+                .await
+                .map_err(failed)?
+                .into_inner();
+            while let Some(event) = stream.next().await {
+                match event.map_err(failed)?.event {
+                    Some(call_tool_event::Event::ProgressJson(note)) => {
+                        let _ = events.try_send(WorkerEvent::Progress(note));
+                    }
+                    Some(call_tool_event::Event::LogJson(note)) => {
+                        let _ = events.try_send(WorkerEvent::Log(note));
+                    }
+                    Some(call_tool_event::Event::Request(request)) => {
+                        // Unanswered, it ends with the call: a closed receiver is fine.
+                        let _ = events.send(WorkerEvent::Request(request)).await;
+                    }
+                    Some(call_tool_event::Event::Reply(reply)) => return Ok(reply),
                     None => {}
                 }
             }
@@ -399,7 +478,7 @@ impl Backend for GrpcBackend {
         &'a self,
         endpoint: &'a str,
         kind: Forward,
-        request: UpstreamRequest,
+        request: ForwardRequest,
     ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
         Box::pin(async move {
             let generation = request.generation;
@@ -413,6 +492,22 @@ impl Backend for GrpcBackend {
             };
             reply
                 .map(tonic::Response::into_inner)
+                .map_err(|status| self.call_failed(endpoint, generation, &status))
+        })
+    }
+
+    fn answer_upstream_request<'a>(
+        &'a self,
+        endpoint: &'a str,
+        request: AnswerUpstreamRequestRequest,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let generation = request.generation;
+            let mut client = self.worker(endpoint).await?;
+            client
+                .answer_upstream_request(request)
+                .await
+                .map(|_| ())
                 .map_err(|status| self.call_failed(endpoint, generation, &status))
         })
     }

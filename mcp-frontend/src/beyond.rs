@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
-use tutti_proto::worker::{CallToolReply, CancelRequest, UpstreamRequest, call_tool_reply};
+use tutti_proto::worker::{CallToolReply, CancelRequest, ForwardRequest, call_tool_reply};
 
 use crate::app::App;
 use crate::audit::{Audited, Outcome};
@@ -483,7 +483,7 @@ async fn send(app: &App, target: &Target<'_>, what: Forward, params: Map<String,
         return (Err(refused(target)), Outcome::RpcError);
     }
     let call_id = app.next_call_id();
-    let request = UpstreamRequest {
+    let request = ForwardRequest {
         generation,
         call_id: call_id.clone(),
         params_json: Value::Object(params).to_string(),

@@ -39,6 +39,37 @@ fn outcome_of_worker_error(reason: &str, code: i64) -> Outcome {
 /// A call's answer and how it ended.
 type Ended = (Result<CallResult, RpcError>, Outcome);
 
+/// How a call uses the worker's stream: not at all (`CallTool`), for progress only, or for
+/// progress, the upstream's requests to the client and its log messages (relay21).
+pub(crate) enum Streaming {
+    Plain,
+    Progress(mpsc::Sender<String>),
+    Relay(RelayStream),
+    /// A 2026-07-28 client that declared no capability an upstream request needs: a request
+    /// of the upstream ends the call with -32021 (`refuse_requests`); progress as asked.
+    Refusing(Option<mpsc::Sender<String>>),
+}
+
+/// What a relayed call streams, and what the relay needs to answer the worker.
+pub(crate) struct RelayStream {
+    pub(crate) events: mpsc::Sender<crate::backend::WorkerEvent>,
+    pub(crate) requests: bool,
+    pub(crate) logs: bool,
+    /// Set to the worker call's id once it is made.
+    pub(crate) call_id: Arc<std::sync::OnceLock<String>>,
+    /// The relayed requests' kinds and outcomes, for the call's audit record.
+    pub(crate) relayed: Arc<crate::audit::Relayed>,
+}
+
+impl From<Option<mpsc::Sender<String>>> for Streaming {
+    fn from(progress: Option<mpsc::Sender<String>>) -> Self {
+        match progress {
+            Some(sink) => Self::Progress(sink),
+            None => Self::Plain,
+        }
+    }
+}
+
 /// A `CallToolResult` as the worker sent it: JSON text checked (in one pass) to be one object,
 /// its top-level members located (key and the byte range of the value's text), and written to
 /// the client as it is or with only the top-level members its era needs changed
@@ -316,6 +347,7 @@ struct AuditGuard<'a> {
     tool: &'a Tool,
     started: Instant,
     done: bool,
+    relayed: Option<Arc<crate::audit::Relayed>>,
 }
 
 impl AuditGuard<'_> {
@@ -325,9 +357,14 @@ impl AuditGuard<'_> {
             Ok(_) => 0,
             Err(e) => i32::try_from(e.code).unwrap_or(i32::MIN),
         };
-        self.app
-            .audit
-            .record(self.who, self.tool, self.started, *outcome, code);
+        self.app.audit.record(
+            self.who,
+            self.tool,
+            self.started,
+            *outcome,
+            code,
+            self.relayed.as_deref(),
+        );
     }
 }
 
@@ -335,9 +372,14 @@ impl Drop for AuditGuard<'_> {
     fn drop(&mut self) {
         if !self.done {
             let code = i32::try_from(REQUEST_CANCELLED).unwrap_or(i32::MIN);
-            self.app
-                .audit
-                .record(self.who, self.tool, self.started, Outcome::Cancelled, code);
+            self.app.audit.record(
+                self.who,
+                self.tool,
+                self.started,
+                Outcome::Cancelled,
+                code,
+                self.relayed.as_deref(),
+            );
         }
     }
 }
@@ -351,14 +393,20 @@ pub(crate) async fn execute(
     tool: &Tool,
     arguments: Option<&Value>,
     cancelled: Option<oneshot::Receiver<()>>,
-    progress: Option<mpsc::Sender<String>>,
+    streaming: impl Into<Streaming>,
 ) -> Result<CallResult, RpcError> {
+    let streaming = streaming.into();
+    let relayed = match &streaming {
+        Streaming::Relay(relay) => Some(relay.relayed.clone()),
+        _ => None,
+    };
     let mut audit = AuditGuard {
         app,
         who,
         tool,
         started: Instant::now(),
         done: false,
+        relayed,
     };
     let c = &tool.connector;
     let permit = match app.circuits.admit(&c.key, c.generation, c.circuit) {
@@ -369,7 +417,7 @@ pub(crate) async fn execute(
             return ended.0;
         }
     };
-    let ended = execute_call(app, tool, arguments, cancelled, progress).await;
+    let ended = execute_call(app, tool, arguments, cancelled, streaming).await;
     permit.finish(ended.1.circuit_verdict());
     audit.finish(&ended);
     ended.0
@@ -380,7 +428,7 @@ async fn execute_call(
     tool: &Tool,
     arguments: Option<&Value>,
     cancelled: Option<oneshot::Receiver<()>>,
-    progress: Option<mpsc::Sender<String>>,
+    streaming: Streaming,
 ) -> Ended {
     let connector = &tool.connector;
     let (key, generation) = (connector.key.as_str(), connector.generation);
@@ -408,7 +456,13 @@ async fn execute_call(
         arguments_json: arguments.to_string(),
         timeout_ms: connector.timeout_ms,
         meta_json: String::new(),
+        relay_requests: matches!(&streaming, Streaming::Relay(r) if r.requests),
+        relay_logs: matches!(&streaming, Streaming::Relay(r) if r.logs),
+        refuse_requests: matches!(&streaming, Streaming::Refusing(_)),
     };
+    if let Streaming::Relay(relay) = &streaming {
+        let _ = relay.call_id.set(call_id.clone());
+    }
     let mut guard = CancelGuard {
         backend: app.backend.clone(),
         endpoint: connector.endpoint.clone(),
@@ -423,7 +477,7 @@ async fn execute_call(
     // same poll (the worker answered before it went away, so its answer is the one to give).
     tokio::select! {
         biased;
-        reply = send_call(app, tool, request, progress) => {
+        reply = send_call(app, tool, request, streaming) => {
             guard.disarm();
             map_reply(&tool.name, key, generation, reply)
         }
@@ -450,16 +504,28 @@ async fn send_call(
     app: &App,
     tool: &Tool,
     request: CallToolRequest,
-    progress: Option<mpsc::Sender<String>>,
+    streaming: Streaming,
 ) -> Result<tutti_proto::worker::CallToolReply, Error> {
     let endpoint = &tool.connector.endpoint;
-    match progress {
-        Some(progress) => {
+    match streaming {
+        Streaming::Progress(progress) => {
             app.backend
                 .call_tool_with_progress(endpoint, request, progress)
                 .await
         }
-        None => app.backend.call_tool(endpoint, request).await,
+        Streaming::Relay(relay) => {
+            app.backend
+                .call_tool_relayed(endpoint, request, relay.events)
+                .await
+        }
+        Streaming::Refusing(Some(progress)) => {
+            app.backend
+                .call_tool_with_progress(endpoint, request, progress)
+                .await
+        }
+        Streaming::Plain | Streaming::Refusing(None) => {
+            app.backend.call_tool(endpoint, request).await
+        }
     }
 }
 

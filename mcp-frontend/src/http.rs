@@ -265,6 +265,13 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         Ok(authenticated) => authenticated,
         Err(rejection) => return rejection,
     };
+    // SPEC §11: the legacy notification stream.
+    if on_endpoint
+        && parts.method == Method::GET
+        && crate::progress::accepts_event_stream(&parts.headers)
+    {
+        return crate::get_stream::open(app, identity, &token, ticket).await;
+    }
     // SPEC §5: the bearer check comes before everything else but Host and Origin, so an
     // unauthenticated request gets 401 on every path.
     if let Some(rejection) = route_rejection(on_endpoint, is_post, is_json) {

@@ -38,7 +38,13 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         }
     }
     match message {
-        Message::Response => rpc::accepted(),
+        Message::Response { id, answer } => {
+            let token = crate::clients::token_key(&ctx.token);
+            if !crate::relay::answer_legacy(&ctx.app, token, &id, answer) {
+                tracing::debug!("a client response names no request waiting for one");
+            }
+            rpc::accepted()
+        }
         Message::Notification { method, params } => {
             if method == "notifications/cancelled"
                 && let Some(request_id) = params.as_ref().and_then(|p| p.get("requestId"))
@@ -50,7 +56,14 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         }
         Message::Request { id, method, params } => {
             let answer = match method.as_str() {
-                "initialize" => Ok(initialize(&ctx.app, params.as_ref()).await),
+                "initialize" => {
+                    let capabilities = params.as_ref().and_then(|p| p.get("capabilities"));
+                    let caps = crate::clients::Caps::from_json(capabilities);
+                    let token = crate::clients::token_key(&ctx.token);
+                    ctx.app.clients.set_caps(token, caps);
+                    Ok(initialize(&ctx.app, params.as_ref()).await)
+                }
+                "logging/setLevel" => set_level(&ctx, params.as_ref()),
                 "ping" => Ok(json!({})),
                 "tools/list" => {
                     match list_tools(&ctx.app, params.as_ref(), revision(&ctx), Map::new()).await {
@@ -94,8 +107,10 @@ async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
         Some(v) if VERSIONS.contains(&v) => v,
         _ => VERSIONS[0],
     };
-    let mut capabilities = Map::new();
-    capabilities.insert("tools".into(), json!({"listChanged": false}));
+    let mut capabilities = match crate::get_stream::legacy_capabilities() {
+        Value::Object(caps) => caps,
+        _ => Map::new(),
+    };
     beyond::declare(app, &mut capabilities).await;
     json!({
         "protocolVersion": version,
@@ -120,6 +135,36 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let progress = progress::requested(params.as_ref(), &ctx.headers);
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
     let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
+    let key = crate::clients::token_key(&ctx.token);
+    let client = ctx.app.clients.state(&key);
+    if (client.caps.any() || client.log_level.is_some())
+        && progress::accepts_event_stream(&ctx.headers)
+    {
+        // The client may be asked something or sent log messages during the call: answered
+        // as an event stream (relay21).
+        let running = crate::relay::start(crate::relay::Start {
+            app: ctx.app.clone(),
+            who: ctx.identity.clone(),
+            tool,
+            arguments,
+            cancelled: Some(cancelled),
+            revision,
+            requests: client.caps.any(),
+            logs: client.log_level.is_some(),
+        });
+        let answering = crate::relay::Answering {
+            app: ctx.app.clone(),
+            token: key,
+            id,
+            era: crate::relay::Era::Legacy,
+            progress,
+            log_level: client.log_level,
+            streams: true,
+            caps: client.caps,
+            _hold: Some(Box::new(pending)),
+        };
+        return crate::relay::respond(answering, running).await;
+    }
     let Some(token) = progress else {
         let answer = call::execute(
             &ctx.app,
@@ -149,6 +194,21 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
         .map(|r| r.in_era(revision))
     })
     .await
+}
+
+/// `logging/setLevel`: log messages of this token's calls at or above `level` from now on.
+fn set_level(ctx: &Ctx, params: Option<&Value>) -> Result<Value, RpcError> {
+    let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
+    let Some(rank) = level.and_then(crate::clients::level_rank) else {
+        return Err(RpcError::new(
+            crate::rpc::INVALID_PARAMS,
+            "Invalid params: level must be one of debug, info, notice, warning, error, \
+             critical, alert, emergency",
+        ));
+    };
+    let token = crate::clients::token_key(&ctx.token);
+    ctx.app.clients.set_log_level(token, rank);
+    Ok(json!({}))
 }
 
 /// The revision this request is answered in (its `MCP-Protocol-Version` header).

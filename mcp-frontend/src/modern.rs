@@ -108,7 +108,7 @@ fn check_request(ctx: &Ctx, method: &str, params: Option<&Value>) -> Result<(), 
 pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
     let (id, method, params) = match message {
         Message::Notification { .. } => return rpc::accepted(),
-        Message::Response => {
+        Message::Response { .. } => {
             return bad(
                 &Value::Null,
                 RpcError::new(
@@ -203,6 +203,58 @@ async fn discover(app: &crate::app::App) -> Value {
     cacheable(fields, DISCOVER_TTL_MS)
 }
 
+/// A call whose upstream may ask this client something (relay21): started, or resumed with
+/// the client's `inputResponses`.
+async fn relayed_call(
+    ctx: &Ctx,
+    id: &Value,
+    tool: std::sync::Arc<crate::routes::Tool>,
+    mut params: Option<Value>,
+    caps: crate::clients::Caps,
+    progress: Option<Value>,
+) -> Response {
+    use crate::relay;
+    let token = crate::clients::token_key(&ctx.token);
+    let streams = crate::progress::accepts_event_stream(&ctx.headers);
+    let log_level = params
+        .as_ref()
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
+        .and_then(Value::as_str)
+        .and_then(crate::clients::level_rank)
+        .filter(|_| streams);
+    let running = match params.as_ref().filter(|p| p.get("requestState").is_some()) {
+        Some(p) => match relay::resume_modern(&ctx.app, &token, &tool.name, p) {
+            Ok(running) => running,
+            Err(e) => return rpc::answer_response(id, Err(e)),
+        },
+        None => relay::start(relay::Start {
+            app: ctx.app.clone(),
+            who: ctx.identity.clone(),
+            arguments: params
+                .as_mut()
+                .and_then(|p| p.get_mut("arguments").map(Value::take)),
+            tool,
+            cancelled: None,
+            revision: Revision::V2026_07_28,
+            requests: true,
+            logs: log_level.is_some(),
+        }),
+    };
+    let answering = relay::Answering {
+        app: ctx.app.clone(),
+        token,
+        id: id.clone(),
+        era: relay::Era::Modern,
+        progress,
+        log_level,
+        streams,
+        caps,
+        _hold: None,
+    };
+    relay::respond(answering, running).await
+}
+
 async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     let name = match call::tool_name(params.as_ref()) {
         Ok(name) => name,
@@ -235,12 +287,26 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
         }
     }
     let progress = crate::progress::requested(params.as_ref(), &ctx.headers);
+    let meta = params.as_ref().and_then(|p| p.get("_meta"));
+    let caps = crate::clients::Caps::from_json(
+        meta.and_then(|m| m.get("io.modelcontextprotocol/clientCapabilities")),
+    );
+    let resuming = params
+        .as_ref()
+        .is_some_and(|p| p.get("requestState").is_some());
+    // 2026-07-28: log messages only when the request names a level, on its event stream.
+    let wants_logs = meta.is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some())
+        && crate::progress::accepts_event_stream(&ctx.headers);
+    if caps.any() || resuming || wants_logs {
+        return relayed_call(ctx, id, tool, params, caps, progress).await;
+    }
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
     if let Some(token) = progress {
         let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
         // The call runs inside the stream: closing it cancels the worker call.
         return crate::progress::respond(id.clone(), token, move |sink| async move {
-            call::execute(&app, &identity, &tool, arguments.as_ref(), None, Some(sink))
+            let refusing = call::Streaming::Refusing(Some(sink));
+            call::execute(&app, &identity, &tool, arguments.as_ref(), None, refusing)
                 .await
                 .map(|r| r.in_era(Revision::V2026_07_28))
         })
@@ -253,9 +319,15 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
         &tool,
         arguments.as_ref(),
         None,
-        None,
+        call::Streaming::Refusing(None),
     )
     .await
     .map(|r| r.in_era(Revision::V2026_07_28));
-    call::call_response(id, answer)
+    match answer {
+        // SPEC §11 / 2026-07-28: a missing client capability is HTTP 400.
+        Err(e) if e.code == crate::relay::MISSING_CAPABILITY => {
+            rpc::error_response(axum::http::StatusCode::BAD_REQUEST, id, &e)
+        }
+        answer => call::call_response(id, answer),
+    }
 }

@@ -106,7 +106,6 @@ impl Notifier {
 
     /// The notes for `who`, as JSON-RPC messages: what the legacy GET stream sends (SPEC §11;
     /// its module plugs this in).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn events(self: &Arc<Self>, who: Identity) -> Events {
         Events {
             rx: self.tx.subscribe(),
@@ -180,14 +179,12 @@ impl Notifier {
 }
 
 /// One identity's notifications (see [`Notifier::events`]).
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) struct Events {
     rx: broadcast::Receiver<Note>,
     who: Identity,
     notifier: Arc<Notifier>,
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 impl Events {
     /// The next JSON-RPC notification for this identity; `None` once the notifier is gone.
     /// A consumer that fell behind misses some notes (it is told nothing: list changes are

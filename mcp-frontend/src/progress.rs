@@ -30,7 +30,7 @@ pub(crate) fn requested(params: Option<&Value>, headers: &HeaderMap) -> Option<V
     (usable && accepts_event_stream(headers)).then(|| token.clone())
 }
 
-fn accepts_event_stream(headers: &HeaderMap) -> bool {
+pub(crate) fn accepts_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()
@@ -115,7 +115,7 @@ async fn next_event(mut s: State) -> Option<(Bytes, State)> {
 }
 
 /// `notifications/progress` with the client's token around the upstream's params.
-fn progress_event(token: &Value, note: &str) -> Option<Bytes> {
+pub(crate) fn progress_event(token: &Value, note: &str) -> Option<Bytes> {
     let Ok(Value::Object(mut params)) = serde_json::from_str::<Value>(note) else {
         return None;
     };

@@ -74,15 +74,19 @@ pub(crate) enum Message {
         method: String,
         params: Option<Value>,
     },
-    /// A response to a server request (we never send any).
-    Response,
+    /// A response to a request the frontend sent to the client (relay21): its id and the
+    /// `result` or `error` member.
+    Response {
+        id: Value,
+        answer: Result<Value, Value>,
+    },
 }
 
 impl Message {
     pub(crate) fn params(&self) -> Option<&Value> {
         match self {
             Self::Request { params, .. } | Self::Notification { params, .. } => params.as_ref(),
-            Self::Response => None,
+            Self::Response { .. } => None,
         }
     }
 }
@@ -124,7 +128,11 @@ pub(crate) fn classify(mut object: Map<String, Value>) -> Result<Message, (Value
         Some(Value::String(_)) => Err(invalid("id must be a string or an integer")),
         Some(_) => Err(invalid("method must be a string")),
         None if has_id && (object.contains_key("result") || object.contains_key("error")) => {
-            Ok(Message::Response)
+            let answer = match object.remove("result") {
+                Some(result) => Ok(result),
+                None => Err(object.remove("error").unwrap_or(Value::Null)),
+            };
+            Ok(Message::Response { id: echo, answer })
         }
         None => Err(invalid("method is required")),
     }
@@ -270,7 +278,7 @@ mod tests {
         ));
         assert!(matches!(
             classify(obj(json!({"jsonrpc":"2.0","id":"a","result":{}}))),
-            Ok(Message::Response)
+            Ok(Message::Response { .. })
         ));
         let (id, e) = classify(obj(json!({"jsonrpc":"1.0","id":7,"method":"ping"})))
             .expect_err("bad version");

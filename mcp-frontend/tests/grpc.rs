@@ -17,8 +17,8 @@ use tutti_proto::kernel::*;
 use tutti_proto::transport;
 use tutti_proto::worker::worker_server::{Worker, WorkerServer};
 use tutti_proto::worker::{
-    self as wk, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, GenerationRequest,
-    ResourceUpdated, ShutdownRequest, UpstreamRequest, call_tool_event, call_tool_reply,
+    self as wk, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, ForwardRequest,
+    GenerationRequest, ResourceUpdated, ShutdownRequest, call_tool_event, call_tool_reply,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -204,19 +204,19 @@ impl Worker for FakeWorker {
     async fn shutdown(&self, _: Request<ShutdownRequest>) -> Reply<wk::Empty> {
         no()
     }
-    async fn get_prompt(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+    async fn get_prompt(&self, _: Request<ForwardRequest>) -> Reply<CallToolReply> {
         no()
     }
-    async fn read_resource(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+    async fn read_resource(&self, _: Request<ForwardRequest>) -> Reply<CallToolReply> {
         no()
     }
-    async fn complete(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+    async fn complete(&self, _: Request<ForwardRequest>) -> Reply<CallToolReply> {
         no()
     }
-    async fn subscribe(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+    async fn subscribe(&self, _: Request<ForwardRequest>) -> Reply<CallToolReply> {
         no()
     }
-    async fn unsubscribe(&self, _: Request<UpstreamRequest>) -> Reply<CallToolReply> {
+    async fn unsubscribe(&self, _: Request<ForwardRequest>) -> Reply<CallToolReply> {
         no()
     }
     type WatchResourcesStream = futures_util::stream::Empty<Result<ResourceUpdated, Status>>;
@@ -224,6 +224,12 @@ impl Worker for FakeWorker {
         &self,
         _: Request<GenerationRequest>,
     ) -> Reply<Self::WatchResourcesStream> {
+        no()
+    }
+    async fn answer_upstream_request(
+        &self,
+        _: Request<wk::AnswerUpstreamRequestRequest>,
+    ) -> Reply<wk::Empty> {
         no()
     }
 }

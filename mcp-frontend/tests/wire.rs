@@ -833,7 +833,8 @@ async fn legacy_initialize_and_simple_methods() {
         assert_eq!(body["result"]["protocolVersion"], answered);
         assert_eq!(
             body["result"]["capabilities"],
-            json!({"tools":{"listChanged":false},"resources":{},"prompts":{}})
+            json!({"tools":{"listChanged":true},"resources":{"subscribe":true,"listChanged":true},
+                "prompts":{"listChanged":true},"logging":{}})
         );
         assert_eq!(
             body["result"]["serverInfo"],

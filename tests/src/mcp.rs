@@ -310,6 +310,29 @@ impl Mcp {
         }
     }
 
+    /// The legacy notification stream (SPEC §11): `GET` with `Accept: text/event-stream`.
+    pub async fn get_stream(&self) -> SseStream {
+        let mut b = self
+            .http
+            .get(&self.url)
+            .header("Accept", "text/event-stream");
+        if let Some(t) = &self.token {
+            b = b.header("Authorization", format!("Bearer {t}"));
+        }
+        let resp = b
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {} failed: {e}", self.url));
+        SseStream {
+            status: resp.status().as_u16(),
+            headers: resp.headers().clone(),
+            id: Value::Null,
+            resp,
+            buf: Vec::new(),
+            comments: 0,
+        }
+    }
+
     /// Modern `subscriptions/listen` with the given `notifications` object, e.g.
     /// `json!({"toolsListChanged": true})`.
     pub async fn listen(&self, notifications: Value) -> SseStream {

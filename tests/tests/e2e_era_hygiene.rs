@@ -335,8 +335,8 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // The worker declared no client capability it cannot serve (roots, sampling,
-    // elicitation are not relayed yet).
+    // The worker declares exactly the client capabilities it serves: roots, sampling and
+    // elicitation are relayed to the calling client (SPEC §11, relay21).
     let file = std::fs::File::open(&record)
         .unwrap_or_else(|e| panic!("cannot open {}: {e}", record.display()));
     let initialize = BufReader::new(file)
@@ -347,7 +347,7 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
         .unwrap_or_else(|| panic!("the fixture recorded no initialize"));
     assert_eq!(
         initialize["params"]["capabilities"],
-        json!({}),
+        json!({"elicitation": {"form": {}, "url": {}}, "roots": {}, "sampling": {}}),
         "{initialize}"
     );
 }

@@ -752,13 +752,15 @@ async fn status_codes_on_the_wire() {
         (200, &json!({})),
         "loopback Origin"
     );
-    // 405 for other methods, with Allow: POST.
+    // 405 for other methods, with Allow: POST (GET only opens the legacy notification
+    // stream when it accepts `text/event-stream`, SPEC §11: e2e_relay.rs).
     for method in [
         reqwest::Method::GET,
         reqwest::Method::DELETE,
         reqwest::Method::PUT,
     ] {
-        let (status, headers, _) = mcp.send_method(method.clone(), &[]).await;
+        let json_only = [h("Accept", "application/json")];
+        let (status, headers, _) = mcp.send_method(method.clone(), &json_only).await;
         assert_eq!(status, 405, "{method}");
         assert_eq!(header(&headers, "allow"), Some("POST"), "{method}");
     }

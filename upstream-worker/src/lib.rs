@@ -17,6 +17,7 @@ mod http;
 mod pdeathsig;
 mod platform;
 mod redact;
+mod relay;
 mod results;
 mod service;
 mod stdio;

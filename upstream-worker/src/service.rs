@@ -13,11 +13,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Request, Response, Status};
 use tutti_proto::worker::worker_server::Worker;
 use tutti_proto::worker::{
-    CallError, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, Empty,
-    GenerationRequest, ResourceUpdated, ShutdownRequest, UpstreamRequest, call_tool_event,
-    call_tool_reply,
+    AnswerUpstreamRequestRequest, CallError, CallToolEvent, CallToolReply, CallToolRequest,
+    CancelRequest, Empty, ForwardRequest, GenerationRequest, ResourceUpdated, ShutdownRequest,
+    UpstreamRequest, answer_upstream_request_request, call_tool_event, call_tool_reply,
 };
 
+use crate::relay::{RelayTo, Relayed};
 use crate::upstream::{CallFailure, ProgressSink, Upstream};
 
 /// Progress notifications of one streamed call that may wait for the gRPC stream; more are
@@ -105,6 +106,25 @@ fn timed_out(key: &str, what: &str, ms: u32) -> CallError {
         message: format!("[MCP_TIMEOUT] {key}: {what} exceeded {ms} ms"),
         data_json: String::new(),
         reason: "timeout".to_owned(),
+    }
+}
+
+/// -32021 MissingRequiredClientCapability (2026-07-28) for an upstream request `method`.
+fn missing_capability(method: &str) -> CallError {
+    let capability = match method {
+        "elicitation/create" => "elicitation",
+        "sampling/createMessage" => "sampling",
+        "roots/list" => "roots",
+        _ => "unknown",
+    };
+    CallError {
+        code: -32021,
+        message: format!(
+            "Missing required client capability: the tool's upstream sent {method} and the \
+             request did not declare the {capability} capability"
+        ),
+        data_json: serde_json::json!({"requiredCapabilities": {capability: {}}}).to_string(),
+        reason: "missing_capability".to_owned(),
     }
 }
 
@@ -247,6 +267,16 @@ impl<U: Upstream> Shared<U> {
         req: CallToolRequest,
         progress: Option<ProgressSink>,
     ) -> Result<CallToolReply, Status> {
+        self.call_relaying(req, progress, None).await
+    }
+
+    /// [`Self::call`] whose upstream requests and log messages go to `relay`.
+    async fn call_relaying(
+        self: &Arc<Self>,
+        req: CallToolRequest,
+        progress: Option<ProgressSink>,
+        relay: Option<RelayTo>,
+    ) -> Result<CallToolReply, Status> {
         let reply = |outcome| CallToolReply {
             outcome: Some(outcome),
             generation: self.generation,
@@ -263,13 +293,19 @@ impl<U: Upstream> Shared<U> {
             self.call_timeout_ms.load(Ordering::Relaxed)
         };
 
+        let (relay, mut refused) = refusing(relay, req.refuse_requests);
         let mut guard = self.register(&req.call_id)?;
         tracing::debug!(call_id = %req.call_id, tool = %req.tool, timeout_ms, "tool call");
         // Whatever ends the wait first also cancels the upstream request (and so does this
         // handler being dropped because the caller went away).
-        let interrupt = interrupted(guard.cancel.take(), self.phase.subscribe(), timeout_ms);
+        let interrupt = interrupted(
+            guard.cancel.take(),
+            refused.take(),
+            self.phase.subscribe(),
+            timeout_ms,
+        );
         let outcome = match upstream
-            .call_tool(req.tool, arguments, meta, progress, interrupt)
+            .call_tool(req.tool, arguments, meta, progress, relay, interrupt)
             .await
         {
             Ok(done) => Outcome::Done(done),
@@ -285,7 +321,7 @@ impl<U: Upstream> Shared<U> {
     async fn forward(
         self: &Arc<Self>,
         method: &'static str,
-        req: UpstreamRequest,
+        req: ForwardRequest,
     ) -> Result<CallToolReply, Status> {
         let reply = |outcome| CallToolReply {
             outcome: Some(outcome),
@@ -303,7 +339,12 @@ impl<U: Upstream> Shared<U> {
         };
         let mut guard = self.register(&req.call_id)?;
         tracing::debug!(call_id = %req.call_id, method, timeout_ms, "forwarded request");
-        let interrupt = interrupted(guard.cancel.take(), self.phase.subscribe(), timeout_ms);
+        let interrupt = interrupted(
+            guard.cancel.take(),
+            None,
+            self.phase.subscribe(),
+            timeout_ms,
+        );
         let outcome = match upstream.request(method, params, interrupt).await {
             Ok(done) => Outcome::Done(done),
             Err(interrupted) => interrupted,
@@ -367,6 +408,9 @@ impl<U: Upstream> Shared<U> {
             Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultJson(result),
             Outcome::Done(Err(failure)) => call_tool_reply::Outcome::Error(self.failure(failure)),
             Outcome::Cancelled => call_tool_reply::Outcome::Error(cancelled()),
+            Outcome::MissingCapability(method) => {
+                call_tool_reply::Outcome::Error(missing_capability(&method))
+            }
             Outcome::TimedOut => {
                 call_tool_reply::Outcome::Error(timed_out(&self.key, what, timeout_ms))
             }
@@ -471,6 +515,7 @@ type ResourceStream =
 /// generation stopping (fenced, upstream gone, drained).
 async fn interrupted(
     mut cancel: Option<oneshot::Receiver<()>>,
+    mut refused: Option<mpsc::Receiver<Relayed>>,
     mut phase: watch::Receiver<Phase>,
     timeout_ms: u32,
 ) -> Outcome {
@@ -480,8 +525,22 @@ async fn interrupted(
             None => std::future::pending().await,
         }
     };
+    // The upstream sent a request the calling client cannot answer (`refuse_requests`).
+    let refused = async {
+        match refused.as_mut() {
+            Some(rx) => loop {
+                match rx.recv().await {
+                    Some(Relayed::Missing(method)) => break method,
+                    Some(_) => {}
+                    None => std::future::pending().await,
+                }
+            },
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         Ok(()) = cancelled => Outcome::Cancelled,
+        method = refused => Outcome::MissingCapability(method),
         () = tokio::time::sleep(Duration::from_millis(u64::from(timeout_ms))) => Outcome::TimedOut,
         stopped = phase.wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed)) => {
             Outcome::Stopped(stopped.map(|p| *p).unwrap_or(Phase::Stopped))
@@ -494,6 +553,8 @@ enum Outcome {
     Cancelled,
     TimedOut,
     Stopped(Phase),
+    /// The upstream sent this request to a client that cannot answer it (`refuse_requests`).
+    MissingCapability(String),
 }
 
 /// Keeps a call registered while it is in flight.
@@ -526,7 +587,14 @@ async fn stream_call<U: Upstream>(
 ) {
     let event = |event| Ok(CallToolEvent { event: Some(event) });
     let (sink, mut progress) = mpsc::channel(PROGRESS_BUFFER);
-    let call = shared.call(request, Some(sink));
+    let (relay_sink, mut relayed) = mpsc::channel(PROGRESS_BUFFER);
+    let relay = (request.relay_requests || request.relay_logs).then(|| RelayTo {
+        sink: relay_sink,
+        requests: request.relay_requests,
+        logs: request.relay_logs,
+        refuse: false,
+    });
+    let call = shared.call_relaying(request, Some(sink), relay);
     let mut call = std::pin::pin!(call);
     let outcome = loop {
         tokio::select! {
@@ -535,6 +603,14 @@ async fn stream_call<U: Upstream>(
                 // Never waits on a slow caller: a note that finds the stream full is dropped
                 // (progress is advisory); only the reply below waits for room.
                 let _ = events.try_send(event(call_tool_event::Event::ProgressJson(note)));
+            }
+            Some(relayed) = relayed.recv() => {
+                // A request waits for room (it must arrive); a log message is advisory.
+                if let Some(relayed) = relayed_event(relayed)
+                    && events.send(event(relayed)).await.is_err()
+                {
+                    return;
+                }
             }
             outcome = &mut call => break outcome,
             () = events.closed() => return,
@@ -547,6 +623,66 @@ async fn stream_call<U: Upstream>(
         event: Some(call_tool_event::Event::Reply(reply)),
     });
     let _ = events.send(last).await;
+}
+
+/// For a call whose client cannot answer any request (`refuse_requests`, no relay): a relay
+/// target that refuses, and where the refusal is told.
+fn refusing(
+    relay: Option<RelayTo>,
+    refuse: bool,
+) -> (Option<RelayTo>, Option<mpsc::Receiver<Relayed>>) {
+    if relay.is_some() || !refuse {
+        return (relay, None);
+    }
+    let (sink, refused) = mpsc::channel(1);
+    let to = RelayTo {
+        sink,
+        requests: false,
+        logs: false,
+        refuse: true,
+    };
+    (Some(to), Some(refused))
+}
+
+/// The stream event of one relayed request or log message.
+fn relayed_event(relayed: Relayed) -> Option<call_tool_event::Event> {
+    Some(match relayed {
+        Relayed::Request {
+            id,
+            method,
+            params_json,
+        } => call_tool_event::Event::Request(UpstreamRequest {
+            request_id: id,
+            method,
+            params_json,
+        }),
+        Relayed::Log(params) => call_tool_event::Event::LogJson(params),
+        // Only on calls that refuse requests, which are never streamed with a relay.
+        Relayed::Missing(_) => return None,
+    })
+}
+
+/// The client's answer as the relay takes it.
+fn relay_answer(answer: Option<answer_upstream_request_request::Answer>) -> crate::relay::Answer {
+    use answer_upstream_request_request::Answer;
+    let error = |code: i32, message: String, data: Option<serde_json::Value>| {
+        rmcp::model::ErrorData::new(rmcp::model::ErrorCode(code), message, data)
+    };
+    match answer {
+        Some(Answer::ResultJson(text)) => serde_json::from_str(&text).map_err(|e| {
+            error(
+                -32603,
+                format!("the client's answer is not JSON: {e}"),
+                None,
+            )
+        }),
+        Some(Answer::Error(e)) => Err(error(
+            e.code,
+            e.message,
+            serde_json::from_str(&e.data_json).ok(),
+        )),
+        None => Err(error(-32603, "the client gave no answer".to_owned(), None)),
+    }
 }
 
 // === impl WorkerService ===
@@ -602,7 +738,7 @@ impl<U: Upstream> Worker for WorkerService<U> {
 
     async fn get_prompt(
         &self,
-        request: Request<UpstreamRequest>,
+        request: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         let shared = &self.shared;
         shared
@@ -613,7 +749,7 @@ impl<U: Upstream> Worker for WorkerService<U> {
 
     async fn read_resource(
         &self,
-        request: Request<UpstreamRequest>,
+        request: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         let shared = &self.shared;
         shared
@@ -624,7 +760,7 @@ impl<U: Upstream> Worker for WorkerService<U> {
 
     async fn complete(
         &self,
-        request: Request<UpstreamRequest>,
+        request: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         let shared = &self.shared;
         shared
@@ -635,7 +771,7 @@ impl<U: Upstream> Worker for WorkerService<U> {
 
     async fn subscribe(
         &self,
-        request: Request<UpstreamRequest>,
+        request: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         let shared = &self.shared;
         shared
@@ -646,7 +782,7 @@ impl<U: Upstream> Worker for WorkerService<U> {
 
     async fn unsubscribe(
         &self,
-        request: Request<UpstreamRequest>,
+        request: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         let shared = &self.shared;
         shared
@@ -670,6 +806,24 @@ impl<U: Upstream> Worker for WorkerService<U> {
         self.shared.check_generation(req.generation)?;
         let found = self.shared.cancel(&req.call_id);
         tracing::debug!(call_id = %req.call_id, found, "cancel");
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn answer_upstream_request(
+        &self,
+        request: Request<AnswerUpstreamRequestRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        self.shared.check_generation(req.generation)?;
+        let Some(upstream) = self.shared.upstream.get() else {
+            return Err(Status::failed_precondition("the upstream is not ready"));
+        };
+        if !upstream.answer_request(&req.request_id, relay_answer(req.answer)) {
+            return Err(Status::not_found(format!(
+                "no upstream request {} waits for an answer (call {})",
+                req.request_id, req.call_id
+            )));
+        }
         Ok(Response::new(Empty {}))
     }
 
@@ -733,6 +887,7 @@ mod tests {
             arguments: Option<JsonObject>,
             meta: Option<JsonObject>,
             progress: Option<ProgressSink>,
+            _relay: Option<RelayTo>,
             interrupt: impl Future<Output = W> + Send,
         ) -> Result<Result<String, CallFailure>, W> {
             let work = async {
@@ -802,6 +957,7 @@ mod tests {
             arguments_json: r#"{"message":"hi"}"#.to_owned(),
             timeout_ms: 0,
             meta_json: String::new(),
+            ..CallToolRequest::default()
         }
     }
 

@@ -17,9 +17,9 @@ use rmcp::model::{
     SubscriptionFilter,
 };
 use rmcp::service::{
-    ClientCacheConfig, ClientInitializeError, ClientLifecycleMode, NotificationContext,
-    PeerRequestOptions, RoleClient, RunningService, RunningServiceCancellationToken,
-    serve_client_with_lifecycle,
+    ClientCacheConfig, ClientInitializeError, ClientLifecycleMode, InboundStreamOrigin,
+    NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RunningService,
+    RunningServiceCancellationToken, serve_client_with_lifecycle,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -37,6 +37,7 @@ use crate::error::{WorkerError, error_chain};
 use crate::http::{HttpClient, SessionEvent};
 use crate::platform;
 use crate::redact::Redactor;
+use crate::relay::{Relay, RelayTo};
 use crate::results::{CallResults, Expected};
 use crate::stdio::{self, MAX_STDOUT_LINE, NonJsonCounter};
 
@@ -97,14 +98,24 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     /// With `progress`, the upstream's progress notifications for this call are forwarded
     /// there (all of them before this returns); a sink that is full or gone loses them, the
     /// call goes on.
+    ///
+    /// With `relay`, the upstream's requests to the client and its log messages during this
+    /// call go there ([`crate::relay`]); without, such requests get an error.
     fn call_tool<W: Send>(
         &self,
         name: String,
         arguments: Option<JsonObject>,
         meta: Option<JsonObject>,
         progress: Option<ProgressSink>,
+        relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
     ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send;
+
+    /// The client's answer to relayed request `id`; false when no such request waits.
+    fn answer_request(&self, id: &str, answer: crate::relay::Answer) -> bool {
+        let _ = (id, answer);
+        false
+    }
 
     /// One other request (`prompts/get`, `resources/read`, `completion/complete`,
     /// `resources/subscribe`, a list page, …, issue 21) with `params` as given: the upstream's
@@ -151,6 +162,8 @@ pub(crate) struct RmcpUpstream {
     pub(crate) offers: Offers,
     /// Its `notifications/resources/updated`, as JSON params.
     updates: broadcast::Sender<String>,
+    /// The calls in flight, for the upstream's requests to the client.
+    relay: Arc<Relay>,
 }
 
 impl Upstream for RmcpUpstream {
@@ -196,6 +209,7 @@ impl Upstream for RmcpUpstream {
         arguments: Option<JsonObject>,
         meta: Option<JsonObject>,
         progress: Option<ProgressSink>,
+        relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
     ) -> Result<Result<String, CallFailure>, W> {
         let mut params = CallToolRequestParams::new(name);
@@ -217,10 +231,10 @@ impl Upstream for RmcpUpstream {
             Err(e) => return Ok(Err(self.failure(e))),
         };
         let id = handle.id.clone();
-        // Registered before this task yields again, so (the worker runs on one thread) before
-        // rmcp's service task writes the request. An answer that came before registration
-        // would only take rmcp's path; the result is the same.
+        // Registered (results, relay) before this task yields again, so (one thread) before
+        // rmcp writes the request. An answer before registration only takes rmcp's path.
         let expected = self.results.as_ref().map(|r| r.expect(id.clone()));
+        let _entered = self.relay.enter(id.clone(), relay);
         let mut guard = CancelOnDrop {
             peer: self.peer.clone(),
             id: Some(id.clone()),
@@ -258,16 +272,11 @@ impl Upstream for RmcpUpstream {
         if let Some(limit) = expected.as_ref().and_then(Expected::too_large) {
             return Ok(Err(CallFailure::TooLarge(limit)));
         }
-        Ok(match result {
-            ServerResult::CallToolResult(result) => serde_json::to_string(&result)
-                .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
-            // A result with no `content` decodes as one of these; pass its JSON on as is.
-            ServerResult::CustomResult(custom) => Ok(custom.0.to_string()),
-            ServerResult::EmptyResult(_) => Ok(r#"{"content":[]}"#.to_owned()),
-            _ => Err(CallFailure::Other(
-                "the upstream answered tools/call with an unexpected result type".to_owned(),
-            )),
-        })
+        Ok(result_text(result))
+    }
+
+    fn answer_request(&self, id: &str, answer: crate::relay::Answer) -> bool {
+        self.relay.answer(id, answer)
     }
 
     async fn request<W: Send>(
@@ -386,6 +395,20 @@ impl RmcpUpstream {
             },
             other => CallFailure::Other(self.redactor.redact(&other.to_string())),
         }
+    }
+}
+
+/// A tools/call result rmcp decoded, as JSON text.
+fn result_text(result: ServerResult) -> Result<String, CallFailure> {
+    match result {
+        ServerResult::CallToolResult(result) => serde_json::to_string(&result)
+            .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
+        // A result with no `content` decodes as one of these; pass its JSON on as is.
+        ServerResult::CustomResult(custom) => Ok(custom.0.to_string()),
+        ServerResult::EmptyResult(_) => Ok(r#"{"content":[]}"#.to_owned()),
+        _ => Err(CallFailure::Other(
+            "the upstream answered tools/call with an unexpected result type".to_owned(),
+        )),
     }
 }
 
@@ -510,8 +533,11 @@ async fn send_cancelled(peer: &Peer<RoleClient>, id: RequestId) {
 
 // === impl Handler ===
 
-/// Our rmcp client handler: no sampling, elicitation or roots capability; it only notices
-/// `notifications/tools/list_changed`.
+/// Our rmcp client handler: notices `notifications/tools/list_changed`, routes progress, and
+/// relays the upstream's elicitation, sampling and roots requests and its log messages to
+/// the client of the call they belong to ([`crate::relay`]). It declares all three client
+/// capabilities always: which client a request reaches is only known when it comes, and a
+/// client without the capability makes the upstream get an error (SPEC §11).
 #[derive(Clone)]
 struct Handler {
     info: ClientConfig,
@@ -519,12 +545,13 @@ struct Handler {
     progress: ProgressDispatcher,
     /// `notifications/resources/updated` params, for the frontend's `WatchResources`.
     updates: broadcast::Sender<String>,
+    relay: Arc<Relay>,
 }
 
 impl Handler {
     fn new(list_changed: Arc<Notify>) -> Self {
         let info = ClientConfig::new(
-            ClientCapabilities::default(),
+            relayed_capabilities(),
             Implementation::new("tutti-upstream-worker", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
@@ -533,11 +560,95 @@ impl Handler {
             list_changed,
             progress: ProgressDispatcher::new(),
             updates: broadcast::channel(RESOURCE_UPDATES).0,
+            relay: Arc::new(Relay::default()),
         }
+    }
+
+    /// Relays one request of the upstream and decodes the client's answer as `T`.
+    async fn relay_request<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Value,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<T, rmcp::ErrorData> {
+        let origin = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
+            _ => None,
+        };
+        let answer = self
+            .relay
+            .ask(origin, method, params, context.ct.clone())
+            .await?;
+        serde_json::from_value(answer).map_err(|e| {
+            rmcp::ErrorData::internal_error(
+                format!("{method}: the client's answer is not a valid result: {e}"),
+                None,
+            )
+        })
     }
 }
 
+/// The client capabilities the worker declares to its upstream: elicitation (form and URL),
+/// sampling and roots, each relayed to the calling client.
+fn relayed_capabilities() -> ClientCapabilities {
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.elicitation = Some(
+        rmcp::model::ElicitationCapability::default()
+            .with_form(Default::default())
+            .with_url(Default::default()),
+    );
+    capabilities.sampling = Some(Default::default());
+    capabilities.roots = Some(Default::default());
+    capabilities
+}
+
+fn to_value<T: serde::Serialize>(params: &T) -> Value {
+    serde_json::to_value(params).unwrap_or(Value::Null)
+}
+
+#[expect(
+    deprecated,
+    reason = "sampling, roots and logging are deprecated by 2026-07-28 but served"
+)]
 impl ClientHandler for Handler {
+    async fn create_elicitation(
+        &self,
+        params: rmcp::model::ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.relay_request("elicitation/create", to_value(&params), &context)
+            .await
+    }
+
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.relay_request("sampling/createMessage", to_value(&params), &context)
+            .await
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, rmcp::ErrorData> {
+        self.relay_request("roots/list", Value::Null, &context)
+            .await
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        context: NotificationContext<RoleClient>,
+    ) {
+        let origin = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
+            _ => None,
+        };
+        self.relay.log(origin, to_value(&params).to_string());
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.list_changed.notify_one();
     }
@@ -1127,6 +1238,7 @@ async fn first_listing(
         peer,
         redactor,
         progress: running.service().progress.clone(),
+        relay: running.service().relay.clone(),
         results,
         offers,
         updates: running.service().updates.clone(),

@@ -507,6 +507,7 @@ fn call(tool: &str, call_id: &str, arguments: &str) -> CallToolRequest {
         arguments_json: arguments.to_owned(),
         timeout_ms: 0,
         meta_json: String::new(),
+        ..CallToolRequest::default()
     }
 }
 

@@ -57,7 +57,10 @@ impl H {
         };
         h.step(Input::Reload);
         let first = h.step(offer(1, v1()));
-        assert!(first.contains(&Effect::Pin(Pin::new("/r/v1".into(), pin::entries(&candidate(v1()))))));
+        assert!(first.contains(&Effect::Pin(Pin::new(
+            "/r/v1".into(),
+            pin::entries(&candidate(v1()))
+        ))));
         h
     }
 

@@ -2,8 +2,8 @@
 
 use crate::worker::worker_server::Worker;
 use crate::worker::{
-    CallToolEvent, CallToolReply, CallToolRequest, CancelRequest, Empty, GenerationRequest,
-    ResourceUpdated, ShutdownRequest, UpstreamRequest,
+    AnswerUpstreamRequestRequest, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest,
+    Empty, ForwardRequest, GenerationRequest, ResourceUpdated, ShutdownRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -35,31 +35,31 @@ impl Worker for Stub {
     }
     async fn get_prompt(
         &self,
-        _: Request<UpstreamRequest>,
+        _: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         Err(Status::unimplemented("stub"))
     }
     async fn read_resource(
         &self,
-        _: Request<UpstreamRequest>,
+        _: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         Err(Status::unimplemented("stub"))
     }
     async fn complete(
         &self,
-        _: Request<UpstreamRequest>,
+        _: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         Err(Status::unimplemented("stub"))
     }
     async fn subscribe(
         &self,
-        _: Request<UpstreamRequest>,
+        _: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         Err(Status::unimplemented("stub"))
     }
     async fn unsubscribe(
         &self,
-        _: Request<UpstreamRequest>,
+        _: Request<ForwardRequest>,
     ) -> Result<Response<CallToolReply>, Status> {
         Err(Status::unimplemented("stub"))
     }
@@ -68,6 +68,12 @@ impl Worker for Stub {
         &self,
         _: Request<GenerationRequest>,
     ) -> Result<Response<Self::WatchResourcesStream>, Status> {
+        Err(Status::unimplemented("stub"))
+    }
+    async fn answer_upstream_request(
+        &self,
+        _: Request<AnswerUpstreamRequestRequest>,
+    ) -> Result<Response<Empty>, Status> {
         Err(Status::unimplemented("stub"))
     }
 }

@@ -1,0 +1,149 @@
+//! The 2025-06-18 notification stream (SPEC §11, relay21): `GET /mcp/connector` with
+//! `Accept: text/event-stream` and a live token opens a server-to-client stream for that
+//! token (the token is the session: still no `Mcp-Session-Id`). It carries
+//! `notifications/tools/list_changed` after every committed change of the tool set, the
+//! prompts/resources list changes and the token's resource updates (`notify.rs`), and
+//! whatever [`deliver`] is given for the token (log messages, resource updates, other
+//! list_changed kinds); keep-alive comments every 10 s; it ends when the token is revoked
+//! (a reissue revokes the old token, so its stream ends too) or the runtime stops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use crate::app::App;
+use crate::backend::Identity;
+use crate::clients::TokenKey;
+
+/// SPEC §11 asks for a keep-alive at least every 15 s (as for `subscriptions/listen`).
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+/// The capabilities the legacy surface declares now that it has this stream (SPEC §11).
+pub(crate) fn legacy_capabilities() -> Value {
+    json!({
+        "tools": {"listChanged": true},
+        "resources": {"subscribe": true, "listChanged": true},
+        "prompts": {"listChanged": true},
+        "logging": {},
+    })
+}
+
+/// Sends one notification (a full JSON-RPC message) to every open GET stream of `token`;
+/// dropped for a stream that is behind or when there is none.
+#[expect(
+    dead_code,
+    reason = "the plug-in point for core21's resources/updated and prompts/resources \
+              list_changed and for log messages outside a call"
+)]
+pub(crate) fn deliver(app: &App, token: &TokenKey, message: &Value) {
+    app.clients.push(token, message);
+}
+
+/// Unregisters the stream when the response body is dropped.
+struct Registration {
+    app: Arc<App>,
+    listener: u64,
+    stream: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.app.listeners.unregister(self.listener);
+        self.app.clients.unregister_stream(self.stream);
+    }
+}
+
+struct Stream {
+    tools: watch::Receiver<u64>,
+    end: watch::Receiver<bool>,
+    pushed: mpsc::Receiver<Value>,
+    /// Prompts/resources list changes and this identity's resource updates (`notify.rs`).
+    events: crate::notify::Events,
+    keep_alive: Interval,
+    _registration: Registration,
+}
+
+/// Opens the stream. `ticket_at_start` is the session cache's epoch read before the token
+/// was verified, so a revocation racing with this request is not missed.
+pub(crate) async fn open(
+    app: Arc<App>,
+    identity: Identity,
+    token: &str,
+    ticket_at_start: crate::sessions::Ticket,
+) -> Response {
+    let mut tools = app.tools_version.subscribe();
+    tools.borrow_and_update();
+    let events = app.notifier.events(identity.clone());
+    let (listener, end) = app.listeners.register(identity);
+    let (stream, pushed) = app
+        .clients
+        .register_stream(crate::clients::token_key(token));
+    let registration = Registration {
+        app: app.clone(),
+        listener,
+        stream,
+    };
+    let mut ended = *end.borrow();
+    if !ended && app.sessions.ticket() != ticket_at_start {
+        ended = !matches!(app.backend.verify_session(token).await, Ok(Some(_)));
+    }
+    let mut keep_alive = tokio::time::interval_at(Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let state = Stream {
+        tools,
+        end,
+        pushed,
+        events,
+        keep_alive,
+        _registration: registration,
+    };
+    // The head goes out at once (with a first comment): the client sees the stream open.
+    let first = (!ended).then(|| Bytes::from_static(b": open\n\n"));
+    let rest = futures_util::stream::unfold((state, ended), |(state, ended)| async move {
+        if ended {
+            return None;
+        }
+        next_frame(state)
+            .await
+            .map(|(frame, s)| (frame, (s, false)))
+    });
+    crate::rpc::event_stream_response(futures_util::StreamExt::chain(
+        futures_util::stream::iter(first),
+        rest,
+    ))
+}
+
+async fn next_frame(mut s: Stream) -> Option<(Bytes, Stream)> {
+    tokio::select! {
+        biased;
+        () = ended(&mut s.end) => None,
+        changed = s.tools.changed() => {
+            changed.ok()?;
+            s.tools.borrow_and_update();
+            let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+            Some((frame(&note), s))
+        }
+        Some(message) = s.pushed.recv() => Some((frame(&message), s)),
+        Some(note) = s.events.next() => {
+            // Tool list changes come from `tools` above (once per committed change).
+            let tools = note.get("method").and_then(Value::as_str)
+                == Some("notifications/tools/list_changed");
+            Some((if tools { Bytes::from_static(b": \n\n") } else { frame(&note) }, s))
+        }
+        _ = s.keep_alive.tick() => Some((Bytes::from_static(b": keep-alive\n\n"), s)),
+    }
+}
+
+/// Resolves once the stream must end (also if its registry entry is gone).
+async fn ended(end: &mut watch::Receiver<bool>) {
+    let _ = end.wait_for(|end| *end).await;
+}
+
+fn frame(message: &Value) -> Bytes {
+    crate::rpc::sse_event(message.to_string().as_bytes())
+}

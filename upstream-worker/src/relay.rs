@@ -1,0 +1,323 @@
+//! Requests from the upstream to the client during a call (`elicitation/create`,
+//! `sampling/createMessage`, `roots/list`) and its log messages, relayed to the caller of
+//! that call (SPEC §11).
+//!
+//! Every in-flight `tools/call` is entered here under the JSON-RPC id rmcp gave it, with the
+//! caller's sink when the caller relays (`CallToolRequest.relay_requests`/`relay_logs`).
+//! A request of the upstream belongs to one call:
+//! - an HTTP upstream sends it on the response stream of that call's POST (rmcp marks it
+//!   `InboundStreamOrigin::OutboundRequest(id)`);
+//! - otherwise (stdio, or the standalone GET stream) only when exactly one call is in flight:
+//!   a request that could belong to two callers (two sessions) is never guessed, the upstream
+//!   gets an error.
+//!
+//! The caller's answer comes back through `AnswerUpstreamRequest` ([`Relay::answer`]); a
+//! request ends unanswered when its call ends (the caller's sink closes), when the upstream
+//! cancels it, or with the call's timeout (which ends the call).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{ErrorCode, ErrorData, RequestId};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// JSON-RPC "method not found": what an MCP client answers a request it has no capability for.
+const METHOD_NOT_FOUND: i32 = -32601;
+const INTERNAL_ERROR: i32 = -32603;
+
+/// One thing relayed to a call's caller.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Relayed {
+    /// A request to the client: answered by [`Relay::answer`] with this id.
+    Request {
+        id: String,
+        method: String,
+        params_json: String,
+    },
+    /// The params of a `notifications/message`, as a JSON object.
+    Log(String),
+    /// The upstream sent `method` during a call whose client declared no capability for it
+    /// and must be refused with -32021 (`RelayTo::refuse`).
+    Missing(String),
+}
+
+/// Where a relaying call's requests and logs go.
+pub(crate) type RelaySink = mpsc::Sender<Relayed>;
+
+/// What the caller asked to have relayed, and where.
+#[derive(Clone)]
+pub(crate) struct RelayTo {
+    pub(crate) sink: RelaySink,
+    pub(crate) requests: bool,
+    pub(crate) logs: bool,
+    /// A request ends the call ([`Relayed::Missing`]).
+    pub(crate) refuse: bool,
+}
+
+/// The client's answer to one relayed request.
+pub(crate) type Answer = Result<Value, ErrorData>;
+
+/// The calls in flight and the requests waiting for an answer.
+#[derive(Default)]
+pub(crate) struct Relay {
+    inner: Mutex<Inner>,
+    next: AtomicU64,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Calls in flight by rmcp's request id; `None`: the caller does not relay.
+    calls: HashMap<RequestId, Option<RelayTo>>,
+    pending: HashMap<String, oneshot::Sender<Answer>>,
+}
+
+/// Removes a call from the relay when it ends.
+pub(crate) struct Entered {
+    relay: Arc<Relay>,
+    id: RequestId,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if let Ok(mut inner) = self.relay.inner.lock() {
+            inner.calls.remove(&self.id);
+        }
+    }
+}
+
+fn error(code: i32, message: impl Into<String>) -> ErrorData {
+    ErrorData::new(ErrorCode(code), message.into(), None)
+}
+
+impl Relay {
+    /// Enters a call in flight (before rmcp writes the request).
+    pub(crate) fn enter(self: &Arc<Self>, id: RequestId, to: Option<RelayTo>) -> Entered {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.calls.insert(id.clone(), to);
+        }
+        Entered {
+            relay: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// The call a request or notification of the upstream belongs to (see the module doc).
+    fn target(&self, origin: Option<&RequestId>) -> Result<Option<RelayTo>, ErrorData> {
+        let inner = self
+            .inner
+            .lock()
+            .map_err(|_| error(INTERNAL_ERROR, "relay table poisoned"))?;
+        if let Some(id) = origin
+            && let Some(to) = inner.calls.get(id)
+        {
+            return Ok(to.clone());
+        }
+        let mut calls = inner.calls.values();
+        match (calls.next(), calls.next()) {
+            (Some(to), None) => Ok(to.clone()),
+            (None, _) => Err(error(
+                INTERNAL_ERROR,
+                "no tool call is in flight: requests to the client are only relayed during a call",
+            )),
+            (Some(_), Some(_)) => Err(error(
+                INTERNAL_ERROR,
+                "several tool calls are in flight and this request names none of them: \
+                 it is not relayed to a client",
+            )),
+        }
+    }
+
+    /// Relays `method` with `params` to the client of the call it belongs to and waits for its
+    /// answer; an error when there is no such caller, it cannot answer, the call ended or the
+    /// upstream cancelled the request (`ct`).
+    pub(crate) async fn ask(
+        &self,
+        origin: Option<&RequestId>,
+        method: &str,
+        params: Value,
+        ct: CancellationToken,
+    ) -> Answer {
+        let to = match self.target(origin)? {
+            Some(to) if to.refuse => {
+                let _ = to.sink.try_send(Relayed::Missing(method.to_owned()));
+                return Err(error(
+                    METHOD_NOT_FOUND,
+                    format!(
+                        "{method}: the client of this tool call did not declare the capability"
+                    ),
+                ));
+            }
+            Some(to) if to.requests => to,
+            _ => {
+                return Err(error(
+                    METHOD_NOT_FOUND,
+                    format!(
+                        "{method}: the client of this tool call did not declare the capability \
+                         (or cannot receive requests)"
+                    ),
+                ));
+            }
+        };
+        let id = format!("r{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.pending.insert(id.clone(), tx);
+        }
+        let _forget = Forget {
+            relay: self,
+            id: &id,
+        };
+        let params_json = match params {
+            Value::Null => String::new(),
+            params => params.to_string(),
+        };
+        let request = Relayed::Request {
+            id: id.clone(),
+            method: method.to_owned(),
+            params_json,
+        };
+        let ended = || error(INTERNAL_ERROR, format!("{method}: the tool call ended"));
+        if to.sink.send(request).await.is_err() {
+            return Err(ended());
+        }
+        tokio::select! {
+            answer = rx => answer.unwrap_or_else(|_| Err(ended())),
+            () = to.sink.closed() => Err(ended()),
+            () = ct.cancelled() => Err(error(INTERNAL_ERROR, format!("{method}: cancelled"))),
+        }
+    }
+
+    /// Passes one `notifications/message` (params as JSON) to the caller of the call it
+    /// belongs to, when that caller wants logs; otherwise it is dropped.
+    pub(crate) fn log(&self, origin: Option<&RequestId>, params: String) {
+        if let Ok(Some(to)) = self.target(origin)
+            && to.logs
+        {
+            let _ = to.sink.try_send(Relayed::Log(params));
+        }
+    }
+
+    /// The client's answer to relayed request `id`; false when no such request waits.
+    pub(crate) fn answer(&self, id: &str, answer: Answer) -> bool {
+        let waiting = self
+            .inner
+            .lock()
+            .ok()
+            .and_then(|mut inner| inner.pending.remove(id));
+        match waiting {
+            Some(tx) => tx.send(answer).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// Removes a pending request however its wait ends.
+struct Forget<'a> {
+    relay: &'a Relay,
+    id: &'a str,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut inner) = self.relay.inner.lock() {
+            inner.pending.remove(self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn relaying(requests: bool) -> (RelayTo, mpsc::Receiver<Relayed>) {
+        let (sink, rx) = mpsc::channel(4);
+        (
+            RelayTo {
+                sink,
+                requests,
+                logs: true,
+                refuse: false,
+            },
+            rx,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_request_reaches_the_one_call_in_flight_and_its_answer_comes_back() {
+        let relay = Arc::new(Relay::default());
+        let (to, mut rx) = relaying(true);
+        let _call = relay.enter(RequestId::Number(1), Some(to));
+        let asking = relay.ask(None, "roots/list", json!({}), CancellationToken::new());
+        let answering = async {
+            let Some(Relayed::Request { id, method, .. }) = rx.recv().await else {
+                panic!("no request relayed");
+            };
+            assert_eq!(method, "roots/list");
+            assert!(relay.answer(&id, Ok(json!({"roots": []}))));
+            assert!(!relay.answer(&id, Ok(json!({}))), "answered once only");
+        };
+        let (answer, ()) = tokio::join!(asking, answering);
+        assert_eq!(answer, Ok(json!({"roots": []})));
+    }
+
+    #[tokio::test]
+    async fn a_request_is_never_guessed_between_two_calls_or_sent_to_a_non_relaying_one() {
+        let relay = Arc::new(Relay::default());
+        let (a, _ra) = relaying(true);
+        let (b, mut rb) = relaying(true);
+        let _a = relay.enter(RequestId::Number(1), Some(a));
+        let _b = relay.enter(RequestId::Number(2), Some(b));
+        let ct = CancellationToken::new;
+        let ambiguous = relay.ask(None, "roots/list", json!({}), ct()).await;
+        assert!(ambiguous.is_err());
+        // The HTTP origin names the call.
+        let named = relay.ask(Some(&RequestId::Number(2)), "roots/list", json!({}), ct());
+        let answer = async {
+            if let Some(Relayed::Request { id, .. }) = rb.recv().await {
+                relay.answer(&id, Ok(json!({"roots": []})));
+            }
+        };
+        let (named, ()) = tokio::join!(named, answer);
+        assert!(named.is_ok());
+
+        let relay = Arc::new(Relay::default());
+        let _plain = relay.enter(RequestId::Number(3), None);
+        let refused = relay.ask(None, "elicitation/create", json!({}), ct()).await;
+        assert_eq!(refused.err().map(|e| e.code.0), Some(METHOD_NOT_FOUND));
+        let (declines, _r) = relaying(false);
+        drop(_plain);
+        let _no = relay.enter(RequestId::Number(4), Some(declines));
+        assert!(
+            relay
+                .ask(None, "sampling/createMessage", json!({}), ct())
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_ends_when_its_call_ends() {
+        let relay = Arc::new(Relay::default());
+        let (to, rx) = relaying(true);
+        let call = relay.enter(RequestId::Number(1), Some(to));
+        let asking = relay.ask(None, "roots/list", json!({}), CancellationToken::new());
+        let ending = async {
+            tokio::task::yield_now().await;
+            drop(call);
+            drop(rx);
+        };
+        let (answer, ()) = tokio::join!(asking, ending);
+        assert!(answer.is_err());
+        assert!(
+            relay
+                .inner
+                .lock()
+                .map(|i| i.pending.is_empty())
+                .unwrap_or(false)
+        );
+    }
+}
