@@ -694,7 +694,16 @@ impl KernelRpc for Service {
         };
         // Reissue revokes the previous token; its listen streams end, and no session cache
         // accepts it once this returns.
-        revoke(&self.k, Revocation::Reissue { id, token: &token }).await;
+        let tools = req.tools();
+        revoke(
+            &self.k,
+            Revocation::Reissue {
+                id,
+                token: &token,
+                tools,
+            },
+        )
+        .await;
         let inner = lock(&self.k.inner);
         let mut skill_roots = Vec::new();
         for key in inner.registry.connectors.keys() {
@@ -713,12 +722,13 @@ impl KernelRpc for Service {
             workspace: req.workspace.clone(),
             session: req.session.clone(),
         });
-        tracing::info!(workspace = %req.workspace, session = %req.session, "session issued");
+        tracing::info!(workspace = %req.workspace, session = %req.session, tools = tools.as_str_name(), "session issued");
         Ok(Response::new(pb::IssueSessionReply {
             token,
             url,
             skill_roots,
             bin_dir: self.k.paths.bin().to_string_lossy().into_owned(),
+            tools: tools.into(),
         }))
     }
 
@@ -767,11 +777,12 @@ impl KernelRpc for Service {
         req: Request<pb::VerifySessionRequest>,
     ) -> Result<Response<pb::VerifySessionReply>, Status> {
         let tokens = lock(&self.k.tokens);
-        Ok(Response::new(match tokens.verify(&req.get_ref().token) {
-            Some(id) => pb::VerifySessionReply {
+        Ok(Response::new(match tokens.record(&req.get_ref().token) {
+            Some(record) => pb::VerifySessionReply {
                 valid: true,
-                workspace: id.workspace.clone(),
-                session: id.session.clone(),
+                workspace: record.id.workspace.clone(),
+                session: record.id.session.clone(),
+                tools: record.tools.into(),
             },
             None => pb::VerifySessionReply::default(),
         }))

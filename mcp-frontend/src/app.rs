@@ -34,6 +34,8 @@ pub(crate) struct App {
     pub(crate) audit: crate::audit::CallAudit,
     /// Verified session tokens (hashes); see `sessions.rs` for why this is safe.
     pub(crate) sessions: crate::sessions::SessionCache,
+    /// The search index of the newest route table searched (SPEC §15).
+    pub(crate) search_index: crate::search_index::IndexCache,
 }
 
 impl App {
@@ -54,6 +56,7 @@ impl App {
             call_prefix: format!("f{:x}-{:x}", std::process::id(), started),
             stopping: watch::channel(false).0,
             sessions: crate::sessions::SessionCache::default(),
+            search_index: crate::search_index::IndexCache::default(),
         }
     }
 

@@ -9,6 +9,7 @@ use crate::call;
 use crate::era::{Revision, server_info};
 use crate::progress;
 use crate::rpc::{self, METHOD_NOT_FOUND, Message, RESOURCE_NOT_FOUND, RpcError, SERVER_ERROR};
+use crate::search;
 use crate::shared::{
     Ctx, PROTOCOL_VERSION_HEADER, empty_list, empty_list_field, get_prompt, list_tools,
     read_resource,
@@ -55,6 +56,9 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                 "initialize" => Ok(initialize(params.as_ref())),
                 "ping" => Ok(json!({})),
                 "tools/list" => {
+                    if search::listing(&ctx).await {
+                        return search::list_response(&id, Map::new());
+                    }
                     match list_tools(&ctx.app, params.as_ref(), revision(&ctx), Map::new()).await {
                         Ok(page) => return page.respond(&id),
                         Err(error) => Err(error),
@@ -95,15 +99,21 @@ fn initialize(params: Option<&Value>) -> Value {
 /// the answer when the client asked for progress (see [`progress`]). A legacy
 /// `notifications/cancelled` for `id` cancels it either way.
 async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
-    let tool = match call::tool_name(params.as_ref()) {
-        Ok(name) => call::resolve(&ctx.app, name).await,
-        Err(e) => Err(e),
+    let revision = revision(&ctx);
+    let (tool, params) = match call::tool_name(params.as_ref()) {
+        Ok(name) => match search::route(&ctx, name, params.as_ref()).await {
+            search::Routed::Direct => (call::resolve(&ctx.app, name).await, params),
+            search::Routed::Answer(answer) => {
+                return call::call_response(&id, answer.map(|r| r.in_era(revision)));
+            }
+            search::Routed::Call { tool, params } => (Ok(tool), params),
+        },
+        Err(e) => (Err(e), None),
     };
     let tool = match tool {
         Ok(tool) => tool,
         Err(e) => return call::call_response(&id, Err(e)),
     };
-    let revision = revision(&ctx);
     let progress = progress::requested(params.as_ref(), &ctx.headers);
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
     let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);

@@ -23,6 +23,8 @@ mod modern;
 mod progress;
 mod routes;
 mod rpc;
+mod search;
+mod search_index;
 mod sessions;
 mod shared;
 mod validate;

@@ -133,6 +133,9 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         "server/discover" => Ok(discover()),
         "tools/list" => {
             let extra = cacheable_fields(Map::new(), TOOLS_TTL_MS);
+            if crate::search::listing(&ctx).await {
+                return crate::search::list_response(&id, extra);
+            }
             match list_tools(&ctx.app, params.as_ref(), Revision::V2026_07_28, extra).await {
                 Ok(page) => return page.respond(&id),
                 Err(error) => Err(error),
@@ -200,12 +203,20 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     if let Err(e) = expect_header(ctx, "mcp-name", "Mcp-Name", name) {
         return bad(id, e);
     }
-    let tool = match call::resolve(&ctx.app, name).await {
-        Ok(tool) => tool,
-        Err(e) => return rpc::answer_response(id, Err(e)),
+    // Through `tutti_call_tool` the request's headers describe that call, not the inner one:
+    // `Mcp-Param-*` headers are checked for direct calls only.
+    let (tool, params, direct) = match crate::search::route(ctx, name, params.as_ref()).await {
+        crate::search::Routed::Direct => match call::resolve(&ctx.app, name).await {
+            Ok(tool) => (tool, params, true),
+            Err(e) => return rpc::answer_response(id, Err(e)),
+        },
+        crate::search::Routed::Answer(answer) => {
+            return call::call_response(id, answer.map(|r| r.in_era(Revision::V2026_07_28)));
+        }
+        crate::search::Routed::Call { tool, params } => (tool, params, false),
     };
     let arguments = params.as_ref().and_then(|p| p.get("arguments"));
-    for param in &tool.param_headers {
+    for param in tool.param_headers.iter().filter(|_| direct) {
         // The display name is only built for an error (this loop runs on every call).
         let display = || tutti_proto::rules::mcp_header::display_name(&param.name);
         let body = headers::argument_at(arguments, &param.path);

@@ -258,6 +258,7 @@ async fn start_with(page_size: usize) -> Harness {
         Identity {
             workspace: "w1".into(),
             session: "s1".into(),
+            tools: tutti_proto::kernel::ToolsMode::All,
         },
     );
     tokens.insert(
@@ -265,6 +266,7 @@ async fn start_with(page_size: usize) -> Harness {
         Identity {
             workspace: "w1".into(),
             session: "s2".into(),
+            tools: tutti_proto::kernel::ToolsMode::All,
         },
     );
     let fake = Arc::new(Fake {

@@ -69,6 +69,7 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
         .issue_session(IssueSessionRequest {
             workspace: args.workspace,
             session: args.session,
+            tools: args.tools.wire().into(),
         })
         .await
         .map_err(|status| kernel.error(status))?
@@ -199,6 +200,7 @@ mod tests {
             token: "tts_x".into(),
             skill_roots: vec![],
             bin_dir: "/s/bin".into(),
+            tools: tutti_proto::kernel::ToolsMode::All,
         }
     }
 
