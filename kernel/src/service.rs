@@ -722,7 +722,7 @@ impl KernelRpc for Service {
             workspace: req.workspace.clone(),
             session: req.session.clone(),
         });
-        tracing::info!(workspace = %req.workspace, session = %req.session, tools = tools.as_str_name(), "session issued");
+        tracing::info!(workspace = %req.workspace, session = %req.session, tools = ?tools, "session issued");
         Ok(Response::new(pb::IssueSessionReply {
             token,
             url,

@@ -504,6 +504,11 @@ impl Kernel {
             has_cli: manifest.cli.is_some(),
             has_mcp,
             tools,
+            skills: manifest
+                .skills
+                .iter()
+                .map(|s| (s.name.clone(), release_dir.join(&s.dir)))
+                .collect(),
         };
         let superseded = inner
             .table
@@ -580,6 +585,14 @@ pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
             .collect(),
         has_cli: r.has_cli,
         has_mcp: r.has_mcp,
+        skills: r
+            .skills
+            .iter()
+            .map(|(name, dir)| pb::RoutedSkill {
+                name: name.clone(),
+                dir: dir.to_string_lossy().into_owned(),
+            })
+            .collect(),
     }
 }
 

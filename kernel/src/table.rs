@@ -18,6 +18,8 @@ pub struct Route {
     pub has_cli: bool,
     pub has_mcp: bool,
     pub tools: Vec<ValidTool>,
+    /// The release's skills: name and absolute directory in the release copy.
+    pub skills: Vec<(String, std::path::PathBuf)>,
 }
 
 /// A published change of the table.
@@ -187,6 +189,7 @@ mod tests {
             has_cli: false,
             has_mcp: true,
             tools: tools.iter().map(|t| tool(t)).collect(),
+            skills: Vec::new(),
         }
     }
 

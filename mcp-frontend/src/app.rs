@@ -36,6 +36,8 @@ pub(crate) struct App {
     pub(crate) sessions: crate::sessions::SessionCache,
     /// The search index of the newest route table searched (SPEC §15).
     pub(crate) search_index: crate::search_index::IndexCache,
+    /// Every live generation's skills (SPEC §11 skills over MCP).
+    pub(crate) skills: crate::skills::SkillCatalogue,
 }
 
 impl App {
@@ -57,6 +59,7 @@ impl App {
             stopping: watch::channel(false).0,
             sessions: crate::sessions::SessionCache::default(),
             search_index: crate::search_index::IndexCache::default(),
+            skills: crate::skills::SkillCatalogue::default(),
         }
     }
 

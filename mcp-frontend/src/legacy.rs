@@ -14,6 +14,7 @@ use crate::shared::{
     Ctx, PROTOCOL_VERSION_HEADER, empty_list, empty_list_field, get_prompt, list_tools,
     read_resource,
 };
+use crate::skills::{self, skill_uri};
 
 /// Versions this surface speaks; the first is the one offered when the client's is unknown.
 pub(crate) const VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2025-11-25"];
@@ -65,7 +66,20 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     }
                 }
                 "tools/call" => return tools_call(ctx, id, params).await,
-                "resources/read" => read_resource(params.as_ref(), RESOURCE_NOT_FOUND),
+                "skills/list" => Ok(Value::Object(skills::list(&ctx.app.skills).await)),
+                "skills/get" => skills::get(&ctx.app.skills, params.as_ref())
+                    .await
+                    .map(Value::Object),
+                "resources/list" => Ok(json!({
+                    "resources": skills::list_resources(&ctx.app.skills).await
+                })),
+                "resources/read" => match skill_uri(params.as_ref()) {
+                    Some(uri) => skills::read(&ctx.app.skills, uri, RESOURCE_NOT_FOUND)
+                        .await
+                        .unwrap_or_else(|| Ok(Map::new()))
+                        .map(Value::Object),
+                    None => read_resource(params.as_ref(), RESOURCE_NOT_FOUND),
+                },
                 "prompts/get" => get_prompt(params.as_ref()),
                 other => match empty_list_field(other) {
                     Some(field) => Ok(Value::Object(empty_list(field))),
@@ -90,7 +104,8 @@ fn initialize(params: Option<&Value>) -> Value {
     };
     json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}, "resources": {}, "prompts": {}},
+        "capabilities": {"tools": {"listChanged": false}, "resources": {}, "prompts": {},
+            "extensions": {skills::EXTENSION: {}}},
         "serverInfo": server_info(),
     })
 }

@@ -27,6 +27,7 @@ mod search;
 mod search_index;
 mod sessions;
 mod shared;
+mod skills;
 mod validate;
 mod watcher;
 

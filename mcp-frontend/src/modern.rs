@@ -28,6 +28,8 @@ const DISCOVER_TTL_MS: u64 = 3_600_000;
 /// tools again" after a -32602 returned the same stale list for a minute).
 const TOOLS_TTL_MS: u64 = 0;
 const EMPTY_LIST_TTL_MS: u64 = 3_600_000;
+/// Skills change with installs, like tools: never cached.
+const SKILLS_TTL_MS: u64 = 0;
 
 fn bad(id: &Value, error: RpcError) -> Response {
     rpc::error_response(StatusCode::BAD_REQUEST, id, &error)
@@ -142,6 +144,19 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             }
         }
         "tools/call" => return tools_call(&ctx, &id, params).await,
+        "skills/list" => Ok(cacheable(
+            crate::skills::list(&ctx.app.skills).await,
+            SKILLS_TTL_MS,
+        )),
+        "skills/get" => crate::skills::get(&ctx.app.skills, params.as_ref())
+            .await
+            .map(|fields| cacheable(fields, SKILLS_TTL_MS)),
+        "resources/list" => {
+            let resources = crate::skills::list_resources(&ctx.app.skills).await;
+            let mut fields = Map::new();
+            fields.insert("resources".into(), Value::Array(resources));
+            Ok(cacheable(fields, SKILLS_TTL_MS))
+        }
         "subscriptions/listen" => {
             return listen::open(
                 ctx.app.clone(),
@@ -165,7 +180,14 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             {
                 return bad(&id, e);
             }
-            if method == "resources/read" {
+            if let Some(uri) = crate::skills::skill_uri(params.as_ref())
+                && method == "resources/read"
+            {
+                crate::skills::read(&ctx.app.skills, uri, INVALID_PARAMS)
+                    .await
+                    .unwrap_or_else(|| Ok(Map::new()))
+                    .map(|fields| cacheable(fields, SKILLS_TTL_MS))
+            } else if method == "resources/read" {
                 read_resource(params.as_ref(), INVALID_PARAMS)
             } else {
                 get_prompt(params.as_ref())
@@ -190,7 +212,8 @@ fn discover() -> Value {
     fields.insert("supportedVersions".into(), json!([MODERN_VERSION]));
     fields.insert(
         "capabilities".into(),
-        json!({"tools": {"listChanged": true}, "resources": {}, "prompts": {}}),
+        json!({"tools": {"listChanged": true}, "resources": {}, "prompts": {},
+            "extensions": {crate::skills::EXTENSION: {}}}),
     );
     cacheable(fields, DISCOVER_TTL_MS)
 }

@@ -602,6 +602,7 @@ mod tests {
             tools,
             has_cli: false,
             has_mcp: true,
+            skills: vec![],
         }
     }
 

@@ -282,6 +282,7 @@ mod tests {
                 tools,
                 has_cli: false,
                 has_mcp: true,
+                skills: vec![],
             })
             .collect();
         state.apply(RouteEvent {

@@ -188,6 +188,7 @@ fn demo(generation: u64, extra: Vec<RoutedTool>) -> ConnectorRoute {
         tools,
         has_cli: false,
         has_mcp: true,
+        skills: vec![],
     }
 }
 
@@ -206,6 +207,7 @@ fn other() -> ConnectorRoute {
         )],
         has_cli: true,
         has_mcp: true,
+        skills: vec![],
     }
 }
 
@@ -223,6 +225,7 @@ fn slowpoke() -> ConnectorRoute {
         )],
         has_cli: false,
         has_mcp: true,
+        skills: vec![],
     }
 }
 

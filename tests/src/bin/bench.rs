@@ -7,6 +7,7 @@
 
 #[cfg(unix)]
 mod bench {
+    mod tool_search;
     use std::io::{BufRead, BufReader, Write};
     use std::path::PathBuf;
     use std::process::{Child, Command, Stdio};
@@ -35,6 +36,10 @@ mod bench {
         /// enough to attach `perf` or `strace` to its processes.
         #[arg(long, conflicts_with = "write")]
         calls: Option<usize>,
+        /// Only the tool-search rows (issue 25): tools/list bytes with `--tools all` vs
+        /// `search` at 20, 100, 400 and 2,000 tools, and tutti_search_tools latency.
+        #[arg(long, conflicts_with_all = ["write", "latency_only"])]
+        tool_search: bool,
     }
 
     struct Scale {
@@ -94,6 +99,12 @@ mod bench {
     #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
     pub async fn main() -> Result<()> {
         let args = Args::parse();
+        if args.tool_search {
+            // Blocking work (the runtime harness, a blocking HTTP client): off the runtime.
+            let smoke = args.smoke;
+            tokio::task::spawn_blocking(move || tool_search::run(smoke)).await??;
+            return Ok(());
+        }
         let scale = if args.smoke {
             Scale {
                 calls: 50,
@@ -734,7 +745,7 @@ mod bench {
     }
 
     /// A minimal blocking HTTP/1.1 client on one keep-alive connection (no pool, no runtime).
-    struct RawHttp {
+    pub(crate) struct RawHttp {
         stream: std::net::TcpStream,
         reader: BufReader<std::net::TcpStream>,
         head: String,
@@ -745,7 +756,7 @@ mod bench {
 
     impl RawHttp {
         /// `session`: an `mcp-session-id` to send (stateful peers).
-        fn connect(url: &str, token: &str, session: Option<&str>) -> Result<RawHttp> {
+        pub(crate) fn connect(url: &str, token: &str, session: Option<&str>) -> Result<RawHttp> {
             let rest = url
                 .strip_prefix("http://")
                 .context("only http:// URLs are supported")?;
@@ -774,7 +785,7 @@ mod bench {
         }
 
         /// One POST; returns the status and the body (Content-Length or chunked).
-        fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
+        pub(crate) fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
             let request = format!(
                 "{}{extra_headers}Content-Length: {}\r\n\r\n{body}",
                 self.head,
