@@ -704,20 +704,10 @@ impl KernelRpc for Service {
             },
         )
         .await;
-        let inner = lock(&self.k.inner);
-        let mut skill_roots = Vec::new();
-        for key in inner.registry.connectors.keys() {
-            let ready = inner
-                .conns
-                .get(key)
-                .is_some_and(|c| c.life.status() == CStatus::Ready);
-            // The skills of the release that is live, not of a newer one still starting.
-            if let (true, Some(live)) = (ready, inner.serving(key)) {
-                for s in &live.manifest.skills {
-                    skill_roots.push(live.release_dir.join(&s.dir).to_string_lossy().into_owned());
-                }
-            }
-        }
+        // One stable root (issue 21 item 7): the shim manager keeps every live connector's
+        // skills in it, so a connector that becomes ready after this session was issued
+        // still reaches it, and a removed one leaves it.
+        let skill_roots = vec![self.k.paths.skills().to_string_lossy().into_owned()];
         self.k.audit.record(Event::SessionIssue {
             workspace: req.workspace.clone(),
             session: req.session.clone(),

@@ -835,7 +835,8 @@ async fn legacy_initialize_and_simple_methods() {
         assert_eq!(body["result"]["protocolVersion"], answered);
         assert_eq!(
             body["result"]["capabilities"],
-            json!({"tools":{"listChanged":false},"resources":{},"prompts":{}})
+            json!({"tools":{"listChanged":false},"resources":{},"prompts":{},
+                "extensions":{"io.modelcontextprotocol/skills":{}}})
         );
         assert_eq!(
             body["result"]["serverInfo"],
@@ -1236,7 +1237,8 @@ async fn modern_discover_lists_and_removed_methods() {
     assert_eq!(r["supportedVersions"], json!(["2026-07-28"]));
     assert_eq!(
         r["capabilities"],
-        json!({"tools":{"listChanged":true},"resources":{},"prompts":{}})
+        json!({"tools":{"listChanged":true},"resources":{},"prompts":{},
+            "extensions":{"io.modelcontextprotocol/skills":{}}})
     );
     assert!(r["ttlMs"].is_u64());
     assert_eq!(r["cacheScope"], "private");
