@@ -144,18 +144,8 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             }
         }
         "tools/call" => return tools_call(&ctx, &id, params).await,
-        "skills/list" => Ok(cacheable(
-            crate::skills::list(&ctx.app.skills).await,
-            SKILLS_TTL_MS,
-        )),
-        "skills/get" => crate::skills::get(&ctx.app.skills, params.as_ref())
-            .await
-            .map(|fields| cacheable(fields, SKILLS_TTL_MS)),
-        "resources/list" => {
-            let resources = crate::skills::list_resources(&ctx.app.skills).await;
-            let mut fields = Map::new();
-            fields.insert("resources".into(), Value::Array(resources));
-            Ok(cacheable(fields, SKILLS_TTL_MS))
+        "skills/list" | "skills/get" | "resources/list" => {
+            skills_answer(&ctx, &method, params.as_ref()).await
         }
         "subscriptions/listen" => {
             return listen::open(
@@ -180,13 +170,8 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             {
                 return bad(&id, e);
             }
-            if let Some(uri) = crate::skills::skill_uri(params.as_ref())
-                && method == "resources/read"
-            {
-                crate::skills::read(&ctx.app.skills, uri, INVALID_PARAMS)
-                    .await
-                    .unwrap_or_else(|| Ok(Map::new()))
-                    .map(|fields| cacheable(fields, SKILLS_TTL_MS))
+            if method == "resources/read" && crate::skills::skill_uri(params.as_ref()).is_some() {
+                skills_answer(&ctx, &method, params.as_ref()).await
             } else if method == "resources/read" {
                 read_resource(params.as_ref(), INVALID_PARAMS)
             } else {
@@ -205,6 +190,29 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         }
     };
     rpc::answer_response(&id, answer)
+}
+
+/// The skills extension's answers (`skills/list`, `skills/get`, `resources/list` and a
+/// `resources/read` of a `skill://` URI), as cacheable results.
+async fn skills_answer(ctx: &Ctx, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let skills = &ctx.app.skills;
+    let fields = match method {
+        "skills/list" => Ok(crate::skills::list(skills).await),
+        "skills/get" => crate::skills::get(skills, params).await,
+        "resources/list" => {
+            let mut fields = Map::new();
+            let resources = crate::skills::list_resources(skills).await;
+            fields.insert("resources".into(), Value::Array(resources));
+            Ok(fields)
+        }
+        _ => {
+            let uri = crate::skills::skill_uri(params).unwrap_or_default();
+            crate::skills::read(skills, uri, INVALID_PARAMS)
+                .await
+                .unwrap_or_else(|| Ok(Map::new()))
+        }
+    };
+    fields.map(|fields| cacheable(fields, SKILLS_TTL_MS))
 }
 
 fn discover() -> Value {

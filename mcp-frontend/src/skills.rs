@@ -71,6 +71,9 @@ struct Source {
     built: Option<Arc<Vec<Skill>>>,
 }
 
+/// A generation whose skills are not built yet: key, generation, (name, directory).
+type Unbuilt = (String, u64, Vec<(String, PathBuf)>);
+
 /// Every live generation's skills, following the route stream.
 #[derive(Default)]
 pub(crate) struct SkillCatalogue {
@@ -113,13 +116,12 @@ impl SkillCatalogue {
                     sources.insert(route.key.clone(), source(route));
                 }
             }
-            Some(route_event::Event::Removed(removed)) => {
+            Some(route_event::Event::Removed(removed))
                 if sources
                     .get(&removed.key)
-                    .is_some_and(|s| s.generation <= removed.generation)
-                {
-                    sources.remove(&removed.key);
-                }
+                    .is_some_and(|s| s.generation <= removed.generation) =>
+            {
+                sources.remove(&removed.key);
             }
             _ => {}
         }
@@ -127,7 +129,7 @@ impl SkillCatalogue {
 
     /// Every served skill, sorted by URI; builds what was committed since the last request.
     async fn skills(&self) -> Vec<Arc<Vec<Skill>>> {
-        let missing: Vec<(String, u64, Vec<(String, PathBuf)>)> = self
+        let missing: Vec<Unbuilt> = self
             .lock()
             .iter()
             .filter(|(_, s)| s.built.is_none() && !s.dirs.is_empty())

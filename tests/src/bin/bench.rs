@@ -102,7 +102,10 @@ mod bench {
         if args.tool_search {
             // Blocking work (the runtime harness, a blocking HTTP client): off the runtime.
             let smoke = args.smoke;
-            tokio::task::spawn_blocking(move || tool_search::run(smoke)).await??;
+            let connect: tool_search::Connect = |url, token| {
+                Ok(Box::new(RawHttp::connect(url, token, None)?) as Box<dyn tool_search::Post>)
+            };
+            tokio::task::spawn_blocking(move || tool_search::run(smoke, connect)).await??;
             return Ok(());
         }
         let scale = if args.smoke {
@@ -745,7 +748,7 @@ mod bench {
     }
 
     /// A minimal blocking HTTP/1.1 client on one keep-alive connection (no pool, no runtime).
-    pub(crate) struct RawHttp {
+    struct RawHttp {
         stream: std::net::TcpStream,
         reader: BufReader<std::net::TcpStream>,
         head: String,
@@ -756,7 +759,7 @@ mod bench {
 
     impl RawHttp {
         /// `session`: an `mcp-session-id` to send (stateful peers).
-        pub(crate) fn connect(url: &str, token: &str, session: Option<&str>) -> Result<RawHttp> {
+        fn connect(url: &str, token: &str, session: Option<&str>) -> Result<RawHttp> {
             let rest = url
                 .strip_prefix("http://")
                 .context("only http:// URLs are supported")?;
@@ -785,7 +788,7 @@ mod bench {
         }
 
         /// One POST; returns the status and the body (Content-Length or chunked).
-        pub(crate) fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
+        fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
             let request = format!(
                 "{}{extra_headers}Content-Length: {}\r\n\r\n{body}",
                 self.head,
@@ -888,6 +891,12 @@ mod bench {
                 }
             }
             Ok(v)
+        }
+    }
+
+    impl tool_search::Post for RawHttp {
+        fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
+            RawHttp::post(self, extra_headers, body)
         }
     }
 

@@ -8,7 +8,14 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use tutti_tests::{Runtime, RuntimeOptions, fixture_connector};
 
-use super::RawHttp;
+/// One blocking HTTP/1.1 keep-alive connection to the frontend (the bench's raw client).
+pub(super) trait Post {
+    /// One POST with extra header lines; the status and the body.
+    fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)>;
+}
+
+/// Opens a [`Post`] connection to `url` with a bearer `token`.
+pub(super) type Connect = fn(&str, &str) -> Result<Box<dyn Post>>;
 
 /// Tool-set sizes of the table: `--many N - 2` generated tools plus `echo` and `add`.
 const SIZES: [usize; 4] = [20, 100, 400, 2000];
@@ -24,7 +31,7 @@ const QUERIES: [&str; 6] = [
 const WARMUP: usize = 100;
 
 /// One row per size, then the latency; printed and returned as Markdown.
-pub(super) fn run(smoke: bool) -> Result<String> {
+pub(super) fn run(smoke: bool, connect: Connect) -> Result<String> {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let mut md = String::from(
         "| tools | tools/list, `--tools all` | tools/list, `--tools search` | saved |\n|---|---|---|---|\n",
@@ -41,11 +48,11 @@ pub(super) fn run(smoke: bool) -> Result<String> {
         rt.wait_status(&key, "ready", Duration::from_secs(60));
         let all = issue(&rt, "all")?;
         search_token = issue(&rt, "search")?;
-        let (all_bytes, listed) = list_bytes(rt.frontend_url(), &all)?;
+        let (all_bytes, listed) = list_bytes(connect(rt.frontend_url(), &all)?)?;
         if listed != n {
             bail!("{key}: listed {listed} tools, expected {n}");
         }
-        let (search_bytes, two) = list_bytes(rt.frontend_url(), &search_token)?;
+        let (search_bytes, two) = list_bytes(connect(rt.frontend_url(), &search_token)?)?;
         if two != 2 {
             bail!("search session listed {two} tools");
         }
@@ -62,7 +69,7 @@ pub(super) fn run(smoke: bool) -> Result<String> {
         }
     }
     let n = if smoke { 50 } else { 5000 };
-    let (first, latencies) = search_latency(rt.frontend_url(), &search_token, n)?;
+    let (first, latencies) = search_latency(connect(rt.frontend_url(), &search_token)?, n)?;
     let mut sorted = latencies;
     sorted.sort();
     let pct = |p: f64| sorted[((sorted.len() as f64 - 1.0) * p).round() as usize];
@@ -107,8 +114,7 @@ fn issue(rt: &Runtime, mode: &str) -> Result<String> {
 
 /// Bytes of every `tools/list` page's `tools` array (what a client puts in a model's
 /// request), and how many tools they hold.
-fn list_bytes(url: &str, token: &str) -> Result<(usize, usize)> {
-    let mut http = RawHttp::connect(url, token, None)?;
+fn list_bytes(mut http: Box<dyn Post>) -> Result<(usize, usize)> {
     let (mut bytes, mut count, mut cursor) = (0, 0, Value::Null);
     for id in 1.. {
         let params = if cursor.is_null() {
@@ -135,8 +141,7 @@ fn list_bytes(url: &str, token: &str) -> Result<(usize, usize)> {
 }
 
 /// The first search (index build included), then `n` timed searches after [`WARMUP`].
-fn search_latency(url: &str, token: &str, n: usize) -> Result<(Duration, Vec<Duration>)> {
-    let mut http = RawHttp::connect(url, token, None)?;
+fn search_latency(mut http: Box<dyn Post>, n: usize) -> Result<(Duration, Vec<Duration>)> {
     let mut call = |id: usize| -> Result<Duration> {
         let query = QUERIES[id % QUERIES.len()];
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
