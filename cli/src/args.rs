@@ -175,6 +175,29 @@ pub enum Format {
     Tutti,
 }
 
+/// `--tools` of `session issue` (SPEC §15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ToolsArg {
+    /// Every ready connector's tools
+    All,
+    /// Only tutti_search_tools and tutti_call_tool
+    Search,
+    /// search while the tool set holds more than 80 tools, else all
+    Auto,
+}
+
+impl ToolsArg {
+    /// The wire value.
+    pub fn wire(self) -> tutti_proto::kernel::ToolsMode {
+        use tutti_proto::kernel::ToolsMode;
+        match self {
+            Self::All => ToolsMode::All,
+            Self::Search => ToolsMode::Search,
+            Self::Auto => ToolsMode::Auto,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct IssueArgs {
     /// Workspace the session belongs to
@@ -186,6 +209,10 @@ pub struct IssueArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Runtime)]
     pub format: Format,
+    /// What the session's tools/list holds: every tool, or two tools to search and call
+    /// them (auto: search above 80 tools)
+    #[arg(long, value_enum, default_value_t = ToolsArg::All)]
+    pub tools: ToolsArg,
     /// The agent's ACP initialize response (JSON); bind only if it supports MCP over HTTP
     #[arg(long, value_name = "FILE")]
     pub acp_initialize: Option<PathBuf>,

@@ -1,4 +1,4 @@
-//! One binding value (`url`, `token`, `skill_roots`, `bin_dir`) and its five renderings
+//! One binding value (`url`, `token`, `skill_roots`, `bin_dir`, `tools`) and its five renderings
 //! (SPEC §6), the ACP capability gate, and the merge of the Codex table into an existing
 //! `config.toml`. Pure: no I/O here.
 
@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value as Json;
 use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value};
+use tutti_proto::kernel::ToolsMode;
 
 use crate::args::Format;
 use crate::error::CliError;
@@ -23,11 +24,14 @@ pub(crate) struct Binding {
     pub(crate) token: String,
     pub(crate) skill_roots: Vec<String>,
     pub(crate) bin_dir: String,
+    /// The `--tools` mode the token was issued with (SPEC §15).
+    pub(crate) tools: ToolsMode,
 }
 
 impl From<tutti_proto::kernel::IssueSessionReply> for Binding {
     fn from(r: tutti_proto::kernel::IssueSessionReply) -> Self {
         Self {
+            tools: r.tools(),
             url: r.url,
             token: r.token,
             skill_roots: r.skill_roots,
@@ -36,9 +40,30 @@ impl From<tutti_proto::kernel::IssueSessionReply> for Binding {
     }
 }
 
+/// The header that tells a reader of any binding format which `--tools` mode its token
+/// carries. Informational: the frontend takes the mode from the token's record, never from
+/// this header. Absent for the default mode (`all`), so default bindings stay as SPEC §6 shows.
+pub(crate) const TOOLS_HEADER: &str = "X-Tutti-Tools";
+
 impl Binding {
     fn authorization(&self) -> String {
         format!("Bearer {}", self.token)
+    }
+
+    /// The value of [`TOOLS_HEADER`], `None` for the default mode.
+    fn tools_header(&self) -> Option<&'static str> {
+        match self.tools {
+            ToolsMode::All => None,
+            ToolsMode::Search => Some("search"),
+            ToolsMode::Auto => Some("auto"),
+        }
+    }
+
+    fn headers(&self) -> AuthorizationHeader {
+        AuthorizationHeader {
+            authorization: self.authorization(),
+            tools: self.tools_header(),
+        }
     }
 }
 
@@ -48,6 +73,8 @@ impl Binding {
 struct AuthorizationHeader {
     #[serde(rename = "Authorization")]
     authorization: String,
+    #[serde(rename = "X-Tutti-Tools", skip_serializing_if = "Option::is_none")]
+    tools: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -79,7 +106,7 @@ struct AcpServer<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     url: &'a str,
-    headers: [AcpHeader; 1],
+    headers: Vec<AcpHeader>,
 }
 
 #[derive(Serialize)]
@@ -117,9 +144,7 @@ pub(crate) fn render(binding: &Binding, format: Format) -> Result<String, CliErr
                 name: SERVER_NAME,
                 kind: "http",
                 url: &binding.url,
-                headers: AuthorizationHeader {
-                    authorization: binding.authorization(),
-                },
+                headers: binding.headers(),
             }],
             skill_roots: &binding.skill_roots,
             path: if binding.bin_dir.is_empty() {
@@ -133,10 +158,15 @@ pub(crate) fn render(binding: &Binding, format: Format) -> Result<String, CliErr
                 name: SERVER_NAME,
                 kind: "http",
                 url: &binding.url,
-                headers: [AcpHeader {
+                headers: std::iter::once(AcpHeader {
                     name: "Authorization",
                     value: binding.authorization(),
-                }],
+                })
+                .chain(binding.tools_header().map(|mode| AcpHeader {
+                    name: TOOLS_HEADER,
+                    value: mode.to_owned(),
+                }))
+                .collect(),
             }],
         }),
         Format::Claude => json_line(&ClaudeBinding {
@@ -144,9 +174,7 @@ pub(crate) fn render(binding: &Binding, format: Format) -> Result<String, CliErr
                 connector: ClaudeServer {
                     kind: "http",
                     url: &binding.url,
-                    headers: AuthorizationHeader {
-                        authorization: binding.authorization(),
-                    },
+                    headers: binding.headers(),
                 },
             },
         }),
@@ -271,27 +299,43 @@ fn update_connector(table: &mut dyn TableLike, binding: &Binding) {
             let stale: Vec<String> = headers
                 .iter()
                 .map(|(k, _)| k.to_owned())
-                .filter(|k| k.eq_ignore_ascii_case("authorization"))
+                .filter(|k| {
+                    k.eq_ignore_ascii_case("authorization") || k.eq_ignore_ascii_case(TOOLS_HEADER)
+                })
                 .collect();
             for k in stale {
                 headers.remove(&k);
             }
             headers.insert("Authorization", toml_edit::value(binding.authorization()));
+            if let Some(mode) = binding.tools_header() {
+                headers.insert(TOOLS_HEADER, toml_edit::value(mode));
+            }
             headers.fmt();
         }
         None => {
-            let mut headers = InlineTable::new();
-            headers.insert("Authorization", Value::from(binding.authorization()));
-            table.insert("http_headers", Item::Value(Value::InlineTable(headers)));
+            table.insert(
+                "http_headers",
+                Item::Value(Value::InlineTable(codex_headers(binding))),
+            );
         }
     }
 }
 
 fn fill_connector(table: &mut Table, binding: &Binding) {
     table.insert("url", toml_edit::value(binding.url.as_str()));
+    table.insert(
+        "http_headers",
+        Item::Value(Value::InlineTable(codex_headers(binding))),
+    );
+}
+
+fn codex_headers(binding: &Binding) -> InlineTable {
     let mut headers = InlineTable::new();
     headers.insert("Authorization", Value::from(binding.authorization()));
-    table.insert("http_headers", Item::Value(Value::InlineTable(headers)));
+    if let Some(mode) = binding.tools_header() {
+        headers.insert(TOOLS_HEADER, Value::from(mode));
+    }
+    headers
 }
 
 #[cfg(test)]
@@ -308,6 +352,7 @@ mod tests {
                 "/s/releases/notes/bb/skills/notes".into(),
             ],
             bin_dir: "/s/bin".into(),
+            tools: ToolsMode::All,
         }
     }
 
@@ -555,5 +600,44 @@ model = "o4-mini"
             matches!(err, Some(CliError::CodexMcpServers { .. })),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn a_search_mode_is_carried_in_every_format_and_the_default_adds_nothing() {
+        let search = Binding {
+            tools: ToolsMode::Search,
+            ..binding()
+        };
+        let json = |b: &Binding, f| -> Json {
+            serde_json::from_str(&render(b, f).unwrap_or_default()).unwrap_or(Json::Null)
+        };
+        let runtime = json(&search, Format::Runtime);
+        assert_eq!(
+            runtime["mcpServers"][0]["headers"]["X-Tutti-Tools"],
+            "search"
+        );
+        let claude = json(&search, Format::Claude);
+        assert_eq!(
+            claude["mcpServers"]["connector"]["headers"]["X-Tutti-Tools"],
+            "search"
+        );
+        let acp = json(&search, Format::Acp);
+        assert_eq!(
+            acp["mcpServers"][0]["headers"][1],
+            json!({"name": "X-Tutti-Tools", "value": "search"})
+        );
+        for f in [Format::Codex, Format::Tutti] {
+            let text = render(&search, f).unwrap_or_default();
+            assert!(text.contains("X-Tutti-Tools = \"search\""), "{text}");
+        }
+        for f in [Format::Runtime, Format::Acp, Format::Claude, Format::Codex] {
+            let text = render(&binding(), f).unwrap_or_default();
+            assert!(!text.contains("X-Tutti-Tools"), "{text}");
+        }
+        // Merging an `all` binding over a `search` one drops the stale mode header.
+        let mut doc = DocumentMut::new();
+        let _ = merge_codex(&mut doc, &search);
+        let _ = merge_codex(&mut doc, &binding());
+        assert!(!doc.to_string().contains("X-Tutti-Tools"), "{doc}");
     }
 }

@@ -20,6 +20,10 @@ impl Paths {
     pub fn bin(&self) -> PathBuf {
         self.state.join("bin")
     }
+    /// The stable skills root the shim manager maintains (`<state>/skills/<skill name>/`).
+    pub fn skills(&self) -> PathBuf {
+        self.state.join("skills")
+    }
     pub fn run(&self) -> PathBuf {
         self.state.join("run")
     }

@@ -16,7 +16,11 @@ pub enum Revocation<'a> {
     /// One session (`tutti session revoke --workspace W --session S`).
     One(&'a SessionId),
     /// Bind `token` to a session, revoking the token it had (if any) first.
-    Reissue { id: SessionId, token: &'a str },
+    Reissue {
+        id: SessionId,
+        token: &'a str,
+        tools: pb::ToolsMode,
+    },
 }
 
 /// Runs the sequence; returns how many tokens were revoked. A re-issue of a session that had
@@ -31,10 +35,10 @@ pub async fn revoke(k: &Kernel, what: Revocation<'_>) -> u32 {
                 (n, event(true, None), true)
             }
             Revocation::One(id) => (u32::from(tokens.revoke(id)), event(false, Some(id)), true),
-            Revocation::Reissue { id, token } => {
+            Revocation::Reissue { id, token, tools } => {
                 let had = u32::from(tokens.revoke(&id));
                 let event = event(false, Some(&id));
-                tokens.issue(id, token);
+                tokens.issue_with(id, token, tools);
                 (had, event, false)
             }
         };

@@ -771,31 +771,31 @@ impl KernelRpc for Service {
         };
         // Reissue revokes the previous token; its listen streams end, and no session cache
         // accepts it once this returns.
-        revoke(&self.k, Revocation::Reissue { id, token: &token }).await;
-        let inner = lock(&self.k.inner);
-        let mut skill_roots = Vec::new();
-        for key in inner.registry.connectors.keys() {
-            let ready = inner
-                .conns
-                .get(key)
-                .is_some_and(|c| c.life.status() == CStatus::Ready);
-            // The skills of the release that is live, not of a newer one still starting.
-            if let (true, Some(live)) = (ready, inner.serving(key)) {
-                for s in &live.manifest.skills {
-                    skill_roots.push(live.release_dir.join(&s.dir).to_string_lossy().into_owned());
-                }
-            }
-        }
+        let tools = req.tools();
+        revoke(
+            &self.k,
+            Revocation::Reissue {
+                id,
+                token: &token,
+                tools,
+            },
+        )
+        .await;
+        // One stable root (issue 21 item 7): the shim manager keeps every live connector's
+        // skills in it, so a connector that becomes ready after this session was issued
+        // still reaches it, and a removed one leaves it.
+        let skill_roots = vec![self.k.paths.skills().to_string_lossy().into_owned()];
         self.k.audit.record(Event::SessionIssue {
             workspace: req.workspace.clone(),
             session: req.session.clone(),
         });
-        tracing::info!(workspace = %req.workspace, session = %req.session, "session issued");
+        tracing::info!(workspace = %req.workspace, session = %req.session, tools = ?tools, "session issued");
         Ok(Response::new(pb::IssueSessionReply {
             token,
             url,
             skill_roots,
             bin_dir: self.k.paths.bin().to_string_lossy().into_owned(),
+            tools: tools.into(),
         }))
     }
 
@@ -844,11 +844,12 @@ impl KernelRpc for Service {
         req: Request<pb::VerifySessionRequest>,
     ) -> Result<Response<pb::VerifySessionReply>, Status> {
         let tokens = lock(&self.k.tokens);
-        Ok(Response::new(match tokens.verify(&req.get_ref().token) {
-            Some(id) => pb::VerifySessionReply {
+        Ok(Response::new(match tokens.record(&req.get_ref().token) {
+            Some(record) => pb::VerifySessionReply {
                 valid: true,
-                workspace: id.workspace.clone(),
-                session: id.session.clone(),
+                workspace: record.id.workspace.clone(),
+                session: record.id.session.clone(),
+                tools: record.tools.into(),
             },
             None => pb::VerifySessionReply::default(),
         }))

@@ -532,6 +532,11 @@ impl Kernel {
             tools,
             circuit: manifest.circuit,
             catalog,
+            skills: manifest
+                .skills
+                .iter()
+                .map(|s| (s.name.clone(), release_dir.join(&s.dir)))
+                .collect(),
         };
         let superseded = inner
             .table
@@ -625,6 +630,14 @@ pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
         resource_templates: resources_to_pb(&r.catalog.templates),
         completions: r.catalog.completions,
         resources_subscribe: r.catalog.subscribe,
+        skills: r
+            .skills
+            .iter()
+            .map(|(name, dir)| pb::RoutedSkill {
+                name: name.clone(),
+                dir: dir.to_string_lossy().into_owned(),
+            })
+            .collect(),
     }
 }
 

@@ -22,6 +22,8 @@ pub struct Route {
     pub circuit: crate::circuit::Settings,
     /// Prompts, resources and templates of the same generation (issue 21).
     pub catalog: crate::catalog::Catalog,
+    /// The release's skills: name and absolute directory in the release copy.
+    pub skills: Vec<(String, std::path::PathBuf)>,
 }
 
 /// A published change of the table.
@@ -195,6 +197,7 @@ mod tests {
             tools: tools.iter().map(|t| tool(t)).collect(),
             circuit: Default::default(),
             catalog: Default::default(),
+            skills: Vec::new(),
         }
     }
 

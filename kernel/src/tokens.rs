@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
+use tutti_proto::kernel::ToolsMode;
 
 type Hash = [u8; 32];
 
@@ -15,9 +16,17 @@ pub struct SessionId {
     pub session: String,
 }
 
+/// What a live token stands for: its session and the options it was issued with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub id: SessionId,
+    /// `--tools` (SPEC §15).
+    pub tools: ToolsMode,
+}
+
 #[derive(Debug, Default)]
 pub struct TokenTable {
-    by_hash: HashMap<Hash, SessionId>,
+    by_hash: HashMap<Hash, TokenRecord>,
     by_session: HashMap<SessionId, Hash>,
 }
 
@@ -33,16 +42,28 @@ pub fn new_token() -> Result<String, getrandom::Error> {
 }
 
 impl TokenTable {
-    /// Binds `token` to `id`; a previous token of the same session is revoked at once.
+    /// Binds `token` to `id` with the default options (tests).
+    #[cfg(test)]
     pub fn issue(&mut self, id: SessionId, token: &str) {
+        self.issue_with(id, token, ToolsMode::All);
+    }
+
+    /// Binds `token` to `id`; a previous token of the same session is revoked at once.
+    pub fn issue_with(&mut self, id: SessionId, token: &str, tools: ToolsMode) {
         let h = hash(token);
         if let Some(old) = self.by_session.insert(id.clone(), h) {
             self.by_hash.remove(&old);
         }
-        self.by_hash.insert(h, id);
+        self.by_hash.insert(h, TokenRecord { id, tools });
     }
 
+    #[cfg(test)]
     pub fn verify(&self, token: &str) -> Option<&SessionId> {
+        self.record(token).map(|r| &r.id)
+    }
+
+    /// The whole record of a live token.
+    pub fn record(&self, token: &str) -> Option<&TokenRecord> {
         self.by_hash.get(&hash(token))
     }
 
@@ -103,5 +124,18 @@ mod tests {
         assert!(t.verify("tts_three").is_some());
         assert_eq!(t.revoke_all(), 1);
         assert!(t.verify("tts_three").is_none());
+    }
+
+    #[test]
+    fn the_record_keeps_the_tools_mode_until_reissued() {
+        let mut t = TokenTable::default();
+        t.issue_with(id("w", "s"), "tts_one", ToolsMode::Search);
+        assert_eq!(
+            t.record("tts_one").map(|r| r.tools),
+            Some(ToolsMode::Search)
+        );
+        t.issue(id("w", "s"), "tts_two");
+        assert!(t.record("tts_one").is_none());
+        assert_eq!(t.record("tts_two").map(|r| r.tools), Some(ToolsMode::All));
     }
 }

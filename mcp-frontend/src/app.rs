@@ -40,6 +40,10 @@ pub(crate) struct App {
     pub(crate) notifier: Arc<crate::notify::Notifier>,
     /// Per-token client state, relayed requests and parked calls (relay21).
     pub(crate) clients: crate::clients::Clients,
+    /// The search index of the newest route table searched (SPEC §15).
+    pub(crate) search_index: crate::search_index::IndexCache,
+    /// Every live generation's skills (SPEC §11 skills over MCP).
+    pub(crate) skills: crate::skills::SkillCatalogue,
 }
 
 impl App {
@@ -63,6 +67,8 @@ impl App {
             sessions: crate::sessions::SessionCache::default(),
             notifier: Arc::default(),
             clients: crate::clients::Clients::default(),
+            search_index: crate::search_index::IndexCache::default(),
+            skills: crate::skills::SkillCatalogue::default(),
         }
     }
 

@@ -12,7 +12,7 @@ use futures_util::stream::BoxStream;
 use tonic::transport::Channel;
 use tutti_proto::kernel::kernel_client::KernelClient;
 use tutti_proto::kernel::{
-    AckRoutesRequest, CallRecord, RouteEvent, VerifySessionRequest, WatchRoutesRequest,
+    AckRoutesRequest, CallRecord, RouteEvent, ToolsMode, VerifySessionRequest, WatchRoutesRequest,
 };
 use tutti_proto::transport::{self, LocalEndpoint};
 use tutti_proto::worker::worker_client::WorkerClient;
@@ -55,6 +55,8 @@ pub enum WorkerEvent {
 pub struct Identity {
     pub workspace: String,
     pub session: String,
+    /// The `--tools` mode of the token (SPEC §15); `All` unless the kernel says otherwise.
+    pub tools: ToolsMode,
 }
 
 /// Everything the frontend needs from the kernel and the workers.
@@ -323,7 +325,8 @@ impl Backend for GrpcBackend {
             match client.verify_session(request).await {
                 Ok(reply) => {
                     let reply = reply.into_inner();
-                    Ok(reply.valid.then_some(Identity {
+                    Ok(reply.valid.then(|| Identity {
+                        tools: reply.tools(),
                         workspace: reply.workspace,
                         session: reply.session,
                     }))

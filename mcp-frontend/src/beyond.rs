@@ -64,6 +64,12 @@ impl List {
 /// surfaces declare them.
 pub(crate) async fn declare(app: &App, capabilities: &mut Map<String, Value>) {
     capabilities.entry("prompts").or_insert_with(|| json!({}));
+    let extensions = capabilities
+        .entry("extensions")
+        .or_insert_with(|| json!({}));
+    if let Some(extensions) = extensions.as_object_mut() {
+        extensions.insert(crate::skills::EXTENSION.into(), json!({}));
+    }
     capabilities.entry("resources").or_insert_with(|| json!({}));
     let completions = app
         .routes()
@@ -81,7 +87,11 @@ pub(crate) async fn list(app: &App, list: List) -> Result<Map<String, Value>, Rp
     let catalog = &table.catalog;
     let items: Vec<Value> = match list {
         List::Prompts => catalog.prompts().cloned().collect(),
-        List::Resources => catalog.resources().cloned().collect(),
+        List::Resources => {
+            let mut items: Vec<Value> = catalog.resources().cloned().collect();
+            items.extend(crate::skills::list_resources(&app.skills).await);
+            items
+        }
         List::Templates => catalog.templates().cloned().collect(),
     };
     let mut fields = Map::new();
@@ -241,6 +251,12 @@ pub(crate) async fn read_resource(
     params: Option<Value>,
     not_found: i64,
 ) -> Result<Value, RpcError> {
+    // `skill://` URIs are the skills extension's (SPEC §11), served from the live releases.
+    if let Some(uri) = crate::skills::skill_uri(params.as_ref())
+        && let Some(answer) = crate::skills::read(&app.skills, uri, not_found).await
+    {
+        return answer.map(Value::Object);
+    }
     let params = params_object(params)?;
     let uri = string_param(&params, "uri")?;
     let table = app.routes().await.ok_or_else(routes_not_ready)?;

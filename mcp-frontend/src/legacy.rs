@@ -10,7 +10,9 @@ use crate::call;
 use crate::era::{Revision, server_info};
 use crate::progress;
 use crate::rpc::{self, METHOD_NOT_FOUND, Message, RESOURCE_NOT_FOUND, RpcError, SERVER_ERROR};
+use crate::search;
 use crate::shared::{Ctx, PROTOCOL_VERSION_HEADER, list_tools};
+use crate::skills;
 
 /// Versions this surface speaks; the first is the one offered when the client's is unknown.
 pub(crate) const VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2025-11-25"];
@@ -66,12 +68,19 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                 "logging/setLevel" => set_level(&ctx, params.as_ref()),
                 "ping" => Ok(json!({})),
                 "tools/list" => {
+                    if search::listing(&ctx).await {
+                        return search::list_response(&id, Map::new());
+                    }
                     match list_tools(&ctx.app, params.as_ref(), revision(&ctx), Map::new()).await {
                         Ok(page) => return page.respond(&id),
                         Err(error) => Err(error),
                     }
                 }
                 "tools/call" => return tools_call(ctx, id, params).await,
+                "skills/list" => Ok(Value::Object(skills::list(&ctx.app.skills).await)),
+                "skills/get" => skills::get(&ctx.app.skills, params.as_ref())
+                    .await
+                    .map(Value::Object),
                 other => beyond_tools(&ctx, other, params).await,
             };
             rpc::answer_response(&id, answer)
@@ -123,15 +132,21 @@ async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
 /// the answer when the client asked for progress (see [`progress`]). A legacy
 /// `notifications/cancelled` for `id` cancels it either way.
 async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
-    let tool = match call::tool_name(params.as_ref()) {
-        Ok(name) => call::resolve(&ctx.app, name).await,
-        Err(e) => Err(e),
+    let revision = revision(&ctx);
+    let (tool, params) = match call::tool_name(params.as_ref()) {
+        Ok(name) => match search::route(&ctx, name, params.as_ref()).await {
+            search::Routed::Direct => (call::resolve(&ctx.app, name).await, params),
+            search::Routed::Answer(answer) => {
+                return call::call_response(&id, answer.map(|r| r.in_era(revision)));
+            }
+            search::Routed::Call { tool, params } => (Ok(tool), params),
+        },
+        Err(e) => (Err(e), None),
     };
     let tool = match tool {
         Ok(tool) => tool,
         Err(e) => return call::call_response(&id, Err(e)),
     };
-    let revision = revision(&ctx);
     let progress = progress::requested(params.as_ref(), &ctx.headers);
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
     let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);

@@ -30,8 +30,11 @@ mod progress;
 mod relay;
 mod routes;
 mod rpc;
+mod search;
+mod search_index;
 mod sessions;
 mod shared;
+mod skills;
 mod validate;
 mod watcher;
 

@@ -86,6 +86,7 @@ mod tests {
         Identity {
             workspace: w.into(),
             session: s.into(),
+            tools: tutti_proto::kernel::ToolsMode::All,
         }
     }
 

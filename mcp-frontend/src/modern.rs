@@ -27,6 +27,8 @@ const DISCOVER_TTL_MS: u64 = 3_600_000;
 /// stream must not keep a stale list (the Python SDK caches for `ttlMs`; with 60 s, "list
 /// tools again" after a -32602 returned the same stale list for a minute).
 const TOOLS_TTL_MS: u64 = 0;
+/// Skills change with installs, like tools: never cached.
+const SKILLS_TTL_MS: u64 = 0;
 
 fn bad(id: &Value, error: RpcError) -> Response {
     rpc::error_response(StatusCode::BAD_REQUEST, id, &error)
@@ -128,12 +130,16 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         "server/discover" => Ok(discover(&ctx.app).await),
         "tools/list" => {
             let extra = cacheable_fields(Map::new(), TOOLS_TTL_MS);
+            if crate::search::listing(&ctx).await {
+                return crate::search::list_response(&id, extra);
+            }
             match list_tools(&ctx.app, params.as_ref(), Revision::V2026_07_28, extra).await {
                 Ok(page) => return page.respond(&id),
                 Err(error) => Err(error),
             }
         }
         "tools/call" => return tools_call(&ctx, &id, params).await,
+        "skills/list" | "skills/get" => skills_answer(&ctx, &method, params.as_ref()).await,
         "subscriptions/listen" => {
             return listen::open(
                 ctx.app.clone(),
@@ -178,6 +184,18 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         }
     };
     rpc::answer_response(&id, answer)
+}
+
+/// The skills extension's own methods (`skills/list`, `skills/get`), as uncached results;
+/// its `skill://` resources are listed and read with the other resources (`beyond.rs`).
+async fn skills_answer(ctx: &Ctx, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let skills = &ctx.app.skills;
+    let fields = if method == "skills/list" {
+        Ok(crate::skills::list(skills).await)
+    } else {
+        crate::skills::get(skills, params).await
+    };
+    fields.map(|fields| cacheable(fields, SKILLS_TTL_MS))
 }
 
 /// `prompts/get` or `resources/read` (issue 21), in this era's form.
@@ -263,12 +281,20 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     if let Err(e) = expect_header(ctx, "mcp-name", "Mcp-Name", name) {
         return bad(id, e);
     }
-    let tool = match call::resolve(&ctx.app, name).await {
-        Ok(tool) => tool,
-        Err(e) => return rpc::answer_response(id, Err(e)),
+    // Through `tutti_call_tool` the request's headers describe that call, not the inner one:
+    // `Mcp-Param-*` headers are checked for direct calls only.
+    let (tool, params, direct) = match crate::search::route(ctx, name, params.as_ref()).await {
+        crate::search::Routed::Direct => match call::resolve(&ctx.app, name).await {
+            Ok(tool) => (tool, params, true),
+            Err(e) => return rpc::answer_response(id, Err(e)),
+        },
+        crate::search::Routed::Answer(answer) => {
+            return call::call_response(id, answer.map(|r| r.in_era(Revision::V2026_07_28)));
+        }
+        crate::search::Routed::Call { tool, params } => (tool, params, false),
     };
     let arguments = params.as_ref().and_then(|p| p.get("arguments"));
-    for param in &tool.param_headers {
+    for param in tool.param_headers.iter().filter(|_| direct) {
         // The display name is only built for an error (this loop runs on every call).
         let display = || tutti_proto::rules::mcp_header::display_name(&param.name);
         let body = headers::argument_at(arguments, &param.path);

@@ -214,6 +214,7 @@ mod tests {
         Identity {
             workspace: "w".into(),
             session: s.into(),
+            tools: Default::default(),
         }
     }
 

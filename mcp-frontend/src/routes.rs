@@ -120,6 +120,11 @@ impl RouteTable {
         self.tools.len()
     }
 
+    /// Every routable tool, sorted by name.
+    pub(crate) fn tools(&self) -> &[Arc<Tool>] {
+        &self.tools
+    }
+
     /// One page of `tools/list` (serializes as the `tools` array) and the cursor of the next
     /// page, if any.
     pub(crate) fn page(

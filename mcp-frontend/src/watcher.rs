@@ -49,6 +49,7 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                         app.sessions.reset(app.backend.caches_sessions());
                         app.listeners.end_open();
                     }
+                    app.skills.apply(&event);
                     match state.apply(event) {
                         Effect::Routes { tools_changed } => {
                             let table = state.table();

@@ -83,6 +83,7 @@ impl Kernel for FakeKernel {
             valid,
             workspace: if valid { "w".into() } else { String::new() },
             session: if valid { "s".into() } else { String::new() },
+            tools: 0,
         }))
     }
     type WatchRoutesStream = futures_util::stream::BoxStream<'static, Result<RouteEvent, Status>>;

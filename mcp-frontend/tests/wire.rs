@@ -261,6 +261,7 @@ async fn start_with(page_size: usize) -> Harness {
         Identity {
             workspace: "w1".into(),
             session: "s1".into(),
+            tools: tutti_proto::kernel::ToolsMode::All,
         },
     );
     tokens.insert(
@@ -268,6 +269,7 @@ async fn start_with(page_size: usize) -> Harness {
         Identity {
             workspace: "w1".into(),
             session: "s2".into(),
+            tools: tutti_proto::kernel::ToolsMode::All,
         },
     );
     let fake = Arc::new(Fake {
@@ -1235,7 +1237,8 @@ async fn modern_discover_lists_and_removed_methods() {
     assert_eq!(r["supportedVersions"], json!(["2026-07-28"]));
     assert_eq!(
         r["capabilities"],
-        json!({"tools":{"listChanged":true},"resources":{},"prompts":{}})
+        json!({"tools":{"listChanged":true},"resources":{},"prompts":{},
+            "extensions":{"io.modelcontextprotocol/skills":{}}})
     );
     assert!(r["ttlMs"].is_u64());
     assert_eq!(r["cacheScope"], "private");

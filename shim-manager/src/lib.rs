@@ -12,6 +12,7 @@ mod launcher;
 mod manager;
 mod publish;
 mod shimfile;
+mod skills_root;
 mod table;
 
 use std::path::PathBuf;
@@ -56,5 +57,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
     tracing::info!(bin = %bin_dir.display(), launcher = %launcher.display(), "shim manager starting");
     let publisher = publish::Publisher::new(bin_dir, launcher, &state_dir)?;
     let endpoint = tutti_proto::transport::kernel_endpoint(&state_dir);
-    manager::Manager::new(endpoint, publisher).run().await
+    let skills = skills_root::SkillsRoot::new(state_dir.join("skills"));
+    manager::Manager::new(endpoint, publisher, skills)
+        .run()
+        .await
 }

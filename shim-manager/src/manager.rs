@@ -12,6 +12,7 @@ use tutti_proto::transport::{self, LocalEndpoint};
 
 use crate::Error;
 use crate::publish::Publisher;
+use crate::skills_root::SkillsRoot;
 use crate::table::{Action, RouteView, ShimTable};
 
 /// How long the kernel may stay unreachable (at start, or after the stream ended).
@@ -31,14 +32,16 @@ pub(crate) struct Manager {
     endpoint: LocalEndpoint,
     table: ShimTable,
     publisher: Publisher,
+    skills: SkillsRoot,
 }
 
 impl Manager {
-    pub(crate) fn new(endpoint: LocalEndpoint, publisher: Publisher) -> Self {
+    pub(crate) fn new(endpoint: LocalEndpoint, publisher: Publisher, skills: SkillsRoot) -> Self {
         Self {
             endpoint,
             table: ShimTable::default(),
             publisher,
+            skills,
         }
     }
 
@@ -107,6 +110,7 @@ impl Manager {
             self.apply(action, false);
         }
         self.sweep();
+        self.skills.clear();
     }
 
     /// Connects and opens `WatchRoutes`, retrying for up to [`RECONNECT_BUDGET`].
@@ -147,6 +151,7 @@ impl Manager {
     }
 
     fn handle(&mut self, event: RouteEvent) -> Flow {
+        self.skills.apply(&event);
         let revision = event.revision;
         match event.event {
             Some(Event::Snapshot(snapshot)) => {

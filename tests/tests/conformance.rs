@@ -234,3 +234,63 @@ async fn conformance_suite_passes_both_requirement_sets() {
     }
     drop(proxy);
 }
+
+/// The skills extension scenarios (SEP-2640; not part of either frozen requirement set, so
+/// they run by name) against a connector with a skill, in both eras: every check passes or
+/// is skipped as not applicable (`sep-2640-skills-directory`: `directoryRead` is not
+/// declared; the cache attributes before 2026-07-28), with no warning.
+#[test]
+fn skills_extension_scenarios_pass_against_a_connector_with_skills() {
+    let node = require_node22();
+    let suite = npm_package("@modelcontextprotocol/conformance").unwrap_or_else(|| {
+        panic!("this test needs @modelcontextprotocol/conformance: run scripts/install-test-tools")
+    });
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let mut manifest = fixture_connector("docs", &["--tools", "echo"]);
+    manifest["skills"] = json!(["skills/pdf-processing"]);
+    let skill_md: &[u8] = b"---\nname: pdf-processing\ndescription: Extract, fill, and assemble PDF documents\nmetadata:\n  owner: docs-team\n---\n# PDF processing\n\nSee references/FORMS.md.\n";
+    rt.install_ok(
+        &manifest,
+        &[
+            ("skills/pdf-processing/SKILL.md", skill_md),
+            ("skills/pdf-processing/references/FORMS.md", b"# Forms\n"),
+        ],
+    );
+    rt.wait_status("docs", "ready", Duration::from_secs(20));
+    let token = rt.issue_token("conformance", "skills");
+    let proxy = AuthProxy::start(rt.frontend_url(), &token);
+    let scenarios = [
+        "sep-2640-skills-enumeration",
+        "sep-2640-skills-manifest",
+        "sep-2640-skills-directory",
+    ];
+    for version in REVISIONS {
+        for scenario in scenarios {
+            let out_dir = rt.root().join(format!("skills-{version}-{scenario}"));
+            let out = Command::new(&node)
+                .arg(suite.join("dist").join("index.js"))
+                .args(["server", "--url", &proxy.url(), "--scenario", scenario])
+                // Extension scenarios are on no spec timeline: `--force` runs them at `version`.
+                .args(["--spec-version", version, "--force"])
+                .arg("-o")
+                .arg(&out_dir)
+                .env("NO_COLOR", "1")
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run the conformance suite: {e}"));
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let rows = results(&out_dir);
+            assert_eq!(rows.len(), 1, "{scenario} {version}: {rows:?}\n{stdout}");
+            let (_, passed, failed, warned) = &rows[0];
+            println!("| {scenario} | {version} | {passed} / {failed} / {warned} |");
+            assert_eq!(
+                (*failed, *warned),
+                (0, 0),
+                "{scenario} at {version}: {rows:?}\n{stdout}"
+            );
+            if scenario != "sep-2640-skills-directory" {
+                assert!(*passed >= 5, "{scenario} at {version}: {rows:?}\n{stdout}");
+            }
+        }
+    }
+    drop(proxy);
+}

@@ -69,6 +69,7 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
         .issue_session(IssueSessionRequest {
             workspace: args.workspace,
             session: args.session,
+            tools: args.tools.wire().into(),
         })
         .await
         .map_err(|status| kernel.error(status))?
@@ -199,6 +200,7 @@ mod tests {
             token: "tts_x".into(),
             skill_roots: vec![],
             bin_dir: "/s/bin".into(),
+            tools: tutti_proto::kernel::ToolsMode::All,
         }
     }
 
@@ -312,6 +314,7 @@ mod tests {
             workspace: "w".into(),
             session: "s".into(),
             format: Format::Acp,
+            tools: crate::args::ToolsArg::All,
             acp_initialize: Some(no.clone()),
             codex_home: None,
             json: false,
@@ -326,6 +329,7 @@ mod tests {
             workspace: "w".into(),
             session: "s".into(),
             format: Format::Acp,
+            tools: crate::args::ToolsArg::All,
             acp_initialize: Some(dir.path().join("missing.json")),
             codex_home: None,
             json: false,
@@ -340,6 +344,7 @@ mod tests {
             workspace: "w".into(),
             session: "s".into(),
             format: Format::Runtime,
+            tools: crate::args::ToolsArg::All,
             acp_initialize: Some(no),
             codex_home: None,
             json: false,
@@ -354,6 +359,7 @@ mod tests {
             workspace: "w".into(),
             session: "s".into(),
             format: Format::Claude,
+            tools: crate::args::ToolsArg::All,
             acp_initialize: None,
             codex_home: Some(dir.path().to_path_buf()),
             json: false,
@@ -375,6 +381,7 @@ mod tests {
             workspace: "w".into(),
             session: "s".into(),
             format: Format::Acp,
+            tools: crate::args::ToolsArg::All,
             acp_initialize: Some(yes),
             codex_home: None,
             json: false,

@@ -7,6 +7,7 @@
 
 #[cfg(unix)]
 mod bench {
+    mod tool_search;
     use std::io::{BufRead, BufReader, Write};
     use std::path::PathBuf;
     use std::process::{Child, Command, Stdio};
@@ -35,6 +36,10 @@ mod bench {
         /// enough to attach `perf` or `strace` to its processes.
         #[arg(long, conflicts_with = "write")]
         calls: Option<usize>,
+        /// Only the tool-search rows (issue 25): tools/list bytes with `--tools all` vs
+        /// `search` at 20, 100, 400 and 2,000 tools, and tutti_search_tools latency.
+        #[arg(long, conflicts_with_all = ["write", "latency_only"])]
+        tool_search: bool,
     }
 
     struct Scale {
@@ -94,6 +99,15 @@ mod bench {
     #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
     pub async fn main() -> Result<()> {
         let args = Args::parse();
+        if args.tool_search {
+            // Blocking work (the runtime harness, a blocking HTTP client): off the runtime.
+            let smoke = args.smoke;
+            let connect: tool_search::Connect = |url, token| {
+                Ok(Box::new(RawHttp::connect(url, token, None)?) as Box<dyn tool_search::Post>)
+            };
+            tokio::task::spawn_blocking(move || tool_search::run(smoke, connect)).await??;
+            return Ok(());
+        }
         let scale = if args.smoke {
             Scale {
                 calls: 50,
@@ -877,6 +891,12 @@ mod bench {
                 }
             }
             Ok(v)
+        }
+    }
+
+    impl tool_search::Post for RawHttp {
+        fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
+            RawHttp::post(self, extra_headers, body)
         }
     }
 
