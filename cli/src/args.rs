@@ -29,7 +29,7 @@ pub enum Command {
     /// Run the runtime (tutti-kernel) in the foreground; prints the MCP URL once ready
     Up(UpArgs),
     /// Show the kernel, the frontend and every connector
-    Status(JsonFlag),
+    Status(StatusArgs),
     /// Install, connect, probe and list connectors
     #[command(subcommand)]
     Connector(ConnectorCommand),
@@ -39,6 +39,16 @@ pub enum Command {
     /// Run the kernel under the system's service manager (systemd, launchd, Windows services)
     #[command(subcommand)]
     Service(ServiceCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Redraw every second until Ctrl-C (with --json: one JSON line per second)
+    #[arg(long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -294,7 +304,7 @@ mod tests {
         let cli = cli.map(|c| {
             (
                 c.state_dir,
-                matches!(c.command, Command::Status(JsonFlag { json: true })),
+                matches!(c.command, Command::Status(StatusArgs { json: true, .. })),
             )
         });
         assert_eq!(cli, Some((Some(PathBuf::from("/s")), true)));

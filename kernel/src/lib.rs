@@ -6,6 +6,7 @@ mod allowlist;
 mod audit;
 mod demo;
 mod error;
+mod figures;
 mod housekeeping;
 mod lifecycle;
 mod manifest;

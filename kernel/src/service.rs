@@ -548,6 +548,9 @@ impl KernelRpc for Service {
     async fn status(&self, _req: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
         let redact = self.k.redactor();
         let inner = lock(&self.k.inner);
+        self.k
+            .figures
+            .retain(|key| inner.registry.connectors.contains_key(key));
         let mut connectors = Vec::new();
         for (key, installed) in &inner.registry.connectors {
             let m = inner.manifests.get(key);
@@ -580,6 +583,7 @@ impl KernelRpc for Service {
                 non_json_stdout_lines: c.map(|c| c.non_json_lines).unwrap_or(0),
                 has_mcp: m.is_some_and(|m| m.mcp.is_some()),
                 has_cli: m.is_some_and(|m| m.cli.is_some()),
+                call_figures: Some(self.k.figures.figures(key)),
                 ..Default::default()
             };
             if let Some(r) = live {
@@ -1033,6 +1037,9 @@ impl KernelRpc for Service {
         let mut stream = req.into_inner();
         while let Some(record) = stream.message().await? {
             self.k.audit.note_frontend_dropped(record.dropped_total);
+            self.k
+                .figures
+                .record(&record.connector, record.duration_us, &record.outcome);
             self.k.audit.record(Event::Call {
                 call_time: record.time_unix_ms,
                 workspace: record.workspace,

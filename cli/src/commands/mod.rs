@@ -12,12 +12,13 @@ pub(crate) mod service;
 pub(crate) mod session;
 pub(crate) mod status;
 pub(crate) mod up;
+pub(crate) mod watch;
 
 /// Runs every command except `up` (which needs no async runtime).
 pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitCode, CliError> {
     match command {
         Command::Up(up) => up::run(state_dir, up.demo),
-        Command::Status(a) => status::run(state_dir, a.json).await,
+        Command::Status(a) => status::run(state_dir, a.json, a.watch).await,
         Command::Connector(c) => match c {
             ConnectorCommand::Install(a) => connector::install(state_dir, a).await,
             ConnectorCommand::Uninstall(a) => connector::uninstall(state_dir, a).await,
