@@ -33,12 +33,32 @@ pub enum Command {
     /// Install, connect, probe and list connectors
     #[command(subcommand)]
     Connector(ConnectorCommand),
+    /// Show the kernel's log, or a connector's (already redacted)
+    Logs(LogsArgs),
+    /// Check what commonly goes wrong and print the fix for each problem (writes nothing)
+    Doctor(JsonFlag),
     /// Issue and revoke agent session tokens
     #[command(subcommand)]
     Session(SessionCommand),
     /// Run the kernel under the system's service manager (systemd, launchd, Windows services)
     #[command(subcommand)]
     Service(ServiceCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// A connector's key; without it, the kernel's log
+    pub key: Option<String>,
+    /// Keep printing new lines as they are written, until Ctrl-C
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Only lines of the last DURATION (e.g. 30s, 15m, 2h, 1d)
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
+    /// One JSON object per line: JSON log lines (TUTTI_LOG_FORMAT=json) as written, other
+    /// lines as {"timestamp","text"}
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -219,3 +219,384 @@ fn status_watch_repeats_plain_rounds_when_not_a_terminal_and_json_lines_with_jso
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// 2. tutti logs
+
+/// Waits until `pred` holds; panics with `what` and `detail()` otherwise.
+fn wait_until(what: &str, timeout: Duration, pred: impl Fn() -> bool, detail: impl Fn() -> String) {
+    let deadline = Instant::now() + timeout;
+    while !pred() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {timeout:?}: {}",
+            detail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+const SECRET: &str = "obs24-Secret-Value-9f3k2";
+
+/// A runtime with connector `sec` whose upstream prints its secret `SEC_TOKEN` to stderr.
+fn runtime_with_secret_printer(opts: RuntimeOptions) -> Runtime {
+    let mut rt = Runtime::start(opts);
+    let mut manifest = fixture_connector(
+        "sec",
+        &["--tools", "echo", "--stderr-secret-env", "SEC_TOKEN"],
+    );
+    manifest["mcp"]["secrets"] = json!(["SEC_TOKEN"]);
+    rt.install_ok(&manifest, &[]);
+    rt.wait_status("sec", "auth_required", READY);
+    rt.connect_from_env("sec", "SEC_TOKEN", SECRET);
+    rt.wait_status("sec", "ready", READY);
+    wait_until(
+        "the upstream's stderr in its log",
+        READY,
+        || {
+            rt.log("connector-sec.log")
+                .contains("the value of SEC_TOKEN follows")
+        },
+        || rt.log_tail("connector-sec.log", 20),
+    );
+    rt
+}
+
+#[test]
+fn logs_show_the_kernel_log_and_a_connector_log_redacted_and_name_an_unknown_key() {
+    let rt = runtime_with_secret_printer(RuntimeOptions::default());
+    let kernel = rt.tutti_ok(&["logs"]);
+    assert!(kernel.contains("committed key=sec"), "{kernel}");
+    assert_eq!(
+        kernel,
+        rt.log("kernel.log").get(..kernel.len()).unwrap_or_default(),
+        "the file as written"
+    );
+
+    let conn = rt.tutti_ok(&["logs", "sec"]);
+    assert!(conn.contains("the value of SEC_TOKEN follows"), "{conn}");
+    assert!(conn.contains("***"), "{conn}");
+    assert!(!conn.contains(SECRET), "the secret is masked: {conn}");
+
+    // --since: everything here is recent; a day covers it all.
+    let since = rt.tutti_ok(&["logs", "--since", "1d"]);
+    assert!(since.contains("committed key=sec"), "{since}");
+
+    for bad in ["nope", "../kernel"] {
+        let out = rt.tutti(&["logs", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(err.contains("no log for connector"), "{err}");
+        assert!(err.contains("tutti status"), "{err}");
+    }
+    let out = rt.tutti(&["logs", "--since", "yesterday"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("30s, 15m, 2h or 1d"));
+}
+
+#[test]
+fn logs_follow_prints_new_lines_until_ctrl_c() {
+    let (rt, _token) = runtime_with_fixture(RuntimeOptions::default());
+    let mut child = rt
+        .tutti_cmd(&["logs", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("tutti logs --follow: {e}"));
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // Something the kernel logs only now.
+    std::thread::sleep(Duration::from_millis(500));
+    rt.issue_token("followed-ws", "s2");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("--follow never printed the new line"));
+        if line.contains("session issued") && line.contains("followed-ws") {
+            break;
+        }
+    }
+    #[cfg(unix)]
+    {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(0));
+        kill(pid, Signal::SIGINT).unwrap_or_else(|e| panic!("SIGINT: {e}"));
+        let status = child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
+        assert!(status.success(), "{status}");
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. tutti doctor
+
+/// A place for an agent: a project dir (cwd), a home and a Codex home, all empty.
+struct AgentPlace {
+    _dir: tempfile::TempDir,
+    project: std::path::PathBuf,
+    home: std::path::PathBuf,
+}
+
+fn agent_place() -> AgentPlace {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let project = dir.path().join("project");
+    let home = dir.path().join("home");
+    for d in [&project, &home] {
+        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    }
+    AgentPlace {
+        project,
+        home,
+        _dir: dir,
+    }
+}
+
+/// `tutti doctor [--json]` run from the agent's project with its home, and `path` as PATH.
+fn doctor(
+    rt_state: &std::path::Path,
+    place: &AgentPlace,
+    path: &str,
+    json: bool,
+) -> (bool, String, String) {
+    let mut cmd = Command::new(tutti_tests::bin("tutti"));
+    cmd.arg("--state-dir").arg(rt_state).arg("doctor");
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd
+        .current_dir(&place.project)
+        .env("HOME", &place.home)
+        .env("CODEX_HOME", place.home.join(".codex"))
+        .env("XDG_CONFIG_HOME", place.home.join(".config"))
+        .env("PATH", path)
+        .env_remove("TUTTI_STATE_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("tutti doctor: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn path_with(dir: &std::path::Path) -> String {
+    let rest = std::env::var("PATH").unwrap_or_default();
+    format!("{}:{rest}", dir.display())
+}
+
+/// The line of check `name` (asserting there is exactly one).
+fn line_of<'a>(out: &'a str, name: &str) -> &'a str {
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(&format!(" {name}:")))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line for {name}: {out}");
+    lines[0]
+}
+
+/// Every file under `dir` with its length and mtime.
+fn tree(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let meta = std::fs::symlink_metadata(&p).ok();
+        if meta.as_ref().is_some_and(|m| m.is_dir()) {
+            out.extend(tree(&p));
+        }
+        out.push((
+            p,
+            meta.as_ref().map_or(0, |m| m.len()),
+            meta.and_then(|m| m.modified().ok()),
+        ));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn doctor_is_clean_in_a_bound_environment_and_names_a_stale_mcp_json_and_a_missing_path() {
+    let (rt, _token) = runtime_with_fixture(RuntimeOptions::default());
+    let place = agent_place();
+    let binding = rt.tutti_ok(&[
+        "session",
+        "issue",
+        "--workspace",
+        "w",
+        "--session",
+        "doc",
+        "--format",
+        "claude",
+    ]);
+    let token = serde_json::from_str::<Value>(&binding).unwrap_or(Value::Null)["mcpServers"]["connector"]["headers"]["Authorization"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_start_matches("Bearer ")
+        .to_owned();
+    assert!(!token.is_empty(), "{binding}");
+    std::fs::write(place.project.join(".mcp.json"), &binding).unwrap_or_else(|e| panic!("{e}"));
+    let bin = rt.state_dir().join("bin");
+
+    // Clean: nothing fails; the binding and PATH are seen; nothing is written.
+    let before = (
+        tree(&place.home),
+        tree(&place.project),
+        tree(&rt.state_dir().join("run")),
+    );
+    let (ok, out, err) = doctor(rt.state_dir(), &place, &path_with(&bin), false);
+    assert!(ok, "{out}{err}");
+    assert!(!out.contains("FAIL"), "{out}");
+    for name in [
+        "kernel",
+        "state dir permissions",
+        "socket path length",
+        "bin dir on PATH",
+        "launch commands",
+        "clock",
+    ] {
+        assert!(line_of(&out, name).starts_with("OK "), "{name}: {out}");
+    }
+    assert!(line_of(&out, "service").starts_with("WARN"), "{out}");
+    let agent = line_of(&out, "agent config");
+    assert!(
+        agent.starts_with("OK ") && agent.contains("points at the live URL"),
+        "{out}"
+    );
+    assert!(!out.contains(&token), "doctor never prints the token");
+    let after = (
+        tree(&place.home),
+        tree(&place.project),
+        tree(&rt.state_dir().join("run")),
+    );
+    assert_eq!(before, after, "doctor wrote nothing");
+
+    // --json: the same checks.
+    let (ok, out, _) = doctor(rt.state_dir(), &place, &path_with(&bin), true);
+    let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    assert!(ok && v["ok"] == true, "{out}");
+    assert!(
+        v["checks"]
+            .as_array()
+            .is_some_and(|c| c.iter().all(|c| c["level"] != "fail")),
+        "{out}"
+    );
+
+    // Broken 1: the bin dir is not on PATH.
+    let (ok, out, _) = doctor(
+        rt.state_dir(),
+        &place,
+        &std::env::var("PATH").unwrap_or_default(),
+        false,
+    );
+    assert!(ok, "a WARN does not fail: {out}");
+    let line = line_of(&out, "bin dir on PATH");
+    assert!(
+        line.starts_with("WARN") && line.contains("is not on PATH"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "fix: add `export PATH=\"{}:$PATH\"`",
+            bin.display()
+        )),
+        "{line}"
+    );
+
+    // Broken 2: .mcp.json points at yesterday's port.
+    let port = rt
+        .frontend_url()
+        .split(':')
+        .nth(2)
+        .and_then(|p| p.split('/').next())
+        .unwrap_or("0");
+    let stale_port = if port == "1" { "2" } else { "1" };
+    let stale = binding.replace(&format!(":{port}/"), &format!(":{stale_port}/"));
+    std::fs::write(place.project.join(".mcp.json"), &stale).unwrap_or_else(|e| panic!("{e}"));
+    let (ok, out, err) = doctor(rt.state_dir(), &place, &path_with(&bin), false);
+    assert!(!ok, "{out}");
+    let line = line_of(&out, "agent config");
+    assert!(line.starts_with("FAIL"), "{line}");
+    assert!(
+        line.contains(&format!("127.0.0.1:{stale_port}/mcp/connector"))
+            && line.contains(rt.frontend_url()),
+        "{line}"
+    );
+    assert!(
+        line.contains("fix: update it with the output of `tutti session issue"),
+        "{line}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("1 check(s) failed"), "{err}");
+    assert!(!out.contains(&token) && !err.contains(&token));
+}
+
+#[test]
+fn doctor_names_a_state_dir_over_the_socket_limit_and_writes_nothing() {
+    let place = agent_place();
+    let long = place.home.join("d".repeat(110));
+    let (ok, out, _) = doctor(
+        &long,
+        &place,
+        &std::env::var("PATH").unwrap_or_default(),
+        false,
+    );
+    assert!(!ok, "{out}");
+    let line = line_of(&out, "socket path length");
+    assert!(
+        line.starts_with("FAIL") && line.contains("over the system's limit"),
+        "{line}"
+    );
+    assert!(
+        line.contains("fix: use a state dir path at least"),
+        "{line}"
+    );
+    assert!(line_of(&out, "kernel").starts_with("FAIL"), "{out}");
+    assert!(!long.exists(), "doctor created nothing");
+}
+
+#[test]
+fn doctor_names_an_installed_connector_whose_command_is_gone() {
+    let (mut rt, _token) = runtime_with_fixture(RuntimeOptions::default());
+    let manifest = rt.private_fixture_connector("gone", &["--tools", "echo"]);
+    rt.install_ok(&manifest, &[]);
+    rt.wait_status("gone", "ready", READY);
+    let program = rt.private_fixture();
+    std::fs::remove_file(&program).unwrap_or_else(|e| panic!("rm: {e}"));
+    let place = agent_place();
+    let (ok, out, _) = doctor(
+        rt.state_dir(),
+        &place,
+        &path_with(&rt.state_dir().join("bin")),
+        false,
+    );
+    assert!(!ok, "{out}");
+    let line = line_of(&out, "connector gone");
+    assert!(line.starts_with("FAIL"), "{line}");
+    assert!(
+        line.contains(&format!("its command {} is gone", program.display())),
+        "{line}"
+    );
+    assert!(
+        line.contains("fix: reinstall the program")
+            && line.contains("tutti connector uninstall gone"),
+        "{line}"
+    );
+    assert!(
+        !out.contains("connector fx:"),
+        "fx's command is there: {out}"
+    );
+}

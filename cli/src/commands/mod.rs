@@ -8,6 +8,8 @@ use crate::args::{Command, ConnectorCommand, ServiceCommand, SessionCommand};
 use crate::error::CliError;
 
 pub(crate) mod connector;
+pub(crate) mod doctor;
+pub(crate) mod logs;
 pub(crate) mod service;
 pub(crate) mod session;
 pub(crate) mod status;
@@ -27,6 +29,8 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ConnectorCommand::Probe(a) => connector::probe(state_dir, a).await,
             ConnectorCommand::Available(a) => connector::available(state_dir, a.json).await,
         },
+        Command::Logs(a) => logs::run(state_dir, a).await,
+        Command::Doctor(a) => doctor::run(state_dir, a.json).await,
         Command::Session(s) => match s {
             SessionCommand::Issue(a) => session::issue(state_dir, a).await,
             SessionCommand::Revoke(a) => session::revoke(state_dir, a).await,
