@@ -600,3 +600,76 @@ fn doctor_names_an_installed_connector_whose_command_is_gone() {
         "fx's command is there: {out}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 3. TUTTI_LOG_FORMAT=json
+
+/// Every non-empty line of `text` as a JSON object with `timestamp` and `level`; panics
+/// naming `what` and the first line that is not.
+fn json_lines(what: &str, text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("{what}: not a JSON line ({e}): {l:?}"));
+            assert!(
+                v["timestamp"].is_string() && v["level"].is_string(),
+                "{what}: {l}"
+            );
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn log_format_json_gives_json_lines_from_every_process_and_logs_json_passes_them_through() {
+    let opts = RuntimeOptions {
+        env: vec![("TUTTI_LOG_FORMAT".into(), "json".into())],
+        ..RuntimeOptions::default()
+    };
+    let rt = runtime_with_secret_printer(opts);
+    // A call, so the frontend and the worker log something of it too.
+    let token = rt.issue_token("w", "s");
+    let lines = python_calls(&rt, &token, &json!([["sec_echo", {"message": "hi"}]]));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+
+    let kernel = json_lines("kernel.log", &rt.log("kernel.log"));
+    assert!(
+        kernel.iter().any(|v| v["fields"]["message"] == "committed"),
+        "{kernel:?}"
+    );
+    let stderr = std::fs::read_to_string(rt.root().join("up.stderr")).unwrap_or_default();
+    json_lines("the kernel's stderr", &stderr);
+    for name in ["frontend.log", "shim-manager.log"] {
+        let text = rt.log(name);
+        assert!(!json_lines(name, &text).is_empty(), "{name} is empty");
+    }
+    let conn_text = rt.log("connector-sec.log");
+    assert!(!conn_text.contains(SECRET), "masked");
+    let conn = json_lines("connector-sec.log", &conn_text);
+    let messages: Vec<&str> = conn
+        .iter()
+        .filter_map(|v| v["fields"]["message"].as_str())
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("the value of SEC_TOKEN follows")),
+        "the upstream's stderr, as records: {messages:?}"
+    );
+    assert!(messages.contains(&"***"), "{messages:?}");
+    assert!(
+        messages.contains(&"registered"),
+        "the worker's own: {messages:?}"
+    );
+
+    // `tutti logs --json` passes the lines through as written.
+    let shown = rt.tutti_ok(&["logs", "sec", "--json"]);
+    let written: Vec<&str> = conn_text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let shown: Vec<&str> = shown.lines().collect();
+    assert_eq!(
+        &shown[..written.len().min(shown.len())],
+        &written[..written.len().min(shown.len())]
+    );
+    assert!(shown.len() >= written.len());
+}

@@ -211,7 +211,7 @@ async fn drive(
         Err(exit) => return exit,
     };
     let redactor = Arc::new(redact::Redactor::new(spec.redact.iter().cloned()));
-    redact::install((*redactor).clone());
+    redact::install_for_log(&spec.redact);
     shared.set_call_timeout(spec.call_timeout_ms);
     let start_ms = match spec.start_timeout_ms {
         0 => DEFAULT_START_TIMEOUT_MS,

@@ -160,13 +160,25 @@ fn init_tracing() {
     let cap_rmcp = Targets::new()
         .with_default(LevelFilter::TRACE)
         .with_target("rmcp", LevelFilter::WARN);
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(RedactingStderr)
-        .with_ansi(false);
+    // TUTTI_LOG_FORMAT=json: one JSON object per line (the writer then masks secrets in
+    // their JSON-escaped form too, and escapes hidden characters the JSON way).
+    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
+    let text = (!json).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(RedactingStderr)
+            .with_ansi(false)
+    });
+    let json = json.then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(RedactingStderr)
+            .with_ansi(false)
+            .json()
+    });
     tracing_subscriber::registry()
         .with(cap_rmcp)
         .with(filter)
-        .with(layer)
+        .with(text)
+        .with(json)
         .init();
     if let Some((spec, error)) = unreadable {
         tracing::warn!(

@@ -6,8 +6,8 @@
 //! | kind | Unix | Windows | renamed / passed through |
 //! |---|---|---|---|
 //! | [`ChildKind::Upstream`] (an MCP server) | `PATH HOME LANG TMPDIR` | `PATH SystemRoot USERPROFILE TEMP PATHEXT` | — |
-//! | [`ChildKind::Worker`] (`tutti-upstream-worker`, also for `tutti connector probe`) | `PATH HOME TMPDIR` | `PATH SystemRoot TEMP` | `TUTTI_WORKER_LOG` → `RUST_LOG` |
-//! | [`ChildKind::Service`] (`tutti-mcp-frontend`, `tutti-shim-manager`) | `PATH HOME` | `PATH SystemRoot` | `TUTTI_LIBEXEC_DIR`, `RUST_LOG` |
+//! | [`ChildKind::Worker`] (`tutti-upstream-worker`, also for `tutti connector probe`) | `PATH HOME TMPDIR` | `PATH SystemRoot TEMP` | `TUTTI_WORKER_LOG` → `RUST_LOG`, `TUTTI_LOG_FORMAT` |
+//! | [`ChildKind::Service`] (`tutti-mcp-frontend`, `tutti-shim-manager`) | `PATH HOME` | `PATH SystemRoot` | `TUTTI_LIBEXEC_DIR`, `RUST_LOG`, `TUTTI_LOG_FORMAT` |
 //!
 //! `PATH` is always set: when the kernel has none, [`DEFAULT_PATH`].
 //! A worker's identity ([`WORKER_KEY`], [`WORKER_GENERATION`], [`WORKER_TOKEN`]) comes from
@@ -61,10 +61,22 @@ const WORKER_LOG: Var = Var {
     from: "TUTTI_WORKER_LOG",
 };
 #[cfg(not(windows))]
-const WORKER: &[Var] = &[same("PATH"), same("HOME"), same("TMPDIR"), WORKER_LOG];
+const WORKER: &[Var] = &[
+    same("PATH"),
+    same("HOME"),
+    same("TMPDIR"),
+    WORKER_LOG,
+    same(super::log_format::ENV),
+];
 // SystemRoot: without it Winsock cannot load its providers (HTTP upstreams, the kernel socket).
 #[cfg(windows)]
-const WORKER: &[Var] = &[same("PATH"), same("SystemRoot"), same("TEMP"), WORKER_LOG];
+const WORKER: &[Var] = &[
+    same("PATH"),
+    same("SystemRoot"),
+    same("TEMP"),
+    WORKER_LOG,
+    same(super::log_format::ENV),
+];
 
 #[cfg(not(windows))]
 const SERVICE: &[Var] = &[
@@ -72,6 +84,7 @@ const SERVICE: &[Var] = &[
     same("HOME"),
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
+    same(super::log_format::ENV),
 ];
 #[cfg(windows)]
 const SERVICE: &[Var] = &[
@@ -79,6 +92,7 @@ const SERVICE: &[Var] = &[
     same("SystemRoot"),
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
+    same(super::log_format::ENV),
 ];
 
 /// The allowlist of `kind` on this platform.
@@ -174,6 +188,20 @@ mod tests {
             names(&inherited(ChildKind::Service, &p)),
             ["PATH", "HOME", "TUTTI_LIBEXEC_DIR", "RUST_LOG"]
         );
+    }
+
+    #[test]
+    fn the_log_format_reaches_workers_and_services_but_not_upstreams() {
+        let p = parent(&[("TUTTI_LOG_FORMAT", "json"), ("PATH", "/bin")]);
+        let format = |kind| {
+            inherited(kind, &p)
+                .into_iter()
+                .find(|(n, _)| n == "TUTTI_LOG_FORMAT")
+                .map(|(_, v)| v)
+        };
+        assert_eq!(format(ChildKind::Worker).as_deref(), Some("json"));
+        assert_eq!(format(ChildKind::Service).as_deref(), Some("json"));
+        assert_eq!(format(ChildKind::Upstream), None);
     }
 
     #[test]
