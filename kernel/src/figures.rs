@@ -190,6 +190,13 @@ pub struct CallFigures {
     windows: Mutex<BTreeMap<String, Window>>,
 }
 
+/// The windows, whatever a panicking holder left (plain counters: keep counting).
+fn lock(
+    m: &Mutex<BTreeMap<String, Window>>,
+) -> std::sync::MutexGuard<'_, BTreeMap<String, Window>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn now_s() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -204,7 +211,7 @@ impl CallFigures {
     }
 
     fn record_at(&self, now: i64, connector: &str, duration_us: u64, outcome: &str) {
-        let mut windows = crate::state::lock(&self.windows);
+        let mut windows = lock(&self.windows);
         windows
             .entry(connector.to_owned())
             .or_default()
@@ -217,7 +224,7 @@ impl CallFigures {
     }
 
     fn figures_at(&self, now: i64, connector: &str) -> pb::CallFigures {
-        let mut windows = crate::state::lock(&self.windows);
+        let mut windows = lock(&self.windows);
         match windows.get_mut(connector) {
             Some(w) => {
                 w.expire(now);
@@ -229,7 +236,7 @@ impl CallFigures {
 
     /// Forgets a connector that is no longer installed.
     pub fn retain(&self, installed: impl Fn(&str) -> bool) {
-        crate::state::lock(&self.windows).retain(|k, _| installed(k));
+        lock(&self.windows).retain(|k, _| installed(k));
     }
 }
 

@@ -87,6 +87,7 @@ impl CallAudit {
             error_code,
             dropped_total: self.dropped.load(Ordering::Relaxed),
         };
+        crate::otel::record(tool, started.elapsed(), outcome.as_str());
         if self.tx.try_send(record).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }

@@ -360,8 +360,13 @@ pub(crate) async fn execute(
         started: Instant::now(),
         done: false,
     };
-    let ended = execute_call(app, tool, arguments, cancelled, progress).await;
+    let span = crate::otel::start(tool);
+    let meta_json = span.as_ref().map(|s| s.meta_json()).unwrap_or_default();
+    let ended = execute_call(app, tool, arguments, cancelled, progress, meta_json).await;
     audit.finish(&ended);
+    if let Some(span) = span {
+        span.finish(ended.1.as_str());
+    }
     ended.0
 }
 
@@ -371,6 +376,7 @@ async fn execute_call(
     arguments: Option<&Value>,
     cancelled: Option<oneshot::Receiver<()>>,
     progress: Option<mpsc::Sender<String>>,
+    meta_json: String,
 ) -> Ended {
     let connector = &tool.connector;
     let (key, generation) = (connector.key.as_str(), connector.generation);
@@ -397,7 +403,7 @@ async fn execute_call(
         tool: tool.upstream_name.clone(),
         arguments_json: arguments.to_string(),
         timeout_ms: connector.timeout_ms,
-        meta_json: String::new(),
+        meta_json,
     };
     let mut guard = CancelGuard {
         backend: app.backend.clone(),

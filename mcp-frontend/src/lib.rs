@@ -20,6 +20,7 @@ mod legacy;
 mod listen;
 mod listeners;
 mod modern;
+mod otel;
 mod progress;
 mod routes;
 mod rpc;

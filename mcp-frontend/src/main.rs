@@ -50,7 +50,13 @@ async fn main() -> ExitCode {
     } else {
         logs.init();
     }
-    match start(args).await {
+    // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
+    let telemetry = tutti_proto::telemetry::init("tutti-mcp-frontend", "frontend");
+    let outcome = start(args).await;
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tutti-mcp-frontend: {e:#}");

@@ -673,3 +673,315 @@ fn log_format_json_gives_json_lines_from_every_process_and_logs_json_passes_them
     );
     assert!(shown.len() >= written.len());
 }
+
+// ---------------------------------------------------------------------------------------
+// 5. OpenTelemetry export
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message as _;
+use std::sync::{Arc, Mutex};
+
+#[derive(Default)]
+struct Captured {
+    traces: Vec<ExportTraceServiceRequest>,
+    metrics: Vec<ExportMetricsServiceRequest>,
+    /// Every request, whatever its path.
+    hits: usize,
+}
+
+/// A small OTLP/HTTP (protobuf) receiver on a loopback port that records what arrives.
+struct OtlpReceiver {
+    port: u16,
+    captured: Arc<Mutex<Captured>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OtlpReceiver {
+    fn start(port: u16) -> OtlpReceiver {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("the OTLP receiver cannot listen on 127.0.0.1:{port}: {e}"));
+        listener
+            .set_nonblocking(true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        let captured = Arc::new(Mutex::new(Captured::default()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let state = captured.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"));
+            rt.block_on(async move {
+                let listener =
+                    tokio::net::TcpListener::from_std(listener).unwrap_or_else(|e| panic!("{e}"));
+                let app = axum::Router::new().fallback(
+                    move |uri: axum::http::Uri, body: axum::body::Bytes| {
+                        let state = state.clone();
+                        async move {
+                            let mut c = state.lock().unwrap_or_else(|p| p.into_inner());
+                            c.hits += 1;
+                            match uri.path() {
+                                "/v1/traces" => c
+                                    .traces
+                                    .extend(ExportTraceServiceRequest::decode(body).ok()),
+                                "/v1/metrics" => c
+                                    .metrics
+                                    .extend(ExportMetricsServiceRequest::decode(body).ok()),
+                                _ => {}
+                            }
+                            axum::http::StatusCode::OK
+                        }
+                    },
+                );
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+        });
+        OtlpReceiver {
+            port,
+            captured,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Captured) -> T) -> T {
+        f(&self.captured.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// (service.name, span) for every span received.
+fn spans(c: &Captured) -> Vec<(String, opentelemetry_proto::tonic::trace::v1::Span)> {
+    let mut out = Vec::new();
+    for req in &c.traces {
+        for rs in &req.resource_spans {
+            let service = rs
+                .resource
+                .as_ref()
+                .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
+                .and_then(|a| a.value.as_ref())
+                .map(|v| format!("{v:?}"))
+                .unwrap_or_default();
+            for ss in &rs.scope_spans {
+                out.extend(ss.spans.iter().map(|s| (service.clone(), s.clone())));
+            }
+        }
+    }
+    out
+}
+
+/// The sum of the `tutti.calls` data points received last (a cumulative counter).
+fn calls_metric(c: &Captured) -> i64 {
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value as V};
+    let mut last = 0;
+    for req in &c.metrics {
+        for rm in &req.resource_metrics {
+            for sm in &rm.scope_metrics {
+                for m in sm.metrics.iter().filter(|m| m.name == "tutti.calls") {
+                    if let Some(Data::Sum(sum)) = &m.data {
+                        last = sum
+                            .data_points
+                            .iter()
+                            .map(|p| match p.value {
+                                Some(V::AsInt(i)) => i,
+                                Some(V::AsDouble(d)) => d as i64,
+                                None => 0,
+                            })
+                            .sum();
+                    }
+                }
+            }
+        }
+    }
+    last
+}
+
+type ProtoSpan = opentelemetry_proto::tonic::trace::v1::Span;
+
+/// A frontend `tools/call` span and the worker span that is its child.
+fn linked_spans(c: &Captured) -> Option<(ProtoSpan, ProtoSpan)> {
+    let all = spans(c);
+    all.iter().find_map(|(svc, parent)| {
+        if !svc.contains("tutti-mcp-frontend") || parent.name != "tools/call" {
+            return None;
+        }
+        all.iter()
+            .find(|(svc, child)| {
+                svc.contains("tutti-upstream-worker")
+                    && child.parent_span_id == parent.span_id
+                    && child.trace_id == parent.trace_id
+            })
+            .map(|(_, child)| (parent.clone(), child.clone()))
+    })
+}
+
+fn otel_env(endpoint: &str) -> Vec<(String, String)> {
+    vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint.into()),
+        ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+        ("OTEL_METRIC_EXPORT_INTERVAL".into(), "300".into()),
+    ]
+}
+
+#[test]
+fn otel_export_links_the_frontend_and_worker_spans_and_the_upstream_sees_the_trace() {
+    let receiver = OtlpReceiver::start(0);
+    let mut rt = Runtime::start(RuntimeOptions {
+        env: otel_env(&receiver.endpoint()),
+        ..RuntimeOptions::default()
+    });
+    let record = rt.root().join("fx.jsonl");
+    let record_arg = record.to_string_lossy().into_owned();
+    let mut manifest = fixture_connector(
+        "fx",
+        &[
+            "--tools",
+            "echo",
+            "--stderr-secret-env",
+            "FX_TOKEN",
+            "--record",
+            &record_arg,
+        ],
+    );
+    manifest["mcp"]["secrets"] = json!(["FX_TOKEN"]);
+    rt.install_ok(&manifest, &[]);
+    rt.wait_status("fx", "auth_required", READY);
+    rt.connect_from_env("fx", "FX_TOKEN", SECRET);
+    rt.wait_status("fx", "ready", READY);
+    let token = rt.issue_token("w", "s");
+    let calls: Vec<Value> = (0..3)
+        .map(|i| json!(["fx_echo", {"message": format!("m{i}")}]))
+        .collect();
+    let lines = python_calls(&rt, &token, &Value::Array(calls));
+    assert_eq!(lines.len(), 3, "{lines:?}");
+
+    // A frontend span and its worker child, per call.
+    wait_until(
+        "linked frontend and worker spans",
+        Duration::from_secs(20),
+        || receiver.with(|c| linked_spans(c).is_some()),
+        || {
+            receiver.with(|c| {
+                format!(
+                    "{:?}",
+                    spans(c)
+                        .iter()
+                        .map(|(s, sp)| (s.clone(), sp.name.clone()))
+                        .collect::<Vec<_>>()
+                )
+            })
+        },
+    );
+    let (parent, child) = receiver
+        .with(linked_spans)
+        .unwrap_or_else(|| panic!("no linked spans"));
+    // The upstream received the same trace in `_meta.traceparent`, naming the worker's span.
+    let want = format!("00-{}-{}-", hex(&parent.trace_id), hex(&child.span_id));
+    let seen: Vec<String> = std::fs::read_to_string(&record)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["method"] == "tools/call")
+        .filter_map(|m| {
+            m["params"]["_meta"]["traceparent"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert!(
+        seen.iter().any(|t| t.starts_with(&want)),
+        "want {want}…, the upstream saw {seen:?}"
+    );
+
+    // Metrics with the call counts.
+    wait_until(
+        "tutti.calls = 3",
+        Duration::from_secs(20),
+        || receiver.with(calls_metric) >= 3,
+        || {
+            receiver.with(|c| {
+                format!(
+                    "{} metric exports, tutti.calls = {}",
+                    c.metrics.len(),
+                    calls_metric(c)
+                )
+            })
+        },
+    );
+    // No secret or token in anything exported.
+    receiver.with(|c| {
+        let all = format!("{:?}{:?}", c.traces, c.metrics);
+        assert!(!all.contains(SECRET), "a secret was exported");
+        assert!(!all.contains(&token), "the session token was exported");
+    });
+}
+
+#[test]
+fn otel_without_variables_sends_nothing_and_an_unreachable_receiver_slows_no_call() {
+    // Nothing set: the default OTLP/HTTP port hears nothing.
+    let default_port = OtlpReceiver::start(4318);
+    let (rt, token) = runtime_with_fixture(RuntimeOptions::default());
+    let calls: Vec<Value> = (0..5)
+        .map(|i| json!(["fx_echo", {"message": format!("m{i}")}]))
+        .collect();
+    assert_eq!(
+        python_calls(&rt, &token, &Value::Array(calls.clone())).len(),
+        5
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        default_port.with(|c| c.hits),
+        0,
+        "something was exported with no variable set"
+    );
+    drop(rt);
+    drop(default_port);
+
+    // The receiver is gone: calls are answered as usual, at their usual speed.
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let endpoint = format!(
+        "http://{}",
+        gone.local_addr().unwrap_or_else(|e| panic!("{e}"))
+    );
+    drop(gone);
+    let (rt, token) = runtime_with_fixture(RuntimeOptions {
+        env: otel_env(&endpoint),
+        ..RuntimeOptions::default()
+    });
+    let many: Vec<Value> = (0..40)
+        .map(|i| json!(["fx_echo", {"message": format!("m{i}")}]))
+        .collect();
+    let lines = python_calls(&rt, &token, &Value::Array(many));
+    assert!(lines.iter().all(|l| l["isError"] == false), "{lines:?}");
+    let figures = wait_calls(&rt, "fx", |c| c["total"] == 40);
+    let p99 = figures["p99Ms"].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        p99 < 500.0,
+        "calls stay fast with the receiver unreachable: {figures}"
+    );
+}

@@ -11,6 +11,7 @@ mod control;
 mod definitions;
 mod error;
 mod http;
+mod otel;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod pdeathsig;

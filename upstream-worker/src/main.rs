@@ -116,7 +116,12 @@ fn main() -> ExitCode {
         }
     };
     runtime.spawn(kill_group_on_sigterm());
+    // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
+    let telemetry = tutti_proto::telemetry::init("tutti-upstream-worker", "worker");
     let outcome = runtime.block_on(run(config));
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
     // Do not wait for stray blocking work (e.g. a stuck stderr write) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {

@@ -20,7 +20,8 @@ pub(crate) mod watch;
 pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitCode, CliError> {
     match command {
         Command::Up(up) => up::run(state_dir, up.demo),
-        Command::Status(a) => status::run(state_dir, a.json, a.watch).await,
+        Command::Status(a) if a.watch => watch::run(state_dir, a.json).await,
+        Command::Status(a) => status::run(state_dir, a.json).await,
         Command::Connector(c) => match c {
             ConnectorCommand::Install(a) => connector::install(state_dir, a).await,
             ConnectorCommand::Uninstall(a) => connector::uninstall(state_dir, a).await,

@@ -10,11 +10,8 @@ use crate::error::CliError;
 use crate::kernel::Kernel;
 use crate::output::{emit, json_line, local_time, one_line, rfc3339_utc, table};
 
-pub(crate) async fn run(state_dir: &Path, json: bool, watch: bool) -> Result<ExitCode, CliError> {
+pub(crate) async fn run(state_dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
-    if watch {
-        return super::watch::run(&mut kernel, state_dir, json).await;
-    }
     let reply = fetch(&mut kernel).await?;
     emit(&render(&reply, state_dir, json, false)?)?;
     Ok(ExitCode::SUCCESS)

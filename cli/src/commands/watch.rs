@@ -14,11 +14,8 @@ use crate::kernel::Kernel;
 /// Moves the cursor home and clears the screen (ANSI; Windows 10+ terminals understand it).
 const REDRAW: &str = "\x1b[H\x1b[2J";
 
-pub(crate) async fn run(
-    kernel: &mut Kernel,
-    state_dir: &Path,
-    json: bool,
-) -> Result<ExitCode, CliError> {
+pub(crate) async fn run(state_dir: &Path, json: bool) -> Result<ExitCode, CliError> {
+    let kernel = &mut Kernel::connect(state_dir).await?;
     let terminal = std::io::stdout().is_terminal();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

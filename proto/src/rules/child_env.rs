@@ -9,6 +9,9 @@
 //! | [`ChildKind::Worker`] (`tutti-upstream-worker`, also for `tutti connector probe`) | `PATH HOME TMPDIR` | `PATH SystemRoot TEMP` | `TUTTI_WORKER_LOG` → `RUST_LOG`, `TUTTI_LOG_FORMAT` |
 //! | [`ChildKind::Service`] (`tutti-mcp-frontend`, `tutti-shim-manager`) | `PATH HOME` | `PATH SystemRoot` | `TUTTI_LIBEXEC_DIR`, `RUST_LOG`, `TUTTI_LOG_FORMAT` |
 //!
+//! Workers and services also get the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`
+//! and the others listed in the arrays below): export is configured once, for `tutti up`.
+//!
 //! `PATH` is always set: when the kernel has none, [`DEFAULT_PATH`].
 //! A worker's identity ([`WORKER_KEY`], [`WORKER_GENERATION`], [`WORKER_TOKEN`]) comes from
 //! [`worker`], never from the kernel's environment.
@@ -67,6 +70,15 @@ const WORKER: &[Var] = &[
     same("TMPDIR"),
     WORKER_LOG,
     same(super::log_format::ENV),
+    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_BSP_SCHEDULE_DELAY"),
+    same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_METRIC_EXPORT_INTERVAL"),
+    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 // SystemRoot: without it Winsock cannot load its providers (HTTP upstreams, the kernel socket).
 #[cfg(windows)]
@@ -76,6 +88,15 @@ const WORKER: &[Var] = &[
     same("TEMP"),
     WORKER_LOG,
     same(super::log_format::ENV),
+    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_BSP_SCHEDULE_DELAY"),
+    same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_METRIC_EXPORT_INTERVAL"),
+    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 
 #[cfg(not(windows))]
@@ -85,6 +106,15 @@ const SERVICE: &[Var] = &[
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
     same(super::log_format::ENV),
+    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_BSP_SCHEDULE_DELAY"),
+    same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_METRIC_EXPORT_INTERVAL"),
+    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 #[cfg(windows)]
 const SERVICE: &[Var] = &[
@@ -93,6 +123,15 @@ const SERVICE: &[Var] = &[
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
     same(super::log_format::ENV),
+    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_BSP_SCHEDULE_DELAY"),
+    same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_METRIC_EXPORT_INTERVAL"),
+    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 
 /// The allowlist of `kind` on this platform.
