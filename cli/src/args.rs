@@ -29,16 +29,46 @@ pub enum Command {
     /// Run the runtime (tutti-kernel) in the foreground; prints the MCP URL once ready
     Up(UpArgs),
     /// Show the kernel, the frontend and every connector
-    Status(JsonFlag),
+    Status(StatusArgs),
     /// Install, connect, probe and list connectors
     #[command(subcommand)]
     Connector(ConnectorCommand),
+    /// Show the kernel's log, or a connector's (already redacted)
+    Logs(LogsArgs),
+    /// Check what commonly goes wrong and print the fix for each problem (writes nothing)
+    Doctor(JsonFlag),
     /// Issue and revoke agent session tokens
     #[command(subcommand)]
     Session(SessionCommand),
     /// Run the kernel under the system's service manager (systemd, launchd, Windows services)
     #[command(subcommand)]
     Service(ServiceCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// A connector's key; without it, the kernel's log
+    pub key: Option<String>,
+    /// Keep printing new lines as they are written, until Ctrl-C
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Only lines of the last DURATION (e.g. 30s, 15m, 2h, 1d)
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
+    /// One JSON object per line: JSON log lines (TUTTI_LOG_FORMAT=json) as written, other
+    /// lines as {"timestamp","text"}
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Redraw every second until Ctrl-C (with --json: one JSON line per second)
+    #[arg(long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -335,7 +365,7 @@ mod tests {
         let cli = cli.map(|c| {
             (
                 c.state_dir,
-                matches!(c.command, Command::Status(JsonFlag { json: true })),
+                matches!(c.command, Command::Status(StatusArgs { json: true, .. })),
             )
         });
         assert_eq!(cli, Some((Some(PathBuf::from("/s")), true)));

@@ -163,6 +163,26 @@ pub enum CliError {
 
     #[error("cannot start the async runtime: {source}; check the system's limits and retry")]
     Runtime { source: io::Error },
+
+    #[error(
+        "no log for connector {key:?} in {}: it is not installed or has not run yet; see `tutti status` for the installed keys",
+        dir.display()
+    )]
+    NoConnectorLog { key: String, dir: PathBuf },
+
+    #[error("no kernel log at {}: the kernel has not run with this state dir; start it with `tutti up`", path.display())]
+    NoKernelLog { path: PathBuf },
+
+    #[error(
+        "--since {given:?} is not a duration; give a number and a unit, like 30s, 15m, 2h or 1d"
+    )]
+    BadDuration { given: String },
+
+    /// `tutti doctor` found at least one FAIL (each was printed with its fix).
+    #[error(
+        "{failed} check(s) failed; fix them as each FAIL line says and run `tutti doctor` again"
+    )]
+    DoctorFailed { failed: usize },
 }
 
 impl CliError {

@@ -12,11 +12,16 @@ fn main() -> ExitCode {
     };
     // Diagnostics only, to stderr; `TUTTI_LOG=debug` to see more. Never secrets.
     let filter = EnvFilter::try_from_env("TUTTI_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(!json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    if json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     tutti_cli::report(tutti_cli::run(cli))
 }

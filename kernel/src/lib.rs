@@ -8,6 +8,7 @@ mod catalog;
 mod circuit;
 mod demo;
 mod error;
+mod figures;
 mod housekeeping;
 mod lifecycle;
 mod manifest;

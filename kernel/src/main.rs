@@ -96,9 +96,11 @@ fn run_service(_config: tutti_kernel::Config) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Human-readable logs on stderr and in `logs/kernel.log`.
+/// Logs on stderr and in `logs/kernel.log`: human-readable, or one JSON object per line
+/// with `TUTTI_LOG_FORMAT=json`.
 fn init_tracing(state_dir: &std::path::Path) {
     use tracing_subscriber::prelude::*;
+    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
     let filter = || {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
@@ -108,19 +110,26 @@ fn init_tracing(state_dir: &std::path::Path) {
     let _ = tutti_kernel::create_private_dir(&logs);
     let file = tutti_kernel::open_log(&logs.join("kernel.log")).ok();
     let file_layer = file.map(|f| {
-        tracing_subscriber::fmt::layer()
+        let layer = tracing_subscriber::fmt::layer()
             .with_ansi(false)
-            .with_writer(std::sync::Mutex::new(f))
-            .with_filter(filter())
+            .with_writer(std::sync::Mutex::new(f));
+        if json {
+            layer.json().with_filter(filter()).boxed()
+        } else {
+            layer.with_filter(filter()).boxed()
+        }
     });
+    let stderr_layer = tracing_subscriber::fmt::layer()
+        // Colours only on a terminal: under systemd or launchd stderr is a log.
+        .with_ansi(!json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let stderr_layer = if json {
+        stderr_layer.json().with_filter(filter()).boxed()
+    } else {
+        stderr_layer.with_filter(filter()).boxed()
+    };
     tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                // Colours only on a terminal: under systemd or launchd stderr is a log.
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_writer(std::io::stderr)
-                .with_filter(filter()),
-        )
+        .with(stderr_layer)
         .with(file_layer)
         .init();
 }

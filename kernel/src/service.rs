@@ -608,6 +608,9 @@ impl KernelRpc for Service {
     async fn status(&self, _req: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
         let redact = self.k.redactor();
         let inner = lock(&self.k.inner);
+        self.k
+            .figures
+            .retain(|key| inner.registry.connectors.contains_key(key));
         let mut connectors = Vec::new();
         for (key, installed) in &inner.registry.connectors {
             let m = inner.manifests.get(key);
@@ -653,6 +656,7 @@ impl KernelRpc for Service {
                     .and_then(|c| c.circuit.as_ref())
                     .map(|s| s.note(key, crate::state::unix_ms(std::time::SystemTime::now())))
                     .unwrap_or_default(),
+                call_figures: Some(self.k.figures.figures(key)),
                 ..Default::default()
             };
             if let Some(r) = live {
@@ -1110,6 +1114,9 @@ impl KernelRpc for Service {
         let mut stream = req.into_inner();
         while let Some(record) = stream.message().await? {
             self.k.audit.note_frontend_dropped(record.dropped_total);
+            self.k
+                .figures
+                .record(&record.connector, record.duration_us, &record.outcome);
             self.k.audit.record(Event::Call {
                 call_time: record.time_unix_ms,
                 workspace: record.workspace,

@@ -107,6 +107,8 @@ pub struct Kernel {
     /// Environment the kernel passes on to upstreams (PATH, HOME, LANG, TMPDIR…).
     pub base_env: BTreeMap<String, String>,
     pub audit: crate::audit::Audit,
+    /// Per-connector tools/call figures over the last 5 minutes (`status`, SPEC §14).
+    pub figures: crate::figures::CallFigures,
     /// Route watchers that cache verified sessions; revocations wait for their confirmation.
     pub session_caches: Arc<crate::session_caches::SessionCaches>,
     /// Held for the whole of every command that changes what is installed or connected
@@ -176,6 +178,7 @@ impl Kernel {
             shutdown,
             base_env: base_env(),
             audit: crate::audit::Audit::start(paths_audit),
+            figures: Default::default(),
             session_caches: Arc::default(),
             admin: tokio::sync::Mutex::new(()),
         })

@@ -154,6 +154,7 @@ impl CallAudit {
             relayed,
             confirmation,
         };
+        crate::otel::record(tool, started.elapsed(), outcome.as_str());
         self.send(record);
     }
 

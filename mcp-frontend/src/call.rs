@@ -417,9 +417,14 @@ pub(crate) async fn execute(
             return ended.0;
         }
     };
-    let ended = execute_call(app, tool, arguments, cancelled, streaming).await;
+    let span = crate::otel::start(tool);
+    let meta_json = span.as_ref().map(|s| s.meta_json()).unwrap_or_default();
+    let ended = execute_call(app, tool, arguments, cancelled, streaming, meta_json).await;
     permit.finish(ended.1.circuit_verdict());
     audit.finish(&ended);
+    if let Some(span) = span {
+        span.finish(ended.1.as_str());
+    }
     ended.0
 }
 
@@ -429,6 +434,7 @@ async fn execute_call(
     arguments: Option<&Value>,
     cancelled: Option<oneshot::Receiver<()>>,
     streaming: Streaming,
+    meta_json: String,
 ) -> Ended {
     let connector = &tool.connector;
     let (key, generation) = (connector.key.as_str(), connector.generation);
@@ -455,7 +461,7 @@ async fn execute_call(
         tool: tool.upstream_name.clone(),
         arguments_json: arguments.to_string(),
         timeout_ms: connector.timeout_ms,
-        meta_json: String::new(),
+        meta_json,
         relay_requests: matches!(&streaming, Streaming::Relay(r) if r.requests),
         relay_logs: matches!(&streaming, Streaming::Relay(r) if r.logs),
         refuse_requests: matches!(&streaming, Streaming::Refusing(_)),

@@ -26,6 +26,7 @@ mod listen;
 mod listeners;
 mod modern;
 mod notify;
+mod otel;
 mod progress;
 mod relay;
 mod routes;

@@ -37,14 +37,26 @@ fn default_state_dir() -> anyhow::Result<PathBuf> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
+    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(!json && std::io::stderr().is_terminal())
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
-    match start(args).await {
+        );
+    // TUTTI_LOG_FORMAT=json: one JSON object per line.
+    if json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
+    let telemetry = tutti_proto::telemetry::init("tutti-mcp-frontend", "frontend");
+    let outcome = start(args).await;
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tutti-mcp-frontend: {e:#}");

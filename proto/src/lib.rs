@@ -19,6 +19,8 @@ mod redacted;
 pub mod rlimit;
 pub mod rules;
 pub mod state_dir;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 pub mod transport;
 
 /// Control plane: CLI, frontend, shims and workers talk to the kernel.

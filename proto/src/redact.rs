@@ -208,9 +208,66 @@ pub fn escape_hidden<'a>(text: &'a str, keep: &[char]) -> Cow<'a, str> {
     Cow::Owned(out)
 }
 
+/// The forms `values` take inside a JSON string where they differ from the values (a
+/// quote, a backslash or a control character escaped): a log written as JSON
+/// (`TUTTI_LOG_FORMAT=json`) must have those masked too.
+pub fn json_forms<'a>(values: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    values
+        .into_iter()
+        .filter_map(|v| {
+            let quoted = serde_json::to_string(v).ok()?;
+            let inner = quoted.get(1..quoted.len().saturating_sub(1))?;
+            (inner != v.as_str()).then(|| inner.to_owned())
+        })
+        .collect()
+}
+
+/// [`escape_hidden`] for a line of JSON: every hidden character but those of `keep` becomes
+/// a JSON `\uXXXX` escape (a surrogate pair above U+FFFF), so the line still parses to the
+/// same text while showing nothing a terminal would act on. Only valid inside JSON strings,
+/// where serde_json leaves such characters raw (the C0 controls it escapes itself).
+pub fn escape_hidden_json<'a>(text: &'a str, keep: &[char]) -> Cow<'a, str> {
+    let shown = |c: char| !is_hidden(c) || keep.contains(&c);
+    if text.chars().all(shown) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if shown(c) {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_forms_are_the_escaped_values_that_differ() {
+        let values = ["plain1234", "q\"uo\\te", "two\nlines"].map(String::from);
+        assert_eq!(json_forms(&values), ["q\\\"uo\\\\te", "two\\nlines"]);
+    }
+
+    #[test]
+    fn hidden_characters_become_json_escapes_that_parse_back() {
+        let raw = "a\u{202e}b\u{7f}c\u{1F600}\u{e0001}d\n";
+        let line = serde_json::json!({"m": raw}).to_string();
+        let shown = escape_hidden_json(&line, &['\n']);
+        assert!(
+            !shown.contains('\u{202e}') && !shown.contains('\u{7f}'),
+            "{shown}"
+        );
+        assert!(shown.contains("\\u202e"), "{shown}");
+        let back: serde_json::Value = serde_json::from_str(&shown).unwrap_or_default();
+        assert_eq!(back["m"], raw);
+    }
 
     #[test]
     fn replaces_every_occurrence() {

@@ -17,13 +17,19 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(!json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
+        );
+    // TUTTI_LOG_FORMAT=json: one JSON object per line.
+    if json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     let args = Args::parse();
     match start(args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,6 +12,7 @@ mod control;
 mod definitions;
 mod error;
 mod http;
+mod otel;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod pdeathsig;
@@ -213,7 +214,7 @@ async fn drive(
         Err(exit) => return exit,
     };
     let redactor = Arc::new(redact::Redactor::new(spec.redact.iter().cloned()));
-    redact::install((*redactor).clone());
+    redact::install_for_log(&spec.redact);
     shared.set_call_timeout(spec.call_timeout_ms);
     let start_ms = match spec.start_timeout_ms {
         0 => DEFAULT_START_TIMEOUT_MS,

@@ -116,7 +116,12 @@ fn main() -> ExitCode {
         }
     };
     runtime.spawn(kill_group_on_sigterm());
+    // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
+    let telemetry = tutti_proto::telemetry::init("tutti-upstream-worker", "worker");
     let outcome = runtime.block_on(run(config));
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
     // Do not wait for stray blocking work (e.g. a stuck stderr write) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {
@@ -160,13 +165,25 @@ fn init_tracing() {
     let cap_rmcp = Targets::new()
         .with_default(LevelFilter::TRACE)
         .with_target("rmcp", LevelFilter::WARN);
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(RedactingStderr)
-        .with_ansi(false);
+    // TUTTI_LOG_FORMAT=json: one JSON object per line (the writer then masks secrets in
+    // their JSON-escaped form too, and escapes hidden characters the JSON way).
+    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
+    let text = (!json).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(RedactingStderr)
+            .with_ansi(false)
+    });
+    let json = json.then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(RedactingStderr)
+            .with_ansi(false)
+            .json()
+    });
     tracing_subscriber::registry()
         .with(cap_rmcp)
         .with(filter)
-        .with(layer)
+        .with(text)
+        .with(json)
         .init();
     if let Some((spec, error)) = unreadable {
         tracing::warn!(

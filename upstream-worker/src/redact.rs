@@ -49,11 +49,29 @@ pub(crate) fn log_line(redactor: &Redactor, raw: &[u8], cut: bool) -> String {
 }
 
 static GLOBAL: OnceLock<Redactor> = OnceLock::new();
+static JSON_LOGS: OnceLock<bool> = OnceLock::new();
+
+/// Whether this process logs JSON lines (`TUTTI_LOG_FORMAT=json`), read once.
+pub(crate) fn json_logs() -> bool {
+    *JSON_LOGS.get_or_init(|| tutti_proto::rules::log_format::LogFormat::from_env().is_json())
+}
 
 /// Installs the process-wide redactor used by [`RedactingStderr`]. Only the first call wins
 /// (one worker process serves one connector generation).
 pub(crate) fn install(redactor: Redactor) {
     let _ = GLOBAL.set(redactor);
+}
+
+/// The process-wide redactor of `values` for the log writer: with JSON logs also their
+/// JSON-escaped forms (a value holding a quote, a backslash or a control character is
+/// written escaped inside a JSON line, and must be masked as written).
+pub(crate) fn install_for_log(values: &[String]) {
+    let extra = if json_logs() {
+        tutti_proto::redact::json_forms(values)
+    } else {
+        Vec::new()
+    };
+    install(Redactor::new(values.iter().cloned().chain(extra)));
 }
 
 /// A tracing writer to stderr that redacts every formatted event with the values the kernel
@@ -82,7 +100,12 @@ impl Write for RedactingWriter {
             Some(redactor) => std::borrow::Cow::Owned(redactor.redact(&text)),
             None => text,
         };
-        err.write_all(escape_hidden(&text, &['\n', '\t']).as_bytes())?;
+        let shown = if json_logs() {
+            tutti_proto::redact::escape_hidden_json(&text, &['\n'])
+        } else {
+            escape_hidden(&text, &['\n', '\t'])
+        };
+        err.write_all(shown.as_bytes())?;
         Ok(buf.len())
     }
 

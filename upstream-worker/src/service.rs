@@ -287,6 +287,7 @@ impl<U: Upstream> Shared<U> {
         };
         let arguments = parse_object("arguments_json", &req.arguments_json)?;
         let meta = parse_object("meta_json", &req.meta_json)?.and_then(upstream_meta);
+        let (meta, span) = crate::otel::start(meta, &self.key, &req.tool);
         let timeout_ms = if req.timeout_ms > 0 {
             req.timeout_ms
         } else {
@@ -312,6 +313,16 @@ impl<U: Upstream> Shared<U> {
             Err(interrupted) => interrupted,
         };
         drop(guard);
+        if let Some(span) = span {
+            span.finish(match &outcome {
+                Outcome::Done(Ok(_)) => "ok",
+                Outcome::Done(Err(_)) => "error",
+                Outcome::Cancelled => "cancelled",
+                Outcome::TimedOut => "timeout",
+                Outcome::MissingCapability(_) => "missing_capability",
+                Outcome::Stopped(_) => "unavailable",
+            });
+        }
 
         Ok(reply(self.answer(outcome, "tool call", timeout_ms)))
     }

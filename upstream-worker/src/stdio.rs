@@ -272,6 +272,9 @@ where
         {
             *last = Some(crate::redact::truncate_chars(&line, NON_JSON_LOG_CHARS));
         }
+        if crate::redact::json_logs() {
+            line = json_record(&line);
+        }
         line.push('\n');
         // One write per line so lines never interleave with our own log events.
         sink.write_all(line.as_bytes())?;
@@ -279,9 +282,38 @@ where
     }
 }
 
+/// An upstream's stderr line (already redacted and escaped) as a JSON log record, in the
+/// shape of the worker's own (`TUTTI_LOG_FORMAT=json`): `timestamp`, `level`, `fields.message`,
+/// `target` `upstream::stderr`.
+fn json_record(line: &str) -> String {
+    use tracing_subscriber::fmt::format::Writer;
+    use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+    let mut timestamp = String::new();
+    let _ = SystemTime.format_time(&mut Writer::new(&mut timestamp));
+    serde_json::json!({
+        "timestamp": timestamp,
+        "level": "INFO",
+        "fields": {"message": line},
+        "target": "upstream::stderr",
+    })
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stderr_json_records_parse_and_keep_the_line() {
+        let v: serde_json::Value =
+            serde_json::from_str(&json_record("a \"quoted\" \\u{202e} line")).unwrap_or_default();
+        assert_eq!(v["fields"]["message"], "a \"quoted\" \\u{202e} line");
+        assert_eq!(v["target"], "upstream::stderr");
+        assert!(
+            v["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{v}"
+        );
+    }
 
     #[test]
     fn classifies_lines() {

@@ -8,16 +8,20 @@ use crate::args::{Command, ConnectorCommand, ServiceCommand, SessionCommand};
 use crate::error::CliError;
 
 pub(crate) mod connector;
+pub(crate) mod doctor;
+pub(crate) mod logs;
 pub(crate) mod review;
 pub(crate) mod service;
 pub(crate) mod session;
 pub(crate) mod status;
 pub(crate) mod up;
+pub(crate) mod watch;
 
 /// Runs every command except `up` (which needs no async runtime).
 pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitCode, CliError> {
     match command {
         Command::Up(up) => up::run(state_dir, up.demo),
+        Command::Status(a) if a.watch => watch::run(state_dir, a.json).await,
         Command::Status(a) => status::run(state_dir, a.json).await,
         Command::Connector(c) => match c {
             ConnectorCommand::Install(a) => connector::install(state_dir, a).await,
@@ -29,6 +33,8 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ConnectorCommand::Review(a) => review::review(state_dir, a).await,
             ConnectorCommand::Approve(a) => review::approve(state_dir, a).await,
         },
+        Command::Logs(a) => logs::run(state_dir, a).await,
+        Command::Doctor(a) => doctor::run(state_dir, a.json).await,
         Command::Session(s) => match s {
             SessionCommand::Issue(a) => session::issue(state_dir, a).await,
             SessionCommand::Revoke(a) => session::revoke(state_dir, a).await,

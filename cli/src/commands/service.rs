@@ -329,10 +329,49 @@ pub(crate) async fn status(
     args: ServiceStatusArgs,
 ) -> Result<ExitCode, CliError> {
     let platform = Platform::current();
+    let (definition, installed, manager) = manager_state(args.user)?;
+    // A kernel runs when it answers; its pid is all this view needs from it.
+    let pid = match Kernel::connect(state_dir).await {
+        Ok(mut k) => k
+            .client
+            .status(Empty {})
+            .await
+            .ok()
+            .map(|r| r.into_inner().kernel_pid),
+        Err(_) => None,
+    };
+    let kernel = KernelAnswer {
+        running: pid.is_some(),
+        pid,
+    };
+    let view = ServiceStatusJson {
+        platform: platform.name(),
+        scope: if args.user { "user" } else { "system" },
+        definition: definition.map(|p| p.display().to_string()),
+        installed,
+        manager,
+        state_dir: state_dir.display().to_string(),
+        kernel,
+    };
+    emit(&if args.json {
+        json_line(&view)?
+    } else {
+        render_status(&view)
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the service definition of this platform and scope lives (none on Windows),
+/// whether it is installed, and what the service manager says of it (`active`, `loaded`,
+/// `RUNNING`…; `None` when it does not answer). Reads only.
+pub(crate) fn manager_state(
+    user: bool,
+) -> Result<(Option<PathBuf>, bool, Option<String>), CliError> {
+    let platform = Platform::current();
     let (definition, manager) = match platform {
         Platform::Linux => {
-            let path = systemd_unit_path(args.user, &env)?;
-            let query = service::systemctl_args(args.user, &["is-active", SERVICE_NAME]);
+            let path = systemd_unit_path(user, &env)?;
+            let query = service::systemctl_args(user, &["is-active", SERVICE_NAME]);
             // `is-active` exits non-zero for inactive units; its stdout is the answer.
             let manager = Command::new("systemctl")
                 .args(&query)
@@ -367,35 +406,7 @@ pub(crate) async fn status(
         (Some(path), _) => path.exists(),
         (None, _) => manager.is_some(),
     };
-    // A kernel runs when it answers; its pid is all this view needs from it.
-    let pid = match Kernel::connect(state_dir).await {
-        Ok(mut k) => k
-            .client
-            .status(Empty {})
-            .await
-            .ok()
-            .map(|r| r.into_inner().kernel_pid),
-        Err(_) => None,
-    };
-    let kernel = KernelAnswer {
-        running: pid.is_some(),
-        pid,
-    };
-    let view = ServiceStatusJson {
-        platform: platform.name(),
-        scope: if args.user { "user" } else { "system" },
-        definition: definition.map(|p| p.display().to_string()),
-        installed,
-        manager,
-        state_dir: state_dir.display().to_string(),
-        kernel,
-    };
-    emit(&if args.json {
-        json_line(&view)?
-    } else {
-        render_status(&view)
-    })?;
-    Ok(ExitCode::SUCCESS)
+    Ok((definition, installed, manager))
 }
 
 /// `STATE : 4  RUNNING` in `sc.exe query` output → `RUNNING`.

@@ -1,4 +1,4 @@
-//! `tutti status [--json]`.
+//! `tutti status [--json] [--watch]`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -12,19 +12,33 @@ use crate::output::{emit, json_line, local_time, one_line, rfc3339_utc, table};
 
 pub(crate) async fn run(state_dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
-    let reply = kernel
+    let reply = fetch(&mut kernel).await?;
+    emit(&render(&reply, state_dir, json, false)?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One `Status` answer.
+pub(super) async fn fetch(kernel: &mut Kernel) -> Result<StatusReply, CliError> {
+    Ok(kernel
         .client
         .status(Empty {})
         .await
         .map_err(|status| kernel.error(status))?
-        .into_inner();
-    let text = if json {
-        json_line(&StatusJson::new(&reply, state_dir))?
+        .into_inner())
+}
+
+/// The JSON line or the table (with a calls/s sparkline column when `sparkline`).
+pub(super) fn render(
+    reply: &StatusReply,
+    state_dir: &Path,
+    json: bool,
+    sparkline: bool,
+) -> Result<String, CliError> {
+    if json {
+        json_line(&StatusJson::new(reply, state_dir))
     } else {
-        render_table(&reply, state_dir)
-    };
-    emit(&text)?;
-    Ok(ExitCode::SUCCESS)
+        Ok(render_table_with(reply, state_dir, sparkline))
+    }
 }
 
 // === JSON ===
@@ -86,6 +100,38 @@ struct ConnectorJson {
     prompt_count: u32,
     resource_count: u32,
     resource_template_count: u32,
+    /// tools/call figures over the last `windowSeconds` (SPEC §14).
+    calls: CallsJson,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CallsJson {
+    window_seconds: u32,
+    total: u64,
+    errors: u64,
+    errors_by_outcome: std::collections::BTreeMap<String, u64>,
+    /// Latency percentiles in milliseconds (microsecond precision); null without calls.
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    /// Calls per second over the last minute, oldest first.
+    per_second: Vec<u32>,
+}
+
+impl CallsJson {
+    fn new(c: &ConnectorStatus) -> Self {
+        let f = c.call_figures.clone().unwrap_or_default();
+        let ms = |us: u64| (f.calls > 0).then(|| us as f64 / 1000.0);
+        Self {
+            window_seconds: f.window_seconds,
+            total: f.calls,
+            errors: f.errors,
+            errors_by_outcome: f.errors_by_outcome.into_iter().collect(),
+            p50_ms: ms(f.p50_us),
+            p99_ms: ms(f.p99_us),
+            per_second: f.calls_per_second,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -149,6 +195,7 @@ impl StatusJson {
                     prompt_count: c.prompt_count,
                     resource_count: c.resource_count,
                     resource_template_count: c.resource_template_count,
+                    calls: CallsJson::new(c),
                 })
                 .collect(),
             resource_clashes: reply
@@ -181,7 +228,44 @@ fn status_cell(c: &ConnectorStatus) -> String {
     cell
 }
 
+/// A latency for the table: `850µs`, `12.3ms`, `4.20s`; `-` without calls.
+fn latency_cell(calls: u64, us: u64) -> String {
+    match us {
+        _ if calls == 0 => "-".to_owned(),
+        0..1_000 => format!("{us}µs"),
+        1_000..1_000_000 => format!("{:.1}ms", us as f64 / 1000.0),
+        _ => format!("{:.2}s", us as f64 / 1_000_000.0),
+    }
+}
+
+/// Calls and errors: `100`, `100 (16 err)`.
+fn calls_cell(c: &ConnectorStatus) -> String {
+    let f = c.call_figures.clone().unwrap_or_default();
+    match f.errors {
+        0 => f.calls.to_string(),
+        e => format!("{} ({e} err)", f.calls),
+    }
+}
+
+/// The last `width` seconds of calls per second as block characters, scaled to their peak.
+pub(super) fn sparkline(per_second: &[u32], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let tail = &per_second[per_second.len().saturating_sub(width)..];
+    let peak = tail.iter().copied().max().unwrap_or(0);
+    tail.iter()
+        .map(|&v| match v {
+            0 => ' ',
+            _ => BARS[((u64::from(v) * 8).div_ceil(u64::from(peak)) as usize).clamp(1, 8) - 1],
+        })
+        .collect()
+}
+
+#[cfg(test)]
 fn render_table(reply: &StatusReply, state_dir: &Path) -> String {
+    render_table_with(reply, state_dir, false)
+}
+
+fn render_table_with(reply: &StatusReply, state_dir: &Path, spark: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("kernel: running (pid {})\n", reply.kernel_pid));
     out.push_str(&format!("state dir: {}\n", state_dir_of(reply, state_dir)));
@@ -214,6 +298,15 @@ fn render_table(reply: &StatusReply, state_dir: &Path) -> String {
                 c.tool_count.to_string(),
                 c.restarts.to_string(),
                 format!("{}/{}/{}", c.risk_low, c.risk_medium, c.risk_high),
+                calls_cell(c),
+                latency_cell(
+                    c.call_figures.as_ref().map_or(0, |f| f.calls),
+                    c.call_figures.as_ref().map_or(0, |f| f.p50_us),
+                ),
+                latency_cell(
+                    c.call_figures.as_ref().map_or(0, |f| f.calls),
+                    c.call_figures.as_ref().map_or(0, |f| f.p99_us),
+                ),
                 if c.last_error.is_empty() {
                     "-".to_owned()
                 } else {
@@ -232,10 +325,27 @@ fn render_table(reply: &StatusReply, state_dir: &Path) -> String {
             "TOOLS",
             "RESTARTS",
             "RISK l/m/h",
+            "CALLS 5m",
+            "P50",
+            "P99",
             "LAST ERROR",
         ],
         &rows,
     ));
+    if spark {
+        out.push_str("\ncalls/s, last 60 s:\n");
+        for c in sorted(reply) {
+            let per_second = c
+                .call_figures
+                .as_ref()
+                .map_or(&[][..], |f| &f.calls_per_second[..]);
+            out.push_str(&format!(
+                "  {:<24} |{}|\n",
+                c.key,
+                sparkline(per_second, 60)
+            ));
+        }
+    }
     out.push_str(&render_clashes(reply));
     out
 }
@@ -260,6 +370,7 @@ fn render_clashes(reply: &StatusReply) -> String {
 mod tests {
     use super::*;
     use serde_json::{Value, json};
+    use tutti_proto::kernel::CallFigures;
 
     fn reply() -> StatusReply {
         StatusReply {
@@ -315,6 +426,20 @@ mod tests {
                     prompt_count: 2,
                     resource_count: 1,
                     resource_template_count: 0,
+                    call_figures: Some(CallFigures {
+                        window_seconds: 300,
+                        calls: 100,
+                        errors: 16,
+                        errors_by_outcome: [
+                            ("timeout".to_owned(), 6),
+                            ("invalid_arguments".to_owned(), 10),
+                        ]
+                        .into_iter()
+                        .collect(),
+                        p50_us: 12_345,
+                        p99_us: 2_500_000,
+                        calls_per_second: vec![0, 2, 4, 8],
+                    }),
                 },
             ],
             resource_clashes: vec![],
@@ -350,7 +475,11 @@ mod tests {
                      "changesAwaitReview": true, "review": "changed github_list",
                      "circuit": "open",
                      "circuitNote": "github: circuit open after 5 failures; retry in 30 s",
-                     "promptCount": 2, "resourceCount": 1, "resourceTemplateCount": 0},
+                     "promptCount": 2, "resourceCount": 1, "resourceTemplateCount": 0,
+
+                     "calls": {"windowSeconds": 300, "total": 100, "errors": 16,
+                               "errorsByOutcome": {"invalid_arguments": 10, "timeout": 6},
+                               "p50Ms": 12.345, "p99Ms": 2500.0, "perSecond": [0, 2, 4, 8]}},
                     {"key": "zeta", "name": "Zeta", "version": "0.1.0", "generation": null,
                      "status": "crash_loop", "toolCount": 0, "restarts": 5, "reinitializations": 0,
                      "lastError": "upstream exited\nwith status 1",
@@ -358,7 +487,9 @@ mod tests {
                      "risk": {"low": 0, "medium": 0, "high": 0, "highTools": []},
                      "changesAwaitReview": false, "review": null, "circuit": "closed",
                      "circuitNote": null,
-                     "promptCount": 0, "resourceCount": 0, "resourceTemplateCount": 0}
+                     "promptCount": 0, "resourceCount": 0, "resourceTemplateCount": 0,
+                     "calls": {"windowSeconds": 0, "total": 0, "errors": 0, "errorsByOutcome": {},
+                               "p50Ms": null, "p99Ms": null, "perSecond": []}}
                 ],
                 "resourceClashes": []
             })
@@ -411,6 +542,9 @@ mod tests {
             "TOOLS",
             "RESTARTS",
             "RISK l/m/h",
+            "CALLS 5m",
+            "P50",
+            "P99",
             "LAST ERROR",
         ] {
             assert!(lines[5].contains(col), "{col}: {text}");
@@ -421,10 +555,40 @@ mod tests {
             lines[6].contains("ready (changes await review) (circuit open)"),
             "{text}"
         );
+        assert!(lines[6].contains("100 (16 err)"), "{text}");
+        assert!(lines[6].contains("12.3ms"), "{text}");
+        assert!(lines[6].contains("2.50s"), "{text}");
+        assert!(
+            !text.contains("calls/s"),
+            "no sparkline unless asked: {text}"
+        );
         assert!(lines[7].starts_with("zeta"), "{text}");
         assert!(lines[7].contains("crash_loop (next retry "), "{text}");
         assert!(lines[7].contains("upstream exited with status 1"), "{text}");
         assert_eq!(lines.len(), 8, "{text}");
+    }
+
+    #[test]
+    fn table_with_sparkline_has_one_per_connector() {
+        let text = render_table_with(&reply(), Path::new("/s"), true);
+        let spark: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("calls/s"))
+            .skip(1)
+            .collect();
+        assert_eq!(spark.len(), 2, "{text}");
+        assert!(spark[0].trim_start().starts_with("github"), "{text}");
+        assert!(spark[0].ends_with("| ▂▄█|"), "{text}");
+        assert!(spark[1].ends_with("||"), "{text}");
+    }
+
+    #[test]
+    fn sparkline_scales_to_the_peak_and_keeps_the_last_seconds() {
+        assert_eq!(sparkline(&[0, 1, 8, 4], 60), " ▁█▄");
+        assert_eq!(sparkline(&[9, 9, 0, 3, 3], 2), "██");
+        assert_eq!(sparkline(&[], 60), "");
+        assert_eq!(latency_cell(0, 5), "-");
+        assert_eq!(latency_cell(1, 850), "850µs");
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! | kind | Unix | Windows | renamed / passed through |
 //! |---|---|---|---|
 //! | [`ChildKind::Upstream`] (an MCP server) | `PATH HOME LANG TMPDIR` | `PATH SystemRoot USERPROFILE TEMP PATHEXT` | — |
-//! | [`ChildKind::Worker`] (`tutti-upstream-worker`, also for `tutti connector probe`) | `PATH HOME TMPDIR` | `PATH SystemRoot TEMP` | `TUTTI_WORKER_LOG` → `RUST_LOG` |
-//! | [`ChildKind::Service`] (`tutti-mcp-frontend`, `tutti-shim-manager`) | `PATH HOME` | `PATH SystemRoot` | `TUTTI_LIBEXEC_DIR`, `RUST_LOG` |
+//! | [`ChildKind::Worker`] (`tutti-upstream-worker`, also for `tutti connector probe`) | `PATH HOME TMPDIR` | `PATH SystemRoot TEMP` | `TUTTI_WORKER_LOG` → `RUST_LOG`, `TUTTI_LOG_FORMAT` |
+//! | [`ChildKind::Service`] (`tutti-mcp-frontend`, `tutti-shim-manager`) | `PATH HOME` | `PATH SystemRoot` | `TUTTI_LIBEXEC_DIR`, `RUST_LOG`, `TUTTI_LOG_FORMAT` |
+//!
+//! Workers and services also get the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`
+//! and the others listed in the arrays below): export is configured once, for `tutti up`.
 //!
 //! `PATH` is always set: when the kernel has none, [`DEFAULT_PATH`].
 //! A worker's identity ([`WORKER_KEY`], [`WORKER_GENERATION`], [`WORKER_TOKEN`]) comes from
@@ -61,10 +64,40 @@ const WORKER_LOG: Var = Var {
     from: "TUTTI_WORKER_LOG",
 };
 #[cfg(not(windows))]
-const WORKER: &[Var] = &[same("PATH"), same("HOME"), same("TMPDIR"), WORKER_LOG];
+const WORKER: &[Var] = &[
+    same("PATH"),
+    same("HOME"),
+    same("TMPDIR"),
+    WORKER_LOG,
+    same(super::log_format::ENV),
+    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_BSP_SCHEDULE_DELAY"),
+    same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_METRIC_EXPORT_INTERVAL"),
+    same("OTEL_RESOURCE_ATTRIBUTES"),
+];
 // SystemRoot: without it Winsock cannot load its providers (HTTP upstreams, the kernel socket).
 #[cfg(windows)]
-const WORKER: &[Var] = &[same("PATH"), same("SystemRoot"), same("TEMP"), WORKER_LOG];
+const WORKER: &[Var] = &[
+    same("PATH"),
+    same("SystemRoot"),
+    same("TEMP"),
+    WORKER_LOG,
+    same(super::log_format::ENV),
+    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_BSP_SCHEDULE_DELAY"),
+    same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_METRIC_EXPORT_INTERVAL"),
+    same("OTEL_RESOURCE_ATTRIBUTES"),
+];
 
 #[cfg(not(windows))]
 const SERVICE: &[Var] = &[
@@ -72,6 +105,16 @@ const SERVICE: &[Var] = &[
     same("HOME"),
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
+    same(super::log_format::ENV),
+    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_BSP_SCHEDULE_DELAY"),
+    same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_METRIC_EXPORT_INTERVAL"),
+    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 #[cfg(windows)]
 const SERVICE: &[Var] = &[
@@ -79,6 +122,16 @@ const SERVICE: &[Var] = &[
     same("SystemRoot"),
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
+    same(super::log_format::ENV),
+    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_BSP_SCHEDULE_DELAY"),
+    same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_METRIC_EXPORT_INTERVAL"),
+    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 
 /// The allowlist of `kind` on this platform.
@@ -174,6 +227,20 @@ mod tests {
             names(&inherited(ChildKind::Service, &p)),
             ["PATH", "HOME", "TUTTI_LIBEXEC_DIR", "RUST_LOG"]
         );
+    }
+
+    #[test]
+    fn the_log_format_reaches_workers_and_services_but_not_upstreams() {
+        let p = parent(&[("TUTTI_LOG_FORMAT", "json"), ("PATH", "/bin")]);
+        let format = |kind| {
+            inherited(kind, &p)
+                .into_iter()
+                .find(|(n, _)| n == "TUTTI_LOG_FORMAT")
+                .map(|(_, v)| v)
+        };
+        assert_eq!(format(ChildKind::Worker).as_deref(), Some("json"));
+        assert_eq!(format(ChildKind::Service).as_deref(), Some("json"));
+        assert_eq!(format(ChildKind::Upstream), None);
     }
 
     #[test]

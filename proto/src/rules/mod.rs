@@ -7,10 +7,12 @@
 //!   running executable, then next to the file it links to);
 //! - [`child_env`]: the environment each kind of child process gets (one allowlist per kind);
 //! - [`mcp_header`]: the `x-mcp-header` / `Mcp-Param-*` vocabulary (SEP-2243);
-//! - [`timing`]: the shutdown timing chain, each bound derived from the one it must exceed.
+//! - [`timing`]: the shutdown timing chain, each bound derived from the one it must exceed;
+//! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line).
 
 pub mod atomic_file;
 pub mod child_env;
+pub mod log_format;
 pub mod mcp_header;
 pub mod sibling;
 pub mod timing;

@@ -1,0 +1,62 @@
+//! The worker's OpenTelemetry span per tools/call (SPEC §14, through
+//! `tutti_proto::telemetry`; on only with `OTEL_EXPORTER_OTLP_*`): a child of the frontend's
+//! span named by the request's `_meta.traceparent`, and the upstream request's
+//! `_meta.traceparent` then names this span (same trace). With export off the `_meta` goes on
+//! unchanged. Attributes are names only (connector key, upstream tool name, outcome).
+
+use rmcp::model::JsonObject;
+use tutti_proto::telemetry::{self, opentelemetry, opentelemetry_sdk};
+
+use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+
+/// The `_meta` key of the W3C trace context.
+const TRACEPARENT: &str = "traceparent";
+
+pub(crate) struct CallSpan(opentelemetry_sdk::trace::Span);
+
+/// Starts the span of a call to `tool` and puts its `traceparent` in `meta`.
+pub(crate) fn start(
+    meta: Option<JsonObject>,
+    key: &str,
+    tool: &str,
+) -> (Option<JsonObject>, Option<CallSpan>) {
+    let Some(t) = telemetry::get() else {
+        return (meta, None);
+    };
+    let parent = meta
+        .as_ref()
+        .and_then(|m| m.get(TRACEPARENT))
+        .and_then(|v| v.as_str())
+        .and_then(telemetry::parse_traceparent)
+        .map_or_else(Context::new, |cx| {
+            Context::new().with_remote_span_context(cx)
+        });
+    let span = t
+        .tracer
+        .span_builder("tools/call upstream")
+        .with_kind(SpanKind::Client)
+        .with_attributes([
+            KeyValue::new("tutti.connector", key.to_owned()),
+            KeyValue::new("mcp.tool.name", tool.to_owned()),
+        ])
+        .start_with_context(&t.tracer, &parent);
+    let mut meta = meta.unwrap_or_default();
+    meta.insert(
+        TRACEPARENT.to_owned(),
+        telemetry::traceparent(span.span_context()).into(),
+    );
+    (Some(meta), Some(CallSpan(span)))
+}
+
+impl CallSpan {
+    pub(crate) fn finish(mut self, outcome: &'static str) {
+        self.0
+            .set_attribute(KeyValue::new("tutti.outcome", outcome));
+        if outcome != "ok" {
+            self.0
+                .set_status(opentelemetry::trace::Status::error(outcome));
+        }
+        self.0.end();
+    }
+}
