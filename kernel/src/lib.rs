@@ -4,6 +4,7 @@
 
 mod allowlist;
 mod audit;
+mod console_rpc;
 mod demo;
 mod error;
 mod housekeeping;

@@ -219,6 +219,7 @@ pub(crate) async fn uninstall(state_dir: &Path, args: KeyArg) -> Result<ExitCode
         .client
         .uninstall(KeyRequest {
             key: args.key.clone(),
+            ..KeyRequest::default()
         })
         .await
         .map_err(|status| kernel.error(status))?;
@@ -256,6 +257,7 @@ pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitC
     let request = ConnectRequest {
         key: args.key.clone(),
         secrets,
+        ..ConnectRequest::default()
     };
     kernel
         .client
@@ -399,6 +401,7 @@ pub(crate) async fn disconnect(state_dir: &Path, args: KeyArg) -> Result<ExitCod
         .client
         .disconnect_connector(KeyRequest {
             key: args.key.clone(),
+            ..KeyRequest::default()
         })
         .await
         .map_err(|status| kernel.error(status))?;

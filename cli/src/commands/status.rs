@@ -225,6 +225,7 @@ mod tests {
                     risk_medium: 0,
                     risk_high: 0,
                     high_risk_tools: vec![],
+                    ..ConnectorStatus::default()
                 },
                 ConnectorStatus {
                     key: "github".into(),
@@ -244,8 +245,10 @@ mod tests {
                     risk_medium: 1,
                     risk_high: 1,
                     high_risk_tools: vec!["github_delete_repo".into()],
+                    ..ConnectorStatus::default()
                 },
             ],
+            ..StatusReply::default()
         }
     }
 
