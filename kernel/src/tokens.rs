@@ -53,9 +53,7 @@ impl TokenTable {
             .keys()
             .map(|id| (id.clone(), self.issued.get(id).copied().unwrap_or(0)))
             .collect();
-        out.sort_by(|a, b| {
-            (&a.0.workspace, &a.0.session).cmp(&(&b.0.workspace, &b.0.session))
-        });
+        out.sort_by(|a, b| (&a.0.workspace, &a.0.session).cmp(&(&b.0.workspace, &b.0.session)));
         out
     }
 
