@@ -201,7 +201,8 @@ pub(crate) async fn login(State(console): State<Shared>, Query(q): Query<LoginQu
     }
 }
 
-/// On every response: the CSP, no caching, no referrer (the login URL), no framing, no
+/// On every response: the CSP, no caching, no referrer to other origins (the login URL;
+/// `no-referrer` would make browsers send `Origin: null` on our own forms), no framing, no
 /// sniffing. No CORS header is ever added.
 pub(crate) async fn security_headers(req: Request, next: Next) -> Response {
     let mut response = next.run(req).await;
@@ -213,7 +214,7 @@ pub(crate) async fn security_headers(req: Request, next: Next) -> Response {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
