@@ -122,6 +122,9 @@ impl Kernel for FakeKernel {
     async fn resolve_shim(&self, _: Request<KeyRequest>) -> Reply<ResolveShimReply> {
         no()
     }
+    async fn list_sessions(&self, _: Request<Empty>) -> Reply<ListSessionsReply> {
+        no()
+    }
 }
 
 struct FakeWorker {

@@ -287,6 +287,12 @@ impl Kernel for FakeKernel {
             })),
         }
     }
+    async fn list_sessions(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<tutti_proto::kernel::ListSessionsReply>, Status> {
+        unimplemented("ListSessions")
+    }
 }
 
 /// A fake kernel listening on the state directory's kernel endpoint.

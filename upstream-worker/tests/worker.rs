@@ -286,6 +286,9 @@ impl Kernel for FakeKernel {
     async fn resolve_shim(&self, _: Request<k::KeyRequest>) -> Res<k::ResolveShimReply> {
         nope()
     }
+    async fn list_sessions(&self, _: Request<k::Empty>) -> Res<k::ListSessionsReply> {
+        nope()
+    }
 }
 
 // === harness ===
