@@ -18,7 +18,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::{Mcp, Runtime, RuntimeOptions, free_port, repo_root};
+use tutti_tests::{Mcp, Runtime, RuntimeOptions, free_port, repo_root, require_python_venv};
 
 const READY: Duration = Duration::from_secs(30);
 /// A test-only secret value (never a real credential).
@@ -553,10 +553,80 @@ async fn console_bad_input_says_why_and_changes_nothing() {
         body.contains("start it with `tutti up --state-dir"),
         "{body}"
     );
+    // The console then ends with a clear line (after a grace for open pages).
+    let mut c = c;
+    let status = wait_exit(&mut c.child, Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the console ends after the kernel: {status:?}"
+    );
+    let stderr = c.stderr();
+    assert!(stderr.contains("the runtime stopped"), "{stderr}");
+    assert!(
+        stderr.contains("start it again with `tutti up --state-dir"),
+        "{stderr}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
 // the browser
+
+/// The official Python `mcp` SDK client in legacy mode: calls one tool and prints `called`
+/// once the result is in. The token comes from the environment, never argv.
+const PY_CALL: &str = r#"
+import asyncio, json, os, sys
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    url, tool, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    hc = httpx2.AsyncClient(headers={"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]},
+                            timeout=30)
+    async with Client(streamable_http_client(url, http_client=hc), mode="legacy") as c:
+        result = await c.call_tool(tool, args)
+        assert not result.is_error, result
+        print("called", flush=True)
+
+asyncio.run(main())
+"#;
+
+/// Starts [`PY_CALL`]; the channel gets the moment its call returned.
+fn python_call(
+    rt: &Runtime,
+    token: &str,
+    tool: &str,
+    args: Value,
+) -> std::sync::mpsc::Receiver<Instant> {
+    let python = require_python_venv().join("bin").join("python");
+    let script = rt.root().join("console-client.py");
+    std::fs::write(&script, PY_CALL).unwrap_or_else(|e| panic!("cannot write the client: {e}"));
+    let mut child = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(rt.frontend_url())
+        .arg(tool)
+        .arg(args.to_string())
+        .env("TUTTI_TEST_TOKEN", token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    let stdout = child
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("no stdout pipe"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.trim() == "called" {
+                let _ = tx.send(Instant::now());
+            }
+        }
+        let _ = child.wait();
+    });
+    rx
+}
 
 /// chromedriver on a free port, stopped when dropped.
 struct Driver {
@@ -814,18 +884,21 @@ async fn browser_sessions_and_activity(b: &fantoccini::Client, c: &Console, rt: 
     let (status, _, _) = mcp.request("ping", json!({})).await;
     assert_eq!(status, 401, "a revoked token gets 401 at the MCP URL");
 
-    let token = rt.issue_token("ws", "caller");
-    let caller = Mcp::legacy(rt.frontend_url(), &token);
-    caller.initialize().await;
     b.goto(&c.url("/activity?connector=hello"))
         .await
         .unwrap_or_else(|e| panic!("goto: {e}"));
     // The view is live (its backlog shown) before the call is made.
     wait_text(b, "#activity tbody", "hello", t).await;
-    let marker: Value = caller
-        .call_tool_ok("hello_echo", json!({"message": "from the test"}))
-        .await;
-    let called = Instant::now();
+    let token = rt.issue_token("ws", "caller");
+    let called = python_call(
+        rt,
+        &token,
+        "hello_echo",
+        json!({"message": "from the test"}),
+    );
+    let called = called
+        .recv_timeout(Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("the Python client made no call: {e}"));
     let deadline = called + Duration::from_secs(1);
     loop {
         let text = match b.find(fantoccini::Locator::Css("#activity tbody")).await {
@@ -837,7 +910,7 @@ async fn browser_sessions_and_activity(b: &fantoccini::Client, c: &Console, rt: 
         }
         assert!(
             Instant::now() < deadline,
-            "the call did not show in Activity within 1 s ({marker})"
+            "the call did not show in Activity within 1 s of its result"
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
