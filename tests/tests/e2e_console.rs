@@ -371,6 +371,8 @@ async fn console_never_shows_a_secret_or_a_token_and_refuses_a_stale_uninstall()
     let token = rt.issue_token("ws", "scan");
     // Page A opens the uninstall confirmation of v1 …
     let (_, page_a) = get(&c, &cookie, "/connectors/fx/uninstall").await;
+    let revision = rt.status_json()["registryRevision"].as_u64().unwrap_or(0);
+    assert!(revision > 0, "status --json shows the registry revision");
     // … page B upgrades fx to v2 …
     let (_, plan_b) = post(
         &c,
@@ -393,6 +395,11 @@ async fn console_never_shows_a_secret_or_a_token_and_refuses_a_stale_uninstall()
     )
     .await;
     assert_eq!(status, 200, "{body}");
+    let upgraded = rt.status_json()["registryRevision"].as_u64().unwrap_or(0);
+    assert!(
+        upgraded > revision,
+        "an upgrade raises the registry revision"
+    );
     // … and page A's uninstall is refused as stale: nothing changes.
     let (status, body) = post(
         &c,
