@@ -217,32 +217,7 @@ async fn console_refuses_strangers_and_forms_without_their_token() {
     });
     rt.wait_status("hello", "ready", READY);
     let c = Console::start(&rt);
-    // Without the cookie every page and action is refused.
-    for path in [
-        "/",
-        "/connectors/hello",
-        "/install",
-        "/sessions",
-        "/activity",
-        "/activity/events",
-        "/static/console.js",
-    ] {
-        let (status, _) = get(&c, "tutti_console=forged", path).await;
-        assert_eq!(status, 401, "GET {path} without a valid cookie");
-    }
-    for path in [
-        "/connectors/hello/uninstall",
-        "/connectors/hello/probe",
-        "/install/plan",
-        "/sessions/revoke-all",
-    ] {
-        let (status, _) = post(&c, "", path, &[]).await;
-        assert_eq!(status, 401, "POST {path} without the cookie");
-    }
-    assert!(
-        rt.connector_status("hello").is_some(),
-        "nothing was uninstalled"
-    );
+    assert_strangers_refused(&c, &rt).await;
     // The login URL works once.
     let cookie = sign_in(&c).await;
     let again = http()
@@ -254,38 +229,7 @@ async fn console_refuses_strangers_and_forms_without_their_token() {
     let (status, page) = get(&c, &cookie, "/").await;
     assert_eq!(status, 200);
     assert!(page.contains("data-key=\"hello\""), "{page}");
-    // A foreign Host or Origin gets 403, even with the cookie.
-    for (name, value) in [
-        ("Host", "evil.example"),
-        ("Origin", "http://evil.example"),
-        ("Origin", "null"),
-    ] {
-        let r = http()
-            .get(c.url("/"))
-            .header("Cookie", &cookie)
-            .header(name, value)
-            .send()
-            .await
-            .map(|r| r.status().as_u16());
-        assert_eq!(r.ok(), Some(403), "{name}: {value}");
-    }
-    // A change without (or with a forged) CSRF token is refused and changes nothing.
-    let (_, confirm) = get(&c, &cookie, "/connectors/hello/uninstall").await;
-    let expected = input_value(&confirm, "expected");
-    for csrf in ["", "forged"] {
-        let (status, body) = post(
-            &c,
-            &cookie,
-            "/connectors/hello/uninstall",
-            &[("csrf", csrf), ("expected", &expected)],
-        )
-        .await;
-        assert_eq!(status, 403, "uninstall with csrf {csrf:?}: {body}");
-    }
-    assert!(
-        rt.connector_status("hello").is_some(),
-        "nothing was uninstalled"
-    );
+    assert_foreign_and_forged_refused(&c, &cookie, &rt).await;
     // The page's headers: CSP without inline script or foreign origins.
     let r = http()
         .get(c.url("/"))
@@ -324,33 +268,8 @@ async fn console_never_shows_a_secret_or_a_token_and_refuses_a_stale_uninstall()
     let v2 = fixture_release(&mut rt, "fx", "2.0.0");
     let c = Console::start(&rt);
     let cookie = sign_in(&c).await;
-    // Install v1 from the page: plan, then confirm.
-    let (status, plan) = post(
-        &c,
-        &cookie,
-        "/install/plan",
-        &[
-            ("csrf", &csrf_of(&c, &cookie, "/install").await),
-            ("dir", &v1.to_string_lossy()),
-        ],
-    )
-    .await;
-    assert_eq!(status, 200, "{plan}");
-    assert!(
-        plan.contains("tutti-fixture-server"),
-        "the plan shows the launch line: {plan}"
-    );
-    let (status, done) = post(
-        &c,
-        &cookie,
-        "/install",
-        &[
-            ("csrf", &input_value(&plan, "csrf")),
-            ("dir", &input_value(&plan, "dir")),
-        ],
-    )
-    .await;
-    assert_eq!(status, 200, "{done}");
+    // Install v1 from the page: plan (with the launch line), then confirm.
+    install_from_page(&c, &cookie, &v1).await;
     rt.wait_status("fx", "auth_required", READY);
     // Connect the secret from the page.
     let (_, form) = get(&c, &cookie, "/connectors/fx/connect").await;
@@ -374,27 +293,7 @@ async fn console_never_shows_a_secret_or_a_token_and_refuses_a_stale_uninstall()
     let revision = rt.status_json()["registryRevision"].as_u64().unwrap_or(0);
     assert!(revision > 0, "status --json shows the registry revision");
     // … page B upgrades fx to v2 …
-    let (_, plan_b) = post(
-        &c,
-        &cookie,
-        "/install/plan",
-        &[
-            ("csrf", &csrf_of(&c, &cookie, "/install").await),
-            ("dir", &v2.to_string_lossy()),
-        ],
-    )
-    .await;
-    let (status, body) = post(
-        &c,
-        &cookie,
-        "/install",
-        &[
-            ("csrf", &input_value(&plan_b, "csrf")),
-            ("dir", &input_value(&plan_b, "dir")),
-        ],
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    install_from_page(&c, &cookie, &v2).await;
     let upgraded = rt.status_json()["registryRevision"].as_u64().unwrap_or(0);
     assert!(
         upgraded > revision,
@@ -421,6 +320,38 @@ async fn console_never_shows_a_secret_or_a_token_and_refuses_a_stale_uninstall()
         "a stale uninstall changed nothing"
     );
     // No page or stream shows the secret value or the session token.
+    let bodies = every_view(&c, &cookie).await;
+    for (what, body) in &bodies {
+        assert_clean(body, &[SECRET, &token, &token[4..]], what);
+    }
+    assert!(
+        bodies.iter().any(|(_, b)| b.contains("FIXTURE_TOKEN")),
+        "the secret's name is shown"
+    );
+}
+
+/// Installs a release folder from the console: the plan (showing the launch line), then the
+/// confirmation.
+async fn install_from_page(c: &Console, cookie: &str, dir: &std::path::Path) {
+    let csrf = csrf_of(c, cookie, "/install").await;
+    let fields = [("csrf", csrf.as_str()), ("dir", &dir.to_string_lossy())];
+    let (status, plan) = post(c, cookie, "/install/plan", &fields).await;
+    assert_eq!(status, 200, "{plan}");
+    assert!(
+        plan.contains("tutti-fixture-server"),
+        "the plan shows the launch line: {plan}"
+    );
+    let confirm = [
+        ("csrf", input_value(&plan, "csrf")),
+        ("dir", input_value(&plan, "dir")),
+    ];
+    let confirm: Vec<(&str, &str)> = confirm.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, done) = post(c, cookie, "/install", &confirm).await;
+    assert_eq!(status, 200, "{done}");
+}
+
+/// The body of every view and of the activity stream, with what it is.
+async fn every_view(c: &Console, cookie: &str) -> Vec<(&'static str, String)> {
     let mut bodies = Vec::new();
     for path in [
         "/",
@@ -431,28 +362,15 @@ async fn console_never_shows_a_secret_or_a_token_and_refuses_a_stale_uninstall()
         "/sessions",
         "/activity",
         "/connectors/hello",
+        "/install",
     ] {
-        bodies.push((path, get(&c, &cookie, path).await.1));
+        bodies.push((path, get(c, cookie, path).await.1));
     }
-    bodies.push((
-        "probe",
-        post(
-            &c,
-            &cookie,
-            "/connectors/fx/probe",
-            &[("csrf", &csrf_of(&c, &cookie, "/connectors/fx").await)],
-        )
-        .await
-        .1,
-    ));
-    bodies.push(("activity events", sse_head(&c, &cookie).await));
-    for (what, body) in &bodies {
-        assert_clean(body, &[SECRET, &token, &token[4..]], what);
-    }
-    assert!(
-        bodies.iter().any(|(_, b)| b.contains("FIXTURE_TOKEN")),
-        "the secret's name is shown"
-    );
+    let csrf = csrf_of(c, cookie, "/connectors/fx").await;
+    let probed = post(c, cookie, "/connectors/fx/probe", &[("csrf", &csrf)]).await;
+    bodies.push(("probe", probed.1));
+    bodies.push(("activity events", sse_head(c, cookie).await));
+    bodies
 }
 
 /// A CSRF token from a page that has forms.
@@ -503,46 +421,7 @@ async fn console_bad_input_says_why_and_changes_nothing() {
         body.contains("is not a directory; give the path of a connector release"),
         "{body}"
     );
-    // An invalid manifest: one line per problem, as the CLI prints them.
-    let bad = rt.write_release(
-        &json!({"key": "Bad Key!", "version": "", "mcp": {"transport": "stdio"}}),
-        &[],
-    );
-    let cli = rt.tutti(&["connector", "install", &bad.to_string_lossy(), "--yes"]);
-    let cli_lines: Vec<String> = String::from_utf8_lossy(&cli.stderr)
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    assert!(
-        cli_lines.len() > 1,
-        "the CLI lists several problems: {cli_lines:?}"
-    );
-    let (status, body) = post(
-        &c,
-        &cookie,
-        "/install/plan",
-        &[
-            ("csrf", &csrf_of(&c, &cookie, "/install").await),
-            ("dir", &bad.to_string_lossy()),
-        ],
-    )
-    .await;
-    assert_eq!(status, 400, "{body}");
-    let problems = body
-        .split("<div class=\"problem\" role=\"alert\">")
-        .nth(1)
-        .unwrap_or_default();
-    let shown = problems.matches("<p>").count();
-    assert!(shown > 1, "one paragraph per problem: {body}");
-    for line in cli_lines.iter().filter(|l| l.contains("key")) {
-        let field = line.split(':').next().unwrap_or_default().trim();
-        assert!(body.contains(field), "the page names {field}: {body}");
-    }
-    assert_eq!(
-        rt.status_json()["connectors"].as_array().map(Vec::len),
-        Some(0),
-        "nothing installed"
-    );
+    assert_invalid_manifest_refused(&c, &cookie, &mut rt).await;
     // The kernel stops while the page is open.
     let install_csrf = csrf_of(&c, &cookie, "/install").await;
     let good = fixture_release(&mut rt, "late", "1.0.0");
@@ -572,6 +451,118 @@ async fn console_bad_input_says_why_and_changes_nothing() {
     assert!(
         stderr.contains("start it again with `tutti up --state-dir"),
         "{stderr}"
+    );
+}
+
+/// Without the cookie every page and action is refused, and nothing changes.
+async fn assert_strangers_refused(c: &Console, rt: &Runtime) {
+    // Without the cookie every page and action is refused.
+    for path in [
+        "/",
+        "/connectors/hello",
+        "/install",
+        "/sessions",
+        "/activity",
+        "/activity/events",
+        "/static/console.js",
+    ] {
+        let (status, _) = get(c, "tutti_console=forged", path).await;
+        assert_eq!(status, 401, "GET {path} without a valid cookie");
+    }
+    for path in [
+        "/connectors/hello/uninstall",
+        "/connectors/hello/probe",
+        "/install/plan",
+        "/sessions/revoke-all",
+    ] {
+        let (status, _) = post(c, "", path, &[]).await;
+        assert_eq!(status, 401, "POST {path} without the cookie");
+    }
+    assert!(
+        rt.connector_status("hello").is_some(),
+        "nothing was uninstalled"
+    );
+}
+
+/// A foreign Host/Origin gets 403 even with the cookie; a change without (or with a forged)
+/// CSRF token is refused and changes nothing.
+async fn assert_foreign_and_forged_refused(c: &Console, cookie: &str, rt: &Runtime) {
+    // A foreign Host or Origin gets 403, even with the cookie.
+    for (name, value) in [
+        ("Host", "evil.example"),
+        ("Origin", "http://evil.example"),
+        ("Origin", "null"),
+    ] {
+        let r = http()
+            .get(c.url("/"))
+            .header("Cookie", cookie)
+            .header(name, value)
+            .send()
+            .await
+            .map(|r| r.status().as_u16());
+        assert_eq!(r.ok(), Some(403), "{name}: {value}");
+    }
+    // A change without (or with a forged) CSRF token is refused and changes nothing.
+    let (_, confirm) = get(c, cookie, "/connectors/hello/uninstall").await;
+    let expected = input_value(&confirm, "expected");
+    for csrf in ["", "forged"] {
+        let (status, body) = post(
+            c,
+            cookie,
+            "/connectors/hello/uninstall",
+            &[("csrf", csrf), ("expected", &expected)],
+        )
+        .await;
+        assert_eq!(status, 403, "uninstall with csrf {csrf:?}: {body}");
+    }
+    assert!(
+        rt.connector_status("hello").is_some(),
+        "nothing was uninstalled"
+    );
+}
+
+/// An invalid manifest: one line per problem on the page, as the CLI prints them; nothing
+/// is installed.
+async fn assert_invalid_manifest_refused(c: &Console, cookie: &str, rt: &mut Runtime) {
+    // An invalid manifest: one line per problem, as the CLI prints them.
+    let bad = rt.write_release(
+        &json!({"key": "Bad Key!", "version": "", "mcp": {"transport": "stdio"}}),
+        &[],
+    );
+    let cli = rt.tutti(&["connector", "install", &bad.to_string_lossy(), "--yes"]);
+    let cli_lines: Vec<String> = String::from_utf8_lossy(&cli.stderr)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        cli_lines.len() > 1,
+        "the CLI lists several problems: {cli_lines:?}"
+    );
+    let (status, body) = post(
+        c,
+        cookie,
+        "/install/plan",
+        &[
+            ("csrf", &csrf_of(c, cookie, "/install").await),
+            ("dir", &bad.to_string_lossy()),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let problems = body
+        .split("<div class=\"problem\" role=\"alert\">")
+        .nth(1)
+        .unwrap_or_default();
+    let shown = problems.matches("<p>").count();
+    assert!(shown > 1, "one paragraph per problem: {body}");
+    for line in cli_lines.iter().filter(|l| l.contains("key")) {
+        let field = line.split(':').next().unwrap_or_default().trim();
+        assert!(body.contains(field), "the page names {field}: {body}");
+    }
+    assert_eq!(
+        rt.status_json()["connectors"].as_array().map(Vec::len),
+        Some(0),
+        "nothing installed"
     );
 }
 
