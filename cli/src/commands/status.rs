@@ -252,7 +252,6 @@ mod tests {
                     ..ConnectorStatus::default()
                 },
             ],
-            ..StatusReply::default()
         }
     }
 
