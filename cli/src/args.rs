@@ -43,6 +43,18 @@ pub enum Command {
     /// Run the kernel under the system's service manager (systemd, launchd, Windows services)
     #[command(subcommand)]
     Service(ServiceCommand),
+    /// Serve a local web page for connectors, tools, sessions and activity (127.0.0.1 only)
+    Console(ConsoleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    /// Print the one-time login URL without opening a browser
+    #[arg(long)]
+    pub no_open: bool,
+    /// Listen on this port of 127.0.0.1 [default: a free port]
+    #[arg(long, value_name = "P", default_value_t = 0)]
+    pub port: u16,
 }
 
 #[derive(Debug, Args)]

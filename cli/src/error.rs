@@ -161,6 +161,17 @@ pub enum CliError {
     #[error("cannot find the home directory ({var} is not set); set {var} and re-run")]
     NoHome { var: &'static str },
 
+    #[error(
+        "cannot listen on 127.0.0.1:{port} for the console: {source}; choose another --port or leave it out for a free one"
+    )]
+    ConsoleBind { port: u16, source: io::Error },
+
+    #[error("the console stopped: {source}; run `tutti console` again")]
+    ConsoleServe { source: io::Error },
+
+    #[error("the runtime stopped (state dir {}); the console ended; start it again with `{up}`", state_dir.display())]
+    ConsoleKernelGone { state_dir: PathBuf, up: String },
+
     #[error("cannot start the async runtime: {source}; check the system's limits and retry")]
     Runtime { source: io::Error },
 

@@ -41,7 +41,7 @@ impl Kernel {
 
 /// The `tutti up` that serves `state_dir`: plain when it is the dir `tutti up` picks by
 /// itself (`TUTTI_STATE_DIR` or the platform default), else with `--state-dir`.
-fn up_command(state_dir: &Path) -> String {
+pub(crate) fn up_command(state_dir: &Path) -> String {
     let default = tutti_proto::state_dir::from_env().and_then(|d| std::path::absolute(d).ok());
     if default.as_deref() == Some(state_dir) {
         "tutti up".to_owned()

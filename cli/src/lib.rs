@@ -9,6 +9,7 @@
 mod args;
 mod binding;
 mod commands;
+mod console;
 mod error;
 mod fsutil;
 mod kernel;

@@ -6,6 +6,7 @@ mod allowlist;
 mod audit;
 mod catalog;
 mod circuit;
+mod console_rpc;
 mod demo;
 mod error;
 mod figures;

@@ -461,12 +461,16 @@ impl KernelRpc for Service {
 
     async fn uninstall(&self, req: Request<pb::KeyRequest>) -> Result<Response<pb::Empty>, Status> {
         let _admin = self.k.admin.lock().await;
-        let key = req.into_inner().key;
+        let pb::KeyRequest {
+            key,
+            expected_sha256,
+        } = req.into_inner();
         let tx = {
             let inner = lock(&self.k.inner);
             if !inner.registry.connectors.contains_key(&key) {
                 return Err(not_installed(&key));
             }
+            crate::console_rpc::check_unchanged(&inner, &key, &expected_sha256)?;
             inner.actors.get(&key).cloned()
         };
         if let Some(tx) = tx {
@@ -511,7 +515,9 @@ impl KernelRpc for Service {
         let req = req.into_inner();
         let declared = {
             let inner = lock(&self.k.inner);
-            manifest_of(&inner, &req.key)?.secret_names()
+            let declared = manifest_of(&inner, &req.key)?.secret_names();
+            crate::console_rpc::check_unchanged(&inner, &req.key, &req.expected_sha256)?;
+            declared
         };
         for name in req.secrets.keys() {
             if !declared.contains(name) {
@@ -582,9 +588,13 @@ impl KernelRpc for Service {
         req: Request<pb::KeyRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let _admin = self.k.admin.lock().await;
-        let key = req.into_inner().key;
+        let pb::KeyRequest {
+            key,
+            expected_sha256,
+        } = req.into_inner();
         {
             let mut inner = lock(&self.k.inner);
+            crate::console_rpc::check_unchanged(&inner, &key, &expected_sha256)?;
             let c = inner
                 .registry
                 .connectors
@@ -657,6 +667,8 @@ impl KernelRpc for Service {
                     .map(|s| s.note(key, crate::state::unix_ms(std::time::SystemTime::now())))
                     .unwrap_or_default(),
                 call_figures: Some(self.k.figures.figures(key)),
+                sha256: installed.sha256.clone(),
+                secret_names: m.map(|m| m.secret_names()).unwrap_or_default(),
                 ..Default::default()
             };
             if let Some(r) = live {
@@ -685,6 +697,7 @@ impl KernelRpc for Service {
             audit_dropped: self.k.audit.dropped(),
             bin_dir: self.k.paths.bin().to_string_lossy().into_owned(),
             resource_clashes: resource_clashes(&inner.table),
+            registry_revision: inner.registry.revision,
         }))
     }
 
@@ -1211,6 +1224,14 @@ impl KernelRpc for Service {
                 .into_owned(),
             env,
         }))
+    }
+
+    async fn list_sessions(
+        &self,
+        _req: Request<pb::Empty>,
+    ) -> Result<Response<pb::ListSessionsReply>, Status> {
+        let tokens = lock(&self.k.tokens);
+        Ok(Response::new(crate::console_rpc::list_sessions(&tokens)))
     }
 }
 

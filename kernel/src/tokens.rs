@@ -28,6 +28,8 @@ pub struct TokenRecord {
 pub struct TokenTable {
     by_hash: HashMap<Hash, TokenRecord>,
     by_session: HashMap<SessionId, Hash>,
+    /// When each live session's token was issued (Unix epoch milliseconds), for the console.
+    issued: HashMap<SessionId, i64>,
 }
 
 fn hash(token: &str) -> Hash {
@@ -54,7 +56,20 @@ impl TokenTable {
         if let Some(old) = self.by_session.insert(id.clone(), h) {
             self.by_hash.remove(&old);
         }
+        self.issued.insert(id.clone(), now_unix_ms());
         self.by_hash.insert(h, TokenRecord { id, tools });
+    }
+
+    /// The live sessions and when each was issued, sorted by workspace and session. No
+    /// token or hash leaves the table.
+    pub fn list(&self) -> Vec<(SessionId, i64)> {
+        let mut out: Vec<(SessionId, i64)> = self
+            .by_session
+            .keys()
+            .map(|id| (id.clone(), self.issued.get(id).copied().unwrap_or(0)))
+            .collect();
+        out.sort_by(|a, b| (&a.0.workspace, &a.0.session).cmp(&(&b.0.workspace, &b.0.session)));
+        out
     }
 
     #[cfg(test)]
@@ -68,6 +83,7 @@ impl TokenTable {
     }
 
     pub fn revoke(&mut self, id: &SessionId) -> bool {
+        self.issued.remove(id);
         match self.by_session.remove(id) {
             Some(h) => {
                 self.by_hash.remove(&h);
@@ -81,8 +97,15 @@ impl TokenTable {
         let n = self.by_hash.len();
         self.by_hash.clear();
         self.by_session.clear();
+        self.issued.clear();
         n
     }
+}
+
+fn now_unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
@@ -122,7 +145,10 @@ mod tests {
         assert!(t.revoke(&id("w", "s")));
         assert!(t.verify("tts_two").is_none());
         assert!(t.verify("tts_three").is_some());
+        let listed: Vec<SessionId> = t.list().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(listed, vec![id("w", "other")]);
         assert_eq!(t.revoke_all(), 1);
+        assert!(t.list().is_empty());
         assert!(t.verify("tts_three").is_none());
     }
 

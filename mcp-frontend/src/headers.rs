@@ -9,37 +9,10 @@ use serde_json::Value;
 
 use crate::validate::{ParamHeader, ParamKind};
 
-/// `host[:port]` names one of the loopback hosts we answer for.
+/// `host[:port]` names one of the loopback hosts we answer for (the rule is shared with the
+/// console: `tutti_proto::rules::loopback`).
 pub(crate) fn is_loopback_authority(authority: &str) -> bool {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let Some(end) = rest.find(']') else {
-            return false;
-        };
-        let host = &rest[..end];
-        let after = &rest[end + 1..];
-        let port = match after {
-            "" => None,
-            _ => match after.strip_prefix(':') {
-                Some(p) => Some(p),
-                None => return false,
-            },
-        };
-        if host != "::1" {
-            return false;
-        }
-        (host, port)
-    } else {
-        match authority.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        }
-    };
-    if let Some(port) = port
-        && (port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return false;
-    }
-    host == "::1" || host == "127.0.0.1" || host.eq_ignore_ascii_case("localhost")
+    tutti_proto::rules::loopback::is_loopback_authority(authority)
 }
 
 /// The `Host` header names a loopback host (any port). A missing header fails.
@@ -58,12 +31,9 @@ pub(crate) fn origin_allowed(headers: &HeaderMap) -> bool {
     let mut values = headers.get_all(ORIGIN).iter();
     match (values.next(), values.next()) {
         (None, _) => true,
-        (Some(value), None) => value.to_str().is_ok_and(|v| {
-            let v = v.trim();
-            v.get(..7)
-                .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
-                && is_loopback_authority(&v[7..])
-        }),
+        (Some(value), None) => value
+            .to_str()
+            .is_ok_and(tutti_proto::rules::loopback::is_loopback_origin),
         _ => false,
     }
 }

@@ -142,6 +142,9 @@ impl Kernel for FakeKernel {
     ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
         Err(tonic::Status::unimplemented("ReportCircuit"))
     }
+    async fn list_sessions(&self, _: Request<Empty>) -> Reply<ListSessionsReply> {
+        no()
+    }
 }
 
 struct FakeWorker {

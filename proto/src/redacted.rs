@@ -80,6 +80,7 @@ mod tests {
         let connect = ConnectRequest {
             key: "gh".into(),
             secrets: secret(),
+            ..ConnectRequest::default()
         };
         let register = crate::kernel::RegisterWorkerReply {
             launch: Some(launch.clone()),

@@ -142,6 +142,7 @@ async fn lookup(state_dir: &Path, key: &str) -> Lookup {
     };
     let request = KeyRequest {
         key: key.to_owned(),
+        ..KeyRequest::default()
     };
     match tokio::time::timeout(
         RESOLVE_TIMEOUT,

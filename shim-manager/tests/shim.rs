@@ -306,6 +306,12 @@ impl Kernel for FakeKernel {
     ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
         Err(tonic::Status::unimplemented("ReportCircuit"))
     }
+    async fn list_sessions(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<tutti_proto::kernel::ListSessionsReply>, Status> {
+        unimplemented("ListSessions")
+    }
 }
 
 /// A fake kernel listening on the state directory's kernel endpoint.

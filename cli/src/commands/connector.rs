@@ -259,6 +259,7 @@ pub(crate) async fn uninstall(state_dir: &Path, args: KeyArg) -> Result<ExitCode
         .client
         .uninstall(KeyRequest {
             key: args.key.clone(),
+            ..KeyRequest::default()
         })
         .await
         .map_err(|status| kernel.error(status))?;
@@ -296,6 +297,7 @@ pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitC
     let request = ConnectRequest {
         key: args.key.clone(),
         secrets,
+        ..ConnectRequest::default()
     };
     kernel
         .client
@@ -439,6 +441,7 @@ pub(crate) async fn disconnect(state_dir: &Path, args: KeyArg) -> Result<ExitCod
         .client
         .disconnect_connector(KeyRequest {
             key: args.key.clone(),
+            ..KeyRequest::default()
         })
         .await
         .map_err(|status| kernel.error(status))?;

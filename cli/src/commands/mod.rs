@@ -44,5 +44,6 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ServiceCommand::Uninstall(a) => service::uninstall(a.user),
             ServiceCommand::Status(a) => service::status(state_dir, a).await,
         },
+        Command::Console(a) => crate::console::run(state_dir, a).await,
     }
 }

@@ -19,7 +19,10 @@ pub(crate) async fn review(state_dir: &Path, args: KeyArg) -> Result<ExitCode, C
     let mut kernel = Kernel::connect(state_dir).await?;
     let reply = kernel
         .client
-        .review_changes(KeyRequest { key: args.key })
+        .review_changes(KeyRequest {
+            key: args.key,
+            ..Default::default()
+        })
         .await
         .map_err(|status| kernel.error(status))?
         .into_inner();
@@ -38,6 +41,7 @@ pub(crate) async fn approve(state_dir: &Path, args: KeyArg) -> Result<ExitCode, 
         .client
         .approve_changes(KeyRequest {
             key: args.key.clone(),
+            ..Default::default()
         })
         .await
         .map_err(|status| kernel.error(status))?;

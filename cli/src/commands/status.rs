@@ -50,6 +50,8 @@ struct StatusJson {
     frontend_url: Option<String>,
     bin_dir: String,
     route_revision: u64,
+    /// `registry.json`'s revision: it grows with every change of the installed state.
+    registry_revision: u64,
     audit_dropped: u64,
     connectors: Vec<ConnectorJson>,
     /// Resource URIs (and identical URI templates) that several ready connectors claim: no
@@ -167,6 +169,7 @@ impl StatusJson {
             frontend_url: non_empty(&reply.frontend_url),
             bin_dir: reply.bin_dir.clone(),
             route_revision: reply.route_revision,
+            registry_revision: reply.registry_revision,
             audit_dropped: reply.audit_dropped,
             connectors: sorted(reply)
                 .into_iter()
@@ -376,6 +379,7 @@ mod tests {
         StatusReply {
             frontend_url: "http://127.0.0.1:4000/mcp/connector".into(),
             route_revision: 7,
+            registry_revision: 9,
             state_dir: "/s".into(),
             kernel_pid: 42,
             audit_dropped: 0,
@@ -440,6 +444,7 @@ mod tests {
                         p99_us: 2_500_000,
                         calls_per_second: vec![0, 2, 4, 8],
                     }),
+                    ..Default::default()
                 },
             ],
             resource_clashes: vec![],
@@ -465,6 +470,7 @@ mod tests {
                 "frontendUrl": "http://127.0.0.1:4000/mcp/connector",
                 "binDir": "/s/bin",
                 "routeRevision": 7,
+                "registryRevision": 9,
                 "auditDropped": 0,
                 "connectors": [
                     {"key": "github", "name": "GitHub", "version": "1.4.0",

@@ -6,6 +6,7 @@
 //! - [`sibling`]: finding the runtime's other binaries (`TUTTI_LIBEXEC_DIR`, else next to the
 //!   running executable, then next to the file it links to);
 //! - [`child_env`]: the environment each kind of child process gets (one allowlist per kind);
+//! - [`loopback`]: the loopback `Host`/`Origin` rule (SPEC §5), for the frontend and the console;
 //! - [`mcp_header`]: the `x-mcp-header` / `Mcp-Param-*` vocabulary (SEP-2243);
 //! - [`timing`]: the shutdown timing chain, each bound derived from the one it must exceed;
 //! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line).
@@ -13,6 +14,7 @@
 pub mod atomic_file;
 pub mod child_env;
 pub mod log_format;
+pub mod loopback;
 pub mod mcp_header;
 pub mod sibling;
 pub mod timing;

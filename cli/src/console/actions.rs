@@ -1,0 +1,320 @@
+//! The changes (POST). Each needs the CSRF token of a page this console showed to this
+//! browser, and a change to a connector names the installed release the page saw: the kernel
+//! refuses it if the connector changed since. A refused change changes nothing and the page
+//! says why.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::{Extension, Form};
+use maud::html;
+use tutti_proto::kernel as pb;
+
+use super::Shared;
+use super::access::Session;
+use super::link::{self, Problem};
+use super::pages::{self, failed, page};
+use super::views;
+
+/// A form's fields. Secret values among them are moved out, never copied or shown.
+struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    fn get(&self, name: &str) -> &str {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or("", |(_, v)| v.as_str())
+    }
+
+    /// Refuses a change whose form did not come from a page of this console.
+    fn check_csrf(&self, c: &Shared, session: Session) -> Result<(), Problem> {
+        if c.access.csrf_ok(session, self.get("csrf")) {
+            Ok(())
+        } else {
+            Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "this form is missing its page token or is out of date; reload the page and try again",
+            ))
+        }
+    }
+}
+
+fn done(title: &str, text: &str) -> Response {
+    let body = html! { (views::notice(text)) p { a href="/" { "Back to the connectors" } } };
+    page(title, &body)
+}
+
+pub(crate) async fn probe(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    UrlPath(key): UrlPath<String>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let result = async {
+        Fields(fields).check_csrf(&c, session)?;
+        pages::valid_key(&key)?;
+        let mut k = link::kernel(&c.state_dir).await?;
+        let request = pb::ProbeRequest {
+            target: key.clone(),
+            ..Default::default()
+        };
+        let reply = k
+            .client
+            .probe(request)
+            .await
+            .map_err(|s| link::rpc(&c.state_dir, &k, s))?
+            .into_inner();
+        pages::detail_body(&c, session, &key, Some(views::probe_result(&reply))).await
+    }
+    .await;
+    match result {
+        Ok(body) => page(&key, &body),
+        Err(p) => failed(&key, &p),
+    }
+}
+
+pub(crate) async fn connect(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    UrlPath(key): UrlPath<String>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let title = format!("Connect {key}");
+    let fields = Fields(fields);
+    let result = async {
+        fields.check_csrf(&c, session)?;
+        pages::valid_key(&key)?;
+        let expected_sha256 = fields.get("expected").to_owned();
+        let secrets: HashMap<String, String> = fields
+            .0
+            .into_iter()
+            .filter_map(|(n, v)| Some((n.strip_prefix("secret.")?.to_owned(), v)))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        let mut k = link::kernel(&c.state_dir).await?;
+        let request = pb::ConnectRequest {
+            key: key.clone(),
+            secrets,
+            expected_sha256,
+        };
+        k.client
+            .connect_connector(request)
+            .await
+            .map_err(|s| link::rpc(&c.state_dir, &k, s))?;
+        Ok::<_, Problem>(())
+    }
+    .await;
+    match result {
+        Ok(()) => done(
+            &title,
+            &format!("{key} is connected; its values are stored and will not be shown."),
+        ),
+        Err(p) => failed(&title, &p),
+    }
+}
+
+/// Disconnect or uninstall, with the release the confirmation page showed.
+async fn change(
+    c: &Shared,
+    session: Session,
+    key: &str,
+    fields: &Fields,
+    uninstall: bool,
+) -> Result<(), Problem> {
+    fields.check_csrf(c, session)?;
+    pages::valid_key(key)?;
+    let request = pb::KeyRequest {
+        key: key.to_owned(),
+        expected_sha256: fields.get("expected").to_owned(),
+    };
+    let mut k = link::kernel(&c.state_dir).await?;
+    let reply = if uninstall {
+        k.client.uninstall(request).await
+    } else {
+        k.client.disconnect_connector(request).await
+    };
+    reply.map_err(|s| link::rpc(&c.state_dir, &k, s))?;
+    Ok(())
+}
+
+pub(crate) async fn disconnect(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    UrlPath(key): UrlPath<String>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let title = format!("Disconnect {key}");
+    match change(&c, session, &key, &Fields(fields), false).await {
+        Ok(()) => done(
+            &title,
+            &format!("{key} is disconnected; its secret values are deleted."),
+        ),
+        Err(p) => failed(&title, &p),
+    }
+}
+
+pub(crate) async fn uninstall(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    UrlPath(key): UrlPath<String>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let title = format!("Uninstall {key}");
+    match change(&c, session, &key, &Fields(fields), true).await {
+        Ok(()) => done(&title, &format!("{key} is uninstalled.")),
+        Err(p) => failed(&title, &p),
+    }
+}
+
+/// The folder as the kernel gets it: absolute, and a directory (else the CLI's message).
+fn release_dir(dir: &str) -> Result<String, Problem> {
+    let dir = dir.trim();
+    let path = std::path::absolute(dir).unwrap_or_else(|_| dir.into());
+    if dir.is_empty() || !path.is_dir() {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            crate::error::CliError::NotADirectory { path }.to_string(),
+        ));
+    }
+    path.to_str().map(str::to_owned).ok_or_else(|| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            crate::error::CliError::NotUtf8Path { path: path.clone() }.to_string(),
+        )
+    })
+}
+
+pub(crate) async fn plan(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = Fields(fields);
+    let result = async {
+        fields.check_csrf(&c, session)?;
+        let dir = release_dir(fields.get("dir"))?;
+        let mut k = link::kernel(&c.state_dir).await?;
+        let request = pb::InstallRequest {
+            source_dir: dir.clone(),
+            ..Default::default()
+        };
+        let plan = k
+            .client
+            .plan_install(request)
+            .await
+            .map_err(|s| link::rpc(&c.state_dir, &k, s))?
+            .into_inner();
+        if !plan.problems.is_empty() {
+            return Err(Problem {
+                status: StatusCode::BAD_REQUEST,
+                lines: plan.problems,
+            });
+        }
+        Ok(views::plan(&plan, &dir, &c.access.csrf_for(session)))
+    }
+    .await;
+    match result {
+        Ok(body) => page("Install: confirm", &body),
+        Err(p) => {
+            let body = html! { (views::problems(&p.lines)) (pages::install_form(&c, session, fields.get("dir"))) };
+            axum::response::IntoResponse::into_response((p.status, views::layout("Install", &body)))
+        }
+    }
+}
+
+pub(crate) async fn install(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = Fields(fields);
+    let result = async {
+        fields.check_csrf(&c, session)?;
+        let dir = release_dir(fields.get("dir"))?;
+        let mut k = link::kernel(&c.state_dir).await?;
+        let request = pb::InstallRequest {
+            source_dir: dir,
+            expected_sha256: fields.get("sha256").to_owned(),
+            ..Default::default()
+        };
+        let reply = k
+            .client
+            .install(request)
+            .await
+            .map_err(|s| link::rpc(&c.state_dir, &k, s))?
+            .into_inner();
+        Ok::<_, Problem>(reply)
+    }
+    .await;
+    match result {
+        Ok(r) => {
+            let verb = if r.upgraded {
+                "upgraded to"
+            } else {
+                "installed at"
+            };
+            done(
+                "Install",
+                &format!("{} {verb} version {} ({}).", r.key, r.version, r.status),
+            )
+        }
+        Err(p) => failed("Install", &p),
+    }
+}
+
+pub(crate) async fn revoke(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = Fields(fields);
+    let request = pb::RevokeSessionRequest {
+        workspace: fields.get("workspace").to_owned(),
+        session: fields.get("session").to_owned(),
+        all: false,
+    };
+    revoke_and_show(&c, session, &fields, request).await
+}
+
+pub(crate) async fn revoke_all(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = Fields(fields);
+    let request = pb::RevokeSessionRequest {
+        all: true,
+        ..Default::default()
+    };
+    revoke_and_show(&c, session, &fields, request).await
+}
+
+async fn revoke_and_show(
+    c: &Shared,
+    session: Session,
+    fields: &Fields,
+    request: pb::RevokeSessionRequest,
+) -> Response {
+    let result = async {
+        fields.check_csrf(c, session)?;
+        let mut k = link::kernel(&c.state_dir).await?;
+        let reply = k
+            .client
+            .revoke_session(request)
+            .await
+            .map_err(|s| link::rpc(&c.state_dir, &k, s))?
+            .into_inner();
+        let body = pages::sessions_body(c, session).await?;
+        Ok::<_, Problem>(
+            html! { (views::notice(&format!("revoked {} session(s)", reply.revoked))) (body) },
+        )
+    }
+    .await;
+    match result {
+        Ok(body) => page("Sessions", &body),
+        Err(p) => failed("Sessions", &p),
+    }
+}

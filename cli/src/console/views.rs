@@ -1,0 +1,236 @@
+//! The HTML of every view (maud: escaped by construction). No inline script or style: the
+//! page loads `/static/console.js` and `/static/console.css` only. Status is shown as a word
+//! next to its dot, so nothing depends on colour.
+
+use maud::{DOCTYPE, Markup, html};
+use tutti_proto::kernel as pb;
+
+/// The whole page around `body`.
+pub(crate) fn layout(title: &str, body: &Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · tutti console" }
+                link rel="stylesheet" href="/static/console.css";
+                script src="/static/console.js" defer {}
+            }
+            body {
+                header {
+                    strong { "tutti console" }
+                    nav {
+                        a href="/" { "Connectors" }
+                        a href="/install" { "Install" }
+                        a href="/sessions" { "Sessions" }
+                        a href="/activity" { "Activity" }
+                    }
+                }
+                main { h1 { (title) } (body) }
+            }
+        }
+    }
+}
+
+/// One line per problem, as the CLI prints them.
+pub(crate) fn problems(lines: &[String]) -> Markup {
+    html! {
+        div.problem role="alert" {
+            @for line in lines { p { (line) } }
+        }
+    }
+}
+
+pub(crate) fn notice(text: &str) -> Markup {
+    html! { div.notice role="status" { p { (text) } } }
+}
+
+pub(crate) fn csrf(token: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(token); }
+}
+
+fn dot(status: &str) -> Markup {
+    html! {
+        span class={ "dot " (status) } aria-hidden="true" {}
+        span.status { (status) }
+    }
+}
+
+/// The connectors' cards (also served alone, for the page's live refresh).
+pub(crate) fn cards(status: &pb::StatusReply, available: &pb::AvailableReply) -> Markup {
+    html! {
+        @if status.connectors.is_empty() {
+            p { "No connector is installed. " a href="/install" { "Install one from a folder." } }
+        }
+        ul.cards {
+            @for c in &status.connectors {
+                (card(c, available.connectors.iter().find(|a| a.key == c.key)))
+            }
+        }
+    }
+}
+
+fn card(c: &pb::ConnectorStatus, a: Option<&pb::AvailableConnector>) -> Markup {
+    html! {
+        li.card data-key=(c.key) {
+            h2 { a href={ "/connectors/" (c.key) } { (c.key) } " " (dot(&c.status)) }
+            @if !c.name.is_empty() { p.name { (c.name) } }
+            dl {
+                dt { "version" } dd { (c.version) }
+                dt { "generation" } dd { (c.generation) }
+                dt { "restarts" } dd { (c.restarts) }
+                dt { "tools" } dd { (c.tool_count) }
+                dt { "risk" } dd.risk {
+                    (c.risk_low) " low · " (c.risk_medium) " medium · " (c.risk_high) " high"
+                }
+                dt { "interfaces" } dd {
+                    @if let Some(a) = a {
+                        @for i in &a.interfaces { span.iface { (i.kind) ": " (i.status) } " " }
+                    }
+                }
+                @if !c.last_error.is_empty() {
+                    dt { "last error" } dd.error { (c.last_error) }
+                }
+            }
+        }
+    }
+}
+
+/// A tool of the live route: name, risk, description and input schema.
+pub(crate) fn tools(route: Option<&pb::ConnectorRoute>) -> Markup {
+    let Some(route) = route else {
+        return html! { p { "No generation is live, so no tools are routed now." } };
+    };
+    html! {
+        table.tools {
+            thead { tr { th { "tool" } th { "risk" } th { "description" } th { "input schema" } } }
+            tbody {
+                @for t in &route.tools {
+                    @let def: serde_json::Value = serde_json::from_str(&t.definition_json).unwrap_or_default();
+                    tr data-tool=(t.name) {
+                        td { code { (t.name) } }
+                        td { span class={ "risk " (t.risk) } { (t.risk) } }
+                        td { (def.get("description").and_then(|d| d.as_str()).unwrap_or("")) }
+                        td {
+                            details {
+                                summary { "schema" }
+                                pre { (serde_json::to_string_pretty(def.get("inputSchema").unwrap_or(&serde_json::Value::Null)).unwrap_or_default()) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn skills(a: Option<&pb::AvailableConnector>) -> Markup {
+    let skills = a.map(|a| a.skills.as_slice()).unwrap_or_default();
+    html! {
+        @if skills.is_empty() { p { "No skills." } }
+        ul.skills {
+            @for s in skills {
+                li { strong { (s.name) } @if !s.description.is_empty() { " — " (s.description) } }
+            }
+        }
+    }
+}
+
+pub(crate) fn probe_result(reply: &pb::ProbeReply) -> Markup {
+    html! {
+        section.probe-result role="status" {
+            h2 { "Test connection" }
+            @if reply.problems.is_empty() {
+                p.ok { "ok: " (reply.server_name) " speaks " (reply.protocol_version) " and lists "
+                       (reply.tools.len()) " tools" }
+            } @else {
+                (problems(&reply.problems))
+            }
+            ul { @for t in &reply.tools { li { code { (t.local_name) } } } }
+        }
+    }
+}
+
+/// A change's confirmation form, with the release it was seen with.
+pub(crate) fn confirm_form(action: &str, csrf_token: &str, sha: &str, label: &str) -> Markup {
+    html! {
+        form method="post" action=(action) {
+            (csrf(csrf_token))
+            input type="hidden" name="expected" value=(sha);
+            button type="submit" { (label) }
+            " "
+            a href="/" { "cancel" }
+        }
+    }
+}
+
+/// The install plan: exactly what would run, then the confirmation.
+pub(crate) fn plan(plan: &pb::InstallPlan, dir: &str, csrf_token: &str) -> Markup {
+    let launch = if plan.transport == "http" {
+        plan.url.clone()
+    } else {
+        crate::output::shell_join(&plan.argv)
+    };
+    html! {
+        dl.plan {
+            dt { "connector" } dd { (plan.key) " (" (plan.name) ") version " (plan.version) }
+            @if !plan.upgrades_version.is_empty() {
+                dt { "upgrades" } dd { "from version " (plan.upgrades_version) }
+            }
+            dt { "runs" } dd { code #launch-line { (launch) } }
+            @if !plan.cwd.is_empty() { dt { "in" } dd { code { (plan.cwd) } } }
+            @for e in &plan.env { dt { "env" } dd { code { (e.name) "=" (e.value) } } }
+            dt { "secrets" } dd {
+                @if plan.secret_names.is_empty() { "none" } @else { (plan.secret_names.join(", ")) }
+            }
+            dt { "SHA-256" } dd { code #sha256 { (plan.sha256) } }
+        }
+        // The confirmation carries the SHA-256 shown: the kernel installs exactly that
+        // content or refuses (SPEC §12).
+        form method="post" action="/install" {
+            (csrf(csrf_token))
+            input type="hidden" name="dir" value=(dir);
+            input type="hidden" name="sha256" value=(plan.sha256);
+            button type="submit" { "Install " (plan.key) }
+            " " a href="/install" { "cancel" }
+        }
+    }
+}
+
+/// The live sessions with revoke and revoke-all.
+pub(crate) fn sessions(list: &pb::ListSessionsReply, csrf_token: &str) -> Markup {
+    html! {
+        @if list.sessions.is_empty() { p { "No live session." } }
+        table.sessions {
+            thead { tr { th { "workspace" } th { "session" } th { "issued" } th {} } }
+            tbody {
+                @for s in &list.sessions {
+                    tr data-session=(s.session) {
+                        td { (s.workspace) } td { (s.session) } td { (issued(s.issued_unix_ms)) }
+                        td {
+                            form method="post" action="/sessions/revoke" {
+                                (csrf(csrf_token))
+                                input type="hidden" name="workspace" value=(s.workspace);
+                                input type="hidden" name="session" value=(s.session);
+                                button type="submit" { "Revoke" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if !list.sessions.is_empty() {
+            form method="post" action="/sessions/revoke-all" {
+                (csrf(csrf_token))
+                button type="submit" { "Revoke all" }
+            }
+        }
+    }
+}
+
+fn issued(unix_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(unix_ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_default()
+}
