@@ -11,6 +11,7 @@ mod lifecycle;
 mod manifest;
 mod naming;
 mod notify;
+mod oauth;
 mod paths;
 mod probe;
 mod registry;
