@@ -12,6 +12,7 @@ mod manifest;
 mod naming;
 mod notify;
 mod oauth;
+mod oauth_record;
 mod paths;
 mod probe;
 mod registry;

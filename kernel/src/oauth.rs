@@ -3,87 +3,22 @@
 //! the connector's `secrets/` file under [`LOGIN`] and leave the kernel only in the
 //! LaunchSpec and the refresh answers of that connector's own workers.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tonic::Status;
 use tutti_oauth::{ClientSettings, Grant, OAuthError};
 use tutti_proto::kernel as pb;
 
 use crate::audit::Event;
-use crate::manifest::{Auth, Manifest, Mcp, OAuthAuth};
+use crate::oauth_record::{LOGIN, Record, oauth_of, record};
 use crate::state::{Kernel, lock};
 
-/// The secrets entry of an OAuth connector's login (`:` never appears in a declared name).
-pub const LOGIN: &str = "oauth:login";
 /// A worker asks for a new token this long before the old one expires.
 pub const REFRESH_MARGIN_MS: i64 = 30_000;
 /// A login not completed within this is forgotten (the CLI gives up after 5 minutes).
 const PENDING_FOR: Duration = Duration::from_secs(6 * 60);
-
-/// What the kernel keeps of an OAuth connector's login.
-#[derive(Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Record {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grant: Option<Grant>,
-    /// The refresh failed or the server asked for more scope: a new login is needed.
-    #[serde(default)]
-    pub needs_login: bool,
-    /// The scope a `403 insufficient_scope` named; the next login asks for it too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step_up: Option<String>,
-}
-
-impl Record {
-    pub fn logged_in(&self) -> bool {
-        !self.needs_login
-            && self
-                .grant
-                .as_ref()
-                .is_some_and(|g| g.access_token().is_some())
-    }
-}
-
-/// Logins in progress and the per-connector refresh turn.
-#[derive(Default)]
-pub struct Logins {
-    pending: Mutex<HashMap<String, (String, Instant, tutti_oauth::login::Pending)>>,
-    refresh: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-pub fn oauth_of(manifest: &Manifest) -> Option<(&str, &OAuthAuth)> {
-    match &manifest.mcp {
-        Some(Mcp::Http {
-            url,
-            auth: Auth::OAuth(o),
-        }) => Some((url.as_str(), o)),
-        _ => None,
-    }
-}
-
-pub fn record(stored: &BTreeMap<String, String>) -> Record {
-    stored
-        .get(LOGIN)
-        .and_then(|v| serde_json::from_str(v).ok())
-        .unwrap_or_default()
-}
-
-/// The values to mask of a connector's stored secrets: each plain value, and the tokens and
-/// client secret inside a login record (never the record's JSON as one value).
-pub fn secret_values(stored: &BTreeMap<String, String>) -> Vec<String> {
-    let mut out: Vec<String> = stored
-        .iter()
-        .filter(|(name, v)| name.as_str() != LOGIN && !v.is_empty())
-        .map(|(_, v)| v.clone())
-        .collect();
-    if let Some(grant) = record(stored).grant {
-        out.extend(grant.secret_values());
-    }
-    out
-}
 
 fn save(k: &Kernel, key: &str, record: &Record) -> Result<(), Status> {
     let json = serde_json::to_string(record).map_err(|e| Status::internal(e.to_string()))?;
@@ -321,6 +256,7 @@ pub fn expiry(k: &Kernel, key: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oauth_record::secret_values;
 
     #[test]
     fn only_our_loopback_callback_is_a_redirect() {

@@ -204,7 +204,7 @@ impl Service {
             Some(Mcp::Http { url, auth }) => {
                 reply.transport = pb::Transport::Http.label().into();
                 reply.url = url.clone();
-                reply.oauth_login = matches!(auth, crate::manifest::Auth::OAuth(_));
+                reply.oauth_login = matches!(auth, crate::manifest::Auth::Oauth(_));
             }
             None => {}
         }
@@ -568,8 +568,8 @@ impl KernelRpc for Service {
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
                 restarts: c.map_or(0, |c| c.life.restarts()),
                 reinitializations: c.map_or(0, |c| c.life.reinitializations()),
-                oauth: m.and_then(crate::oauth::oauth_of).is_some(),
-                token_expires_unix_ms: if m.and_then(crate::oauth::oauth_of).is_some() {
+                oauth: m.and_then(crate::oauth_record::oauth_of).is_some(),
+                token_expires_unix_ms: if m.and_then(crate::oauth_record::oauth_of).is_some() {
                     crate::oauth::expiry(&self.k, key)
                 } else {
                     0

@@ -112,7 +112,7 @@ pub struct Kernel {
     /// install just copied, a disconnect racing a connect's reload).
     pub admin: tokio::sync::Mutex<()>,
     /// OAuth logins in progress and the refresh turns (SPEC §10, `oauth.rs`).
-    pub oauth: crate::oauth::Logins,
+    pub oauth: crate::oauth_record::Logins,
 }
 
 /// How many generation numbers one registry write reserves.
@@ -280,8 +280,8 @@ impl Kernel {
             return AuthState::Required;
         }
         let stored = self.secrets.load(key);
-        let logged_in =
-            crate::oauth::oauth_of(manifest).is_none() || crate::oauth::record(&stored).logged_in();
+        let logged_in = crate::oauth_record::oauth_of(manifest).is_none()
+            || crate::oauth_record::record(&stored).logged_in();
         if logged_in
             && manifest
                 .secret_names()
@@ -321,7 +321,7 @@ impl Kernel {
             Credentials::Stored => self.secrets.load(key),
             Credentials::Withheld => Default::default(),
         };
-        let redact = worth_masking(crate::oauth::secret_values(&secrets));
+        let redact = worth_masking(crate::oauth_record::secret_values(&secrets));
         let log_path = self.paths.connector_log(key).to_string_lossy().into_owned();
         match &manifest.mcp {
             Some(Mcp::Stdio {
@@ -366,8 +366,8 @@ impl Kernel {
                 transport: pb::Transport::Http.into(),
                 url: url.clone(),
                 headers: auth_headers(auth, &secrets),
-                oauth: matches!(auth, Auth::OAuth(_)),
-                oauth_expires_unix_ms: crate::oauth::record(&secrets)
+                oauth: matches!(auth, Auth::Oauth(_)),
+                oauth_expires_unix_ms: crate::oauth_record::record(&secrets)
                     .grant
                     .map_or(0, |g| g.expires_unix_ms),
                 start_timeout_ms: manifest.start_ms,
@@ -568,8 +568,8 @@ fn auth_headers(
                 headers.insert(header.clone(), v.clone());
             }
         }
-        Auth::OAuth(_) => {
-            let record = crate::oauth::record(secrets);
+        Auth::Oauth(_) => {
+            let record = crate::oauth_record::record(secrets);
             if let Some(token) = record.grant.as_ref().and_then(|g| g.access_token()) {
                 headers.insert("Authorization".to_string(), format!("Bearer {token}"));
             }

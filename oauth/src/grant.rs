@@ -8,7 +8,7 @@ use rmcp::transport::auth::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{OAuthError, now_unix_ms};
+use crate::common::{OAuthError, now_unix_ms};
 
 /// One connector's login: the authorization server's metadata, the client identity (a
 /// registered client's secret too) and the tokens. `Debug` shows no secret.

@@ -7,8 +7,8 @@ use rmcp::transport::auth::{
     CredentialStore, InMemoryCredentialStore,
 };
 
-use crate::grant::expiry_of;
-use crate::{ClientSettings, Grant, OAuthError};
+use crate::common::{ClientSettings, OAuthError, check_url};
+use crate::grant::{Grant, expiry_of};
 
 /// The client name a dynamic registration gives.
 const CLIENT_NAME: &str = "Tutti connector runtime";
@@ -44,7 +44,7 @@ pub async fn begin(
     redirect_uri: &str,
     extra_scope: Option<&str>,
 ) -> Result<Pending, OAuthError> {
-    crate::check_url(&settings.url)?;
+    check_url(&settings.url)?;
     let challenge = challenge_of(&settings.url).await;
     let discovery = |e: rmcp::transport::auth::AuthError| OAuthError::Discovery(e.to_string());
     let mut manager = AuthorizationManager::new_allowing_private_addresses(settings.url.as_str())

@@ -183,17 +183,7 @@ impl HttpClient {
                     headers.clone(),
                 )?
                 .json(&message);
-            let outcome = match request.send().await {
-                Ok(response) => {
-                    self.answer(response, &message, &kind, attached, limits)
-                        .await
-                }
-                // Without the URL: this text reaches agents and `status` (SPEC §7, §9).
-                Err(e) => Err(Failure::Fault(Fault::Transport {
-                    reached: !e.is_connect(),
-                    error: e.without_url(),
-                })),
-            };
+            let outcome = self.send(request, &message, &kind, attached, limits).await;
             // SPEC §10: an OAuth upstream's 401 gets one renewal and one more try (a 401
             // ran nothing).
             if let (Some(b), false, Err(Failure::Error(StreamableHttpError::AuthRequired(_)))) =
@@ -233,6 +223,25 @@ impl HttpClient {
             self.reinitialized(failed);
         }
         outcome
+    }
+
+    /// Sends one request and classifies its answer.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        message: &ClientJsonRpcMessage,
+        kind: &Kind,
+        attached: bool,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, Failure> {
+        match request.send().await {
+            Ok(response) => self.answer(response, message, kind, attached, limits).await,
+            // Without the URL: this text reaches agents and `status` (SPEC §7, §9).
+            Err(e) => Err(Failure::Fault(Fault::Transport {
+                reached: !e.is_connect(),
+                error: e.without_url(),
+            })),
+        }
     }
 
     /// Classifies the HTTP answer to `message`.

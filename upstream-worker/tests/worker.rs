@@ -286,6 +286,19 @@ impl Kernel for FakeKernel {
     async fn resolve_shim(&self, _: Request<k::KeyRequest>) -> Res<k::ResolveShimReply> {
         nope()
     }
+
+    async fn begin_login(&self, _: Request<k::BeginLoginRequest>) -> Res<k::BeginLoginReply> {
+        Err(Status::unimplemented("begin_login"))
+    }
+    async fn complete_login(&self, _: Request<k::CompleteLoginRequest>) -> Res<k::Empty> {
+        Err(Status::unimplemented("complete_login"))
+    }
+    async fn refresh_worker_token(
+        &self,
+        _: Request<k::RefreshWorkerTokenRequest>,
+    ) -> Res<k::RefreshWorkerTokenReply> {
+        Err(Status::unimplemented("refresh_worker_token"))
+    }
 }
 
 // === harness ===

@@ -111,7 +111,15 @@ fn confirmation(plan: &InstallPlan) -> String {
                 ));
             }
         }
-        "http" => out.push_str(&format!("  url:  {}\n", visible(&plan.url))),
+        "http" => {
+            out.push_str(&format!("  url:  {}\n", visible(&plan.url)));
+            if plan.oauth_login {
+                out.push_str(&format!(
+                    "  login: OAuth; a browser login follows: run `tutti connector connect {}`\n",
+                    visible(&plan.key)
+                ));
+            }
+        }
         _ => {}
     }
     if plan.secret_names.is_empty() {
@@ -272,6 +280,9 @@ pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitC
             }
             other => other,
         })?;
+    if super::login::is_oauth(&mut kernel, &args.key).await? {
+        return super::login::run(&mut kernel, &args.key, args.no_browser, args.json).await;
+    }
     emit(&connected(&args.key, &names, args.json))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -843,6 +854,7 @@ mod tests {
             ],
             allowed_env: names(&["NODE_OPTIONS"]),
             description: "GitHub issues".into(),
+            oauth_login: false,
         }
     }
 

@@ -8,6 +8,7 @@ use crate::args::{Command, ConnectorCommand, ServiceCommand, SessionCommand};
 use crate::error::CliError;
 
 pub(crate) mod connector;
+pub(crate) mod login;
 pub(crate) mod service;
 pub(crate) mod session;
 pub(crate) mod status;

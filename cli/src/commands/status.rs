@@ -63,6 +63,9 @@ struct ConnectorJson {
     next_retry_at: Option<String>,
     non_json_stdout_lines: u64,
     risk: RiskJson,
+    /// An OAuth connector (SPEC §10): when its access token expires (never the token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_expires_at: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -119,6 +122,11 @@ impl StatusJson {
                         high: c.risk_high,
                         high_tools: c.high_risk_tools.clone(),
                     },
+                    token_expires_at: if c.oauth {
+                        rfc3339_utc(c.token_expires_unix_ms)
+                    } else {
+                        None
+                    },
                 })
                 .collect(),
         }
@@ -131,7 +139,12 @@ fn status_cell(c: &ConnectorStatus) -> String {
     let retrying = matches!(c.status.as_str(), "crash_loop" | "restarting");
     match local_time(c.next_retry_unix_ms) {
         Some(at) if retrying => format!("{} (next retry {at})", c.status),
-        _ => c.status.clone(),
+        _ => match local_time(c.token_expires_unix_ms) {
+            Some(at) if c.oauth && c.status == "ready" => {
+                format!("{} (token expires {at})", c.status)
+            }
+            _ => c.status.clone(),
+        },
     }
 }
 
@@ -225,6 +238,8 @@ mod tests {
                     risk_medium: 0,
                     risk_high: 0,
                     high_risk_tools: vec![],
+                    oauth: false,
+                    token_expires_unix_ms: 0,
                 },
                 ConnectorStatus {
                     key: "github".into(),
@@ -244,6 +259,8 @@ mod tests {
                     risk_medium: 1,
                     risk_high: 1,
                     high_risk_tools: vec!["github_delete_repo".into()],
+                    oauth: false,
+                    token_expires_unix_ms: 0,
                 },
             ],
         }
