@@ -16,6 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ".tutti.kernel.v1.LaunchSpec",
             ".tutti.kernel.v1.ResolveShimReply",
             ".tutti.kernel.v1.ConnectRequest",
+            ".tutti.kernel.v1.CompleteLoginRequest",
+            ".tutti.kernel.v1.RefreshWorkerTokenRequest",
+            ".tutti.kernel.v1.RefreshWorkerTokenReply",
         ])
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=tutti");

@@ -168,6 +168,9 @@ pub struct ConnectArgs {
     /// Read secret NAME as one line of standard input (repeatable, read in order)
     #[arg(long = "stdin", value_name = "NAME")]
     pub stdin: Vec<String>,
+    /// OAuth connectors: print the login URL instead of opening the browser
+    #[arg(long = "no-browser")]
+    pub no_browser: bool,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,

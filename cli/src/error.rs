@@ -25,6 +25,9 @@ pub enum CliError {
         state_dir: PathBuf,
     },
 
+    #[error("the login of {key} failed: {reason}; run `tutti connector connect {key}` again")]
+    Login { key: String, reason: String },
+
     #[error(
         "lost the connection to the kernel for state dir {} ({reason}); check `tutti status` and retry",
         state_dir.display()

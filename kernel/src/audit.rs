@@ -101,6 +101,31 @@ pub enum Event {
     Disconnect {
         connector: String,
     },
+    /// An OAuth login completed (SPEC §10): the scopes asked for and when the access token
+    /// expires (Unix ms, 0 unknown). Never a token or code.
+    OauthLogin {
+        connector: String,
+        scopes: Vec<String>,
+        #[serde(rename = "expiresUnixMs")]
+        expires_unix_ms: i64,
+    },
+    /// An access token was refreshed (`rotated`: a new refresh token replaced the old one).
+    OauthRefresh {
+        connector: String,
+        rotated: bool,
+        #[serde(rename = "expiresUnixMs")]
+        expires_unix_ms: i64,
+    },
+    OauthRefreshFailed {
+        connector: String,
+        reason: String,
+    },
+    /// `disconnect` of an OAuth connector: whether the server offered revocation and it
+    /// succeeded (`outcome`: revoked | not_offered | failed: …).
+    OauthRevoke {
+        connector: String,
+        outcome: String,
+    },
     /// What a worker was told to run: names of environment variables and headers only.
     Launch {
         connector: String,

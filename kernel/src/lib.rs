@@ -15,6 +15,8 @@ mod lifecycle;
 mod manifest;
 mod naming;
 mod notify;
+mod oauth;
+mod oauth_record;
 mod paths;
 mod pin;
 mod probe;

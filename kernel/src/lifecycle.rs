@@ -66,6 +66,8 @@ pub enum ReportKind {
     StartFailed,
     UpstreamExited,
     AuthFailed,
+    /// An OAuth connector needs a new login (refresh failed, or step-up).
+    AuthRequired,
     UpstreamReinitialized,
     UpstreamUnavailable,
     NonJsonStdout,
@@ -78,6 +80,7 @@ impl ReportKind {
             WireReportKind::StartFailed => ReportKind::StartFailed,
             WireReportKind::UpstreamExited => ReportKind::UpstreamExited,
             WireReportKind::AuthFailed => ReportKind::AuthFailed,
+            WireReportKind::AuthRequired => ReportKind::AuthRequired,
             WireReportKind::UpstreamReinitialized => ReportKind::UpstreamReinitialized,
             WireReportKind::UpstreamUnavailable => ReportKind::UpstreamUnavailable,
             WireReportKind::NonJsonStdout => ReportKind::NonJsonStdout,
@@ -642,6 +645,10 @@ impl Connector {
                 self.upgrade_failed(&why, f, out);
             }
             ReportKind::AuthFailed => self.on_auth_failed(g, &message, f, out),
+            ReportKind::AuthRequired => {
+                self.on_auth_failed(g, &message, f, out);
+                self.set_status(Status::AuthRequired, None);
+            }
             ReportKind::StartFailed | ReportKind::UpstreamExited => {
                 self.start_error = Some(message);
             }

@@ -43,8 +43,25 @@ pub enum Mcp {
 #[derive(Clone, Debug)]
 pub enum Auth {
     None,
-    Bearer { secret: String },
-    Header { header: String, secret: String },
+    Bearer {
+        secret: String,
+    },
+    Header {
+        header: String,
+        secret: String,
+    },
+    /// SPEC §10: a browser login; the tokens are kept by the kernel under `secrets/`.
+    Oauth(OauthSettings),
+}
+
+/// `auth.kind: "oauth"` (SPEC §10).
+#[derive(Clone, Debug, Default)]
+pub struct OauthSettings {
+    pub scopes: Vec<String>,
+    pub client_id: Option<String>,
+    /// The name of the secret that holds a pre-registered client's secret.
+    pub client_secret: Option<String>,
+    pub client_metadata_url: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -79,6 +96,14 @@ impl Manifest {
             Some(Mcp::Stdio { secrets, .. }) => names.extend(secrets.iter().cloned()),
             Some(Mcp::Http {
                 auth: Auth::Bearer { secret } | Auth::Header { secret, .. },
+                ..
+            }) => names.push(secret.clone()),
+            Some(Mcp::Http {
+                auth:
+                    Auth::Oauth(OauthSettings {
+                        client_secret: Some(secret),
+                        ..
+                    }),
                 ..
             }) => names.push(secret.clone()),
             _ => {}
@@ -624,10 +649,11 @@ fn parse_http(m: &Map<String, Value>, p: &mut Problems) -> Mcp {
                 header: string(a, "header", "mcp.auth.header", true, p).unwrap_or_default(),
                 secret: string(a, "secret", "mcp.auth.secret", true, p).unwrap_or_default(),
             },
+            Some("oauth") => Auth::Oauth(parse_oauth(a, &url, p)),
             Some(other) => {
                 p.push(
                     "mcp.auth.kind",
-                    format!("must be none, bearer or header, got {other:?}"),
+                    format!("must be none, bearer, header or oauth, got {other:?}"),
                 );
                 Auth::None
             }
@@ -660,6 +686,57 @@ fn parse_http(m: &Map<String, Value>, p: &mut Problems) -> Mcp {
         );
     }
     Mcp::Http { url, auth }
+}
+
+/// `auth.kind: "oauth"`: the URL rule (https, or http to loopback only) and the optional
+/// `scopes`, `clientId`, `clientSecret` (a secret name, with `clientId`) and
+/// `clientMetadataUrl` (https).
+fn parse_oauth(a: &Map<String, Value>, url: &str, p: &mut Problems) -> OauthSettings {
+    if !url.is_empty()
+        && let Err(e) = tutti_oauth::check_url(url)
+    {
+        p.push("mcp.url", format!("{e} (auth.kind \"oauth\")"));
+    }
+    let scopes = string_list(a, "scopes", "mcp.auth.scopes", p);
+    let client_id = string(a, "clientId", "mcp.auth.clientId", false, p);
+    let client_secret = string(a, "clientSecret", "mcp.auth.clientSecret", false, p);
+    let client_metadata_url = string(
+        a,
+        "clientMetadataUrl",
+        "mcp.auth.clientMetadataUrl",
+        false,
+        p,
+    );
+    if let Some(secret) = &client_secret {
+        if !valid_env_name(secret) {
+            p.push(
+                "mcp.auth.clientSecret",
+                format!(
+                    "{secret:?} is not a valid secret name (it names the secret, not its value)"
+                ),
+            );
+        }
+        if client_id.is_none() {
+            p.push(
+                "mcp.auth.clientSecret",
+                "needs mcp.auth.clientId".to_string(),
+            );
+        }
+    }
+    if let Some(doc) = &client_metadata_url
+        && !(doc.starts_with("https://") && tutti_oauth::check_url(doc).is_ok())
+    {
+        p.push(
+            "mcp.auth.clientMetadataUrl",
+            format!("must be an https URL, got {doc:?}"),
+        );
+    }
+    OauthSettings {
+        scopes,
+        client_id,
+        client_secret,
+        client_metadata_url,
+    }
 }
 
 /// Expands `${release}` and `${state}`.
@@ -873,6 +950,42 @@ mod tests {
         );
         v["mcp"]["auth"]["header"] = json!("X-Api-Key");
         assert!(parse(&v, &dir()).is_ok());
+    }
+
+    #[test]
+    fn an_oauth_connector_needs_https_or_loopback_and_names_its_client_secret() {
+        let mut v = json!({"key":"k","name":"K","description":"d","version":"1",
+            "mcp":{"transport":"http","url":"http://mcp.example.com/mcp",
+                   "auth":{"kind":"oauth","scopes":["read"]}}});
+        let e = parse(&v, &dir()).expect_err("plain http is refused");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("connector.json: mcp.url: "), "{e:?}");
+        assert!(e[0].contains("must use https"), "{e:?}");
+        for ok in ["https://mcp.example.com/mcp", "http://127.0.0.1:9/mcp"] {
+            v["mcp"]["url"] = json!(ok);
+            let m = parse(&v, &dir());
+            assert!(
+                m.as_ref().is_ok_and(|m| m.secret_names().is_empty()),
+                "{ok}: {:?}",
+                m.err()
+            );
+        }
+        v["mcp"]["auth"]["clientSecret"] = json!("CLIENT_SECRET");
+        let e = parse(&v, &dir()).expect_err("a client secret needs a client id");
+        assert!(
+            e[0].contains("mcp.auth.clientSecret: needs mcp.auth.clientId"),
+            "{e:?}"
+        );
+        v["mcp"]["auth"]["clientId"] = json!("tutti");
+        v["mcp"]["auth"]["clientMetadataUrl"] = json!("http://x.example/client.json");
+        let e = parse(&v, &dir()).expect_err("the metadata document must be https");
+        assert!(e[0].contains("mcp.auth.clientMetadataUrl"), "{e:?}");
+        v["mcp"]["auth"]["clientMetadataUrl"] = json!("https://x.example/client.json");
+        let m = parse(&v, &dir());
+        assert_eq!(
+            m.map(|m| m.secret_names()).ok(),
+            Some(vec!["CLIENT_SECRET".to_string()])
+        );
     }
 
     #[test]

@@ -55,7 +55,7 @@ impl SecretStore {
         if let Ok(rd) = std::fs::read_dir(&self.dir) {
             for e in rd.flatten() {
                 if let Some(key) = e.path().file_stem().and_then(|s| s.to_str()) {
-                    out.extend(self.load(key).into_values().filter(|v| !v.is_empty()));
+                    out.extend(crate::oauth_record::secret_values(&self.load(key)));
                 }
             }
         }

@@ -203,9 +203,10 @@ impl Service {
                     Err(p) => reply.problems.extend(p),
                 }
             }
-            Some(Mcp::Http { url, .. }) => {
+            Some(Mcp::Http { url, auth }) => {
                 reply.transport = pb::Transport::Http.label().into();
                 reply.url = url.clone();
+                reply.oauth_login = matches!(auth, crate::manifest::Auth::Oauth(_));
             }
             None => {}
         }
@@ -607,6 +608,7 @@ impl KernelRpc for Service {
                 .save_registry(&mut inner)
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
+        crate::oauth::revoke(&self.k, &key).await;
         self.k.secrets.delete(&key);
         self.k.audit.record(Event::Disconnect {
             connector: key.clone(),
@@ -639,6 +641,12 @@ impl KernelRpc for Service {
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
                 restarts: c.map_or(0, |c| c.life.restarts()),
                 reinitializations: c.map_or(0, |c| c.life.reinitializations()),
+                oauth: m.and_then(crate::oauth_record::oauth_of).is_some(),
+                token_expires_unix_ms: if m.and_then(crate::oauth_record::oauth_of).is_some() {
+                    crate::oauth::expiry(&self.k, key)
+                } else {
+                    0
+                },
                 last_error: c
                     .map(|c| {
                         let (error, note) = (c.life.last_error(), c.life.upgrade_note());
@@ -1110,6 +1118,9 @@ impl KernelRpc for Service {
             }
             inner.actors.get(&req.key).cloned()
         };
+        if req.kind() == pb::WorkerReportKind::AuthRequired {
+            crate::oauth::step_up(&self.k, &req.key, &req.scope);
+        }
         if let Some(a) = actor {
             let _ = a.send(Msg::step(Input::Report {
                 generation: req.generation,
@@ -1232,6 +1243,43 @@ impl KernelRpc for Service {
     ) -> Result<Response<pb::ListSessionsReply>, Status> {
         let tokens = lock(&self.k.tokens);
         Ok(Response::new(crate::console_rpc::list_sessions(&tokens)))
+    }
+
+    async fn begin_login(
+        &self,
+        req: Request<pb::BeginLoginRequest>,
+    ) -> Result<Response<pb::BeginLoginReply>, Status> {
+        crate::oauth::begin(&self.k, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn complete_login(
+        &self,
+        req: Request<pb::CompleteLoginRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let _admin = self.k.admin.lock().await;
+        let req = req.into_inner();
+        let key = req.key.clone();
+        crate::oauth::complete(&self.k, req).await?;
+        self.reload(&key);
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn refresh_worker_token(
+        &self,
+        req: Request<pb::RefreshWorkerTokenRequest>,
+    ) -> Result<Response<pb::RefreshWorkerTokenReply>, Status> {
+        let req = req.into_inner();
+        check_worker(
+            &lock(&self.k.inner),
+            &req.key,
+            req.generation,
+            &req.worker_token,
+        )?;
+        crate::oauth::refresh(&self.k, &req.key, &req.rejected)
+            .await
+            .map(Response::new)
     }
 }
 

@@ -116,6 +116,8 @@ pub struct Kernel {
     /// state another is half-way through changing (an uninstall deleting the release an
     /// install just copied, a disconnect racing a connect's reload).
     pub admin: tokio::sync::Mutex<()>,
+    /// OAuth logins in progress and the refresh turns (SPEC §10, `oauth.rs`).
+    pub oauth: crate::oauth_record::Logins,
 }
 
 /// How many generation numbers one registry write reserves.
@@ -181,6 +183,7 @@ impl Kernel {
             figures: Default::default(),
             session_caches: Arc::default(),
             admin: tokio::sync::Mutex::new(()),
+            oauth: Default::default(),
         })
     }
 
@@ -283,10 +286,13 @@ impl Kernel {
             return AuthState::Required;
         }
         let stored = self.secrets.load(key);
-        if manifest
-            .secret_names()
-            .iter()
-            .all(|n| stored.get(n).is_some_and(|v| !v.is_empty()))
+        let logged_in = crate::oauth_record::oauth_of(manifest).is_none()
+            || crate::oauth_record::record(&stored).logged_in();
+        if logged_in
+            && manifest
+                .secret_names()
+                .iter()
+                .all(|n| stored.get(n).is_some_and(|v| !v.is_empty()))
         {
             AuthState::Ready
         } else {
@@ -321,7 +327,7 @@ impl Kernel {
             Credentials::Stored => self.secrets.load(key),
             Credentials::Withheld => Default::default(),
         };
-        let redact = worth_masking(secrets.values().cloned());
+        let redact = worth_masking(crate::oauth_record::secret_values(&secrets));
         let log_path = self.paths.connector_log(key).to_string_lossy().into_owned();
         match &manifest.mcp {
             Some(Mcp::Stdio {
@@ -359,12 +365,17 @@ impl Kernel {
                     call_timeout_ms: manifest.call_ms,
                     redact,
                     log_path,
+                    ..Default::default()
                 })
             }
             Some(Mcp::Http { url, auth }) => Ok(pb::LaunchSpec {
                 transport: pb::Transport::Http.into(),
                 url: url.clone(),
                 headers: auth_headers(auth, &secrets),
+                oauth: matches!(auth, Auth::Oauth(_)),
+                oauth_expires_unix_ms: crate::oauth_record::record(&secrets)
+                    .grant
+                    .map_or(0, |g| g.expires_unix_ms),
                 start_timeout_ms: manifest.start_ms,
                 call_timeout_ms: manifest.call_ms,
                 redact,
@@ -591,6 +602,12 @@ fn auth_headers(
         Auth::Header { header, secret } => {
             if let Some(v) = secrets.get(secret) {
                 headers.insert(header.clone(), v.clone());
+            }
+        }
+        Auth::Oauth(_) => {
+            let record = crate::oauth_record::record(secrets);
+            if let Some(token) = record.grant.as_ref().and_then(|g| g.access_token()) {
+                headers.insert("Authorization".to_string(), format!("Bearer {token}"));
             }
         }
     }

@@ -117,8 +117,11 @@ fn view(k: &Kernel, inner: &Inner, key: &str) -> Option<View> {
     let waits_for_secrets = installed.upgrade_waits_for_secrets();
     let names = m.secret_names();
     // Only a connector that waits for credentials shows which: the store is read then only.
+    let oauth = crate::oauth_record::oauth_of(m).is_some();
     let auth_hint = if auth_ready {
         String::new()
+    } else if oauth && !crate::oauth_record::record(&k.secrets.load(key)).logged_in() {
+        format!("needs a login; run `tutti connector connect {key}`")
     } else {
         let stored = k.secrets.load(key);
         let missing: Vec<String> = names

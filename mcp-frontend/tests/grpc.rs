@@ -145,6 +145,19 @@ impl Kernel for FakeKernel {
     async fn list_sessions(&self, _: Request<Empty>) -> Reply<ListSessionsReply> {
         no()
     }
+
+    async fn begin_login(&self, _: Request<BeginLoginRequest>) -> Reply<BeginLoginReply> {
+        Err(Status::unimplemented("begin_login"))
+    }
+    async fn complete_login(&self, _: Request<CompleteLoginRequest>) -> Reply<Empty> {
+        Err(Status::unimplemented("complete_login"))
+    }
+    async fn refresh_worker_token(
+        &self,
+        _: Request<RefreshWorkerTokenRequest>,
+    ) -> Reply<RefreshWorkerTokenReply> {
+        Err(Status::unimplemented("refresh_worker_token"))
+    }
 }
 
 struct FakeWorker {

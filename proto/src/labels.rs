@@ -26,6 +26,7 @@ impl WorkerReportKind {
             WorkerReportKind::NonJsonStdout => "non_json_stdout",
             WorkerReportKind::UpstreamReinitialized => "upstream_reinitialized",
             WorkerReportKind::UpstreamUnavailable => "upstream_unavailable",
+            WorkerReportKind::AuthRequired => "auth_required",
         }
     }
 }
@@ -46,7 +47,7 @@ impl std::fmt::Display for WorkerReportKind {
 mod tests {
     use super::*;
 
-    const KINDS: [WorkerReportKind; 7] = [
+    const KINDS: [WorkerReportKind; 8] = [
         WorkerReportKind::Unspecified,
         WorkerReportKind::AuthFailed,
         WorkerReportKind::StartFailed,
@@ -54,6 +55,7 @@ mod tests {
         WorkerReportKind::NonJsonStdout,
         WorkerReportKind::UpstreamReinitialized,
         WorkerReportKind::UpstreamUnavailable,
+        WorkerReportKind::AuthRequired,
     ];
 
     #[test]

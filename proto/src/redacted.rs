@@ -6,7 +6,10 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::kernel::{ConnectRequest, LaunchSpec, ResolveShimReply};
+use crate::kernel::{
+    CompleteLoginRequest, ConnectRequest, LaunchSpec, RefreshWorkerTokenReply,
+    RefreshWorkerTokenRequest, ResolveShimReply,
+};
 
 /// A map shown by its keys only.
 struct Keys<'a>(&'a HashMap<String, String>);
@@ -33,6 +36,8 @@ impl fmt::Debug for LaunchSpec {
             .field("call_timeout_ms", &self.call_timeout_ms)
             .field("redact (count)", &self.redact.len())
             .field("log_path", &self.log_path)
+            .field("oauth", &self.oauth)
+            .field("oauth_expires_unix_ms", &self.oauth_expires_unix_ms)
             .finish()
     }
 }
@@ -54,6 +59,38 @@ impl fmt::Debug for ConnectRequest {
         f.debug_struct("ConnectRequest")
             .field("key", &self.key)
             .field("secrets (names)", &Keys(&self.secrets))
+            .finish()
+    }
+}
+
+/// The authorization code and `state` of a login: shown as their lengths only.
+impl fmt::Debug for CompleteLoginRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompleteLoginRequest")
+            .field("key", &self.key)
+            .field("login_id", &self.login_id)
+            .field("code (len)", &self.code.len())
+            .field("state (len)", &self.state.len())
+            .field("iss", &self.iss)
+            .finish()
+    }
+}
+
+impl fmt::Debug for RefreshWorkerTokenRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RefreshWorkerTokenRequest")
+            .field("key", &self.key)
+            .field("generation", &self.generation)
+            .field("rejected (len)", &self.rejected.len())
+            .finish()
+    }
+}
+
+impl fmt::Debug for RefreshWorkerTokenReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RefreshWorkerTokenReply")
+            .field("access_token (len)", &self.access_token.len())
+            .field("expires_unix_ms", &self.expires_unix_ms)
             .finish()
     }
 }
@@ -85,6 +122,27 @@ mod tests {
         let register = crate::kernel::RegisterWorkerReply {
             launch: Some(launch.clone()),
         };
+        let login = CompleteLoginRequest {
+            key: "gh".into(),
+            code: VALUE.into(),
+            state: VALUE.into(),
+            ..CompleteLoginRequest::default()
+        };
+        let refresh = RefreshWorkerTokenReply {
+            access_token: VALUE.into(),
+            expires_unix_ms: 1,
+        };
+        let refused = RefreshWorkerTokenRequest {
+            rejected: VALUE.into(),
+            ..RefreshWorkerTokenRequest::default()
+        };
+        for shown in [
+            format!("{login:?}"),
+            format!("{refresh:?}"),
+            format!("{refused:?}"),
+        ] {
+            assert!(!shown.contains(VALUE), "{shown}");
+        }
         for shown in [
             format!("{launch:?}"),
             format!("{shim:?}"),

@@ -312,6 +312,27 @@ impl Kernel for FakeKernel {
     ) -> Result<Response<tutti_proto::kernel::ListSessionsReply>, Status> {
         unimplemented("ListSessions")
     }
+
+    async fn begin_login(
+        &self,
+        _: Request<tutti_proto::kernel::BeginLoginRequest>,
+    ) -> Result<Response<tutti_proto::kernel::BeginLoginReply>, Status> {
+        Err(Status::unimplemented("begin_login"))
+    }
+
+    async fn complete_login(
+        &self,
+        _: Request<tutti_proto::kernel::CompleteLoginRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        Err(Status::unimplemented("complete_login"))
+    }
+
+    async fn refresh_worker_token(
+        &self,
+        _: Request<tutti_proto::kernel::RefreshWorkerTokenRequest>,
+    ) -> Result<Response<tutti_proto::kernel::RefreshWorkerTokenReply>, Status> {
+        Err(Status::unimplemented("refresh_worker_token"))
+    }
 }
 
 /// A fake kernel listening on the state directory's kernel endpoint.

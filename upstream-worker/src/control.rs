@@ -1,17 +1,19 @@
 //! Our side of the control plane: RegisterWorker, OfferTools, ReportWorker.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::transport::Channel;
 use tutti_proto::kernel::kernel_client::KernelClient;
 use tutti_proto::kernel::{
     LaunchSpec, OfferToolsReply, OfferToolsRequest, OfferedPrompt, OfferedResource, OfferedTool,
-    RegisterWorkerRequest, WorkerReport, WorkerReportKind,
+    RefreshWorkerTokenRequest, RegisterWorkerRequest, WorkerReport, WorkerReportKind,
 };
 use tutti_proto::limits;
 use tutti_proto::transport;
 
+use crate::bearer::Bearer;
 use crate::catalog::Catalog;
 use crate::error::WorkerError;
 
@@ -25,6 +27,8 @@ pub(crate) struct KernelLink {
     key: String,
     generation: u64,
     token: String,
+    /// An OAuth upstream's access token (SPEC §10), renewed through this link.
+    bearer: Option<Arc<Bearer>>,
 }
 
 impl KernelLink {
@@ -43,7 +47,46 @@ impl KernelLink {
             key: key.to_owned(),
             generation,
             token: token.to_owned(),
+            bearer: None,
         })
+    }
+
+    /// For an OAuth connector: the bearer whose renewals ask the kernel.
+    pub(crate) fn with_oauth(mut self, spec: &LaunchSpec) -> Self {
+        if spec.oauth {
+            let link = self.clone();
+            let refresher: crate::bearer::Refresher = Arc::new(move |rejected: String| {
+                let link = link.clone();
+                Box::pin(async move { link.refresh_token(rejected).await })
+            });
+            let authorization = spec.headers.get("Authorization").map_or("", String::as_str);
+            self.bearer = Some(Arc::new(Bearer::new(
+                authorization,
+                spec.oauth_expires_unix_ms,
+                refresher,
+            )));
+        }
+        self
+    }
+
+    pub(crate) fn bearer(&self) -> Option<Arc<Bearer>> {
+        self.bearer.clone()
+    }
+
+    /// `RefreshWorkerToken`: the new access token and its expiry, or why there is none.
+    async fn refresh_token(&self, rejected: String) -> Result<(String, i64), String> {
+        let mut client = self.client.clone();
+        let request = RefreshWorkerTokenRequest {
+            key: self.key.clone(),
+            generation: self.generation,
+            worker_token: self.token.clone(),
+            rejected,
+        };
+        match Self::rpc("RefreshWorkerToken", client.refresh_worker_token(request)).await {
+            Ok(reply) => Ok((reply.access_token, reply.expires_unix_ms)),
+            Err(WorkerError::KernelRpc { message, .. }) => Err(message),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     async fn rpc<T, F>(rpc: &'static str, call: F) -> Result<T, WorkerError>
@@ -125,15 +168,27 @@ impl KernelLink {
     }
 
     /// Tells the kernel what we observed; failures are only logged.
+    /// An OAuth connector's refused credentials mean a new login (`AuthRequired`, with the
+    /// reason the bearer knows and a step-up scope).
     pub(crate) async fn report(&self, kind: WorkerReportKind, message: &str, count: u64) {
         let mut client = self.client.clone();
+        let (mut kind, mut message, mut scope) = (kind, message.to_owned(), String::new());
+        if kind == WorkerReportKind::AuthFailed
+            && let Some(bearer) = &self.bearer
+        {
+            kind = WorkerReportKind::AuthRequired;
+            if let Some((why, step_up)) = bearer.needs_login() {
+                (message, scope) = (why, step_up);
+            }
+        }
         let request = WorkerReport {
             key: self.key.clone(),
             generation: self.generation,
             worker_token: self.token.clone(),
             kind: kind.into(),
-            message: message.to_owned(),
+            message,
             count,
+            scope,
         };
         if let Err(e) = Self::rpc("ReportWorker", client.report_worker(request)).await {
             tracing::warn!(%kind, error = %e, "could not report to the kernel");

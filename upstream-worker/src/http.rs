@@ -36,6 +36,7 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::{Sse, SseStream};
 use tokio::sync::mpsc;
 
+use crate::bearer::Bearer;
 use crate::definitions;
 use crate::error::{WorkerError, error_chain};
 use crate::results::CallResults;
@@ -64,6 +65,8 @@ pub(crate) enum SessionEvent {
 pub(crate) struct HttpClient {
     http: reqwest::Client,
     shared: Arc<Shared>,
+    /// An OAuth upstream's access token (renewed through the kernel); `None` otherwise.
+    bearer: Option<Arc<Bearer>>,
 }
 
 struct Shared {
@@ -92,6 +95,21 @@ impl HttpClient {
                 last_fault: Mutex::new(None),
                 events,
             }),
+            bearer: None,
+        }
+    }
+
+    /// An OAuth upstream: requests carry `bearer`'s token instead of the launch spec's.
+    pub(crate) fn with_bearer(mut self, bearer: Option<Arc<Bearer>>) -> Self {
+        self.bearer = bearer;
+        self
+    }
+
+    /// The token to send: the bearer's (renewed before expiry), else what rmcp passes.
+    async fn token(&self, auth: Option<String>) -> HttpResult<Option<String>> {
+        match &self.bearer {
+            None => Ok(auth),
+            Some(b) => b.token().await.map(Some).map_err(login_expired),
         }
     }
 
@@ -153,25 +171,30 @@ impl HttpClient {
             )));
         }
         let attached = session_id.is_some();
-        let request = self
-            .builder(
-                reqwest::Method::POST,
-                uri,
-                session_id.as_deref(),
-                auth,
-                headers,
-            )?
-            .json(&message);
-        let outcome = match request.send().await {
-            Ok(response) => {
-                self.answer(response, &message, &kind, attached, limits)
-                    .await
+        let mut auth = self.token(auth).await?;
+        let mut renewed = false;
+        let outcome = loop {
+            let request = self
+                .builder(
+                    reqwest::Method::POST,
+                    uri,
+                    session_id.as_deref(),
+                    auth.clone(),
+                    headers.clone(),
+                )?
+                .json(&message);
+            let outcome = self.send(request, &message, &kind, attached, limits).await;
+            // SPEC §10: an OAuth upstream's 401 gets one renewal and one more try (a 401
+            // ran nothing).
+            if let (Some(b), false, Err(Failure::Error(StreamableHttpError::AuthRequired(_)))) =
+                (&self.bearer, renewed, &outcome)
+            {
+                renewed = true;
+                let refused = auth.clone().unwrap_or_default();
+                auth = Some(b.after_401(&refused).await.map_err(login_expired)?);
+                continue;
             }
-            // Without the URL: this text reaches agents and `status` (SPEC §7, §9).
-            Err(e) => Err(Failure::Fault(Fault::Transport {
-                reached: !e.is_connect(),
-                error: e.without_url(),
-            })),
+            break outcome;
         };
         let outcome = match outcome {
             Ok(answer) => Ok(answer),
@@ -202,6 +225,25 @@ impl HttpClient {
         outcome
     }
 
+    /// Sends one request and classifies its answer.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        message: &ClientJsonRpcMessage,
+        kind: &Kind,
+        attached: bool,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, Failure> {
+        match request.send().await {
+            Ok(response) => self.answer(response, message, kind, attached, limits).await,
+            // Without the URL: this text reaches agents and `status` (SPEC §7, §9).
+            Err(e) => Err(Failure::Fault(Fault::Transport {
+                reached: !e.is_connect(),
+                error: e.without_url(),
+            })),
+        }
+    }
+
     /// Classifies the HTTP answer to `message`.
     async fn answer(
         &self,
@@ -212,6 +254,7 @@ impl HttpClient {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, Failure> {
         let status = response.status();
+        self.note_forbidden(&response);
         auth_check(&response).map_err(Failure::Error)?;
         if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
             return Ok(StreamableHttpPostResponse::Accepted);
@@ -464,6 +507,7 @@ impl StreamableHttpClient for HttpClient {
         auth: Option<String>,
         headers: HashMap<HeaderName, HeaderValue>,
     ) -> HttpResult<()> {
+        let auth = self.token(auth).await?;
         let request = self.builder(
             reqwest::Method::DELETE,
             &uri,
@@ -500,6 +544,7 @@ impl StreamableHttpClient for HttpClient {
         headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> HttpResult<SseEvents> {
+        let auth = self.token(auth).await?;
         let mut request = self.builder(
             reqwest::Method::GET,
             &uri,
@@ -627,6 +672,30 @@ impl std::fmt::Display for Fault {
 /// A JSON-RPC error that answers no request (`id` null or missing).
 fn is_uncorrelated_error(message: &ServerJsonRpcMessage) -> bool {
     matches!(message, ServerJsonRpcMessage::Error(e) if e.id.is_none())
+}
+
+/// A refresh failed: the connector needs a new login (the bearer keeps the reason, which the
+/// worker reports).
+fn login_expired(reason: String) -> StreamableHttpError<WorkerError> {
+    StreamableHttpError::AuthRequired(AuthRequiredError::new(format!(
+        "Bearer error=\"invalid_token\", error_description=\"{}\"",
+        reason.replace('"', "'")
+    )))
+}
+
+impl HttpClient {
+    /// A 403's `insufficient_scope` challenge, remembered for the step-up.
+    fn note_forbidden(&self, response: &reqwest::Response) {
+        if let Some(b) = &self.bearer
+            && response.status() == StatusCode::FORBIDDEN
+            && let Some(challenge) = response
+                .headers()
+                .get(WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+        {
+            b.note_forbidden(challenge);
+        }
+    }
 }
 
 /// 401/403: the upstream refused our credentials.

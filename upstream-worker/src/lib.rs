@@ -7,6 +7,7 @@
 //! goes away. The process exit code tells the kernel why it ended ([`Exit`]).
 #![deny(unsafe_code)]
 
+mod bearer;
 mod catalog;
 mod control;
 mod definitions;
@@ -229,7 +230,7 @@ async fn drive(
     // Start the upstream, but stay responsive to the kernel meanwhile.
     let listing = definitions::Listing::start();
     let started = tokio::select! {
-        started = upstream::start(&spec, redactor.clone(), within) => started,
+        started = upstream::start(&spec, redactor.clone(), within, kernel.bearer()) => started,
         event = events.recv() => {
             tracing::info!(?event, "stopped while the upstream was starting");
             return Exit::Done;
@@ -281,6 +282,7 @@ async fn register(
         )
         .await?;
         let spec = kernel.register(endpoint).await?;
+        let kernel = kernel.with_oauth(&spec);
         Ok::<_, WorkerError>((kernel, spec))
     };
     registered.await.map_err(|e| {

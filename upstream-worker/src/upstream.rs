@@ -33,6 +33,7 @@ use tokio::process::Command;
 use tokio::sync::{Notify, broadcast, mpsc, oneshot, watch};
 use tutti_proto::kernel::{LaunchSpec, Transport};
 
+use crate::bearer::Bearer;
 use crate::error::{WorkerError, error_chain};
 use crate::http::{HttpClient, SessionEvent};
 use crate::platform;
@@ -851,10 +852,11 @@ pub(crate) async fn start(
     spec: &LaunchSpec,
     redactor: Arc<Redactor>,
     within: Duration,
+    bearer: Option<Arc<Bearer>>,
 ) -> Result<Started, WorkerError> {
     match spec.transport() {
         Transport::Stdio => start_stdio(spec, redactor, within).await,
-        Transport::Http => start_http(spec, redactor, within).await,
+        Transport::Http => start_http(spec, redactor, within, bearer).await,
         Transport::Unspecified => Err(WorkerError::LaunchSpec {
             problem: format!("unknown transport {}", spec.transport),
         }),
@@ -1137,6 +1139,7 @@ async fn start_http(
     spec: &LaunchSpec,
     redactor: Arc<Redactor>,
     within: Duration,
+    bearer: Option<Arc<Bearer>>,
 ) -> Result<Started, WorkerError> {
     let headers = http_headers(spec)?;
     let config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
@@ -1145,7 +1148,7 @@ async fn start_http(
         .max_sse_event_size(MAX_HTTP_MESSAGE);
     let results = Arc::new(CallResults::default());
     let (events_tx, session_events) = mpsc::unbounded_channel();
-    let client = HttpClient::new(results.clone(), events_tx);
+    let client = HttpClient::new(results.clone(), events_tx).with_bearer(bearer);
     let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
     let list_changed = Arc::new(Notify::new());
 

@@ -308,6 +308,19 @@ impl Kernel for FakeKernel {
     async fn list_sessions(&self, _: Request<k::Empty>) -> Res<k::ListSessionsReply> {
         nope()
     }
+
+    async fn begin_login(&self, _: Request<k::BeginLoginRequest>) -> Res<k::BeginLoginReply> {
+        Err(Status::unimplemented("begin_login"))
+    }
+    async fn complete_login(&self, _: Request<k::CompleteLoginRequest>) -> Res<k::Empty> {
+        Err(Status::unimplemented("complete_login"))
+    }
+    async fn refresh_worker_token(
+        &self,
+        _: Request<k::RefreshWorkerTokenRequest>,
+    ) -> Res<k::RefreshWorkerTokenReply> {
+        Err(Status::unimplemented("refresh_worker_token"))
+    }
 }
 
 // === harness ===

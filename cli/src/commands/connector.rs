@@ -120,7 +120,15 @@ fn confirmation(plan: &InstallPlan, verb: Verb) -> String {
                 ));
             }
         }
-        "http" => out.push_str(&format!("  url:  {}\n", visible(&plan.url))),
+        "http" => {
+            out.push_str(&format!("  url:  {}\n", visible(&plan.url)));
+            if plan.oauth_login {
+                out.push_str(&format!(
+                    "  login: OAuth; a browser login follows: run `tutti connector connect {}`\n",
+                    visible(&plan.key)
+                ));
+            }
+        }
         _ => {}
     }
     if plan.secret_names.is_empty() {
@@ -314,6 +322,9 @@ pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitC
             }
             other => other,
         })?;
+    if super::login::is_oauth(&mut kernel, &args.key).await? {
+        return super::login::run(&mut kernel, &args.key, args.no_browser, args.json).await;
+    }
     emit(&connected(&args.key, &names, args.json))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -930,6 +941,7 @@ mod tests {
             description: "GitHub issues".into(),
             sha256: "0123abcd".into(),
             skill_findings: vec![],
+            oauth_login: false,
         }
     }
 

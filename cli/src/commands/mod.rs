@@ -9,6 +9,7 @@ use crate::error::CliError;
 
 pub(crate) mod connector;
 pub(crate) mod doctor;
+pub(crate) mod login;
 pub(crate) mod logs;
 pub(crate) mod review;
 pub(crate) mod service;

@@ -104,6 +104,9 @@ struct ConnectorJson {
     resource_template_count: u32,
     /// tools/call figures over the last `windowSeconds` (SPEC §14).
     calls: CallsJson,
+    /// An OAuth connector (SPEC §10): when its access token expires (never the token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_expires_at: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -199,6 +202,11 @@ impl StatusJson {
                     resource_count: c.resource_count,
                     resource_template_count: c.resource_template_count,
                     calls: CallsJson::new(c),
+                    token_expires_at: if c.oauth {
+                        rfc3339_utc(c.token_expires_unix_ms)
+                    } else {
+                        None
+                    },
                 })
                 .collect(),
             resource_clashes: reply
@@ -220,7 +228,12 @@ fn status_cell(c: &ConnectorStatus) -> String {
     let retrying = matches!(c.status.as_str(), "crash_loop" | "restarting");
     let mut cell = match local_time(c.next_retry_unix_ms) {
         Some(at) if retrying => format!("{} (next retry {at})", c.status),
-        _ => c.status.clone(),
+        _ => match local_time(c.token_expires_unix_ms) {
+            Some(at) if c.oauth && c.status == "ready" => {
+                format!("{} (token expires {at})", c.status)
+            }
+            _ => c.status.clone(),
+        },
     };
     if c.changes_await_review {
         cell.push_str(" (changes await review)");

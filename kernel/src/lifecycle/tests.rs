@@ -409,6 +409,12 @@ table! {
         [reload(), I(offer(1)), reload()] when report(2, ReportKind::AuthFailed, "401 Unauthorized") =>
         [fence_all("upstream refused the credentials"), forget(1), stop(1, 2000), forget(2), stop(2, 2000)]
         AuthFailed, "401 Unauthorized; run `tutti connector connect k --from-env TOKEN` again";
+    oauth_login_needed_fences_every_generation_and_asks_for_connect:
+        [reload(), I(offer(1)), reload()] when report(2, ReportKind::AuthRequired, "the login expired (invalid_grant)") =>
+        [fence_all("upstream refused the credentials"), forget(1), stop(1, 2000), forget(2), stop(2, 2000)]
+        AuthRequired, "the login expired (invalid_grant); run `tutti connector connect k --from-env TOKEN` again";
+    exit_after_oauth_login_needed_is_not_restarted:
+        [reload(), I(report(1, ReportKind::AuthRequired, "403"))] when exited(1) => [forget(1)] AuthRequired;
     exit_after_auth_failure_is_not_restarted:
         [reload(), I(report(1, ReportKind::AuthFailed, "401"))] when exited(1) => [forget(1)] AuthFailed;
     auth_failure_of_an_upgrade_candidate_abandons_the_upgrade:
