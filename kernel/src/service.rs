@@ -680,19 +680,7 @@ impl KernelRpc for Service {
                 ..Default::default()
             };
             if let Some(r) = live {
-                s.prompt_count = r.catalog.prompts.len() as u32;
-                s.resource_count = r.catalog.resources.len() as u32;
-                s.resource_template_count = r.catalog.templates.len() as u32;
-                for t in &r.tools {
-                    match t.risk {
-                        crate::toolset::Risk::Low => s.risk_low += 1,
-                        crate::toolset::Risk::Medium => s.risk_medium += 1,
-                        crate::toolset::Risk::High => {
-                            s.risk_high += 1;
-                            s.high_risk_tools.push(t.local_name.clone());
-                        }
-                    }
-                }
+                count_live(&mut s, r);
             }
             connectors.push(s);
         }
@@ -1340,6 +1328,24 @@ fn validate_candidate(
             let mut problems = tools.err().unwrap_or_default();
             problems.extend(catalog.err().unwrap_or_default());
             Err(problems.join("; "))
+        }
+    }
+}
+
+/// What the live generation `r` serves, counted into its connector's status: prompts,
+/// resources, templates and the tools by risk.
+fn count_live(s: &mut pb::ConnectorStatus, r: &crate::table::Route) {
+    s.prompt_count = r.catalog.prompts.len() as u32;
+    s.resource_count = r.catalog.resources.len() as u32;
+    s.resource_template_count = r.catalog.templates.len() as u32;
+    for t in &r.tools {
+        match t.risk {
+            crate::toolset::Risk::Low => s.risk_low += 1,
+            crate::toolset::Risk::Medium => s.risk_medium += 1,
+            crate::toolset::Risk::High => {
+                s.risk_high += 1;
+                s.high_risk_tools.push(t.local_name.clone());
+            }
         }
     }
 }

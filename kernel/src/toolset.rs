@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+pub use crate::risk::Risk;
 use serde_json::Value;
 use tutti_proto::rules::mcp_header;
 
@@ -25,68 +26,12 @@ pub struct ValidTool {
     pub risk: Risk,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Risk {
-    Low,
-    Medium,
-    High,
-}
-
-impl Risk {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Risk::Low => "low",
-            Risk::Medium => "medium",
-            Risk::High => "high",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Risk> {
-        match s {
-            "low" => Some(Risk::Low),
-            "medium" => Some(Risk::Medium),
-            "high" => Some(Risk::High),
-            _ => None,
-        }
-    }
-}
-
 const KNOWN_DIALECTS: &[&str] = &[
     "https://json-schema.org/draft/2020-12/schema",
     "https://json-schema.org/draft/2019-09/schema",
     "http://json-schema.org/draft-07/schema",
     "http://json-schema.org/draft-06/schema",
     "http://json-schema.org/draft-04/schema",
-];
-
-/// Verbs that make a tool `high` risk when they appear as a word in its name or description.
-const OUTWARD_VERBS: &[&str] = &[
-    "delete",
-    "remove",
-    "drop",
-    "destroy",
-    "erase",
-    "purge",
-    "truncate",
-    "wipe",
-    "kill",
-    "send",
-    "post",
-    "publish",
-    "email",
-    "exec",
-    "execute",
-    "run",
-    "write",
-    "overwrite",
-    "pay",
-    "transfer",
-    "deploy",
-    "merge",
-    "push",
-    "revoke",
-    "shutdown",
-    "terminate",
-    "uninstall",
 ];
 
 /// Validates the whole candidate; any problem refuses the whole set.
@@ -137,52 +82,6 @@ pub fn validate(
 /// The level of an upstream tool: [`crate::risk::assess`] (SPEC §12).
 pub fn risk_of(upstream_name: &str, definition: &Value) -> Risk {
     crate::risk::assess(upstream_name, definition).0
-}
-
-/// The words of a name or a sentence, lower-cased: split at anything not alphanumeric and
-/// at camelCase humps (`deleteFile` → `delete`, `file`; `HTTPRequest` → `http`, `request`).
-pub(crate) fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_ascii_alphanumeric())
-        .flat_map(|chunk| {
-            let chars: Vec<char> = chunk.chars().collect();
-            let mut out = Vec::new();
-            let mut start = 0;
-            for i in 1..chars.len() {
-                let hump = chars[i].is_ascii_uppercase()
-                    && (chars[i - 1].is_ascii_lowercase()
-                        || chars[i - 1].is_ascii_digit()
-                        || chars.get(i + 1).is_some_and(char::is_ascii_lowercase)
-                            && chars[i - 1].is_ascii_uppercase());
-                if hump {
-                    out.push(chars[start..i].iter().collect::<String>());
-                    start = i;
-                }
-            }
-            out.push(chars[start..].iter().collect::<String>());
-            out
-        })
-        .filter(|w| !w.is_empty())
-        .map(|w| w.to_ascii_lowercase())
-}
-
-/// A listed verb, also as written in descriptions and names: `sends`, `pushes`, `deleted`,
-/// `deleting`, `running`.
-pub(crate) fn is_outward_verb(word: &str) -> bool {
-    OUTWARD_VERBS.iter().any(|verb| {
-        let Some(rest) = word.strip_prefix(verb) else {
-            // `deleting` / `deleted` drop the verb's final `e`.
-            return verb.strip_suffix('e').is_some_and(|stem| {
-                word.strip_prefix(stem)
-                    .is_some_and(|rest| matches!(rest, "ing" | "ed"))
-            });
-        };
-        let last = verb.chars().last().unwrap_or('e');
-        match rest {
-            "" | "s" | "es" | "ing" | "ed" => true,
-            // `running`, `dropped`: a doubled final consonant.
-            r => r.len() > 2 && r.starts_with(last) && matches!(&r[1..], "ing" | "ed"),
-        }
-    })
 }
 
 /// Root must be an object schema with `"type": "object"`, a known dialect, local `$ref`s

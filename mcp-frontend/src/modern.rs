@@ -273,6 +273,35 @@ async fn relayed_call(
     relay::respond(answering, running).await
 }
 
+/// SEP-2243: every `Mcp-Param-*` header of a direct call matches its argument in the body;
+/// the first mismatch, described for the client.
+fn check_param_headers(
+    ctx: &Ctx,
+    tool: &crate::routes::Tool,
+    params: Option<&Value>,
+) -> Result<(), String> {
+    let arguments = params.and_then(|p| p.get("arguments"));
+    for param in &tool.param_headers {
+        // The display name is only built for an error (this loop runs on every call).
+        let display = || tutti_proto::rules::mcp_header::display_name(&param.name);
+        let body = headers::argument_at(arguments, &param.path);
+        let problem = match (headers::decoded(&ctx.headers, &param.header), body) {
+            (Err(HeaderProblem::Missing), None) => None,
+            (Err(problem), _) => Some(problem.describe(&display())),
+            (Ok(_), None) => Some(format!(
+                "{} header is present but the body has no value for it",
+                display()
+            )),
+            (Ok(value), Some(body)) => (!headers::param_matches(param, &value, body))
+                .then(|| format!("{} header does not match the body value", display())),
+        };
+        if let Some(problem) = problem {
+            return Err(problem);
+        }
+    }
+    Ok(())
+}
+
 async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     let name = match call::tool_name(params.as_ref()) {
         Ok(name) => name,
@@ -293,24 +322,8 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
         }
         crate::search::Routed::Call { tool, params } => (tool, params, false),
     };
-    let arguments = params.as_ref().and_then(|p| p.get("arguments"));
-    for param in tool.param_headers.iter().filter(|_| direct) {
-        // The display name is only built for an error (this loop runs on every call).
-        let display = || tutti_proto::rules::mcp_header::display_name(&param.name);
-        let body = headers::argument_at(arguments, &param.path);
-        let problem = match (headers::decoded(&ctx.headers, &param.header), body) {
-            (Err(HeaderProblem::Missing), None) => None,
-            (Err(problem), _) => Some(problem.describe(&display())),
-            (Ok(_), None) => Some(format!(
-                "{} header is present but the body has no value for it",
-                display()
-            )),
-            (Ok(value), Some(body)) => (!headers::param_matches(param, &value, body))
-                .then(|| format!("{} header does not match the body value", display())),
-        };
-        if let Some(problem) = problem {
-            return bad(id, mismatch(problem));
-        }
+    if direct && let Err(problem) = check_param_headers(ctx, &tool, params.as_ref()) {
+        return bad(id, mismatch(problem));
     }
     let progress = crate::progress::requested(params.as_ref(), &ctx.headers);
     let meta = params.as_ref().and_then(|p| p.get("_meta"));

@@ -836,7 +836,8 @@ async fn legacy_initialize_and_simple_methods() {
         assert_eq!(
             body["result"]["capabilities"],
             json!({"tools":{"listChanged":true},"resources":{"subscribe":true,"listChanged":true},
-                "prompts":{"listChanged":true},"logging":{}})
+                "prompts":{"listChanged":true},"logging":{},
+                "extensions":{"io.modelcontextprotocol/skills":{}}})
         );
         assert_eq!(
             body["result"]["serverInfo"],

@@ -266,7 +266,9 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
         "openai/outputTemplate": "ui://fixture/rich.html",
         "tutti/connector": "rich",
         "tutti/upstreamName": "rich_def",
-        "tutti/risk": "low",
+        // The runtime's own rating (the spoofed `tutti/risk` is replaced): no verb in the
+        // name, and `readOnlyHint` never lowers a level (SPEC §12), so `medium`.
+        "tutti/risk": "medium",
     });
     let icons = json!([{"src": "https://example.com/rich.png", "mimeType": "image/png", "sizes": ["48x48"]}]);
     let execution = json!({"taskSupport": "required"});

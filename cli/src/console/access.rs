@@ -15,7 +15,14 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 use tutti_proto::rules::loopback;
 
-use super::Shared;
+/// What every handler shares (here, beside the access tables it holds, so that every
+/// module of the console depends on this one and none on the console's root).
+pub(crate) struct Console {
+    pub(crate) state_dir: std::path::PathBuf,
+    pub(crate) access: Access,
+}
+
+pub(crate) type Shared = std::sync::Arc<Console>;
 
 const COOKIE: &str = "tutti_console";
 /// CSRF tokens kept (the oldest go first): one per page shown.

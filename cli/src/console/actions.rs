@@ -12,8 +12,8 @@ use axum::{Extension, Form};
 use maud::html;
 use tutti_proto::kernel as pb;
 
-use super::Shared;
 use super::access::Session;
+use super::access::Shared;
 use super::link::{self, Problem};
 use super::pages::{self, failed, page};
 use super::views;

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::Shared;
+use super::access::Shared;
 
 /// How often the file is read for new records (a call shows within a second).
 const POLL: Duration = Duration::from_millis(200);

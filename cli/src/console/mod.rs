@@ -18,7 +18,7 @@ mod views;
 
 use std::future::IntoFuture;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,13 +33,7 @@ use crate::error::CliError;
 /// before the console ends.
 const GONE_GRACE: Duration = Duration::from_secs(15);
 
-/// What every handler shares.
-pub(crate) struct Console {
-    pub(crate) state_dir: PathBuf,
-    pub(crate) access: access::Access,
-}
-
-pub(crate) type Shared = Arc<Console>;
+use access::{Console, Shared};
 
 /// Runs the console until Ctrl-C, or until the kernel is gone.
 pub(crate) async fn run(state_dir: &Path, args: ConsoleArgs) -> Result<ExitCode, CliError> {

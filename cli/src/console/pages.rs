@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use tutti_proto::kernel as pb;
 
-use super::Shared;
 use super::access::Session;
+use super::access::Shared;
 use super::link::{self, Problem};
 use super::views;
 
