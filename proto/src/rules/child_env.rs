@@ -191,6 +191,7 @@ mod tests {
         move |name| map.get(name).cloned()
     }
 
+    #[cfg(not(windows))]
     fn names(env: &[(String, String)]) -> Vec<&str> {
         env.iter().map(|(n, _)| n.as_str()).collect()
     }
