@@ -119,23 +119,28 @@ pub(crate) async fn open(
 }
 
 async fn next_frame(mut s: Stream) -> Option<(Bytes, Stream)> {
-    tokio::select! {
-        biased;
-        () = ended(&mut s.end) => None,
-        changed = s.tools.changed() => {
-            changed.ok()?;
-            s.tools.borrow_and_update();
-            let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
-            Some((frame(&note), s))
-        }
-        Some(message) = s.pushed.recv() => Some((frame(&message), s)),
-        Some(note) = s.events.next() => {
-            // Tool list changes come from `tools` above (once per committed change).
-            let tools = note.get("method").and_then(Value::as_str)
-                == Some("notifications/tools/list_changed");
-            Some((if tools { Bytes::from_static(b": \n\n") } else { frame(&note) }, s))
-        }
-        _ = s.keep_alive.tick() => Some((Bytes::from_static(b": keep-alive\n\n"), s)),
+    loop {
+        let message = tokio::select! {
+            biased;
+            () = ended(&mut s.end) => return None,
+            changed = s.tools.changed() => {
+                changed.ok()?;
+                s.tools.borrow_and_update();
+                json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            }
+            Some(message) = s.pushed.recv() => message,
+            Some(note) = s.events.next() => {
+                // Tool list changes come from `tools` above (once per committed change).
+                if note.get("method").and_then(Value::as_str)
+                    == Some("notifications/tools/list_changed")
+                {
+                    continue;
+                }
+                note
+            }
+            _ = s.keep_alive.tick() => return Some((Bytes::from_static(b": keep-alive\n\n"), s)),
+        };
+        return Some((frame(&message), s));
     }
 }
 

@@ -588,3 +588,48 @@ async fn server_everything_over_streamable_http_serves_prompts_resources_and_com
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// SPEC §11: a 2025-06-18 client that subscribed to a resource with `resources/subscribe`
+/// gets `notifications/resources/updated` for it on its GET notification stream (the token
+/// is the session), and nothing for a resource it did not subscribe to.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_legacy_subscription_gets_its_updates_on_the_get_stream() {
+    let mut rt = runtime_for_node();
+    tokio::task::block_in_place(|| {
+        rt.install_ok(&everything_manifest("everything"), &[]);
+        rt.wait_status("everything", "ready", READY);
+    });
+    let token = tokio::task::block_in_place(|| rt.issue_token("w", "legacy-sub"));
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let uri = "demo://resource/static/document/architecture.md";
+    let (status, _, body) = mcp
+        .request("resources/subscribe", json!({"uri": uri}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("error").is_none(), "subscribe: {body}");
+    let mut stream = mcp.get_stream().await;
+    assert_eq!(stream.status, 200);
+    let toggled = mcp
+        .call_tool_ok("everything_toggle-subscriber-updates", json!({}))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut update = None;
+    while Instant::now() < deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match stream.next_event(left).await {
+            Some(ev) if ev["method"] == "notifications/resources/updated" => {
+                update = Some(ev);
+                break;
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
+    mcp.call_tool_ok("everything_toggle-subscriber-updates", json!({}))
+        .await;
+    let update = update.unwrap_or_else(|| {
+        panic!("no resources/updated on the GET stream within 30 s (toggle answered {toggled})")
+    });
+    assert_eq!(update["params"]["uri"], uri, "{update}");
+}
