@@ -152,7 +152,12 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
     let key = crate::clients::token_key(&ctx.token);
     let client = ctx.app.clients.state(&key);
-    if (client.caps.any() || client.log_level.is_some())
+    let confirm = crate::confirm::required(&ctx.identity, &tool);
+    if confirm && !(client.caps.elicitation && progress::accepts_event_stream(&ctx.headers)) {
+        drop(pending);
+        return call::call_response(&id, crate::confirm::not_asked(&ctx, &tool, revision));
+    }
+    if (confirm || client.caps.any() || client.log_level.is_some())
         && progress::accepts_event_stream(&ctx.headers)
     {
         // The client may be asked something or sent log messages during the call: answered
@@ -166,6 +171,8 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
             revision,
             requests: client.caps.any(),
             logs: client.log_level.is_some(),
+            token: key,
+            confirm,
         });
         let answering = crate::relay::Answering {
             app: ctx.app.clone(),
