@@ -133,19 +133,9 @@ async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
 /// `notifications/cancelled` for `id` cancels it either way.
 async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let revision = revision(&ctx);
-    let (tool, params) = match call::tool_name(params.as_ref()) {
-        Ok(name) => match search::route(&ctx, name, params.as_ref()).await {
-            search::Routed::Direct => (call::resolve(&ctx.app, name).await, params),
-            search::Routed::Answer(answer) => {
-                return call::call_response(&id, answer.map(|r| r.in_era(revision)));
-            }
-            search::Routed::Call { tool, params } => (Ok(tool), params),
-        },
-        Err(e) => (Err(e), None),
-    };
-    let tool = match tool {
-        Ok(tool) => tool,
-        Err(e) => return call::call_response(&id, Err(e)),
+    let (tool, params) = match call_target(&ctx, &id, params, revision).await {
+        Ok(target) => target,
+        Err(answer) => return answer,
     };
     let progress = progress::requested(params.as_ref(), &ctx.headers);
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
@@ -216,6 +206,30 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
         .map(|r| r.in_era(revision))
     })
     .await
+}
+
+/// The tool a `tools/call` names (directly or through `tutti_call_tool`) and its params, or
+/// the answer when there is nothing to call.
+async fn call_target(
+    ctx: &Ctx,
+    id: &Value,
+    params: Option<Value>,
+    revision: Revision,
+) -> Result<(std::sync::Arc<crate::routes::Tool>, Option<Value>), Response> {
+    let (tool, params) = match call::tool_name(params.as_ref()) {
+        Ok(name) => match search::route(ctx, name, params.as_ref()).await {
+            search::Routed::Direct => (call::resolve(&ctx.app, name).await, params),
+            search::Routed::Answer(answer) => {
+                return Err(call::call_response(id, answer.map(|r| r.in_era(revision))));
+            }
+            search::Routed::Call { tool, params } => (Ok(tool), params),
+        },
+        Err(e) => (Err(e), None),
+    };
+    match tool {
+        Ok(tool) => Ok((tool, params)),
+        Err(e) => Err(call::call_response(id, Err(e))),
+    }
 }
 
 /// `logging/setLevel`: log messages of this token's calls at or above `level` from now on.
