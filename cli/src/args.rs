@@ -243,6 +243,13 @@ impl ToolsArg {
     }
 }
 
+/// `--confirm` of `session issue` (SPEC §12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ConfirmArg {
+    /// Calls of high-risk tools
+    High,
+}
+
 #[derive(Debug, Args)]
 pub struct IssueArgs {
     /// Workspace the session belongs to
@@ -258,6 +265,10 @@ pub struct IssueArgs {
     /// them (auto: search above 80 tools)
     #[arg(long, value_enum, default_value_t = ToolsArg::All)]
     pub tools: ToolsArg,
+    /// Ask the person (through the client's elicitation) before each call of a tool at this
+    /// risk level
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub confirm: Option<ConfirmArg>,
     /// The agent's ACP initialize response (JSON); bind only if it supports MCP over HTTP
     #[arg(long, value_name = "FILE")]
     pub acp_initialize: Option<PathBuf>,

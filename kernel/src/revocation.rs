@@ -20,6 +20,7 @@ pub enum Revocation<'a> {
         id: SessionId,
         token: &'a str,
         tools: pb::ToolsMode,
+        confirm_high: bool,
     },
 }
 
@@ -35,10 +36,15 @@ pub async fn revoke(k: &Kernel, what: Revocation<'_>) -> u32 {
                 (n, event(true, None), true)
             }
             Revocation::One(id) => (u32::from(tokens.revoke(id)), event(false, Some(id)), true),
-            Revocation::Reissue { id, token, tools } => {
+            Revocation::Reissue {
+                id,
+                token,
+                tools,
+                confirm_high,
+            } => {
                 let had = u32::from(tokens.revoke(&id));
                 let event = event(false, Some(&id));
-                tokens.issue_with(id, token, tools);
+                tokens.issue_with(id, token, tools, confirm_high);
                 (had, event, false)
             }
         };

@@ -791,6 +791,7 @@ impl KernelRpc for Service {
                 id,
                 token: &token,
                 tools,
+                confirm_high: req.confirm_high,
             },
         )
         .await;
@@ -802,7 +803,7 @@ impl KernelRpc for Service {
             workspace: req.workspace.clone(),
             session: req.session.clone(),
         });
-        tracing::info!(workspace = %req.workspace, session = %req.session, tools = ?tools, "session issued");
+        tracing::info!(workspace = %req.workspace, session = %req.session, tools = ?tools, confirm_high = req.confirm_high, "session issued");
         Ok(Response::new(pb::IssueSessionReply {
             token,
             url,
@@ -863,6 +864,7 @@ impl KernelRpc for Service {
                 workspace: record.id.workspace.clone(),
                 session: record.id.session.clone(),
                 tools: record.tools.into(),
+                confirm_high: record.confirm_high,
             },
             None => pb::VerifySessionReply::default(),
         }))

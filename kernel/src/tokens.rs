@@ -22,6 +22,8 @@ pub struct TokenRecord {
     pub id: SessionId,
     /// `--tools` (SPEC §15).
     pub tools: ToolsMode,
+    /// `--confirm high` (SPEC §12).
+    pub confirm_high: bool,
 }
 
 #[derive(Debug, Default)]
@@ -47,17 +49,24 @@ impl TokenTable {
     /// Binds `token` to `id` with the default options (tests).
     #[cfg(test)]
     pub fn issue(&mut self, id: SessionId, token: &str) {
-        self.issue_with(id, token, ToolsMode::All);
+        self.issue_with(id, token, ToolsMode::All, false);
     }
 
     /// Binds `token` to `id`; a previous token of the same session is revoked at once.
-    pub fn issue_with(&mut self, id: SessionId, token: &str, tools: ToolsMode) {
+    pub fn issue_with(&mut self, id: SessionId, token: &str, tools: ToolsMode, confirm_high: bool) {
         let h = hash(token);
         if let Some(old) = self.by_session.insert(id.clone(), h) {
             self.by_hash.remove(&old);
         }
         self.issued.insert(id.clone(), now_unix_ms());
-        self.by_hash.insert(h, TokenRecord { id, tools });
+        self.by_hash.insert(
+            h,
+            TokenRecord {
+                id,
+                tools,
+                confirm_high,
+            },
+        );
     }
 
     /// The live sessions and when each was issued, sorted by workspace and session. No
@@ -155,12 +164,14 @@ mod tests {
     #[test]
     fn the_record_keeps_the_tools_mode_until_reissued() {
         let mut t = TokenTable::default();
-        t.issue_with(id("w", "s"), "tts_one", ToolsMode::Search);
+        t.issue_with(id("w", "s"), "tts_one", ToolsMode::Search, true);
         assert_eq!(
             t.record("tts_one").map(|r| r.tools),
             Some(ToolsMode::Search)
         );
+        assert_eq!(t.record("tts_one").map(|r| r.confirm_high), Some(true));
         t.issue(id("w", "s"), "tts_two");
+        assert_eq!(t.record("tts_two").map(|r| r.confirm_high), Some(false));
         assert!(t.record("tts_one").is_none());
         assert_eq!(t.record("tts_two").map(|r| r.tools), Some(ToolsMode::All));
     }

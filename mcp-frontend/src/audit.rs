@@ -102,6 +102,13 @@ impl Relayed {
         }
     }
 
+    /// The person's decision on a confirmed call (`--confirm high`).
+    pub(crate) fn confirm(&self, decision: &str) {
+        if let Ok(mut notes) = self.notes.lock() {
+            decision.clone_into(&mut notes.1);
+        }
+    }
+
     fn take(&self) -> (Vec<String>, String) {
         self.notes
             .lock()

@@ -57,6 +57,8 @@ pub struct Identity {
     pub session: String,
     /// The `--tools` mode of the token (SPEC §15); `All` unless the kernel says otherwise.
     pub tools: ToolsMode,
+    /// `--confirm high` (SPEC §12): high-risk calls are confirmed by the person first.
+    pub confirm_high: bool,
 }
 
 /// Everything the frontend needs from the kernel and the workers.
@@ -327,6 +329,7 @@ impl Backend for GrpcBackend {
                     let reply = reply.into_inner();
                     Ok(reply.valid.then(|| Identity {
                         tools: reply.tools(),
+                        confirm_high: reply.confirm_high,
                         workspace: reply.workspace,
                         session: reply.session,
                     }))

@@ -120,11 +120,15 @@ pub(crate) struct Parked {
     pub(crate) call: Box<dyn Any + Send>,
 }
 
+type ConfirmAnswer = tokio::sync::oneshot::Sender<Result<Value, Value>>;
+
 #[derive(Default)]
 pub(crate) struct Clients {
     tokens: Mutex<HashMap<TokenKey, TokenState>>,
     asked: Mutex<HashMap<(TokenKey, String), AnswerTo>>,
     parked: Mutex<HashMap<String, Parked>>,
+    /// Confirmation questions (`--confirm high`) awaiting the client's POSTed answer.
+    confirms: Mutex<HashMap<(TokenKey, String), ConfirmAnswer>>,
     seq: AtomicU64,
     /// Open legacy GET streams by id: their token and where their notifications go.
     streams: Mutex<HashMap<u64, (TokenKey, mpsc::Sender<Value>)>>,
@@ -158,6 +162,40 @@ impl Clients {
     /// A legacy request sent to the client of `token` with JSON-RPC id `id`.
     pub(crate) fn ask(&self, token: TokenKey, id: String, to: AnswerTo) {
         lock(&self.asked).insert((token, id), to);
+    }
+
+    /// A confirmation question sent to `token`'s client with JSON-RPC id `id`.
+    pub(crate) fn expect_confirm(
+        &self,
+        token: TokenKey,
+        id: String,
+    ) -> tokio::sync::oneshot::Receiver<Result<Value, Value>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        lock(&self.confirms).insert((token, id), tx);
+        rx
+    }
+
+    /// Hands the client's answer to its confirmation question; gives it back when `id`
+    /// names none.
+    pub(crate) fn confirmed(
+        &self,
+        token: TokenKey,
+        id: &str,
+        answer: Result<Value, Value>,
+    ) -> Option<Result<Value, Value>> {
+        let waiting = lock(&self.confirms).remove(&(token, id.to_owned()));
+        match waiting {
+            Some(tx) => {
+                let _ = tx.send(answer);
+                None
+            }
+            None => Some(answer),
+        }
+    }
+
+    /// Drops a confirmation question nobody answered.
+    pub(crate) fn forget_confirm(&self, token: TokenKey, id: &str) {
+        lock(&self.confirms).remove(&(token, id.to_owned()));
     }
 
     /// Where the answer of `token`'s client to request `id` goes (once).

@@ -133,26 +133,21 @@ async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
 /// `notifications/cancelled` for `id` cancels it either way.
 async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let revision = revision(&ctx);
-    let (tool, params) = match call::tool_name(params.as_ref()) {
-        Ok(name) => match search::route(&ctx, name, params.as_ref()).await {
-            search::Routed::Direct => (call::resolve(&ctx.app, name).await, params),
-            search::Routed::Answer(answer) => {
-                return call::call_response(&id, answer.map(|r| r.in_era(revision)));
-            }
-            search::Routed::Call { tool, params } => (Ok(tool), params),
-        },
-        Err(e) => (Err(e), None),
-    };
-    let tool = match tool {
-        Ok(tool) => tool,
-        Err(e) => return call::call_response(&id, Err(e)),
+    let (tool, params) = match call_target(&ctx, &id, params, revision).await {
+        Ok(target) => target,
+        Err(answer) => return answer,
     };
     let progress = progress::requested(params.as_ref(), &ctx.headers);
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
     let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
     let key = crate::clients::token_key(&ctx.token);
     let client = ctx.app.clients.state(&key);
-    if (client.caps.any() || client.log_level.is_some())
+    let confirm = crate::confirm::required(&ctx.identity, &tool);
+    if confirm && !(client.caps.elicitation && progress::accepts_event_stream(&ctx.headers)) {
+        drop(pending);
+        return call::call_response(&id, crate::confirm::not_asked(&ctx, &tool, revision));
+    }
+    if (confirm || client.caps.any() || client.log_level.is_some())
         && progress::accepts_event_stream(&ctx.headers)
     {
         // The client may be asked something or sent log messages during the call: answered
@@ -166,6 +161,8 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
             revision,
             requests: client.caps.any(),
             logs: client.log_level.is_some(),
+            token: key,
+            confirm,
         });
         let answering = crate::relay::Answering {
             app: ctx.app.clone(),
@@ -209,6 +206,30 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
         .map(|r| r.in_era(revision))
     })
     .await
+}
+
+/// The tool a `tools/call` names (directly or through `tutti_call_tool`) and its params, or
+/// the answer when there is nothing to call.
+async fn call_target(
+    ctx: &Ctx,
+    id: &Value,
+    params: Option<Value>,
+    revision: Revision,
+) -> Result<(std::sync::Arc<crate::routes::Tool>, Option<Value>), Response> {
+    let (tool, params) = match call::tool_name(params.as_ref()) {
+        Ok(name) => match search::route(ctx, name, params.as_ref()).await {
+            search::Routed::Direct => (call::resolve(&ctx.app, name).await, params),
+            search::Routed::Answer(answer) => {
+                return Err(call::call_response(id, answer.map(|r| r.in_era(revision))));
+            }
+            search::Routed::Call { tool, params } => (Ok(tool), params),
+        },
+        Err(e) => (Err(e), None),
+    };
+    match tool {
+        Ok(tool) => Ok((tool, params)),
+        Err(e) => Err(call::call_response(id, Err(e))),
+    }
 }
 
 /// `logging/setLevel`: log messages of this token's calls at or above `level` from now on.

@@ -16,6 +16,7 @@ mod call;
 mod catalog;
 mod circuit;
 mod clients;
+mod confirm;
 mod era;
 mod error;
 mod get_stream;

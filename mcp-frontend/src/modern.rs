@@ -257,6 +257,9 @@ async fn relayed_call(
             revision: Revision::V2026_07_28,
             requests: true,
             logs: log_level.is_some(),
+            token,
+            // Fresh high-risk calls of a `--confirm high` session never get here (tools_call).
+            confirm: false,
         }),
     };
     let answering = relay::Answering {
@@ -333,6 +336,11 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     let resuming = params
         .as_ref()
         .is_some_and(|p| p.get("requestState").is_some());
+    if !resuming && crate::confirm::required(&ctx.identity, &tool) {
+        // Asking through an `input_required` result is not built yet: fail closed.
+        let refused = crate::confirm::not_asked(ctx, &tool, Revision::V2026_07_28);
+        return call::call_response(id, refused);
+    }
     // 2026-07-28: log messages only when the request names a level, on its event stream.
     let wants_logs = meta.is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some())
         && crate::progress::accepts_event_stream(&ctx.headers);

@@ -214,6 +214,7 @@ mod tests {
         Identity {
             workspace: "w".into(),
             session: s.into(),
+            confirm_high: false,
             tools: Default::default(),
         }
     }

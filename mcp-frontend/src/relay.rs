@@ -39,6 +39,7 @@ use crate::audit::Relayed;
 use crate::backend::{Identity, WorkerEvent};
 use crate::call::{self, CallResult, RelayStream, Streaming};
 use crate::clients::{AnswerTo, Caps, Parked, TokenKey, level_rank};
+use crate::confirm::{self, Decision};
 use crate::era::Revision;
 use crate::routes::Tool;
 use crate::rpc::{self, INTERNAL_ERROR, INVALID_PARAMS, RpcError};
@@ -74,6 +75,8 @@ impl Drop for Running {
 
 enum Step {
     Event(WorkerEvent),
+    /// A message of the frontend's own for the client (the `--confirm high` question).
+    Note(Bytes),
     Done(Result<CallResult, RpcError>),
 }
 
@@ -89,6 +92,10 @@ pub(crate) struct Start {
     pub(crate) requests: bool,
     /// The client wants log messages.
     pub(crate) logs: bool,
+    /// Whose client the call came from.
+    pub(crate) token: TokenKey,
+    /// The person confirms the call first (`--confirm high`, [`crate::confirm`]).
+    pub(crate) confirm: bool,
 }
 
 /// Starts the call in a task of its own.
@@ -105,7 +112,16 @@ pub(crate) fn start(s: Start) -> Running {
         relayed: relayed.clone(),
     };
     let tool = s.tool.clone();
+    let relayed_for_task = relayed.clone();
     let task = tokio::spawn(async move {
+        if s.confirm
+            && let Some(refused) = confirm_first(&s, &steps_tx, &relayed_for_task).await
+        {
+            let _ = steps_tx
+                .send(Step::Done(refused.map(|r| r.in_era(s.revision))))
+                .await;
+            return;
+        }
         let call = call::execute(
             &s.app,
             &s.who,
@@ -140,6 +156,32 @@ pub(crate) fn start(s: Start) -> Running {
         call_id,
         relayed,
     }
+}
+
+/// Asks the person to confirm the call; `None` when accepted, else the call's refusal.
+async fn confirm_first(
+    s: &Start,
+    steps: &mpsc::Sender<Step>,
+    relayed: &Arc<Relayed>,
+) -> Option<Result<CallResult, RpcError>> {
+    let id = s.app.clients.next_id();
+    let answer = s.app.clients.expect_confirm(s.token, id.clone());
+    let question = serde_json::to_vec(&confirm::request(&id, &s.tool)).unwrap_or_default();
+    let decision = if steps
+        .send(Step::Note(rpc::sse_event(&question)))
+        .await
+        .is_ok()
+    {
+        confirm::wait(&s.app, s.token, &id, &s.tool, answer).await
+    } else {
+        s.app.clients.forget_confirm(s.token, &id);
+        Decision::Cancelled
+    };
+    if decision == Decision::Accepted {
+        relayed.confirm(decision.as_str());
+        return None;
+    }
+    Some(confirm::refused(&s.app, &s.who, &s.tool, relayed, decision))
 }
 
 /// How the answer to one request of a relayed call is written.
@@ -233,6 +275,7 @@ impl Driver {
                     self.running = None;
                     return Some(self.final_message(&answer, StatusCode::OK));
                 }
+                Some(Step::Note(note)) => return Some(Out::Note(note)),
                 Some(Step::Event(WorkerEvent::Progress(note))) => {
                     if let Some(token) = &self.a.progress
                         && let Some(event) = crate::progress::progress_event(token, &note)
@@ -473,6 +516,9 @@ pub(crate) fn answer_legacy(
 ) -> bool {
     let Some(id) = id.as_str() else {
         return false;
+    };
+    let Some(answer) = app.clients.confirmed(token, id, answer) else {
+        return true;
     };
     let Some(to) = app.clients.answered(token, id) else {
         return false;

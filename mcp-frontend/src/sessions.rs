@@ -105,6 +105,7 @@ mod tests {
             workspace: w.into(),
             session: s.into(),
             tools: tutti_proto::kernel::ToolsMode::All,
+            confirm_high: false,
         }
     }
 

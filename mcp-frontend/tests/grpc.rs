@@ -84,6 +84,7 @@ impl Kernel for FakeKernel {
             workspace: if valid { "w".into() } else { String::new() },
             session: if valid { "s".into() } else { String::new() },
             tools: 0,
+            confirm_high: false,
         }))
     }
     type WatchRoutesStream = futures_util::stream::BoxStream<'static, Result<RouteEvent, Status>>;

@@ -262,6 +262,7 @@ async fn start_with(page_size: usize) -> Harness {
             workspace: "w1".into(),
             session: "s1".into(),
             tools: tutti_proto::kernel::ToolsMode::All,
+            confirm_high: false,
         },
     );
     tokens.insert(
@@ -270,6 +271,7 @@ async fn start_with(page_size: usize) -> Harness {
             workspace: "w1".into(),
             session: "s2".into(),
             tools: tutti_proto::kernel::ToolsMode::All,
+            confirm_high: false,
         },
     );
     let fake = Arc::new(Fake {

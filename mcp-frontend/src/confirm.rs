@@ -1,0 +1,154 @@
+//! Confirmed high-risk calls (SPEC §12, issue 22 item 5): a session issued with
+//! `--confirm high` has each call of a `high`-risk tool confirmed by the person through the
+//! client's elicitation before anything is sent upstream.
+//!
+//! The question is a frontend-originated `elicitation/create` on the legacy call's event
+//! stream (id `tutti-<n>`, the client's POSTed answer comes back through
+//! [`crate::relay::answer_legacy`]). It names the tool, its connector and its risk, never an
+//! argument value. Accept → the call runs; decline, cancel, an error answer or no answer
+//! within the tool's timeout → an `isError` result starting `declined:`; a client that cannot
+//! be asked → an `isError` result saying so. Each decision is the call's audit
+//! `confirmation`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::app::App;
+use crate::audit::{Outcome, Relayed};
+use crate::backend::Identity;
+use crate::call::CallResult;
+use crate::clients::TokenKey;
+use crate::routes::Tool;
+use crate::rpc::{INTERNAL_ERROR, RpcError};
+
+/// How long the person has when the tool has no timeout of its own.
+const DEFAULT_WAIT: Duration = Duration::from_secs(60);
+
+/// Whether `who`'s call of `tool` must be confirmed first.
+pub(crate) fn required(who: &Identity, tool: &Tool) -> bool {
+    who.confirm_high && tool.risk == "high"
+}
+
+/// The person's decision (its audit word).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Accepted,
+    Declined,
+    Cancelled,
+    Timeout,
+    NotAsked,
+}
+
+impl Decision {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::Declined => "declined",
+            Self::Cancelled => "cancelled",
+            Self::Timeout => "timeout",
+            Self::NotAsked => "not_asked",
+        }
+    }
+
+    /// The client's answer to the question: `action` of an `ElicitResult`.
+    fn of_answer(answer: &Result<Value, Value>) -> Self {
+        match answer
+            .as_ref()
+            .ok()
+            .and_then(|r| r.get("action"))
+            .and_then(Value::as_str)
+        {
+            Some("accept") => Self::Accepted,
+            Some("decline") => Self::Declined,
+            _ => Self::Cancelled,
+        }
+    }
+}
+
+/// The `elicitation/create` request with JSON-RPC id `id` (no argument values).
+pub(crate) fn request(id: &str, tool: &Tool) -> Value {
+    let message = format!(
+        "Allow the call of tool {} (connector {}, risk {})?",
+        tool.name, tool.connector.key, tool.risk
+    );
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "elicitation/create",
+        "params": {
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": {}},
+        },
+    })
+}
+
+/// Waits for the answer to the question `id` asked of `token`'s client.
+pub(crate) async fn wait(
+    app: &App,
+    token: TokenKey,
+    id: &str,
+    tool: &Tool,
+    answer: oneshot::Receiver<Result<Value, Value>>,
+) -> Decision {
+    let limit = match tool.connector.timeout_ms {
+        0 => DEFAULT_WAIT,
+        ms => Duration::from_millis(u64::from(ms)),
+    };
+    match tokio::time::timeout(limit, answer).await {
+        Ok(Ok(answer)) => Decision::of_answer(&answer),
+        Ok(Err(_)) => Decision::Cancelled,
+        Err(_) => {
+            app.clients.forget_confirm(token, id);
+            Decision::Timeout
+        }
+    }
+}
+
+/// The result of a call that was not sent: audited with `decision`.
+pub(crate) fn refused(
+    app: &App,
+    who: &Identity,
+    tool: &Tool,
+    relayed: &Arc<Relayed>,
+    decision: Decision,
+) -> Result<CallResult, RpcError> {
+    relayed.confirm(decision.as_str());
+    app.audit.record(
+        who,
+        tool,
+        Instant::now(),
+        Outcome::ToolError,
+        0,
+        Some(relayed),
+    );
+    let text = match decision {
+        Decision::NotAsked => format!(
+            "confirmation required: the call of {} (risk {}) must be confirmed by the person, \
+             and this client could not be asked (it declared no elicitation capability, does \
+             not accept an event stream, or speaks 2026-07-28, where asking is not built yet); \
+             nothing was sent",
+            tool.name, tool.risk
+        ),
+        other => format!(
+            "declined: the person did not confirm the call of {} ({}); nothing was sent",
+            tool.name,
+            other.as_str()
+        ),
+    };
+    let result = json!({"content": [{"type": "text", "text": text}], "isError": true});
+    CallResult::from_json(result.to_string())
+        .ok_or_else(|| RpcError::new(INTERNAL_ERROR, "cannot encode the refusal"))
+}
+
+/// The refusal for a call that must be confirmed by a client that cannot be asked.
+pub(crate) fn not_asked(
+    ctx: &crate::shared::Ctx,
+    tool: &Tool,
+    revision: crate::era::Revision,
+) -> Result<CallResult, RpcError> {
+    let relayed = Arc::new(Relayed::default());
+    refused(&ctx.app, &ctx.identity, tool, &relayed, Decision::NotAsked).map(|r| r.in_era(revision))
+}
