@@ -302,3 +302,65 @@ pub(crate) fn oauth_connect(s: &pb::ConnectorStatus) -> Markup {
         p.hint { "The tokens stay in the runtime's secret store and are never shown." }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status() -> pb::ConnectorStatus {
+        pb::ConnectorStatus {
+            key: "fx".into(),
+            status: "ready".into(),
+            circuit: "closed".into(),
+            prompt_count: 3,
+            resource_count: 5,
+            ..Default::default()
+        }
+    }
+
+    fn card_html(s: &pb::ConnectorStatus) -> String {
+        card(s, None).into_string()
+    }
+
+    #[test]
+    fn a_card_shows_counts_and_an_open_circuit_only() {
+        let mut s = status();
+        let closed = card_html(&s);
+        assert!(closed.contains(r#"<dd class="prompts">3</dd>"#), "{closed}");
+        assert!(
+            closed.contains(r#"<dd class="resources">5</dd>"#),
+            "{closed}"
+        );
+        assert!(!closed.contains("circuit"), "{closed}");
+        s.circuit = "open".into();
+        s.circuit_note = "circuit open after 5 failures; retry in 30 s".into();
+        let open = card_html(&s);
+        assert!(open.contains(r#"class="badge open""#), "{open}");
+        assert!(open.contains("retry in 30 s"), "{open}");
+    }
+
+    #[test]
+    fn a_card_shows_held_changes() {
+        let mut s = status();
+        assert!(!card_html(&s).contains("changes await review"));
+        s.changes_await_review = true;
+        s.review_summary = "added steal".into();
+        let html = card_html(&s);
+        assert!(html.contains("changes await review"), "{html}");
+        assert!(html.contains("/connectors/fx/approve"), "{html}");
+        assert!(html.contains("added steal"), "{html}");
+    }
+
+    #[test]
+    fn the_oauth_connect_page_names_the_command_and_the_expiry() {
+        let mut s = status();
+        s.oauth = true;
+        let unknown = oauth_connect(&s).into_string();
+        assert!(unknown.contains("tutti connector connect fx"), "{unknown}");
+        assert!(unknown.contains("not logged in, or unknown"), "{unknown}");
+        s.token_expires_unix_ms = 1_790_000_000_000;
+        let known = oauth_connect(&s).into_string();
+        assert!(known.contains("2026-09-21"), "{known}");
+        assert!(!known.contains("type=\"password\""), "{known}");
+    }
+}
