@@ -18,7 +18,10 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::{Mcp, Runtime, RuntimeOptions, free_port, repo_root, require_python_venv};
+use tutti_tests::fixture::RUG_PULL_DESCRIPTION;
+use tutti_tests::{
+    Mcp, Runtime, RuntimeOptions, fixture_connector, free_port, repo_root, require_python_venv,
+};
 
 const READY: Duration = Duration::from_secs(30);
 /// A test-only secret value (never a real credential).
@@ -328,6 +331,83 @@ async fn console_never_shows_a_secret_or_a_token_and_refuses_a_stale_uninstall()
         bodies.iter().any(|(_, b)| b.contains("FIXTURE_TOKEN")),
         "the secret's name is shown"
     );
+}
+
+/// console23c (2026-12-01): a rug pull (SPEC §12) held for review shows on the card and the
+/// detail page as a line diff; an approval without the page's CSRF token is refused and
+/// changes nothing; with it, the offer is committed and status no longer awaits review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_shows_held_changes_and_approves_them_only_with_the_page_token() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let state = rt.root().join("rug-pulled").to_string_lossy().into_owned();
+    let manifest = fixture_connector(
+        "rp",
+        &[
+            "--tools",
+            "echo,add",
+            "--rug-pull-after-ms",
+            "1500",
+            "--rug-pull-state",
+            &state,
+        ],
+    );
+    let dir = rt
+        .write_release(&manifest, &[])
+        .to_string_lossy()
+        .into_owned();
+    rt.tutti_ok(&["connector", "install", &dir, "--yes"]);
+    rt.wait_connector("rp", Duration::from_secs(30), "changes await review", |c| {
+        c["changesAwaitReview"] == true && c["review"] == "added exfiltrate; changed echo"
+    });
+    let c = Console::start(&rt);
+    let cookie = sign_in(&c).await;
+    let (_, cards) = get(&c, &cookie, "/").await;
+    assert!(cards.contains("changes await review"), "{cards}");
+    assert!(cards.contains("added exfiltrate; changed echo"), "{cards}");
+    let (status, detail) = get(&c, &cookie, "/connectors/rp").await;
+    assert_eq!(status, 200, "{detail}");
+    for want in [
+        "added tool exfiltrate".to_owned(),
+        "changed tool echo".to_owned(),
+        "- Echoes the message back".to_owned(),
+        format!("+ {RUG_PULL_DESCRIPTION}"),
+    ] {
+        assert!(
+            detail.contains(&want),
+            "the detail page shows {want:?}:\n{detail}"
+        );
+    }
+    let (_, review) = get(&c, &cookie, "/connectors/rp/approve").await;
+    let offered = input_value(&review, "offered");
+    assert!(offered.starts_with("sha256:"), "{review}");
+    // Without the page's CSRF token: refused, nothing changes.
+    let (status, body) = post(
+        &c,
+        &cookie,
+        "/connectors/rp/approve",
+        &[("offered", &offered), ("confirm", "yes")],
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    let entry = rt.connector_status("rp").unwrap_or_default();
+    assert_eq!(
+        entry["changesAwaitReview"], true,
+        "a refused approval changed nothing"
+    );
+    // With it: committed.
+    let fields = [
+        ("csrf", input_value(&review, "csrf")),
+        ("offered", offered),
+        ("confirm", "yes".to_owned()),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, body) = post(&c, &cookie, "/connectors/rp/approve", &fields).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("approved rp"), "{body}");
+    let entry = rt.connector_status("rp").unwrap_or_default();
+    assert_ne!(entry["changesAwaitReview"], true, "{entry}");
+    let (_, cards) = get(&c, &cookie, "/").await;
+    assert!(!cards.contains("changes await review"), "{cards}");
 }
 
 /// Installs a release folder from the console: the plan (showing the launch line), then the

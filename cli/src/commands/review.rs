@@ -191,7 +191,7 @@ fn line_diff(a: &str, b: &str) -> Vec<String> {
         .collect()
 }
 
-fn render(r: &ReviewReply) -> String {
+pub(crate) fn render(r: &ReviewReply) -> String {
     if !r.awaiting {
         return format!(
             "{}: no changes await review (the pinned definitions serve)\n",

@@ -318,3 +318,50 @@ async fn revoke_and_show(
         Err(p) => failed("Sessions", &p),
     }
 }
+
+/// console23c (2026-12-01): approves held definition changes (SPEC §12) with the page's CSRF
+/// token and confirmation. The form names the offer it showed; a different offer now waiting
+/// is refused as stale, so what is approved is what was reviewed.
+pub(crate) async fn approve(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    UrlPath(key): UrlPath<String>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let title = format!("Approve {key}");
+    let fields = Fields(fields);
+    let result = async {
+        fields.check_csrf(&c, session)?;
+        if fields.get("confirm") != "yes" {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "tick the confirmation to approve these changes",
+            ));
+        }
+        let now = pages::review_changes(&c, &key).await?;
+        if !now.awaiting || now.offered_hash != fields.get("offered") {
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                format!("the changes of {key} changed since you opened this page; reload"),
+            ));
+        }
+        let mut k = link::kernel(&c.state_dir).await?;
+        let request = pb::KeyRequest {
+            key: key.clone(),
+            ..Default::default()
+        };
+        k.client
+            .approve_changes(request)
+            .await
+            .map_err(|s| link::rpc(&c.state_dir, &k, s))?;
+        Ok::<_, Problem>(())
+    }
+    .await;
+    match result {
+        Ok(()) => done(
+            &title,
+            &format!("approved {key}: the reviewed definitions serve and are pinned"),
+        ),
+        Err(p) => failed(&title, &p),
+    }
+}

@@ -126,6 +126,10 @@ fn router(console: Shared) -> Router {
             get(pages::connect).post(actions::connect),
         )
         .route(
+            "/connectors/{key}/approve",
+            get(pages::confirm_approve).post(actions::approve),
+        )
+        .route(
             "/connectors/{key}/disconnect",
             get(pages::confirm_disconnect).post(actions::disconnect),
         )

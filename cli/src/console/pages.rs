@@ -92,6 +92,10 @@ pub(crate) async fn detail_body(
     let route = link::route(&c.state_dir, key).await?;
     let log = log_tail(&c.state_dir, key);
     let csrf = c.access.csrf_for(session);
+    let review = match status.changes_await_review {
+        true => Some(review_changes(c, key).await?),
+        false => None,
+    };
     Ok(html! {
         (views::cards(&pb::StatusReply { connectors: vec![status.clone()], ..Default::default() }, &o.available))
         div.actions {
@@ -102,10 +106,13 @@ pub(crate) async fn detail_body(
             a href={ "/connectors/" (key) "/connect" } { "Connect" }
             a href={ "/connectors/" (key) "/disconnect" } { "Disconnect" }
             a href={ "/connectors/" (key) "/uninstall" } { "Uninstall" }
-            // pin22: "Review and approve" held definition changes goes here, once status
-            // says `changes await review` (tutti connector review/approve).
+            // console23c (2026-12-01): review and approve held definition changes.
+            @if status.changes_await_review {
+                a href={ "/connectors/" (key) "/approve" } #review-approve { "Review and approve" }
+            }
         }
         @if let Some(probed) = probed { (probed) }
+        @if let Some(review) = review { (views::review(&review)) }
         h2 { "Tools" }
         (views::tools(route.as_ref()))
         h2 { "Skills" }
@@ -113,6 +120,41 @@ pub(crate) async fn detail_body(
         h2 { "Log" }
         pre.log { (log) }
     })
+}
+
+/// console23c (2026-12-01): the kernel's `ReviewChanges` of a connector (SPEC §12).
+pub(crate) async fn review_changes(c: &Shared, key: &str) -> Result<pb::ReviewReply, Problem> {
+    valid_key(key)?;
+    let mut k = link::kernel(&c.state_dir).await?;
+    let request = pb::KeyRequest {
+        key: key.to_owned(),
+        ..Default::default()
+    };
+    Ok(k.client
+        .review_changes(request)
+        .await
+        .map_err(|s| link::rpc(&c.state_dir, &k, s))?
+        .into_inner())
+}
+
+/// console23c (2026-12-01): the held changes with the approval's confirmation form.
+pub(crate) async fn confirm_approve(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    UrlPath(key): UrlPath<String>,
+) -> Response {
+    let title = format!("Review {key}");
+    let reply = match review_changes(&c, &key).await {
+        Ok(r) => r,
+        Err(p) => return failed(&title, &p),
+    };
+    let csrf = c.access.csrf_for(session);
+    let body = html! {
+        (views::review(&reply))
+        @if reply.awaiting { (views::approve_form(&key, &csrf, &reply.offered_hash)) }
+        @else { p { a href={ "/connectors/" (key) } { "Back to " (key) } } }
+    };
+    page(&title, &body)
 }
 
 /// The last lines of `logs/connector-<key>.log` (written redacted by the runtime).
@@ -163,8 +205,9 @@ pub(crate) async fn connect(
         Err(p) => return failed(&title, &p),
     };
     let csrf = c.access.csrf_for(session);
-    // oauth20: a connector that logs in with OAuth offers "Log in" (the browser login of
-    // `tutti connector connect`) here instead of secret fields.
+    if s.oauth {
+        return page(&title, &views::oauth_connect(&s));
+    }
     let body = html! {
         p { "Values are sent to the runtime's secret store and never shown again." }
         form method="post" action={ "/connectors/" (key) "/connect" } autocomplete="off" {

@@ -81,6 +81,9 @@ fn card(c: &pb::ConnectorStatus, a: Option<&pb::AvailableConnector>) -> Markup {
                 dt { "generation" } dd { (c.generation) }
                 dt { "restarts" } dd { (c.restarts) }
                 dt { "tools" } dd { (c.tool_count) }
+                // console23c (2026-12-01): prompts and resources counts (issue 21).
+                dt { "prompts" } dd.prompts { (c.prompt_count) }
+                dt { "resources" } dd.resources { (c.resource_count) }
                 dt { "risk" } dd.risk {
                     (c.risk_low) " low · " (c.risk_medium) " medium · " (c.risk_high) " high"
                 }
@@ -91,6 +94,18 @@ fn card(c: &pb::ConnectorStatus, a: Option<&pb::AvailableConnector>) -> Markup {
                 }
                 @if !c.last_error.is_empty() {
                     dt { "last error" } dd.error { (c.last_error) }
+                }
+                // console23c (2026-12-01): the circuit breaker (SPEC §12), when not closed.
+                @if !c.circuit.is_empty() && c.circuit != "closed" {
+                    dt { "circuit" } dd.circuit { span class={ "badge " (c.circuit) } { (c.circuit) }
+                        @if !c.circuit_note.is_empty() { " — " (c.circuit_note) } }
+                }
+            }
+            // console23c (2026-12-01): held definition changes (pinned definitions, SPEC §12).
+            @if c.changes_await_review {
+                p.review-badge {
+                    a.badge.review href={ "/connectors/" (c.key) "/approve" } { "changes await review" }
+                    @if !c.review_summary.is_empty() { " " span.review-summary { (c.review_summary) } }
                 }
             }
         }
@@ -233,4 +248,119 @@ fn issued(unix_ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(unix_ms)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_default()
+}
+
+/// console23c (2026-12-01): the offer that awaits review against the pinned definitions
+/// (SPEC §12): added, removed and changed entries, as `tutti connector review` prints them
+/// (changed fields as a line diff).
+pub(crate) fn review(reply: &pb::ReviewReply) -> Markup {
+    html! {
+        section.review {
+            h2 { "Changes awaiting review" }
+            @if reply.awaiting {
+                p { "Until approved, agents keep seeing the pinned definitions." }
+                ul.review-entries {
+                    @for e in &reply.entries {
+                        li data-change=(e.change) { (e.change) " " (e.kind) " " code { (e.name) } }
+                    }
+                }
+            }
+            pre.review-diff { (crate::commands::review::render(reply)) }
+        }
+    }
+}
+
+/// console23c (2026-12-01): approving commits exactly the offer shown (its hash goes along).
+pub(crate) fn approve_form(key: &str, csrf_token: &str, offered_hash: &str) -> Markup {
+    html! {
+        form method="post" action={ "/connectors/" (key) "/approve" } {
+            (csrf(csrf_token))
+            input type="hidden" name="offered" value=(offered_hash);
+            label { input type="checkbox" name="confirm" value="yes" required;
+                " I reviewed these changes; serve them and pin them" }
+            button type="submit" #approve { "Approve changes to " (key) }
+            " "
+            a href={ "/connectors/" (key) } { "cancel" }
+        }
+    }
+}
+
+/// console23c (2026-12-01): an OAuth connector (SPEC §10) logs in from the CLI, whose
+/// loopback redirect receives the code; the page names the command and the token's expiry,
+/// never a token.
+pub(crate) fn oauth_connect(s: &pb::ConnectorStatus) -> Markup {
+    html! {
+        p { (s.key) " logs in with OAuth in your browser. Run this in a terminal:" }
+        pre { code #oauth-command { "tutti connector connect " (s.key) } }
+        dl.oauth {
+            dt { "status" } dd { (dot(&s.status)) }
+            dt { "access token expires" } dd #token-expires {
+                @if s.token_expires_unix_ms > 0 { (issued(s.token_expires_unix_ms)) }
+                @else { "not logged in, or unknown" }
+            }
+        }
+        p.hint { "The tokens stay in the runtime's secret store and are never shown." }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status() -> pb::ConnectorStatus {
+        pb::ConnectorStatus {
+            key: "fx".into(),
+            status: "ready".into(),
+            circuit: "closed".into(),
+            prompt_count: 3,
+            resource_count: 5,
+            ..Default::default()
+        }
+    }
+
+    fn card_html(s: &pb::ConnectorStatus) -> String {
+        card(s, None).into_string()
+    }
+
+    #[test]
+    fn a_card_shows_counts_and_an_open_circuit_only() {
+        let mut s = status();
+        let closed = card_html(&s);
+        assert!(closed.contains(r#"<dd class="prompts">3</dd>"#), "{closed}");
+        assert!(
+            closed.contains(r#"<dd class="resources">5</dd>"#),
+            "{closed}"
+        );
+        assert!(!closed.contains("circuit"), "{closed}");
+        s.circuit = "open".into();
+        s.circuit_note = "circuit open after 5 failures; retry in 30 s".into();
+        let open = card_html(&s);
+        assert!(open.contains(r#"class="badge open""#), "{open}");
+        assert!(open.contains("retry in 30 s"), "{open}");
+    }
+
+    #[test]
+    fn a_card_shows_held_changes() {
+        let mut s = status();
+        assert!(!card_html(&s).contains("changes await review"));
+        s.changes_await_review = true;
+        s.review_summary = "added steal".into();
+        let html = card_html(&s);
+        assert!(html.contains("changes await review"), "{html}");
+        assert!(html.contains("/connectors/fx/approve"), "{html}");
+        assert!(html.contains("added steal"), "{html}");
+    }
+
+    #[test]
+    fn the_oauth_connect_page_names_the_command_and_the_expiry() {
+        let mut s = status();
+        s.oauth = true;
+        let unknown = oauth_connect(&s).into_string();
+        assert!(unknown.contains("tutti connector connect fx"), "{unknown}");
+        assert!(unknown.contains("not logged in, or unknown"), "{unknown}");
+        s.token_expires_unix_ms = 1_790_000_000_000;
+        let known = oauth_connect(&s).into_string();
+        assert!(known.contains("2026-09-21"), "{known}");
+        assert!(!known.contains("type=\"password\""), "{known}");
+    }
 }
