@@ -994,3 +994,46 @@ async fn browser_sessions_and_activity(b: &fantoccini::Client, c: &Console, rt: 
     }
     shot(b, "7-activity").await;
 }
+
+/// SPEC §13 / issue 23: the connectors page updates without reloading, from a server-sent
+/// event stream fed by the kernel's route stream: an install (a committed generation) reaches
+/// an open stream as a `changed` event within a second of `ready`; without the cookie the
+/// stream is refused like every page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connectors_page_hears_of_a_committed_generation_at_once() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let dir = rt.write_release(&fixture_connector("live", &["--tools", "echo"]), &[]);
+    let c = Console::start(&rt);
+    let cookie = sign_in(&c).await;
+    let (status, _) = get(&c, "", "/fragment/connectors/events").await;
+    assert_eq!(status, 401, "the event stream needs the cookie");
+    let mut r = http()
+        .get(c.url("/fragment/connectors/events"))
+        .header("Cookie", &cookie)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET events: {e}"));
+    assert_eq!(r.status().as_u16(), 200);
+    // The first event answers the kernel's snapshot; read it before the change.
+    let mut seen = String::new();
+    let first = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !seen.contains("event: changed") {
+        match tokio::time::timeout_at(first, r.chunk()).await {
+            Ok(Ok(Some(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => panic!("no first event on the stream: {seen:?}"),
+        }
+    }
+    let dir = dir.to_string_lossy().into_owned();
+    tokio::task::block_in_place(|| {
+        rt.tutti_ok(&["connector", "install", &dir, "--yes"]);
+        rt.wait_status("live", "ready", READY);
+    });
+    let mut after = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while !after.contains("event: changed") {
+        match tokio::time::timeout_at(deadline, r.chunk()).await {
+            Ok(Ok(Some(chunk))) => after.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => panic!("no `changed` event within 1 s of ready: {after:?}"),
+        }
+    }
+}

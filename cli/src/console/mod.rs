@@ -12,6 +12,7 @@ mod access;
 mod actions;
 mod activity;
 mod link;
+mod live;
 mod opener;
 mod pages;
 mod views;
@@ -119,6 +120,7 @@ fn router(console: Shared) -> Router {
         .route("/login", get(access::login))
         .route("/", get(pages::connectors))
         .route("/fragment/connectors", get(pages::connector_cards))
+        .route("/fragment/connectors/events", get(live::events))
         .route("/connectors/{key}", get(pages::detail))
         .route("/connectors/{key}/probe", post(actions::probe))
         .route(

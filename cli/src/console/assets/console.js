@@ -5,7 +5,7 @@
 
 function refreshCards(el) {
   const url = el.getAttribute("data-live");
-  setInterval(async () => {
+  const refresh = async () => {
     try {
       const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
       if (r.ok) {
@@ -15,7 +15,12 @@ function refreshCards(el) {
     } catch (e) {
       // The console is gone or restarting: keep the last view.
     }
-  }, 2000);
+  };
+  // Every committed or fenced generation, at once (the kernel's route stream)...
+  const changes = new EventSource(url + "/events");
+  changes.addEventListener("changed", refresh);
+  // ...and status-only changes (restarts, retries) on a slower poll.
+  setInterval(refresh, 5000);
 }
 
 function cell(row, text) {
