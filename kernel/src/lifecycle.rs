@@ -165,8 +165,9 @@ pub enum Input {
     Abandoned { note: Option<String>, why: String },
     /// Uninstall or runtime shutdown: fence, stop everything; the actor ends.
     Stop { reason: String, drain: Duration },
-    /// `tutti connector approve`: commit the held set and pin it.
-    Approve,
+    /// `tutti connector approve`: commit the held set and pin it; with `expected`, only if the
+    /// held set is still the one with that hash (what the person reviewed).
+    Approve { expected: Option<String> },
 }
 
 /// What the supervisor must do, in order.
@@ -360,7 +361,7 @@ impl Connector {
                 self.held = None;
                 out.push(Effect::StopAll { drain });
             }
-            Input::Approve => self.on_approve(f, &mut out),
+            Input::Approve { expected } => self.on_approve(expected, f, &mut out),
         }
         out
     }
@@ -559,12 +560,21 @@ impl Connector {
 
     /// `tutti connector approve`: the held offer commits (its generation must still be live)
     /// and becomes the pin.
-    fn on_approve(&mut self, f: &Facts<'_>, out: &mut Vec<Effect>) {
+    fn on_approve(&mut self, expected: Option<String>, f: &Facts<'_>, out: &mut Vec<Effect>) {
         let Some(held) = self.held.take() else {
             let error = format!("no changes of {} await review", self.key);
             out.push(Effect::Answer(Err(error)));
             return;
         };
+        if expected.as_ref().is_some_and(|h| *h != held.hash) {
+            let error = format!(
+                "the changes of {} changed since they were reviewed; review them again",
+                self.key
+            );
+            self.held = Some(held);
+            out.push(Effect::Answer(Err(error)));
+            return;
+        }
         let g = held.generation;
         let release = self
             .running

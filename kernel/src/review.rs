@@ -76,7 +76,7 @@ pub fn review(k: &Kernel, key: &str) -> Result<pb::ReviewReply, Status> {
 }
 
 /// Commits the held offer of `key` and pins it (the connector's actor decides).
-pub async fn approve(k: &Kernel, key: &str) -> Result<(), Status> {
+pub async fn approve(k: &Kernel, key: &str, expected: Option<String>) -> Result<(), Status> {
     let actor = {
         let inner = lock(&k.inner);
         if !inner.registry.connectors.contains_key(key) {
@@ -87,7 +87,7 @@ pub async fn approve(k: &Kernel, key: &str) -> Result<(), Status> {
     let (reply, answer) = tokio::sync::oneshot::channel();
     let sent = actor.is_some_and(|a| {
         a.send(Msg {
-            input: Input::Approve,
+            input: Input::Approve { expected },
             reply: Some(reply),
         })
         .is_ok()

@@ -465,6 +465,7 @@ impl KernelRpc for Service {
         let pb::KeyRequest {
             key,
             expected_sha256,
+            ..
         } = req.into_inner();
         let tx = {
             let inner = lock(&self.k.inner);
@@ -592,6 +593,7 @@ impl KernelRpc for Service {
         let pb::KeyRequest {
             key,
             expected_sha256,
+            ..
         } = req.into_inner();
         {
             let mut inner = lock(&self.k.inner);
@@ -1165,7 +1167,9 @@ impl KernelRpc for Service {
         req: Request<pb::KeyRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let _turn = self.k.admin.lock().await;
-        crate::review::approve(&self.k, &req.into_inner().key).await?;
+        let req = req.into_inner();
+        let expected = (!req.expected_offered_hash.is_empty()).then_some(req.expected_offered_hash);
+        crate::review::approve(&self.k, &req.key, expected).await?;
         Ok(Response::new(pb::Empty {}))
     }
 

@@ -129,6 +129,7 @@ async fn change(
     let request = pb::KeyRequest {
         key: key.to_owned(),
         expected_sha256: fields.get("expected").to_owned(),
+        ..Default::default()
     };
     let mut k = link::kernel(&c.state_dir).await?;
     let reply = if uninstall {
@@ -348,6 +349,7 @@ pub(crate) async fn approve(
         let mut k = link::kernel(&c.state_dir).await?;
         let request = pb::KeyRequest {
             key: key.clone(),
+            expected_offered_hash: now.offered_hash.clone(),
             ..Default::default()
         };
         k.client

@@ -198,7 +198,7 @@ fn a_change_with_a_removal_commits_the_removal_and_holds_the_change() {
 fn approve_commits_the_held_set_and_pins_it() {
     let mut h = H::pinned();
     h.step(offer(1, rug_pull()));
-    let effects = h.step(Input::Approve);
+    let effects = h.step(Input::Approve { expected: None });
     assert!(
         effects.contains(&Effect::Pin(Pin::new(
             "/r/v1".into(),
@@ -215,8 +215,28 @@ fn approve_commits_the_held_set_and_pins_it() {
     assert_eq!(effects.last(), Some(&Effect::Answer(Ok(()))));
     assert!(h.c.held().is_none());
     // Nothing left to approve.
-    let again = h.step(Input::Approve);
+    let again = h.step(Input::Approve { expected: None });
     assert!(matches!(again.as_slice(), [Effect::Answer(Err(e))] if e.contains("no changes")));
+}
+
+#[test]
+fn approve_with_a_stale_hash_commits_nothing_and_keeps_the_change_held() {
+    let mut h = H::pinned();
+    h.step(offer(1, rug_pull()));
+    let reviewed = h.c.held().map(|held| held.hash.clone()).unwrap_or_default();
+    let stale = h.step(Input::Approve {
+        expected: Some("sha256:something-else".into()),
+    });
+    assert!(
+        matches!(stale.as_slice(), [Effect::Answer(Err(e))] if e.contains("changed since they were reviewed")),
+        "{stale:?}"
+    );
+    assert!(committed(&stale).is_none());
+    assert!(h.c.held().is_some(), "still held for review");
+    let approved = h.step(Input::Approve {
+        expected: Some(reviewed),
+    });
+    assert_eq!(committed(&approved), Some(rug_pull()));
 }
 
 #[test]
@@ -229,7 +249,7 @@ fn a_crashed_worker_restarts_with_the_pinned_set_and_the_change_stays_held() {
     });
     assert!(h.c.held().is_some(), "held across the crash");
     // Approving now has no live worker to commit to.
-    let early = h.step(Input::Approve);
+    let early = h.step(Input::Approve { expected: None });
     assert!(matches!(early.as_slice(), [Effect::Answer(Err(e))] if e.contains("not serving")));
     h.step(Input::Retry(h.c.retry_epoch));
     let g = h.c.candidate.unwrap_or_default();
