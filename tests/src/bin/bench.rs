@@ -144,7 +144,12 @@ mod bench {
         up_ready.sort();
 
         let mut rt = Runtime::start(RuntimeOptions::default());
-        rt.install_ok(&fixture_connector("bench", &["--tools", BENCH_TOOLS]), &[]);
+        let mut manifest = fixture_connector("bench", &["--tools", BENCH_TOOLS]);
+        // The fault rows SIGKILL the worker on purpose, and each kill fails the calls in
+        // flight as `unavailable`: with SPEC §12's default breaker (5 within 30 s) the
+        // circuit would open and refuse the rows measured after them.
+        manifest["circuit"] = json!({"failures": 10_000});
+        rt.install_ok(&manifest, &[]);
         rt.wait_status("bench", "ready", Duration::from_secs(20));
         let token = rt.issue_token("bench", "s1");
         let url = rt.frontend_url().to_string();
