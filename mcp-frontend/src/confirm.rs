@@ -129,7 +129,8 @@ pub(crate) fn refused(
             "confirmation required: the call of {} (risk {}) must be confirmed by the person, \
              and this client could not be asked (it declared no elicitation capability, does \
              not accept an event stream, or speaks 2026-07-28, where asking is not built yet); \
-             nothing was sent",
+             nothing was sent. To call it, use a client that answers elicitation over the \
+             2025-06-18 surface, or issue the session without `--confirm high`",
             tool.name, tool.risk
         ),
         other => format!(
