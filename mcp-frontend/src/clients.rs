@@ -118,9 +118,36 @@ pub(crate) struct Parked {
     pub(crate) asked: HashMap<String, AnswerTo>,
     /// The running call (its type is `relay.rs`'s).
     pub(crate) call: Box<dyn Any + Send>,
+    /// The `inputRequests` key of the person's confirmation question (`--confirm high`):
+    /// its answer goes to [`Clients::confirmed`], not to a worker.
+    pub(crate) confirm: Option<String>,
 }
 
 type ConfirmAnswer = tokio::sync::oneshot::Sender<Result<Value, Value>>;
+
+/// A confirmation question waiting for its answer. Dropping it (answered, timed out, or the
+/// call that waits went away: its stream closed, its parked state expired) removes the entry,
+/// so an abandoned question never stays behind.
+pub(crate) struct ConfirmWait<'a> {
+    clients: &'a Clients,
+    key: (TokenKey, String),
+    answer: tokio::sync::oneshot::Receiver<Result<Value, Value>>,
+}
+
+impl ConfirmWait<'_> {
+    /// The client's answer; `Err` when it can no longer come.
+    pub(crate) async fn answer(
+        &mut self,
+    ) -> Result<Result<Value, Value>, tokio::sync::oneshot::error::RecvError> {
+        (&mut self.answer).await
+    }
+}
+
+impl Drop for ConfirmWait<'_> {
+    fn drop(&mut self) {
+        lock(&self.clients.confirms).remove(&self.key);
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct Clients {
@@ -164,15 +191,23 @@ impl Clients {
         lock(&self.asked).insert((token, id), to);
     }
 
-    /// A confirmation question sent to `token`'s client with JSON-RPC id `id`.
-    pub(crate) fn expect_confirm(
-        &self,
-        token: TokenKey,
-        id: String,
-    ) -> tokio::sync::oneshot::Receiver<Result<Value, Value>> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        lock(&self.confirms).insert((token, id), tx);
-        rx
+    /// A confirmation question sent to `token`'s client with JSON-RPC id (legacy) or
+    /// `inputRequests` key (modern) `id`; waiting until the returned value is dropped.
+    pub(crate) fn expect_confirm(&self, token: TokenKey, id: String) -> ConfirmWait<'_> {
+        let (tx, answer) = tokio::sync::oneshot::channel();
+        let key = (token, id);
+        lock(&self.confirms).insert(key.clone(), tx);
+        ConfirmWait {
+            clients: self,
+            key,
+            answer,
+        }
+    }
+
+    /// How many confirmation questions wait for an answer.
+    #[cfg(test)]
+    pub(crate) fn confirms_waiting(&self) -> usize {
+        lock(&self.confirms).len()
     }
 
     /// Hands the client's answer to its confirmation question; gives it back when `id`
@@ -191,11 +226,6 @@ impl Clients {
             }
             None => Some(answer),
         }
-    }
-
-    /// Drops a confirmation question nobody answered.
-    pub(crate) fn forget_confirm(&self, token: TokenKey, id: &str) {
-        lock(&self.confirms).remove(&(token, id.to_owned()));
     }
 
     /// Where the answer of `token`'s client to request `id` goes (once).
@@ -291,6 +321,7 @@ mod tests {
             tool: "k_t".into(),
             asked: HashMap::new(),
             call: Box::new(()),
+            confirm: None,
         };
         let state = clients.park(park([1; 32])).expect("random bytes");
         assert!(
@@ -312,5 +343,31 @@ mod tests {
             clients.unpark(&state, &[1; 32], "k_t").is_none(),
             "used once"
         );
+    }
+
+    #[tokio::test]
+    async fn a_confirmation_question_leaves_the_map_however_its_wait_ends() {
+        let clients = Clients::default();
+        // Answered: the waiter gets the answer, nothing stays behind.
+        let mut answered = clients.expect_confirm([1; 32], "tutti-1".into());
+        assert_eq!(clients.confirms_waiting(), 1);
+        let answer = Ok(json!({"action": "accept"}));
+        assert!(clients.confirmed([1; 32], "tutti-1", answer).is_none());
+        assert_eq!(clients.confirms_waiting(), 0);
+        assert_eq!(
+            answered.answer().await.ok(),
+            Some(Ok(json!({"action": "accept"})))
+        );
+        drop(answered);
+        // Another token cannot answer it; dropping the waiter (the call's stream closed)
+        // removes it, and a late answer then names nothing.
+        let waiting = clients.expect_confirm([1; 32], "tutti-2".into());
+        let forged = Ok(json!({"action": "accept"}));
+        assert!(clients.confirmed([2; 32], "tutti-2", forged).is_some());
+        assert_eq!(clients.confirms_waiting(), 1);
+        drop(waiting);
+        assert_eq!(clients.confirms_waiting(), 0, "the dropped wait is gone");
+        let late = Ok(json!({"action": "accept"}));
+        assert!(clients.confirmed([1; 32], "tutti-2", late).is_some());
     }
 }

@@ -2,10 +2,12 @@
 //! `--confirm high` has each call of a `high`-risk tool confirmed by the person through the
 //! client's elicitation before anything is sent upstream.
 //!
-//! The question is a frontend-originated `elicitation/create` on the legacy call's event
-//! stream (id `tutti-<n>`, the client's POSTed answer comes back through
-//! [`crate::relay::answer_legacy`]). It names the tool, its connector and its risk, never an
-//! argument value. Accept → the call runs; decline, cancel, an error answer or no answer
+//! The question is a frontend-originated `elicitation/create`: on the legacy surface a
+//! JSON-RPC request on the call's event stream (id `tutti-<n>`, the client's POSTed answer
+//! comes back through [`crate::relay::answer_legacy`]); on the modern surface the call's
+//! `input_required` result (`inputRequests["tutti-<n>"]`, with the relay's `requestState`;
+//! the client's retry brings the answer through [`crate::relay::resume_modern`]). It names
+//! the tool, its connector and its risk, never an argument value. Accept → the call runs; decline, cancel, an error answer or no answer
 //! within the tool's timeout → an `isError` result starting `declined:`; a client that cannot
 //! be asked → an `isError` result saying so. Each decision is the call's audit
 //! `confirmation`.
@@ -14,13 +16,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 use crate::app::App;
 use crate::audit::{Outcome, Relayed};
 use crate::backend::Identity;
 use crate::call::CallResult;
-use crate::clients::TokenKey;
+use crate::clients::ConfirmWait;
 use crate::routes::Tool;
 use crate::rpc::{INTERNAL_ERROR, RpcError};
 
@@ -68,41 +69,79 @@ impl Decision {
     }
 }
 
-/// The `elicitation/create` request with JSON-RPC id `id` (no argument values).
-pub(crate) fn request(id: &str, tool: &Tool) -> Value {
+/// The question's `elicitation/create` params (a form with no fields: the answer is the
+/// action alone; no argument values).
+pub(crate) fn params(tool: &Tool) -> Value {
     let message = format!(
         "Allow the call of tool {} (connector {}, risk {})?",
         tool.name, tool.connector.key, tool.risk
     );
     json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "method": "elicitation/create",
-        "params": {
-            "message": message,
-            "requestedSchema": {"type": "object", "properties": {}},
-        },
+        "message": message,
+        "requestedSchema": {"type": "object", "properties": {}},
     })
 }
 
-/// Waits for the answer to the question `id` asked of `token`'s client.
-pub(crate) async fn wait(
-    app: &App,
-    token: TokenKey,
-    id: &str,
-    tool: &Tool,
-    answer: oneshot::Receiver<Result<Value, Value>>,
-) -> Decision {
-    let limit = match tool.connector.timeout_ms {
+/// How long the person has to answer: the tool's call timeout.
+pub(crate) fn limit(tool: &Tool) -> Duration {
+    match tool.connector.timeout_ms {
         0 => DEFAULT_WAIT,
         ms => Duration::from_millis(u64::from(ms)),
-    };
-    match tokio::time::timeout(limit, answer).await {
+    }
+}
+
+/// Waits for the answer to a question about `tool` (the entry leaves the map with `waiting`).
+pub(crate) async fn wait(tool: &Tool, mut waiting: ConfirmWait<'_>) -> Decision {
+    match tokio::time::timeout(limit(tool), waiting.answer()).await {
         Ok(Ok(answer)) => Decision::of_answer(&answer),
         Ok(Err(_)) => Decision::Cancelled,
-        Err(_) => {
-            app.clients.forget_confirm(token, id);
-            Decision::Timeout
+        Err(_) => Decision::Timeout,
+    }
+}
+
+/// A question the person has not answered yet. Dropped undecided (the call went away: its
+/// legacy stream closed, its parked modern state expired), the call is audited `cancelled`,
+/// so every question asked ends in an audit record.
+pub(crate) struct Undecided<'a> {
+    app: &'a App,
+    who: &'a Identity,
+    tool: &'a Tool,
+    relayed: &'a Arc<Relayed>,
+    armed: bool,
+}
+
+impl<'a> Undecided<'a> {
+    pub(crate) fn new(
+        app: &'a App,
+        who: &'a Identity,
+        tool: &'a Tool,
+        relayed: &'a Arc<Relayed>,
+    ) -> Self {
+        Self {
+            app,
+            who,
+            tool,
+            relayed,
+            armed: true,
+        }
+    }
+
+    /// The person decided (or the call will say why not): nothing to audit here.
+    pub(crate) fn decided(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Undecided<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = refused(
+                self.app,
+                self.who,
+                self.tool,
+                self.relayed,
+                Decision::Cancelled,
+            );
         }
     }
 }
@@ -127,10 +166,9 @@ pub(crate) fn refused(
     let text = match decision {
         Decision::NotAsked => format!(
             "confirmation required: the call of {} (risk {}) must be confirmed by the person, \
-             and this client could not be asked (it declared no elicitation capability, does \
-             not accept an event stream, or speaks 2026-07-28, where asking is not built yet); \
-             nothing was sent. To call it, use a client that answers elicitation over the \
-             2025-06-18 surface, or issue the session without `--confirm high`",
+             and this client could not be asked (it declared no elicitation capability, or on \
+             2025-06-18 does not accept an event stream); nothing was sent. To call it, use a \
+             client that answers elicitation, or issue the session without `--confirm high`",
             tool.name, tool.risk
         ),
         other => format!(

@@ -221,8 +221,8 @@ async fn discover(app: &crate::app::App) -> Value {
     cacheable(fields, DISCOVER_TTL_MS)
 }
 
-/// A call whose upstream may ask this client something (relay21): started, or resumed with
-/// the client's `inputResponses`.
+/// A call whose upstream (or, with `confirm`, the person's confirmation: confirm22) may ask
+/// this client something (relay21): started, or resumed with the client's `inputResponses`.
 async fn relayed_call(
     ctx: &Ctx,
     id: &Value,
@@ -230,6 +230,7 @@ async fn relayed_call(
     mut params: Option<Value>,
     caps: crate::clients::Caps,
     progress: Option<Value>,
+    confirm: bool,
 ) -> Response {
     use crate::relay;
     let token = crate::clients::token_key(&ctx.token);
@@ -258,8 +259,7 @@ async fn relayed_call(
             requests: true,
             logs: log_level.is_some(),
             token,
-            // Fresh high-risk calls of a `--confirm high` session never get here (tools_call).
-            confirm: false,
+            confirm,
         }),
     };
     let answering = relay::Answering {
@@ -336,16 +336,17 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     let resuming = params
         .as_ref()
         .is_some_and(|p| p.get("requestState").is_some());
-    if !resuming && crate::confirm::required(&ctx.identity, &tool) {
-        // Asking through an `input_required` result is not built yet: fail closed.
+    // A retry resumes a call that was confirmed (or asked) when it started.
+    let confirm = !resuming && crate::confirm::required(&ctx.identity, &tool);
+    if confirm && !caps.elicitation {
         let refused = crate::confirm::not_asked(ctx, &tool, Revision::V2026_07_28);
         return call::call_response(id, refused);
     }
     // 2026-07-28: log messages only when the request names a level, on its event stream.
     let wants_logs = meta.is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some())
         && crate::progress::accepts_event_stream(&ctx.headers);
-    if caps.any() || resuming || wants_logs {
-        return relayed_call(ctx, id, tool, params, caps, progress).await;
+    if confirm || caps.any() || resuming || wants_logs {
+        return relayed_call(ctx, id, tool, params, caps, progress, confirm).await;
     }
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
     if let Some(token) = progress {

@@ -51,6 +51,14 @@ pub(crate) const MISSING_CAPABILITY: i64 = -32021;
 /// A parked call is dropped this long after its call timeout if never resumed.
 const PARK_GRACE: Duration = Duration::from_secs(2);
 
+/// Who waits for the answer to an `input_required` result's request.
+enum Asked {
+    /// The upstream's request, answered to the worker.
+    Upstream(AnswerTo),
+    /// The person's confirmation question (`--confirm high`).
+    Confirm,
+}
+
 /// Which surface answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Era {
@@ -75,8 +83,9 @@ impl Drop for Running {
 
 enum Step {
     Event(WorkerEvent),
-    /// A message of the frontend's own for the client (the `--confirm high` question).
-    Note(Bytes),
+    /// The person's confirmation question (`--confirm high`): its id / `inputRequests` key
+    /// and its `elicitation/create` params.
+    Confirm(String, Value),
     Done(Result<CallResult, RpcError>),
 }
 
@@ -165,18 +174,17 @@ async fn confirm_first(
     relayed: &Arc<Relayed>,
 ) -> Option<Result<CallResult, RpcError>> {
     let id = s.app.clients.next_id();
-    let answer = s.app.clients.expect_confirm(s.token, id.clone());
-    let question = serde_json::to_vec(&confirm::request(&id, &s.tool)).unwrap_or_default();
-    let decision = if steps
-        .send(Step::Note(rpc::sse_event(&question)))
-        .await
-        .is_ok()
-    {
-        confirm::wait(&s.app, s.token, &id, &s.tool, answer).await
+    // Dropped with this task (the call's stream closed, its parked state expired): the
+    // question leaves the map then too.
+    let waiting = s.app.clients.expect_confirm(s.token, id.clone());
+    let undecided = confirm::Undecided::new(&s.app, &s.who, &s.tool, relayed);
+    let question = Step::Confirm(id, confirm::params(&s.tool));
+    let decision = if steps.send(question).await.is_ok() {
+        confirm::wait(&s.tool, waiting).await
     } else {
-        s.app.clients.forget_confirm(s.token, &id);
         Decision::Cancelled
     };
+    undecided.decided();
     if decision == Decision::Accepted {
         relayed.confirm(decision.as_str());
         return None;
@@ -275,7 +283,7 @@ impl Driver {
                     self.running = None;
                     return Some(self.final_message(&answer, StatusCode::OK));
                 }
-                Some(Step::Note(note)) => return Some(Out::Note(note)),
+                Some(Step::Confirm(id, params)) => return Some(self.confirm(id, params)),
                 Some(Step::Event(WorkerEvent::Progress(note))) => {
                     if let Some(token) = &self.a.progress
                         && let Some(event) = crate::progress::progress_event(token, &note)
@@ -390,25 +398,53 @@ impl Driver {
                     .ok()
                     .map(|m| Out::Note(rpc::sse_event(&m)))
             }
-            Era::Modern => Some(self.park(id, to, request.method, params)),
+            Era::Modern => Some(self.park(id, Asked::Upstream(to), request.method, params)),
+        }
+    }
+
+    /// The person's confirmation question: a request on the legacy event stream, or the
+    /// modern call parked behind an `input_required` answer.
+    fn confirm(&mut self, id: String, mut params: Value) -> Out {
+        match self.a.era {
+            Era::Legacy => {
+                let message = json!({"jsonrpc": "2.0", "id": id,
+                    "method": "elicitation/create", "params": params});
+                Out::Note(rpc::sse_event(
+                    &serde_json::to_vec(&message).unwrap_or_default(),
+                ))
+            }
+            Era::Modern => {
+                if let Some(params) = params.as_object_mut() {
+                    params.insert("mode".to_owned(), json!("form"));
+                }
+                let method = "elicitation/create".to_owned();
+                self.park(id, Asked::Confirm, method, params)
+            }
         }
     }
 
     /// Parks the call behind an `input_required` answer.
-    fn park(&mut self, key: String, to: AnswerTo, method: String, params: Value) -> Out {
+    fn park(&mut self, key: String, asked: Asked, method: String, params: Value) -> Out {
         let Some(running) = self.running.take() else {
             let error = RpcError::new(INTERNAL_ERROR, "the call is gone");
             return self.final_message(&Err(error), StatusCode::OK);
         };
-        let timeout = Duration::from_millis(u64::from(running.tool.connector.timeout_ms));
+        let call_timeout = Duration::from_millis(u64::from(running.tool.connector.timeout_ms));
         let tool = running.tool.name.clone();
-        let mut asked = HashMap::new();
-        asked.insert(key.clone(), to);
+        let (timeout, asked, confirm) = match asked {
+            Asked::Upstream(to) => (call_timeout, HashMap::from([(key.clone(), to)]), None),
+            Asked::Confirm => (
+                confirm::limit(&running.tool),
+                HashMap::new(),
+                Some(key.clone()),
+            ),
+        };
         let parked = Parked {
             token: self.a.token,
             tool,
             asked,
             call: Box::new(running),
+            confirm,
         };
         let Some(state) = self.a.app.clients.park(parked) else {
             let error = RpcError::new(INTERNAL_ERROR, "no random bytes for a requestState");
@@ -550,6 +586,14 @@ pub(crate) fn resume_modern(
         .ok_or_else(invalid)?;
     let parked = app.clients.unpark(state, token, tool).ok_or_else(invalid)?;
     let responses = params.get("inputResponses").and_then(Value::as_object);
+    if let Some(key) = &parked.confirm {
+        // A retry without the answer is no consent: the question ends cancelled.
+        let answer = match responses.and_then(|r| r.get(key)) {
+            Some(response) => Ok(response.clone()),
+            None => Err(json!({"code": -32602, "message": "no answer"})),
+        };
+        let _ = app.clients.confirmed(*token, key, answer);
+    }
     for (key, to) in parked.asked {
         match responses.and_then(|r| r.get(&key)) {
             Some(response) => {
