@@ -676,7 +676,7 @@ impl Connector {
             ReportKind::UpstreamUnavailable => {
                 // Fenced now (calls end at once with [MCP_UNAVAILABLE]); the worker's exit,
                 // which follows, restarts it like a crash, with backoff.
-                let reason = format!("upstream unavailable: {message}");
+                let reason = format!("{FENCE_UPSTREAM_UNAVAILABLE}{message}");
                 if self.live == Some(g) {
                     out.push(fence(Some(g), &reason));
                 }
@@ -723,7 +723,7 @@ impl Connector {
         let was_live = self.live == Some(g);
         if was_live {
             self.live = None;
-            out.push(fence(Some(g), "worker exited"));
+            out.push(fence(Some(g), FENCE_WORKER_EXITED));
         } else if self.candidate == Some(g) {
             self.candidate = None;
         } else {
@@ -866,6 +866,18 @@ impl Msg {
     pub fn step(input: Input) -> Msg {
         Msg { input, reply: None }
     }
+}
+
+/// The fence reasons that say the connector failed; every other fence is the kernel's own
+/// decision (uninstall, disconnect, shutdown, refused credentials).
+const FENCE_WORKER_EXITED: &str = "worker exited";
+const FENCE_UPSTREAM_UNAVAILABLE: &str = "upstream unavailable: ";
+
+/// Whether a fence with `reason` says the connector failed: only then do the calls it ends
+/// count toward the frontend's circuit breaker (`ConnectorRemoved.deliberate` is the
+/// opposite).
+pub fn fence_is_failure(reason: &str) -> bool {
+    reason == FENCE_WORKER_EXITED || reason.starts_with(FENCE_UPSTREAM_UNAVAILABLE)
 }
 
 fn fence(generation: Option<u64>, reason: &str) -> Effect {

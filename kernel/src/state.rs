@@ -231,6 +231,7 @@ impl Kernel {
             } => pb::route_event::Event::Removed(pb::ConnectorRemoved {
                 key,
                 generation,
+                deliberate: !crate::lifecycle::fence_is_failure(&reason),
                 reason,
             }),
         };

@@ -27,8 +27,12 @@ pub(crate) enum Outcome {
     /// A JSON-RPC error other than the kinds below (upstream errors, a fenced name).
     RpcError,
     Timeout,
-    /// The worker or the upstream went away, or the generation was fenced mid-call.
+    /// The worker or the upstream went away, or the generation was fenced mid-call because
+    /// it failed.
     Unavailable,
+    /// Fenced mid-call by the kernel's own decision (uninstall, disconnect, shutdown): audited
+    /// `unavailable` like the above, but not counted by the circuit breaker (confirm22).
+    Withdrawn,
     Cancelled,
 }
 
@@ -40,7 +44,7 @@ impl Outcome {
             Self::InvalidArguments => "invalid_arguments",
             Self::RpcError => "rpc_error",
             Self::Timeout => "timeout",
-            Self::Unavailable => "unavailable",
+            Self::Unavailable | Self::Withdrawn => "unavailable",
             Self::Cancelled => "cancelled",
         }
     }
@@ -55,7 +59,7 @@ impl Outcome {
                 Verdict::Failed("the connector was unavailable ([MCP_UNAVAILABLE])")
             }
             Self::Ok | Self::ToolError | Self::RpcError => Verdict::Answered,
-            Self::Cancelled | Self::InvalidArguments => Verdict::NoAnswer,
+            Self::Cancelled | Self::InvalidArguments | Self::Withdrawn => Verdict::NoAnswer,
         }
     }
 }
@@ -286,9 +290,15 @@ mod tests {
         for o in [Outcome::Ok, Outcome::ToolError, Outcome::RpcError] {
             assert_eq!(o.circuit_verdict(), Verdict::Answered, "{o:?}");
         }
-        for o in [Outcome::Cancelled, Outcome::InvalidArguments] {
+        for o in [
+            Outcome::Cancelled,
+            Outcome::InvalidArguments,
+            Outcome::Withdrawn,
+        ] {
             assert_eq!(o.circuit_verdict(), Verdict::NoAnswer, "{o:?}");
         }
+        // A call the kernel fenced on purpose reads like any unavailable one in the log.
+        assert_eq!(Outcome::Withdrawn.as_str(), Outcome::Unavailable.as_str());
     }
 
     #[tokio::test]

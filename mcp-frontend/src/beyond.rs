@@ -21,8 +21,8 @@ use crate::app::App;
 use crate::audit::{Audited, Outcome};
 use crate::backend::{Forward, Identity};
 use crate::call::{
-    CancelGuard, DEADLINE_GRACE, fenced_mid_call, timed_out, tutti, unavailable, until_fenced,
-    with_tutti,
+    CancelGuard, DEADLINE_GRACE, fence_outcome, fenced_mid_call, timed_out, tutti, unavailable,
+    until_fenced, with_tutti,
 };
 use crate::catalog::{Entry, Resolved};
 use crate::era::{META_SERVER_INFO, server_info};
@@ -494,7 +494,7 @@ async fn send(app: &App, target: &Target<'_>, what: Forward, params: Map<String,
     let connector = &target.entry.connector;
     let (key, generation) = (connector.key.as_str(), connector.generation);
     let mut fence = connector.fence.subscribe();
-    if *fence.borrow_and_update() {
+    if fence.borrow_and_update().is_fenced() {
         // Fenced between resolution and now: nothing was sent upstream.
         return (Err(refused(target)), Outcome::RpcError);
     }
@@ -520,7 +520,7 @@ async fn send(app: &App, target: &Target<'_>, what: Forward, params: Map<String,
             guard.disarm();
             map_reply(target, reply)
         }
-        () = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), Outcome::Unavailable),
+        why = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), fence_outcome(why)),
         () = tokio::time::sleep(deadline) => (
             Err(timed_out(key, generation, &format!(
                 "{} did not answer within {} ms", target.entry.name, connector.timeout_ms

@@ -17,7 +17,7 @@ use crate::audit::Outcome;
 use crate::backend::{Backend, Identity};
 use crate::era::{self, Piece, RawMembers, Revision};
 use crate::error::Error;
-use crate::routes::{Lookup, Tool};
+use crate::routes::{Fenced, Lookup, Tool};
 use crate::rpc::{
     self, INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError, routes_not_ready,
 };
@@ -446,7 +446,7 @@ async fn execute_call(
     }
 
     let mut fence = connector.fence.subscribe();
-    if *fence.borrow_and_update() {
+    if fence.borrow_and_update().is_fenced() {
         // Fenced between resolution and now: nothing was sent upstream.
         return (
             Err(not_available(&tool.name, key, generation)),
@@ -487,7 +487,7 @@ async fn execute_call(
             guard.disarm();
             map_reply(&tool.name, key, generation, reply)
         }
-        () = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), Outcome::Unavailable),
+        why = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), fence_outcome(why)),
         () = until_cancelled(cancelled) => (
             Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")
                 .with_data(json!({"tutti": tutti("cancelled", key, generation)}))),
@@ -535,10 +535,22 @@ async fn send_call(
     }
 }
 
-/// Completes when the generation is fenced; never if the fence's sender is gone.
-pub(crate) async fn until_fenced(mut fence: watch::Receiver<bool>) {
-    if fence.wait_for(|f| *f).await.is_err() {
-        pending::<()>().await;
+/// Completes when the generation is fenced, with why; never if the fence's sender is gone.
+pub(crate) async fn until_fenced(mut fence: watch::Receiver<Fenced>) -> Fenced {
+    let fenced = fence.wait_for(|f| f.is_fenced()).await.map(|f| *f);
+    match fenced {
+        Ok(why) => why,
+        Err(_) => pending().await,
+    }
+}
+
+/// How a call that a fence ended is audited and counted: a deliberate fence (uninstall,
+/// disconnect, shutdown) is no failure of the connector's (SPEC §12 counts worker gone,
+/// timeouts and transport errors).
+pub(crate) fn fence_outcome(why: Fenced) -> Outcome {
+    match why {
+        Fenced::Deliberate => Outcome::Withdrawn,
+        Fenced::No | Fenced::Failed => Outcome::Unavailable,
     }
 }
 

@@ -15,7 +15,9 @@ use serde::ser::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
-use tutti_proto::kernel::{ConnectorRoute, RouteEvent, RoutedTool, SessionsRevoked, route_event};
+use tutti_proto::kernel::{
+    ConnectorRemoved, ConnectorRoute, RouteEvent, RoutedTool, SessionsRevoked, route_event,
+};
 
 use crate::catalog::{self, Catalog};
 use crate::era::{self, Revision};
@@ -26,8 +28,28 @@ const DEFAULT_CALL_TIMEOUT_MS: u32 = 60_000;
 /// How many vanished tool names are remembered for the "not available now" answer.
 const REMEMBERED_NAMES: usize = 4096;
 
-/// Fires (`true`) when a generation is fenced; in-flight calls of that generation end.
-pub(crate) type Fence = Arc<watch::Sender<bool>>;
+/// Fires when a generation is fenced (with why); in-flight calls of that generation end.
+pub(crate) type Fence = Arc<watch::Sender<Fenced>>;
+
+/// Whether, and why, a generation was fenced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Fenced {
+    #[default]
+    No,
+    /// The connector failed (its worker exited, its upstream became unavailable), or the
+    /// kernel did not say (a generation missing from a snapshot): the calls it ends count
+    /// toward the circuit breaker.
+    Failed,
+    /// The kernel's own decision (uninstall, disconnect, shutdown, refused credentials):
+    /// the calls it ends say nothing of the connector's health (confirm22).
+    Deliberate,
+}
+
+impl Fenced {
+    pub(crate) fn is_fenced(self) -> bool {
+        self != Self::No
+    }
+}
 
 /// One committed generation of one connector.
 #[derive(Debug)]
@@ -253,6 +275,23 @@ pub(crate) struct RouteState {
 }
 
 impl RouteState {
+    /// Fires the fences of the removed connector's generations up to the removed one, with
+    /// why (confirm22: a deliberate fence does not count toward the circuit breaker).
+    fn fence_removed(&mut self, removed: &ConnectorRemoved) {
+        let why = if removed.deliberate {
+            Fenced::Deliberate
+        } else {
+            Fenced::Failed
+        };
+        self.unfenced.retain(|(key, generation), fence| {
+            let ends = *key == removed.key && *generation <= removed.generation;
+            if ends {
+                fence.send_replace(why);
+            }
+            !ends
+        });
+    }
+
     pub(crate) fn new() -> Self {
         Self {
             revision: 0,
@@ -303,7 +342,7 @@ impl RouteState {
                     .collect();
                 for k in stale {
                     if let Some(fence) = self.unfenced.remove(&k) {
-                        fence.send_replace(true);
+                        fence.send_replace(Fenced::Failed);
                     }
                 }
                 let mut next = BTreeMap::new();
@@ -323,19 +362,7 @@ impl RouteState {
                 self.replace_connectors(next)
             }
             route_event::Event::Removed(removed) => {
-                let fenced: Vec<(String, u64)> = self
-                    .unfenced
-                    .keys()
-                    .filter(|(key, generation)| {
-                        *key == removed.key && *generation <= removed.generation
-                    })
-                    .cloned()
-                    .collect();
-                for k in fenced {
-                    if let Some(fence) = self.unfenced.remove(&k) {
-                        fence.send_replace(true);
-                    }
-                }
+                self.fence_removed(&removed);
                 let mut next = std::mem::take(&mut self.connectors);
                 if next
                     .get(&removed.key)
@@ -359,7 +386,7 @@ impl RouteState {
         let fence = self
             .unfenced
             .entry(id)
-            .or_insert_with(|| Arc::new(watch::channel(false).0))
+            .or_insert_with(|| Arc::new(watch::channel(Fenced::No).0))
             .clone();
         let connector = Arc::new(Connector {
             key: route.key.clone(),
@@ -614,7 +641,7 @@ fn for_each_revision(tool: &Map<String, Value>) -> Result<[Arc<RawValue>; 3], se
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tutti_proto::kernel::{ConnectorRemoved, RouteSnapshot, RoutedTool, RuntimeShutdown};
+    use tutti_proto::kernel::{RouteSnapshot, RoutedTool, RuntimeShutdown};
 
     fn tool(local: &str, upstream: &str, def: Value) -> RoutedTool {
         RoutedTool {
@@ -854,6 +881,7 @@ mod tests {
                 key: "a".into(),
                 generation: 4,
                 reason: "crashed".into(),
+                deliberate: false,
             }),
         ));
         assert_eq!(
@@ -863,7 +891,7 @@ mod tests {
             }
         );
         assert!(matches!(s.table().lookup("a_echo"), Lookup::Found(_)));
-        assert!(!*fence.borrow_and_update());
+        assert!(!fence.borrow_and_update().is_fenced());
         // Removing generation 5 drops the connector and fires its fence.
         let effect = s.apply(ev(
             3,
@@ -871,6 +899,7 @@ mod tests {
                 key: "a".into(),
                 generation: 5,
                 reason: "uninstalled".into(),
+                deliberate: true,
             }),
         ));
         assert_eq!(
@@ -879,7 +908,11 @@ mod tests {
                 tools_changed: true
             }
         );
-        assert!(*fence.borrow_and_update());
+        assert_eq!(
+            *fence.borrow_and_update(),
+            Fenced::Deliberate,
+            "the kernel's own decision"
+        );
         match s.table().lookup("a_echo") {
             Lookup::Gone(g) => assert_eq!(
                 g,
@@ -915,16 +948,17 @@ mod tests {
             2,
             route_event::Event::Upsert(route("a", 2, vec![echo("a")])),
         ));
-        assert!(!*fence.borrow_and_update());
+        assert!(!fence.borrow_and_update().is_fenced());
         s.apply(ev(
             3,
             route_event::Event::Removed(ConnectorRemoved {
                 key: "a".into(),
                 generation: 1,
                 reason: "replaced".into(),
+                deliberate: false,
             }),
         ));
-        assert!(*fence.borrow_and_update());
+        assert_eq!(*fence.borrow_and_update(), Fenced::Failed);
         let Lookup::Found(live) = s.table().lookup("a_echo") else {
             panic!("generation 2 stays routable");
         };

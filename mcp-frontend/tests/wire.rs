@@ -1071,6 +1071,7 @@ async fn an_answer_that_is_there_wins_over_a_fence_seen_in_the_same_poll() {
                 key: "demo".into(),
                 generation,
                 reason: "worker exited".into(),
+                deliberate: false,
             }),
         );
         let routes = h.routes.clone().expect("route stream open");
@@ -1110,6 +1111,7 @@ async fn fencing_ends_in_flight_calls_and_removed_names_say_list_again() {
         key: "demo".into(),
         generation: 1,
         reason: "uninstalled".into(),
+        deliberate: false,
     }));
     let body = tokio::time::timeout(WAIT, in_flight)
         .await
@@ -1781,6 +1783,7 @@ async fn listen_honours_only_requested_kinds() {
         key: "other".into(),
         generation: 1,
         reason: "gone".into(),
+        deliberate: false,
     }))
     .await;
     h.send(route_event::Event::SessionsRevoked(SessionsRevoked {

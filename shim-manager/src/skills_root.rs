@@ -324,6 +324,7 @@ mod tests {
                 key: "a".into(),
                 generation: 1,
                 reason: String::new(),
+                deliberate: false,
             }),
         ));
         assert_eq!(
@@ -351,6 +352,7 @@ mod tests {
                 key: "a".into(),
                 generation: 2,
                 reason: String::new(),
+                deliberate: false,
             }),
         ));
         assert_eq!(

@@ -142,6 +142,7 @@ impl FakeKernel {
                 key: key.to_owned(),
                 generation,
                 reason: "test".to_owned(),
+                deliberate: false,
             }),
         );
     }

@@ -595,3 +595,19 @@ fn the_auth_hint_names_missing_secrets_or_the_disconnect() {
         "disconnected; run `tutti connector connect k` to route it again"
     );
 }
+
+#[test]
+fn only_the_fences_of_a_failing_connector_count_as_its_failures() {
+    assert!(fence_is_failure(FENCE_WORKER_EXITED));
+    assert!(fence_is_failure(&format!(
+        "{FENCE_UPSTREAM_UNAVAILABLE}connection refused"
+    )));
+    for deliberate in [
+        "uninstalled",
+        "runtime shutdown",
+        "disconnected",
+        "upstream refused the credentials",
+    ] {
+        assert!(!fence_is_failure(deliberate), "{deliberate}");
+    }
+}
