@@ -77,14 +77,15 @@ impl App {
     pub(crate) async fn verify_session(
         &self,
         token: &str,
+        key: &crate::sessions::TokenKey,
     ) -> Result<Option<Identity>, crate::error::Error> {
-        if let Some(identity) = self.sessions.lookup(token) {
+        if let Some(identity) = self.sessions.lookup(key) {
             return Ok(Some(identity));
         }
         let ticket = self.sessions.ticket();
         let verified = self.backend.verify_session(token).await?;
         if let Some(identity) = &verified {
-            self.sessions.insert(ticket, token, identity);
+            self.sessions.insert(ticket, key, identity);
         }
         Ok(verified)
     }

@@ -13,17 +13,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use base64::Engine;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::audit::Relayed;
 
-/// A session token's SHA-256.
-pub(crate) type TokenKey = [u8; 32];
-
-pub(crate) fn token_key(token: &str) -> TokenKey {
-    Sha256::digest(token.as_bytes()).into()
-}
+pub(crate) use crate::sessions::TokenKey;
 
 /// The client capabilities that let a client answer an upstream's requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -74,15 +74,14 @@ pub(crate) async fn open(
     app: Arc<App>,
     identity: Identity,
     token: &str,
+    key: TokenKey,
     ticket_at_start: crate::sessions::Ticket,
 ) -> Response {
     let mut tools = app.tools_version.subscribe();
     tools.borrow_and_update();
     let events = app.notifier.events(identity.clone());
     let (listener, end) = app.listeners.register(identity);
-    let (stream, pushed) = app
-        .clients
-        .register_stream(crate::clients::token_key(token));
+    let (stream, pushed) = app.clients.register_stream(key);
     let registration = Registration {
         app: app.clone(),
         listener,

@@ -261,7 +261,10 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         && is_post
         && is_json
         && declared_length(&parts.headers).is_some_and(|n| n <= EARLY_BODY_BYTES);
-    let (identity, pending) = match authenticate(&app, &token, &parts.headers, body, early).await {
+    // The token's one hash: the session cache and every per-token map key by it.
+    let key = crate::sessions::token_key(&token);
+    let authenticated = authenticate(&app, &token, &key, &parts.headers, body, early).await;
+    let (identity, pending) = match authenticated {
         Ok(authenticated) => authenticated,
         Err(rejection) => return rejection,
     };
@@ -270,7 +273,7 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         && parts.method == Method::GET
         && crate::progress::accepts_event_stream(&parts.headers)
     {
-        return crate::get_stream::open(app, identity, &token, ticket).await;
+        return crate::get_stream::open(app, identity, &token, key, ticket).await;
     }
     // SPEC §5: the bearer check comes before everything else but Host and Origin, so an
     // unauthenticated request gets 401 on every path.
@@ -294,6 +297,7 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         app,
         identity,
         token,
+        token_key: key,
         ticket,
         headers: parts.headers,
     };
@@ -332,13 +336,14 @@ fn host_or_origin_rejection(headers: &HeaderMap) -> Option<Response> {
 async fn authenticate(
     app: &App,
     token: &str,
+    key: &crate::sessions::TokenKey,
     headers: &HeaderMap,
     body: Body,
     early: bool,
 ) -> Result<(Identity, PendingBody), Response> {
     let (verified, pending) = if early {
         let read = read_within_timeout(headers, body);
-        let verify = app.verify_session(token);
+        let verify = app.verify_session(token, key);
         tokio::pin!(read, verify);
         tokio::select! {
             verified = &mut verify => {
@@ -350,7 +355,10 @@ async fn authenticate(
             parsed = &mut read => (verify.await, PendingBody::Parsed(parsed)),
         }
     } else {
-        (app.verify_session(token).await, PendingBody::Unread(body))
+        (
+            app.verify_session(token, key).await,
+            PendingBody::Unread(body),
+        )
     };
     match verified {
         Ok(Some(identity)) => Ok((identity, pending)),

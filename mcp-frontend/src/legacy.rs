@@ -41,7 +41,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
     }
     match message {
         Message::Response { id, answer } => {
-            let token = crate::clients::token_key(&ctx.token);
+            let token = ctx.token_key;
             if !crate::relay::answer_legacy(&ctx.app, token, &id, answer) {
                 tracing::debug!("a client response names no request waiting for one");
             }
@@ -61,7 +61,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                 "initialize" => {
                     let capabilities = params.as_ref().and_then(|p| p.get("capabilities"));
                     let caps = crate::clients::Caps::from_json(capabilities);
-                    let token = crate::clients::token_key(&ctx.token);
+                    let token = ctx.token_key;
                     ctx.app.clients.set_caps(token, caps);
                     Ok(initialize(&ctx.app, params.as_ref()).await)
                 }
@@ -140,7 +140,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let progress = progress::requested(params.as_ref(), &ctx.headers);
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
     let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
-    let key = crate::clients::token_key(&ctx.token);
+    let key = ctx.token_key;
     let client = ctx.app.clients.state(&key);
     let confirm = crate::confirm::required(&ctx.identity, &tool);
     if confirm && !(client.caps.elicitation && progress::accepts_event_stream(&ctx.headers)) {
@@ -242,7 +242,7 @@ fn set_level(ctx: &Ctx, params: Option<&Value>) -> Result<Value, RpcError> {
              critical, alert, emergency",
         ));
     };
-    let token = crate::clients::token_key(&ctx.token);
+    let token = ctx.token_key;
     ctx.app.clients.set_log_level(token, rank);
     Ok(json!({}))
 }

@@ -233,7 +233,7 @@ async fn relayed_call(
     confirm: bool,
 ) -> Response {
     use crate::relay;
-    let token = crate::clients::token_key(&ctx.token);
+    let token = ctx.token_key;
     let streams = crate::progress::accepts_event_stream(&ctx.headers);
     let log_level = params
         .as_ref()

@@ -30,14 +30,19 @@ pub(crate) struct SessionCache {
 struct State {
     enabled: bool,
     epoch: u64,
-    entries: HashMap<[u8; 32], Identity>,
+    entries: HashMap<TokenKey, Identity>,
 }
 
 /// Taken before asking the kernel; lets the answer be cached only if nothing was revoked since.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Ticket(u64);
 
-fn hash(token: &str) -> [u8; 32] {
+/// A session token's SHA-256: how the frontend keeps and keys a token, never the token itself.
+pub(crate) type TokenKey = [u8; 32];
+
+/// The one hash of a token: computed once per request (`http.rs`) and carried in its context;
+/// the session cache and `clients.rs` key everything by it.
+pub(crate) fn token_key(token: &str) -> TokenKey {
     Sha256::digest(token.as_bytes()).into()
 }
 
@@ -54,12 +59,12 @@ impl SessionCache {
     }
 
     /// The identity of a token verified earlier and not revoked since.
-    pub(crate) fn lookup(&self, token: &str) -> Option<Identity> {
+    pub(crate) fn lookup(&self, token: &TokenKey) -> Option<Identity> {
         let state = self.lock();
         if !state.enabled || state.entries.is_empty() {
             return None;
         }
-        state.entries.get(&hash(token)).cloned()
+        state.entries.get(token).cloned()
     }
 
     pub(crate) fn ticket(&self) -> Ticket {
@@ -67,10 +72,10 @@ impl SessionCache {
     }
 
     /// Keeps the kernel's positive answer to a verification sent under `ticket`.
-    pub(crate) fn insert(&self, ticket: Ticket, token: &str, identity: &Identity) {
+    pub(crate) fn insert(&self, ticket: Ticket, token: &TokenKey, identity: &Identity) {
         let mut state = self.lock();
         if state.enabled && state.epoch == ticket.0 && state.entries.len() < MAX_ENTRIES {
-            state.entries.insert(hash(token), identity.clone());
+            state.entries.insert(*token, identity.clone());
         }
     }
 
@@ -120,27 +125,31 @@ mod tests {
     #[test]
     fn off_until_enabled_and_off_again_when_the_stream_is_lost() {
         let c = SessionCache::default();
-        c.insert(c.ticket(), "tts_a", &id("w", "s"));
-        assert_eq!(c.lookup("tts_a"), None, "disabled: nothing is kept");
+        c.insert(c.ticket(), &token_key("tts_a"), &id("w", "s"));
+        assert_eq!(
+            c.lookup(&token_key("tts_a")),
+            None,
+            "disabled: nothing is kept"
+        );
         c.reset(true);
-        c.insert(c.ticket(), "tts_a", &id("w", "s"));
-        assert_eq!(c.lookup("tts_a"), Some(id("w", "s")));
-        assert_eq!(c.lookup("tts_b"), None);
+        c.insert(c.ticket(), &token_key("tts_a"), &id("w", "s"));
+        assert_eq!(c.lookup(&token_key("tts_a")), Some(id("w", "s")));
+        assert_eq!(c.lookup(&token_key("tts_b")), None);
         c.reset(false);
-        assert_eq!(c.lookup("tts_a"), None);
+        assert_eq!(c.lookup(&token_key("tts_a")), None);
     }
 
     #[test]
     fn revocation_drops_only_the_matching_session() {
         let c = SessionCache::default();
         c.reset(true);
-        c.insert(c.ticket(), "tts_a", &id("w", "s1"));
-        c.insert(c.ticket(), "tts_b", &id("w", "s2"));
+        c.insert(c.ticket(), &token_key("tts_a"), &id("w", "s1"));
+        c.insert(c.ticket(), &token_key("tts_b"), &id("w", "s2"));
         c.revoke(&revoked("w", "s1", false));
-        assert_eq!(c.lookup("tts_a"), None);
-        assert_eq!(c.lookup("tts_b"), Some(id("w", "s2")));
+        assert_eq!(c.lookup(&token_key("tts_a")), None);
+        assert_eq!(c.lookup(&token_key("tts_b")), Some(id("w", "s2")));
         c.revoke(&revoked("", "", true));
-        assert_eq!(c.lookup("tts_b"), None);
+        assert_eq!(c.lookup(&token_key("tts_b")), None);
     }
 
     #[test]
@@ -150,10 +159,10 @@ mod tests {
         // Sent before the revocation was applied, answered after: possibly stale.
         let ticket = c.ticket();
         c.revoke(&revoked("w", "s", false));
-        c.insert(ticket, "tts_a", &id("w", "s"));
-        assert_eq!(c.lookup("tts_a"), None);
+        c.insert(ticket, &token_key("tts_a"), &id("w", "s"));
+        assert_eq!(c.lookup(&token_key("tts_a")), None);
         // A fresh verification is kept.
-        c.insert(c.ticket(), "tts_a", &id("w", "s"));
-        assert_eq!(c.lookup("tts_a"), Some(id("w", "s")));
+        c.insert(c.ticket(), &token_key("tts_a"), &id("w", "s"));
+        assert_eq!(c.lookup(&token_key("tts_a")), Some(id("w", "s")));
     }
 }

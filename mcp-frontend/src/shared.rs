@@ -26,6 +26,8 @@ pub(crate) struct Ctx {
     pub(crate) app: Arc<App>,
     pub(crate) identity: Identity,
     pub(crate) token: String,
+    /// The token's SHA-256, computed once per request (`sessions::token_key`).
+    pub(crate) token_key: crate::sessions::TokenKey,
     /// The session cache's epoch read before the token was verified (it moves with every
     /// revocation or resync, so a listen stream opened meanwhile checks the token again).
     pub(crate) ticket: Ticket,
