@@ -284,6 +284,11 @@ impl HttpClient {
                 if body.is_empty() && !awaits_answer {
                     return Ok(StreamableHttpPostResponse::Accepted);
                 }
+                if let Kind::Discover(id) = kind
+                    && !is_discover_result(&body)
+                {
+                    return Ok(not_discovered(id, &body));
+                }
                 let parsed = self.parse(&body).map_err(Failure::Error)?;
                 if awaits_answer && is_uncorrelated_error(&parsed) {
                     return Err(Failure::Fault(Fault::Status {
@@ -672,6 +677,28 @@ impl std::fmt::Display for Fault {
 /// A JSON-RPC error that answers no request (`id` null or missing).
 fn is_uncorrelated_error(message: &ServerJsonRpcMessage) -> bool {
     matches!(message, ServerJsonRpcMessage::Error(e) if e.id.is_none())
+}
+
+/// Whether a JSON answer to `server/discover` is a discovery result (a JSON-RPC error passes
+/// too: rmcp falls back on it). A legacy server that answers every method it does not know
+/// with an empty result (the conformance suite's `sse-retry` server does) is a legacy server:
+/// rmcp would fail on that answer instead of falling back to `initialize`.
+fn is_discover_result(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| v.get("error").is_some() || v["result"].get("supportedVersions").is_some())
+}
+
+/// The error rmcp's lifecycle falls back to `initialize` on, for a discovery the server did
+/// not answer as one.
+fn not_discovered(id: &RequestId, body: &[u8]) -> StreamableHttpPostResponse {
+    let data = rmcp::ErrorData::invalid_request(
+        format!(
+            "server/discover answered without supportedVersions: {}",
+            preview(body)
+        ),
+        None,
+    );
+    StreamableHttpPostResponse::Json(ServerJsonRpcMessage::error(data, Some(id.clone())), None)
 }
 
 /// A refresh failed: the connector needs a new login (the bearer keeps the reason, which the
