@@ -844,6 +844,21 @@ mod tests {
     }
 
     #[test]
+    fn a_discovery_answered_with_anything_else_falls_back() {
+        assert!(is_discover_result(
+            br#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"]}}"#
+        ));
+        assert!(is_discover_result(
+            br#"{"jsonrpc":"2.0","id":0,"error":{"code":-32601,"message":"no"}}"#
+        ));
+        // A legacy server that answers every method it does not know with `{}`.
+        assert!(!is_discover_result(
+            br#"{"jsonrpc":"2.0","id":0,"result":{}}"#
+        ));
+        assert!(!is_discover_result(b"not json"));
+    }
+
+    #[test]
     fn an_error_with_a_null_id_answers_no_request() {
         let stale = server_message(
             r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#,

@@ -60,7 +60,7 @@ async fn exercise(upstream: &HttpUpstream) -> anyhow::Result<()> {
     );
     for tool in upstream.tools() {
         let name = tool["name"].as_str().unwrap_or_default();
-        let arguments = arguments_for(name, &tool["inputSchema"]);
+        let arguments = arguments_for(name, &tool["inputSchema"], upstream.tools());
         match upstream.call_tool_answering(name, arguments, answer).await {
             Ok(result) => eprintln!("called {name}: {} bytes", result.len()),
             Err(why) => bail!("calling {name} failed: {why}"),
@@ -184,10 +184,20 @@ fn answer(method: &str, params: Value) -> Result<Value, (i32, String)> {
 /// Arguments for a tool: every required property gets a value of its type (the suite's tools
 /// check that the call arrives, not what it says); `test_custom_headers` (`http-custom-headers`)
 /// gets the values its parameters describe, so that every `Mcp-Param-*` header encoding is
-/// exercised.
-fn arguments_for(tool: &str, schema: &Value) -> Option<Map<String, Value>> {
-    if tool == "test_custom_headers" {
-        return custom_header_arguments();
+/// exercised, and `json_schema_echo` the schema the worker listed for its sibling tool.
+fn arguments_for(tool: &str, schema: &Value, tools: &[Value]) -> Option<Map<String, Value>> {
+    match tool {
+        "test_custom_headers" => return custom_header_arguments(),
+        // `json-schema-2020-12-preservation`: the listed schema, passed back as received.
+        "json_schema_echo" => {
+            let echoed = tools
+                .iter()
+                .find(|t| t["name"] == "json_schema_2020_12_tool")?;
+            return json!({"schema": echoed["inputSchema"]})
+                .as_object()
+                .cloned();
+        }
+        _ => {}
     }
     let properties = schema["properties"].as_object()?;
     let required: Vec<&str> = schema["required"]
