@@ -24,6 +24,7 @@
 mod common;
 mod grant;
 pub mod login;
+mod probe;
 
 pub use common::{ClientSettings, OAuthError, check_url};
 pub use grant::Grant;

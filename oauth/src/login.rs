@@ -45,7 +45,10 @@ pub async fn begin(
     extra_scope: Option<&str>,
 ) -> Result<Pending, OAuthError> {
     check_url(&settings.url)?;
-    let challenge = challenge_of(&settings.url).await;
+    let challenge = match challenge_of(&settings.url).await {
+        Some(challenge) => Some(challenge),
+        None => crate::probe::modern_challenge(&settings.url).await,
+    };
     let discovery = |e: rmcp::transport::auth::AuthError| OAuthError::Discovery(e.to_string());
     let mut manager = AuthorizationManager::new_allowing_private_addresses(settings.url.as_str())
         .await

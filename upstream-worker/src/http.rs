@@ -284,6 +284,11 @@ impl HttpClient {
                 if body.is_empty() && !awaits_answer {
                     return Ok(StreamableHttpPostResponse::Accepted);
                 }
+                if let Kind::Discover(id) = kind
+                    && !is_discover_result(&body)
+                {
+                    return Ok(not_discovered(id, &body));
+                }
                 let parsed = self.parse(&body).map_err(Failure::Error)?;
                 if awaits_answer && is_uncorrelated_error(&parsed) {
                     return Err(Failure::Fault(Fault::Status {
@@ -674,6 +679,28 @@ fn is_uncorrelated_error(message: &ServerJsonRpcMessage) -> bool {
     matches!(message, ServerJsonRpcMessage::Error(e) if e.id.is_none())
 }
 
+/// Whether a JSON answer to `server/discover` is a discovery result (a JSON-RPC error passes
+/// too: rmcp falls back on it). A legacy server that answers every method it does not know
+/// with an empty result (the conformance suite's `sse-retry` server does) is a legacy server:
+/// rmcp would fail on that answer instead of falling back to `initialize`.
+fn is_discover_result(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| v.get("error").is_some() || v["result"].get("supportedVersions").is_some())
+}
+
+/// The error rmcp's lifecycle falls back to `initialize` on, for a discovery the server did
+/// not answer as one.
+fn not_discovered(id: &RequestId, body: &[u8]) -> StreamableHttpPostResponse {
+    let data = rmcp::ErrorData::invalid_request(
+        format!(
+            "server/discover answered without supportedVersions: {}",
+            preview(body)
+        ),
+        None,
+    );
+    StreamableHttpPostResponse::Json(ServerJsonRpcMessage::error(data, Some(id.clone())), None)
+}
+
 /// A refresh failed: the connector needs a new login (the bearer keeps the reason, which the
 /// worker reports).
 fn login_expired(reason: String) -> StreamableHttpError<WorkerError> {
@@ -814,6 +841,21 @@ mod tests {
 
     fn client_message(text: &str) -> ClientJsonRpcMessage {
         serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn a_discovery_answered_with_anything_else_falls_back() {
+        assert!(is_discover_result(
+            br#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"]}}"#
+        ));
+        assert!(is_discover_result(
+            br#"{"jsonrpc":"2.0","id":0,"error":{"code":-32601,"message":"no"}}"#
+        ));
+        // A legacy server that answers every method it does not know with `{}`.
+        assert!(!is_discover_result(
+            br#"{"jsonrpc":"2.0","id":0,"result":{}}"#
+        ));
+        assert!(!is_discover_result(b"not json"));
     }
 
     #[test]

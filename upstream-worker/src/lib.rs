@@ -9,6 +9,7 @@
 
 mod bearer;
 mod catalog;
+pub mod client;
 mod control;
 mod definitions;
 mod error;
