@@ -10,13 +10,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::common::{OAuthError, now_unix_ms};
 
+/// How long one revocation request may take.
+const REVOKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One connector's login: the authorization server's metadata, the client identity (a
 /// registered client's secret too) and the tokens. `Debug` shows no secret.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Grant {
-    /// The MCP endpoint the tokens are for (the `resource` of refreshes).
+    /// The MCP endpoint the login was for.
     pub url: String,
+    /// The `resource` (RFC 8707) the login asked for: the protected resource metadata's
+    /// `resource` where the server published one, else the MCP endpoint. Refreshes name the
+    /// same resource (absent in records written before it was kept: then `url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
     pub metadata: AuthorizationMetadata,
     pub client_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -35,6 +43,7 @@ impl std::fmt::Debug for Grant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Grant")
             .field("url", &self.url)
+            .field("resource", &self.resource)
             .field("issuer", &self.metadata.issuer)
             .field("client_id", &self.client_id)
             .field("scopes", &self.scopes)
@@ -94,9 +103,12 @@ impl Grant {
         }
     }
 
-    /// A manager that knows this grant's server and client, with its credentials loaded.
+    /// A manager that knows this grant's server and client, with its credentials loaded. Its
+    /// base URL is the login's `resource`: rmcp names the base URL as the `resource` of a
+    /// refresh when it has not discovered one itself (it has not: no discovery here).
     async fn manager(&self) -> Result<(AuthorizationManager, InMemoryCredentialStore), String> {
-        let mut manager = AuthorizationManager::new_allowing_private_addresses(self.url.as_str())
+        let resource = self.resource.as_deref().unwrap_or(self.url.as_str());
+        let mut manager = AuthorizationManager::new_allowing_private_addresses(resource)
             .await
             .map_err(|e| e.to_string())?;
         manager.set_metadata(self.metadata.clone());
@@ -145,8 +157,10 @@ impl Grant {
         else {
             return Ok(false);
         };
+        // Bounded: `disconnect` and `uninstall` wait for this.
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .timeout(REVOKE_TIMEOUT)
             .build()
             .map_err(|e| OAuthError::Revoke(e.without_url().to_string()))?;
         let tokens = [
