@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::oauth::{Browser, OAuthServer, query_param};
-use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, result_texts};
+use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, result_texts, secret_scan};
 
 const READY: Duration = Duration::from_secs(60);
 
@@ -66,8 +66,16 @@ struct Login {
 
 impl Login {
     fn start(rt: &Runtime, key: &str) -> Login {
+        Self::start_with(rt, key, &[], &[])
+    }
+
+    /// With more arguments (e.g. `--from-env NAME`) and environment.
+    fn start_with(rt: &Runtime, key: &str, args: &[&str], env: &[(&str, &str)]) -> Login {
+        let mut argv = vec!["connector", "connect", key, "--no-browser", "--json"];
+        argv.extend_from_slice(args);
         let mut child = rt
-            .tutti_cmd(&["connector", "connect", key, "--no-browser", "--json"])
+            .tutti_cmd(&argv)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -125,7 +133,10 @@ impl Login {
 /// Runs a whole login as the user: `connect`, the browser, the callback. Returns the
 /// authorization URL, the callback URL and the command's outcome.
 async fn log_in(rt: &Runtime, key: &str) -> (String, String, (bool, String, String)) {
-    let mut login = Login::start(rt, key);
+    finish_login(Login::start(rt, key)).await
+}
+
+async fn finish_login(mut login: Login) -> (String, String, (bool, String, String)) {
     let url = login.url();
     let callback = Browser::new().authorize(&url, "alice").await;
     let (status, page) = Browser::new().get(&callback).await;
@@ -497,4 +508,151 @@ async fn bad_input_gets_one_clear_line_and_changes_nothing() {
         "a code was exchanged"
     );
     rt.wait_status("remote", "auth_required", READY);
+}
+
+// === secret hygiene ===
+
+/// A value no test run shares (the std hasher is seeded from the OS).
+fn random_hex() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+/// Runs `tutti args` with `env`, keeps its stdout and stderr for the scan, and requires
+/// success.
+fn run_kept(
+    rt: &Runtime,
+    outputs: &mut Vec<(String, Vec<u8>)>,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> String {
+    let out = rt
+        .tutti_cmd(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("tutti {}: {e}", args.join(" ")));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let what = format!("tutti {}", args.join(" "));
+    assert!(
+        out.status.success(),
+        "{what} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    outputs.push((format!("{what} (stdout)"), out.stdout));
+    outputs.push((format!("{what} (stderr)"), out.stderr));
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oauth_tokens_codes_and_client_secrets_appear_nowhere_but_secrets() {
+    let client_secret = format!("cs-{}-{}", random_hex(), random_hex());
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start_with(
+        &rt,
+        &["--ttl", "35"],
+        &[("E2E_CLIENT_SECRET", client_secret.as_str())],
+    );
+    let server = &remote.server;
+    let mut outputs = Vec::new();
+    let mut needles = vec![client_secret.clone()];
+
+    // A pre-registered confidential client; its secret is given like any secret.
+    let auth = json!({"clientId": "tutti-e2e", "clientSecret": "OAUTH_CLIENT_SECRET"});
+    let dir = rt.write_release(&oauth_connector("remote", &server.mcp_url, auth), &[]);
+    let dir = dir.to_string_lossy().into_owned();
+    let env = [("OAUTH_CLIENT_SECRET", client_secret.as_str())];
+    run_kept(
+        &rt,
+        &mut outputs,
+        &["connector", "install", &dir, "--yes"],
+        &env,
+    );
+    // `connect` takes the client secret and runs the login in one go.
+    let login = Login::start_with(&rt, "remote", &["--from-env", "OAUTH_CLIENT_SECRET"], &env);
+    let (url, callback, (ok, stdout, stderr)) = finish_login(login).await;
+    assert!(ok, "connect failed: {stdout}{stderr}");
+    assert_eq!(query_param(&url, "client_id").as_deref(), Some("tutti-e2e"));
+    assert!(
+        server.seen("registration").await.is_empty(),
+        "a client was registered"
+    );
+    needles.extend(query_param(&callback, "code"));
+    outputs.push((
+        "tutti connector connect remote".into(),
+        [stdout, stderr].concat().into(),
+    ));
+    rt.wait_status("remote", "ready", READY);
+    needles.extend(stored_tokens(&rt, "remote"));
+
+    // Calls, a renewal before expiry, a renewal after a 401: every token seen is a needle.
+    let mcp = client(&rt).await;
+    echo(&mcp, "remote", "one").await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    echo(&mcp, "remote", "two").await;
+    needles.extend(stored_tokens(&rt, "remote"));
+    server.drop_access_tokens().await;
+    echo(&mcp, "remote", "three").await;
+    needles.extend(stored_tokens(&rt, "remote"));
+    assert!(audit_events(&rt, "oauth_refresh", "remote").len() >= 2);
+    needles.sort();
+    needles.dedup();
+    assert!(
+        needles.len() >= 6,
+        "too few values to look for: {}",
+        needles.len()
+    );
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["connector", "available", "--json"],
+    ] {
+        run_kept(&rt, &mut outputs, args, &[]);
+    }
+
+    // Argv and environment of the runtime's processes, while they run.
+    let mut leaks = Vec::new();
+    for pid in rt.process_set() {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if needles.iter().any(|n| secret_scan::contains(&environ, n)) {
+            leaks.push(format!("/proc/{pid}/environ"));
+        }
+    }
+    let running = secret_scan::Scan::default();
+    leaks.extend(secret_scan::leaks(&needles, rt.state_dir(), &running));
+
+    // Then every file outside secrets/ (logs flushed by the stop), the runtime's own output
+    // and every command's output.
+    let (root, state) = (rt.root().to_path_buf(), rt.state_dir().to_path_buf());
+    rt.stop();
+    let scan = secret_scan::Scan {
+        files: vec![root.join("up.stdout"), root.join("up.stderr")],
+        outputs,
+        skip_pids: &[],
+    };
+    leaks.extend(secret_scan::leaks(&needles, &state, &scan));
+    assert!(
+        leaks.is_empty(),
+        "an OAuth secret leaked into:\n{}",
+        leaks.join("\n")
+    );
+
+    // The current tokens and the client secret are where they belong.
+    let stored = std::fs::read(state.join("secrets").join("remote.json")).unwrap_or_default();
+    assert!(secret_scan::contains(&stored, &client_secret));
+    assert!(
+        audit_events_in(&state)
+            .iter()
+            .any(|l| l["event"] == "oauth_login")
+    );
+}
+
+fn audit_events_in(state: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(state.join("logs").join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
