@@ -74,6 +74,12 @@ impl Grant {
         token.refresh_token().map(|t| t.secret().as_str())
     }
 
+    /// The `resource` (RFC 8707) of this login's refreshes: the one its authorization named,
+    /// else (a record from before it was kept) the MCP endpoint.
+    pub fn resource(&self) -> &str {
+        self.resource.as_deref().unwrap_or(self.url.as_str())
+    }
+
     /// Every secret value the grant holds (access and refresh token, client secret), for
     /// redaction.
     pub fn secret_values(&self) -> Vec<String> {
@@ -107,8 +113,7 @@ impl Grant {
     /// base URL is the login's `resource`: rmcp names the base URL as the `resource` of a
     /// refresh when it has not discovered one itself (it has not: no discovery here).
     async fn manager(&self) -> Result<(AuthorizationManager, InMemoryCredentialStore), String> {
-        let resource = self.resource.as_deref().unwrap_or(self.url.as_str());
-        let mut manager = AuthorizationManager::new_allowing_private_addresses(resource)
+        let mut manager = AuthorizationManager::new_allowing_private_addresses(self.resource())
             .await
             .map_err(|e| e.to_string())?;
         manager.set_metadata(self.metadata.clone());
@@ -188,5 +193,40 @@ impl Grant {
             }
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(resource: Option<&str>) -> Grant {
+        let mut json = serde_json::json!({
+            "url": "https://mcp.example.com/mcp",
+            "metadata": {
+                "authorization_endpoint": "https://as.example.com/authorize",
+                "token_endpoint": "https://as.example.com/token"
+            },
+            "clientId": "c",
+            "redirectUri": "http://127.0.0.1:1/callback",
+            "credentials": {"client_id": "c", "token_response": null}
+        });
+        if let Some(r) = resource {
+            json["resource"] = r.into();
+        }
+        serde_json::from_value(json).unwrap_or_else(|e| panic!("a grant record: {e}"))
+    }
+
+    #[test]
+    fn refreshes_name_the_resource_the_login_named() {
+        assert_eq!(
+            grant(Some("https://mcp.example.com/")).resource(),
+            "https://mcp.example.com/"
+        );
+        // A record written before the resource was kept: the MCP endpoint, as before.
+        let old = grant(None);
+        assert_eq!(old.resource(), "https://mcp.example.com/mcp");
+        let json = serde_json::to_value(&old).unwrap_or_default();
+        assert!(json.get("resource").is_none(), "{json}");
     }
 }

@@ -257,7 +257,14 @@ async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill()
     let before = audit_events(&rt, "oauth_refresh", "remote").len();
     server.drop_access_tokens().await;
     echo(&mcp, "remote", "after a 401").await;
-    assert!(audit_events(&rt, "oauth_refresh", "remote").len() > before);
+    let refreshed = audit_events(&rt, "oauth_refresh", "remote");
+    assert!(refreshed.len() > before);
+    // Rotation honoured: each refresh got a new refresh token, and the next refresh (after
+    // the 401) used it (the server refuses a rotated-away one).
+    assert!(
+        refreshed.iter().all(|e| e["rotated"] == true),
+        "{refreshed:?}"
+    );
     let refreshes = server.seen("token").await;
     assert!(
         refreshes
