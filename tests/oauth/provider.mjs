@@ -23,6 +23,7 @@
 //       GET  /control/log                what the servers saw, as JSON lines of events (no
 //                                        token, code or secret in them)
 // --wrong-issuer: the authorization server's metadata names another issuer than its URL.
+// --bare-origin: the resource identifier is `http://127.0.0.1:R` (no `/`), compared exactly.
 // E2E_CLIENT_SECRET (environment): also a pre-registered confidential client `tutti-e2e`.
 //
 // Prints one line when ready: {"issuer": …, "resource": …, "mcp": …, "port": …}.
@@ -46,6 +47,7 @@ const { values: opts } = parseArgs({
     upstream: { type: 'string' },
     ttl: { type: 'string', default: '8' },
     'wrong-issuer': { type: 'boolean', default: false },
+    'bare-origin': { type: 'boolean', default: false },
   },
 });
 if (!opts.upstream) {
@@ -72,7 +74,8 @@ const asPort = await listen(asServer);
 const asUrl = `http://127.0.0.1:${asPort}`;
 const resourceServer = http.createServer();
 const resourcePort = await listen(resourceServer);
-const resourceId = `http://127.0.0.1:${resourcePort}/`;
+// The resource identifier: the origin, with its `/` path, or as a bare origin (--bare-origin).
+const resourceId = `http://127.0.0.1:${resourcePort}${opts['bare-origin'] ? '' : '/'}`;
 const mcpUrl = `http://127.0.0.1:${resourcePort}/mcp`;
 const metadataUrl = `http://127.0.0.1:${resourcePort}/.well-known/oauth-protected-resource/mcp`;
 

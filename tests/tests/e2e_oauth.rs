@@ -304,6 +304,33 @@ fn assert_names_connect(status: &Value, key: &str) {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bare_origin_resource_is_refreshed_as_it_was_named() {
+    // The resource metadata names `http://127.0.0.1:R` (no path at all) and the server
+    // compares resources exactly: a refresh must send the string the login sent.
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300", "--bare-origin"]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    let mcp = client(&rt).await;
+    echo(&mcp, "remote", "one").await;
+    server.drop_access_tokens().await;
+    echo(&mcp, "remote", "two").await;
+    let refreshes: Vec<Value> = server
+        .seen("token")
+        .await
+        .into_iter()
+        .filter(|e| e["grantType"] == "refresh_token")
+        .collect();
+    assert!(
+        !refreshes.is_empty()
+            && refreshes
+                .iter()
+                .all(|e| e["status"] == 200 && e["resource"] == server.resource.as_str()),
+        "{refreshes:?}"
+    );
+}
+
 // === failure paths ===
 
 #[tokio::test(flavor = "multi_thread")]
