@@ -498,6 +498,8 @@ impl KernelRpc for Service {
                 .save_registry(&mut inner)
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
+        // An OAuth login is revoked at the server before its tokens are deleted (SPEC §10).
+        crate::oauth::revoke(&self.k, &key).await;
         self.k.secrets.delete(&key);
         // Off the kernel's one runtime thread: a release can hold many files.
         let releases = self.k.paths.releases().join(&key);

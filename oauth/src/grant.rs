@@ -1,22 +1,64 @@
 //! A completed login as it is stored (under `secrets/` only): refreshable after a restart
 //! without discovery, revocable.
 
-use oauth2::TokenResponse;
-use rmcp::transport::auth::{
-    AuthorizationManager, AuthorizationMetadata, CredentialStore, InMemoryCredentialStore,
-    OAuthClientConfig, StoredCredentials,
-};
+use oauth2::{RefreshToken, TokenResponse};
+use rmcp::transport::auth::{AuthorizationMetadata, OAuthTokenResponse, StoredCredentials};
 use serde::{Deserialize, Serialize};
 
 use crate::common::{OAuthError, now_unix_ms};
+
+/// How long one refresh or revocation request may take.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// An HTTP client for the token and revocation endpoints: no redirects, bounded.
+fn http(timeout: std::time::Duration) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .build()
+}
+
+/// `application/x-www-form-urlencoded` encoding of one value (RFC 6749 §2.3.1, Appendix B).
+fn form_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                out.push(char::from(b));
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The reason of a refused token request: its status and OAuth `error` (RFC 6749 §5.2).
+fn token_error(status: reqwest::StatusCode, body: &[u8]) -> String {
+    let answer: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    match answer["error"].as_str() {
+        Some(error) => {
+            let detail = answer["error_description"]
+                .as_str()
+                .map_or(String::new(), |d| format!(" ({d})"));
+            format!("the token endpoint answered {status}: {error}{detail}")
+        }
+        None => format!("the token endpoint answered {status}"),
+    }
+}
 
 /// One connector's login: the authorization server's metadata, the client identity (a
 /// registered client's secret too) and the tokens. `Debug` shows no secret.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Grant {
-    /// The MCP endpoint the tokens are for (the `resource` of refreshes).
+    /// The MCP endpoint the login was for.
     pub url: String,
+    /// The `resource` (RFC 8707) the login asked for: the protected resource metadata's
+    /// `resource` where the server published one, else the MCP endpoint. Refreshes name the
+    /// same resource (absent in records written before it was kept: then `url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
     pub metadata: AuthorizationMetadata,
     pub client_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -35,6 +77,7 @@ impl std::fmt::Debug for Grant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Grant")
             .field("url", &self.url)
+            .field("resource", &self.resource)
             .field("issuer", &self.metadata.issuer)
             .field("client_id", &self.client_id)
             .field("scopes", &self.scopes)
@@ -65,6 +108,12 @@ impl Grant {
         token.refresh_token().map(|t| t.secret().as_str())
     }
 
+    /// The `resource` (RFC 8707) of this login's refreshes: the one its authorization named,
+    /// else (a record from before it was kept) the MCP endpoint.
+    pub fn resource(&self) -> &str {
+        self.resource.as_deref().unwrap_or(self.url.as_str())
+    }
+
     /// Every secret value the grant holds (access and refresh token, client secret), for
     /// redaction.
     pub fn secret_values(&self) -> Vec<String> {
@@ -85,52 +134,58 @@ impl Grant {
         self.expires_unix_ms != 0 && self.expires_unix_ms - now_unix_ms() <= margin_ms
     }
 
-    fn client_config(&self) -> OAuthClientConfig {
-        let config = OAuthClientConfig::new(self.client_id.clone(), self.redirect_uri.clone())
-            .with_scopes(self.scopes.clone());
+    /// This client's authentication at the token and revocation endpoints: HTTP Basic with
+    /// the form-encoded id and secret (RFC 6749 §2.3.1) for a confidential client, else
+    /// `client_id` in the form.
+    fn authenticate<'a>(
+        &'a self,
+        request: reqwest::RequestBuilder,
+        form: &mut Vec<(&'static str, &'a str)>,
+    ) -> reqwest::RequestBuilder {
         match &self.client_secret {
-            Some(secret) => config.with_client_secret(secret.clone()),
-            None => config,
+            Some(secret) => {
+                request.basic_auth(form_encode(&self.client_id), Some(form_encode(secret)))
+            }
+            None => {
+                form.push(("client_id", self.client_id.as_str()));
+                request
+            }
         }
     }
 
-    /// A manager that knows this grant's server and client, with its credentials loaded.
-    async fn manager(&self) -> Result<(AuthorizationManager, InMemoryCredentialStore), String> {
-        let mut manager = AuthorizationManager::new_allowing_private_addresses(self.url.as_str())
-            .await
-            .map_err(|e| e.to_string())?;
-        manager.set_metadata(self.metadata.clone());
-        manager
-            .configure_client(self.client_config())
-            .map_err(|e| e.to_string())?;
-        let store = InMemoryCredentialStore::new();
-        store
-            .save(self.credentials.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-        manager.set_credential_store(store.clone());
-        Ok((manager, store))
-    }
-
-    /// Refreshes the access token (RFC 6749 §6 with `resource`, RFC 8707). A rotated refresh
-    /// token replaces the old one; a response without one keeps it.
+    /// Refreshes the access token (RFC 6749 §6) with the `resource` (RFC 8707) exactly as the
+    /// login named it. A rotated refresh token replaces the old one; a response without one
+    /// keeps it. (Not rmcp's refresh: it names its base URL, parsed, as the resource when it
+    /// did not discover one, and a refresh here does no discovery.)
     pub async fn refresh(&self) -> Result<Grant, OAuthError> {
-        if self.refresh_token().is_none() {
-            return Err(OAuthError::NoRefreshToken);
+        let refresh_token = self.refresh_token().ok_or(OAuthError::NoRefreshToken)?;
+        let failed = |e: reqwest::Error| OAuthError::Refresh(e.without_url().to_string());
+        let mut form = vec![
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+            ("resource", self.resource()),
+        ];
+        let request = http(REQUEST_TIMEOUT)
+            .map_err(failed)?
+            .post(&self.metadata.token_endpoint)
+            .header(reqwest::header::ACCEPT, "application/json");
+        let request = self.authenticate(request, &mut form);
+        let response = request.form(&form).send().await.map_err(failed)?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(failed)?;
+        if !status.is_success() {
+            return Err(OAuthError::Refresh(token_error(status, &body)));
         }
-        let (manager, store) = self.manager().await.map_err(OAuthError::Refresh)?;
-        manager
-            .refresh_token()
-            .await
-            .map_err(|e| OAuthError::Refresh(e.to_string()))?;
-        let credentials = store
-            .load()
-            .await
-            .map_err(|e| OAuthError::Refresh(e.to_string()))?
-            .ok_or_else(|| OAuthError::Refresh("no credentials after the refresh".into()))?;
+        let mut token: OAuthTokenResponse = serde_json::from_slice(&body).map_err(|e| {
+            OAuthError::Refresh(format!("the token endpoint's answer is not a token: {e}"))
+        })?;
+        if token.refresh_token().is_none() {
+            token.set_refresh_token(Some(RefreshToken::new(refresh_token.to_owned())));
+        }
         let mut next = self.clone();
-        next.expires_unix_ms = expiry_of(&credentials);
-        next.credentials = credentials;
+        next.credentials.token_response = Some(token);
+        next.credentials.token_received_at = u64::try_from(now_unix_ms() / 1000).ok();
+        next.expires_unix_ms = expiry_of(&next.credentials);
         Ok(next)
     }
 
@@ -145,10 +200,9 @@ impl Grant {
         else {
             return Ok(false);
         };
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| OAuthError::Revoke(e.without_url().to_string()))?;
+        // Bounded: `disconnect` and `uninstall` wait for this.
+        let http =
+            http(REQUEST_TIMEOUT).map_err(|e| OAuthError::Revoke(e.without_url().to_string()))?;
         let tokens = [
             (self.refresh_token(), "refresh_token"),
             (self.access_token(), "access_token"),
@@ -156,11 +210,7 @@ impl Grant {
         for (token, hint) in tokens {
             let Some(token) = token else { continue };
             let mut form = vec![("token", token), ("token_type_hint", hint)];
-            let mut request = http.post(endpoint);
-            match &self.client_secret {
-                Some(secret) => request = request.basic_auth(&self.client_id, Some(secret)),
-                None => form.push(("client_id", self.client_id.as_str())),
-            }
+            let request = self.authenticate(http.post(endpoint), &mut form);
             let response = request
                 .form(&form)
                 .send()
@@ -174,5 +224,59 @@ impl Grant {
             }
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(resource: Option<&str>) -> Grant {
+        let mut json = serde_json::json!({
+            "url": "https://mcp.example.com/mcp",
+            "metadata": {
+                "authorization_endpoint": "https://as.example.com/authorize",
+                "token_endpoint": "https://as.example.com/token"
+            },
+            "clientId": "c",
+            "redirectUri": "http://127.0.0.1:1/callback",
+            "credentials": {"client_id": "c", "token_response": null}
+        });
+        if let Some(r) = resource {
+            json["resource"] = r.into();
+        }
+        serde_json::from_value(json).unwrap_or_else(|e| panic!("a grant record: {e}"))
+    }
+
+    #[test]
+    fn client_credentials_are_form_encoded_for_basic_auth() {
+        assert_eq!(form_encode("a-Z_0.9*"), "a-Z_0.9*");
+        assert_eq!(form_encode("s p:é/+"), "s+p%3A%C3%A9%2F%2B");
+    }
+
+    #[test]
+    fn a_refused_refresh_says_what_the_server_answered() {
+        let body = br#"{"error":"invalid_grant","error_description":"grant request is invalid"}"#;
+        assert_eq!(
+            token_error(reqwest::StatusCode::BAD_REQUEST, body),
+            "the token endpoint answered 400 Bad Request: invalid_grant (grant request is invalid)"
+        );
+        assert_eq!(
+            token_error(reqwest::StatusCode::BAD_GATEWAY, b"<html>"),
+            "the token endpoint answered 502 Bad Gateway"
+        );
+    }
+
+    #[test]
+    fn refreshes_name_the_resource_the_login_named() {
+        assert_eq!(
+            grant(Some("https://mcp.example.com/")).resource(),
+            "https://mcp.example.com/"
+        );
+        // A record written before the resource was kept: the MCP endpoint, as before.
+        let old = grant(None);
+        assert_eq!(old.resource(), "https://mcp.example.com/mcp");
+        let json = serde_json::to_value(&old).unwrap_or_default();
+        assert!(json.get("resource").is_none(), "{json}");
     }
 }

@@ -228,8 +228,11 @@ impl Pending {
             .await
             .map_err(|e| OAuthError::Exchange(e.to_string()))?
             .ok_or_else(|| OAuthError::Exchange("the server returned no tokens".into()))?;
+        // The resource the authorization (and so the code exchange) named.
+        let resource = query_value(self.session.get_authorization_url(), "resource");
         Ok(Grant {
             url: self.url,
+            resource,
             metadata: self.metadata,
             client_id: self.client_id,
             client_secret: self.client_secret,

@@ -14,8 +14,10 @@
 pub mod auth_proxy;
 pub mod fixture;
 mod mcp;
+pub mod oauth;
 pub mod proc_tree;
 mod runtime;
+pub mod secret_scan;
 mod stdio;
 mod support;
 

@@ -1,0 +1,692 @@
+//! OAuth 2.1 upstreams end to end (issue 20, SPEC §10) against a real authorization server:
+//! oidc-provider (`tests/oauth/provider.mjs`) in front of the fixture server's HTTP mode.
+//! The test plays the user's browser over plain HTTP (login and consent pages, the redirect
+//! to `tutti connector connect`'s loopback callback).
+//!
+//! Needs `cargo build --workspace --bins` and `scripts/install-test-tools` (Node 22 and
+//! oidc-provider in `.tools/`); a missing tool fails the test with the way to install it.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tutti_tests::oauth::{Browser, OAuthServer, query_param};
+use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, result_texts, secret_scan};
+
+const READY: Duration = Duration::from_secs(60);
+
+/// An OAuth connector manifest for `url`, with extra `auth` fields.
+fn oauth_connector(key: &str, url: &str, auth: Value) -> Value {
+    let mut kind = json!({"kind": "oauth"});
+    if let (Some(kind), Some(extra)) = (kind.as_object_mut(), auth.as_object()) {
+        kind.extend(extra.clone());
+    }
+    json!({
+        "key": key,
+        "name": format!("Remote {key}"),
+        "description": format!("Remote MCP server {key} behind an OAuth login"),
+        "version": "1.0.0",
+        "mcp": {"transport": "http", "url": url, "auth": kind},
+    })
+}
+
+/// The fixture MCP server and, in front of it, the authorization server and the protected
+/// resource. `args` go to `provider.mjs`.
+struct Remote {
+    server: OAuthServer,
+    _fixture: FixtureHttp,
+}
+
+impl Remote {
+    fn start(rt: &Runtime, args: &[&str]) -> Remote {
+        Self::start_with(rt, args, &[])
+    }
+
+    fn start_with(rt: &Runtime, args: &[&str], envs: &[(&str, &str)]) -> Remote {
+        let fixture = FixtureHttp::start(&["--tools", "echo,add"]);
+        let upstream = format!("http://127.0.0.1:{}/mcp", fixture.port);
+        let stderr = rt.root().join(format!("provider-{}.stderr", fixture.port));
+        Remote {
+            server: OAuthServer::start(&upstream, args, envs, &stderr),
+            _fixture: fixture,
+        }
+    }
+}
+
+/// A running `tutti connector connect KEY --no-browser --json`: its stderr is read as it
+/// comes (the URL to open is printed there).
+struct Login {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: Vec<String>,
+}
+
+impl Login {
+    fn start(rt: &Runtime, key: &str) -> Login {
+        Self::start_with(rt, key, &[], &[])
+    }
+
+    /// With more arguments (e.g. `--from-env NAME`) and environment.
+    fn start_with(rt: &Runtime, key: &str, args: &[&str], env: &[(&str, &str)]) -> Login {
+        let mut argv = vec!["connector", "connect", key, "--no-browser", "--json"];
+        argv.extend_from_slice(args);
+        let mut child = rt
+            .tutti_cmd(&argv)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run tutti connector connect {key}: {e}"));
+        let stderr = child
+            .stderr
+            .take()
+            .unwrap_or_else(|| panic!("no stderr pipe"));
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Login {
+            child,
+            lines,
+            stderr: Vec::new(),
+        }
+    }
+
+    /// The authorization URL the command prints (it must within 60 s).
+    fn url(&mut self) -> String {
+        let deadline = Instant::now() + READY;
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.stderr.push(line.clone());
+            if line.starts_with("http://") || line.starts_with("https://") {
+                return line;
+            }
+        }
+        let _ = self.child.kill();
+        panic!("connect printed no URL:\n{}", self.stderr.join("\n"));
+    }
+
+    /// Waits for the command's end: (success, stdout, stderr).
+    fn finish(mut self) -> (bool, String, String) {
+        let mut stdout = String::new();
+        if let Some(mut out) = self.child.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut out, &mut stdout);
+        }
+        let status = self.child.wait().unwrap_or_else(|e| panic!("connect: {e}"));
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.stderr.push(line);
+        }
+        (status.success(), stdout, self.stderr.join("\n"))
+    }
+}
+
+/// Runs a whole login as the user: `connect`, the browser, the callback. Returns the
+/// authorization URL, the callback URL and the command's outcome.
+async fn log_in(rt: &Runtime, key: &str) -> (String, String, (bool, String, String)) {
+    finish_login(Login::start(rt, key)).await
+}
+
+async fn finish_login(mut login: Login) -> (String, String, (bool, String, String)) {
+    let url = login.url();
+    let callback = Browser::new().authorize(&url, "alice").await;
+    let (status, page) = Browser::new().get(&callback).await;
+    assert_eq!(status, 200, "the callback page: {page}");
+    let outcome = tokio::task::spawn_blocking(move || login.finish())
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    (url, callback, outcome)
+}
+
+fn audit_events(rt: &Runtime, event: &str, key: &str) -> Vec<Value> {
+    rt.audit_lines()
+        .into_iter()
+        .filter(|l| l["event"] == event && l["connector"] == key)
+        .collect()
+}
+
+async fn client(rt: &Runtime) -> Mcp {
+    let token = rt.issue_token("ws", "oauth");
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    mcp
+}
+
+async fn echo(mcp: &Mcp, key: &str, message: &str) {
+    let result = mcp
+        .call_tool_ok(&format!("{key}_echo"), json!({"message": message}))
+        .await;
+    assert_eq!(result_texts(&result), message, "{result}");
+}
+
+/// The login record's tokens under `secrets/` (access, refresh), for the scans.
+fn stored_tokens(rt: &Runtime, key: &str) -> Vec<String> {
+    let path = rt.state_dir().join("secrets").join(format!("{key}.json"));
+    let stored: Value = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let record: Value = stored["oauth:login"]
+        .as_str()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let tokens = &record["grant"]["credentials"]["token_response"];
+    ["access_token", "refresh_token"]
+        .iter()
+        .filter_map(|k| tokens[*k].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn secrets_file(rt: &Runtime, key: &str) -> PathBuf {
+    rt.state_dir().join("secrets").join(format!("{key}.json"))
+}
+
+// === install to use ===
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // Access tokens live 35 s; the worker renews 30 s before expiry.
+    let remote = Remote::start(&rt, &["--ttl", "35"]);
+    let server = &remote.server;
+    rt.install_ok(&oauth_connector("remote", &server.mcp_url, json!({})), &[]);
+    let waiting = rt.wait_status("remote", "auth_required", READY);
+    assert!(
+        waiting["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("tutti connector connect remote")),
+        "{waiting}"
+    );
+
+    let (url, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
+    assert!(ok, "connect failed: {stdout}{stderr}");
+    let printed: Value = serde_json::from_str(stdout.trim()).unwrap_or_default();
+    assert_eq!(
+        printed,
+        json!({"key": "remote", "status": "ready"}),
+        "{stdout}"
+    );
+    assert_eq!(
+        query_param(&url, "code_challenge_method").as_deref(),
+        Some("S256")
+    );
+    assert_eq!(
+        query_param(&url, "resource").as_deref(),
+        Some(server.resource.as_str())
+    );
+    assert!(
+        query_param(&url, "scope").is_some_and(|s| s.split(' ').any(|s| s == "mcp:tools")),
+        "the login does not ask for the resource's scope: {url}"
+    );
+    let ready = rt.wait_status("remote", "ready", READY);
+    assert!(
+        ready["tokenExpiresAt"].is_string(),
+        "status shows no expiry: {ready}"
+    );
+    assert_eq!(audit_events(&rt, "oauth_login", "remote").len(), 1);
+
+    // Tools listed and called through the runtime.
+    let mcp = client(&rt).await;
+    let names: Vec<String> = mcp
+        .list_tools()
+        .await
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(names.iter().any(|n| n == "remote_echo"), "{names:?}");
+    echo(&mcp, "remote", "first").await;
+
+    // Renewal before expiry: after 6 s the token has less than 30 s left.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    echo(&mcp, "remote", "renewed").await;
+    assert!(
+        !audit_events(&rt, "oauth_refresh", "remote").is_empty(),
+        "no refresh before expiry in the audit log"
+    );
+    // The server forgets the access token (as if it expired early): the worker's 401 makes
+    // one refresh and the call goes through.
+    let before = audit_events(&rt, "oauth_refresh", "remote").len();
+    server.drop_access_tokens().await;
+    echo(&mcp, "remote", "after a 401").await;
+    let refreshed = audit_events(&rt, "oauth_refresh", "remote");
+    assert!(refreshed.len() > before);
+    // Rotation honoured: each refresh got a new refresh token, and the next refresh (after
+    // the 401) used it (the server refuses a rotated-away one).
+    assert!(
+        refreshed.iter().all(|e| e["rotated"] == true),
+        "{refreshed:?}"
+    );
+    let refreshes = server.seen("token").await;
+    assert!(
+        refreshes
+            .iter()
+            .filter(|e| e["grantType"] == "refresh_token")
+            .all(|e| e["status"] == 200 && e["resource"] == server.resource.as_str()),
+        "a refresh was refused or named another resource: {refreshes:?}"
+    );
+
+    // Kernel SIGKILL, `tutti up`: still ready, no new login, calls work.
+    let authorizations = server.seen("authorization").await.len();
+    rt.kill();
+    rt.restart();
+    rt.wait_status("remote", "ready", READY);
+    let mcp = client(&rt).await;
+    echo(&mcp, "remote", "after the restart").await;
+    assert_eq!(audit_events(&rt, "oauth_login", "remote").len(), 1);
+    assert_eq!(server.seen("authorization").await.len(), authorizations);
+}
+
+/// Logs `key` in on a fresh runtime-side connector and waits for `ready`.
+async fn install_and_log_in(rt: &mut Runtime, server: &OAuthServer, key: &str, auth: Value) {
+    rt.install_ok(&oauth_connector(key, &server.mcp_url, auth), &[]);
+    rt.wait_status(key, "auth_required", READY);
+    let (_, _, (ok, stdout, stderr)) = log_in(rt, key).await;
+    assert!(ok, "connect {key} failed: {stdout}{stderr}");
+    rt.wait_status(key, "ready", READY);
+}
+
+fn assert_names_connect(status: &Value, key: &str) {
+    let command = format!("tutti connector connect {key}");
+    assert!(
+        status["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains(&command)),
+        "lastError does not name `{command}`: {status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bare_origin_resource_is_refreshed_as_it_was_named() {
+    // The resource metadata names `http://127.0.0.1:R` (no path at all) and the server
+    // compares resources exactly: a refresh must send the string the login sent.
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300", "--bare-origin"]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    let mcp = client(&rt).await;
+    echo(&mcp, "remote", "one").await;
+    server.drop_access_tokens().await;
+    echo(&mcp, "remote", "two").await;
+    let refreshes: Vec<Value> = server
+        .seen("token")
+        .await
+        .into_iter()
+        .filter(|e| e["grantType"] == "refresh_token")
+        .collect();
+    assert!(
+        !refreshes.is_empty()
+            && refreshes
+                .iter()
+                .all(|e| e["status"] == 200 && e["resource"] == server.resource.as_str()),
+        "{refreshes:?}"
+    );
+}
+
+// === failure paths ===
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_refresh_makes_only_that_connector_auth_required() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300"]);
+    let other = rt.private_fixture_connector("other", &["--tools", "echo"]);
+    rt.install_ok(&other, &[]);
+    rt.wait_status("other", "ready", READY);
+    install_and_log_in(&mut rt, &remote.server, "remote", json!({})).await;
+    let other_worker: Vec<u32> = rt
+        .workers()
+        .iter()
+        .filter(|w| w.key == "other")
+        .map(|w| w.pid)
+        .collect();
+    let mcp = client(&rt).await;
+    echo(&mcp, "remote", "before").await;
+
+    // The server revokes the grant: the next call's 401 makes a refresh, which is refused.
+    remote.server.revoke_all().await;
+    let (_, _, body) = mcp
+        .call_tool("remote_echo", json!({"message": "after"}))
+        .await;
+    assert!(
+        !body.to_string().contains("\"after\""),
+        "a call went through after the revocation: {body}"
+    );
+    let failed = rt.wait_status("remote", "auth_required", READY);
+    assert_names_connect(&failed, "remote");
+    assert!(!audit_events(&rt, "oauth_refresh_failed", "remote").is_empty());
+    let refused = remote.server.seen("token").await;
+    assert!(
+        refused
+            .iter()
+            .any(|e| e["grantType"] == "refresh_token" && e["status"] == 400),
+        "no refused refresh at the server: {refused:?}"
+    );
+
+    // The other connector is untouched: same worker, still ready, still answering.
+    assert_eq!(
+        rt.wait_status("other", "ready", READY)["restarts"],
+        json!(0)
+    );
+    let now: Vec<u32> = rt
+        .workers()
+        .iter()
+        .filter(|w| w.key == "other")
+        .map(|w| w.pid)
+        .collect();
+    assert_eq!(now, other_worker);
+    echo(&mcp, "other", "still here").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn insufficient_scope_asks_for_the_larger_scope_at_the_next_connect() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300"]);
+    install_and_log_in(&mut rt, &remote.server, "remote", json!({})).await;
+    let mcp = client(&rt).await;
+    let sum = mcp
+        .call_tool_ok("remote_add", json!({"a": 1, "b": 2}))
+        .await;
+    assert_eq!(result_texts(&sum), "3", "{sum}");
+
+    // The resource now wants mcp:admin for `add`: 403 insufficient_scope → auth_required.
+    remote.server.require_scope("add", "mcp:admin").await;
+    let (_, _, body) = mcp.call_tool("remote_add", json!({"a": 1, "b": 2})).await;
+    assert!(
+        body.get("error").is_some() || body["result"]["isError"] == json!(true),
+        "{body}"
+    );
+    let stepped = rt.wait_status("remote", "auth_required", READY);
+    assert_names_connect(&stepped, "remote");
+
+    // The next connect asks for the larger scope (and keeps the one it had).
+    let mut login = Login::start(&rt, "remote");
+    let url = login.url();
+    let scope = query_param(&url, "scope").unwrap_or_default();
+    let scopes: Vec<&str> = scope.split(' ').collect();
+    assert!(
+        scopes.contains(&"mcp:admin") && scopes.contains(&"mcp:tools"),
+        "the step-up login asks for {scope:?}"
+    );
+    let callback = Browser::new().authorize(&url, "alice").await;
+    let (status, page) = Browser::new().get(&callback).await;
+    assert_eq!(status, 200, "{page}");
+    let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || login.finish())
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    assert!(ok, "{stdout}{stderr}");
+    rt.wait_status("remote", "ready", READY);
+    let mcp = client(&rt).await;
+    let sum = mcp
+        .call_tool_ok("remote_add", json!({"a": 2, "b": 2}))
+        .await;
+    assert_eq!(result_texts(&sum), "4", "{sum}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn disconnect_and_uninstall_revoke_at_the_server_and_delete_the_tokens() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300"]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    assert_eq!(
+        stored_tokens(&rt, "remote").len(),
+        2,
+        "no access and refresh token stored"
+    );
+
+    rt.tutti_ok(&["connector", "disconnect", "remote"]);
+    let seen = server.seen("revocation").await;
+    assert!(
+        seen.len() == 2 && seen.iter().all(|e| e["status"] == 200),
+        "disconnect did not revoke both tokens: {seen:?}"
+    );
+    assert!(
+        stored_tokens(&rt, "remote").is_empty(),
+        "tokens left in secrets/"
+    );
+    let revoked = audit_events(&rt, "oauth_revoke", "remote");
+    assert_eq!(revoked.len(), 1);
+    assert_eq!(revoked[0]["outcome"], "revoked", "{revoked:?}");
+    let after = rt.wait_status("remote", "auth_required", READY);
+    assert_names_connect(&after, "remote");
+
+    // Log in again, then uninstall: revoked too, and nothing left.
+    let (_, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
+    assert!(ok, "{stdout}{stderr}");
+    rt.wait_status("remote", "ready", READY);
+    rt.tutti_ok(&["connector", "uninstall", "remote"]);
+    let seen = server.seen("revocation").await;
+    assert!(
+        seen.len() == 4 && seen.iter().all(|e| e["status"] == 200),
+        "uninstall did not revoke both tokens: {seen:?}"
+    );
+    assert!(!secrets_file(&rt, "remote").exists());
+    assert_eq!(audit_events(&rt, "oauth_revoke", "remote").len(), 2);
+}
+
+// === bad input ===
+
+fn one_line(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "not one line: {text:?}");
+    lines[0].to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_gets_one_clear_line_and_changes_nothing() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+
+    // A plain-http URL that is not loopback: refused at install.
+    let plain = oauth_connector("plain", "http://mcp.example.com/mcp", json!({}));
+    let out = rt.install_dir(&plain, &[]);
+    assert!(!out.status.success(), "a non-https OAuth URL was installed");
+    let line = one_line(&String::from_utf8_lossy(&out.stderr));
+    assert!(line.contains("https"), "{line}");
+    assert!(rt.connector_status("plain").is_none(), "plain is installed");
+
+    // An authorization server whose metadata names another issuer: refused at connect.
+    let liar = Remote::start(&rt, &["--wrong-issuer"]);
+    rt.install_ok(
+        &oauth_connector("liar", &liar.server.mcp_url, json!({})),
+        &[],
+    );
+    rt.wait_status("liar", "auth_required", READY);
+    let out = rt.tutti(&["connector", "connect", "liar", "--no-browser"]);
+    assert!(!out.status.success(), "a login with a lying issuer went on");
+    let line = one_line(&String::from_utf8_lossy(&out.stderr));
+    assert!(line.to_lowercase().contains("issuer"), "{line}");
+    assert!(stored_tokens(&rt, "liar").is_empty());
+    assert!(liar.server.seen("authorization").await.is_empty());
+    rt.wait_status("liar", "auth_required", READY);
+
+    // A callback with a forged state: refused, nothing stored, no code exchanged.
+    let remote = Remote::start(&rt, &["--ttl", "300"]);
+    rt.install_ok(
+        &oauth_connector("remote", &remote.server.mcp_url, json!({})),
+        &[],
+    );
+    rt.wait_status("remote", "auth_required", READY);
+    let mut login = Login::start(&rt, "remote");
+    let url = login.url();
+    let callback = Browser::new().authorize(&url, "alice").await;
+    let state = query_param(&callback, "state").unwrap_or_default();
+    let forged = callback.replace(&format!("state={state}"), "state=forged");
+    assert_ne!(forged, callback);
+    let (status, page) = Browser::new().get(&forged).await;
+    assert_eq!(status, 400, "{page}");
+    let (ok, _, stderr) = tokio::task::spawn_blocking(move || login.finish())
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    assert!(!ok, "connect succeeded with a forged state");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("state") && last.contains("refused"),
+        "{stderr}"
+    );
+    assert!(stored_tokens(&rt, "remote").is_empty());
+    assert!(
+        !remote
+            .server
+            .seen("token")
+            .await
+            .iter()
+            .any(|e| e["grantType"] == "authorization_code"),
+        "a code was exchanged"
+    );
+    rt.wait_status("remote", "auth_required", READY);
+}
+
+// === secret hygiene ===
+
+/// A value no test run shares (the std hasher is seeded from the OS).
+fn random_hex() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+/// Runs `tutti args` with `env`, keeps its stdout and stderr for the scan, and requires
+/// success.
+fn run_kept(
+    rt: &Runtime,
+    outputs: &mut Vec<(String, Vec<u8>)>,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> String {
+    let out = rt
+        .tutti_cmd(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("tutti {}: {e}", args.join(" ")));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let what = format!("tutti {}", args.join(" "));
+    assert!(
+        out.status.success(),
+        "{what} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    outputs.push((format!("{what} (stdout)"), out.stdout));
+    outputs.push((format!("{what} (stderr)"), out.stderr));
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oauth_tokens_codes_and_client_secrets_appear_nowhere_but_secrets() {
+    let client_secret = format!("cs-{}-{}", random_hex(), random_hex());
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start_with(
+        &rt,
+        &["--ttl", "35"],
+        &[("E2E_CLIENT_SECRET", client_secret.as_str())],
+    );
+    let server = &remote.server;
+    let mut outputs = Vec::new();
+    let mut needles = vec![client_secret.clone()];
+
+    // A pre-registered confidential client; its secret is given like any secret.
+    let auth = json!({"clientId": "tutti-e2e", "clientSecret": "OAUTH_CLIENT_SECRET"});
+    let dir = rt.write_release(&oauth_connector("remote", &server.mcp_url, auth), &[]);
+    let dir = dir.to_string_lossy().into_owned();
+    let env = [("OAUTH_CLIENT_SECRET", client_secret.as_str())];
+    run_kept(
+        &rt,
+        &mut outputs,
+        &["connector", "install", &dir, "--yes"],
+        &env,
+    );
+    // `connect` takes the client secret and runs the login in one go.
+    let login = Login::start_with(&rt, "remote", &["--from-env", "OAUTH_CLIENT_SECRET"], &env);
+    let (url, callback, (ok, stdout, stderr)) = finish_login(login).await;
+    assert!(ok, "connect failed: {stdout}{stderr}");
+    assert_eq!(query_param(&url, "client_id").as_deref(), Some("tutti-e2e"));
+    assert!(
+        server.seen("registration").await.is_empty(),
+        "a client was registered"
+    );
+    needles.extend(query_param(&callback, "code"));
+    outputs.push((
+        "tutti connector connect remote".into(),
+        [stdout, stderr].concat().into(),
+    ));
+    rt.wait_status("remote", "ready", READY);
+    needles.extend(stored_tokens(&rt, "remote"));
+
+    // Calls, a renewal before expiry, a renewal after a 401: every token seen is a needle.
+    let mcp = client(&rt).await;
+    echo(&mcp, "remote", "one").await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    echo(&mcp, "remote", "two").await;
+    needles.extend(stored_tokens(&rt, "remote"));
+    server.drop_access_tokens().await;
+    echo(&mcp, "remote", "three").await;
+    needles.extend(stored_tokens(&rt, "remote"));
+    assert!(audit_events(&rt, "oauth_refresh", "remote").len() >= 2);
+    needles.sort();
+    needles.dedup();
+    assert!(
+        needles.len() >= 6,
+        "too few values to look for: {}",
+        needles.len()
+    );
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["connector", "available", "--json"],
+    ] {
+        run_kept(&rt, &mut outputs, args, &[]);
+    }
+
+    // Argv and environment of the runtime's processes, while they run.
+    let mut leaks = Vec::new();
+    for pid in rt.process_set() {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if needles.iter().any(|n| secret_scan::contains(&environ, n)) {
+            leaks.push(format!("/proc/{pid}/environ"));
+        }
+    }
+    let running = secret_scan::Scan::default();
+    leaks.extend(secret_scan::leaks(&needles, rt.state_dir(), &running));
+
+    // Then every file outside secrets/ (logs flushed by the stop), the runtime's own output
+    // and every command's output.
+    let (root, state) = (rt.root().to_path_buf(), rt.state_dir().to_path_buf());
+    rt.stop();
+    let scan = secret_scan::Scan {
+        files: vec![root.join("up.stdout"), root.join("up.stderr")],
+        outputs,
+        skip_pids: &[],
+    };
+    leaks.extend(secret_scan::leaks(&needles, &state, &scan));
+    assert!(
+        leaks.is_empty(),
+        "an OAuth secret leaked into:\n{}",
+        leaks.join("\n")
+    );
+
+    // The current tokens and the client secret are where they belong.
+    let stored = std::fs::read(state.join("secrets").join("remote.json")).unwrap_or_default();
+    assert!(secret_scan::contains(&stored, &client_secret));
+    assert!(
+        audit_events_in(&state)
+            .iter()
+            .any(|l| l["event"] == "oauth_login")
+    );
+}
+
+fn audit_events_in(state: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(state.join("logs").join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
