@@ -55,6 +55,7 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                             let table = state.table();
                             tracing::debug!(tools = table.len(), tools_changed, "routes updated");
                             app.publish_routes(table, tools_changed);
+                            crate::beyond::resubscribe(&app);
                         }
                         Effect::Revoked(revoked) => {
                             app.sessions.revoke(&revoked);

@@ -1,0 +1,146 @@
+//! Issue 21's remaining acceptance points (package rest21), over the real binaries:
+//! resource subscriptions that outlive a generation (a SIGKILLed worker, an upgrade) on both
+//! surfaces; subscriptions to a 2026-07-28 upstream (its `subscriptions/listen`); log messages
+//! that no call claims on the legacy GET stream; offer limits for prompts and resources.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tutti_tests::{Mcp, Runtime, RuntimeOptions, SseStream};
+
+const READY: Duration = Duration::from_secs(60);
+/// How long an expected notification may take on a loaded machine.
+const ARRIVES: Duration = Duration::from_secs(30);
+
+/// The next notification on `stream` with `method` for which `pred` holds, within `within`.
+async fn wait_note(
+    stream: &mut SseStream,
+    method: &str,
+    within: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Option<Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        let event = stream.next_event(left).await?;
+        if event["method"] == method && pred(&event) {
+            return Some(event);
+        }
+    }
+}
+
+/// The pid of the fixture process that sent a `resources/updated` (its ticker names it).
+fn sender(update: &Value) -> u64 {
+    update["params"]["_meta"]["tutti-fixture/pid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("an update without the fixture's pid: {update}"))
+}
+
+fn generation(entry: &Value) -> u64 {
+    entry["generation"].as_u64().unwrap_or(0)
+}
+
+fn ticking_fixture(version: &str) -> Value {
+    let mut manifest =
+        tutti_tests::fixture_connector("tick", &["--resource", "tick://note", "--tick-ms", "200"]);
+    manifest["version"] = json!(version);
+    manifest
+}
+
+/// Waits on both streams for a `resources/updated` of `uri` sent by a process other than
+/// `not_from` (so by the generation that came after it); returns its sender.
+async fn update_from_a_new_process(
+    legacy: &mut SseStream,
+    modern: &mut SseStream,
+    uri: &str,
+    not_from: Option<u64>,
+    what: &str,
+) -> u64 {
+    let fresh = |e: &Value| e["params"]["uri"] == uri && Some(sender(e)) != not_from;
+    let method = "notifications/resources/updated";
+    let on_legacy = wait_note(legacy, method, ARRIVES, fresh).await;
+    let on_legacy = on_legacy
+        .unwrap_or_else(|| panic!("{what}: no resources/updated on the legacy GET stream"));
+    let on_modern = wait_note(modern, method, ARRIVES, fresh).await;
+    let on_modern =
+        on_modern.unwrap_or_else(|| panic!("{what}: no resources/updated on the listen stream"));
+    assert!(
+        on_modern["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].is_string()
+            || on_modern["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].is_number(),
+        "tagged with the subscription: {on_modern}"
+    );
+    sender(&on_legacy)
+}
+
+/// Point 1: a client holding a subscription keeps getting `resources/updated` after its
+/// connector's worker is SIGKILLed (the kernel starts a new generation) and after an upgrade:
+/// the new generation's upstream is subscribed again, on both surfaces.
+#[tokio::test(flavor = "multi_thread")]
+async fn subscriptions_survive_a_sigkilled_worker_and_an_upgrade_on_both_surfaces() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let first = tokio::task::block_in_place(|| {
+        rt.install_ok(&ticking_fixture("1.0.0"), &[]);
+        rt.wait_status("tick", "ready", READY)
+    });
+    let token = tokio::task::block_in_place(|| rt.issue_token("w", "subs"));
+    let uri = "tick://note";
+    let legacy = Mcp::legacy(rt.frontend_url(), &token);
+    legacy.initialize().await;
+    let (status, _, body) = legacy
+        .request("resources/subscribe", json!({"uri": uri}))
+        .await;
+    assert!(status == 200 && body.get("error").is_none(), "{body}");
+    let mut get = legacy.get_stream().await;
+    assert_eq!(get.status, 200);
+    let modern = Mcp::modern(rt.frontend_url(), &token);
+    let mut listen = modern.listen(json!({"resourceSubscriptions": [uri]})).await;
+    let ack = listen.next_event(ARRIVES).await.unwrap_or_default();
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([uri]),
+        "{ack}"
+    );
+    let before = update_from_a_new_process(&mut get, &mut listen, uri, None, "at first").await;
+
+    let worker = rt
+        .workers()
+        .into_iter()
+        .find(|w| w.key == "tick")
+        .unwrap_or_else(|| panic!("no worker of tick"));
+    kill_now(worker.pid);
+    let restarted = tokio::task::block_in_place(|| {
+        rt.wait_connector("tick", READY, "a new generation", |c| {
+            c["status"] == "ready" && generation(c) > generation(&first)
+        })
+    });
+    let after_kill =
+        update_from_a_new_process(&mut get, &mut listen, uri, Some(before), "after SIGKILL").await;
+
+    tokio::task::block_in_place(|| {
+        rt.install_ok(&ticking_fixture("1.0.1"), &[]);
+        rt.wait_connector("tick", READY, "the upgrade", |c| {
+            c["status"] == "ready" && generation(c) > generation(&restarted)
+        })
+    });
+    update_from_a_new_process(
+        &mut get,
+        &mut listen,
+        uri,
+        Some(after_kill),
+        "after upgrade",
+    )
+    .await;
+}
+
+#[cfg(unix)]
+fn kill_now(pid: u32) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let pid = i32::try_from(pid).unwrap_or_else(|_| panic!("pid {pid} out of range"));
+    kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap_or_else(|e| panic!("kill {pid}: {e}"));
+}
+
+#[cfg(windows)]
+fn kill_now(pid: u32) {
+    panic!("this test SIGKILLs worker {pid}: Unix only");
+}
