@@ -3,14 +3,20 @@
 //! surfaces; subscriptions to a 2026-07-28 upstream (its `subscriptions/listen`); log messages
 //! that no call claims on the legacy GET stream; offer limits for prompts and resources.
 
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::{Mcp, Runtime, RuntimeOptions, SseStream};
+use tutti_tests::{
+    Mcp, Runtime, RuntimeOptions, SseStream, free_port, repo_root, require_python_venv,
+};
 
 const READY: Duration = Duration::from_secs(60);
 /// How long an expected notification may take on a loaded machine.
 const ARRIVES: Duration = Duration::from_secs(30);
+/// How long a Python server may take to listen on a loaded machine.
+const LISTEN: Duration = Duration::from_secs(90);
 
 /// The next notification on `stream` with `method` for which `pred` holds, within `within`.
 async fn wait_note(
@@ -143,4 +149,112 @@ fn kill_now(pid: u32) {
 #[cfg(windows)]
 fn kill_now(pid: u32) {
     panic!("this test SIGKILLs worker {pid}: Unix only");
+}
+
+/// A Python `MCPServer` script of `tests/py` over streamable HTTP on a free loopback port;
+/// killed on drop.
+struct PyServer {
+    child: Child,
+    url: String,
+}
+
+impl PyServer {
+    fn start(rt: &Runtime, script: &str) -> PyServer {
+        let python = require_python_venv().join("bin").join("python");
+        let port = free_port();
+        let log = rt.root().join(format!("{script}.stderr"));
+        let err = std::fs::File::create(&log)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
+        let mut child = Command::new(python)
+            .arg(repo_root().join("tests").join("py").join(script))
+            .arg(port.to_string())
+            .current_dir(rt.root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {script}: {e}"));
+        let deadline = Instant::now() + LISTEN;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "{script} exited with {status}:\n{}",
+                    tutti_tests::file_tail(&log, 40)
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{script} did not listen on {port}:\n{}",
+                tutti_tests::file_tail(&log, 40)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        PyServer {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+impl Drop for PyServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Point 2: an upstream that speaks 2026-07-28 has no `resources/subscribe`; the worker
+/// subscribes through the upstream's `subscriptions/listen`, and its updates reach a legacy
+/// client's GET stream and a modern client's listen stream like a legacy upstream's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_upstreams_resource_updates_reach_both_surfaces() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let server = PyServer::start(&rt, "modern_resources_server.py");
+    let manifest = json!({
+        "key": "py", "name": "Modern resources", "version": "1.0.0",
+        "description": "A 2026-07-28 upstream whose resource changes",
+        "mcp": {"transport": "http", "url": server.url},
+    });
+    tokio::task::block_in_place(|| {
+        rt.install_ok(&manifest, &[]);
+        rt.wait_status("py", "ready", READY)
+    });
+    let log = rt.log("connector-py.log");
+    assert!(
+        log.contains("upstream initialized") && log.contains("2026-07-28"),
+        "the worker speaks 2026-07-28 to this upstream:\n{log}"
+    );
+    let token = tokio::task::block_in_place(|| rt.issue_token("w", "modern-upstream"));
+    let uri = "note://counter";
+    let legacy = Mcp::legacy(rt.frontend_url(), &token);
+    legacy.initialize().await;
+    let (code, _, body) = legacy
+        .request("resources/subscribe", json!({"uri": uri}))
+        .await;
+    assert!(
+        code == 200 && body.get("error").is_none(),
+        "subscribe: {body}"
+    );
+    let mut get = legacy.get_stream().await;
+    let modern = Mcp::modern(rt.frontend_url(), &token);
+    let mut listen = modern.listen(json!({"resourceSubscriptions": [uri]})).await;
+    let ack = listen.next_event(ARRIVES).await.unwrap_or_default();
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([uri]),
+        "honoured: {ack}"
+    );
+    let touched = legacy.call_tool_ok("py_touch", json!({})).await;
+    let method = "notifications/resources/updated";
+    let on_uri = |e: &Value| e["params"]["uri"] == uri;
+    let update = wait_note(&mut get, method, ARRIVES, on_uri).await;
+    let update = update.unwrap_or_else(|| panic!("no update on the GET stream ({touched})"));
+    assert!(
+        update["params"]["_meta"]
+            .get("io.modelcontextprotocol/subscriptionId")
+            .is_none(),
+        "the worker's own listen id stays inside: {update}"
+    );
+    let update = wait_note(&mut listen, method, ARRIVES, on_uri).await;
+    assert!(update.is_some(), "no update on the listen stream");
 }
