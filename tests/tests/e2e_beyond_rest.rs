@@ -258,3 +258,75 @@ async fn a_modern_upstreams_resource_updates_reach_both_surfaces() {
     let update = wait_note(&mut listen, method, ARRIVES, on_uri).await;
     assert!(update.is_some(), "no update on the listen stream");
 }
+
+/// Every `notifications/message` on `stream` within `within`.
+async fn log_messages(stream: &mut SseStream, within: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + within;
+    let mut logs = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match stream.next_event(left).await {
+            Some(e) if e["method"] == "notifications/message" => logs.push(e),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    logs
+}
+
+/// Point 3: log messages an upstream sends outside any call (the fixture's ticker, with no
+/// call in flight) reach the legacy GET stream of each token whose `logging/setLevel` admits
+/// them, tagged `<key>/…`; nothing arrives before `setLevel`.
+#[tokio::test(flavor = "multi_thread")]
+async fn unclaimed_log_messages_reach_get_streams_only_after_set_level() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    tokio::task::block_in_place(|| {
+        rt.install_ok(&ticking_fixture("1.0.0"), &[]);
+        rt.wait_status("tick", "ready", READY);
+    });
+    let (warn_token, debug_token) =
+        tokio::task::block_in_place(|| (rt.issue_token("w", "warn"), rt.issue_token("w", "debug")));
+    let warn = Mcp::legacy(rt.frontend_url(), &warn_token);
+    warn.initialize().await;
+    let mut warn_stream = warn.get_stream().await;
+    assert_eq!(warn_stream.status, 200);
+    // The ticker logs every 200 ms: ten messages go by before any level is set.
+    let before = log_messages(&mut warn_stream, Duration::from_secs(2)).await;
+    assert!(
+        before.is_empty(),
+        "log messages before setLevel: {before:?}"
+    );
+
+    let debug = Mcp::legacy(rt.frontend_url(), &debug_token);
+    debug.initialize().await;
+    let mut debug_stream = debug.get_stream().await;
+    for (mcp, level) in [(&warn, "warning"), (&debug, "debug")] {
+        let (status, _, body) = mcp
+            .request("logging/setLevel", json!({"level": level}))
+            .await;
+        assert!(status == 200 && body.get("error").is_none(), "{body}");
+    }
+    let warned = log_messages(&mut warn_stream, Duration::from_secs(3)).await;
+    assert!(!warned.is_empty(), "no log message after setLevel warning");
+    for log in &warned {
+        assert_eq!(log["params"]["level"], "warning", "only at or above: {log}");
+        assert_eq!(
+            log["params"]["logger"], "tick/ticker",
+            "tagged <key>/: {log}"
+        );
+        assert!(
+            log["params"]["data"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("tick "))
+        );
+    }
+    let all = log_messages(&mut debug_stream, Duration::from_secs(3)).await;
+    let levels: std::collections::BTreeSet<&str> = all
+        .iter()
+        .filter_map(|l| l["params"]["level"].as_str())
+        .collect();
+    assert_eq!(
+        levels,
+        ["debug", "warning"].into(),
+        "a debug token gets both: {all:?}"
+    );
+}

@@ -138,6 +138,11 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     fn resource_updates(&self) -> Option<broadcast::Receiver<String>> {
         None
     }
+
+    /// The upstream's `notifications/message` params that no call claimed, as they come.
+    fn unclaimed_logs(&self) -> Option<broadcast::Receiver<String>> {
+        None
+    }
 }
 
 /// What the upstream declared beyond tools in its capabilities (issue 21).
@@ -167,6 +172,8 @@ pub(crate) struct RmcpUpstream {
     relay: Arc<Relay>,
     /// Resource subscriptions to a 2026-07-28 upstream (its `subscriptions/listen`).
     listens: crate::listen::ResourceListens,
+    /// Its log messages that no call claimed.
+    logs: broadcast::Sender<String>,
 }
 
 impl Upstream for RmcpUpstream {
@@ -337,6 +344,10 @@ impl Upstream for RmcpUpstream {
 
     fn resource_updates(&self) -> Option<broadcast::Receiver<String>> {
         Some(self.updates.subscribe())
+    }
+
+    fn unclaimed_logs(&self) -> Option<broadcast::Receiver<String>> {
+        Some(self.logs.subscribe())
     }
 }
 
@@ -588,6 +599,8 @@ struct Handler {
     progress: ProgressDispatcher,
     /// `notifications/resources/updated` params, for the frontend's `WatchResources`.
     updates: broadcast::Sender<String>,
+    /// `notifications/message` params no call claimed, for the frontend's `WatchLogs`.
+    logs: broadcast::Sender<String>,
     relay: Arc<Relay>,
 }
 
@@ -603,6 +616,7 @@ impl Handler {
             list_changed,
             progress: ProgressDispatcher::new(),
             updates: broadcast::channel(RESOURCE_UPDATES).0,
+            logs: broadcast::channel(RESOURCE_UPDATES).0,
             relay: Arc::new(Relay::default()),
         }
     }
@@ -689,7 +703,10 @@ impl ClientHandler for Handler {
             Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
             _ => None,
         };
-        self.relay.log(origin, to_value(&params).to_string());
+        if let Some(unclaimed) = self.relay.log(origin, to_value(&params).to_string()) {
+            // Nobody watching (no frontend stream yet) is fine.
+            let _ = self.logs.send(unclaimed);
+        }
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -1301,6 +1318,7 @@ async fn first_listing(
         offers,
         updates: running.service().updates.clone(),
         listens: Default::default(),
+        logs: running.service().logs.clone(),
     });
     let tools = upstream.list_tools().await.map_err(|f| match f {
         CallFailure::Rpc { code, message, .. } => {
