@@ -40,6 +40,8 @@ pub(crate) struct App {
     pub(crate) notifier: Arc<crate::notify::Notifier>,
     /// Per-token client state, relayed requests and parked calls (relay21).
     pub(crate) clients: crate::clients::Clients,
+    /// The generations whose unclaimed log messages are followed (rest21).
+    pub(crate) server_logs: crate::server_logs::Followed,
     /// The search index of the newest route table searched (SPEC §15).
     pub(crate) search_index: crate::search_index::IndexCache,
     /// Every live generation's skills (SPEC §11 skills over MCP).
@@ -67,6 +69,7 @@ impl App {
             sessions: crate::sessions::SessionCache::default(),
             notifier: Arc::default(),
             clients: crate::clients::Clients::default(),
+            server_logs: crate::server_logs::Followed::default(),
             search_index: crate::search_index::IndexCache::default(),
             skills: crate::skills::SkillCatalogue::default(),
         }

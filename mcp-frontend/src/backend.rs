@@ -29,6 +29,9 @@ pub type RouteStream = BoxStream<'static, Result<RouteEvent, Error>>;
 /// A worker's resource updates: (URI, the update's params as JSON text).
 pub type ResourceUpdates = BoxStream<'static, (String, String)>;
 
+/// A worker's log messages that no call claimed: each one's params as JSON text (rest21).
+pub type UnclaimedLogs = BoxStream<'static, String>;
+
 /// Which request beyond tools a worker forwards (issue 21; one `tutti.worker.v1` RPC each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forward {
@@ -135,6 +138,21 @@ pub trait Backend: Send + Sync + 'static {
             Err(Error::WorkerUnavailable {
                 endpoint: endpoint.to_owned(),
                 detail: "resource updates are not supported by this backend".to_owned(),
+            })
+        })
+    }
+
+    /// The log messages of generation `generation` that no call claimed (`WatchLogs`),
+    /// until the generation ends. The default has none.
+    fn watch_logs<'a>(
+        &'a self,
+        endpoint: &'a str,
+        _generation: u64,
+    ) -> BoxFuture<'a, Result<UnclaimedLogs, Error>> {
+        Box::pin(async move {
+            Err(Error::WorkerUnavailable {
+                endpoint: endpoint.to_owned(),
+                detail: "log messages are not supported by this backend".to_owned(),
             })
         })
     }
@@ -534,6 +552,23 @@ impl Backend for GrpcBackend {
                 std::future::ready(update.ok().map(|u| (u.uri, u.params_json)))
             });
             Ok(Box::pin(updates) as ResourceUpdates)
+        })
+    }
+
+    fn watch_logs<'a>(
+        &'a self,
+        endpoint: &'a str,
+        generation: u64,
+    ) -> BoxFuture<'a, Result<UnclaimedLogs, Error>> {
+        Box::pin(async move {
+            let mut client = self.worker(endpoint).await?;
+            let stream = client
+                .watch_logs(GenerationRequest { generation })
+                .await
+                .map_err(|status| self.call_failed(endpoint, generation, &status))?
+                .into_inner();
+            let logs = stream.filter_map(|log| std::future::ready(log.ok().map(|l| l.params_json)));
+            Ok(Box::pin(logs) as UnclaimedLogs)
         })
     }
 

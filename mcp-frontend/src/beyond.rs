@@ -416,6 +416,27 @@ pub(crate) async fn ensure_upstream_subscription(
     subscribed.map(|_| ())
 }
 
+/// After a route change (rest21): every subscribed URI whose serving generation was not
+/// subscribed yet (a restarted or upgraded connector) is subscribed upstream again, so the
+/// clients that subscribed keep getting `resources/updated`. Runs in a task of its own.
+pub(crate) fn resubscribe(app: &Arc<App>) {
+    let wanted = app.notifier.wanted();
+    if wanted.is_empty() {
+        return;
+    }
+    let app = Arc::clone(app);
+    tokio::spawn(async move {
+        for (uri, who) in wanted {
+            // `ensure_upstream_subscription` does nothing for a generation already subscribed.
+            let subscribed =
+                ensure_upstream_subscription(&app, &who, &uri, crate::rpc::INVALID_PARAMS).await;
+            if let Err(e) = subscribed {
+                tracing::debug!(%uri, error = %e.message, "cannot subscribe again after a route change");
+            }
+        }
+    });
+}
+
 /// Opens the generation's `WatchResources` stream (once) and relays it into the notifier
 /// until the generation ends.
 async fn watch_generation(app: &App, connector: &Arc<Connector>) -> Result<(), RpcError> {

@@ -278,6 +278,19 @@ impl Clients {
         }
     }
 
+    /// The tokens with an open GET stream and a log level, with that level (rest21).
+    pub(crate) fn log_listeners(&self) -> Vec<(TokenKey, u8)> {
+        let streams = lock(&self.streams);
+        let tokens = lock(&self.tokens);
+        let mut out: Vec<(TokenKey, u8)> = streams
+            .values()
+            .filter_map(|(token, _)| Some((*token, tokens.get(token)?.log_level?)))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Drops a parked call that was never resumed (its deadline passed).
     pub(crate) fn expire(&self, state: &str) -> Option<Parked> {
         lock(&self.parked).remove(state)

@@ -35,11 +35,6 @@ pub(crate) fn legacy_capabilities() -> Value {
 
 /// Sends one notification (a full JSON-RPC message) to every open GET stream of `token`;
 /// dropped for a stream that is behind or when there is none.
-#[expect(
-    dead_code,
-    reason = "the plug-in point for core21's resources/updated and prompts/resources \
-              list_changed and for log messages outside a call"
-)]
 pub(crate) fn deliver(app: &App, token: &TokenKey, message: &Value) {
     app.clients.push(token, message);
 }

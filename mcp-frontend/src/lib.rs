@@ -34,9 +34,11 @@ mod routes;
 mod rpc;
 mod search;
 mod search_index;
+mod server_logs;
 mod sessions;
 mod shared;
 mod skills;
+mod unclaimed;
 mod validate;
 mod watcher;
 

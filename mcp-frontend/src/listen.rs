@@ -180,6 +180,9 @@ struct Wants {
     resources: bool,
     /// URIs whose upstream accepted the subscription.
     uris: std::collections::BTreeSet<String>,
+    /// `uris` registered with the notifier, so that a new generation of their connector is
+    /// subscribed again while this stream is open (rest21).
+    _registered: Option<crate::notify::ListenGuard>,
 }
 
 impl Wants {
@@ -194,6 +197,7 @@ impl Wants {
             prompts: flag("promptsListChanged"),
             resources: flag("resourcesListChanged"),
             uris: Default::default(),
+            _registered: None,
         };
         let uris = asked
             .and_then(|n| n.get("resourceSubscriptions"))
@@ -216,6 +220,10 @@ impl Wants {
                     tracing::debug!(%uri, error = %e.message, "resource subscription not honoured")
                 }
             }
+        }
+        if !wants.uris.is_empty() {
+            let uris = wants.uris.iter().cloned();
+            wants._registered = Some(app.notifier.listen(who, uris));
         }
         wants
     }

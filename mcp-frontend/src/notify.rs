@@ -78,6 +78,8 @@ struct Inner {
     watched: HashSet<(String, u64)>,
     /// (key, generation, uri) the upstream was asked to send updates for.
     upstream: HashSet<(String, u64, String)>,
+    /// URIs open `subscriptions/listen` streams honour, with how many streams (rest21).
+    listening: HashMap<(Identity, String), usize>,
 }
 
 impl Default for Notifier {
@@ -178,6 +180,61 @@ impl Notifier {
     }
 }
 
+/// What a new generation must be subscribed to again (rest21).
+impl Notifier {
+    /// Every subscribed URI (legacy `resources/subscribe` and open listen streams), each with
+    /// one identity that wants it.
+    pub(crate) fn wanted(&self) -> std::collections::BTreeMap<String, Identity> {
+        let inner = self.lock();
+        let legacy = inner
+            .subscriptions
+            .iter()
+            .flat_map(|(who, uris)| uris.iter().map(move |uri| (uri, who)));
+        let listening = inner.listening.keys().map(|(who, uri)| (uri, who));
+        legacy
+            .chain(listening)
+            .map(|(uri, who)| (uri.clone(), who.clone()))
+            .collect()
+    }
+
+    /// Registers the URIs an open listen stream honours until the guard is dropped.
+    pub(crate) fn listen(
+        self: &Arc<Self>,
+        who: &Identity,
+        uris: impl IntoIterator<Item = String>,
+    ) -> ListenGuard {
+        let keys: Vec<(Identity, String)> = uris.into_iter().map(|u| (who.clone(), u)).collect();
+        let mut inner = self.lock();
+        for key in &keys {
+            *inner.listening.entry(key.clone()).or_default() += 1;
+        }
+        ListenGuard {
+            notifier: Arc::clone(self),
+            keys,
+        }
+    }
+}
+
+/// A listen stream's URIs, registered with the notifier while it is open.
+pub(crate) struct ListenGuard {
+    notifier: Arc<Notifier>,
+    keys: Vec<(Identity, String)>,
+}
+
+impl Drop for ListenGuard {
+    fn drop(&mut self) {
+        let mut inner = self.notifier.lock();
+        for key in &self.keys {
+            if let Some(n) = inner.listening.get_mut(key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    inner.listening.remove(key);
+                }
+            }
+        }
+    }
+}
+
 /// One identity's notifications (see [`Notifier::events`]).
 pub(crate) struct Events {
     rx: broadcast::Receiver<Note>,
@@ -241,6 +298,20 @@ mod tests {
             ..Default::default()
         });
         assert!(!n.is_subscribed(&who("a"), "x://1"));
+    }
+
+    #[test]
+    fn wanted_holds_legacy_and_listen_uris_while_their_guards_live() {
+        let n = Arc::new(Notifier::default());
+        n.subscribe(&who("a"), "x://1");
+        let guard = n.listen(&who("b"), ["x://2".to_owned()]);
+        let second = n.listen(&who("b"), ["x://2".to_owned()]);
+        let wanted: Vec<String> = n.wanted().into_keys().collect();
+        assert_eq!(wanted, ["x://1", "x://2"]);
+        drop(guard);
+        assert!(n.wanted().contains_key("x://2"), "one stream still listens");
+        drop(second);
+        assert!(!n.wanted().contains_key("x://2"));
     }
 
     #[test]

@@ -54,7 +54,9 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                         Effect::Routes { tools_changed } => {
                             let table = state.table();
                             tracing::debug!(tools = table.len(), tools_changed, "routes updated");
+                            crate::unclaimed::follow(&app, &table);
                             app.publish_routes(table, tools_changed);
+                            crate::beyond::resubscribe(&app);
                         }
                         Effect::Revoked(revoked) => {
                             app.sessions.revoke(&revoked);

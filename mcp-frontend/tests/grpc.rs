@@ -250,6 +250,10 @@ impl Worker for FakeWorker {
     ) -> Reply<wk::Empty> {
         no()
     }
+    type WatchLogsStream = futures_util::stream::Empty<Result<wk::LogMessage, Status>>;
+    async fn watch_logs(&self, _: Request<GenerationRequest>) -> Reply<Self::WatchLogsStream> {
+        no()
+    }
 }
 
 fn route(endpoint: &str) -> ConnectorRoute {

@@ -191,13 +191,26 @@ impl Relay {
     }
 
     /// Passes one `notifications/message` (params as JSON) to the caller of the call it
-    /// belongs to, when that caller wants logs; otherwise it is dropped.
-    pub(crate) fn log(&self, origin: Option<&RequestId>, params: String) {
+    /// belongs to, when that caller wants logs; a message no call claims is handed back (for
+    /// `WatchLogs`); otherwise it is dropped.
+    pub(crate) fn log(&self, origin: Option<&RequestId>, params: String) -> Option<String> {
+        if self.unclaimed(origin) {
+            return Some(params);
+        }
         if let Ok(Some(to)) = self.target(origin)
             && to.logs
         {
             let _ = to.sink.try_send(Relayed::Log(params));
         }
+        None
+    }
+
+    /// Whether a message from `origin` belongs to no call: it names none in flight, and no
+    /// call is in flight at all (rest21: such log messages go to the GET streams).
+    fn unclaimed(&self, origin: Option<&RequestId>) -> bool {
+        self.inner.lock().is_ok_and(|inner| {
+            inner.calls.is_empty() && origin.is_none_or(|id| !inner.calls.contains_key(id))
+        })
     }
 
     /// The client's answer to relayed request `id`; false when no such request waits.

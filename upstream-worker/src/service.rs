@@ -14,8 +14,9 @@ use tonic::{Request, Response, Status};
 use tutti_proto::worker::worker_server::Worker;
 use tutti_proto::worker::{
     AnswerUpstreamRequestRequest, CallError, CallToolEvent, CallToolReply, CallToolRequest,
-    CancelRequest, Empty, ForwardRequest, GenerationRequest, ResourceUpdated, ShutdownRequest,
-    UpstreamRequest, answer_upstream_request_request, call_tool_event, call_tool_reply,
+    CancelRequest, Empty, ForwardRequest, GenerationRequest, LogMessage, ResourceUpdated,
+    ShutdownRequest, UpstreamRequest, answer_upstream_request_request, call_tool_event,
+    call_tool_reply,
 };
 
 use crate::relay::{RelayTo, Relayed};
@@ -364,6 +365,30 @@ impl<U: Upstream> Shared<U> {
         Ok(reply(self.answer(outcome, method, timeout_ms)))
     }
 
+    /// The upstream's log messages that no call claimed, until this generation stops serving.
+    fn unclaimed_logs(&self, generation: u64) -> Result<LogStream, Status> {
+        self.check_generation(generation)?;
+        let logs = self
+            .upstream
+            .get()
+            .and_then(|u| u.unclaimed_logs())
+            .ok_or_else(|| Status::unavailable("the upstream is not serving"))?;
+        let mut phase = self.phase.subscribe();
+        let stopped = async move {
+            let _ = phase
+                .wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed))
+                .await;
+        };
+        let logs = tokio_stream::wrappers::BroadcastStream::new(logs);
+        // A lagging stream lost some messages; the ones after still go.
+        let stream = futures_util::StreamExt::filter_map(logs, |log| {
+            std::future::ready(log.ok().map(|params_json| Ok(LogMessage { params_json })))
+        });
+        Ok(Box::pin(futures_util::StreamExt::take_until(
+            stream, stopped,
+        )))
+    }
+
     /// The upstream's resource updates until this generation stops serving.
     fn resource_updates(&self, generation: u64) -> Result<ResourceStream, Status> {
         self.check_generation(generation)?;
@@ -517,6 +542,10 @@ impl<U: Upstream> Shared<U> {
         let _ = self.events.send(Event::ShutDown);
     }
 }
+
+/// The messages of `WatchLogs`.
+type LogStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<LogMessage, Status>> + Send>>;
 
 /// The updates of `WatchResources`.
 type ResourceStream =
@@ -803,6 +832,16 @@ impl<U: Upstream> Worker for WorkerService<U> {
     }
 
     type WatchResourcesStream = ResourceStream;
+
+    type WatchLogsStream = LogStream;
+
+    async fn watch_logs(
+        &self,
+        request: Request<GenerationRequest>,
+    ) -> Result<Response<Self::WatchLogsStream>, Status> {
+        let generation = request.into_inner().generation;
+        self.shared.unclaimed_logs(generation).map(Response::new)
+    }
 
     async fn watch_resources(
         &self,

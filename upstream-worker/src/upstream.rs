@@ -138,6 +138,11 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     fn resource_updates(&self) -> Option<broadcast::Receiver<String>> {
         None
     }
+
+    /// The upstream's `notifications/message` params that no call claimed, as they come.
+    fn unclaimed_logs(&self) -> Option<broadcast::Receiver<String>> {
+        None
+    }
 }
 
 /// What the upstream declared beyond tools in its capabilities (issue 21).
@@ -165,6 +170,10 @@ pub(crate) struct RmcpUpstream {
     updates: broadcast::Sender<String>,
     /// The calls in flight, for the upstream's requests to the client.
     relay: Arc<Relay>,
+    /// Resource subscriptions to a 2026-07-28 upstream (its `subscriptions/listen`).
+    listens: crate::listen::ResourceListens,
+    /// Its log messages that no call claimed.
+    logs: broadcast::Sender<String>,
 }
 
 impl Upstream for RmcpUpstream {
@@ -286,6 +295,11 @@ impl Upstream for RmcpUpstream {
         params: Option<JsonObject>,
         interrupt: impl Future<Output = W> + Send,
     ) -> Result<Result<String, CallFailure>, W> {
+        if matches!(method, "resources/subscribe" | "resources/unsubscribe") && self.modern() {
+            return self
+                .listen_request(method, params.as_ref(), interrupt)
+                .await;
+        }
         // A custom request: rmcp writes method and params as given (no typed model in between).
         let request =
             ClientRequest::CustomRequest(CustomRequest::new(method, params.map(Value::Object)));
@@ -331,9 +345,48 @@ impl Upstream for RmcpUpstream {
     fn resource_updates(&self) -> Option<broadcast::Receiver<String>> {
         Some(self.updates.subscribe())
     }
+
+    fn unclaimed_logs(&self) -> Option<broadcast::Receiver<String>> {
+        Some(self.logs.subscribe())
+    }
 }
 
 impl RmcpUpstream {
+    /// Whether the upstream speaks 2026-07-28 (no `initialize`, so no `resources/subscribe`).
+    fn modern(&self) -> bool {
+        self.peer
+            .peer_info()
+            .is_some_and(|info| !info.protocol_version.has_initialize())
+    }
+
+    /// `resources/subscribe` / `unsubscribe` to a 2026-07-28 upstream: one listen stream per
+    /// URI (`listen.rs`); the answer is the empty result the legacy request has.
+    async fn listen_request<W>(
+        &self,
+        method: &str,
+        params: Option<&JsonObject>,
+        interrupt: impl Future<Output = W>,
+    ) -> Result<Result<String, CallFailure>, W> {
+        let Some(uri) = params.and_then(|p| p.get("uri")).and_then(Value::as_str) else {
+            return Ok(Err(CallFailure::Rpc {
+                code: -32602,
+                message: "Invalid params: uri is required".to_owned(),
+                data: None,
+            }));
+        };
+        if method == "resources/unsubscribe" {
+            self.listens.unsubscribe(uri);
+            return Ok(Ok("{}".to_owned()));
+        }
+        let subscribed = self
+            .listens
+            .subscribe(&self.peer, uri, self.updates.clone());
+        tokio::select! {
+            done = subscribed => Ok(done.map(|()| "{}".to_owned()).map_err(CallFailure::Other)),
+            why = interrupt => Err(why),
+        }
+    }
+
     /// Waits for the answer to `handle` while forwarding the upstream's progress notifications
     /// for it to `sink`, all of them before the answer; `Err(why)` when `interrupt` came first.
     #[inline(never)]
@@ -546,6 +599,8 @@ struct Handler {
     progress: ProgressDispatcher,
     /// `notifications/resources/updated` params, for the frontend's `WatchResources`.
     updates: broadcast::Sender<String>,
+    /// `notifications/message` params no call claimed, for the frontend's `WatchLogs`.
+    logs: broadcast::Sender<String>,
     relay: Arc<Relay>,
 }
 
@@ -561,6 +616,7 @@ impl Handler {
             list_changed,
             progress: ProgressDispatcher::new(),
             updates: broadcast::channel(RESOURCE_UPDATES).0,
+            logs: broadcast::channel(RESOURCE_UPDATES).0,
             relay: Arc::new(Relay::default()),
         }
     }
@@ -647,7 +703,10 @@ impl ClientHandler for Handler {
             Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
             _ => None,
         };
-        self.relay.log(origin, to_value(&params).to_string());
+        if let Some(unclaimed) = self.relay.log(origin, to_value(&params).to_string()) {
+            // Nobody watching (no frontend stream yet) is fine.
+            let _ = self.logs.send(unclaimed);
+        }
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -666,9 +725,22 @@ impl ClientHandler for Handler {
 
     async fn on_resource_updated(
         &self,
-        params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        mut params: ResourceUpdatedNotificationParam,
+        context: NotificationContext<RoleClient>,
     ) {
+        // rmcp takes the params' `_meta` out of them (into the context's `extensions`, where
+        // its dispatch leaves it, rather than `meta`): put it back, so the update reaches
+        // clients as the upstream sent it.
+        if params.meta.is_none() {
+            params.meta = Some(context.meta)
+                .filter(|meta| !meta.is_empty())
+                .or_else(|| {
+                    context
+                        .extensions
+                        .get::<rmcp::model::NotificationMetaObject>()
+                        .cloned()
+                });
+        }
         if let Ok(params) = serde_json::to_string(&params) {
             // Nobody listening (no subscriber in the frontend) is fine.
             let _ = self.updates.send(params);
@@ -1245,6 +1317,8 @@ async fn first_listing(
         results,
         offers,
         updates: running.service().updates.clone(),
+        listens: Default::default(),
+        logs: running.service().logs.clone(),
     });
     let tools = upstream.list_tools().await.map_err(|f| match f {
         CallFailure::Rpc { code, message, .. } => {

@@ -3,7 +3,7 @@
 use crate::worker::worker_server::Worker;
 use crate::worker::{
     AnswerUpstreamRequestRequest, CallToolEvent, CallToolReply, CallToolRequest, CancelRequest,
-    Empty, ForwardRequest, GenerationRequest, ResourceUpdated, ShutdownRequest,
+    Empty, ForwardRequest, GenerationRequest, LogMessage, ResourceUpdated, ShutdownRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -74,6 +74,13 @@ impl Worker for Stub {
         &self,
         _: Request<AnswerUpstreamRequestRequest>,
     ) -> Result<Response<Empty>, Status> {
+        Err(Status::unimplemented("stub"))
+    }
+    type WatchLogsStream = futures_util::stream::Empty<Result<LogMessage, Status>>;
+    async fn watch_logs(
+        &self,
+        _: Request<GenerationRequest>,
+    ) -> Result<Response<Self::WatchLogsStream>, Status> {
         Err(Status::unimplemented("stub"))
     }
 }

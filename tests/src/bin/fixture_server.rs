@@ -107,6 +107,10 @@ struct Args {
     /// Offer the conformance suite's prompts, resources, template and completion.
     #[arg(long)]
     conformance_catalog: bool,
+    /// Every N ms: `notifications/resources/updated` for each subscribed URI and a log
+    /// message outside any request (stdio only).
+    #[arg(long, value_name = "MS")]
+    tick_ms: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -139,6 +143,7 @@ fn main() -> anyhow::Result<()> {
         resources: a.resources,
         prompts: a.prompts,
         conformance_catalog: a.conformance_catalog,
+        tick_ms: a.tick_ms,
         http_mode: fixture::HttpMode {
             stateless: a.stateless,
             sse: a.sse,
