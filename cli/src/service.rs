@@ -205,22 +205,31 @@ pub(crate) fn render_launchd_plist(paths: &ServicePaths) -> String {
 
 // === Windows ===
 
-/// The service's command line (`binPath=`), each path quoted.
-pub(crate) fn windows_bin_path(paths: &ServicePaths) -> String {
-    format!(
+/// The service's command line (`binPath=`), each path quoted; with the installing user's
+/// SID for `--grant-user` when known.
+pub(crate) fn windows_bin_path(paths: &ServicePaths, grant_user: Option<&str>) -> String {
+    let mut line = format!(
         "\"{}\" --service --state-dir \"{}\"",
         paths.kernel, paths.state_dir
-    )
+    );
+    if let Some(sid) = grant_user {
+        line.push_str(" --grant-user ");
+        line.push_str(sid);
+    }
+    line
 }
 
 /// Arguments of `sc.exe` that register the service (given to the process as separate
-/// arguments: no shell).
-pub(crate) fn windows_create_args(paths: &ServicePaths) -> Vec<String> {
-    [
+/// arguments: no shell). The service runs as LocalSystem (the SCM's default; said explicitly
+/// with `obj=` when a user is granted): a service account needs a stored password, so the
+/// installing user is instead admitted to the kernel's pipe (`grant_user`, a SID; see
+/// `tutti_proto::pipe_access`).
+pub(crate) fn windows_create_args(paths: &ServicePaths, grant_user: Option<&str>) -> Vec<String> {
+    let mut args: Vec<String> = [
         "create",
         SERVICE_NAME,
         "binPath=",
-        &windows_bin_path(paths),
+        &windows_bin_path(paths, grant_user),
         "start=",
         "auto",
         "DisplayName=",
@@ -228,7 +237,11 @@ pub(crate) fn windows_create_args(paths: &ServicePaths) -> Vec<String> {
     ]
     .iter()
     .map(|s| (*s).to_owned())
-    .collect()
+    .collect();
+    if grant_user.is_some() {
+        args.extend(["obj=".to_owned(), "LocalSystem".to_owned()]);
+    }
+    args
 }
 
 /// `sc.exe …` as one line for people (cmd.exe-style quoting).
@@ -423,7 +436,7 @@ mod tests {
             kernel: r"C:\Program Files\Tutti\tutti-kernel.exe".into(),
             state_dir: r"C:\Users\u\AppData\Local\tutti".into(),
         };
-        let args = windows_create_args(&p);
+        let args = windows_create_args(&p, None);
         assert_eq!(
             args,
             [
@@ -441,5 +454,25 @@ mod tests {
             windows_command_line(&args),
             r#"sc.exe create tutti-kernel binPath= "\"C:\Program Files\Tutti\tutti-kernel.exe\" --service --state-dir \"C:\Users\u\AppData\Local\tutti\"" start= auto DisplayName= "Tutti connector runtime""#
         );
+    }
+
+    #[test]
+    fn windows_registration_runs_as_local_system_and_admits_the_installing_user() {
+        let p = ServicePaths {
+            kernel: r"C:\Tutti\tutti-kernel.exe".into(),
+            state_dir: r"C:\Users\u\AppData\Local\tutti".into(),
+        };
+        let sid = "S-1-5-21-1004336348-1177238915-682003330-1001";
+        let args = windows_create_args(&p, Some(sid));
+        assert_eq!(
+            args[3],
+            format!(
+                r#""C:\Tutti\tutti-kernel.exe" --service --state-dir "C:\Users\u\AppData\Local\tutti" --grant-user {sid}"#
+            )
+        );
+        assert_eq!(args[args.len() - 2..], ["obj=", "LocalSystem"]);
+        let line = windows_command_line(&args);
+        assert!(line.ends_with(" obj= LocalSystem"), "{line}");
+        assert!(line.contains(&format!("--grant-user {sid}")), "{line}");
     }
 }

@@ -15,6 +15,11 @@ struct Args {
     /// Run under the Windows Service Control Manager (Windows only; the SCM starts it so).
     #[arg(long, conflicts_with = "demo")]
     service: bool,
+    /// Windows only: also admit this user (a SID, as `whoami /user` prints it) to the
+    /// control pipe. `tutti service install` passes the installing user's, so the CLI reaches
+    /// the kernel running as LocalSystem.
+    #[arg(long, value_name = "SID")]
+    grant_user: Option<String>,
 }
 
 /// Nothing the runtime writes (registry, logs, release copies, shims' directory) is ever
@@ -30,6 +35,19 @@ fn restrict_umask() {
     }
 }
 
+/// `--grant-user SID`: checked here; refused off Windows (there is no pipe to grant).
+fn pipe_grant(sid: Option<&str>) -> Result<Option<tutti_proto::pipe_access::UserSid>, String> {
+    let Some(sid) = sid else {
+        return Ok(None);
+    };
+    if !cfg!(windows) {
+        return Err("--grant-user admits a Windows user to the kernel's named pipe and exists only on Windows; on Unix the socket is the owner's only".into());
+    }
+    tutti_proto::pipe_access::UserSid::parse(sid)
+        .map(Some)
+        .map_err(|e| format!("--grant-user: {e}"))
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.service && !cfg!(windows) {
@@ -38,6 +56,13 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    let pipe_grant = match pipe_grant(args.grant_user.as_deref()) {
+        Ok(grant) => grant,
+        Err(e) => {
+            eprintln!("tutti-kernel: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let Some(state_dir) = args.state_dir.or_else(tutti_kernel::default_state_dir) else {
         eprintln!("tutti-kernel: no state directory; pass --state-dir DIR or set TUTTI_STATE_DIR");
         return ExitCode::FAILURE;
@@ -49,6 +74,7 @@ fn main() -> ExitCode {
     let config = tutti_kernel::Config {
         state_dir,
         demo: args.demo,
+        pipe_grant,
     };
     if args.service {
         return run_service(config);

@@ -989,6 +989,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        windows,
+        ignore = "its fixtures are Unix paths (/bin/sh, /nonexistent), which are not absolute on Windows"
+    )]
     fn cwd_must_be_absolute_after_expansion() {
         let base = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
         let e = stdio_launch(
@@ -1005,6 +1009,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        windows,
+        ignore = "its fixture runs `sh` from a Unix PATH, which Windows does not have"
+    )]
     fn placeholders_and_relative_args() {
         let rel = tempdir();
         std::fs::write(rel.join("server.js"), "").expect("write");
@@ -1040,6 +1048,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        windows,
+        ignore = "its fixtures are Unix paths (/bin/sh, /nonexistent), which are not absolute on Windows"
+    )]
     fn a_command_inside_a_release_not_copied_yet_is_checked_in_the_source() {
         let src = tempdir().join("src-release");
         std::fs::create_dir_all(src.join("bin")).expect("mkdir");

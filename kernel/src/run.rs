@@ -23,6 +23,9 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// Install and connect the bundled example connectors first.
     pub demo: bool,
+    /// Windows: a user (besides the pipe's owner) the control pipe admits, the installing
+    /// user of a LocalSystem service (see `tutti_proto::pipe_access`). Ignored on Unix.
+    pub pipe_grant: Option<tutti_proto::pipe_access::UserSid>,
 }
 
 /// Runs the kernel until SIGINT/SIGTERM (on Windows: Ctrl-C, Ctrl-Break, console close or
@@ -64,7 +67,7 @@ pub async fn run_until(
     }
 
     let endpoint = transport::kernel_endpoint(&state_dir);
-    let incoming = transport::bind(&endpoint)?;
+    let incoming = transport::bind_granting(&endpoint, config.pipe_grant.as_ref())?;
     let svc = service::Service { k: k.clone() };
     let mut shutdown_rx = k.shutdown.subscribe();
     let server = tokio::spawn(

@@ -2,7 +2,8 @@
 //! one `killpg` reaches its whole tree, `npx`-style grandchildren included) and, on Linux,
 //! `PR_SET_PDEATHSIG` so nothing outlives the kernel. Spawn only from tokio tasks, never from
 //! `spawn_blocking` threads: the death signal follows the spawning thread. On Windows every
-//! child is put in the kernel's kill-on-close Job Object instead.
+//! child starts suspended, is put in a kill-on-close Job Object of its own (held only by the
+//! kernel), and only then runs.
 //! (`unsafe` is allowed for this module only, in lib.rs.)
 
 use std::path::{Path, PathBuf};
@@ -74,8 +75,8 @@ pub fn resolve_program(command: &str, path_var: &str) -> Result<PathBuf, String>
 }
 
 /// SIGTERM to the group, SIGKILL after `grace`, then a final sweep of the group; always reaps.
-/// (Windows: terminates the child at once, there is no SIGTERM; a worker's upstream tree ends
-/// with the worker's own kill-on-close job, anything else with the kernel's.)
+/// (Windows: terminates the child's job at once, there is no SIGTERM: the child and its whole
+/// tree, a worker's upstream included, end together.)
 pub async fn stop_group(child: &mut Child, grace: Duration) {
     let Some(pid) = child.id() else {
         return;
@@ -85,7 +86,7 @@ pub async fn stop_group(child: &mut Child, grace: Duration) {
         imp::terminate(child, pid, true);
         let _ = child.wait().await;
     }
-    // Stragglers (grandchildren) of the group.
+    // Stragglers (grandchildren) of the group (Windows: of the child's job).
     imp::sweep(pid);
 }
 
@@ -202,11 +203,12 @@ mod imp {
 
 #[cfg(windows)]
 mod imp {
+    use std::collections::HashMap;
     use std::io;
     use std::path::PathBuf;
-    use std::sync::OnceLock;
+    use std::sync::Mutex;
 
-    use tutti_proto::job::KillOnCloseJob;
+    use tutti_proto::job::{self, KillOnCloseJob};
 
     /// Default `PATHEXT` when the variable is unset.
     const DEFAULT_PATHEXT: &str = ".COM;.EXE;.BAT;.CMD";
@@ -214,8 +216,24 @@ mod imp {
     /// kernel stops them itself.
     const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
 
+    /// One kill-on-close Job Object per child the kernel started, by the child's pid: the
+    /// child and everything it starts (a worker's upstream tree included: the worker's own job
+    /// for its upstream nests in this one). Only this map holds the handles (they are not
+    /// inheritable), so when the kernel ends, however it ends, Windows closes them and ends
+    /// every tree; stopping a child terminates its job, so its tree ends with it, not only
+    /// with the kernel. An entry goes when its tree is swept; a pid is only reused after the
+    /// child's handle (held by its `tokio::process::Child`) is closed, so an entry never
+    /// names a stranger.
+    static JOBS: Mutex<Option<HashMap<u32, KillOnCloseJob>>> = Mutex::new(None);
+
+    fn jobs() -> std::sync::MutexGuard<'static, Option<HashMap<u32, KillOnCloseJob>>> {
+        JOBS.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Children start suspended: they run no instruction before they are in their job.
     pub(super) fn configure(cmd: &mut tokio::process::Command, _term: bool) {
-        cmd.creation_flags(CREATE_NEW_PROCESS_GROUP);
+        cmd.creation_flags(CREATE_NEW_PROCESS_GROUP | job::SUSPENDED);
     }
 
     /// Not supported on Windows: the kernel never binds the frontend's socket there (see
@@ -230,49 +248,57 @@ mod imp {
         ))
     }
 
-    /// The kernel's kill-on-close Job Object, created on first use. Its only handle lives in
-    /// this static (it is not inheritable), so when the kernel process ends, however it ends,
-    /// Windows closes the handle and terminates every process in the job: the workers and
-    /// everything they started (children of a process in a job join the job).
-    fn kernel_job() -> io::Result<&'static KillOnCloseJob> {
-        static JOB: OnceLock<Result<KillOnCloseJob, String>> = OnceLock::new();
-        match JOB.get_or_init(|| KillOnCloseJob::new().map_err(|e| e.to_string())) {
-            Ok(job) => Ok(job),
-            Err(e) => Err(io::Error::other(format!(
-                "cannot create the kernel's job: {e}"
-            ))),
-        }
-    }
-
-    /// Puts a freshly spawned child into the kernel's kill-on-close job. A child that cannot
-    /// be put there is killed and the spawn fails: nothing may run that could outlive the
-    /// kernel. (Between CreateProcess and this call the child runs outside the job for a
-    /// moment; processes it starts in that window are not covered.)
+    /// Puts the freshly spawned (still suspended) child into a job of its own, then lets it
+    /// run. A child that cannot be put there is killed and the spawn fails: nothing may run
+    /// that could outlive the kernel.
     pub(super) fn adopt(mut child: tokio::process::Child) -> io::Result<tokio::process::Child> {
-        match kernel_job().and_then(|job| job.assign(&child)) {
-            Ok(()) => Ok(child),
-            Err(e) => {
+        let contained = KillOnCloseJob::new().and_then(|job| {
+            job.assign(&child)?;
+            Ok(job)
+        });
+        let started = contained.and_then(|job| {
+            job::resume(&child)?;
+            Ok(job)
+        });
+        match (started, child.id()) {
+            (Ok(job), Some(pid)) => {
+                jobs().get_or_insert_with(HashMap::new).insert(pid, job);
+                Ok(child)
+            }
+            (Err(e), _) => {
                 let _ = child.start_kill();
                 Err(io::Error::new(
                     e.kind(),
-                    format!("cannot put the child in the kernel's kill-on-close job: {e}"),
+                    format!("cannot start the child in a kill-on-close job of its own: {e}"),
                 ))
             }
+            (Ok(_), None) => Err(io::Error::other("the child exited while it was started")),
         }
     }
 
-    /// Terminates the child (TerminateProcess on the handle `child` holds, never by pid).
-    /// Windows has no SIGTERM for a console-less child, so both stages terminate; workers
-    /// were already asked to drain over gRPC.
-    pub(super) fn terminate(child: &mut tokio::process::Child, _pid: u32, _kill: bool) {
+    /// Terminates the child's whole tree (its job; the child itself by its handle if it has
+    /// none). Windows has no SIGTERM for a console-less child, so both stages terminate;
+    /// workers were already asked to drain over gRPC.
+    pub(super) fn terminate(child: &mut tokio::process::Child, pid: u32, _kill: bool) {
+        if let Some(job) = jobs().as_ref().and_then(|m| m.get(&pid))
+            && job.terminate(1).is_ok()
+        {
+            return;
+        }
         let _ = child.start_kill();
     }
 
-    /// The leader has exited and been reaped, so its pid may already belong to an unrelated
-    /// process: never terminate by pid here. Whatever it left behind stays in the kernel's
-    /// kill-on-close job and ends with the kernel at the latest (a worker's upstream tree
-    /// already ended with the worker's own job).
-    pub(super) fn sweep(_pid: u32) {}
+    /// Ends what is left of the tree of the child `pid` started by terminating its job (never
+    /// by pid: the leader has exited and its pid may already be someone else's), and forgets
+    /// the job.
+    pub(super) fn sweep(pid: u32) {
+        let job = jobs().as_mut().and_then(|m| m.remove(&pid));
+        if let Some(job) = job
+            && let Err(e) = job.terminate(1)
+        {
+            tracing::warn!(pid, error = %e, "cannot end what the child left running");
+        }
+    }
 
     /// PATHEXT resolution without a shell: `node` finds `node.exe`, `npx` finds `npx.cmd`.
     pub(super) fn search_path(name: &str, path_var: &str) -> Option<PathBuf> {
@@ -280,6 +306,134 @@ mod imp {
         let candidates = super::pathext_candidates(name, &pathext);
         std::env::split_paths(path_var)
             .find_map(|dir| candidates.iter().map(|c| dir.join(c)).find(|p| p.is_file()))
+    }
+
+    /// Run in the Wine lane (`scripts/test-wine`): the test binary re-runs itself as the
+    /// child (and grandchild) through [`helper_process`].
+    #[cfg(test)]
+    mod tests {
+        use std::path::{Path, PathBuf};
+        use std::time::{Duration, Instant};
+
+        use super::{adopt, configure, jobs};
+        use crate::spawn::{ChildSpec, spawn, stop_group};
+
+        const HELPER: &str = "TUTTI_SPAWN_TEST_HELPER";
+        const FILE: &str = "TUTTI_SPAWN_TEST_FILE";
+        const WAIT: Duration = Duration::from_secs(60);
+
+        /// Not a test of its own: the body of the child processes the tests below start.
+        /// `mark` writes its file at once; `tree` starts a `beat` grandchild and waits;
+        /// `beat` rewrites its file with a growing counter every 50 ms.
+        #[test]
+        fn helper_process() {
+            let (Ok(mode), Some(file)) = (std::env::var(HELPER), std::env::var_os(FILE)) else {
+                return;
+            };
+            let file = PathBuf::from(file);
+            match mode.as_str() {
+                "mark" => std::fs::write(&file, b"ran").unwrap_or_else(|e| panic!("{e}")),
+                "tree" => {
+                    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+                    let _beat = std::process::Command::new(exe)
+                        .args(helper_args())
+                        .env(HELPER, "beat")
+                        .spawn()
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    std::thread::sleep(WAIT);
+                }
+                _ => {
+                    for n in 0..2400u32 {
+                        std::fs::write(&file, n.to_string()).unwrap_or_else(|e| panic!("{e}"));
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+        }
+
+        fn helper_args() -> Vec<String> {
+            [
+                "--exact",
+                "spawn::imp::tests::helper_process",
+                "--nocapture",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        }
+
+        /// The helper's environment: what Wine/Windows needs to start a process, plus the mode.
+        fn helper_env(mode: &str, file: &Path) -> Vec<(String, String)> {
+            let mut env: Vec<(String, String)> = ["SystemRoot", "PATH", "TEMP", "WINEDEBUG"]
+                .iter()
+                .filter_map(|k| Some(((*k).to_owned(), std::env::var(k).ok()?)))
+                .collect();
+            env.push((HELPER.into(), mode.into()));
+            env.push((FILE.into(), file.to_string_lossy().into_owned()));
+            env
+        }
+
+        fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+            let deadline = Instant::now() + WAIT;
+            while !ok() {
+                assert!(Instant::now() < deadline, "{what}: not within {WAIT:?}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+
+        #[tokio::test]
+        async fn a_child_runs_nothing_before_it_is_in_its_job() {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            let mark = dir.path().join("mark");
+            let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+            let mut cmd = tokio::process::Command::new(exe);
+            cmd.args(helper_args())
+                .env_clear()
+                .envs(helper_env("mark", &mark))
+                .kill_on_drop(true);
+            configure(&mut cmd, false);
+            let child = cmd.spawn().unwrap_or_else(|e| panic!("{e}"));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert!(!mark.exists(), "the child ran before it was put in its job");
+            let child = adopt(child).unwrap_or_else(|e| panic!("{e}"));
+            let pid = child.id().unwrap_or_else(|| panic!("the child is gone"));
+            let inside = jobs()
+                .as_ref()
+                .and_then(|m| m.get(&pid))
+                .map(|j| j.contains(&child));
+            assert!(
+                matches!(inside, Some(Ok(true))),
+                "the child is not in its job: {inside:?}"
+            );
+            wait_for("the resumed child's mark", || mark.exists());
+        }
+
+        #[tokio::test]
+        async fn stopping_a_child_ends_its_whole_tree() {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            let beat = dir.path().join("beat");
+            let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+            let mut child = spawn(ChildSpec {
+                program: &exe,
+                args: helper_args(),
+                env: helper_env("tree", &beat),
+                stderr: None,
+                death_signal_term: true,
+                listener: None,
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+            let read = || std::fs::read_to_string(&beat).unwrap_or_default();
+            wait_for("the grandchild's first beat", || !read().is_empty());
+            stop_group(&mut child, Duration::from_secs(1)).await;
+            // Give a still-running grandchild time to beat again (it beats every 50 ms).
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let after_stop = read();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(
+                read(),
+                after_stop,
+                "the grandchild outlived its stopped parent"
+            );
+        }
     }
 }
 

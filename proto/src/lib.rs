@@ -6,7 +6,7 @@
 //! [`rules`]: atomic files, sibling binaries, child environments, `x-mcp-header`, the shutdown
 //! timing chain).
 #![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call) and
-// job (Windows FFI, each call commented)
+// job and winuser (Windows FFI, each call commented)
 
 pub mod codec;
 #[cfg(windows)]
@@ -14,6 +14,7 @@ pub mod job;
 pub mod key;
 mod labels;
 pub mod limits;
+pub mod pipe_access;
 pub mod redact;
 mod redacted;
 pub mod rlimit;
@@ -22,6 +23,8 @@ pub mod state_dir;
 #[cfg(feature = "otel")]
 pub mod telemetry;
 pub mod transport;
+#[cfg(windows)]
+pub mod winuser;
 
 /// Control plane: CLI, frontend, shims and workers talk to the kernel.
 pub mod kernel {

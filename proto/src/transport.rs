@@ -103,6 +103,15 @@ pub fn remove_endpoint(endpoint: &LocalEndpoint) {
 /// Listens on `endpoint` (owner-only) and yields connections for tonic's
 /// `serve_with_incoming*`.
 pub fn bind(endpoint: &LocalEndpoint) -> Result<Incoming, TransportError> {
+    bind_granting(endpoint, None)
+}
+
+/// [`bind`], and on Windows the pipe also admits `grant` (see [`crate::pipe_access`]).
+/// Unix ignores `grant`: the socket file is the owner's only, in a 0700 directory.
+pub fn bind_granting(
+    endpoint: &LocalEndpoint,
+    grant: Option<&crate::pipe_access::UserSid>,
+) -> Result<Incoming, TransportError> {
     let bind_err = |source| TransportError::Bind {
         endpoint: endpoint.0.clone(),
         source,
@@ -110,7 +119,7 @@ pub fn bind(endpoint: &LocalEndpoint) -> Result<Incoming, TransportError> {
     let opts = ListenerOptions::new()
         .name(endpoint.name()?)
         .try_overwrite(true);
-    let opts = imp::owner_only(opts).map_err(bind_err)?;
+    let opts = imp::owner_only(opts, grant).map_err(bind_err)?;
     let listener = opts.create_tokio().map_err(bind_err)?;
     Ok(Incoming {
         inner: Box::pin(futures_util::stream::unfold(
@@ -305,7 +314,10 @@ mod imp {
         )
     }
 
-    pub(super) fn owner_only(opts: ListenerOptions<'_>) -> io::Result<ListenerOptions<'_>> {
+    pub(super) fn owner_only<'a>(
+        opts: ListenerOptions<'a>,
+        _grant: Option<&crate::pipe_access::UserSid>,
+    ) -> io::Result<ListenerOptions<'a>> {
         Ok(opts.mode(0o600))
     }
 
@@ -346,16 +358,16 @@ mod imp {
         LocalEndpoint(format!("tutti-{:016x}-{stem}", h.finish()))
     }
 
-    /// The pipe's DACL: protected (nothing inherited) with a single ACE granting GENERIC_ALL
-    /// to OWNER RIGHTS, i.e. to the pipe's owner, which is the default owner of the creating
-    /// token (the user; BUILTIN\Administrators for an elevated token; SYSTEM for a
-    /// LocalSystem service). Nobody else gets any access: not Everyone/Anonymous (the
-    /// default DACL's read access), not other users. (interprocess opens the first instance
-    /// with FILE_FLAG_FIRST_PIPE_INSTANCE, so a squatter's pipe of the same name fails `bind`.)
-    const OWNER_ONLY_SDDL: &str = "D:P(A;;GA;;;OW)";
-
-    pub(super) fn owner_only(opts: ListenerOptions<'_>) -> io::Result<ListenerOptions<'_>> {
-        let sddl = U16CString::from_str(OWNER_ONLY_SDDL)
+    /// The pipe's DACL ([`crate::pipe_access::pipe_sddl`]): protected, GENERIC_ALL to OWNER
+    /// RIGHTS, i.e. to the pipe's owner, the default owner of the creating token (the user;
+    /// BUILTIN\Administrators for an elevated token; SYSTEM for a LocalSystem service), and
+    /// to `grant` if given. (interprocess opens the first instance with
+    /// FILE_FLAG_FIRST_PIPE_INSTANCE, so a squatter's pipe of the same name fails `bind`.)
+    pub(super) fn owner_only<'a>(
+        opts: ListenerOptions<'a>,
+        grant: Option<&crate::pipe_access::UserSid>,
+    ) -> io::Result<ListenerOptions<'a>> {
+        let sddl = U16CString::from_str(crate::pipe_access::pipe_sddl(grant))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let sd = SecurityDescriptor::deserialize(&sddl)?;
         Ok(opts.security_descriptor(sd))
@@ -422,6 +434,26 @@ mod tests {
                 let _ = thread.join();
             }
         }
+    }
+
+    /// The pipe of a kernel that admits a user (its service's installer) is created with the
+    /// extra ACE and accepts connections (Wine runs everything as one user: that a second
+    /// user gets in and a third does not is `pipe_access`'s unit tests' part).
+    #[cfg(windows)]
+    #[tokio::test]
+    async fn a_pipe_that_admits_a_user_is_created_and_connectable() {
+        let sid = crate::winuser::current_user_sid().expect("the current user's SID");
+        let dir = std::env::temp_dir().join(format!("tutti-grant-{}", std::process::id()));
+        let endpoint = kernel_endpoint(&dir);
+        let mut incoming = bind_granting(&endpoint, Some(&sid)).expect("bind with a grant");
+        let accept = tokio::spawn(async move {
+            use futures_util::StreamExt as _;
+            incoming.next().await.map(|c| c.is_ok())
+        });
+        let name = endpoint.name().expect("name");
+        dial(name).await.expect("connect to the granted pipe");
+        let accepted = tokio::time::timeout(Duration::from_secs(10), accept).await;
+        assert!(matches!(accepted, Ok(Ok(Some(true)))), "{accepted:?}");
     }
 
     async fn cancel(conn: &Connection) -> Result<(), tonic::Status> {

@@ -37,7 +37,8 @@ pub(crate) fn describe_exit(status: &std::io::Result<ExitStatus>) -> String {
 }
 
 /// Makes the upstream die with this worker (Linux: `PR_SET_PDEATHSIG(SIGKILL)`). The upstream
-/// keeps our process group, so the kernel's `killpg` reaches it as well.
+/// keeps our process group, so the kernel's `killpg` reaches it as well. Windows: the
+/// upstream starts suspended and runs only once [`contain`] has put it in its job.
 pub(crate) fn harden(cmd: &mut Command) {
     imp::harden(cmd);
 }
@@ -306,7 +307,10 @@ mod imp {
         format!("exited ({status})")
     }
 
-    pub(super) fn harden(_cmd: &mut Command) {}
+    /// The upstream starts suspended: [`contain`] puts it in its job, then lets it run.
+    pub(super) fn harden(cmd: &mut Command) {
+        cmd.creation_flags(tutti_proto::job::SUSPENDED);
+    }
 
     pub(super) struct Containment(Option<tutti_proto::job::KillOnCloseJob>);
 
@@ -320,25 +324,84 @@ mod imp {
         }
     }
 
+    /// Puts the suspended upstream in a job of its own (nested in this worker's, which the
+    /// kernel holds), then resumes it, so nothing it starts runs outside the job. Without a
+    /// job it still runs (the worker's job, held by the kernel, ends its tree with the
+    /// worker); if it cannot be resumed its job ends it, and the handshake reports it gone.
     pub(super) fn contain(child: &Child) -> Containment {
         let job = tutti_proto::job::KillOnCloseJob::new().and_then(|job| {
             job.assign(child)?;
             Ok(job)
         });
-        match job {
-            Ok(job) => Containment(Some(job)),
+        let job = match job {
+            Ok(job) => Some(job),
             Err(e) => {
                 tracing::warn!(
                     error = %e,
-                    "cannot give the upstream its own job; its processes end with the kernel's"
+                    "cannot give the upstream its own job; its processes end with the worker's"
                 );
-                Containment(None)
+                None
+            }
+        };
+        if let Err(e) = tutti_proto::job::resume(child) {
+            tracing::error!(error = %e, "cannot resume the upstream after putting it in its job");
+            if let Some(job) = &job {
+                let _ = job.terminate(1);
             }
         }
+        Containment(job)
     }
 
     /// The kernel's Job Object ends us with it; nothing to poll here.
     pub(super) async fn parent_gone() {
         std::future::pending::<()>().await;
+    }
+
+    /// Run in the Wine lane (`scripts/test-wine`): the test binary re-runs itself as the
+    /// upstream through [`helper_process`].
+    #[cfg(test)]
+    mod tests {
+        use std::time::{Duration, Instant};
+
+        const MARK: &str = "TUTTI_WORKER_TEST_MARK";
+
+        /// Not a test of its own: the body of the upstream the test below starts; it writes
+        /// its mark file as its first act.
+        #[test]
+        fn helper_process() {
+            if let Some(mark) = std::env::var_os(MARK) {
+                std::fs::write(mark, b"ran").unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+
+        #[tokio::test]
+        async fn the_upstream_runs_nothing_before_it_is_in_its_job() {
+            let mark =
+                std::env::temp_dir().join(format!("tutti-worker-mark-{}", std::process::id()));
+            let _ = std::fs::remove_file(&mark);
+            let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+            let mut cmd = tokio::process::Command::new(exe);
+            cmd.args(["--exact", "platform::imp::tests::helper_process"])
+                .env(MARK, &mark)
+                .kill_on_drop(true);
+            super::harden(&mut cmd);
+            let child = cmd.spawn().unwrap_or_else(|e| panic!("{e}"));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert!(
+                !mark.exists(),
+                "the upstream ran before it was put in its job"
+            );
+            let contained = super::contain(&child);
+            let inside = contained.0.as_ref().map(|job| job.contains(&child));
+            assert!(
+                matches!(inside, Some(Ok(true))),
+                "the upstream is not in its job: {inside:?}"
+            );
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !mark.exists() {
+                assert!(Instant::now() < deadline, "the resumed upstream never ran");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }

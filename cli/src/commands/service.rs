@@ -88,7 +88,8 @@ pub(crate) fn install(state_dir: &Path, args: ServiceInstallArgs) -> Result<Exit
                     what: "Windows services",
                 });
             }
-            let create = service::windows_create_args(&paths);
+            let grant = installing_user_sid(args.print)?;
+            let create = service::windows_create_args(&paths, grant.as_deref());
             if args.print {
                 emit(&format!("{}\n", service::windows_command_line(&create)))?;
                 return Ok(ExitCode::SUCCESS);
@@ -108,6 +109,25 @@ pub(crate) fn install(state_dir: &Path, args: ServiceInstallArgs) -> Result<Exit
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The SID of the user installing the service, admitted to the kernel's pipe
+/// (`--grant-user`). Only Windows can tell; `--print` for Windows elsewhere leaves it out.
+fn installing_user_sid(print: bool) -> Result<Option<String>, CliError> {
+    #[cfg(windows)]
+    {
+        let _ = print;
+        tutti_proto::winuser::current_user_sid()
+            .map(|sid| Some(sid.as_str().to_owned()))
+            .map_err(|e| CliError::io("look up the SID of", Path::new("the current user"), e))
+    }
+    #[cfg(not(windows))]
+    {
+        if print {
+            tracing::debug!("not on Windows: the installing user's SID is left out");
+        }
+        Ok(None)
+    }
 }
 
 fn service_paths(state_dir: &Path) -> Result<ServicePaths, CliError> {
