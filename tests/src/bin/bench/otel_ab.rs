@@ -7,7 +7,8 @@
 //! reader waits for its timeout and the span queues fill up and drop. The calls are measured
 //! in interleaved rounds (off then on, on then off, …, each block after untimed calls), so both
 //! see the same machine; "CPU per call" is the frontend's and the worker's CPU time over the
-//! rounds divided by the calls, and RSS is read after the rounds.
+//! rounds divided by the calls. RSS: VmRSS after the rounds, and the peak while 8, then 64,
+//! connections call at once (sampled every 20 ms; after the latency rounds, off then on).
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use anyhow::{Context, Result};
 use tutti_tests::{Runtime, RuntimeOptions, fixture_connector};
 
 /// One blocking keep-alive connection to a frontend that sends legacy echo calls.
-pub(super) trait Echo {
+pub(super) trait Echo: Send {
     /// `n` timed calls after the untimed warm-up ones; their latencies.
     fn echo(&mut self, n: usize) -> Result<Vec<Duration>>;
 }
@@ -57,6 +58,11 @@ struct Side<'k> {
     samples: Vec<Duration>,
     cpu_ns: u64,
     calls: usize,
+    token: String,
+    /// VmRSS (KiB) of kernel, frontend and worker after the rounds, and their peak under
+    /// the concurrent load.
+    rss_after: [u64; 3],
+    rss_peak: [u64; 3],
 }
 
 impl<'k> Side<'k> {
@@ -71,6 +77,7 @@ impl<'k> Side<'k> {
         rt.wait_status("bench", "ready", Duration::from_secs(30));
         let token = rt.issue_token("bench", "s1");
         let http = (kit.connect)(rt.frontend_url(), &token)?;
+        let token = token.clone();
         let pids = [
             (kit.frontend_pid)(rt.state_dir()),
             (kit.worker_pid)(rt.state_dir(), "bench").context("the bench worker's pid")?,
@@ -84,6 +91,9 @@ impl<'k> Side<'k> {
             samples: Vec::new(),
             cpu_ns: 0,
             calls: 0,
+            token,
+            rss_after: [0; 3],
+            rss_peak: [0; 3],
         })
     }
 
@@ -103,22 +113,53 @@ impl<'k> Side<'k> {
         Ok(())
     }
 
+    /// 8, then 64 connections calling at once (`calls` each); samples the processes' RSS.
+    fn load(&mut self, calls: usize) -> Result<()> {
+        let kernel = (self.kit.kernel_pid)(self.rt.state_dir());
+        let pids = [kernel, self.pids[0], self.pids[1]];
+        self.rss_after = pids.map(self.kit.rss_kib);
+        for conc in [8, 64] {
+            let mut threads = Vec::new();
+            for _ in 0..conc {
+                let mut http = (self.kit.connect)(self.rt.frontend_url(), &self.token)?;
+                threads.push(std::thread::spawn(move || http.echo(calls).map(|_| ())));
+            }
+            while !threads.iter().all(|t| t.is_finished()) {
+                for (peak, pid) in self.rss_peak.iter_mut().zip(pids) {
+                    *peak = (*peak).max((self.kit.rss_kib)(pid));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            for t in threads {
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
+            }
+        }
+        Ok(())
+    }
+
     /// The row: percentiles, CPU per call, RSS of the three processes now.
-    fn report(&self) -> String {
+    fn report(&self) -> (String, String) {
         let v = &self.samples;
-        let rss = |pid: u32| (self.kit.rss_kib)(pid) as f64 / 1024.0;
-        let state = self.rt.state_dir();
-        format!(
-            "p50 {} · p90 {} · p99 {} (n={}) · CPU/call {} · RSS kernel {:.1} · frontend {:.1} · worker {:.1} MiB",
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let latency = format!(
+            "p50 {} · p90 {} · p99 {} (n={}) · CPU per call (frontend + worker) {}",
             fmt_us(pct(v, 0.5)),
             fmt_us(pct(v, 0.9)),
             fmt_us(pct(v, 0.99)),
             v.len(),
             fmt_us(Duration::from_nanos(self.cpu_ns / self.calls.max(1) as u64)),
-            rss((self.kit.kernel_pid)(state)),
-            rss(self.pids[0]),
-            rss(self.pids[1]),
-        )
+        );
+        let rss = format!(
+            "kernel {:.1} · {:.1}, frontend {:.1} · {:.1}, worker {:.1} · {:.1} MiB",
+            mib(self.rss_after[0]),
+            mib(self.rss_peak[0]),
+            mib(self.rss_after[1]),
+            mib(self.rss_peak[1]),
+            mib(self.rss_after[2]),
+            mib(self.rss_peak[2]),
+        );
+        (latency, rss)
     }
 }
 
@@ -144,11 +185,17 @@ pub(super) fn run(n: usize, kit: &Kit) -> Result<()> {
         first.block(share)?;
         second.block(share)?;
     }
+    // RSS under load last (so it does not move the latency rows), off then on.
+    let per_connection = (n / 50).max(20);
+    off.load(per_connection)?;
+    on.load(per_connection)?;
     println!(
         "OpenTelemetry export off / on (unanswered endpoint {endpoint}), legacy echo, {ROUNDS} interleaved rounds:"
     );
     for side in [&off, &on] {
-        println!("{:<40} {}", side.name, side.report());
+        let (latency, rss) = side.report();
+        println!("{:<40} {latency}", side.name);
+        println!("{:<40} {rss}", "  RSS after the rounds · under load");
     }
     for (what, p) in [("p50", 0.5), ("p99", 0.99)] {
         let (a, b) = (pct(&off.samples, p), pct(&on.samples, p));
