@@ -17,6 +17,8 @@ mod naming;
 mod notify;
 mod oauth;
 mod oauth_record;
+mod otel;
+mod otel_counts;
 mod paths;
 mod pin;
 mod probe;

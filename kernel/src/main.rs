@@ -76,9 +76,26 @@ fn main() -> ExitCode {
         demo: args.demo,
         pipe_grant,
     };
-    if args.service {
-        return run_service(config);
+    // OpenTelemetry metrics, only with OTEL_EXPORTER_OTLP_* set (SPEC §14); the last values
+    // are exported when the kernel stops.
+    let telemetry = tutti_proto::telemetry::init_with(
+        "tutti-kernel",
+        "kernel",
+        tutti_proto::telemetry::Signals::Metrics,
+    );
+    let code = if args.service {
+        run_service(config)
+    } else {
+        run_foreground(config)
+    };
+    if let Some(t) = telemetry {
+        t.shutdown();
     }
+    code
+}
+
+/// The kernel on this thread until a signal stops it.
+fn run_foreground(config: tutti_kernel::Config) -> ExitCode {
     // One thread, like the frontend and the workers: the kernel's per-request work is small
     // (session checks, audit records, route events), and blocking file work (hashing and
     // copying releases) runs on the blocking pool. Fewer threads, fewer malloc arenas, no

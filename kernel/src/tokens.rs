@@ -91,6 +91,11 @@ impl TokenTable {
         self.by_hash.get(&hash(token))
     }
 
+    /// How many sessions are live (the `tutti.sessions.live` metric).
+    pub fn live(&self) -> usize {
+        self.by_session.len()
+    }
+
     pub fn revoke(&mut self, id: &SessionId) -> bool {
         self.issued.remove(id);
         match self.by_session.remove(id) {

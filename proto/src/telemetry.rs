@@ -51,12 +51,31 @@ pub fn enabled_by_env() -> bool {
 /// the runtime, both resource attributes). `None`, and nothing built, without the variables
 /// or when an exporter cannot be built (logged once).
 pub fn init(service: &'static str, role: &'static str) -> Option<&'static Telemetry> {
+    init_with(service, role, Signals::TracesAndMetrics)
+}
+
+/// What a process exports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signals {
+    /// Spans and metrics (the frontend, the workers).
+    TracesAndMetrics,
+    /// Metrics only (the kernel has no span of its own): no span exporter, no batch thread.
+    Metrics,
+}
+
+/// [`init`], choosing the signals: with [`Signals::Metrics`] the tracer is a no-op one and
+/// neither a span exporter nor its thread is built.
+pub fn init_with(
+    service: &'static str,
+    role: &'static str,
+    signals: Signals,
+) -> Option<&'static Telemetry> {
     GLOBAL
         .get_or_init(|| {
             if !enabled_by_env() {
                 return None;
             }
-            match build(service, role) {
+            match build(service, role, signals) {
                 Ok(t) => Some(t),
                 Err(e) => {
                     tracing::warn!(error = %e, "OpenTelemetry export is off: cannot build the OTLP exporter");
@@ -72,7 +91,7 @@ pub fn get() -> Option<&'static Telemetry> {
     GLOBAL.get().and_then(Option::as_ref)
 }
 
-fn build(service: &'static str, role: &'static str) -> Result<Telemetry, String> {
+fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<Telemetry, String> {
     let resource = Resource::builder()
         .with_service_name(service)
         .with_attributes([
@@ -80,20 +99,21 @@ fn build(service: &'static str, role: &'static str) -> Result<Telemetry, String>
             KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
         ])
         .build();
-    let spans = SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .build()
-        .map_err(|e| e.to_string())?;
     let metrics = MetricExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
         .build()
         .map_err(|e| e.to_string())?;
-    let tracer_provider = SdkTracerProvider::builder()
-        .with_batch_exporter(spans)
-        .with_resource(resource.clone())
-        .build();
+    let mut tracer_provider = SdkTracerProvider::builder().with_resource(resource.clone());
+    if signals == Signals::TracesAndMetrics {
+        let spans = SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .build()
+            .map_err(|e| e.to_string())?;
+        tracer_provider = tracer_provider.with_batch_exporter(spans);
+    }
+    let tracer_provider = tracer_provider.build();
     let meter_provider = SdkMeterProvider::builder()
         .with_periodic_exporter(metrics)
         .with_resource(resource)

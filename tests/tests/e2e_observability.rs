@@ -985,3 +985,131 @@ fn otel_without_variables_sends_nothing_and_an_unreachable_receiver_slows_no_cal
         "calls stay fast with the receiver unreachable: {figures}"
     );
 }
+
+/// The kernel's metric `name` as last exported: value per `tutti.connector` ("" for a metric
+/// without one). Panics on any other attribute (only connector keys may be exported).
+fn kernel_metric(c: &Captured, name: &str) -> std::collections::BTreeMap<String, i64> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as A;
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value as V};
+    let mut out = std::collections::BTreeMap::new();
+    for rm in c.metrics.iter().flat_map(|r| &r.resource_metrics) {
+        let attrs = rm.resource.as_ref().map(|r| r.attributes.clone());
+        let role = attrs
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.key == "tutti.process.role")
+            .and_then(|a| a.value)
+            .and_then(|v| v.value);
+        if role != Some(A::StringValue("kernel".into())) {
+            continue;
+        }
+        for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
+            let points = match (&m.data, m.name == name) {
+                (Some(Data::Sum(s)), true) => &s.data_points,
+                (Some(Data::Gauge(g)), true) => &g.data_points,
+                _ => continue,
+            };
+            for p in points {
+                let mut key = String::new();
+                for a in &p.attributes {
+                    assert_eq!(a.key, "tutti.connector", "{name}: attribute {a:?}");
+                    if let Some(A::StringValue(s)) = a.value.as_ref().and_then(|v| v.value.clone())
+                    {
+                        key = s;
+                    }
+                }
+                let v = match p.value {
+                    Some(V::AsInt(i)) => i,
+                    Some(V::AsDouble(d)) => d as i64,
+                    None => 0,
+                };
+                out.insert(key, v);
+            }
+        }
+    }
+    out
+}
+
+/// Waits until the kernel's exported `name` for `key` satisfies `pred`.
+fn wait_kernel_metric(receiver: &OtlpReceiver, name: &str, key: &str, pred: impl Fn(i64) -> bool) {
+    wait_until(
+        &format!("kernel metric {name}[{key:?}]"),
+        Duration::from_secs(30),
+        || receiver.with(|c| kernel_metric(c, name).get(key).copied().is_some_and(&pred)),
+        || receiver.with(|c| format!("{name} = {:?}", kernel_metric(c, name))),
+    );
+}
+
+#[test]
+fn otel_exports_the_kernels_restarts_fences_commits_circuits_sessions_and_audit_drops() {
+    let receiver = OtlpReceiver::start(0);
+    let mut rt = Runtime::start(RuntimeOptions {
+        env: otel_env(&receiver.endpoint()),
+        ..RuntimeOptions::default()
+    });
+    let mut manifest = fixture_connector(
+        "fx",
+        &["--tools", "echo,sleep", "--stderr-secret-env", "FX_TOKEN"],
+    );
+    manifest["mcp"]["secrets"] = json!(["FX_TOKEN"]);
+    manifest["timeouts"] = json!({"callMs": 300});
+    manifest["circuit"] = json!({"failures": 2, "windowMs": 60_000, "openMs": 600_000});
+    rt.install_ok(&manifest, &[]);
+    rt.wait_status("fx", "auth_required", READY);
+    rt.connect_from_env("fx", "FX_TOKEN", SECRET);
+    rt.wait_status("fx", "ready", READY);
+    let token = rt.issue_token("obs-ws-7", "obs-sess-7");
+
+    // The first generation is live, one session, nothing restarted, dropped or open.
+    wait_kernel_metric(&receiver, "tutti.commits", "fx", |n| n >= 1);
+    wait_kernel_metric(&receiver, "tutti.sessions.live", "", |n| n == 1);
+    wait_kernel_metric(&receiver, "tutti.worker.restarts", "fx", |n| n == 0);
+    wait_kernel_metric(&receiver, "tutti.circuits.open", "fx", |n| n == 0);
+    wait_kernel_metric(&receiver, "tutti.audit.dropped", "", |n| n == 0);
+    let commits = receiver.with(|c| kernel_metric(c, "tutti.commits")["fx"]);
+
+    // SIGKILL the worker: a fence, a restart, and the next generation's commit.
+    let workers = rt.workers();
+    let worker = workers
+        .iter()
+        .find(|w| w.key == "fx")
+        .unwrap_or_else(|| panic!("no worker for fx: {workers:?}"));
+    #[cfg(unix)]
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap_or_else(|e| panic!("kill {}: {e}", worker.pid));
+    #[cfg(not(unix))]
+    let _ = worker;
+    wait_kernel_metric(&receiver, "tutti.fences", "fx", |n| n >= 1);
+    wait_kernel_metric(&receiver, "tutti.worker.restarts", "fx", |n| n >= 1);
+    wait_kernel_metric(&receiver, "tutti.commits", "fx", |n| n > commits);
+    rt.wait_status("fx", "ready", READY);
+
+    // Two timeouts open the circuit.
+    let slow = json!([["fx_sleep", {"ms": 3000}], ["fx_sleep", {"ms": 3000}]]);
+    assert_eq!(python_calls(&rt, &token, &slow).len(), 2);
+    wait_kernel_metric(&receiver, "tutti.circuits.open", "fx", |n| n == 1);
+
+    // Revoking the session leaves none live.
+    rt.tutti_ok(&[
+        "session",
+        "revoke",
+        "--workspace",
+        "obs-ws-7",
+        "--session",
+        "obs-sess-7",
+    ]);
+    wait_kernel_metric(&receiver, "tutti.sessions.live", "", |n| n == 0);
+
+    receiver.with(|c| {
+        let all = format!("{:?}", c.metrics);
+        assert!(!all.contains(SECRET), "a secret was exported");
+        assert!(!all.contains(&token), "the session token was exported");
+        assert!(
+            !all.contains("obs-ws-7") && !all.contains("obs-sess-7"),
+            "a workspace or session name was exported"
+        );
+    });
+}

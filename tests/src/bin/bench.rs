@@ -7,6 +7,7 @@
 
 #[cfg(unix)]
 mod bench {
+    mod otel_ab;
     mod tool_search;
     use std::io::{BufRead, BufReader, Write};
     use std::path::PathBuf;
@@ -40,6 +41,10 @@ mod bench {
         /// `search` at 20, 100, 400 and 2,000 tools, and tutti_search_tools latency.
         #[arg(long, conflicts_with_all = ["write", "latency_only"])]
         tool_search: bool,
+        /// Only the echo row with OpenTelemetry export off and on (an endpoint that never
+        /// answers), interleaved in one run (issue 24); `--calls` per side.
+        #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search"])]
+        otel_ab: bool,
     }
 
     struct Scale {
@@ -107,6 +112,10 @@ mod bench {
             };
             tokio::task::spawn_blocking(move || tool_search::run(smoke, connect)).await??;
             return Ok(());
+        }
+        if args.otel_ab {
+            let n = args.calls.unwrap_or(if args.smoke { 50 } else { 5000 });
+            return tokio::task::block_in_place(|| otel_ab::run(n, &otel_kit()));
         }
         let scale = if args.smoke {
             Scale {
@@ -546,6 +555,25 @@ mod bench {
             format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
         );
         Ok(())
+    }
+
+    /// What `--otel-ab` uses of this module.
+    fn otel_kit() -> otel_ab::Kit {
+        otel_ab::Kit {
+            connect: |url, token| Ok(Box::new(RawHttp::connect(url, token, None)?)),
+            warmup: WARMUP_CALLS,
+            cpu_ns,
+            rss_kib,
+            kernel_pid,
+            frontend_pid,
+            worker_pid,
+        }
+    }
+
+    impl otel_ab::Echo for RawHttp {
+        fn echo(&mut self, n: usize) -> Result<Vec<Duration>> {
+            self.tool_calls(Era::Legacy, "bench_echo", &json!({"message": "x"}), n)
+        }
     }
 
     /// Raw JSON-RPC over the fixture server's stdio: the baseline the runtime is compared to.

@@ -1,0 +1,107 @@
+//! The kernel's OpenTelemetry metrics (SPEC §14: restarts, fences, commits, open circuits,
+//! live sessions, audit drops), through `tutti_proto::telemetry` (metrics only; on only with
+//! `OTEL_EXPORTER_OTLP_*`, else every function here is a no-op and nothing is built).
+//!
+//! - `tutti.worker.restarts` (counter, by connector): worker exits the kernel restarted after,
+//!   as `tutti status` counts them (read at each export).
+//! - `tutti.fences`, `tutti.commits` (counters, by connector): generations that left the route
+//!   table and generations that became live, counted as their audit records are queued
+//!   (`otel_counts.rs`).
+//! - `tutti.circuits.open` (gauge, by connector): 1 while the frontend's breaker for the
+//!   connector is not closed (open, or half-open waiting for its trial call), else 0.
+//! - `tutti.sessions.live` (gauge): session tokens that verify now.
+//! - `tutti.audit.dropped` (counter): audit records dropped (`auditDropped` of `status`).
+//!
+//! Attributes are connector keys only: never a session name, token or secret. The observed
+//! values are read by the SDK's metric reader thread at each export (`OTEL_METRIC_EXPORT_INTERVAL`),
+//! under the same short locks `Status` takes; nothing here runs on a call's path.
+
+use std::sync::{Arc, OnceLock, Weak};
+
+use tutti_proto::telemetry::{self, opentelemetry};
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Meter, ObservableCounter, ObservableGauge};
+
+use crate::otel_counts::CONNECTOR;
+use crate::state::{Kernel, lock};
+
+/// Restarts, open circuits, live sessions, audit drops: kept alive with the process (their
+/// callbacks read the kernel).
+type Observed = (
+    ObservableCounter<u64>,
+    ObservableGauge<u64>,
+    ObservableGauge<u64>,
+    ObservableCounter<u64>,
+);
+
+static OBSERVED: OnceLock<Observed> = OnceLock::new();
+
+/// Registers the kernel's metrics with `k` as the source of the observed ones (a no-op with
+/// export off). The callbacks hold `k` weakly: a stopped kernel reports nothing more.
+pub fn observe(k: &Arc<Kernel>) {
+    let Some(t) = telemetry::get() else {
+        return;
+    };
+    crate::otel_counts::init(&t.meter);
+    let weak = Arc::downgrade(k);
+    let _ = OBSERVED.get_or_init(|| observed(&t.meter, &weak));
+}
+
+fn observed(meter: &Meter, k: &Weak<Kernel>) -> Observed {
+    let (restarts, circuits, sessions, dropped) = (k.clone(), k.clone(), k.clone(), k.clone());
+    (
+        meter
+            .u64_observable_counter("tutti.worker.restarts")
+            .with_description("worker exits followed by a restart, by connector")
+            .with_callback(move |o| {
+                for (key, n) in per_connector(&restarts, |c| u64::from(c.life.restarts())) {
+                    o.observe(n, &[KeyValue::new(CONNECTOR, key)]);
+                }
+            })
+            .build(),
+        meter
+            .u64_observable_gauge("tutti.circuits.open")
+            .with_description("1 while a connector's circuit breaker is not closed")
+            .with_callback(move |o| {
+                for (key, n) in per_connector(&circuits, |c| u64::from(c.circuit.is_some())) {
+                    o.observe(n, &[KeyValue::new(CONNECTOR, key)]);
+                }
+            })
+            .build(),
+        meter
+            .u64_observable_gauge("tutti.sessions.live")
+            .with_description("session tokens that verify now")
+            .with_callback(move |o| {
+                if let Some(k) = sessions.upgrade() {
+                    o.observe(lock(&k.tokens).live() as u64, &[]);
+                }
+            })
+            .build(),
+        meter
+            .u64_observable_counter("tutti.audit.dropped")
+            .with_description("audit records dropped (queue full or write failed)")
+            .with_callback(move |o| {
+                if let Some(k) = dropped.upgrade() {
+                    o.observe(k.audit.dropped(), &[]);
+                }
+            })
+            .build(),
+    )
+}
+
+/// `(key, value)` for every connector the kernel tracks, under one short lock.
+fn per_connector(
+    k: &Weak<Kernel>,
+    value: impl Fn(&crate::state::ConnState) -> u64,
+) -> Vec<(String, u64)> {
+    let Some(k) = k.upgrade() else {
+        return Vec::new();
+    };
+    let inner = lock(&k.inner);
+    inner
+        .conns
+        .iter()
+        .map(|(key, c)| (key.clone(), value(c)))
+        .collect()
+}
