@@ -862,22 +862,59 @@ mod bench {
         }
     }
 
-    /// A large result (1 MiB of text), direct and through the runtime: what the path costs per
-    /// byte (HTTP, gRPC and JSON handling in the frontend and the worker). Runs after the
+    /// Untimed 1 MiB calls before each block of timed ones (each takes milliseconds).
+    const BIG_WARMUP: usize = 20;
+
+    /// A large result (1 MiB of text), direct, through the runtime and through the floor, in
+    /// three interleaved rounds (each block after [`BIG_WARMUP`] untimed calls): what the
+    /// path costs per byte (HTTP, gRPC and JSON handling in the frontend and the worker). Runs after the
     /// memory rows: glibc keeps a worker's freed megabyte buffers for reuse (its mmap threshold
     /// adapts upward after the first one), which would otherwise count in "RSS under load".
     fn big_result_rows(r: &mut Report, url: &str, token: &str, n: usize) -> Result<()> {
         let big = json!({"bytes": 1 << 20});
-        let (d50, _, _, s) = summary(Direct::start()?.calls("big", &big, n)?);
+        let floor = systems::Floor::start(tutti_tests::bin, &fixture_bin())?;
+        let mut direct = Direct::start()?;
+        let (mut d, mut rt, mut fl) = (Vec::new(), Vec::new(), Vec::new());
+        // Three interleaved rounds: direct first, then the runtime and the floor alternating.
+        let rounds = 3.min(n.max(1));
+        tokio::task::block_in_place(|| -> Result<()> {
+            for round in 0..rounds {
+                let share = n / rounds + usize::from(round < n % rounds);
+                d.extend(direct.calls_after("big", &big, share, BIG_WARMUP)?);
+                for k in 0..2 {
+                    let (target, tok, into) = if (round + k) % 2 == 0 {
+                        (url, token, &mut rt)
+                    } else {
+                        (floor.url.as_str(), "", &mut fl)
+                    };
+                    into.extend(RawHttp::connect(target, tok, None)?.tool_calls_after(
+                        Era::Legacy,
+                        "bench_big",
+                        &big,
+                        share,
+                        BIG_WARMUP,
+                    )?);
+                }
+            }
+            Ok(())
+        })?;
+        let (d50, _, _, s) = summary(d);
         r.row("tools/call big (1 MiB result), direct stdio", s);
-        let mut raw = RawHttp::connect(url, token, None)?;
-        let v = tokio::task::block_in_place(|| raw.tool_calls(Era::Legacy, "bench_big", &big, n))?;
-        let (p50, _, _, s) = summary(v);
+        let (p50, _, _, s) = summary(rt);
         r.row("tools/call big (1 MiB result) via runtime, legacy", s);
         let added = p50.saturating_sub(d50);
         r.row(
             "  added latency over direct, 1 MiB result",
             format!("p50 +{}", fmt_us(added)),
+        );
+        let (f50, _, _, s) = summary(fl);
+        r.row(
+            "tools/call big (1 MiB result) via the architectural floor",
+            s,
+        );
+        r.row(
+            "  added latency over direct, 1 MiB result, floor",
+            format!("p50 +{}", fmt_us(f50.saturating_sub(d50))),
         );
         r.target(
             "1 MiB result: added p50 ≤ +1.5 ms over direct",
@@ -940,8 +977,19 @@ mod bench {
 
         /// `n` timed calls of `tool` (after [`WARMUP_CALLS`] untimed ones).
         fn calls(&mut self, tool: &str, arguments: &Value, n: usize) -> Result<Vec<Duration>> {
+            self.calls_after(tool, arguments, n, WARMUP_CALLS)
+        }
+
+        /// `n` timed calls of `tool` after `warmup` untimed ones.
+        fn calls_after(
+            &mut self,
+            tool: &str,
+            arguments: &Value,
+            n: usize,
+            warmup: usize,
+        ) -> Result<Vec<Duration>> {
             let mut v = Vec::with_capacity(n);
-            for i in 0..(n + WARMUP_CALLS) {
+            for i in 0..(n + warmup) {
                 let id = self.next_id;
                 self.next_id += 1;
                 let t = Instant::now();
@@ -949,7 +997,7 @@ mod bench {
                     &json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
                     true,
                 )?;
-                if i >= WARMUP_CALLS {
+                if i >= warmup {
                     v.push(t.elapsed());
                 }
             }
@@ -1200,6 +1248,18 @@ mod bench {
             arguments: &Value,
             n: usize,
         ) -> Result<Vec<Duration>> {
+            self.tool_calls_after(era, tool, arguments, n, WARMUP_CALLS)
+        }
+
+        /// `n` timed calls of `tool` after `warmup` untimed ones on this connection.
+        fn tool_calls_after(
+            &mut self,
+            era: Era,
+            tool: &str,
+            arguments: &Value,
+            n: usize,
+            warmup: usize,
+        ) -> Result<Vec<Duration>> {
             let extra = match era {
                 Era::Legacy => "MCP-Protocol-Version: 2025-06-18\r\n".to_string(),
                 Era::Modern => format!(
@@ -1207,7 +1267,7 @@ mod bench {
                 ),
             };
             let mut v = Vec::with_capacity(n);
-            for i in 0..(n + WARMUP_CALLS) {
+            for i in 0..(n + warmup) {
                 let id = self.next_id;
                 self.next_id += 1;
                 let mut params = json!({"name": tool, "arguments": arguments});
@@ -1221,7 +1281,7 @@ mod bench {
                 let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":params})
                     .to_string();
                 let (status, reply) = self.post(&extra, &body)?;
-                if i >= WARMUP_CALLS {
+                if i >= warmup {
                     v.push(t.elapsed());
                 }
                 let text = String::from_utf8_lossy(&reply);
