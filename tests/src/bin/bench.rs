@@ -1,7 +1,7 @@
 //! `tutti-bench`: the runtime's cost, side by side with a baseline in the same run.
 //!
 //! `cargo build --release --workspace --bins && scripts/install-test-tools &&
-//!  TUTTI_BIN_DIR=target/release target/release/tutti-bench --write docs/BENCHMARKS.md`
+//!  TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md`
 //! (`--smoke`: a few iterations, only checks that every section works; CI runs that).
 //! Compares the runtime with a direct stdio call, the architectural floor
 //! (`tutti-floor-front` + `tutti-floor-worker`, see `tutti_tests::floor`), a trivial HTTP
@@ -424,6 +424,7 @@ mod bench {
     enum System {
         Runtime,
         Floor,
+        FloorVerify,
         Trivial,
         Hub,
         Gateway,
@@ -436,6 +437,9 @@ mod bench {
                 System::Floor => {
                     "tools/call echo via the architectural floor (HTTP/1.1 → UDS → stdio)"
                 }
+                System::FloorVerify => {
+                    "tools/call echo via the floor with a token check hop (a third process)"
+                }
                 System::Trivial => "tools/call, trivial HTTP server (canned answer, no upstream)",
                 System::Hub => "tools/call echo via mcp-hub 4.2.1 (peer, HTTP+SSE)",
                 System::Gateway => "tools/call echo via supergateway 4.0.0 (peer)",
@@ -446,6 +450,7 @@ mod bench {
             match self {
                 System::Runtime => "runtime",
                 System::Floor => "floor",
+                System::FloorVerify => "floor + check hop",
                 System::Trivial => "trivial",
                 System::Hub => "mcp-hub",
                 System::Gateway => "peer",
@@ -588,13 +593,15 @@ mod bench {
     /// as "not measured" with the reason (and fails a `--smoke` run: CI installs the peers).
     struct Peers {
         floor: systems::Floor,
+        floor_verify: systems::Floor,
         trivial: (systems::Proc, String),
         hub: Result<(systems::Hub, systems::SseClient)>,
         gateway: Result<(systems::Proc, String, String)>,
     }
 
     async fn start_peers() -> Result<Peers> {
-        let floor = systems::Floor::start(tutti_tests::bin, &fixture_bin())?;
+        let floor = systems::Floor::start(tutti_tests::bin, &fixture_bin(), false)?;
+        let floor_verify = systems::Floor::start(tutti_tests::bin, &fixture_bin(), true)?;
         let trivial = systems::start_front(tutti_tests::bin, &["--trivial"])?;
         let hub = tokio::task::block_in_place(|| -> Result<_> {
             let node =
@@ -609,6 +616,7 @@ mod bench {
         let gateway = start_gateway().await;
         Ok(Peers {
             floor,
+            floor_verify,
             trivial,
             hub,
             gateway,
@@ -634,6 +642,7 @@ mod bench {
     ) -> Result<()> {
         let Peers {
             floor,
+            floor_verify,
             trivial,
             hub,
             gateway,
@@ -649,6 +658,11 @@ mod bench {
             EchoRow::new(System::Runtime, Via::Runtime(Era::Modern, false), n),
             EchoRow::new(System::Runtime, Via::Runtime(Era::Legacy, true), n),
             EchoRow::new(System::Floor, http(&floor.url, None, "bench_echo"), n),
+            EchoRow::new(
+                System::FloorVerify,
+                http(&floor_verify.url, None, "bench_echo"),
+                n,
+            ),
             EchoRow::new(System::Trivial, http(&trivial.1, None, "echo"), n),
         ];
         let mut pids = vec![
@@ -660,7 +674,8 @@ mod bench {
                     kernel_pid(rt.state_dir()),
                 ],
             ),
-            (System::Floor, vec![floor.front.pid(), floor.worker.pid()]),
+            (System::Floor, floor.pids()),
+            (System::FloorVerify, floor_verify.pids()),
         ];
         let _hub = match hub {
             Ok((hub, client)) => {
@@ -730,7 +745,19 @@ mod bench {
             "  CPU per call, floor (front · worker)",
             fmt_cpu(&floor_cpu),
         );
-        let mut own = vec![("floor", f50.saturating_sub(t50))];
+        let fv = calls
+            .take(|r| r.system == System::FloorVerify)
+            .unwrap_or_default();
+        let fv50 = p50(&fv);
+        r.row(System::FloorVerify.label(), summary(fv).3);
+        r.row(
+            "  CPU per call, floor with check hop (front · worker · verifier)",
+            fmt_cpu(&calls.cpu(System::FloorVerify).0),
+        );
+        let mut own = vec![
+            ("floor", f50.saturating_sub(t50)),
+            ("floor + check hop", fv50.saturating_sub(t50)),
+        ];
         for era in [Era::Legacy, Era::Modern] {
             let v = calls
                 .take(|r| matches!(r.via, Via::Runtime(e, false) if e.name() == era.name()))
@@ -746,8 +773,16 @@ mod bench {
                 format!("p50 +{} · p99 +{}", fmt_us(add50), fmt_us(add99)),
             );
             r.row(
-                &format!("  p50 as a ratio to the floor · to direct, {}", era.name()),
-                format!("{:.2}× · {:.2}×", ratio(p50, f50), ratio(p50, d50)),
+                &format!(
+                    "  p50 as a ratio to the floor · to the floor with check hop · to direct, {}",
+                    era.name()
+                ),
+                format!(
+                    "{:.2}× · {:.2}× · {:.2}×",
+                    ratio(p50, f50),
+                    ratio(p50, fv50),
+                    ratio(p50, d50)
+                ),
             );
             r.target(
                 &format!("p50 ≤ 1.3 × the floor's ({})", era.name()),
@@ -872,7 +907,7 @@ mod bench {
     /// adapts upward after the first one), which would otherwise count in "RSS under load".
     fn big_result_rows(r: &mut Report, url: &str, token: &str, n: usize) -> Result<()> {
         let big = json!({"bytes": 1 << 20});
-        let floor = systems::Floor::start(tutti_tests::bin, &fixture_bin())?;
+        let floor = systems::Floor::start(tutti_tests::bin, &fixture_bin(), false)?;
         let mut direct = Direct::start()?;
         let (mut d, mut rt, mut fl) = (Vec::new(), Vec::new(), Vec::new());
         // Three interleaved rounds: direct first, then the runtime and the floor alternating.
@@ -1708,7 +1743,8 @@ mod bench {
         );
         let url = format!("http://127.0.0.1:{port}/mcp");
         let http = reqwest::Client::builder().no_proxy().build()?;
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Node starts slowly on a loaded machine (20 s was too short under load average 15).
+        let deadline = Instant::now() + Duration::from_secs(60);
         let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}});
         let session = loop {
             let r = http
@@ -1802,7 +1838,7 @@ mod bench {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
         let mut s = String::new();
-        s.push_str("# Benchmarks\n\nProduced by (one line; run it on a quiet machine):\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools && TUTTI_BIN_DIR=target/release target/release/tutti-bench --write docs/BENCHMARKS.md\n```\n\n");
+        s.push_str("# Benchmarks\n\nProduced by (one line; run it on a quiet machine):\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools && TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md\n```\n\n");
         s.push_str(&format!(
             "Machine: {cores} cores, {cpu}{}. Date: {date}.\n\n",
             idle_polling()

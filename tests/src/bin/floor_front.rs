@@ -6,6 +6,9 @@
 //! `--trivial`: no worker at all, every POST gets a canned JSON-RPC result with the request's
 //! id (the "trivial HTTP server" row: what one HTTP round trip costs on this machine).
 //!
+//! `--verifier SOCKET`: one more frame round trip per request, to a third process, before the
+//! worker is asked (the "floor with a token check hop" row).
+//!
 //! Prints `listening on http://ADDR/mcp` on stdout once it accepts connections.
 
 #[cfg(unix)]
@@ -18,7 +21,8 @@ mod front {
     use anyhow::{Context, Result, bail};
     use clap::Parser;
     use tutti_tests::floor::{
-        http_ok_head, read_frame_len, read_http_body, request_id, strip_tool_prefix, write_frame,
+        http_ok_head, read_frame_into, read_frame_len, read_http_body, request_id,
+        strip_tool_prefix, write_frame,
     };
 
     #[derive(Parser, Clone)]
@@ -36,6 +40,11 @@ mod front {
         /// Answer every request itself with a canned result (no worker, no upstream).
         #[arg(long, conflicts_with = "worker")]
         trivial: bool,
+        /// Before forwarding a request, wait for one frame round trip to this Unix socket
+        /// (a `tutti-floor-worker --verifier`): the runtime's per-request token check, as a
+        /// process hop without the check's work.
+        #[arg(long, requires = "worker")]
+        verifier: Option<PathBuf>,
     }
 
     pub fn main() -> Result<()> {
@@ -67,8 +76,23 @@ mod front {
             ),
             _ => None,
         };
+        let mut verifier = match &args.verifier {
+            Some(path) => Some(
+                UnixStream::connect(path)
+                    .with_context(|| format!("connecting to the verifier at {}", path.display()))?,
+            ),
+            None => None,
+        };
         let mut line = String::new();
+        let mut verdict = Vec::new();
         while let Some(mut body) = read_http_body(&mut reader, &mut line)? {
+            if let Some(v) = verifier.as_mut() {
+                write_frame(v, VERIFY)?;
+                verdict.clear();
+                if !read_frame_into(v, &mut verdict)? {
+                    bail!("the verifier closed the connection");
+                }
+            }
             let reply = match worker.as_mut() {
                 Some(w) => {
                     strip_tool_prefix(&mut body, &args.key);
@@ -81,6 +105,9 @@ mod front {
         }
         Ok(())
     }
+
+    /// What a verification frame carries: a stand-in for a session token of the runtime's size.
+    const VERIFY: &[u8] = b"tutti_s1_0123456789abcdef0123456789abcdef0123456789abcdef";
 
     /// The worker's answer frame read straight into the HTTP response, after its head.
     fn read_answer(w: &mut UnixStream) -> Result<Vec<u8>> {

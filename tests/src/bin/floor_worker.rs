@@ -4,6 +4,9 @@
 //! upstream's next stdout line goes back as one frame. One call at a time per upstream (a
 //! mutex): the floor measures a call's path, not pipelining.
 //!
+//! `--verifier`: no upstream; every frame is answered `ok` at once (the third process of the
+//! "floor with a token check hop" row).
+//!
 //! Prints `ready` on stdout once the socket accepts connections.
 
 #[cfg(unix)]
@@ -16,7 +19,7 @@ mod worker {
 
     use anyhow::{Context, Result, bail};
     use clap::Parser;
-    use tutti_tests::floor::{frame_len, read_frame_into};
+    use tutti_tests::floor::{frame_len, read_frame_into, write_frame};
 
     #[derive(Parser)]
     #[command(name = "tutti-floor-worker")]
@@ -25,8 +28,11 @@ mod worker {
         #[arg(long)]
         socket: PathBuf,
         /// The upstream's command line.
-        #[arg(last = true, required = true)]
+        #[arg(last = true, required_unless_present = "verifier")]
         upstream: Vec<String>,
+        /// No upstream: answer every frame at once with `ok` (the floor's token check hop).
+        #[arg(long)]
+        verifier: bool,
     }
 
     struct Upstream {
@@ -52,6 +58,18 @@ mod worker {
 
     pub fn main() -> Result<()> {
         let args = Args::parse();
+        if args.verifier {
+            let listener = bind(&args.socket)?;
+            for conn in listener.incoming() {
+                let Ok(stream) = conn else { continue };
+                std::thread::spawn(move || {
+                    if let Err(e) = verify(stream) {
+                        eprintln!("tutti-floor-worker: connection ended: {e:#}");
+                    }
+                });
+            }
+            return Ok(());
+        }
         let (cmd, rest) = args.upstream.split_first().context("no upstream command")?;
         let mut child = Command::new(cmd)
             .args(rest)
@@ -72,11 +90,7 @@ mod worker {
         up.stdin
             .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")?;
         up.stdin.flush()?;
-        let _ = std::fs::remove_file(&args.socket);
-        let listener = UnixListener::bind(&args.socket)
-            .with_context(|| format!("binding {}", args.socket.display()))?;
-        println!("ready");
-        std::io::stdout().flush()?;
+        let listener = bind(&args.socket)?;
         let up = Arc::new(Mutex::new(up));
         for conn in listener.incoming() {
             let Ok(stream) = conn else { continue };
@@ -88,6 +102,27 @@ mod worker {
             });
         }
         Ok(())
+    }
+
+    /// Binds the socket (replacing a stale one) and says `ready`.
+    fn bind(socket: &std::path::Path) -> Result<UnixListener> {
+        let _ = std::fs::remove_file(socket);
+        let listener =
+            UnixListener::bind(socket).with_context(|| format!("binding {}", socket.display()))?;
+        println!("ready");
+        std::io::stdout().flush()?;
+        Ok(listener)
+    }
+
+    fn verify(mut conn: UnixStream) -> Result<()> {
+        let mut msg = Vec::new();
+        loop {
+            msg.clear();
+            if !read_frame_into(&mut conn, &mut msg)? {
+                return Ok(());
+            }
+            write_frame(&mut conn, b"ok")?;
+        }
     }
 
     fn serve(mut conn: UnixStream, up: &Mutex<Upstream>) -> Result<()> {

@@ -50,39 +50,66 @@ fn upstream_args(fixture: &Path) -> Vec<String> {
     ]
 }
 
-/// The floor: its two processes; the worker runs the upstream.
+/// The floor: its two processes (the worker runs the upstream), and with `verify` a third
+/// that the front asks once per request before the worker (the runtime's token check hop).
 pub struct Floor {
     pub url: String,
     pub front: Proc,
     pub worker: Proc,
+    pub verifier: Option<Proc>,
     _dir: tempfile::TempDir,
 }
 
 impl Floor {
-    pub fn start(bin: impl Fn(&str) -> PathBuf, fixture: &Path) -> Result<Floor> {
+    pub fn start(bin: impl Fn(&str) -> PathBuf, fixture: &Path, verify: bool) -> Result<Floor> {
         let dir = tempfile::tempdir()?;
         let socket = dir.path().join("floor.sock");
-        let mut worker = Command::new(bin("tutti-floor-worker"))
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--")
-            .args(upstream_args(fixture))
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting tutti-floor-worker")?;
-        let ready = first_line(worker.stdout.take(), "tutti-floor-worker");
-        let worker = Proc(worker);
-        if ready? != "ready" {
-            bail!("tutti-floor-worker: unexpected first line");
-        }
-        let (front, url) = start_front(&bin, &["--worker", &socket.display().to_string()])?;
+        let mut upstream = vec!["--".to_string()];
+        upstream.extend(upstream_args(fixture));
+        let worker = start_worker(&bin, &socket, &upstream)?;
+        let mut front_args = vec!["--worker".to_string(), socket.display().to_string()];
+        let verifier = if verify {
+            let socket = dir.path().join("verify.sock");
+            let v = start_worker(&bin, &socket, &["--verifier".to_string()])?;
+            front_args.extend(["--verifier".to_string(), socket.display().to_string()]);
+            Some(v)
+        } else {
+            None
+        };
+        let front_args: Vec<&str> = front_args.iter().map(String::as_str).collect();
+        let (front, url) = start_front(&bin, &front_args)?;
         Ok(Floor {
             url,
             front,
             worker,
+            verifier,
             _dir: dir,
         })
     }
+
+    /// Its processes (for CPU time): front, worker, then the verifier if any.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = vec![self.front.pid(), self.worker.pid()];
+        pids.extend(self.verifier.as_ref().map(Proc::pid));
+        pids
+    }
+}
+
+/// `tutti-floor-worker --socket SOCKET ARGS`, once it is ready.
+fn start_worker(bin: impl Fn(&str) -> PathBuf, socket: &Path, args: &[String]) -> Result<Proc> {
+    let mut child = Command::new(bin("tutti-floor-worker"))
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting tutti-floor-worker")?;
+    let ready = first_line(child.stdout.take(), "tutti-floor-worker");
+    let proc = Proc(child);
+    if ready? != "ready" {
+        bail!("tutti-floor-worker: unexpected first line");
+    }
+    Ok(proc)
 }
 
 /// `tutti-floor-front` with `args`; returns it and its MCP URL.
