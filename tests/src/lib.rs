@@ -13,6 +13,7 @@
 
 pub mod auth_proxy;
 pub mod fixture;
+pub mod floor;
 mod mcp;
 pub mod oauth;
 pub mod proc_tree;

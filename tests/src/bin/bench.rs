@@ -1,13 +1,17 @@
 //! `tutti-bench`: the runtime's cost, side by side with a baseline in the same run.
 //!
-//! `cargo run --release -p tutti-tests --bin tutti-bench [-- --write docs/BENCHMARKS.md]`
+//! `cargo build --release --workspace --bins && scripts/install-test-tools &&
+//!  TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md`
 //! (`--smoke`: a few iterations, only checks that every section works; CI runs that).
-//! Needs `cargo build --release --workspace --bins` first (or debug binaries with
-//! `TUTTI_BIN_DIR=target/debug`), and `scripts/install-test-tools` for the peer row.
+//! Compares the runtime with a direct stdio call, the architectural floor
+//! (`tutti-floor-front` + `tutti-floor-worker`, see `tutti_tests::floor`), a trivial HTTP
+//! server and two peers (mcp-hub 4.2.1, supergateway 4.0.0; `scripts/install-test-tools`
+//! installs them; `TUTTI_MCP_HUB_DIR` points at another mcp-hub package directory).
 
 #[cfg(unix)]
 mod bench {
     mod otel_ab;
+    mod systems;
     mod tool_search;
     use std::io::{BufRead, BufReader, Write};
     use std::path::PathBuf;
@@ -164,24 +168,14 @@ mod bench {
         let url = rt.frontend_url().to_string();
         let client = Client::new(&url, &token)?;
 
-        // 1. tools/call echo: the direct baseline (raw JSON-RPC over the fixture's stdio) and
-        // the runtime (a minimal blocking HTTP/1.1 keep-alive client on one connection, the
-        // HTTP counterpart of the direct client, so the difference is the runtime's cost and
-        // not a client library's), both eras, and a client that asks for progress
-        // (`_meta.progressToken`, as rmcp-based agents do on every request: an event-stream
-        // answer over the worker's streaming call). Measured in interleaved rounds (the direct
-        // block, then the runtime rows in a rotating order), so every row sees the same
-        // machine: on a small VM the scheduler's placement of the processes drifts over
-        // seconds and moved back-to-back rows by ±30 µs (docs/PERFORMANCE.md).
-        let pids = [
-            frontend_pid(rt.state_dir()),
-            worker_pid(rt.state_dir(), "bench").unwrap_or(0),
-        ];
-        let cpu_before = pids.map(cpu_ns);
-        let calls = measure_echo_rows(&url, &token, scale.calls)?;
-        let cpu_after = pids.map(cpu_ns);
-        let (d50, _, d99, s) = summary(calls.direct);
-        r.row("tools/call echo, direct stdio (baseline)", s);
+        // 1. tools/call echo: the direct baseline (raw JSON-RPC over the fixture's stdio), the
+        // runtime (a minimal blocking HTTP/1.1 keep-alive client, the HTTP counterpart of the
+        // direct client, so the difference is the runtime's cost and not a client library's)
+        // in both eras and with a client that asks for progress (`_meta.progressToken`, as
+        // rmcp-based agents do on every request: an event-stream answer over the worker's
+        // streaming call), the architectural floor, a trivial HTTP server and the peers, all
+        // in the same interleaved rounds: on a small VM the scheduler's placement of the
+        // processes drifts over seconds and moved back-to-back rows by ±30 µs.
         r.row(
             "`tutti up` to ready (banner printed)",
             format!(
@@ -191,48 +185,7 @@ mod bench {
                 up_ready.len()
             ),
         );
-        for (era, v) in [(Era::Legacy, calls.legacy), (Era::Modern, calls.modern)] {
-            let (p50, _, p99, s) = summary(v);
-            r.row(
-                &format!("tools/call echo via runtime, {} era", era.name()),
-                s,
-            );
-            let add50 = p50.saturating_sub(d50);
-            let add99 = p99.saturating_sub(d99);
-            r.row(
-                &format!("  added latency over direct, {}", era.name()),
-                format!("p50 +{} · p99 +{}", fmt_us(add50), fmt_us(add99)),
-            );
-            r.target(
-                &format!("added p50 ≤ 150 µs ({})", era.name()),
-                fmt_us(add50),
-                add50 <= Duration::from_micros(150),
-            );
-            r.target(
-                &format!("added p99 ≤ 1 ms ({})", era.name()),
-                fmt_us(add99),
-                add99 <= Duration::from_millis(1),
-            );
-        }
-        let (p50, _, _, s) = summary(calls.progress);
-        r.row("tools/call echo via runtime, legacy, progress requested", s);
-        r.row(
-            "  added latency over direct, progress requested",
-            format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
-        );
-        // CPU time per call through the runtime over those rounds (all three runtime rows,
-        // untimed calls included): steadier than latency for comparing builds.
-        // A process whose counter could not be read shows "n/a", never a made-up 0 µs.
-        let per_call = |i: usize| match (cpu_before[i], cpu_after[i]) {
-            (Some(before), Some(after)) => fmt_us(Duration::from_nanos(
-                after.saturating_sub(before) / calls.runtime_calls.max(1) as u64,
-            )),
-            _ => "n/a".to_owned(),
-        };
-        r.row(
-            "  CPU per call (frontend · worker)",
-            format!("{} · {}", per_call(0), per_call(1)),
-        );
+        echo_section(&mut r, &rt, &url, &token, scale.calls, args.smoke).await?;
         // The same calls with an ordinary async client (reqwest on tokio), for comparison:
         // what an agent's HTTP stack adds on top.
         {
@@ -270,12 +223,17 @@ mod bench {
             )
             .await;
             let (_, _, _, s) = summary(lat);
+            let rate = ok as f64 / scale.load_secs as f64;
             r.row(
                 &format!("throughput, {conc} concurrent clients (legacy)"),
-                format!(
-                    "{:.0} calls/s, {err} errors · {s}",
-                    ok as f64 / scale.load_secs as f64
-                ),
+                format!("{rate:.0} calls/s, {err} errors · {s}"),
+            );
+            // Issue 26: not lower than the last table before it (2026-11-30, same VM).
+            let before = if conc == 8 { 9779.0 } else { 12566.0 };
+            r.target(
+                &format!("throughput at {conc} clients ≥ {before:.0} calls/s, 0 errors"),
+                format!("{rate:.0} calls/s, {err} errors"),
+                rate >= before && err == 0,
             );
         }
         r.row(
@@ -416,22 +374,6 @@ mod bench {
         // After the memory rows: see `big_result_rows`.
         big_result_rows(&mut r, &url, &token, scale.big_calls)?;
 
-        // 7. The same echo upstream behind a peer gateway (supergateway, stateful Streamable HTTP).
-        match peer_calls(scale.calls).await {
-            Ok(v) => {
-                let (p50, _, _, s) = summary(v);
-                r.row("tools/call echo via supergateway 4.0.0 (peer)", s);
-                r.row(
-                    "  added latency over direct, peer",
-                    format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
-                );
-            }
-            Err(e) => r.row(
-                "tools/call echo via supergateway 4.0.0 (peer)",
-                format!("not measured: {e:#}"),
-            ),
-        }
-
         rt.stop();
         println!(
             "\nTargets{}:",
@@ -471,88 +413,557 @@ mod bench {
     /// Untimed calls before each block of timed ones: long enough for the scheduler to settle
     /// the processes after the previous block's (see `measure_echo_rows`).
     const WARMUP_CALLS: usize = 200;
-    /// Interleaved rounds of the echo rows (a multiple of 3: each runtime row comes right
-    /// after the direct block, and in each place, equally often).
-    const ROUNDS: usize = 6;
-
-    /// The echo rows' samples, from interleaved rounds.
-    struct EchoRows {
-        direct: Vec<Duration>,
-        legacy: Vec<Duration>,
-        modern: Vec<Duration>,
-        progress: Vec<Duration>,
-        /// Calls made through the runtime, untimed ones included.
-        runtime_calls: usize,
+    /// What a row of the interleaved echo rounds calls.
+    enum Via {
+        /// The runtime's frontend, in an era, with or without a `progressToken`.
+        Runtime(Era, bool),
+        /// A system answering MCP over HTTP/1.1 on `url` (stateful peers: with a session),
+        /// calling `tool`.
+        Http {
+            url: String,
+            session: Option<String>,
+            tool: &'static str,
+        },
+        /// mcp-hub's HTTP+SSE transport.
+        Hub(systems::SseClient),
     }
 
-    /// `n` timed echo calls per row in [`ROUNDS`] rounds; each round runs every row once
-    /// ([`WARMUP_CALLS`] untimed calls, then its share): the direct block first, then the three
-    /// runtime rows starting one row later than the round before.
-    fn measure_echo_rows(url: &str, token: &str, n: usize) -> Result<EchoRows> {
+    /// Which system a row measures (its CPU counters are read per system).
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum System {
+        Runtime,
+        Floor,
+        FloorVerify,
+        Trivial,
+        Hub,
+        Gateway,
+    }
+
+    impl System {
+        fn label(self) -> &'static str {
+            match self {
+                System::Runtime => "tools/call echo via runtime",
+                System::Floor => {
+                    "tools/call echo via the architectural floor (HTTP/1.1 → UDS → stdio)"
+                }
+                System::FloorVerify => {
+                    "tools/call echo via the floor with a token check hop (a third process)"
+                }
+                System::Trivial => "tools/call, trivial HTTP server (canned answer, no upstream)",
+                System::Hub => "tools/call echo via mcp-hub 4.2.1 (peer, HTTP+SSE)",
+                System::Gateway => "tools/call echo via supergateway 4.0.0 (peer)",
+            }
+        }
+
+        fn short(self) -> &'static str {
+            match self {
+                System::Runtime => "runtime",
+                System::Floor => "floor",
+                System::FloorVerify => "floor + check hop",
+                System::Trivial => "trivial",
+                System::Hub => "mcp-hub",
+                System::Gateway => "peer",
+            }
+        }
+    }
+
+    /// One row of the interleaved echo rounds.
+    struct EchoRow {
+        system: System,
+        via: Via,
+        samples: Vec<Duration>,
+        /// Calls made through this row, untimed ones included.
+        calls: usize,
+    }
+
+    impl EchoRow {
+        fn new(system: System, via: Via, n: usize) -> EchoRow {
+            EchoRow {
+                system,
+                via,
+                samples: Vec::with_capacity(n),
+                calls: 0,
+            }
+        }
+
+        /// One block: a fresh connection (Node peers close connections idle for 5 s), then
+        /// [`WARMUP_CALLS`] untimed calls and `share` timed ones.
+        fn block(&mut self, url: &str, token: &str, share: usize) -> Result<()> {
+            let echo = json!({"message": "x"});
+            let v = match &mut self.via {
+                Via::Runtime(era, progress) => {
+                    let mut c = RawHttp::connect(url, token, None)?;
+                    c.progress = *progress;
+                    c.tool_calls(*era, "bench_echo", &echo, share)?
+                }
+                Via::Http { url, session, tool } => RawHttp::connect(url, "", session.as_deref())?
+                    .tool_calls(Era::Legacy, tool, &echo, share)?,
+                Via::Hub(c) => {
+                    c.tool_calls("echo__echo", &echo.to_string(), share, WARMUP_CALLS)?
+                }
+            };
+            self.samples.extend(v);
+            self.calls += share + WARMUP_CALLS;
+            Ok(())
+        }
+    }
+
+    /// The echo rows' samples, from interleaved rounds, and each system's CPU time per call.
+    struct EchoRows {
+        direct: Vec<Duration>,
+        rows: Vec<EchoRow>,
+        /// CPU time per call of each system's processes (`None`: a counter was unreadable).
+        cpu: Vec<(System, Vec<Option<Duration>>)>,
+    }
+
+    impl EchoRows {
+        /// The samples of the first row of `system` matching `pick`.
+        fn take(&mut self, pick: impl Fn(&EchoRow) -> bool) -> Option<Vec<Duration>> {
+            self.rows
+                .iter_mut()
+                .find(|r| pick(r))
+                .map(|r| std::mem::take(&mut r.samples))
+        }
+
+        /// Per-process CPU per call of `system`, and their sum (`None` if any is unknown).
+        fn cpu(&self, system: System) -> (Vec<Option<Duration>>, Option<Duration>) {
+            let per = self
+                .cpu
+                .iter()
+                .find(|c| c.0 == system)
+                .map(|c| c.1.clone())
+                .unwrap_or_default();
+            let total = per.iter().copied().sum::<Option<Duration>>();
+            (per, total)
+        }
+    }
+
+    /// `n` timed echo calls per row, in as many rounds as there are rows; each round runs
+    /// the direct block first, then every row once ([`WARMUP_CALLS`] untimed calls, then its
+    /// share), starting one row later than the round before, so each row comes right after
+    /// the direct block, and in every other place, equally often. `pids`: each system's
+    /// processes, whose CPU time over the rounds is divided by that system's calls.
+    fn measure_echo_rows(
+        url: &str,
+        token: &str,
+        n: usize,
+        mut rows: Vec<EchoRow>,
+        pids: &[(System, Vec<u32>)],
+    ) -> Result<EchoRows> {
         let mut direct = Direct::start()?;
-        let mut legacy = RawHttp::connect(url, token, None)?;
-        let mut modern = RawHttp::connect(url, token, None)?;
-        let mut progress = RawHttp::connect(url, token, None)?;
-        progress.progress = true;
         let echo = json!({"message": "x"});
-        let rounds = ROUNDS.min(n.max(1));
-        let mut rows = EchoRows {
-            direct: Vec::with_capacity(n),
-            legacy: Vec::with_capacity(n),
-            modern: Vec::with_capacity(n),
-            progress: Vec::with_capacity(n),
-            runtime_calls: 0,
-        };
+        let rounds = rows.len().max(1).min(n.max(1));
+        let mut direct_samples = Vec::with_capacity(n);
+        let before: Vec<Vec<Option<u64>>> = pids
+            .iter()
+            .map(|(_, p)| p.iter().map(|&p| cpu_ns(p)).collect())
+            .collect();
         tokio::task::block_in_place(|| -> Result<()> {
             for round in 0..rounds {
                 // This round's share: the remainder goes to the first rounds.
                 let share = n / rounds + usize::from(round < n % rounds);
-                rows.direct.extend(direct.calls("echo", &echo, share)?);
-                for k in 0..3 {
-                    match (round + k) % 3 {
-                        0 => rows.legacy.extend(legacy.tool_calls(
-                            Era::Legacy,
-                            "bench_echo",
-                            &echo,
-                            share,
-                        )?),
-                        1 => rows.modern.extend(modern.tool_calls(
-                            Era::Modern,
-                            "bench_echo",
-                            &echo,
-                            share,
-                        )?),
-                        _ => rows.progress.extend(progress.tool_calls(
-                            Era::Legacy,
-                            "bench_echo",
-                            &echo,
-                            share,
-                        )?),
-                    }
+                direct_samples.extend(direct.calls("echo", &echo, share)?);
+                let k = rows.len();
+                for i in 0..k {
+                    rows[(round + i) % k].block(url, token, share)?;
                 }
             }
             Ok(())
         })?;
-        rows.runtime_calls =
-            rows.legacy.len() + rows.modern.len() + rows.progress.len() + 3 * WARMUP_CALLS * rounds;
-        Ok(rows)
+        let cpu = pids
+            .iter()
+            .zip(before)
+            .map(|((system, p), before)| {
+                let calls: usize = rows
+                    .iter()
+                    .filter(|r| r.system == *system)
+                    .map(|r| r.calls)
+                    .sum();
+                let per_call = p
+                    .iter()
+                    .zip(before)
+                    .map(|(&pid, b)| {
+                        let spent = cpu_ns(pid)?.checked_sub(b?)?;
+                        Some(Duration::from_nanos(spent / calls.max(1) as u64))
+                    })
+                    .collect();
+                (*system, per_call)
+            })
+            .collect();
+        Ok(EchoRows {
+            direct: direct_samples,
+            rows,
+            cpu,
+        })
     }
 
-    /// A large result (1 MiB of text), direct and through the runtime: what the path costs per
-    /// byte (HTTP, gRPC and JSON handling in the frontend and the worker). Runs after the
+    /// The systems compared with the runtime in the echo rounds. The floor and the trivial
+    /// server are this crate's binaries and must start; a peer that cannot start is reported
+    /// as "not measured" with the reason (and fails a `--smoke` run: CI installs the peers).
+    struct Peers {
+        floor: systems::Floor,
+        floor_verify: systems::Floor,
+        trivial: (systems::Proc, String),
+        hub: Result<(systems::Hub, systems::SseClient)>,
+        gateway: Result<(systems::Proc, String, String)>,
+    }
+
+    async fn start_peers() -> Result<Peers> {
+        let floor = systems::Floor::start(tutti_tests::bin, &fixture_bin(), false)?;
+        let floor_verify = systems::Floor::start(tutti_tests::bin, &fixture_bin(), true)?;
+        let trivial = systems::start_front(tutti_tests::bin, &["--trivial"])?;
+        let hub = tokio::task::block_in_place(|| -> Result<_> {
+            let node =
+                tutti_tests::node22().context("Node 22 missing (scripts/install-test-tools)")?;
+            let package = mcp_hub_dir().with_context(|| {
+                format!("{} missing (scripts/install-test-tools)", systems::MCP_HUB)
+            })?;
+            let hub = systems::Hub::start(&node, &package, &fixture_bin(), free_port()?)?;
+            let client = hub.client()?;
+            Ok((hub, client))
+        });
+        let gateway = start_gateway().await;
+        Ok(Peers {
+            floor,
+            floor_verify,
+            trivial,
+            hub,
+            gateway,
+        })
+    }
+
+    /// mcp-hub's package directory: `$TUTTI_MCP_HUB_DIR`, else `.tools/npm-bench` (installed
+    /// by scripts/install-test-tools, apart from the test tools' npm folder).
+    fn mcp_hub_dir() -> Option<PathBuf> {
+        let dir = std::env::var_os("TUTTI_MCP_HUB_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| tutti_tests::tools_dir().join("npm-bench/node_modules/mcp-hub"));
+        dir.join("dist/cli.js").is_file().then_some(dir)
+    }
+
+    async fn echo_section(
+        r: &mut Report,
+        rt: &Runtime,
+        url: &str,
+        token: &str,
+        n: usize,
+        smoke: bool,
+    ) -> Result<()> {
+        let Peers {
+            floor,
+            floor_verify,
+            trivial,
+            hub,
+            gateway,
+        } = start_peers().await?;
+        let mut not_measured = Vec::new();
+        let http = |url: &str, session: Option<&str>, tool| Via::Http {
+            url: url.to_string(),
+            session: session.map(str::to_string),
+            tool,
+        };
+        let mut rows = vec![
+            EchoRow::new(System::Runtime, Via::Runtime(Era::Legacy, false), n),
+            EchoRow::new(System::Runtime, Via::Runtime(Era::Modern, false), n),
+            EchoRow::new(System::Runtime, Via::Runtime(Era::Legacy, true), n),
+            EchoRow::new(System::Floor, http(&floor.url, None, "bench_echo"), n),
+            EchoRow::new(
+                System::FloorVerify,
+                http(&floor_verify.url, None, "bench_echo"),
+                n,
+            ),
+            EchoRow::new(System::Trivial, http(&trivial.1, None, "echo"), n),
+        ];
+        let mut pids = vec![
+            (
+                System::Runtime,
+                vec![
+                    frontend_pid(rt.state_dir()),
+                    worker_pid(rt.state_dir(), "bench").unwrap_or(0),
+                    kernel_pid(rt.state_dir()),
+                ],
+            ),
+            (System::Floor, floor.pids()),
+            (System::FloorVerify, floor_verify.pids()),
+        ];
+        let _hub = match hub {
+            Ok((hub, client)) => {
+                rows.push(EchoRow::new(System::Hub, Via::Hub(client), n));
+                pids.push((System::Hub, vec![hub.proc.pid()]));
+                Some(hub)
+            }
+            Err(e) => {
+                not_measured.push((System::Hub, format!("{e:#}")));
+                None
+            }
+        };
+        match &gateway {
+            Ok((proc, url, session)) => {
+                rows.push(EchoRow::new(
+                    System::Gateway,
+                    http(url, Some(session), "echo"),
+                    n,
+                ));
+                pids.push((System::Gateway, vec![proc.pid()]));
+            }
+            Err(e) => not_measured.push((System::Gateway, format!("{e:#}"))),
+        }
+        if smoke && let Some((system, why)) = not_measured.first() {
+            bail!("{} not measured: {why}", system.label());
+        }
+        let calls = measure_echo_rows(url, token, n, rows, &pids)?;
+        report_echo(r, calls, &not_measured);
+        Ok(())
+    }
+
+    /// p50 of `v` (sorted or not).
+    fn p50(v: &[Duration]) -> Duration {
+        let mut v = v.to_vec();
+        v.sort();
+        pct(&v, 0.5)
+    }
+
+    fn ratio(a: Duration, b: Duration) -> f64 {
+        a.as_secs_f64() / b.as_secs_f64().max(1e-9)
+    }
+
+    fn fmt_cpu(per: &[Option<Duration>]) -> String {
+        per.iter()
+            .map(|c| c.map_or_else(|| "n/a".to_owned(), fmt_us))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    }
+
+    /// The echo rows, ratios, own costs and the issue 26 targets judged on them.
+    fn report_echo(r: &mut Report, mut calls: EchoRows, not_measured: &[(System, String)]) {
+        let direct = std::mem::take(&mut calls.direct);
+        let (d50, _, d99, s) = summary(direct);
+        r.row("tools/call echo, direct stdio (baseline)", s);
+        let trivial = calls
+            .take(|r| r.system == System::Trivial)
+            .unwrap_or_default();
+        let t50 = p50(&trivial);
+        r.row(System::Trivial.label(), summary(trivial).3);
+        let floor = calls
+            .take(|r| r.system == System::Floor)
+            .unwrap_or_default();
+        let f50 = p50(&floor);
+        r.row(System::Floor.label(), summary(floor).3);
+        let (floor_cpu, floor_total) = calls.cpu(System::Floor);
+        r.row(
+            "  CPU per call, floor (front · worker)",
+            fmt_cpu(&floor_cpu),
+        );
+        let fv = calls
+            .take(|r| r.system == System::FloorVerify)
+            .unwrap_or_default();
+        let fv50 = p50(&fv);
+        r.row(System::FloorVerify.label(), summary(fv).3);
+        r.row(
+            "  CPU per call, floor with check hop (front · worker · verifier)",
+            fmt_cpu(&calls.cpu(System::FloorVerify).0),
+        );
+        let mut own = vec![
+            ("floor", f50.saturating_sub(t50)),
+            ("floor + check hop", fv50.saturating_sub(t50)),
+        ];
+        for era in [Era::Legacy, Era::Modern] {
+            let v = calls
+                .take(|r| matches!(r.via, Via::Runtime(e, false) if e.name() == era.name()))
+                .unwrap_or_default();
+            let (p50, _, p99, s) = summary(v);
+            r.row(
+                &format!("tools/call echo via runtime, {} era", era.name()),
+                s,
+            );
+            let (add50, add99) = (p50.saturating_sub(d50), p99.saturating_sub(d99));
+            r.row(
+                &format!("  added latency over direct, {}", era.name()),
+                format!("p50 +{} · p99 +{}", fmt_us(add50), fmt_us(add99)),
+            );
+            r.row(
+                &format!(
+                    "  p50 as a ratio to the floor · to the floor with check hop · to direct, {}",
+                    era.name()
+                ),
+                format!(
+                    "{:.2}× · {:.2}× · {:.2}×",
+                    ratio(p50, f50),
+                    ratio(p50, fv50),
+                    ratio(p50, d50)
+                ),
+            );
+            r.target(
+                &format!("p50 ≤ 1.3 × the floor's ({})", era.name()),
+                format!(
+                    "{:.2}× ({} / {})",
+                    ratio(p50, f50),
+                    fmt_us(p50),
+                    fmt_us(f50)
+                ),
+                ratio(p50, f50) <= 1.3,
+            );
+            r.target(
+                &format!("added p99 ≤ 1 ms ({})", era.name()),
+                fmt_us(add99),
+                add99 <= Duration::from_millis(1),
+            );
+            own.push((
+                if let Era::Legacy = era {
+                    "runtime legacy"
+                } else {
+                    "runtime modern"
+                },
+                p50.saturating_sub(t50),
+            ));
+        }
+        let v = calls
+            .take(|r| matches!(r.via, Via::Runtime(_, true)))
+            .unwrap_or_default();
+        let (p50, _, _, s) = summary(v);
+        r.row("tools/call echo via runtime, legacy, progress requested", s);
+        r.row(
+            "  added latency over direct, progress requested",
+            format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
+        );
+        let (rt_cpu, _) = calls.cpu(System::Runtime);
+        r.row(
+            "  CPU per call (frontend · worker · kernel)",
+            fmt_cpu(&rt_cpu),
+        );
+        // The target is on the two processes of the call's path; the kernel's share (the
+        // per-request token check, audit records) is shown beside it.
+        let rt_total = rt_cpu.iter().take(2).copied().sum::<Option<Duration>>();
+        if let (Some(rt_total), Some(floor_total)) = (rt_total, floor_total) {
+            let x = ratio(rt_total, floor_total);
+            let measured = format!("{x:.2}× ({} / {})", fmt_us(rt_total), fmt_us(floor_total));
+            r.row("  CPU per call as a ratio to the floor's", measured.clone());
+            r.target("CPU per call ≤ 1.5 × the floor's", measured, x <= 1.5);
+        }
+        report_peers(r, &mut calls, not_measured, d50, t50, own);
+    }
+
+    fn report_peers(
+        r: &mut Report,
+        calls: &mut EchoRows,
+        not_measured: &[(System, String)],
+        d50: Duration,
+        t50: Duration,
+        mut own: Vec<(&'static str, Duration)>,
+    ) {
+        let mut hub_own = None;
+        for system in [System::Hub, System::Gateway] {
+            let Some(v) = calls.take(|r| r.system == system) else {
+                let why = not_measured.iter().find(|m| m.0 == system);
+                let why = why.map_or("not started", |m| m.1.as_str());
+                r.row(system.label(), format!("not measured: {why}"));
+                continue;
+            };
+            let p = p50(&v);
+            r.row(system.label(), summary(v).3);
+            r.row(
+                &format!("  added latency over direct, {}", system.short()),
+                format!("p50 +{}", fmt_us(p.saturating_sub(d50))),
+            );
+            r.row(
+                &format!("  CPU per call, {} (node)", system.short()),
+                fmt_cpu(&calls.cpu(system).0),
+            );
+            own.push((system.short(), p.saturating_sub(t50)));
+            if system == System::Hub {
+                hub_own = Some(p.saturating_sub(t50));
+            }
+        }
+        r.row(
+            "own cost p50 (system − trivial HTTP server)",
+            own.iter()
+                .map(|(who, d)| format!("{who} {}", fmt_us(*d)))
+                .collect::<Vec<_>>()
+                .join(" · "),
+        );
+        let runtime_own = own
+            .iter()
+            .filter(|o| o.0.starts_with("runtime"))
+            .map(|o| o.1)
+            .max()
+            .unwrap_or_default();
+        match hub_own {
+            Some(hub) => r.target(
+                "own cost p50 ≤ 1/3 of mcp-hub's (slower era)",
+                format!(
+                    "{:.2} ({} / {})",
+                    ratio(runtime_own, hub),
+                    fmt_us(runtime_own),
+                    fmt_us(hub)
+                ),
+                ratio(runtime_own, hub) <= 1.0 / 3.0,
+            ),
+            None => r.target(
+                "own cost p50 ≤ 1/3 of mcp-hub's",
+                "not measured".into(),
+                false,
+            ),
+        }
+    }
+
+    /// Untimed 1 MiB calls before each block of timed ones (each takes milliseconds).
+    const BIG_WARMUP: usize = 20;
+
+    /// A large result (1 MiB of text), direct, through the runtime and through the floor, in
+    /// three interleaved rounds (each block after [`BIG_WARMUP`] untimed calls): what the
+    /// path costs per byte (HTTP, gRPC and JSON handling in the frontend and the worker). Runs after the
     /// memory rows: glibc keeps a worker's freed megabyte buffers for reuse (its mmap threshold
     /// adapts upward after the first one), which would otherwise count in "RSS under load".
     fn big_result_rows(r: &mut Report, url: &str, token: &str, n: usize) -> Result<()> {
         let big = json!({"bytes": 1 << 20});
-        let (d50, _, _, s) = summary(Direct::start()?.calls("big", &big, n)?);
+        let floor = systems::Floor::start(tutti_tests::bin, &fixture_bin(), false)?;
+        let mut direct = Direct::start()?;
+        let (mut d, mut rt, mut fl) = (Vec::new(), Vec::new(), Vec::new());
+        // Three interleaved rounds: direct first, then the runtime and the floor alternating.
+        let rounds = 3.min(n.max(1));
+        tokio::task::block_in_place(|| -> Result<()> {
+            for round in 0..rounds {
+                let share = n / rounds + usize::from(round < n % rounds);
+                d.extend(direct.calls_after("big", &big, share, BIG_WARMUP)?);
+                for k in 0..2 {
+                    let (target, tok, into) = if (round + k) % 2 == 0 {
+                        (url, token, &mut rt)
+                    } else {
+                        (floor.url.as_str(), "", &mut fl)
+                    };
+                    into.extend(RawHttp::connect(target, tok, None)?.tool_calls_after(
+                        Era::Legacy,
+                        "bench_big",
+                        &big,
+                        share,
+                        BIG_WARMUP,
+                    )?);
+                }
+            }
+            Ok(())
+        })?;
+        let (d50, _, _, s) = summary(d);
         r.row("tools/call big (1 MiB result), direct stdio", s);
-        let mut raw = RawHttp::connect(url, token, None)?;
-        let v = tokio::task::block_in_place(|| raw.tool_calls(Era::Legacy, "bench_big", &big, n))?;
-        let (p50, _, _, s) = summary(v);
+        let (p50, _, _, s) = summary(rt);
         r.row("tools/call big (1 MiB result) via runtime, legacy", s);
+        let added = p50.saturating_sub(d50);
         r.row(
             "  added latency over direct, 1 MiB result",
-            format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
+            format!("p50 +{}", fmt_us(added)),
+        );
+        let (f50, _, _, s) = summary(fl);
+        r.row(
+            "tools/call big (1 MiB result) via the architectural floor",
+            s,
+        );
+        r.row(
+            "  added latency over direct, 1 MiB result, floor",
+            format!("p50 +{}", fmt_us(f50.saturating_sub(d50))),
+        );
+        r.target(
+            "1 MiB result: added p50 ≤ +1.5 ms over direct",
+            format!("+{}", fmt_us(added)),
+            added <= Duration::from_micros(1500),
         );
         Ok(())
     }
@@ -629,8 +1040,19 @@ mod bench {
 
         /// `n` timed calls of `tool` (after [`WARMUP_CALLS`] untimed ones).
         fn calls(&mut self, tool: &str, arguments: &Value, n: usize) -> Result<Vec<Duration>> {
+            self.calls_after(tool, arguments, n, WARMUP_CALLS)
+        }
+
+        /// `n` timed calls of `tool` after `warmup` untimed ones.
+        fn calls_after(
+            &mut self,
+            tool: &str,
+            arguments: &Value,
+            n: usize,
+            warmup: usize,
+        ) -> Result<Vec<Duration>> {
             let mut v = Vec::with_capacity(n);
-            for i in 0..(n + WARMUP_CALLS) {
+            for i in 0..(n + warmup) {
                 let id = self.next_id;
                 self.next_id += 1;
                 let t = Instant::now();
@@ -638,7 +1060,7 @@ mod bench {
                     &json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
                     true,
                 )?;
-                if i >= WARMUP_CALLS {
+                if i >= warmup {
                     v.push(t.elapsed());
                 }
             }
@@ -881,11 +1303,6 @@ mod bench {
             Ok((status, body))
         }
 
-        /// `n` timed echo calls after 20 untimed ones; every answer must be a result.
-        fn echo_calls(&mut self, era: Era, tool: &str, n: usize) -> Result<Vec<Duration>> {
-            self.tool_calls(era, tool, &json!({"message": "x"}), n)
-        }
-
         /// `n` timed calls of `tool` (after [`WARMUP_CALLS`] untimed ones) on this connection.
         fn tool_calls(
             &mut self,
@@ -894,6 +1311,18 @@ mod bench {
             arguments: &Value,
             n: usize,
         ) -> Result<Vec<Duration>> {
+            self.tool_calls_after(era, tool, arguments, n, WARMUP_CALLS)
+        }
+
+        /// `n` timed calls of `tool` after `warmup` untimed ones on this connection.
+        fn tool_calls_after(
+            &mut self,
+            era: Era,
+            tool: &str,
+            arguments: &Value,
+            n: usize,
+            warmup: usize,
+        ) -> Result<Vec<Duration>> {
             let extra = match era {
                 Era::Legacy => "MCP-Protocol-Version: 2025-06-18\r\n".to_string(),
                 Era::Modern => format!(
@@ -901,7 +1330,7 @@ mod bench {
                 ),
             };
             let mut v = Vec::with_capacity(n);
-            for i in 0..(n + WARMUP_CALLS) {
+            for i in 0..(n + warmup) {
                 let id = self.next_id;
                 self.next_id += 1;
                 let mut params = json!({"name": tool, "arguments": arguments});
@@ -915,7 +1344,7 @@ mod bench {
                 let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":params})
                     .to_string();
                 let (status, reply) = self.post(&extra, &body)?;
-                if i >= WARMUP_CALLS {
+                if i >= warmup {
                     v.push(t.elapsed());
                 }
                 let text = String::from_utf8_lossy(&reply);
@@ -1019,15 +1448,22 @@ mod bench {
             .unwrap_or(0) as u32
     }
 
-    /// Time a process has spent on a CPU, in ns (`/proc/<pid>/schedstat`; `None` for pid 0
-    /// or when unreadable).
+    /// CPU time of a whole process (every thread, exited ones included), in ns: utime +
+    /// stime of `/proc/<pid>/stat`, in clock ticks (10 ms each, so
+    /// compare it over thousands of calls). `None` for pid 0 or when unreadable.
     fn cpu_ns(pid: u32) -> Option<u64> {
         if pid == 0 {
             return None;
         }
-        std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let mut fields = rest.split_whitespace().skip(11);
+        let utime: u64 = fields.next()?.parse().ok()?;
+        let stime: u64 = fields.next()?.parse().ok()?;
+        // Linux reports these in USER_HZ, which is 100 on every architecture it supports.
+        const USER_HZ: u64 = 100;
+        Some((utime + stime) * (1_000_000_000 / USER_HZ))
     }
 
     fn sample_rss(peak: &mut RssPeak, state: &std::path::Path) {
@@ -1305,7 +1741,9 @@ mod bench {
 
     // === peer: supergateway ===
 
-    async fn peer_calls(n: usize) -> Result<Vec<Duration>> {
+    /// supergateway (stateful Streamable HTTP) in front of the fixture: the process, its MCP
+    /// URL and the session it issued.
+    async fn start_gateway() -> Result<(systems::Proc, String, String)> {
         let node_bin =
             tutti_tests::node22().context("Node 22 missing (scripts/install-test-tools)")?;
         let sg = tutti_tests::npm_package("supergateway")
@@ -1313,69 +1751,65 @@ mod bench {
         let entry = sg.join("dist/index.js");
         let port = free_port()?;
         let stdio_cmd = format!("{} --tools echo", fixture_bin().display());
-        let mut child = Command::new(&node_bin)
-            .arg(&entry)
-            .args([
-                "--stdio",
-                &stdio_cmd,
-                "--outputTransport",
-                "streamableHttp",
-                "--stateful",
-                "--logLevel",
-                "none",
-            ])
-            .args(["--port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting supergateway")?;
-        let result = async {
-            let url = format!("http://127.0.0.1:{port}/mcp");
-            let http = reqwest::Client::builder().no_proxy().build()?;
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}});
-            let session = loop {
-                let r = http
-                    .post(&url)
-                    .header("Content-Type", "application/json")
-                    .header("Accept", "application/json, text/event-stream")
-                    .body(init.to_string())
-                    .send()
-                    .await;
-                match r {
-                    Ok(resp) if resp.status().is_success() => {
-                        let sid = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
-                        let _ = resp.text().await;
-                        break sid.context("supergateway issued no session id")?;
-                    }
-                    _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
-                    Ok(resp) => bail!("supergateway initialize: HTTP {}", resp.status()),
-                    Err(e) => bail!("supergateway did not come up: {e}"),
-                }
-            };
-            let post = |body: Value| {
-                http.post(&url)
-                    .header("Content-Type", "application/json")
-                    .header("Accept", "application/json, text/event-stream")
-                    .header("mcp-session-id", &session)
-                    .header("MCP-Protocol-Version", "2025-06-18")
-                    .body(body.to_string())
-                    .send()
-            };
-            post(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await?.text().await?;
-            // The same minimal client as for the runtime rows.
-            let mut raw = RawHttp::connect(&url, "", Some(&session))?;
-            let v = tokio::task::block_in_place(|| raw.echo_calls(Era::Legacy, "echo", n))?;
-            Ok(v)
-        }
-        .await;
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
+        let child = systems::Proc(
+            Command::new(&node_bin)
+                .arg(&entry)
+                .args([
+                    "--stdio",
+                    &stdio_cmd,
+                    "--outputTransport",
+                    "streamableHttp",
+                    "--stateful",
+                    "--logLevel",
+                    "none",
+                ])
+                .args(["--port", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting supergateway")?,
         );
-        let _ = child.kill();
-        let _ = child.wait();
-        result
+        let url = format!("http://127.0.0.1:{port}/mcp");
+        let http = reqwest::Client::builder().no_proxy().build()?;
+        // Node starts slowly on a loaded machine (20 s was too short under load average 15).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}});
+        let session = loop {
+            let r = http
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json, text/event-stream")
+                .body(init.to_string())
+                .send()
+                .await;
+            match r {
+                Ok(resp) if resp.status().is_success() => {
+                    let sid = resp
+                        .headers()
+                        .get("mcp-session-id")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string);
+                    let _ = resp.text().await;
+                    break sid.context("supergateway issued no session id")?;
+                }
+                _ if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Ok(resp) => bail!("supergateway initialize: HTTP {}", resp.status()),
+                Err(e) => bail!("supergateway did not come up: {e}"),
+            }
+        };
+        http.post(&url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("MCP-Protocol-Version", "2025-06-18")
+            .body(json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string())
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok((child, url, session))
     }
 
     fn free_port() -> Result<u16> {
@@ -1432,7 +1866,7 @@ mod bench {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
         let mut s = String::new();
-        s.push_str("# Benchmarks\n\nProduced by:\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools\nTUTTI_BIN_DIR=target/release cargo run --release -p tutti-tests --bin tutti-bench -- --write docs/BENCHMARKS.md\n```\n\n");
+        s.push_str("# Benchmarks\n\nProduced by (one line; run it on a quiet machine):\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools && TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md\n```\n\n");
         s.push_str(&format!(
             "Machine: {cores} cores, {cpu}{}. Date: {date}.\n\n",
             idle_polling()
@@ -1445,12 +1879,22 @@ mod bench {
              shows what an ordinary async client adds; the \"progress requested\" row sends the \
              same calls with a `progressToken` in `_meta` (as rmcp-based agents do on every call), \
              so each answer is an event stream over the worker's streaming call. Throughput, \
-             tools/list and the fault rows use reqwest on tokio. The direct, legacy, modern and \
-             progress echo rows are measured in 6 interleaved rounds (the direct block first, \
-             then the three runtime rows in an order rotating each round, so each comes right \
-             after the direct block equally often), each block of timed calls after 200 untimed \
-             ones, so all four see the same machine; \"CPU per call\" is the frontend's and the worker's CPU time over those \
-             rounds divided by the calls through the runtime. The other per-call rows: \
+             tools/list and the fault rows use reqwest on tokio. The echo rows (direct, the runtime's \
+             legacy, modern and progress rows, the architectural floor, the trivial HTTP server \
+             and the peers) are measured in interleaved rounds, as many as there are rows after \
+             the direct block: each round runs the direct block first, then every row once in \
+             an order rotating each round, so each comes right after the direct block and in \
+             every other place equally often; each block of timed calls follows 200 untimed \
+             ones on a fresh connection, so all rows see the same machine. The floor is \
+             `tutti-floor-front` (blocking HTTP/1.1, a thread per connection) → a Unix socket \
+             with length-prefixed frames → `tutti-floor-worker` → the same fixture upstream over \
+             stdio: the runtime's process layout without its work (no token check, no JSON \
+             parsing beyond routing). The trivial HTTP server answers a canned result itself; \
+             \"own cost\" is a system's p50 minus its. mcp-hub runs offline (a fresh \
+             marketplace cache) and is called over its HTTP+SSE transport (POST, `202`, the \
+             answer on the event stream). \"CPU per call\" is each process's on-CPU time \
+             (`/proc/PID/schedstat`) over the rounds divided by the calls through its system, \
+             untimed ones included. The other per-call rows: \
              percentiles over n timed calls after 200 untimed ones; the throughput rows count \
              every call of their window. The list_changed rows time a listener's \
              `subscriptions/listen` stream from a worker's SIGKILL (the fence) and from the \
