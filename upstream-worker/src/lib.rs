@@ -14,6 +14,7 @@ mod control;
 mod definitions;
 mod error;
 mod http;
+mod mrtr;
 mod otel;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
