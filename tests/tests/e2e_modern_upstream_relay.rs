@@ -45,6 +45,8 @@ async def main():
 
     async def on_elicit(ctx, params):
         asked.append(dump(params))
+        if what == "hang":
+            await asyncio.sleep(120)
         if what == "decline":
             return types.ElicitResult(action="decline")
         return types.ElicitResult(action="accept", content={"confirmed": True})
@@ -141,6 +143,11 @@ impl Drop for PyClient {
 
 /// A runtime with the stateless fixture (2026-07-28) installed as connector `up`, and a token.
 fn runtime_with_modern_upstream() -> (Runtime, FixtureHttp, String) {
+    runtime_with_call_timeout(60_000)
+}
+
+/// [`runtime_with_modern_upstream`] with the connector's call timeout `call_ms`.
+fn runtime_with_call_timeout(call_ms: u64) -> (Runtime, FixtureHttp, String) {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let fixture = FixtureHttp::start(&["--tools", "echo,mrtr_confirm", "--stateless"]);
     let manifest = json!({
@@ -149,7 +156,7 @@ fn runtime_with_modern_upstream() -> (Runtime, FixtureHttp, String) {
         "description": "The fixture speaking 2026-07-28 over Streamable HTTP",
         "version": "1.0.0",
         "mcp": {"transport": "http", "url": fixture.url},
-        "timeouts": {"startMs": 30000, "callMs": 60000},
+        "timeouts": {"startMs": 30000, "callMs": call_ms},
     });
     rt.install_ok(&manifest, &[]);
     rt.wait_status("up", "ready", READY);
@@ -269,4 +276,31 @@ fn an_upstream_that_keeps_asking_is_ended_after_a_bounded_number_of_rounds() {
         let asked = event["asked"].as_array().map_or(0, Vec::len);
         assert_eq!(asked, 10, "mode={mode}: one question per round: {event}");
     }
+}
+
+#[test]
+fn an_unanswered_question_ends_with_the_calls_timeout() {
+    const CALL_MS: u64 = 3_000;
+    let (rt, _fixture, token) = runtime_with_call_timeout(CALL_MS);
+    let calls = json!([[TOOL, {}]]).to_string();
+    let py = PyClient::spawn(&rt, &token, &["hang", rt.frontend_url(), "legacy", &calls]);
+    py.next("connected");
+    let started = Instant::now();
+    let event = py.next("the call's end");
+    let took = started.elapsed();
+    assert_eq!(event["event"], "failed", "{event}");
+    assert_eq!(
+        event["asked"].as_array().map_or(0, Vec::len),
+        1,
+        "the question was asked: {event}"
+    );
+    assert!(
+        event["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("MCP_TIMEOUT"),
+        "the call's timeout ended it: {event}"
+    );
+    // Generous margin for a loaded machine, far below the client's 120 s wait.
+    assert!(took < Duration::from_secs(60), "took {took:?}");
 }
