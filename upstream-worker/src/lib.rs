@@ -15,6 +15,7 @@ mod definitions;
 mod error;
 mod http;
 mod listen;
+mod mrtr;
 mod otel;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]

@@ -140,7 +140,21 @@ impl Relay {
         params: Value,
         ct: CancellationToken,
     ) -> Answer {
-        let to = match self.target(origin)? {
+        self.ask_caller(self.target(origin)?, method, params, ct)
+            .await
+    }
+
+    /// Relays `method` with `params` to the caller `to` (the caller of a call, known without a
+    /// lookup: a 2026-07-28 upstream's `input_required` round, [`crate::mrtr`]) and waits for
+    /// its answer, as [`Relay::ask`] does.
+    pub(crate) async fn ask_caller(
+        &self,
+        to: Option<RelayTo>,
+        method: &str,
+        params: Value,
+        ct: CancellationToken,
+    ) -> Answer {
+        let to = match to {
             Some(to) if to.refuse => {
                 let _ = to.sink.try_send(Relayed::Missing(method.to_owned()));
                 return Err(error(

@@ -36,6 +36,7 @@ use tutti_proto::kernel::{LaunchSpec, Transport};
 use crate::bearer::Bearer;
 use crate::error::{WorkerError, error_chain};
 use crate::http::{HttpClient, SessionEvent};
+use crate::mrtr;
 use crate::platform;
 use crate::redact::Redactor;
 use crate::relay::{Relay, RelayTo};
@@ -77,6 +78,14 @@ pub(crate) enum CallFailure {
     Unavailable(String),
     /// Anything else (an unusable response, …); redacted detail.
     Other(String),
+}
+
+/// One round of a `tools/call` ([`crate::mrtr`]).
+enum Round {
+    /// The upstream's `CallToolResult` as JSON text.
+    Complete(String),
+    /// A 2026-07-28 upstream needs the client's answers before it goes on.
+    InputRequired(mrtr::InputRequired),
 }
 
 /// Where the upstream's `notifications/progress` for one call go: the params as a JSON object
@@ -174,6 +183,8 @@ pub(crate) struct RmcpUpstream {
     listens: crate::listen::ResourceListens,
     /// Its log messages that no call claimed.
     logs: broadcast::Sender<String>,
+    /// The upstream speaks 2026-07-28 or later: it may answer `input_required`.
+    mrtr: bool,
 }
 
 impl Upstream for RmcpUpstream {
@@ -222,67 +233,44 @@ impl Upstream for RmcpUpstream {
         relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
     ) -> Result<Result<String, CallFailure>, W> {
-        let mut params = CallToolRequestParams::new(name);
-        params.arguments = arguments;
-        let mut options = PeerRequestOptions::no_options();
-        if let Some(meta) = meta {
-            options = options.with_meta(RequestMetaObject(MetaObject(meta)));
-        }
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut interrupt = std::pin::pin!(interrupt);
-        // Queueing the request can wait when rmcp is busy; the interrupt applies there too
-        // (an unqueued request needs no cancellation).
-        let sent = tokio::select! {
-            sent = self.peer.send_request_with_option(request, options) => sent,
-            why = &mut interrupt => return Err(why),
-        };
-        let handle = match sent {
-            Ok(handle) => handle,
-            Err(e) => return Ok(Err(self.failure(e))),
-        };
-        let id = handle.id.clone();
-        // Registered (results, relay) before this task yields again, so (one thread) before
-        // rmcp writes the request. An answer before registration only takes rmcp's path.
-        let expected = self.results.as_ref().map(|r| r.expect(id.clone()));
-        let _entered = self.relay.enter(id.clone(), relay);
-        let mut guard = CancelOnDrop {
-            peer: self.peer.clone(),
-            id: Some(id.clone()),
-        };
-        let response = match progress {
-            None => tokio::select! {
-                response = handle.await_response() => response,
-                why = &mut interrupt => {
-                    guard.disarm();
-                    send_cancelled(&self.peer, id).await;
-                    return Err(why);
-                }
-            },
-            // Boxed and out of line: the state of a call that asked for progress does not
-            // enlarge every other call's future (a worker's memory under load counts).
-            Some(sink) => {
-                match Box::pin(self.await_with_progress(handle, sink, &mut interrupt)).await {
-                    Ok(response) => response,
-                    Err(why) => {
-                        guard.disarm();
-                        send_cancelled(&self.peer, id).await;
-                        return Err(why);
-                    }
-                }
-            }
-        };
-        guard.disarm();
-        let result = match response {
-            Ok(result) => result,
-            Err(e) => return Ok(Err(self.failure(e))),
-        };
-        if let Some(text) = expected.as_ref().and_then(Expected::take) {
-            return Ok(Ok(text));
+        // Only a 2026-07-28 upstream can answer input_required and need the call again: a
+        // copy of the arguments is kept for it alone (none on the legacy common path).
+        let again = self.mrtr.then(|| (arguments.clone(), meta.clone()));
+        let mut first = Some((arguments, meta));
+        let mut retry = mrtr::Retry::default();
+        for _ in 0..mrtr::MAX_INPUT_ROUNDS {
+            let (arguments, meta) = match first.take() {
+                Some(first) => first,
+                None => again.clone().unwrap_or_default(),
+            };
+            let mut params = CallToolRequestParams::new(name.clone());
+            params.arguments = arguments;
+            params.input_responses = retry.responses.take();
+            params.request_state = retry.state.take();
+            let answered = self
+                .call_tool_round(
+                    params,
+                    meta,
+                    progress.clone(),
+                    relay.clone(),
+                    &mut interrupt,
+                )
+                .await?;
+            let asked = match answered {
+                Ok(Round::Complete(text)) => return Ok(Ok(text)),
+                Ok(Round::InputRequired(asked)) => asked,
+                Err(failure) => return Ok(Err(failure)),
+            };
+            retry = tokio::select! {
+                retry = mrtr::answer(&self.relay, relay.as_ref(), asked) => match retry {
+                    Ok(retry) => retry,
+                    Err(e) => return Ok(Err(self.failure(ServiceError::McpError(e)))),
+                },
+                why = &mut interrupt => return Err(why),
+            };
         }
-        if let Some(limit) = expected.as_ref().and_then(Expected::too_large) {
-            return Ok(Err(CallFailure::TooLarge(limit)));
-        }
-        Ok(result_text(result))
+        Ok(Err(CallFailure::Other(mrtr::too_many_rounds())))
     }
 
     fn answer_request(&self, id: &str, answer: crate::relay::Answer) -> bool {
@@ -338,6 +326,14 @@ impl Upstream for RmcpUpstream {
         if let Some(limit) = expected.as_ref().and_then(Expected::too_large) {
             return Ok(Err(CallFailure::TooLarge(limit)));
         }
+        if mrtr::input_required(&result).is_some() {
+            // Never passed on: its requestState is the upstream's, and this request has no
+            // caller to relay to (only tools/call streams).
+            return Ok(Err(CallFailure::Other(format!(
+                "the upstream needs input from the client (input_required) to answer {method}; \
+                 the runtime relays an upstream's requests to the client during tools/call only"
+            ))));
+        }
         Ok(serde_json::to_string(&result)
             .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))))
     }
@@ -384,6 +380,90 @@ impl RmcpUpstream {
         tokio::select! {
             done = subscribed => Ok(done.map(|()| "{}".to_owned()).map_err(CallFailure::Other)),
             why = interrupt => Err(why),
+        }
+    }
+
+    /// One round of a `tools/call`: its answer as text, or the input a 2026-07-28 upstream
+    /// asked for ([`crate::mrtr`]); interrupted and cancelled as [`Upstream::call_tool`] says.
+    async fn call_tool_round<W: Send>(
+        &self,
+        params: CallToolRequestParams,
+        meta: Option<JsonObject>,
+        progress: Option<ProgressSink>,
+        relay: Option<RelayTo>,
+        interrupt: &mut (impl Future<Output = W> + Unpin + Send),
+    ) -> Result<Result<Round, CallFailure>, W> {
+        let mut options = PeerRequestOptions::no_options();
+        if let Some(meta) = meta {
+            options = options.with_meta(RequestMetaObject(MetaObject(meta)));
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        // Queueing the request can wait when rmcp is busy; the interrupt applies there too
+        // (an unqueued request needs no cancellation).
+        let sent = tokio::select! {
+            sent = self.peer.send_request_with_option(request, options) => sent,
+            why = &mut *interrupt => return Err(why),
+        };
+        let handle = match sent {
+            Ok(handle) => handle,
+            Err(e) => return Ok(Err(self.failure(e))),
+        };
+        let id = handle.id.clone();
+        // Registered (results, relay) before this task yields again, so (one thread) before
+        // rmcp writes the request. An answer before registration only takes rmcp's path.
+        let expected = self.results.as_ref().map(|r| r.expect(id.clone()));
+        let _entered = self.relay.enter(id.clone(), relay);
+        let mut guard = CancelOnDrop {
+            peer: self.peer.clone(),
+            id: Some(id.clone()),
+        };
+        let response = match progress {
+            None => tokio::select! {
+                response = handle.await_response() => response,
+                why = &mut *interrupt => {
+                    guard.disarm();
+                    send_cancelled(&self.peer, id).await;
+                    return Err(why);
+                }
+            },
+            // Boxed and out of line: the state of a call that asked for progress does not
+            // enlarge every other call's future (a worker's memory under load counts).
+            Some(sink) => {
+                match Box::pin(self.await_with_progress(handle, sink, &mut *interrupt)).await {
+                    Ok(response) => response,
+                    Err(why) => {
+                        guard.disarm();
+                        send_cancelled(&self.peer, id).await;
+                        return Err(why);
+                    }
+                }
+            }
+        };
+        guard.disarm();
+        let result = match response {
+            Ok(result) => result,
+            Err(e) => return Ok(Err(self.failure(e))),
+        };
+        if let Some(text) = expected.as_ref().and_then(Expected::take) {
+            return Ok(Ok(Round::Complete(text)));
+        }
+        if let Some(limit) = expected.as_ref().and_then(Expected::too_large) {
+            return Ok(Err(CallFailure::TooLarge(limit)));
+        }
+        Ok(self.round_result(result))
+    }
+
+    /// A round's result rmcp decoded: the tool result as text, or the input asked for.
+    fn round_result(&self, result: ServerResult) -> Result<Round, CallFailure> {
+        match mrtr::input_required(&result) {
+            None => result_text(result).map(Round::Complete),
+            Some(_) if !self.mrtr => Err(CallFailure::Other(format!(
+                "the upstream answered tools/call with input_required, which it may only do \
+                 from protocol version {} on",
+                mrtr::MRTR_SINCE
+            ))),
+            Some(Ok(asked)) => Ok(Round::InputRequired(asked)),
+            Some(Err(e)) => Err(self.failure(ServiceError::McpError(e))),
         }
     }
 
@@ -1319,6 +1399,7 @@ async fn first_listing(
         updates: running.service().updates.clone(),
         listens: Default::default(),
         logs: running.service().logs.clone(),
+        mrtr: protocol_version.as_str() >= mrtr::MRTR_SINCE,
     });
     let tools = upstream.list_tools().await.map_err(|f| match f {
         CallFailure::Rpc { code, message, .. } => {
