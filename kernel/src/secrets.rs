@@ -1,21 +1,25 @@
 //! Credential values: `secrets/<key>.json` (0600) in `secrets/` (0700). Nowhere else.
 //!
-//! What the kernel asks of them often (`status`'s token expiry) is kept in memory beside the
-//! files: filled at `open`, updated by every `store` and `delete`, so those questions read
-//! no file.
+//! What the kernel asks of them often (`status`'s token expiry, the redactor that masks every
+//! stored value) is kept in memory beside the files: filled at `open`, updated by every
+//! `store` and `delete`, so those questions read no file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use tutti_proto::redact::{Redactor, worth_masking};
 
 use crate::error::KernelError;
 use crate::registry::write_private;
 
-/// What is kept in memory of one connector's stored secrets.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// What is kept in memory of one connector's stored secrets (no `Debug`: it holds values).
+#[derive(Default)]
 struct Summary {
     /// When the OAuth access token expires (0 when unknown or not logged in).
     token_expires_unix_ms: i64,
+    /// The values to mask (`oauth_record::secret_values`).
+    values: Vec<String>,
 }
 
 impl Summary {
@@ -26,6 +30,7 @@ impl Summary {
                 .grant
                 .filter(|_| !rec.needs_login)
                 .map_or(0, |g| g.expires_unix_ms),
+            values: crate::oauth_record::secret_values(stored),
         }
     }
 }
@@ -37,9 +42,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 pub struct SecretStore {
     dir: PathBuf,
-    /// Per connector with a secrets file. Its lock is held across each change of a file, so
-    /// the two never disagree.
-    known: Mutex<BTreeMap<String, Summary>>,
+    /// Its lock is held across each change of a file, so the two never disagree.
+    known: Mutex<Known>,
+}
+
+/// The memory beside the files.
+#[derive(Default)]
+struct Known {
+    /// Per connector with a secrets file.
+    each: BTreeMap<String, Summary>,
+    /// Masks every value in `each`; rebuilt whenever `each` changes.
+    redactor: Arc<Redactor>,
+}
+
+impl Known {
+    fn set(&mut self, key: &str, summary: Option<Summary>) {
+        match summary {
+            Some(s) => self.each.insert(key.to_owned(), s),
+            None => self.each.remove(key),
+        };
+        let all = self.each.values().flat_map(|s| s.values.iter().cloned());
+        self.redactor = Arc::new(Redactor::new(worth_masking(all)));
+    }
 }
 
 impl SecretStore {
@@ -53,14 +77,10 @@ impl SecretStore {
             dir,
             known: Mutex::default(),
         };
-        let known = store
-            .keys()
-            .into_iter()
-            .map(|key| {
-                let summary = Summary::of(&store.load(&key));
-                (key, summary)
-            })
-            .collect();
+        let mut known = Known::default();
+        for key in store.keys() {
+            known.set(&key, Some(Summary::of(&store.load(&key))));
+        }
         *lock(&store.known) = known;
         Ok(store)
     }
@@ -104,35 +124,28 @@ impl SecretStore {
             context: format!("writing secrets of {key}"),
             source,
         })?;
-        known.insert(key.to_owned(), Summary::of(&all));
+        known.set(key, Some(Summary::of(&all)));
         Ok(())
     }
 
     pub fn delete(&self, key: &str) {
         let mut known = lock(&self.known);
         let _ = std::fs::remove_file(self.file(key));
-        known.remove(key);
+        known.set(key, None);
     }
 
     /// When the connector's OAuth access token expires (0 when unknown or not logged in),
     /// from memory.
     pub fn token_expiry(&self, key: &str) -> i64 {
         lock(&self.known)
+            .each
             .get(key)
             .map_or(0, |s| s.token_expires_unix_ms)
     }
 
-    /// Every stored value of every connector (for redaction).
-    pub fn all_values(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if let Ok(rd) = std::fs::read_dir(&self.dir) {
-            for e in rd.flatten() {
-                if let Some(key) = e.path().file_stem().and_then(|s| s.to_str()) {
-                    out.extend(crate::oauth_record::secret_values(&self.load(key)));
-                }
-            }
-        }
-        out
+    /// Masks every stored value of every connector (the one built at the last change).
+    pub fn redactor(&self) -> Arc<Redactor> {
+        lock(&self.known).redactor.clone()
     }
 }
 
@@ -179,5 +192,36 @@ mod tests {
         store.store("b", &login(4_000, false)).expect("stored");
         store.delete("b");
         assert_eq!(store.token_expiry("b"), 0);
+    }
+
+    #[test]
+    fn the_redactor_is_rebuilt_when_secrets_change_and_served_from_memory() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SecretStore::open(dir.path()).expect("store");
+        let secret = |v: &str| BTreeMap::from([("API".to_owned(), v.to_owned())]);
+        store
+            .store("a", &secret("first-secret-value"))
+            .expect("stored");
+        let store = SecretStore::open(dir.path()).expect("store again");
+        assert_eq!(store.redactor().redact("x first-secret-value"), "x ***");
+        // A new value replaces the old one in the masks at once.
+        store
+            .store("a", &secret("second-secret-value"))
+            .expect("stored");
+        let redactor = store.redactor();
+        assert_eq!(redactor.redact("second-secret-value"), "***");
+        assert_eq!(redactor.redact("first-secret-value"), "first-secret-value");
+        // Served from memory: the file is not read per use.
+        std::fs::remove_file(dir.path().join("secrets").join("a.json")).expect("removed");
+        assert_eq!(store.redactor().redact("second-secret-value"), "***");
+        // Deleted (disconnect, uninstall): no longer masked.
+        store
+            .store("a", &secret("second-secret-value"))
+            .expect("stored");
+        store.delete("a");
+        assert_eq!(
+            store.redactor().redact("second-secret-value"),
+            "second-secret-value"
+        );
     }
 }
