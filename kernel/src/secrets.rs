@@ -1,10 +1,10 @@
 //! Credential values: `secrets/<key>.json` (0600) in `secrets/` (0700). Nowhere else.
 //!
 //! What the kernel asks of them often (`status`'s token expiry, the redactor that masks every
-//! stored value) is kept in memory beside the files: filled at `open`, updated by every
+//! stored value, which secrets a connector still lacks) is kept in memory beside the files: filled at `open`, updated by every
 //! `store` and `delete`, so those questions read no file.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -20,6 +20,10 @@ struct Summary {
     token_expires_unix_ms: i64,
     /// The values to mask (`oauth_record::secret_values`).
     values: Vec<String>,
+    /// The names stored with a non-empty value.
+    present: BTreeSet<String>,
+    /// The OAuth login is usable (`oauth_record::Record::logged_in`).
+    logged_in: bool,
 }
 
 impl Summary {
@@ -28,9 +32,16 @@ impl Summary {
         Summary {
             token_expires_unix_ms: rec
                 .grant
+                .as_ref()
                 .filter(|_| !rec.needs_login)
                 .map_or(0, |g| g.expires_unix_ms),
             values: crate::oauth_record::secret_values(stored),
+            present: stored
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(n, _)| n.clone())
+                .collect(),
+            logged_in: rec.logged_in(),
         }
     }
 }
@@ -143,6 +154,22 @@ impl SecretStore {
             .map_or(0, |s| s.token_expires_unix_ms)
     }
 
+    /// Which of `names` the connector has no non-empty value for, from memory.
+    pub fn missing(&self, key: &str, names: &[String]) -> Vec<String> {
+        let known = lock(&self.known);
+        let present = known.each.get(key).map(|s| &s.present);
+        names
+            .iter()
+            .filter(|n| !present.is_some_and(|p| p.contains(*n)))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether the connector's OAuth login is usable (`Record::logged_in`), from memory.
+    pub fn logged_in(&self, key: &str) -> bool {
+        lock(&self.known).each.get(key).is_some_and(|s| s.logged_in)
+    }
+
     /// Masks every stored value of every connector (the one built at the last change).
     pub fn redactor(&self) -> Arc<Redactor> {
         lock(&self.known).redactor.clone()
@@ -164,7 +191,10 @@ mod tests {
                 },
                 "clientId": "c",
                 "redirectUri": "http://127.0.0.1:1/callback",
-                "credentials": {"client_id": "c", "token_response": null},
+                "credentials": {
+                    "client_id": "c",
+                    "token_response": {"access_token": "at-value", "token_type": "bearer"}
+                },
                 "expiresUnixMs": expires_unix_ms
             },
             "needsLogin": needs_login
@@ -223,5 +253,30 @@ mod tests {
             store.redactor().redact("second-secret-value"),
             "second-secret-value"
         );
+    }
+
+    #[test]
+    fn missing_secrets_and_the_login_are_known_without_reading_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SecretStore::open(dir.path()).expect("store");
+        let names = ["A".to_owned(), "B".to_owned()];
+        assert_eq!(store.missing("k", &names), names.to_vec());
+        assert!(!store.logged_in("k"));
+        let a = BTreeMap::from([
+            ("A".to_owned(), "a-value".to_owned()),
+            ("B".to_owned(), String::new()),
+        ]);
+        store.store("k", &a).expect("stored");
+        store.store("k", &login(5_000, false)).expect("stored");
+        let store = SecretStore::open(dir.path()).expect("store again");
+        assert_eq!(store.missing("k", &names), vec!["B".to_owned()]);
+        assert!(store.logged_in("k"));
+        // Answered from memory, updated by each store.
+        std::fs::remove_file(dir.path().join("secrets").join("k.json")).expect("removed");
+        assert_eq!(store.missing("k", &names), vec!["B".to_owned()]);
+        store.store("k", &login(5_000, true)).expect("stored");
+        assert!(!store.logged_in("k"));
+        store.delete("k");
+        assert_eq!(store.missing("k", &names), names.to_vec());
     }
 }
