@@ -72,6 +72,10 @@ impl Known {
             Some(s) => self.each.insert(key.to_owned(), s),
             None => self.each.remove(key),
         };
+        self.rebuild();
+    }
+
+    fn rebuild(&mut self) {
         let all = self.each.values().flat_map(|s| s.values.iter().cloned());
         self.redactor = Arc::new(Redactor::new(worth_masking(all)));
     }
@@ -90,8 +94,10 @@ impl SecretStore {
         };
         let mut known = Known::default();
         for key in store.keys() {
-            known.set(&key, Some(Summary::of(&store.load(&key))));
+            let summary = Summary::of(&store.load(&key));
+            known.each.insert(key, summary);
         }
+        known.rebuild();
         *lock(&store.known) = known;
         Ok(store)
     }
