@@ -286,10 +286,12 @@ struct Sink {
 impl Sink {
     fn new(path: PathBuf, max_bytes: u64, dropped: Arc<AtomicU64>) -> Sink {
         Sink {
+            // A file left by the last run counts: a nearly full one rotates before the first
+            // batch that would take it past `max_bytes`, not one batch late.
+            size: len_at(&path),
             path,
             max_bytes,
             file: None,
-            size: 0,
             buf: String::new(),
             pending: 0,
             failing: false,
@@ -301,7 +303,8 @@ impl Sink {
     fn push(&mut self, line: &str) {
         if self.size + (self.buf.len() + line.len() + 1) as u64 > self.max_bytes {
             self.flush();
-            if self.file.take().is_some() {
+            // Not open yet (the first batch after a start): a file left at `path` rotates too.
+            if self.file.take().is_some() || self.size > 0 {
                 let _ = std::fs::rename(&self.path, self.path.with_extension("jsonl.1"));
             }
             self.size = 0;
@@ -319,6 +322,7 @@ impl Sink {
             && !names_file(&self.path, f)
         {
             self.file = None;
+            self.size = len_at(&self.path);
         }
     }
 
@@ -364,6 +368,11 @@ impl Sink {
         };
         file.write_all(self.buf.as_bytes())
     }
+}
+
+/// The length of the file at `path` (0 when there is none or it cannot be read).
+fn len_at(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
 /// Whether `path` still names the open file `file` (same device and inode; always true where
@@ -489,6 +498,28 @@ mod tests {
         sink.flush();
         assert_eq!(lines(&path), vec![3]);
         assert_eq!(dropped.load(Ordering::Relaxed), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn a_nearly_full_file_from_the_last_run_rotates_before_the_first_batch() -> std::io::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("audit.jsonl");
+        // The last run left 99 lines of 10 bytes: 990 of 1000 bytes.
+        let old: String = (100..199).map(|n| format!("{{\"n\":{n}}}\n")).collect();
+        std::fs::write(&path, &old)?;
+        let mut sink = Sink::new(path.clone(), 1000, Arc::new(AtomicU64::new(0)));
+        // 11 bytes each: the first already does not fit.
+        sink.push(r#"{"n":1000}"#);
+        sink.push(r#"{"n":1001}"#);
+        sink.flush();
+        assert!(std::fs::metadata(&path)?.len() <= 1000);
+        assert_eq!(
+            lines(&path.with_extension("jsonl.1")),
+            (100..199).collect::<Vec<_>>()
+        );
+        assert_eq!(lines(&path), vec![1000, 1001]);
         Ok(())
     }
 

@@ -245,12 +245,10 @@ pub async fn revoke(k: &Kernel, key: &str) {
     });
 }
 
-/// For `status`: when the access token expires (0 when unknown or not logged in).
+/// For `status`: when the access token expires (0 when unknown or not logged in), as kept
+/// by the secret store when the tokens were stored (no file is read).
 pub fn expiry(k: &Kernel, key: &str) -> i64 {
-    let rec = record(&k.secrets.load(key));
-    rec.grant
-        .filter(|_| !rec.needs_login)
-        .map_or(0, |g| g.expires_unix_ms)
+    k.secrets.token_expiry(key)
 }
 
 #[cfg(test)]

@@ -306,11 +306,12 @@ impl Kernel {
         self.redactor()(text)
     }
 
-    /// Reads every stored secret value once and returns a function that masks them (the
-    /// shared rule of `tutti_proto::redact`: longest first, multi-line values line by line),
-    /// for callers that redact many texts in a row (`status`).
+    /// A function that masks every stored secret value (the shared rule of
+    /// `tutti_proto::redact`: longest first, multi-line values line by line), for callers
+    /// that redact many texts in a row (`status`). The secret store keeps the redactor,
+    /// rebuilt when secrets change; no file is read here.
     pub fn redactor(&self) -> impl Fn(&str) -> String + use<> {
-        let redactor = tutti_proto::redact::Redactor::new(worth_masking(self.secrets.all_values()));
+        let redactor = self.secrets.redactor();
         move |text: &str| redactor.redact(text)
     }
 

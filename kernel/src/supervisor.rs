@@ -116,20 +116,15 @@ fn view(k: &Kernel, inner: &Inner, key: &str) -> Option<View> {
     let auth_ready = installed.auth == crate::registry::AuthState::Ready;
     let waits_for_secrets = installed.upgrade_waits_for_secrets();
     let names = m.secret_names();
-    // Only a connector that waits for credentials shows which: the store is read then only.
+    // Only a connector that waits for credentials shows which, from what the secret store
+    // keeps in memory (updated by every connect, disconnect, login and refresh): no file read.
     let oauth = crate::oauth_record::oauth_of(m).is_some();
     let auth_hint = if auth_ready {
         String::new()
-    } else if oauth && !crate::oauth_record::record(&k.secrets.load(key)).logged_in() {
+    } else if oauth && !k.secrets.logged_in(key) {
         format!("needs a login; run `tutti connector connect {key}`")
     } else {
-        let stored = k.secrets.load(key);
-        let missing: Vec<String> = names
-            .iter()
-            .filter(|n| stored.get(*n).is_none_or(|v| v.is_empty()))
-            .cloned()
-            .collect();
-        lifecycle::auth_hint(key, &missing)
+        lifecycle::auth_hint(key, &k.secrets.missing(key, &names))
     };
     Some(View {
         version: m.version.clone(),
