@@ -1280,22 +1280,79 @@ impl KernelRpc for Service {
 }
 
 /// Why an offer is refused by its size alone (`tutti_proto::limits`): the worker withheld a
-/// tool set over the limits, or sent one anyway.
+/// list over its limits, or sent one anyway. Every list over its limits is named, one
+/// sentence each.
 fn offer_size_problem(req: &pb::OfferToolsRequest) -> Option<String> {
-    use tutti_proto::limits::{tool_bytes, tool_set_problem};
-    if req.withheld_tools > 0 {
-        let count = usize::try_from(req.withheld_tools).unwrap_or(usize::MAX);
-        let bytes = usize::try_from(req.withheld_bytes).unwrap_or(usize::MAX);
-        return Some(tool_set_problem(count, bytes).unwrap_or_else(|| {
-            format!("the worker withheld a tool set of {count} tools that is within the limits")
-        }));
+    use tutti_proto::limits::OfferedList;
+    let lists = [
+        (
+            OfferedList::Tools,
+            (req.withheld_tools, req.withheld_bytes),
+            sent_size(
+                req.tools
+                    .iter()
+                    .map(|t| (&t.upstream_name, &t.definition_json)),
+            ),
+        ),
+        (
+            OfferedList::Prompts,
+            (req.withheld_prompts, req.withheld_prompt_bytes),
+            sent_size(
+                req.prompts
+                    .iter()
+                    .map(|p| (&p.upstream_name, &p.definition_json)),
+            ),
+        ),
+        (
+            OfferedList::Resources,
+            (req.withheld_resources, req.withheld_resource_bytes),
+            sent_size(req.resources.iter().map(|r| (&r.uri, &r.definition_json))),
+        ),
+        (
+            OfferedList::ResourceTemplates,
+            (req.withheld_templates, req.withheld_template_bytes),
+            sent_size(
+                req.resource_templates
+                    .iter()
+                    .map(|r| (&r.uri, &r.definition_json)),
+            ),
+        ),
+    ];
+    let problems: Vec<String> = lists
+        .into_iter()
+        .filter_map(|(list, withheld, sent)| list_size_problem(list, withheld, sent))
+        .collect();
+    (!problems.is_empty()).then(|| problems.join("; "))
+}
+
+/// How many items and bytes of definitions (`limits::item_bytes`) a list sent has.
+fn sent_size<'a>(items: impl Iterator<Item = (&'a String, &'a String)>) -> (usize, usize) {
+    items.fold((0, 0), |(count, bytes), (name, json)| {
+        (
+            count + 1,
+            bytes + tutti_proto::limits::item_bytes(name, json),
+        )
+    })
+}
+
+/// One list's size problem: `withheld` (count, bytes) when the worker withheld it, else what
+/// it sent.
+fn list_size_problem(
+    list: tutti_proto::limits::OfferedList,
+    withheld: (u64, u64),
+    sent: (usize, usize),
+) -> Option<String> {
+    if withheld.0 == 0 {
+        return list.problem(sent.0, sent.1);
     }
-    let bytes = req
-        .tools
-        .iter()
-        .map(|t| tool_bytes(&t.upstream_name, &t.definition_json))
-        .sum();
-    tool_set_problem(req.tools.len(), bytes)
+    let count = usize::try_from(withheld.0).unwrap_or(usize::MAX);
+    let bytes = usize::try_from(withheld.1).unwrap_or(usize::MAX);
+    Some(list.problem(count, bytes).unwrap_or_else(|| {
+        format!(
+            "the worker withheld {count} {} that are within the limits",
+            list.items()
+        )
+    }))
 }
 
 /// The whole candidate, tools and what comes with them (issue 21), validated at once: every

@@ -11,8 +11,31 @@ pub const MAX_TOOLS: usize = 10_000;
 /// a larger tool set is refused at commit.
 pub const MAX_TOOL_SET_BYTES: usize = 4 * 1024 * 1024;
 
-/// Largest request the kernel decodes: an offer at both limits, with room for its framing.
-pub const MAX_KERNEL_REQUEST_BYTES: usize = 2 * MAX_TOOL_SET_BYTES;
+/// Most prompts one connector may offer (issue 21); more are refused at commit.
+pub const MAX_PROMPTS: usize = 10_000;
+
+/// Most bytes of prompt definitions (name plus JSON) one connector may offer.
+pub const MAX_PROMPT_SET_BYTES: usize = 4 * 1024 * 1024;
+
+/// Most resources one connector may offer (issue 21); more are refused at commit.
+pub const MAX_RESOURCES: usize = 10_000;
+
+/// Most bytes of resource definitions (URI plus JSON) one connector may offer.
+pub const MAX_RESOURCE_SET_BYTES: usize = 4 * 1024 * 1024;
+
+/// Most resource templates one connector may offer (issue 21); more are refused at commit.
+pub const MAX_RESOURCE_TEMPLATES: usize = 10_000;
+
+/// Most bytes of resource template definitions (URI template plus JSON) one connector may offer.
+pub const MAX_RESOURCE_TEMPLATE_SET_BYTES: usize = 4 * 1024 * 1024;
+
+/// Largest request the kernel decodes: an offer with every list at its limits, with room for
+/// its framing.
+pub const MAX_KERNEL_REQUEST_BYTES: usize = 2
+    * (MAX_TOOL_SET_BYTES
+        + MAX_PROMPT_SET_BYTES
+        + MAX_RESOURCE_SET_BYTES
+        + MAX_RESOURCE_TEMPLATE_SET_BYTES);
 
 /// Largest reply a client of the kernel decodes (`status`, `available`, the route stream):
 /// the kernel is trusted, and these replies grow with the number of connectors.
@@ -20,19 +43,83 @@ pub const MAX_KERNEL_REPLY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Bytes a tool counts for against [`MAX_TOOL_SET_BYTES`].
 pub fn tool_bytes(name: &str, definition_json: &str) -> usize {
+    item_bytes(name, definition_json)
+}
+
+/// Bytes an item of any [`OfferedList`] counts for against its byte limit: its name (a
+/// resource's URI, a template's URI template) plus its JSON definition.
+pub fn item_bytes(name: &str, definition_json: &str) -> usize {
     name.len() + definition_json.len()
 }
 
 /// Why a tool set of `tools` tools and `bytes` bytes is refused, or `None` when it fits.
 pub fn tool_set_problem(tools: usize, bytes: usize) -> Option<String> {
-    if tools <= MAX_TOOLS && bytes <= MAX_TOOL_SET_BYTES {
-        return None;
+    OfferedList::Tools.problem(tools, bytes)
+}
+
+/// One list of an offer, each with its own limits: a connector over any of them is refused
+/// at commit, with a reason naming the list, its size and the limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OfferedList {
+    Tools,
+    Prompts,
+    Resources,
+    ResourceTemplates,
+}
+
+impl OfferedList {
+    /// The list's items, in the plural, as a refusal names them.
+    pub fn items(self) -> &'static str {
+        match self {
+            Self::Tools => "tools",
+            Self::Prompts => "prompts",
+            Self::Resources => "resources",
+            Self::ResourceTemplates => "resource templates",
+        }
     }
-    Some(format!(
-        "the tool set is too large: {tools} tools and {bytes} bytes of tool definitions \
-         (limits: {MAX_TOOLS} tools, {MAX_TOOL_SET_BYTES} bytes); the upstream must offer \
-         fewer or smaller tools"
-    ))
+
+    fn item(self) -> &'static str {
+        match self {
+            Self::Tools => "tool",
+            Self::Prompts => "prompt",
+            Self::Resources => "resource",
+            Self::ResourceTemplates => "resource template",
+        }
+    }
+
+    /// Most items of this list one connector may offer.
+    pub fn max_count(self) -> usize {
+        match self {
+            Self::Tools => MAX_TOOLS,
+            Self::Prompts => MAX_PROMPTS,
+            Self::Resources => MAX_RESOURCES,
+            Self::ResourceTemplates => MAX_RESOURCE_TEMPLATES,
+        }
+    }
+
+    /// Most bytes of definitions (each item's name or URI plus its JSON) of this list.
+    pub fn max_bytes(self) -> usize {
+        match self {
+            Self::Tools => MAX_TOOL_SET_BYTES,
+            Self::Prompts => MAX_PROMPT_SET_BYTES,
+            Self::Resources => MAX_RESOURCE_SET_BYTES,
+            Self::ResourceTemplates => MAX_RESOURCE_TEMPLATE_SET_BYTES,
+        }
+    }
+
+    /// Why `count` items of `bytes` bytes are refused, or `None` when they fit.
+    pub fn problem(self, count: usize, bytes: usize) -> Option<String> {
+        let (max_count, max_bytes) = (self.max_count(), self.max_bytes());
+        if count <= max_count && bytes <= max_bytes {
+            return None;
+        }
+        let (items, item) = (self.items(), self.item());
+        Some(format!(
+            "the {item} set is too large: {count} {items} and {bytes} bytes of {item} \
+             definitions (limits: {max_count} {items}, {max_bytes} bytes); the upstream must \
+             offer fewer or smaller {items}"
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -48,5 +135,28 @@ mod tests {
             "{p}"
         );
         assert!(tool_set_problem(1, MAX_TOOL_SET_BYTES + 1).is_some());
+    }
+
+    #[test]
+    fn every_list_names_itself_and_its_limits() {
+        let p = OfferedList::Prompts.problem(20_000, 10).unwrap_or_default();
+        assert!(
+            p.starts_with("the prompt set is too large: 20000 prompts")
+                && p.contains("limits: 10000 prompts"),
+            "{p}"
+        );
+        let r = OfferedList::Resources
+            .problem(1, MAX_RESOURCE_SET_BYTES + 1)
+            .unwrap_or_default();
+        assert!(
+            r.starts_with("the resource set is too large: 1 resources"),
+            "{r}"
+        );
+        let t = OfferedList::ResourceTemplates.problem(10_001, 0);
+        assert!(t.is_some_and(|t| t.contains("resource template set")));
+        assert_eq!(
+            OfferedList::Prompts.problem(MAX_PROMPTS, MAX_PROMPT_SET_BYTES),
+            None
+        );
     }
 }

@@ -10,7 +10,7 @@ use tutti_proto::kernel::{
     LaunchSpec, OfferToolsReply, OfferToolsRequest, OfferedPrompt, OfferedResource, OfferedTool,
     RefreshWorkerTokenRequest, RegisterWorkerRequest, WorkerReport, WorkerReportKind,
 };
-use tutti_proto::limits;
+use tutti_proto::limits::{self, OfferedList};
 use tutti_proto::transport;
 
 use crate::bearer::Bearer;
@@ -128,41 +128,50 @@ impl KernelLink {
         server_name: &str,
     ) -> Result<OfferToolsReply, WorkerError> {
         let mut client = self.client.clone();
-        let mut tools = offered(tools);
-        let bytes: usize = tools
+        let prompts = catalog
+            .prompts
             .iter()
-            .map(|t| limits::tool_bytes(&t.upstream_name, &t.definition_json))
-            .sum();
-        // Over the limits the list is not sent (it may not even fit in one message): the
-        // kernel refuses the offer by its size, naming the limit.
-        let (withheld_tools, withheld_bytes) = match limits::tool_set_problem(tools.len(), bytes) {
-            Some(_) => (tools.len() as u64, bytes as u64),
-            None => (0, 0),
-        };
-        if withheld_tools > 0 {
-            tools.clear();
-        }
+            .map(|p| OfferedPrompt {
+                upstream_name: string_field(p, "name"),
+                definition_json: p.to_string(),
+            })
+            .collect();
+        let prompt_bytes =
+            |p: &OfferedPrompt| limits::item_bytes(&p.upstream_name, &p.definition_json);
+        let resource_bytes = |r: &OfferedResource| limits::item_bytes(&r.uri, &r.definition_json);
+        let tool_bytes = |t: &OfferedTool| limits::tool_bytes(&t.upstream_name, &t.definition_json);
+        let tools = within_limits(OfferedList::Tools, offered(tools), tool_bytes);
+        let prompts = within_limits(OfferedList::Prompts, prompts, prompt_bytes);
+        let resources = within_limits(
+            OfferedList::Resources,
+            offered_resources(&catalog.resources, "uri"),
+            resource_bytes,
+        );
+        let templates = within_limits(
+            OfferedList::ResourceTemplates,
+            offered_resources(&catalog.templates, "uriTemplate"),
+            resource_bytes,
+        );
         let request = OfferToolsRequest {
             key: self.key.clone(),
             generation: self.generation,
             worker_token: self.token.clone(),
-            tools,
+            tools: tools.items,
             protocol_version: protocol_version.to_owned(),
             server_name: server_name.to_owned(),
-            withheld_tools,
-            withheld_bytes,
-            prompts: catalog
-                .prompts
-                .iter()
-                .map(|p| OfferedPrompt {
-                    upstream_name: string_field(p, "name"),
-                    definition_json: p.to_string(),
-                })
-                .collect(),
-            resources: offered_resources(&catalog.resources, "uri"),
-            resource_templates: offered_resources(&catalog.templates, "uriTemplate"),
+            withheld_tools: tools.withheld,
+            withheld_bytes: tools.withheld_bytes,
+            prompts: prompts.items,
+            resources: resources.items,
+            resource_templates: templates.items,
             completions: catalog.completions,
             resources_subscribe: catalog.subscribe,
+            withheld_prompts: prompts.withheld,
+            withheld_prompt_bytes: prompts.withheld_bytes,
+            withheld_resources: resources.withheld,
+            withheld_resource_bytes: resources.withheld_bytes,
+            withheld_templates: templates.withheld,
+            withheld_template_bytes: templates.withheld_bytes,
         };
         Self::rpc("OfferTools", client.offer_tools(request)).await
     }
@@ -193,6 +202,31 @@ impl KernelLink {
         if let Err(e) = Self::rpc("ReportWorker", client.report_worker(request)).await {
             tracing::warn!(%kind, error = %e, "could not report to the kernel");
         }
+    }
+}
+
+/// One list of an offer as sent: its items, or none when it is over its limits (it may not
+/// even fit in one message), with how many items and bytes were withheld; the kernel then
+/// refuses the offer by its size, naming the list and the limit.
+struct Bounded<T> {
+    items: Vec<T>,
+    withheld: u64,
+    withheld_bytes: u64,
+}
+
+fn within_limits<T>(list: OfferedList, items: Vec<T>, bytes: impl Fn(&T) -> usize) -> Bounded<T> {
+    let total: usize = items.iter().map(bytes).sum();
+    match list.problem(items.len(), total) {
+        None => Bounded {
+            items,
+            withheld: 0,
+            withheld_bytes: 0,
+        },
+        Some(_) => Bounded {
+            withheld: u64::try_from(items.len()).unwrap_or(u64::MAX),
+            withheld_bytes: u64::try_from(total).unwrap_or(u64::MAX),
+            items: Vec::new(),
+        },
     }
 }
 

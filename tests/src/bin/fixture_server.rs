@@ -107,6 +107,15 @@ struct Args {
     /// Offer the conformance suite's prompts, resources, template and completion.
     #[arg(long)]
     conformance_catalog: bool,
+    /// Offer N generated prompts prompt_0000…; declares `prompts`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    many_prompts: usize,
+    /// Offer N generated text resources gen://r/0000…; declares `resources`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    many_resources: usize,
+    /// Offer a resource gen://big whose description is N bytes; declares `resources`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    big_resource: usize,
     /// Every N ms: `notifications/resources/updated` for each subscribed URI and a log
     /// message outside any request (stdio only).
     #[arg(long, value_name = "MS")]
@@ -143,6 +152,9 @@ fn main() -> anyhow::Result<()> {
         resources: a.resources,
         prompts: a.prompts,
         conformance_catalog: a.conformance_catalog,
+        many_prompts: a.many_prompts,
+        many_resources: a.many_resources,
+        big_resource: a.big_resource,
         tick_ms: a.tick_ms,
         http_mode: fixture::HttpMode {
             stateless: a.stateless,
