@@ -7,9 +7,13 @@
 //! A request of the upstream belongs to one call:
 //! - an HTTP upstream sends it on the response stream of that call's POST (rmcp marks it
 //!   `InboundStreamOrigin::OutboundRequest(id)`);
-//! - otherwise (stdio, or the standalone GET stream) only when exactly one call is in flight:
-//!   a request that could belong to two callers (two sessions) is never guessed, the upstream
-//!   gets an error.
+//! - a stdio upstream's request names no call: it belongs to the one call in flight, when
+//!   exactly one is; a request that could belong to two callers (two sessions) is never
+//!   guessed, the upstream gets an error;
+//! - an HTTP upstream's request on its standalone GET stream is, by the transport's rule,
+//!   unrelated to any call (server-everything asks `roots/list` there 350 ms after
+//!   `initialized`): it is relayed to the one call in flight only when that call's client
+//!   can answer it, and it never ends a call whose client cannot ([`Origin::Unassociated`]).
 //!
 //! The caller's answer comes back through `AnswerUpstreamRequest` ([`Relay::answer`]); a
 //! request ends unanswered when its call ends (the caller's sink closes), when the upstream
@@ -55,6 +59,26 @@ pub(crate) struct RelayTo {
     pub(crate) logs: bool,
     /// A request ends the call ([`Relayed::Missing`]).
     pub(crate) refuse: bool,
+}
+
+/// Where a request or notification of the upstream came from, as far as the transport says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Origin<'a> {
+    /// The response stream of this call's POST (an HTTP upstream).
+    Call(&'a RequestId),
+    /// An HTTP upstream's standalone stream (or a POST stream tied to no request).
+    Unassociated,
+    /// The transport cannot tell (stdio).
+    Unknown,
+}
+
+impl<'a> Origin<'a> {
+    fn call(self) -> Option<&'a RequestId> {
+        match self {
+            Origin::Call(id) => Some(id),
+            Origin::Unassociated | Origin::Unknown => None,
+        }
+    }
 }
 
 /// The client's answer to one relayed request.
@@ -105,18 +129,25 @@ impl Relay {
     }
 
     /// The call a request or notification of the upstream belongs to (see the module doc).
-    fn target(&self, origin: Option<&RequestId>) -> Result<Option<RelayTo>, ErrorData> {
+    fn target(&self, origin: Origin<'_>) -> Result<Option<RelayTo>, ErrorData> {
         let inner = self
             .inner
             .lock()
             .map_err(|_| error(INTERNAL_ERROR, "relay table poisoned"))?;
-        if let Some(id) = origin
+        if let Some(id) = origin.call()
             && let Some(to) = inner.calls.get(id)
         {
             return Ok(to.clone());
         }
         let mut calls = inner.calls.values();
         match (calls.next(), calls.next()) {
+            // Sent outside any call by the transport's own account: only a client that can
+            // answer gets it; a call whose client cannot is not ended for it.
+            (Some(Some(to)), None) if origin == Origin::Unassociated && !to.requests => Err(error(
+                METHOD_NOT_FOUND,
+                "this request came on the upstream's standalone stream, outside any tool \
+                     call, and the one call in flight cannot answer it",
+            )),
             (Some(to), None) => Ok(to.clone()),
             (None, _) => Err(error(
                 INTERNAL_ERROR,
@@ -135,7 +166,7 @@ impl Relay {
     /// upstream cancelled the request (`ct`).
     pub(crate) async fn ask(
         &self,
-        origin: Option<&RequestId>,
+        origin: Origin<'_>,
         method: &str,
         params: Value,
         ct: CancellationToken,
@@ -207,7 +238,7 @@ impl Relay {
     /// Passes one `notifications/message` (params as JSON) to the caller of the call it
     /// belongs to, when that caller wants logs; a message no call claims is handed back (for
     /// `WatchLogs`); otherwise it is dropped.
-    pub(crate) fn log(&self, origin: Option<&RequestId>, params: String) -> Option<String> {
+    pub(crate) fn log(&self, origin: Origin<'_>, params: String) -> Option<String> {
         if self.unclaimed(origin) {
             return Some(params);
         }
@@ -221,9 +252,9 @@ impl Relay {
 
     /// Whether a message from `origin` belongs to no call: it names none in flight, and no
     /// call is in flight at all (rest21: such log messages go to the GET streams).
-    fn unclaimed(&self, origin: Option<&RequestId>) -> bool {
+    fn unclaimed(&self, origin: Origin<'_>) -> bool {
         self.inner.lock().is_ok_and(|inner| {
-            inner.calls.is_empty() && origin.is_none_or(|id| !inner.calls.contains_key(id))
+            inner.calls.is_empty() && origin.call().is_none_or(|id| !inner.calls.contains_key(id))
         })
     }
 
@@ -278,7 +309,12 @@ mod tests {
         let relay = Arc::new(Relay::default());
         let (to, mut rx) = relaying(true);
         let _call = relay.enter(RequestId::Number(1), Some(to));
-        let asking = relay.ask(None, "roots/list", json!({}), CancellationToken::new());
+        let asking = relay.ask(
+            Origin::Unknown,
+            "roots/list",
+            json!({}),
+            CancellationToken::new(),
+        );
         let answering = async {
             let Some(Relayed::Request { id, method, .. }) = rx.recv().await else {
                 panic!("no request relayed");
@@ -299,10 +335,17 @@ mod tests {
         let _a = relay.enter(RequestId::Number(1), Some(a));
         let _b = relay.enter(RequestId::Number(2), Some(b));
         let ct = CancellationToken::new;
-        let ambiguous = relay.ask(None, "roots/list", json!({}), ct()).await;
+        let ambiguous = relay
+            .ask(Origin::Unknown, "roots/list", json!({}), ct())
+            .await;
         assert!(ambiguous.is_err());
         // The HTTP origin names the call.
-        let named = relay.ask(Some(&RequestId::Number(2)), "roots/list", json!({}), ct());
+        let named = relay.ask(
+            Origin::Call(&RequestId::Number(2)),
+            "roots/list",
+            json!({}),
+            ct(),
+        );
         let answer = async {
             if let Some(Relayed::Request { id, .. }) = rb.recv().await {
                 relay.answer(&id, Ok(json!({"roots": []})));
@@ -313,14 +356,16 @@ mod tests {
 
         let relay = Arc::new(Relay::default());
         let _plain = relay.enter(RequestId::Number(3), None);
-        let refused = relay.ask(None, "elicitation/create", json!({}), ct()).await;
+        let refused = relay
+            .ask(Origin::Unknown, "elicitation/create", json!({}), ct())
+            .await;
         assert_eq!(refused.err().map(|e| e.code.0), Some(METHOD_NOT_FOUND));
         let (declines, _r) = relaying(false);
         drop(_plain);
         let _no = relay.enter(RequestId::Number(4), Some(declines));
         assert!(
             relay
-                .ask(None, "sampling/createMessage", json!({}), ct())
+                .ask(Origin::Unknown, "sampling/createMessage", json!({}), ct())
                 .await
                 .is_err()
         );
@@ -331,7 +376,12 @@ mod tests {
         let relay = Arc::new(Relay::default());
         let (to, rx) = relaying(true);
         let call = relay.enter(RequestId::Number(1), Some(to));
-        let asking = relay.ask(None, "roots/list", json!({}), CancellationToken::new());
+        let asking = relay.ask(
+            Origin::Unknown,
+            "roots/list",
+            json!({}),
+            CancellationToken::new(),
+        );
         let ending = async {
             tokio::task::yield_now().await;
             drop(call);
@@ -346,5 +396,54 @@ mod tests {
                 .map(|i| i.pending.is_empty())
                 .unwrap_or(false)
         );
+    }
+
+    #[tokio::test]
+    async fn a_request_from_the_standalone_stream_never_ends_a_call_that_cannot_answer_it() {
+        // server-everything asks roots/list on its GET stream 350 ms after `initialized`; a
+        // modern call without the roots capability in flight then must go on (the CI failure
+        // of session 10: the call ended with -32021).
+        let relay = Arc::new(Relay::default());
+        let (sink, mut refused) = mpsc::channel(1);
+        let refusing = RelayTo {
+            sink,
+            requests: false,
+            logs: false,
+            refuse: true,
+        };
+        let _call = relay.enter(RequestId::Number(1), Some(refusing.clone()));
+        let ct = CancellationToken::new;
+        let answer = relay
+            .ask(Origin::Unassociated, "roots/list", json!({}), ct())
+            .await;
+        assert_eq!(answer.err().map(|e| e.code.0), Some(METHOD_NOT_FOUND));
+        assert!(refused.try_recv().is_err(), "the call was not told to end");
+        // The same request on the call's own stream does end it, as SPEC §11 prescribes.
+        let answer = relay
+            .ask(
+                Origin::Call(&RequestId::Number(1)),
+                "roots/list",
+                json!({}),
+                ct(),
+            )
+            .await;
+        assert!(answer.is_err());
+        assert_eq!(
+            refused.try_recv().ok(),
+            Some(Relayed::Missing("roots/list".into()))
+        );
+        drop(_call);
+        // A relaying call still gets the standalone request (server-everything's
+        // get-roots-list asks there during the call).
+        let (to, mut rx) = relaying(true);
+        let _call = relay.enter(RequestId::Number(2), Some(to));
+        let asking = relay.ask(Origin::Unassociated, "roots/list", json!({}), ct());
+        let answering = async {
+            if let Some(Relayed::Request { id, .. }) = rx.recv().await {
+                relay.answer(&id, Ok(json!({"roots": []})));
+            }
+        };
+        let (answer, ()) = tokio::join!(asking, answering);
+        assert_eq!(answer, Ok(json!({"roots": []})));
     }
 }

@@ -39,7 +39,7 @@ use crate::http::{HttpClient, SessionEvent};
 use crate::mrtr;
 use crate::platform;
 use crate::redact::Redactor;
-use crate::relay::{Relay, RelayTo};
+use crate::relay::{Origin, Relay, RelayTo};
 use crate::results::{CallResults, Expected};
 use crate::stdio::{self, MAX_STDOUT_LINE, NonJsonCounter};
 
@@ -708,10 +708,7 @@ impl Handler {
         params: Value,
         context: &RequestContext<RoleClient>,
     ) -> Result<T, rmcp::ErrorData> {
-        let origin = match context.extensions.get::<InboundStreamOrigin>() {
-            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
-            _ => None,
-        };
+        let origin = origin(&context.extensions);
         let answer = self
             .relay
             .ask(origin, method, params, context.ct.clone())
@@ -722,6 +719,15 @@ impl Handler {
                 None,
             )
         })
+    }
+}
+
+/// Where rmcp says a request or notification of the upstream came from.
+fn origin(extensions: &rmcp::model::Extensions) -> Origin<'_> {
+    match extensions.get::<InboundStreamOrigin>() {
+        Some(InboundStreamOrigin::OutboundRequest(id)) => Origin::Call(id),
+        Some(InboundStreamOrigin::Unassociated) => Origin::Unassociated,
+        None => Origin::Unknown,
     }
 }
 
@@ -779,10 +785,7 @@ impl ClientHandler for Handler {
         params: rmcp::model::LoggingMessageNotificationParam,
         context: NotificationContext<RoleClient>,
     ) {
-        let origin = match context.extensions.get::<InboundStreamOrigin>() {
-            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
-            _ => None,
-        };
+        let origin = origin(&context.extensions);
         if let Some(unclaimed) = self.relay.log(origin, to_value(&params).to_string()) {
             // Nobody watching (no frontend stream yet) is fine.
             let _ = self.logs.send(unclaimed);
