@@ -9,7 +9,8 @@
 //!   `InboundStreamOrigin::OutboundRequest(id)`);
 //! - a stdio upstream's request names no call: it belongs to the one call in flight, when
 //!   exactly one is; a request that could belong to two callers (two sessions) is never
-//!   guessed, the upstream gets an error;
+//!   guessed, the upstream gets an error; `roots/list`, which servers send on their own, is
+//!   treated as unassociated (below);
 //! - an HTTP upstream's request on its standalone GET stream is, by the transport's rule,
 //!   unrelated to any call (server-everything asks `roots/list` there 350 ms after
 //!   `initialized`): it is relayed to the one call in flight only when that call's client
@@ -171,6 +172,13 @@ impl Relay {
         params: Value,
         ct: CancellationToken,
     ) -> Answer {
+        // Servers ask `roots/list` on their own (after `initialized`, on
+        // `roots/list_changed`), unrelated to any call; a stdio upstream's cannot be told
+        // apart, so it is taken as unrelated: it never ends a call.
+        let origin = match origin {
+            Origin::Unknown if method == "roots/list" => Origin::Unassociated,
+            origin => origin,
+        };
         self.ask_caller(self.target(origin)?, method, params, ct)
             .await
     }
@@ -445,5 +453,21 @@ mod tests {
         };
         let (answer, ()) = tokio::join!(asking, answering);
         assert_eq!(answer, Ok(json!({"roots": []})));
+        drop(_call);
+        // A stdio upstream's roots/list names no call either: it does not end one.
+        let _call = relay.enter(RequestId::Number(3), Some(refusing));
+        let answer = relay
+            .ask(Origin::Unknown, "roots/list", json!({}), ct())
+            .await;
+        assert!(answer.is_err());
+        assert!(refused.try_recv().is_err(), "the call was not told to end");
+        // Sampling during the one call in flight is that call's: the call is told.
+        let _ = relay
+            .ask(Origin::Unknown, "sampling/createMessage", json!({}), ct())
+            .await;
+        assert_eq!(
+            refused.try_recv().ok(),
+            Some(Relayed::Missing("sampling/createMessage".into()))
+        );
     }
 }
