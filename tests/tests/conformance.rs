@@ -18,10 +18,17 @@ use tutti_tests::{
 
 /// The upstream tools of the `test` connector: the suite's tool scenarios, the diagnostic
 /// tools of `server-stateless` (`logging_tool`, `streaming_elicitation`,
-/// `trigger_tool_change`) and one `x-mcp-header` tool (`param_header`).
-const TEST_TOOLS: &str =
-    "conformance,logging_tool,streaming_elicitation,trigger_tool_change,param_header";
-const REVISIONS: [&str; 2] = ["2026-07-28", "2025-11-25"];
+/// `trigger_tool_change`), one `x-mcp-header` tool (`param_header`) and the tools of the relay
+/// scenarios, which ask their client during the call (`conformance_relay`: `test_sampling`,
+/// `test_elicitation`, `test_missing_capability`, `test_input_required_result_*`, …).
+const TEST_TOOLS: &str = "conformance,logging_tool,streaming_elicitation,trigger_tool_change,\
+     param_header,conformance_relay";
+/// The legacy set runs first: the modern set's `input-required-result-*` scenarios leave
+/// calls parked behind `input_required` answers they never resume, each pending at the stdio
+/// upstream until the call timeout, and while more than one call is in flight a stdio
+/// upstream's request cannot be told apart (SPEC §11): the legacy relay scenarios would meet
+/// them.
+const REVISIONS: [&str; 2] = ["2025-11-25", "2026-07-28"];
 
 fn expected_failures() -> PathBuf {
     repo_root()
