@@ -35,9 +35,13 @@ impl PySdk {
     /// Runs `script args…` with the venv's Python; its stderr goes to `stderr`.
     pub fn spawn(script: &Path, args: &[&str], token: &str, stderr: PathBuf) -> PySdk {
         let venv = require_python_venv();
+        let python = match cfg!(windows) {
+            true => venv.join("Scripts").join("python.exe"),
+            false => venv.join("bin").join("python"),
+        };
         let err = std::fs::File::create(&stderr)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", stderr.display()));
-        let mut child = Command::new(venv.join("bin").join("python"))
+        let mut child = Command::new(python)
             .arg(script)
             .args(args)
             .env("TUTTI_TEST_TOKEN", token)
