@@ -6,60 +6,24 @@
 //! with the dead token is refused.
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tutti_tests::{Runtime, RuntimeOptions, fixture_connector, repo_root, require_python_venv};
+use tutti_tests::{PySdk, Runtime, RuntimeOptions, fixture_connector, py_script};
 
 const READY: Duration = Duration::from_secs(30);
 /// The acceptance bound: a change reaches the stream within 1 s.
 const AT_ONCE: Duration = Duration::from_secs(1);
 const CLIENT_START: Duration = Duration::from_secs(60);
 
-/// The SDK client: its JSON lines on `lines`.
-struct PyClient {
-    child: Child,
-    lines: Receiver<Value>,
-    stderr: PathBuf,
-}
+/// The SDK client (`tests/py/live_list_client.py`) and its JSON lines.
+struct PyClient(PySdk);
 
 impl PyClient {
     fn spawn(rt: &Runtime, token: &str, name: &str) -> PyClient {
-        let venv = require_python_venv();
         let stderr = rt.root().join(format!("live-list-{name}.stderr"));
-        let err = std::fs::File::create(&stderr).unwrap_or_else(|e| panic!("stderr file: {e}"));
-        let mut child = Command::new(venv.join("bin").join("python"))
-            .arg(repo_root().join("tests/py/live_list_client.py"))
-            .arg(rt.frontend_url())
-            .env("TUTTI_TEST_TOKEN", token)
-            .env_remove("HTTP_PROXY")
-            .env_remove("http_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("all_proxy")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run the Python client: {e}"));
-        let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        let py = PyClient {
-            child,
-            lines,
-            stderr,
-        };
+        let script = py_script("live_list_client.py");
+        let py = PyClient(PySdk::spawn(&script, &[rt.frontend_url()], token, stderr));
         // The SDK opens its GET stream at `notifications/initialized`, so "get-open" and
         // "listed" come in either order.
         let (mut listed, mut open) = (None, false);
@@ -81,27 +45,7 @@ impl PyClient {
 
     /// Skips lines until one satisfies `pred` within `timeout`; that line.
     fn until(&self, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(v) if v["event"] == "error" => {
-                    panic!(
-                        "the client failed before {what}: {v}\n{}",
-                        self.stderr_text()
-                    )
-                }
-                Ok(v) if pred(&v) => return v,
-                Ok(_) => {}
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "no {what} within {timeout:?}\nstderr: {}",
-                    self.stderr_text()
-                ),
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("the client ended before {what}\n{}", self.stderr_text())
-                }
-            }
-        }
+        self.0.until(what, timeout, pred)
     }
 
     /// Waits for `notifications/tools/list_changed` after `change` ran; asserts it came
@@ -133,17 +77,6 @@ impl PyClient {
             v["event"] == "get-open" || v["event"] == "get-error"
         });
         assert_eq!(next["event"], "get-error", "{what}: reconnected: {next}");
-    }
-
-    fn stderr_text(&self) -> String {
-        tutti_tests::file_tail(&self.stderr, 30)
-    }
-}
-
-impl Drop for PyClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

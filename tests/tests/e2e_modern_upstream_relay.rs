@@ -8,18 +8,13 @@
 //!
 //! The upstream is the fixture server over `--http --stateless` with its `mrtr_confirm` tool.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::fixture::MRTR_STATE_MARK;
-use tutti_tests::{FixtureHttp, Runtime, RuntimeOptions, require_python_venv, result_texts};
+use tutti_tests::{FixtureHttp, PySdk, Runtime, RuntimeOptions, result_texts};
 
 const READY: Duration = Duration::from_secs(30);
-const CLIENT_RUN: Duration = Duration::from_secs(90);
 /// The tool as the agent sees it (connector `up`).
 const TOOL: &str = "up_mrtr_confirm";
 
@@ -70,75 +65,10 @@ except Exception as e:
     sys.exit(1)
 "#;
 
-struct PyClient {
-    child: Child,
-    lines: Receiver<Value>,
-    stderr: PathBuf,
-}
-
-impl PyClient {
-    fn spawn(rt: &Runtime, token: &str, args: &[&str]) -> PyClient {
-        let venv = require_python_venv();
-        let script = rt.root().join("mrtr_client.py");
-        std::fs::write(&script, PY_CLIENT).unwrap_or_else(|e| panic!("write script: {e}"));
-        let stderr = rt.root().join(format!("py-{}-{}.stderr", args[0], args[2]));
-        let err_file = std::fs::File::create(&stderr).unwrap_or_else(|e| panic!("stderr: {e}"));
-        let mut child = Command::new(venv.join("bin").join("python"))
-            .arg(&script)
-            .args(args)
-            .env("TUTTI_TEST_TOKEN", token)
-            .env("PYTHONWARNINGS", "ignore")
-            .env_remove("HTTP_PROXY")
-            .env_remove("http_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("all_proxy")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(err_file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run the Python client: {e}"));
-        let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        PyClient {
-            child,
-            lines,
-            stderr,
-        }
-    }
-
-    fn next(&self, what: &str) -> Value {
-        let tail = || tutti_tests::file_tail(&self.stderr, 40);
-        match self.lines.recv_timeout(CLIENT_RUN) {
-            Ok(v) => {
-                assert_ne!(
-                    v["event"],
-                    "error",
-                    "Python client failed waiting for {what}: {v}\n{}",
-                    tail()
-                );
-                v
-            }
-            Err(RecvTimeoutError::Timeout) => panic!("Python client: no {what}\n{}", tail()),
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!("Python client ended before {what}\n{}", tail())
-            }
-        }
-    }
-}
-
-impl Drop for PyClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The client script with `args`; its stderr under the runtime's root.
+fn py_client(rt: &Runtime, token: &str, args: &[&str]) -> PySdk {
+    let stderr = rt.root().join(format!("py-{}-{}.stderr", args[0], args[2]));
+    PySdk::spawn_inline(rt.root(), "mrtr_client.py", PY_CLIENT, args, token, stderr)
 }
 
 /// A runtime with the stateless fixture (2026-07-28) installed as connector `up`, and a token.
@@ -170,7 +100,7 @@ fn run_both_eras(rt: &Runtime, token: &str, what: &str, calls: &Value) -> Vec<(S
     let n = calls.as_array().map_or(0, Vec::len);
     let mut events = Vec::new();
     for mode in ["legacy", "auto"] {
-        let py = PyClient::spawn(rt, token, &[what, rt.frontend_url(), mode, &calls_json]);
+        let py = py_client(rt, token, &[what, rt.frontend_url(), mode, &calls_json]);
         let connected = py.next("connected");
         if mode == "auto" {
             assert_eq!(connected["protocolVersion"], "2026-07-28", "{connected}");
@@ -283,7 +213,7 @@ fn an_unanswered_question_ends_with_the_calls_timeout() {
     const CALL_MS: u64 = 3_000;
     let (rt, _fixture, token) = runtime_with_call_timeout(CALL_MS);
     let calls = json!([[TOOL, {}]]).to_string();
-    let py = PyClient::spawn(&rt, &token, &["hang", rt.frontend_url(), "legacy", &calls]);
+    let py = py_client(&rt, &token, &["hang", rt.frontend_url(), "legacy", &calls]);
     py.next("connected");
     let started = Instant::now();
     let event = py.next("the call's end");

@@ -5,20 +5,12 @@
 //! client asked for them, tagged `<key>/…`; a client without the capability gets what SPEC
 //! §11 says; the call's audit record names the relayed kinds and outcomes.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::{
-    Runtime, RuntimeOptions, free_port, npm_package, require_node22, require_python_venv,
-};
+use tutti_tests::{EverythingHttp, PySdk, Runtime, RuntimeOptions, everything_http_manifest};
 
 const READY: Duration = Duration::from_secs(30);
-const CLIENT_RUN: Duration = Duration::from_secs(90);
 
 /// The Python SDK client, driven by argv; prints one JSON object per line.
 const PY_CLIENT: &str = r#"
@@ -107,137 +99,17 @@ except Exception as e:
     sys.exit(1)
 "#;
 
-struct PyClient {
-    child: Child,
-    lines: Receiver<Value>,
-    stderr: PathBuf,
-}
-
-impl PyClient {
-    fn spawn(rt: &Runtime, token: &str, args: &[&str]) -> PyClient {
-        let venv = require_python_venv();
-        let script = rt.root().join("relay_client.py");
-        std::fs::write(&script, PY_CLIENT).unwrap_or_else(|e| panic!("write script: {e}"));
-        let stderr = rt.root().join(format!("py-{}-{}.stderr", args[0], args[2]));
-        let err_file = std::fs::File::create(&stderr).unwrap_or_else(|e| panic!("stderr: {e}"));
-        let mut child = Command::new(venv.join("bin").join("python"))
-            .arg(&script)
-            .args(args)
-            .env("TUTTI_TEST_TOKEN", token)
-            .env("PYTHONWARNINGS", "ignore")
-            .env_remove("HTTP_PROXY")
-            .env_remove("http_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("all_proxy")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(err_file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run the Python client: {e}"));
-        let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        PyClient {
-            child,
-            lines,
-            stderr,
-        }
-    }
-
-    fn next(&self, what: &str) -> Value {
-        match self.lines.recv_timeout(CLIENT_RUN) {
-            Ok(v) => {
-                assert_ne!(
-                    v["event"],
-                    "error",
-                    "Python client failed waiting for {what}: {v}\n{}",
-                    self.stderr_text()
-                );
-                v
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                panic!("Python client: no {what}\n{}", self.stderr_text())
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!("Python client ended before {what}\n{}", self.stderr_text())
-            }
-        }
-    }
-
-    fn stderr_text(&self) -> String {
-        tutti_tests::file_tail(&self.stderr, 40)
-    }
-}
-
-impl Drop for PyClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// server-everything in `streamableHttp` mode; killed on drop.
-struct Everything(Child);
-
-impl Drop for Everything {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_everything(rt: &Runtime) -> (Everything, String) {
-    let node = require_node22();
-    let pkg = npm_package("@modelcontextprotocol/server-everything").unwrap_or_else(|| {
-        panic!(
-            "this test needs @modelcontextprotocol/server-everything under .tools/npm: \
-             run scripts/install-test-tools"
-        )
-    });
-    let port = free_port();
-    let stderr = std::fs::File::create(rt.root().join("everything.stderr"))
-        .unwrap_or_else(|e| panic!("stderr file: {e}"));
-    let child = Command::new(node)
-        .arg(pkg.join("dist").join("index.js"))
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .current_dir(rt.root())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start server-everything: {e}"));
-    let server = Everything(child);
-    let deadline = Instant::now() + READY;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "server-everything did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (server, format!("http://127.0.0.1:{port}/mcp"))
+/// The client script with `args`; its stderr under the runtime's root.
+fn py_client(rt: &Runtime, token: &str, args: &[&str]) -> PySdk {
+    let stderr = rt.root().join(format!("py-{}-{}.stderr", args[0], args[2]));
+    PySdk::spawn_inline(rt.root(), "relay_client.py", PY_CLIENT, args, token, stderr)
 }
 
 /// A runtime with server-everything installed as connector `ev`, ready, and a token.
-fn runtime_with_everything() -> (Runtime, Everything, String) {
+fn runtime_with_everything() -> (Runtime, EverythingHttp, String) {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let (server, url) = start_everything(&rt);
-    let manifest = json!({
-        "key": "ev",
-        "name": "Everything",
-        "description": "server-everything over Streamable HTTP",
-        "version": "1.0.0",
-        "mcp": {"transport": "http", "url": url},
-    });
-    rt.install_ok(&manifest, &[]);
+    let server = EverythingHttp::start(rt.root());
+    rt.install_ok(&everything_http_manifest("ev", &server.url), &[]);
     rt.wait_status("ev", "ready", READY);
     let token = rt.issue_token("w", "relay");
     (rt, server, token)
@@ -276,7 +148,7 @@ fn python_sdk_answers_the_upstreams_elicitation_sampling_and_roots_in_both_eras(
     ])
     .to_string();
     for mode in ["legacy", "auto"] {
-        let py = PyClient::spawn(&rt, &token, &["answer", rt.frontend_url(), mode, &calls]);
+        let py = py_client(&rt, &token, &["answer", rt.frontend_url(), mode, &calls]);
         py.next("connected");
         let elicit = py.next("the elicitation call");
         assert_eq!(elicit["event"], "called", "mode={mode}: {elicit}");
@@ -331,7 +203,7 @@ fn a_declined_elicitation_reaches_the_upstream_as_a_decline_in_both_eras() {
     let (rt, _everything, token) = runtime_with_everything();
     let calls = json!([["ev_trigger-elicitation-request", {}]]).to_string();
     for mode in ["legacy", "auto"] {
-        let py = PyClient::spawn(&rt, &token, &["decline", rt.frontend_url(), mode, &calls]);
+        let py = py_client(&rt, &token, &["decline", rt.frontend_url(), mode, &calls]);
         py.next("connected");
         let called = py.next("the elicitation call");
         assert_eq!(called["event"], "called", "mode={mode}: {called}");
@@ -348,7 +220,7 @@ fn a_client_without_the_capability_gets_what_each_era_prescribes() {
     let calls =
         json!([["ev_trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}]]).to_string();
     // Legacy: the upstream receives an error (server-everything then fails its tool).
-    let py = PyClient::spawn(&rt, &token, &["plain", rt.frontend_url(), "legacy", &calls]);
+    let py = py_client(&rt, &token, &["plain", rt.frontend_url(), "legacy", &calls]);
     py.next("connected");
     let legacy = py.next("the legacy call");
     assert!(
@@ -362,7 +234,7 @@ fn a_client_without_the_capability_gets_what_each_era_prescribes() {
     );
     drop(py);
     // Modern: -32021 before anything of the client reaches the upstream.
-    let py = PyClient::spawn(&rt, &token, &["plain", rt.frontend_url(), "auto", &calls]);
+    let py = py_client(&rt, &token, &["plain", rt.frontend_url(), "auto", &calls]);
     py.next("connected");
     let modern = py.next("the modern call");
     assert_eq!(modern["event"], "failed", "{modern}");
@@ -378,7 +250,7 @@ fn log_messages_arrive_only_after_set_level_tagged_with_the_connector() {
     rt.wait_status("fx", "ready", READY);
     let token = rt.issue_token("w", "logs");
     for mode in ["legacy", "auto"] {
-        let py = PyClient::spawn(
+        let py = py_client(
             &rt,
             &token,
             &["logs", rt.frontend_url(), mode, "fx_logging_tool"],
