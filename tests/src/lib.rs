@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth_proxy;
+pub mod confirm;
 pub mod fixture;
 pub mod floor;
 mod mcp;
