@@ -647,13 +647,7 @@ async fn oauth_tokens_codes_and_client_secrets_appear_nowhere_but_secrets() {
     }
 
     // Argv and environment of the runtime's processes, while they run.
-    let mut leaks = Vec::new();
-    for pid in rt.process_set() {
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        if needles.iter().any(|n| secret_scan::contains(&environ, n)) {
-            leaks.push(format!("/proc/{pid}/environ"));
-        }
-    }
+    let mut leaks = secret_scan::environ_leaks(&needles, &rt.process_set(), |_| false);
     let running = secret_scan::Scan::default();
     leaks.extend(secret_scan::leaks(&needles, rt.state_dir(), &running));
 

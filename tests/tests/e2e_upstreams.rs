@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tutti_tests::{
     Mcp, Runtime, RuntimeOptions, fixture_bin, free_port, npm_package, proc_tree, require_node22,
-    require_python_venv, result_texts,
+    require_python_venv, result_texts, secret_scan,
 };
 
 /// Starting workers and upstreams on a loaded 2-core machine.
@@ -738,33 +738,6 @@ impl Transcript {
     }
 }
 
-/// Every regular file under `dir` (recursively), except under `skip`.
-fn files_under(dir: &Path, skip: &[PathBuf], out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if skip.iter().any(|s| path.starts_with(s)) {
-            continue;
-        }
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            files_under(&path, skip, out);
-        } else if meta.is_file() {
-            out.push(path);
-        }
-    }
-}
-
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w == needle.as_bytes())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn secret_values_appear_nowhere_but_secrets() {
     // Each value has its own random core: any output holding a core holds (part of) that
@@ -860,7 +833,9 @@ async fn secret_values_appear_nowhere_but_secrets() {
         let (_, _, body) = mcp.call_tool("leaky_echo", json!({"message": 5})).await;
         let body = body.to_string();
         assert!(
-            !needles.iter().any(|n| contains(body.as_bytes(), n)),
+            !needles
+                .iter()
+                .any(|n| secret_scan::contains(body.as_bytes(), n)),
             "{body}"
         );
     }
@@ -894,29 +869,14 @@ async fn secret_values_appear_nowhere_but_secrets() {
 
     // /proc/*/cmdline of every process (the remote server is the test's own and excluded),
     // and the environment of every runtime process except the upstreams that declared it.
-    let mut leaks = Vec::new();
     let fixture_path = rt.private_fixture().to_string_lossy().into_owned();
-    for p in proc_tree::snapshot() {
-        if p.pid == remote_server.pid() {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).unwrap_or_default();
-        if needles.iter().any(|n| contains(&cmdline, n)) {
-            leaks.push(format!("/proc/{}/cmdline: {}", p.pid, p.cmdline));
-        }
-    }
-    for pid in rt.process_set() {
-        let Some(info) = proc_tree::info(pid) else {
-            continue;
-        };
-        if info.cmdline.starts_with(&fixture_path) {
-            continue; // the upstream: its declared secret is in its environment by design
-        }
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        if needles.iter().any(|n| contains(&environ, n)) {
-            leaks.push(format!("/proc/{pid}/environ: {}", info.cmdline));
-        }
-    }
+    let mut leaks = secret_scan::cmdline_leaks(&needles, &[remote_server.pid()]);
+    leaks.extend(secret_scan::environ_leaks(
+        &needles,
+        &rt.process_set(),
+        // the upstream: its declared secret is in its environment by design
+        |p| p.cmdline.starts_with(&fixture_path),
+    ));
 
     // Every file of the state dir except secrets/ (stopping first flushes every log), the
     // runtime's own stdout/stderr, and every command's output.
@@ -926,7 +886,7 @@ async fn secret_values_appear_nowhere_but_secrets() {
     assert!(secrets_dir.is_dir(), "no secrets/ in {}", state.display());
     rt.stop();
     let mut files = Vec::new();
-    files_under(&state, std::slice::from_ref(&secrets_dir), &mut files);
+    secret_scan::files_under(&state, std::slice::from_ref(&secrets_dir), &mut files);
     files.push(root.join("up.stdout"));
     files.push(root.join("up.stderr"));
     assert!(
@@ -940,17 +900,8 @@ async fn secret_values_appear_nowhere_but_secrets() {
             && files.iter().any(|f| f.ends_with("registry.json")),
         "the state dir lacks expected files: {files:?}"
     );
-    for f in &files {
-        let bytes = std::fs::read(f).unwrap_or_default();
-        if needles.iter().any(|n| contains(&bytes, n)) {
-            leaks.push(format!("file {}", f.display()));
-        }
-    }
-    for (what, output) in &t.runs {
-        if needles.iter().any(|n| contains(output, n)) {
-            leaks.push(format!("output of `{what}`"));
-        }
-    }
+    leaks.extend(secret_scan::file_leaks(&needles, &files));
+    leaks.extend(secret_scan::output_leaks(&needles, &t.runs));
     assert!(t.runs.len() >= 15, "only {} commands ran", t.runs.len());
     assert!(
         leaks.is_empty(),
@@ -968,17 +919,17 @@ async fn secret_values_appear_nowhere_but_secrets() {
 
     // The values are where they belong.
     let mut secret_files = Vec::new();
-    files_under(&secrets_dir, &[], &mut secret_files);
+    secret_scan::files_under(&secrets_dir, &[], &mut secret_files);
     let stored: Vec<u8> = secret_files
         .iter()
         .flat_map(|f| std::fs::read(f).unwrap_or_default())
         .collect();
     assert!(
-        contains(&stored, &stdio_core) && contains(&stored, &http_core),
+        secret_scan::contains(&stored, &stdio_core) && secret_scan::contains(&stored, &http_core),
         "the secrets are not stored under secrets/"
     );
     assert!(
-        !contains(&stored, &wrong_core),
+        !secret_scan::contains(&stored, &wrong_core),
         "the replaced value is still stored"
     );
     drop(remote_server);
