@@ -4,8 +4,9 @@
 //! - The end-to-end harness used by `tests/tests/*.rs`: [`bin`] finds the workspace's built
 //!   binaries, [`Runtime`] runs a real `tutti up` on a temporary state dir, [`Mcp`] is a raw
 //!   JSON-RPC client of the frontend (both MCP eras), [`StdioClient`] talks to a stdio MCP
-//!   server directly, [`FixtureHttp`] runs the fixture in `--http` mode, and [`proc_tree`]
-//!   inspects live processes (orphan and zombie checks).
+//!   server directly, [`FixtureHttp`] runs the fixture in `--http` mode, [`Server`] runs
+//!   another server beside the runtime until the test drops it, and [`proc_tree`] inspects
+//!   live processes (orphan and zombie checks).
 //!
 //! Helpers panic with a clear message instead of returning errors: a panic is how a test
 //! reports failure. Tests need `cargo build --workspace --bins` first (`scripts/test` does it).
@@ -20,12 +21,14 @@ pub mod oauth;
 pub mod proc_tree;
 mod runtime;
 pub mod secret_scan;
+mod server;
 mod stdio;
 mod support;
 
 pub use auth_proxy::AuthProxy;
 pub use mcp::{Era, Mcp, SseStream};
 pub use runtime::{Runtime, RuntimeOptions, WorkerProc};
+pub use server::Server;
 pub use stdio::{FixtureHttp, StdioClient};
 pub use support::{
     LEGACY_VERSION, MODERN_VERSION, bin, bin_dir, file_tail, fixture_bin, fixture_connector,

@@ -3,13 +3,12 @@
 //! surfaces; subscriptions to a 2026-07-28 upstream (its `subscriptions/listen`); log messages
 //! that no call claims on the legacy GET stream; offer limits for prompts and resources.
 
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::{
-    Mcp, Runtime, RuntimeOptions, SseStream, free_port, repo_root, require_python_venv,
+    Mcp, Runtime, RuntimeOptions, Server, SseStream, free_port, repo_root, require_python_venv,
 };
 
 const READY: Duration = Duration::from_secs(60);
@@ -154,7 +153,7 @@ fn kill_now(pid: u32) {
 /// A Python `MCPServer` script of `tests/py` over streamable HTTP on a free loopback port;
 /// killed on drop.
 struct PyServer {
-    child: Child,
+    _server: Server,
     url: String,
 }
 
@@ -162,44 +161,15 @@ impl PyServer {
     fn start(rt: &Runtime, script: &str) -> PyServer {
         let python = require_python_venv().join("bin").join("python");
         let port = free_port();
-        let log = rt.root().join(format!("{script}.stderr"));
-        let err = std::fs::File::create(&log)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
-        let mut child = Command::new(python)
-            .arg(repo_root().join("tests").join("py").join(script))
+        let mut cmd = Command::new(python);
+        cmd.arg(repo_root().join("tests").join("py").join(script))
             .arg(port.to_string())
-            .current_dir(rt.root())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {script}: {e}"));
-        let deadline = Instant::now() + LISTEN;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "{script} exited with {status}:\n{}",
-                    tutti_tests::file_tail(&log, 40)
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{script} did not listen on {port}:\n{}",
-                tutti_tests::file_tail(&log, 40)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            .current_dir(rt.root());
+        let stderr = rt.root().join(format!("{script}.stderr"));
         PyServer {
-            child,
+            _server: Server::spawn(script, cmd, port, stderr, LISTEN),
             url: format!("http://127.0.0.1:{port}/mcp"),
         }
-    }
-}
-
-impl Drop for PyServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

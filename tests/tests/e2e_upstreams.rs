@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -17,8 +16,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tutti_tests::{
-    Mcp, Runtime, RuntimeOptions, fixture_bin, free_port, npm_package, proc_tree, require_node22,
-    require_python_venv, result_texts, secret_scan,
+    Mcp, Runtime, RuntimeOptions, Server, fixture_bin, free_port, proc_tree, require_python_venv,
+    result_texts, secret_scan,
 };
 
 /// Starting workers and upstreams on a loaded 2-core machine.
@@ -76,83 +75,9 @@ fn bearer(secret: &str) -> Value {
     json!({"kind": "bearer", "secret": secret})
 }
 
-/// An external server process, killed and reaped on drop.
-struct Server {
-    child: Child,
-    what: String,
-    stderr: PathBuf,
-}
-
-impl Server {
-    /// Spawns `cmd` (stderr to `stderr`) and waits until 127.0.0.1:`port` accepts.
-    fn spawn(what: &str, mut cmd: Command, port: u16, stderr: PathBuf) -> Server {
-        let err = std::fs::File::create(&stderr)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", stderr.display()));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let mut server = Server {
-            child,
-            what: what.to_owned(),
-            stderr,
-        };
-        server.wait_listening(port);
-        server
-    }
-
-    fn wait_listening(&mut self, port: u16) {
-        let deadline = Instant::now() + LISTEN;
-        loop {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "{} exited with {status} before listening on {port}:\n{}",
-                    self.what,
-                    tutti_tests::file_tail(&self.stderr, 40)
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not listen on {port} within {LISTEN:?}:\n{}",
-                self.what,
-                tutti_tests::file_tail(&self.stderr, 40)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `@modelcontextprotocol/server-everything` in `streamableHttp` mode (stateful, legacy).
 fn start_everything(rt: &Runtime) -> (Server, String) {
-    let node = require_node22();
-    let pkg = npm_package("@modelcontextprotocol/server-everything").unwrap_or_else(|| {
-        panic!("this test needs @modelcontextprotocol/server-everything under .tools/npm: run scripts/install-test-tools")
-    });
-    let port = free_port();
-    let mut cmd = Command::new(node);
-    cmd.arg(pkg.join("dist").join("index.js"))
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .current_dir(rt.root());
-    let server = Server::spawn(
-        "server-everything",
-        cmd,
-        port,
-        rt.root().join("everything.stderr"),
-    );
-    (server, format!("http://127.0.0.1:{port}/mcp"))
+    Server::everything_http(rt.root(), "everything.stderr", LISTEN)
 }
 
 /// A Python `mcp` 2.3.0 `MCPServer` over streamable-http (dual era).
@@ -189,6 +114,7 @@ fn start_python_server(rt: &Runtime) -> (Server, String) {
         cmd,
         port,
         rt.root().join("py_server.stderr"),
+        LISTEN,
     );
     (server, format!("http://127.0.0.1:{port}/mcp"))
 }
