@@ -77,6 +77,32 @@ async fn update_from_a_new_process(
     sender(&on_legacy)
 }
 
+/// `uri` subscribed on both surfaces with `token`: a legacy client's `resources/subscribe`
+/// and its GET stream, and a modern client's `subscriptions/listen` (its acknowledgement
+/// read). Returns (legacy client, GET stream, modern client, listen stream).
+async fn subscribed(rt: &Runtime, token: &str, uri: &str) -> (Mcp, SseStream, Mcp, SseStream) {
+    let legacy = Mcp::legacy(rt.frontend_url(), token);
+    legacy.initialize().await;
+    let (status, _, body) = legacy
+        .request("resources/subscribe", json!({"uri": uri}))
+        .await;
+    assert!(
+        status == 200 && body.get("error").is_none(),
+        "subscribe: {body}"
+    );
+    let get = legacy.get_stream().await;
+    assert_eq!(get.status, 200, "the GET stream opened");
+    let modern = Mcp::modern(rt.frontend_url(), token);
+    let mut listen = modern.listen(json!({"resourceSubscriptions": [uri]})).await;
+    let ack = listen.next_event(ARRIVES).await.unwrap_or_default();
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([uri]),
+        "honoured: {ack}"
+    );
+    (legacy, get, modern, listen)
+}
+
 /// Point 1: a client holding a subscription keeps getting `resources/updated` after its
 /// connector's worker is SIGKILLed (the kernel starts a new generation) and after an upgrade:
 /// the new generation's upstream is subscribed again, on both surfaces.
@@ -89,22 +115,7 @@ async fn subscriptions_survive_a_sigkilled_worker_and_an_upgrade_on_both_surface
     });
     let token = tokio::task::block_in_place(|| rt.issue_token("w", "subs"));
     let uri = "tick://note";
-    let legacy = Mcp::legacy(rt.frontend_url(), &token);
-    legacy.initialize().await;
-    let (status, _, body) = legacy
-        .request("resources/subscribe", json!({"uri": uri}))
-        .await;
-    assert!(status == 200 && body.get("error").is_none(), "{body}");
-    let mut get = legacy.get_stream().await;
-    assert_eq!(get.status, 200);
-    let modern = Mcp::modern(rt.frontend_url(), &token);
-    let mut listen = modern.listen(json!({"resourceSubscriptions": [uri]})).await;
-    let ack = listen.next_event(ARRIVES).await.unwrap_or_default();
-    assert_eq!(
-        ack["params"]["notifications"]["resourceSubscriptions"],
-        json!([uri]),
-        "{ack}"
-    );
+    let (_legacy, mut get, _modern, mut listen) = subscribed(&rt, &token, uri).await;
     let before = update_from_a_new_process(&mut get, &mut listen, uri, None, "at first").await;
 
     let worker = rt
@@ -196,24 +207,7 @@ async fn a_modern_upstreams_resource_updates_reach_both_surfaces() {
     );
     let token = tokio::task::block_in_place(|| rt.issue_token("w", "modern-upstream"));
     let uri = "note://counter";
-    let legacy = Mcp::legacy(rt.frontend_url(), &token);
-    legacy.initialize().await;
-    let (code, _, body) = legacy
-        .request("resources/subscribe", json!({"uri": uri}))
-        .await;
-    assert!(
-        code == 200 && body.get("error").is_none(),
-        "subscribe: {body}"
-    );
-    let mut get = legacy.get_stream().await;
-    let modern = Mcp::modern(rt.frontend_url(), &token);
-    let mut listen = modern.listen(json!({"resourceSubscriptions": [uri]})).await;
-    let ack = listen.next_event(ARRIVES).await.unwrap_or_default();
-    assert_eq!(
-        ack["params"]["notifications"]["resourceSubscriptions"],
-        json!([uri]),
-        "honoured: {ack}"
-    );
+    let (legacy, mut get, _modern, mut listen) = subscribed(&rt, &token, uri).await;
     let touched = legacy.call_tool_ok("py_touch", json!({})).await;
     let method = "notifications/resources/updated";
     let on_uri = |e: &Value| e["params"]["uri"] == uri;
