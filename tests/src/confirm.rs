@@ -1,7 +1,7 @@
 //! The setup the confirm22 tests share (`e2e_confirm*.rs`, SPEC §12): a runtime with the
 //! fixture connector `fx` (`destroy` is high risk, `echo` low) recording every message it
-//! gets, `--confirm` tokens, what reached the upstream, the audit's decisions, and one run
-//! of a Python SDK client script that prints one JSON line.
+//! gets, `--confirm` tokens, what reached the upstream, the audit's decisions, and the
+//! person's side: `tests/py/confirm_client.py`, the Python SDK client that answers.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::{Runtime, RuntimeOptions, fixture_connector, require_python_venv};
+use crate::{Runtime, RuntimeOptions, fixture_connector, repo_root, require_python_venv};
 
 const READY: Duration = Duration::from_secs(30);
 
@@ -78,16 +78,19 @@ impl RiskyFixture {
             .collect()
     }
 
-    /// Runs the Python SDK client `script` (written as `name` in the test's root) with
-    /// `answer` and the frontend's URL as its arguments and `token` in `TUTTI_TEST_TOKEN`,
-    /// and returns the one JSON line it prints. Panics, with its output, when it fails.
-    pub fn run_client(&self, name: &str, script: &str, token: &str, answer: &str) -> Value {
+    /// Runs `tests/py/confirm_client.py` (the Python SDK client calling `fx_destroy` once)
+    /// in `mode` (`legacy` or `auto`) with `token`, answering the question with `answer`
+    /// (`accept`, `decline`, `cancel`, `none`, `never`), and returns the JSON line it prints
+    /// (`version`, `asked`, `result`, `seconds`). Panics, with its output, when it fails.
+    pub fn run_client(&self, mode: &str, token: &str, answer: &str) -> Value {
         let venv = require_python_venv();
-        let path = self.rt.root().join(name);
-        std::fs::write(&path, script).unwrap_or_else(|e| panic!("write script: {e}"));
+        let script = repo_root()
+            .join("tests")
+            .join("py")
+            .join("confirm_client.py");
         let out = Command::new(venv.join("bin").join("python"))
-            .arg(&path)
-            .args([answer, self.rt.frontend_url()])
+            .arg(&script)
+            .args([answer, self.rt.frontend_url(), mode])
             .env("TUTTI_TEST_TOKEN", token)
             .env("PYTHONWARNINGS", "ignore")
             .env_remove("HTTP_PROXY")

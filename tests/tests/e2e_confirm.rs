@@ -8,36 +8,10 @@
 use serde_json::{Value, json};
 use tutti_tests::confirm::RiskyFixture;
 
-/// Calls `fx_destroy` once (and `fx_echo`), answering a question with `argv[1]`
-/// (`accept`, `decline`, or `none`: no elicitation capability); prints one JSON line.
-const PY_CLIENT: &str = r#"
-import asyncio, json, os, sys
-import httpx2
-import mcp_types as types
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-
-async def main():
-    answer, url = sys.argv[1], sys.argv[2]
-    headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
-    asked = []
-
-    async def on_elicit(ctx, params):
-        asked.append(params.message)
-        return types.ElicitResult(action=answer, content={} if answer == "accept" else None)
-
-    kw = {} if answer == "none" else dict(elicitation_callback=on_elicit)
-    async with httpx2.AsyncClient(headers=headers, timeout=60) as hc:
-        async with Client(streamable_http_client(url, http_client=hc), mode="legacy", **kw) as c:
-            r = await c.call_tool("fx_destroy", {})
-            d = r.model_dump(mode="json", by_alias=True, exclude_none=True)
-            print(json.dumps({"asked": asked, "result": d}), flush=True)
-
-asyncio.run(main())
-"#;
-
+/// The Python SDK client (legacy mode) calls `fx_destroy` once, answering a question with
+/// `answer` (`accept`, `decline`, or `none`: no elicitation capability).
 fn run_client(fx: &RiskyFixture, token: &str, answer: &str) -> Value {
-    fx.run_client("confirm_client.py", PY_CLIENT, token, answer)
+    fx.run_client("legacy", token, answer)
 }
 
 fn text(result: &Value) -> String {

@@ -13,38 +13,12 @@ use tutti_tests::confirm::RiskyFixture;
 
 const MODERN: &str = "2026-07-28";
 
-/// Calls `fx_destroy` once in 2026-07-28 mode (`Client(mode="auto")` against a server that
-/// speaks only 2026-07-28 on this token's requests), answering a question with `argv[1]`
-/// (`accept`, `decline`, `cancel`, or `none`: no elicitation capability); prints one JSON line.
-const PY_CLIENT: &str = r#"
-import asyncio, json, os, sys
-import httpx2
-import mcp_types as types
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-
-async def main():
-    answer, url = sys.argv[1], sys.argv[2]
-    headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
-    asked = []
-
-    async def on_elicit(ctx, params):
-        asked.append(params.message)
-        return types.ElicitResult(action=answer, content={} if answer == "accept" else None)
-
-    kw = {} if answer == "none" else dict(elicitation_callback=on_elicit)
-    async with httpx2.AsyncClient(headers=headers, timeout=60) as hc:
-        async with Client(streamable_http_client(url, http_client=hc), mode="auto", **kw) as c:
-            r = await c.call_tool("fx_destroy", {})
-            d = r.model_dump(mode="json", by_alias=True, exclude_none=True)
-            print(json.dumps({"version": c.protocol_version, "asked": asked, "result": d}),
-                  flush=True)
-
-asyncio.run(main())
-"#;
-
+/// The Python SDK client calls `fx_destroy` once in 2026-07-28 mode (`Client(mode="auto")`
+/// against a server that speaks only 2026-07-28 on this token's requests), answering a
+/// question with `answer` (`accept`, `decline`, `cancel`, or `none`: no elicitation
+/// capability).
 fn run_client(fx: &RiskyFixture, token: &str, answer: &str) -> Value {
-    let v = fx.run_client("confirm_modern_client.py", PY_CLIENT, token, answer);
+    let v = fx.run_client("auto", token, answer);
     assert_eq!(v["version"], MODERN, "the client spoke 2026-07-28: {v}");
     v
 }

@@ -15,42 +15,10 @@ use tutti_tests::{Mcp, Runtime};
 const CALL_MS: u64 = 3000;
 const LEGACY: &str = "2025-06-18";
 
-/// Calls `fx_destroy` once over 2025-06-18, answering the question with `argv[1]`
-/// (`cancel`, or `never`: the callback never returns); prints one JSON line, then exits at
-/// once (a `never` callback is still waiting).
-const PY_CLIENT: &str = r#"
-import asyncio, json, os, sys, time
-import httpx2
-import mcp_types as types
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-
-async def main():
-    answer, url = sys.argv[1], sys.argv[2]
-    headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
-    asked = []
-
-    async def on_elicit(ctx, params):
-        asked.append(params.message)
-        if answer == "never":
-            await asyncio.sleep(3600)
-        return types.ElicitResult(action=answer)
-
-    async with httpx2.AsyncClient(headers=headers, timeout=60) as hc:
-        async with Client(streamable_http_client(url, http_client=hc), mode="legacy",
-                          elicitation_callback=on_elicit) as c:
-            started = time.monotonic()
-            r = await c.call_tool("fx_destroy", {})
-            d = r.model_dump(mode="json", by_alias=True, exclude_none=True)
-            print(json.dumps({"asked": asked, "result": d,
-                              "seconds": time.monotonic() - started}), flush=True)
-            os._exit(0)
-
-asyncio.run(main())
-"#;
-
+/// The Python SDK client calls `fx_destroy` once over 2025-06-18, answering the question
+/// with `answer` (`cancel`, or `never`: the callback never returns).
 fn run_client(fx: &RiskyFixture, token: &str, answer: &str) -> Value {
-    fx.run_client("confirm_waits_client.py", PY_CLIENT, token, answer)
+    fx.run_client("legacy", token, answer)
 }
 
 /// The fixture `fx` with a `CALL_MS` call timeout, and a `--confirm high` token.
