@@ -89,18 +89,12 @@ pub fn output_leaks<N: AsRef<str>>(needles: &[N], outputs: &[(String, Vec<u8>)])
 
 /// `/proc/*/cmdline` of every live process (Linux) that holds a needle, except `skip_pids`.
 pub fn cmdline_leaks<N: AsRef<str>>(needles: &[N], skip_pids: &[u32]) -> Vec<String> {
-    proc_tree::snapshot()
-        .into_iter()
-        .filter(|p| !skip_pids.contains(&p.pid))
-        .filter_map(|p| {
-            let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).unwrap_or_default();
-            let i = found(needles, &cmdline)?;
-            Some(format!(
-                "/proc/{}/cmdline: {} (value #{i})",
-                p.pid, p.cmdline
-            ))
-        })
-        .collect()
+    let live = proc_tree::snapshot().into_iter();
+    proc_file_leaks(
+        needles,
+        live.filter(|p| !skip_pids.contains(&p.pid)),
+        "cmdline",
+    )
 }
 
 /// `/proc/<pid>/environ` of each live process of `pids` (Linux) that holds a needle, except
@@ -111,14 +105,22 @@ pub fn environ_leaks<N: AsRef<str>>(
     pids: &[u32],
     allowed: impl Fn(&proc_tree::ProcInfo) -> bool,
 ) -> Vec<String> {
-    pids.iter()
-        .filter_map(|&pid| proc_tree::info(pid))
-        .filter(|p| !allowed(p))
+    let live = pids.iter().filter_map(|&pid| proc_tree::info(pid));
+    proc_file_leaks(needles, live.filter(|p| !allowed(p)), "environ")
+}
+
+/// `/proc/<pid>/<file>` of each of `procs` that holds a needle, named with its argv.
+fn proc_file_leaks<N: AsRef<str>>(
+    needles: &[N],
+    procs: impl Iterator<Item = proc_tree::ProcInfo>,
+    file: &str,
+) -> Vec<String> {
+    procs
         .filter_map(|p| {
-            let environ = std::fs::read(format!("/proc/{}/environ", p.pid)).unwrap_or_default();
-            let i = found(needles, &environ)?;
+            let bytes = std::fs::read(format!("/proc/{}/{file}", p.pid)).unwrap_or_default();
+            let i = found(needles, &bytes)?;
             Some(format!(
-                "/proc/{}/environ: {} (value #{i})",
+                "/proc/{}/{file}: {} (value #{i})",
                 p.pid, p.cmdline
             ))
         })
