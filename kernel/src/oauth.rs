@@ -132,9 +132,7 @@ pub async fn complete(k: &Kernel, req: pb::CompleteLoginRequest) -> Result<(), S
     let iss = (!req.iss.is_empty()).then_some(req.iss.as_str());
     let grant = match pending.complete(&req.code, &req.state, iss).await {
         Ok(grant) => grant,
-        Err(e @ OAuthError::StateMismatch) => {
-            return Err(Status::invalid_argument(format!("refused: {e}")));
-        }
+        Err(e @ OAuthError::StateMismatch) => return Err(Status::invalid_argument(e.to_string())),
         Err(e) => return Err(refused(&key, &e)),
     };
     k.audit.record(Event::OauthLogin {

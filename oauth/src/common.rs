@@ -12,7 +12,12 @@ pub enum OAuthError {
     NoPkce,
     #[error("the client could not be registered: {0}")]
     Registration(String),
-    #[error("the redirect's state does not match this login")]
+    /// The redirect's `state` is not the login's: the CLI's redirect check and
+    /// [`crate::login::Pending::complete`] both refuse it with this text.
+    #[error(
+        "the redirect's state does not match this login: refused (it came from another or older \
+         login, or was forged); nothing was stored, run the connect command again"
+    )]
     StateMismatch,
     #[error("exchanging the authorization code failed: {0}")]
     Exchange(String),

@@ -9,6 +9,7 @@ use rmcp::transport::auth::{
 
 use crate::common::{ClientSettings, OAuthError, check_url};
 use crate::grant::{Grant, expiry_of};
+use crate::probe;
 
 /// The client name a dynamic registration gives.
 const CLIENT_NAME: &str = "Tutti connector runtime";
@@ -45,9 +46,9 @@ pub async fn begin(
     extra_scope: Option<&str>,
 ) -> Result<Pending, OAuthError> {
     check_url(&settings.url)?;
-    let challenge = match challenge_of(&settings.url).await {
+    let challenge = match probe::legacy_challenge(&settings.url).await {
         Some(challenge) => Some(challenge),
-        None => crate::probe::modern_challenge(&settings.url).await,
+        None => probe::modern_challenge(&settings.url).await,
     };
     let discovery = |e: rmcp::transport::auth::AuthError| OAuthError::Discovery(e.to_string());
     let mut manager = AuthorizationManager::new_allowing_private_addresses(settings.url.as_str())
@@ -156,32 +157,6 @@ async fn identity(
         request = request.with_client_secret(secret.clone());
     }
     Ok((request, config.client_id, config.client_secret))
-}
-
-/// The `WWW-Authenticate` of the resource's 401 to an unauthenticated `initialize`, if any.
-async fn challenge_of(url: &str) -> Option<String> {
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .ok()?;
-    let body = serde_json::json!({
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "tutti", "version": env!("CARGO_PKG_VERSION")}}
-    });
-    let response = http
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .ok()?;
-    if response.status() != reqwest::StatusCode::UNAUTHORIZED {
-        return None;
-    }
-    let value = response.headers().get(reqwest::header::WWW_AUTHENTICATE)?;
-    value.to_str().ok().map(str::to_owned)
 }
 
 fn query_value(url: &str, name: &str) -> Option<String> {

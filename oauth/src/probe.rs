@@ -1,17 +1,25 @@
-//! The second probe for a 401 challenge (conf20): a 2026-07-28 server may refuse the legacy
-//! probe's `initialize` (no `MCP-Protocol-Version` header) with a 400 before it looks at
-//! authorization, so its `WWW-Authenticate` (the scope to ask for, the resource metadata) is
-//! asked for again with the modern request, `server/discover` with the version header.
+//! The probes for a resource's 401 challenge before a login: its `WWW-Authenticate` names
+//! the scope to ask for and the resource metadata. The legacy probe is an unauthenticated
+//! `initialize`; a 2026-07-28 server may refuse that (no `MCP-Protocol-Version` header) with
+//! a 400 before it looks at authorization, so the challenge is asked for again with the
+//! modern request, `server/discover` with the version header (conf20).
+
+use serde_json::{Value, json};
+
+/// The `WWW-Authenticate` of the resource's 401 to an unauthenticated `initialize`, if any.
+pub(crate) async fn legacy_challenge(url: &str) -> Option<String> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "tutti", "version": env!("CARGO_PKG_VERSION")}}
+    });
+    challenge(url, &body, &[]).await
+}
 
 /// The `WWW-Authenticate` of the resource's 401 to an unauthenticated `server/discover`, if
 /// any.
 pub(crate) async fn modern_challenge(url: &str) -> Option<String> {
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .ok()?;
-    let body = serde_json::json!({
+    let body = json!({
         "jsonrpc": "2.0", "id": 0, "method": "server/discover",
         "params": {"_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -20,15 +28,28 @@ pub(crate) async fn modern_challenge(url: &str) -> Option<String> {
             "io.modelcontextprotocol/clientCapabilities": {}
         }}
     });
-    let response = http
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "server/discover")
-        .json(&body)
-        .send()
-        .await
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "server/discover"),
+    ];
+    challenge(url, &body, &headers).await
+}
+
+/// The `WWW-Authenticate` of the resource's 401 to `body` POSTed without credentials (with
+/// `headers`), if any.
+async fn challenge(url: &str, body: &Value, headers: &[(&str, &str)]) -> Option<String> {
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
         .ok()?;
+    let mut request = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.json(body).send().await.ok()?;
     if response.status() != reqwest::StatusCode::UNAUTHORIZED {
         return None;
     }

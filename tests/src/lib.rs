@@ -4,16 +4,18 @@
 //! - The end-to-end harness used by `tests/tests/*.rs`: [`bin`] finds the workspace's built
 //!   binaries, [`Runtime`] runs a real `tutti up` on a temporary state dir, [`Mcp`] is a raw
 //!   JSON-RPC client of the frontend (both MCP eras), [`StdioClient`] talks to a stdio MCP
-//!   server directly, [`FixtureHttp`] runs the fixture in `--http` mode, [`proc_tree`]
-//!   inspects live processes (orphan and zombie checks), and [`PySdk`] runs a Python `mcp` SDK
-//!   client script that prints JSON lines; [`EverythingHttp`] and
-//!   [`everything_stdio_manifest`] make server-everything an upstream.
+//!   server directly, [`FixtureHttp`] runs the fixture in `--http` mode, [`Server`] runs
+//!   another server beside the runtime until the test drops it, [`proc_tree`] inspects live
+//!   processes (orphan and zombie checks), and [`PySdk`] runs a Python `mcp` SDK client
+//!   script that prints JSON lines; [`EverythingHttp`] and [`everything_stdio_manifest`] make
+//!   server-everything an upstream.
 //!
 //! Helpers panic with a clear message instead of returning errors: a panic is how a test
 //! reports failure. Tests need `cargo build --workspace --bins` first (`scripts/test` does it).
 #![forbid(unsafe_code)]
 
 pub mod auth_proxy;
+pub mod confirm;
 mod everything;
 pub mod fixture;
 pub mod floor;
@@ -23,6 +25,7 @@ pub mod proc_tree;
 mod py;
 mod runtime;
 pub mod secret_scan;
+mod server;
 mod stdio;
 mod support;
 
@@ -34,6 +37,7 @@ pub use everything::{
 pub use mcp::{Era, Mcp, SseStream};
 pub use py::{PY_RUN, PySdk, py_script};
 pub use runtime::{Runtime, RuntimeOptions, WorkerProc};
+pub use server::Server;
 pub use stdio::{FixtureHttp, StdioClient};
 pub use support::{
     LEGACY_VERSION, MODERN_VERSION, bin, bin_dir, file_tail, fixture_bin, fixture_connector,

@@ -396,7 +396,12 @@ impl Runtime {
 
     /// Issues a session token with `tutti session issue --format runtime` and returns it.
     pub fn issue_token(&self, workspace: &str, session: &str) -> String {
-        let out = self.tutti_ok(&[
+        self.issue_token_with(workspace, session, &[])
+    }
+
+    /// [`Runtime::issue_token`] with `extra` arguments (e.g. `--confirm high`).
+    pub fn issue_token_with(&self, workspace: &str, session: &str, extra: &[&str]) -> String {
+        let mut args = vec![
             "session",
             "issue",
             "--workspace",
@@ -405,7 +410,9 @@ impl Runtime {
             session,
             "--format",
             "runtime",
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let out = self.tutti_ok(&args);
         let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| {
             panic!("`tutti session issue` printed no JSON binding ({e}): {out}")
         });

@@ -3,13 +3,12 @@
 //! surfaces; subscriptions to a 2026-07-28 upstream (its `subscriptions/listen`); log messages
 //! that no call claims on the legacy GET stream; offer limits for prompts and resources.
 
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::{
-    Mcp, Runtime, RuntimeOptions, SseStream, free_port, repo_root, require_python_venv,
+    Mcp, Runtime, RuntimeOptions, Server, SseStream, free_port, repo_root, require_python_venv,
 };
 
 const READY: Duration = Duration::from_secs(60);
@@ -78,6 +77,32 @@ async fn update_from_a_new_process(
     sender(&on_legacy)
 }
 
+/// `uri` subscribed on both surfaces with `token`: a legacy client's `resources/subscribe`
+/// and its GET stream, and a modern client's `subscriptions/listen` (its acknowledgement
+/// read). Returns (legacy client, GET stream, modern client, listen stream).
+async fn subscribed(rt: &Runtime, token: &str, uri: &str) -> (Mcp, SseStream, Mcp, SseStream) {
+    let legacy = Mcp::legacy(rt.frontend_url(), token);
+    legacy.initialize().await;
+    let (status, _, body) = legacy
+        .request("resources/subscribe", json!({"uri": uri}))
+        .await;
+    assert!(
+        status == 200 && body.get("error").is_none(),
+        "subscribe: {body}"
+    );
+    let get = legacy.get_stream().await;
+    assert_eq!(get.status, 200, "the GET stream opened");
+    let modern = Mcp::modern(rt.frontend_url(), token);
+    let mut listen = modern.listen(json!({"resourceSubscriptions": [uri]})).await;
+    let ack = listen.next_event(ARRIVES).await.unwrap_or_default();
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([uri]),
+        "honoured: {ack}"
+    );
+    (legacy, get, modern, listen)
+}
+
 /// Point 1: a client holding a subscription keeps getting `resources/updated` after its
 /// connector's worker is SIGKILLed (the kernel starts a new generation) and after an upgrade:
 /// the new generation's upstream is subscribed again, on both surfaces.
@@ -90,22 +115,7 @@ async fn subscriptions_survive_a_sigkilled_worker_and_an_upgrade_on_both_surface
     });
     let token = tokio::task::block_in_place(|| rt.issue_token("w", "subs"));
     let uri = "tick://note";
-    let legacy = Mcp::legacy(rt.frontend_url(), &token);
-    legacy.initialize().await;
-    let (status, _, body) = legacy
-        .request("resources/subscribe", json!({"uri": uri}))
-        .await;
-    assert!(status == 200 && body.get("error").is_none(), "{body}");
-    let mut get = legacy.get_stream().await;
-    assert_eq!(get.status, 200);
-    let modern = Mcp::modern(rt.frontend_url(), &token);
-    let mut listen = modern.listen(json!({"resourceSubscriptions": [uri]})).await;
-    let ack = listen.next_event(ARRIVES).await.unwrap_or_default();
-    assert_eq!(
-        ack["params"]["notifications"]["resourceSubscriptions"],
-        json!([uri]),
-        "{ack}"
-    );
+    let (_legacy, mut get, _modern, mut listen) = subscribed(&rt, &token, uri).await;
     let before = update_from_a_new_process(&mut get, &mut listen, uri, None, "at first").await;
 
     let worker = rt
@@ -154,7 +164,7 @@ fn kill_now(pid: u32) {
 /// A Python `MCPServer` script of `tests/py` over streamable HTTP on a free loopback port;
 /// killed on drop.
 struct PyServer {
-    child: Child,
+    _server: Server,
     url: String,
 }
 
@@ -162,44 +172,15 @@ impl PyServer {
     fn start(rt: &Runtime, script: &str) -> PyServer {
         let python = require_python_venv().join("bin").join("python");
         let port = free_port();
-        let log = rt.root().join(format!("{script}.stderr"));
-        let err = std::fs::File::create(&log)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
-        let mut child = Command::new(python)
-            .arg(repo_root().join("tests").join("py").join(script))
+        let mut cmd = Command::new(python);
+        cmd.arg(repo_root().join("tests").join("py").join(script))
             .arg(port.to_string())
-            .current_dir(rt.root())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {script}: {e}"));
-        let deadline = Instant::now() + LISTEN;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "{script} exited with {status}:\n{}",
-                    tutti_tests::file_tail(&log, 40)
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{script} did not listen on {port}:\n{}",
-                tutti_tests::file_tail(&log, 40)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            .current_dir(rt.root());
+        let stderr = rt.root().join(format!("{script}.stderr"));
         PyServer {
-            child,
+            _server: Server::spawn(script, cmd, port, stderr, LISTEN),
             url: format!("http://127.0.0.1:{port}/mcp"),
         }
-    }
-}
-
-impl Drop for PyServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -226,24 +207,7 @@ async fn a_modern_upstreams_resource_updates_reach_both_surfaces() {
     );
     let token = tokio::task::block_in_place(|| rt.issue_token("w", "modern-upstream"));
     let uri = "note://counter";
-    let legacy = Mcp::legacy(rt.frontend_url(), &token);
-    legacy.initialize().await;
-    let (code, _, body) = legacy
-        .request("resources/subscribe", json!({"uri": uri}))
-        .await;
-    assert!(
-        code == 200 && body.get("error").is_none(),
-        "subscribe: {body}"
-    );
-    let mut get = legacy.get_stream().await;
-    let modern = Mcp::modern(rt.frontend_url(), &token);
-    let mut listen = modern.listen(json!({"resourceSubscriptions": [uri]})).await;
-    let ack = listen.next_event(ARRIVES).await.unwrap_or_default();
-    assert_eq!(
-        ack["params"]["notifications"]["resourceSubscriptions"],
-        json!([uri]),
-        "honoured: {ack}"
-    );
+    let (legacy, mut get, _modern, mut listen) = subscribed(&rt, &token, uri).await;
     let touched = legacy.call_tool_ok("py_touch", json!({})).await;
     let method = "notifications/resources/updated";
     let on_uri = |e: &Value| e["params"]["uri"] == uri;

@@ -10,7 +10,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::{Mcp, Runtime, RuntimeOptions, npm_package, require_node22, require_python_venv};
+use tutti_tests::{
+    Mcp, Runtime, RuntimeOptions, Server, npm_package, require_node22, require_python_venv,
+};
 
 const READY: Duration = Duration::from_secs(60);
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(90);
@@ -523,36 +525,13 @@ async fn prompts_and_resources_of_a_removed_generation_answer_like_tools_call() 
 /// resource through a template, and completion reach it through the remote worker too.
 #[tokio::test(flavor = "multi_thread")]
 async fn server_everything_over_streamable_http_serves_prompts_resources_and_completion() {
-    let node = require_node22();
-    let pkg = npm_package("@modelcontextprotocol/server-everything").unwrap_or_else(|| {
-        panic!("this test needs server-everything under .tools/npm: run scripts/install-test-tools")
-    });
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let port = tutti_tests::free_port();
-    let stderr = std::fs::File::create(rt.root().join("everything-http.stderr"))
-        .unwrap_or_else(|e| panic!("cannot create the stderr file: {e}"));
-    let mut server = Command::new(node)
-        .arg(pkg.join("dist").join("index.js"))
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .current_dir(rt.root())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start server-everything: {e}"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "server-everything did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (server, url) =
+        Server::everything_http(rt.root(), "everything-http.stderr", Duration::from_secs(20));
     let manifest = json!({
         "key": "remote", "name": "Remote everything", "description": "server-everything over HTTP",
         "version": "1.0.0",
-        "mcp": {"transport": "http", "url": format!("http://127.0.0.1:{port}/mcp")},
+        "mcp": {"transport": "http", "url": url},
     });
     tokio::task::block_in_place(|| {
         rt.install_ok(&manifest, &[]);
@@ -585,8 +564,7 @@ async fn server_everything_over_streamable_http_serves_prompts_resources_and_com
         );
         assert_eq!(done["completion"]["values"], json!(["Sales"]), "{done}");
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
 }
 
 /// SPEC §11: a 2025-06-18 client that subscribed to a resource with `resources/subscribe`

@@ -7,139 +7,28 @@
 //! replayed or other-session `requestState` is refused (-32602) and runs nothing; the audit
 //! log holds each decision.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use serde_json::{Value, json};
-use tutti_tests::{Mcp, Runtime, RuntimeOptions, require_python_venv};
+use tutti_tests::Mcp;
+use tutti_tests::confirm::RiskyFixture;
 
-const READY: Duration = Duration::from_secs(30);
 const MODERN: &str = "2026-07-28";
 
-/// Calls `fx_destroy` once in 2026-07-28 mode (`Client(mode="auto")` against a server that
-/// speaks only 2026-07-28 on this token's requests), answering a question with `argv[1]`
-/// (`accept`, `decline`, `cancel`, or `none`: no elicitation capability); prints one JSON line.
-const PY_CLIENT: &str = r#"
-import asyncio, json, os, sys
-import httpx2
-import mcp_types as types
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-
-async def main():
-    answer, url = sys.argv[1], sys.argv[2]
-    headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
-    asked = []
-
-    async def on_elicit(ctx, params):
-        asked.append(params.message)
-        return types.ElicitResult(action=answer, content={} if answer == "accept" else None)
-
-    kw = {} if answer == "none" else dict(elicitation_callback=on_elicit)
-    async with httpx2.AsyncClient(headers=headers, timeout=60) as hc:
-        async with Client(streamable_http_client(url, http_client=hc), mode="auto", **kw) as c:
-            r = await c.call_tool("fx_destroy", {})
-            d = r.model_dump(mode="json", by_alias=True, exclude_none=True)
-            print(json.dumps({"version": c.protocol_version, "asked": asked, "result": d}),
-                  flush=True)
-
-asyncio.run(main())
-"#;
-
-fn run_client(rt: &Runtime, token: &str, answer: &str) -> Value {
-    let venv = require_python_venv();
-    let script = rt.root().join("confirm_modern_client.py");
-    std::fs::write(&script, PY_CLIENT).unwrap_or_else(|e| panic!("write script: {e}"));
-    let out = Command::new(venv.join("bin").join("python"))
-        .arg(&script)
-        .args([answer, rt.frontend_url()])
-        .env("TUTTI_TEST_TOKEN", token)
-        .env("PYTHONWARNINGS", "ignore")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("ALL_PROXY")
-        .env_remove("all_proxy")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run the Python client: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "Python client ({answer}) failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("client ({answer}) printed no JSON ({e}): {stdout}"));
+/// The Python SDK client calls `fx_destroy` once in 2026-07-28 mode (`Client(mode="auto")`
+/// against a server that speaks only 2026-07-28 on this token's requests), answering a
+/// question with `answer` (`accept`, `decline`, `cancel`, or `none`: no elicitation
+/// capability).
+fn run_client(fx: &RiskyFixture, token: &str, answer: &str) -> Value {
+    let v = fx.run_client("auto", token, answer);
     assert_eq!(v["version"], MODERN, "the client spoke 2026-07-28: {v}");
     v
 }
 
-fn issue(rt: &Runtime, session: &str) -> String {
-    let args = [
-        "session",
-        "issue",
-        "--workspace",
-        "w",
-        "--session",
-        session,
-        "--confirm",
-        "high",
-    ];
-    let out = rt.tutti_ok(&args);
-    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-    let auth = v["mcpServers"][0]["headers"]["Authorization"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no Authorization header: {v}"));
-    auth.trim_start_matches("Bearer ").to_owned()
-}
-
-/// A runtime with the fixture `fx` (`destroy` is high risk, `echo` low) recording every
-/// message it gets at the returned path.
-fn runtime() -> (Runtime, std::path::PathBuf) {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    let record = rt.root().join("fixture-record.jsonl");
-    let record_arg = record.to_string_lossy().into_owned();
-    let manifest =
-        tutti_tests::fixture_connector("fx", &["--tools", "destroy,echo", "--record", &record_arg]);
-    rt.install_ok(&manifest, &[]);
-    rt.wait_status("fx", "ready", READY);
-    (rt, record)
-}
-
-/// How many `tools/call` of `destroy` the fixture got.
-fn upstream_calls(record: &Path) -> usize {
-    std::fs::read_to_string(record)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "destroy")
-        .count()
-}
-
-/// The audit `confirmation` words of `fx_destroy` calls, waiting for `n` records.
-fn decisions(rt: &Runtime, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let words: Vec<String> = rt
-            .audit_lines()
-            .into_iter()
-            .filter(|l| l["event"] == "call" && l["tool"] == "fx_destroy")
-            .map(|l| l["confirmation"].as_str().unwrap_or_default().to_owned())
-            .collect();
-        if words.len() >= n || Instant::now() > deadline {
-            return words;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn a_modern_client_is_asked_through_input_required_and_each_answer_is_honoured() {
-    let (rt, record) = runtime();
-    let token = issue(&rt, "confirmed");
+    let fx = RiskyFixture::start(None);
+    let token = fx.token("confirmed", true);
 
-    let declined = run_client(&rt, &token, "decline");
+    let declined = run_client(&fx, &token, "decline");
     let asked = declined["asked"].as_array().cloned().unwrap_or_default();
     assert_eq!(asked.len(), 1, "the person was asked once: {declined}");
     let question = asked[0].as_str().unwrap_or_default();
@@ -152,38 +41,34 @@ fn a_modern_client_is_asked_through_input_required_and_each_answer_is_honoured()
     assert_eq!(declined["result"]["isError"], true, "{declined}");
     let text = tutti_tests::result_texts(&declined["result"]);
     assert!(text.starts_with("declined:"), "{declined}");
-    assert_eq!(upstream_calls(&record), 0, "a declined call is not sent");
+    assert_eq!(fx.upstream_calls(), 0, "a declined call is not sent");
 
-    let cancelled = run_client(&rt, &token, "cancel");
+    let cancelled = run_client(&fx, &token, "cancel");
     assert_eq!(cancelled["result"]["isError"], true, "{cancelled}");
     let text = tutti_tests::result_texts(&cancelled["result"]);
     assert!(
         text.starts_with("declined:") && text.contains("cancelled"),
         "{cancelled}"
     );
-    assert_eq!(upstream_calls(&record), 0, "a cancelled call is not sent");
+    assert_eq!(fx.upstream_calls(), 0, "a cancelled call is not sent");
 
-    let accepted = run_client(&rt, &token, "accept");
+    let accepted = run_client(&fx, &token, "accept");
     assert_eq!(
         accepted["asked"].as_array().map(Vec::len),
         Some(1),
         "{accepted}"
     );
     assert_ne!(accepted["result"]["isError"], true, "{accepted}");
-    assert_eq!(upstream_calls(&record), 1, "the accepted call ran once");
+    assert_eq!(fx.upstream_calls(), 1, "the accepted call ran once");
 
-    let unable = run_client(&rt, &token, "none");
+    let unable = run_client(&fx, &token, "none");
     assert_eq!(unable["result"]["isError"], true, "{unable}");
     let text = tutti_tests::result_texts(&unable["result"]);
     assert!(text.contains("could not be asked"), "{unable}");
-    assert_eq!(
-        upstream_calls(&record),
-        1,
-        "nothing sent for the unasked call"
-    );
+    assert_eq!(fx.upstream_calls(), 1, "nothing sent for the unasked call");
 
     assert_eq!(
-        decisions(&rt, 4),
+        fx.decisions(4),
         ["declined", "cancelled", "accepted", "not_asked"],
         "the audit log holds every decision"
     );
@@ -215,14 +100,14 @@ fn assert_refused_state(status: u16, body: &Value, what: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_forged_replayed_or_other_session_request_state_runs_nothing() {
-    let (rt, record, token, other) = tokio::task::block_in_place(|| {
-        let (rt, record) = runtime();
-        let token = issue(&rt, "mine");
-        let other = issue(&rt, "theirs");
-        (rt, record, token, other)
+    let (fx, token, other) = tokio::task::block_in_place(|| {
+        let fx = RiskyFixture::start(None);
+        let token = fx.token("mine", true);
+        let other = fx.token("theirs", true);
+        (fx, token, other)
     });
-    let mine = Mcp::modern(rt.frontend_url(), &token);
-    let theirs = Mcp::modern(rt.frontend_url(), &other);
+    let mine = Mcp::modern(fx.rt.frontend_url(), &token);
+    let theirs = Mcp::modern(fx.rt.frontend_url(), &other);
 
     let (status, first) = call_destroy(&mine, json!({})).await;
     assert_eq!(status, 200, "{first}");
@@ -262,7 +147,7 @@ async fn a_forged_replayed_or_other_session_request_state_runs_nothing() {
     let (status, body) = call_destroy(&mine, forged).await;
     assert_refused_state(status, &body, "an altered requestState");
     assert_eq!(
-        upstream_calls(&record),
+        fx.upstream_calls(),
         0,
         "nothing ran for the refused retries"
     );
@@ -273,10 +158,10 @@ async fn a_forged_replayed_or_other_session_request_state_runs_nothing() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"]["resultType"], "complete", "{body}");
     assert_ne!(body["result"]["isError"], true, "{body}");
-    assert_eq!(upstream_calls(&record), 1, "the accepted call ran");
+    assert_eq!(fx.upstream_calls(), 1, "the accepted call ran");
     let (status, body) = call_destroy(&mine, retry).await;
     assert_refused_state(status, &body, "a replayed requestState");
-    assert_eq!(upstream_calls(&record), 1, "the replay ran nothing");
+    assert_eq!(fx.upstream_calls(), 1, "the replay ran nothing");
 
     // A low-risk tool is never asked about.
     let (_, _, echo) = mine

@@ -5,141 +5,34 @@
 //! fixture records every message it gets), the audit log holds the decision, and a later
 //! call of the same session is asked again and runs when accepted.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use tutti_tests::{Mcp, Runtime, RuntimeOptions, require_python_venv};
+use tutti_tests::confirm::RiskyFixture;
+use tutti_tests::{Mcp, Runtime};
 
-const READY: Duration = Duration::from_secs(30);
 /// The fixture's call timeout, and so how long the person has to answer.
 const CALL_MS: u64 = 3000;
 const LEGACY: &str = "2025-06-18";
 
-/// Calls `fx_destroy` once over 2025-06-18, answering the question with `argv[1]`
-/// (`cancel`, or `never`: the callback never returns); prints one JSON line, then exits at
-/// once (a `never` callback is still waiting).
-const PY_CLIENT: &str = r#"
-import asyncio, json, os, sys, time
-import httpx2
-import mcp_types as types
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-
-async def main():
-    answer, url = sys.argv[1], sys.argv[2]
-    headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
-    asked = []
-
-    async def on_elicit(ctx, params):
-        asked.append(params.message)
-        if answer == "never":
-            await asyncio.sleep(3600)
-        return types.ElicitResult(action=answer)
-
-    async with httpx2.AsyncClient(headers=headers, timeout=60) as hc:
-        async with Client(streamable_http_client(url, http_client=hc), mode="legacy",
-                          elicitation_callback=on_elicit) as c:
-            started = time.monotonic()
-            r = await c.call_tool("fx_destroy", {})
-            d = r.model_dump(mode="json", by_alias=True, exclude_none=True)
-            print(json.dumps({"asked": asked, "result": d,
-                              "seconds": time.monotonic() - started}), flush=True)
-            os._exit(0)
-
-asyncio.run(main())
-"#;
-
-fn run_client(rt: &Runtime, token: &str, answer: &str) -> Value {
-    let venv = require_python_venv();
-    let script = rt.root().join("confirm_waits_client.py");
-    std::fs::write(&script, PY_CLIENT).unwrap_or_else(|e| panic!("write script: {e}"));
-    let out = Command::new(venv.join("bin").join("python"))
-        .arg(&script)
-        .args([answer, rt.frontend_url()])
-        .env("TUTTI_TEST_TOKEN", token)
-        .env("PYTHONWARNINGS", "ignore")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("ALL_PROXY")
-        .env_remove("all_proxy")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run the Python client: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "Python client ({answer}) failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("client ({answer}) printed no JSON ({e}): {stdout}"))
+/// The Python SDK client calls `fx_destroy` once over 2025-06-18, answering the question
+/// with `answer` (`cancel`, or `never`: the callback never returns).
+fn run_client(fx: &RiskyFixture, token: &str, answer: &str) -> Value {
+    fx.run_client("legacy", token, answer)
 }
 
-/// A runtime with the fixture `fx` (`destroy` is high risk) recording every message it gets,
-/// and a `--confirm high` token.
-fn runtime() -> (Runtime, std::path::PathBuf, String) {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    let record = rt.root().join("fixture-record.jsonl");
-    let record_arg = record.to_string_lossy().into_owned();
-    let mut manifest =
-        tutti_tests::fixture_connector("fx", &["--tools", "destroy,echo", "--record", &record_arg]);
-    manifest["timeouts"] = json!({"callMs": CALL_MS});
-    rt.install_ok(&manifest, &[]);
-    rt.wait_status("fx", "ready", READY);
-    let args = [
-        "session",
-        "issue",
-        "--workspace",
-        "w",
-        "--session",
-        "confirmed",
-        "--confirm",
-        "high",
-    ];
-    let out = rt.tutti_ok(&args);
-    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-    let token = v["mcpServers"][0]["headers"]["Authorization"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no Authorization header: {v}"))
-        .trim_start_matches("Bearer ")
-        .to_owned();
-    (rt, record, token)
-}
-
-/// How many `tools/call` of `destroy` the fixture got.
-fn upstream_calls(record: &Path) -> usize {
-    std::fs::read_to_string(record)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "destroy")
-        .count()
-}
-
-/// The audit `confirmation` words of `fx_destroy` calls, waiting up to 10 s for `n`.
-fn decisions(rt: &Runtime, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let words: Vec<String> = rt
-            .audit_lines()
-            .into_iter()
-            .filter(|l| l["event"] == "call" && l["tool"] == "fx_destroy")
-            .map(|l| l["confirmation"].as_str().unwrap_or_default().to_owned())
-            .collect();
-        if words.len() >= n || Instant::now() > deadline {
-            return words;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// The fixture `fx` with a `CALL_MS` call timeout, and a `--confirm high` token.
+fn runtime() -> (RiskyFixture, String) {
+    let fx = RiskyFixture::start(Some(CALL_MS));
+    let token = fx.token("confirmed", true);
+    (fx, token)
 }
 
 #[test]
 fn a_cancelled_or_unanswered_question_sends_nothing_and_is_audited() {
-    let (rt, record, token) = runtime();
+    let (fx, token) = runtime();
 
-    let cancelled = run_client(&rt, &token, "cancel");
+    let cancelled = run_client(&fx, &token, "cancel");
     assert_eq!(
         cancelled["asked"].as_array().map(Vec::len),
         Some(1),
@@ -151,9 +44,9 @@ fn a_cancelled_or_unanswered_question_sends_nothing_and_is_audited() {
         text.starts_with("declined:") && text.contains("(cancelled)"),
         "{cancelled}"
     );
-    assert_eq!(upstream_calls(&record), 0, "a cancelled call is not sent");
+    assert_eq!(fx.upstream_calls(), 0, "a cancelled call is not sent");
 
-    let unanswered = run_client(&rt, &token, "never");
+    let unanswered = run_client(&fx, &token, "never");
     assert_eq!(
         unanswered["asked"].as_array().map(Vec::len),
         Some(1),
@@ -171,9 +64,9 @@ fn a_cancelled_or_unanswered_question_sends_nothing_and_is_audited() {
         waited >= limit - 0.2 && waited < limit + 20.0,
         "the question waited for the call timeout ({limit} s): {waited} s"
     );
-    assert_eq!(upstream_calls(&record), 0, "an unanswered call is not sent");
+    assert_eq!(fx.upstream_calls(), 0, "an unanswered call is not sent");
 
-    assert_eq!(decisions(&rt, 2), ["cancelled", "timeout"]);
+    assert_eq!(fx.decisions(2), ["cancelled", "timeout"]);
 }
 
 /// A raw 2025-06-18 client that declared elicitation at `initialize`.
@@ -211,13 +104,13 @@ async fn accept(mcp: &Mcp, id: &Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn closing_the_stream_while_the_question_waits_drops_it_and_sends_nothing() {
-    let (rt, record, token) = tokio::task::block_in_place(runtime);
-    let mcp = eliciting_client(&rt, &token).await;
+    let (fx, token) = tokio::task::block_in_place(runtime);
+    let mcp = eliciting_client(&fx.rt, &token).await;
 
     // The client closes the call's stream while the person is being asked.
     let (stream, old_id) = asked(&mcp).await;
     drop(stream);
-    let words = tokio::task::block_in_place(|| decisions(&rt, 1));
+    let words = tokio::task::block_in_place(|| fx.decisions(1));
     assert_eq!(words, ["cancelled"], "the abandoned question is audited");
     // An answer that comes after the stream closed runs nothing.
     accept(&mcp, &old_id).await;
@@ -231,10 +124,10 @@ async fn closing_the_stream_while_the_question_waits_drops_it_and_sends_nothing(
     assert_eq!(response["id"], stream.id, "{response}");
     assert_ne!(response["result"]["isError"], true, "{response}");
     assert_eq!(
-        upstream_calls(&record),
+        fx.upstream_calls(),
         1,
         "only the accepted call reached the upstream"
     );
-    let words = tokio::task::block_in_place(|| decisions(&rt, 2));
+    let words = tokio::task::block_in_place(|| fx.decisions(2));
     assert_eq!(words, ["cancelled", "accepted"]);
 }

@@ -5,15 +5,15 @@
 #![cfg(unix)]
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::{
-    Mcp, Runtime, RuntimeOptions, fixture_connector, free_port, repo_root, require_python_venv,
+    Mcp, Runtime, RuntimeOptions, Server, fixture_connector, free_port, repo_root,
+    require_python_venv,
 };
 
 /// Starting workers and upstreams on a loaded 2-core machine.
@@ -29,7 +29,7 @@ fn era_server_script() -> PathBuf {
 
 /// The Python server over streamable HTTP on a free loopback port; killed on drop.
 struct PyServer {
-    child: Child,
+    _server: Server,
     url: String,
 }
 
@@ -37,44 +37,15 @@ impl PyServer {
     fn start(rt: &Runtime) -> PyServer {
         let python = require_python_venv().join("bin").join("python");
         let port = free_port();
-        let log = rt.root().join("era_server.stderr");
-        let err = std::fs::File::create(&log)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
-        let mut child = Command::new(python)
-            .arg(era_server_script())
+        let mut cmd = Command::new(python);
+        cmd.arg(era_server_script())
             .arg(port.to_string())
-            .current_dir(rt.root())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start the Python MCPServer: {e}"));
-        let deadline = Instant::now() + LISTEN;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "the Python MCPServer exited with {status}:\n{}",
-                    tutti_tests::file_tail(&log, 40)
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the Python MCPServer did not listen on {port} within {LISTEN:?}:\n{}",
-                tutti_tests::file_tail(&log, 40)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            .current_dir(rt.root());
+        let stderr = rt.root().join("era_server.stderr");
         PyServer {
-            child,
+            _server: Server::spawn("the Python MCPServer", cmd, port, stderr, LISTEN),
             url: format!("http://127.0.0.1:{port}/mcp"),
         }
-    }
-}
-
-impl Drop for PyServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

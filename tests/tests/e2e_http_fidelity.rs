@@ -5,15 +5,11 @@
 //! come back byte for byte through stdio and HTTP upstreams, in both client eras.
 #![cfg(unix)]
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::fixture::EXACT_TEXT;
-use tutti_tests::{
-    FixtureHttp, Mcp, Runtime, RuntimeOptions, free_port, npm_package, require_node22, result_texts,
-};
+use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, Server, free_port, result_texts};
 
 /// Starting workers and upstreams on a loaded 2-core machine.
 const READY: Duration = Duration::from_secs(30);
@@ -271,63 +267,15 @@ async fn stateless_http_upstream_recovers_from_every_fault_without_a_hang() {
     rt.stop();
 }
 
-/// An external server process, killed and reaped on drop.
-struct Node {
-    child: Child,
-}
-
-impl Node {
-    /// server-everything in `streamableHttp` mode on `port` (Node 22), once it accepts.
-    fn everything(port: u16, stderr: PathBuf) -> Node {
-        let pkg = npm_package("@modelcontextprotocol/server-everything").unwrap_or_else(|| {
-            panic!(
-                "this test needs @modelcontextprotocol/server-everything under .tools/npm: run \
-                 scripts/install-test-tools"
-            )
-        });
-        let err = std::fs::File::create(&stderr)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", stderr.display()));
-        let child = Command::new(require_node22())
-            .arg(pkg.join("dist").join("index.js"))
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start server-everything: {e}"));
-        let deadline = Instant::now() + READY;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "server-everything did not listen on {port}:\n{}",
-                tutti_tests::file_tail(&stderr, 30)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Node { child }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// The issue's own steps: server-everything (stateful, answers a stale session with
 /// `400 {"id":null,…}`) stopped and started again on the same port, for real.
 #[tokio::test(flavor = "multi_thread")]
 async fn server_everything_restarted_on_the_same_port_is_served_again_without_a_hang() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let port = free_port();
-    let stderr = rt.root().join("everything.stderr");
-    let mut server = Node::everything(port, stderr.clone());
+    let root = rt.root().to_path_buf();
+    let everything = || Server::everything_http_on(port, &root, "everything.stderr", READY);
+    let mut server = everything();
     let url = format!("http://127.0.0.1:{port}/mcp");
     rt.install_ok(&http_connector("remote", &url), &[]);
     rt.wait_status("remote", "ready", READY);
@@ -337,7 +285,7 @@ async fn server_everything_restarted_on_the_same_port_is_served_again_without_a_
     for round in 0..2 {
         let b = before(&rt);
         server.kill();
-        server = Node::everything(port, stderr.clone());
+        server = everything();
         expect_recovery(&rt, &mcp, &format!("restarted ({round})"), b).await;
     }
     drop(server);

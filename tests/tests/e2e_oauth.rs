@@ -333,6 +333,15 @@ async fn a_bare_origin_resource_is_refreshed_as_it_was_named() {
 
 // === failure paths ===
 
+/// The pids of `key`'s workers.
+fn worker_pids(rt: &Runtime, key: &str) -> Vec<u32> {
+    rt.workers()
+        .iter()
+        .filter(|w| w.key == key)
+        .map(|w| w.pid)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_refresh_makes_only_that_connector_auth_required() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -341,12 +350,7 @@ async fn a_refused_refresh_makes_only_that_connector_auth_required() {
     rt.install_ok(&other, &[]);
     rt.wait_status("other", "ready", READY);
     install_and_log_in(&mut rt, &remote.server, "remote", json!({})).await;
-    let other_worker: Vec<u32> = rt
-        .workers()
-        .iter()
-        .filter(|w| w.key == "other")
-        .map(|w| w.pid)
-        .collect();
+    let other_worker = worker_pids(&rt, "other");
     let mcp = client(&rt).await;
     echo(&mcp, "remote", "before").await;
 
@@ -375,13 +379,7 @@ async fn a_refused_refresh_makes_only_that_connector_auth_required() {
         rt.wait_status("other", "ready", READY)["restarts"],
         json!(0)
     );
-    let now: Vec<u32> = rt
-        .workers()
-        .iter()
-        .filter(|w| w.key == "other")
-        .map(|w| w.pid)
-        .collect();
-    assert_eq!(now, other_worker);
+    assert_eq!(worker_pids(&rt, "other"), other_worker);
     echo(&mcp, "other", "still here").await;
 }
 
@@ -647,13 +645,7 @@ async fn oauth_tokens_codes_and_client_secrets_appear_nowhere_but_secrets() {
     }
 
     // Argv and environment of the runtime's processes, while they run.
-    let mut leaks = Vec::new();
-    for pid in rt.process_set() {
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        if needles.iter().any(|n| secret_scan::contains(&environ, n)) {
-            leaks.push(format!("/proc/{pid}/environ"));
-        }
-    }
+    let mut leaks = secret_scan::environ_leaks(&needles, &rt.process_set(), |_| false);
     let running = secret_scan::Scan::default();
     leaks.extend(secret_scan::leaks(&needles, rt.state_dir(), &running));
 

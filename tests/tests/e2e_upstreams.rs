@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -17,8 +16,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tutti_tests::{
-    Mcp, Runtime, RuntimeOptions, fixture_bin, free_port, npm_package, proc_tree, require_node22,
-    require_python_venv, result_texts,
+    Mcp, Runtime, RuntimeOptions, Server, fixture_bin, free_port, proc_tree, require_python_venv,
+    result_texts, secret_scan,
 };
 
 /// Starting workers and upstreams on a loaded 2-core machine.
@@ -76,83 +75,9 @@ fn bearer(secret: &str) -> Value {
     json!({"kind": "bearer", "secret": secret})
 }
 
-/// An external server process, killed and reaped on drop.
-struct Server {
-    child: Child,
-    what: String,
-    stderr: PathBuf,
-}
-
-impl Server {
-    /// Spawns `cmd` (stderr to `stderr`) and waits until 127.0.0.1:`port` accepts.
-    fn spawn(what: &str, mut cmd: Command, port: u16, stderr: PathBuf) -> Server {
-        let err = std::fs::File::create(&stderr)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", stderr.display()));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let mut server = Server {
-            child,
-            what: what.to_owned(),
-            stderr,
-        };
-        server.wait_listening(port);
-        server
-    }
-
-    fn wait_listening(&mut self, port: u16) {
-        let deadline = Instant::now() + LISTEN;
-        loop {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "{} exited with {status} before listening on {port}:\n{}",
-                    self.what,
-                    tutti_tests::file_tail(&self.stderr, 40)
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not listen on {port} within {LISTEN:?}:\n{}",
-                self.what,
-                tutti_tests::file_tail(&self.stderr, 40)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `@modelcontextprotocol/server-everything` in `streamableHttp` mode (stateful, legacy).
 fn start_everything(rt: &Runtime) -> (Server, String) {
-    let node = require_node22();
-    let pkg = npm_package("@modelcontextprotocol/server-everything").unwrap_or_else(|| {
-        panic!("this test needs @modelcontextprotocol/server-everything under .tools/npm: run scripts/install-test-tools")
-    });
-    let port = free_port();
-    let mut cmd = Command::new(node);
-    cmd.arg(pkg.join("dist").join("index.js"))
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .current_dir(rt.root());
-    let server = Server::spawn(
-        "server-everything",
-        cmd,
-        port,
-        rt.root().join("everything.stderr"),
-    );
-    (server, format!("http://127.0.0.1:{port}/mcp"))
+    Server::everything_http(rt.root(), "everything.stderr", LISTEN)
 }
 
 /// A Python `mcp` 2.3.0 `MCPServer` over streamable-http (dual era).
@@ -189,6 +114,7 @@ fn start_python_server(rt: &Runtime) -> (Server, String) {
         cmd,
         port,
         rt.root().join("py_server.stderr"),
+        LISTEN,
     );
     (server, format!("http://127.0.0.1:{port}/mcp"))
 }
@@ -738,33 +664,6 @@ impl Transcript {
     }
 }
 
-/// Every regular file under `dir` (recursively), except under `skip`.
-fn files_under(dir: &Path, skip: &[PathBuf], out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if skip.iter().any(|s| path.starts_with(s)) {
-            continue;
-        }
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            files_under(&path, skip, out);
-        } else if meta.is_file() {
-            out.push(path);
-        }
-    }
-}
-
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w == needle.as_bytes())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn secret_values_appear_nowhere_but_secrets() {
     // Each value has its own random core: any output holding a core holds (part of) that
@@ -860,7 +759,9 @@ async fn secret_values_appear_nowhere_but_secrets() {
         let (_, _, body) = mcp.call_tool("leaky_echo", json!({"message": 5})).await;
         let body = body.to_string();
         assert!(
-            !needles.iter().any(|n| contains(body.as_bytes(), n)),
+            !needles
+                .iter()
+                .any(|n| secret_scan::contains(body.as_bytes(), n)),
             "{body}"
         );
     }
@@ -894,29 +795,14 @@ async fn secret_values_appear_nowhere_but_secrets() {
 
     // /proc/*/cmdline of every process (the remote server is the test's own and excluded),
     // and the environment of every runtime process except the upstreams that declared it.
-    let mut leaks = Vec::new();
     let fixture_path = rt.private_fixture().to_string_lossy().into_owned();
-    for p in proc_tree::snapshot() {
-        if p.pid == remote_server.pid() {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).unwrap_or_default();
-        if needles.iter().any(|n| contains(&cmdline, n)) {
-            leaks.push(format!("/proc/{}/cmdline: {}", p.pid, p.cmdline));
-        }
-    }
-    for pid in rt.process_set() {
-        let Some(info) = proc_tree::info(pid) else {
-            continue;
-        };
-        if info.cmdline.starts_with(&fixture_path) {
-            continue; // the upstream: its declared secret is in its environment by design
-        }
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        if needles.iter().any(|n| contains(&environ, n)) {
-            leaks.push(format!("/proc/{pid}/environ: {}", info.cmdline));
-        }
-    }
+    let mut leaks = secret_scan::cmdline_leaks(&needles, &[remote_server.pid()]);
+    leaks.extend(secret_scan::environ_leaks(
+        &needles,
+        &rt.process_set(),
+        // the upstream: its declared secret is in its environment by design
+        |p| p.cmdline.starts_with(&fixture_path),
+    ));
 
     // Every file of the state dir except secrets/ (stopping first flushes every log), the
     // runtime's own stdout/stderr, and every command's output.
@@ -926,7 +812,7 @@ async fn secret_values_appear_nowhere_but_secrets() {
     assert!(secrets_dir.is_dir(), "no secrets/ in {}", state.display());
     rt.stop();
     let mut files = Vec::new();
-    files_under(&state, std::slice::from_ref(&secrets_dir), &mut files);
+    secret_scan::files_under(&state, std::slice::from_ref(&secrets_dir), &mut files);
     files.push(root.join("up.stdout"));
     files.push(root.join("up.stderr"));
     assert!(
@@ -940,17 +826,8 @@ async fn secret_values_appear_nowhere_but_secrets() {
             && files.iter().any(|f| f.ends_with("registry.json")),
         "the state dir lacks expected files: {files:?}"
     );
-    for f in &files {
-        let bytes = std::fs::read(f).unwrap_or_default();
-        if needles.iter().any(|n| contains(&bytes, n)) {
-            leaks.push(format!("file {}", f.display()));
-        }
-    }
-    for (what, output) in &t.runs {
-        if needles.iter().any(|n| contains(output, n)) {
-            leaks.push(format!("output of `{what}`"));
-        }
-    }
+    leaks.extend(secret_scan::file_leaks(&needles, &files));
+    leaks.extend(secret_scan::output_leaks(&needles, &t.runs));
     assert!(t.runs.len() >= 15, "only {} commands ran", t.runs.len());
     assert!(
         leaks.is_empty(),
@@ -968,17 +845,17 @@ async fn secret_values_appear_nowhere_but_secrets() {
 
     // The values are where they belong.
     let mut secret_files = Vec::new();
-    files_under(&secrets_dir, &[], &mut secret_files);
+    secret_scan::files_under(&secrets_dir, &[], &mut secret_files);
     let stored: Vec<u8> = secret_files
         .iter()
         .flat_map(|f| std::fs::read(f).unwrap_or_default())
         .collect();
     assert!(
-        contains(&stored, &stdio_core) && contains(&stored, &http_core),
+        secret_scan::contains(&stored, &stdio_core) && secret_scan::contains(&stored, &http_core),
         "the secrets are not stored under secrets/"
     );
     assert!(
-        !contains(&stored, &wrong_core),
+        !secret_scan::contains(&stored, &wrong_core),
         "the replaced value is still stored"
     );
     drop(remote_server);

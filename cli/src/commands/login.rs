@@ -172,9 +172,7 @@ async fn callback(listener: &TcpListener, expected_state: &str) -> Result<Callba
 fn check(params: &HashMap<String, String>, expected_state: &str) -> Result<Callback, String> {
     let state = params.get("state").cloned().unwrap_or_default();
     if state != expected_state {
-        return Err("the redirect's state does not match this login: refused (it came from another \
-                    or older login, or was forged); nothing was stored, run the connect command again"
-            .to_owned());
+        return Err(tutti_oauth::OAuthError::StateMismatch.to_string());
     }
     if let Some(error) = params.get("error") {
         let detail = params

@@ -42,6 +42,34 @@ impl Fields {
     }
 }
 
+/// A form's change, once its page token is checked: what `change` gives, or why nothing
+/// changed.
+async fn checked<T>(
+    c: &Shared,
+    session: Session,
+    fields: &Fields,
+    change: impl Future<Output = Result<T, Problem>>,
+) -> Result<T, Problem> {
+    fields.check_csrf(c, session)?;
+    change.await
+}
+
+/// Every form but the install plan: [`checked`], then the page `shown` makes of the outcome,
+/// or the page titled `title` that says why nothing changed.
+async fn submit<T>(
+    c: &Shared,
+    session: Session,
+    fields: &Fields,
+    title: &str,
+    change: impl Future<Output = Result<T, Problem>>,
+    shown: impl FnOnce(T) -> Response,
+) -> Response {
+    match checked(c, session, fields, change).await {
+        Ok(outcome) => shown(outcome),
+        Err(p) => failed(title, &p),
+    }
+}
+
 fn done(title: &str, text: &str) -> Response {
     let body = html! { (views::notice(text)) p { a href="/" { "Back to the connectors" } } };
     page(title, &body)
@@ -53,27 +81,17 @@ pub(crate) async fn probe(
     UrlPath(key): UrlPath<String>,
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
-    let result = async {
-        Fields(fields).check_csrf(&c, session)?;
+    let change = async {
         pages::valid_key(&key)?;
-        let mut k = link::kernel(&c.state_dir).await?;
         let request = pb::ProbeRequest {
             target: key.clone(),
             ..Default::default()
         };
-        let reply = k
-            .client
-            .probe(request)
-            .await
-            .map_err(|s| link::rpc(&c.state_dir, &k, s))?
-            .into_inner();
+        let reply = link::call(&c.state_dir, async |k| k.probe(request).await).await?;
         pages::detail_body(&c, session, &key, Some(views::probe_result(&reply))).await
-    }
-    .await;
-    match result {
-        Ok(body) => page(&key, &body),
-        Err(p) => failed(&key, &p),
-    }
+    };
+    let fields = Fields(fields);
+    submit(&c, session, &fields, &key, change, |body| page(&key, &body)).await
 }
 
 pub(crate) async fn connect(
@@ -83,61 +101,54 @@ pub(crate) async fn connect(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
     let title = format!("Connect {key}");
-    let fields = Fields(fields);
-    let result = async {
-        fields.check_csrf(&c, session)?;
+    let (secrets, rest): (Vec<_>, Vec<_>) = fields
+        .into_iter()
+        .partition(|(n, _)| n.starts_with("secret."));
+    let fields = Fields(rest);
+    let change = async {
         pages::valid_key(&key)?;
-        let expected_sha256 = fields.get("expected").to_owned();
-        let secrets: HashMap<String, String> = fields
-            .0
+        let secrets: HashMap<String, String> = secrets
             .into_iter()
             .filter_map(|(n, v)| Some((n.strip_prefix("secret.")?.to_owned(), v)))
             .filter(|(_, v)| !v.is_empty())
             .collect();
-        let mut k = link::kernel(&c.state_dir).await?;
         let request = pb::ConnectRequest {
             key: key.clone(),
             secrets,
-            expected_sha256,
+            expected_sha256: fields.get("expected").to_owned(),
         };
-        k.client
-            .connect_connector(request)
-            .await
-            .map_err(|s| link::rpc(&c.state_dir, &k, s))?;
-        Ok::<_, Problem>(())
-    }
-    .await;
-    match result {
-        Ok(()) => done(
+        link::call(&c.state_dir, async |k| k.connect_connector(request).await).await
+    };
+    submit(&c, session, &fields, &title, change, |_| {
+        done(
             &title,
             &format!("{key} is connected; its values are stored and will not be shown."),
-        ),
-        Err(p) => failed(&title, &p),
-    }
+        )
+    })
+    .await
 }
 
 /// Disconnect or uninstall, with the release the confirmation page showed.
-async fn change(
+async fn disconnect_or_uninstall(
     c: &Shared,
-    session: Session,
     key: &str,
     fields: &Fields,
     uninstall: bool,
 ) -> Result<(), Problem> {
-    fields.check_csrf(c, session)?;
     pages::valid_key(key)?;
     let request = pb::KeyRequest {
         key: key.to_owned(),
         expected_sha256: fields.get("expected").to_owned(),
         ..Default::default()
     };
-    let mut k = link::kernel(&c.state_dir).await?;
-    let reply = if uninstall {
-        k.client.uninstall(request).await
-    } else {
-        k.client.disconnect_connector(request).await
-    };
-    reply.map_err(|s| link::rpc(&c.state_dir, &k, s))?;
+    link::call(&c.state_dir, async |k| {
+        if uninstall {
+            k.uninstall(request).await
+        } else {
+            k.disconnect_connector(request).await
+        }
+    })
+    .await?;
     Ok(())
 }
 
@@ -148,13 +159,15 @@ pub(crate) async fn disconnect(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
     let title = format!("Disconnect {key}");
-    match change(&c, session, &key, &Fields(fields), false).await {
-        Ok(()) => done(
+    let fields = Fields(fields);
+    let change = disconnect_or_uninstall(&c, &key, &fields, false);
+    submit(&c, session, &fields, &title, change, |()| {
+        done(
             &title,
             &format!("{key} is disconnected; its secret values are deleted."),
-        ),
-        Err(p) => failed(&title, &p),
-    }
+        )
+    })
+    .await
 }
 
 pub(crate) async fn uninstall(
@@ -164,10 +177,12 @@ pub(crate) async fn uninstall(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
     let title = format!("Uninstall {key}");
-    match change(&c, session, &key, &Fields(fields), true).await {
-        Ok(()) => done(&title, &format!("{key} is uninstalled.")),
-        Err(p) => failed(&title, &p),
-    }
+    let fields = Fields(fields);
+    let change = disconnect_or_uninstall(&c, &key, &fields, true);
+    submit(&c, session, &fields, &title, change, |()| {
+        done(&title, &format!("{key} is uninstalled."))
+    })
+    .await
 }
 
 /// The folder as the kernel gets it: absolute, and a directory (else the CLI's message).
@@ -194,20 +209,13 @@ pub(crate) async fn plan(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
     let fields = Fields(fields);
-    let result = async {
-        fields.check_csrf(&c, session)?;
+    let change = async {
         let dir = release_dir(fields.get("dir"))?;
-        let mut k = link::kernel(&c.state_dir).await?;
         let request = pb::InstallRequest {
             source_dir: dir.clone(),
             ..Default::default()
         };
-        let plan = k
-            .client
-            .plan_install(request)
-            .await
-            .map_err(|s| link::rpc(&c.state_dir, &k, s))?
-            .into_inner();
+        let plan = link::call(&c.state_dir, async |k| k.plan_install(request).await).await?;
         if !plan.problems.is_empty() {
             return Err(Problem {
                 status: StatusCode::BAD_REQUEST,
@@ -215,9 +223,8 @@ pub(crate) async fn plan(
             });
         }
         Ok(views::plan(&plan, &dir, &c.access.csrf_for(session)))
-    }
-    .await;
-    match result {
+    };
+    match checked(&c, session, &fields, change).await {
         Ok(body) => page("Install: confirm", &body),
         Err(p) => {
             let body = html! { (views::problems(&p.lines)) (pages::install_form(&c, session, fields.get("dir"))) };
@@ -232,38 +239,26 @@ pub(crate) async fn install(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
     let fields = Fields(fields);
-    let result = async {
-        fields.check_csrf(&c, session)?;
-        let dir = release_dir(fields.get("dir"))?;
-        let mut k = link::kernel(&c.state_dir).await?;
+    let change = async {
         let request = pb::InstallRequest {
-            source_dir: dir,
+            source_dir: release_dir(fields.get("dir"))?,
             expected_sha256: fields.get("sha256").to_owned(),
             ..Default::default()
         };
-        let reply = k
-            .client
-            .install(request)
-            .await
-            .map_err(|s| link::rpc(&c.state_dir, &k, s))?
-            .into_inner();
-        Ok::<_, Problem>(reply)
-    }
-    .await;
-    match result {
-        Ok(r) => {
-            let verb = if r.upgraded {
-                "upgraded to"
-            } else {
-                "installed at"
-            };
-            done(
-                "Install",
-                &format!("{} {verb} version {} ({}).", r.key, r.version, r.status),
-            )
-        }
-        Err(p) => failed("Install", &p),
-    }
+        link::call(&c.state_dir, async |k| k.install(request).await).await
+    };
+    submit(&c, session, &fields, "Install", change, |r| {
+        let verb = if r.upgraded {
+            "upgraded to"
+        } else {
+            "installed at"
+        };
+        done(
+            "Install",
+            &format!("{} {verb} version {} ({}).", r.key, r.version, r.status),
+        )
+    })
+    .await
 }
 
 pub(crate) async fn revoke(
@@ -299,25 +294,15 @@ async fn revoke_and_show(
     fields: &Fields,
     request: pb::RevokeSessionRequest,
 ) -> Response {
-    let result = async {
-        fields.check_csrf(c, session)?;
-        let mut k = link::kernel(&c.state_dir).await?;
-        let reply = k
-            .client
-            .revoke_session(request)
-            .await
-            .map_err(|s| link::rpc(&c.state_dir, &k, s))?
-            .into_inner();
+    let change = async {
+        let reply = link::call(&c.state_dir, async |k| k.revoke_session(request).await).await?;
         let body = pages::sessions_body(c, session).await?;
-        Ok::<_, Problem>(
-            html! { (views::notice(&format!("revoked {} session(s)", reply.revoked))) (body) },
-        )
-    }
-    .await;
-    match result {
-        Ok(body) => page("Sessions", &body),
-        Err(p) => failed("Sessions", &p),
-    }
+        Ok(html! { (views::notice(&format!("revoked {} session(s)", reply.revoked))) (body) })
+    };
+    submit(c, session, fields, "Sessions", change, |body| {
+        page("Sessions", &body)
+    })
+    .await
 }
 
 /// console23c (2026-12-01): approves held definition changes (SPEC §12) with the page's CSRF
@@ -331,8 +316,7 @@ pub(crate) async fn approve(
 ) -> Response {
     let title = format!("Approve {key}");
     let fields = Fields(fields);
-    let result = async {
-        fields.check_csrf(&c, session)?;
+    let change = async {
         if fields.get("confirm") != "yes" {
             return Err(Problem::new(
                 StatusCode::BAD_REQUEST,
@@ -346,24 +330,18 @@ pub(crate) async fn approve(
                 format!("the changes of {key} changed since you opened this page; reload"),
             ));
         }
-        let mut k = link::kernel(&c.state_dir).await?;
         let request = pb::KeyRequest {
             key: key.clone(),
             expected_offered_hash: now.offered_hash.clone(),
             ..Default::default()
         };
-        k.client
-            .approve_changes(request)
-            .await
-            .map_err(|s| link::rpc(&c.state_dir, &k, s))?;
-        Ok::<_, Problem>(())
-    }
-    .await;
-    match result {
-        Ok(()) => done(
+        link::call(&c.state_dir, async |k| k.approve_changes(request).await).await
+    };
+    submit(&c, session, &fields, &title, change, |_| {
+        done(
             &title,
             &format!("approved {key}: the reviewed definitions serve and are pinned"),
-        ),
-        Err(p) => failed(&title, &p),
-    }
+        )
+    })
+    .await
 }

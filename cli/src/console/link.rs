@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use axum::http::StatusCode;
 use futures_util::StreamExt;
 use tutti_proto::kernel as pb;
+use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::tonic::transport::Channel;
 
 use crate::error::CliError;
 use crate::kernel::Kernel;
@@ -69,6 +71,21 @@ pub(crate) async fn kernel(state_dir: &Path) -> Result<Kernel, Problem> {
     Kernel::connect(state_dir)
         .await
         .map_err(|e| Problem::from_cli(state_dir, e))
+}
+
+/// The kernel's gRPC client, as [`call`] lends it.
+pub(crate) type Client = KernelClient<Channel>;
+
+/// One RPC on a fresh connection to the kernel: its reply, or what the page says instead.
+pub(crate) async fn call<T>(
+    state_dir: &Path,
+    rpc: impl AsyncFnOnce(&mut Client) -> Result<tonic::Response<T>, tonic::Status>,
+) -> Result<T, Problem> {
+    let mut k = kernel(state_dir).await?;
+    let reply = rpc(&mut k.client).await;
+    reply
+        .map(tonic::Response::into_inner)
+        .map_err(|s| self::rpc(state_dir, &k, s))
 }
 
 /// Maps a failed RPC of `kernel` to what the page says.

@@ -125,16 +125,11 @@ pub(crate) async fn detail_body(
 /// console23c (2026-12-01): the kernel's `ReviewChanges` of a connector (SPEC §12).
 pub(crate) async fn review_changes(c: &Shared, key: &str) -> Result<pb::ReviewReply, Problem> {
     valid_key(key)?;
-    let mut k = link::kernel(&c.state_dir).await?;
     let request = pb::KeyRequest {
         key: key.to_owned(),
         ..Default::default()
     };
-    Ok(k.client
-        .review_changes(request)
-        .await
-        .map_err(|s| link::rpc(&c.state_dir, &k, s))?
-        .into_inner())
+    link::call(&c.state_dir, async |k| k.review_changes(request).await).await
 }
 
 /// console23c (2026-12-01): the held changes with the approval's confirmation form.
@@ -288,13 +283,7 @@ pub(crate) async fn sessions(
 }
 
 pub(crate) async fn sessions_body(c: &Shared, session: Session) -> Result<Markup, Problem> {
-    let mut k = link::kernel(&c.state_dir).await?;
-    let list = k
-        .client
-        .list_sessions(pb::Empty {})
-        .await
-        .map_err(|s| link::rpc(&c.state_dir, &k, s))?
-        .into_inner();
+    let list = link::call(&c.state_dir, async |k| k.list_sessions(pb::Empty {}).await).await?;
     Ok(views::sessions(&list, &c.access.csrf_for(session)))
 }
 

@@ -1,0 +1,112 @@
+//! The setup the confirm22 tests share (`e2e_confirm*.rs`, SPEC §12): a runtime with the
+//! fixture connector `fx` (`destroy` is high risk, `echo` low) recording every message it
+//! gets, `--confirm` tokens, what reached the upstream, the audit's decisions, and the
+//! person's side: `tests/py/confirm_client.py`, the Python SDK client that answers.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{Runtime, RuntimeOptions, fixture_connector, repo_root, require_python_venv};
+
+const READY: Duration = Duration::from_secs(30);
+
+/// A runtime with the fixture `fx` installed and ready, and the file it records every
+/// message it gets in.
+pub struct RiskyFixture {
+    pub rt: Runtime,
+    pub record: PathBuf,
+}
+
+impl RiskyFixture {
+    /// Installs `fx` (tools `destroy`, high risk, and `echo`); `call_ms` sets its
+    /// `timeouts.callMs` (how long a person has to answer a question).
+    pub fn start(call_ms: Option<u64>) -> RiskyFixture {
+        let mut rt = Runtime::start(RuntimeOptions::default());
+        let record = rt.root().join("fixture-record.jsonl");
+        let record_arg = record.to_string_lossy().into_owned();
+        let mut manifest =
+            fixture_connector("fx", &["--tools", "destroy,echo", "--record", &record_arg]);
+        if let Some(ms) = call_ms {
+            manifest["timeouts"] = json!({"callMs": ms});
+        }
+        rt.install_ok(&manifest, &[]);
+        rt.wait_status("fx", "ready", READY);
+        RiskyFixture { rt, record }
+    }
+
+    /// A token of workspace `w`, session `session`; with `--confirm high` when `confirm`.
+    pub fn token(&self, session: &str, confirm: bool) -> String {
+        let extra: &[&str] = if confirm { &["--confirm", "high"] } else { &[] };
+        self.rt.issue_token_with("w", session, extra)
+    }
+
+    /// How many `tools/call` of `destroy` the fixture got.
+    pub fn upstream_calls(&self) -> usize {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "destroy")
+            .count()
+    }
+
+    /// The audit `call` records of `fx_destroy`, waiting up to 10 s for `n` of them.
+    pub fn destroy_records(&self, n: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let records: Vec<Value> = self
+                .rt
+                .audit_lines()
+                .into_iter()
+                .filter(|l| l["event"] == "call" && l["tool"] == "fx_destroy")
+                .collect();
+            if records.len() >= n || Instant::now() > deadline {
+                return records;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The audit `confirmation` words of `fx_destroy` calls, waiting up to 10 s for `n`.
+    pub fn decisions(&self, n: usize) -> Vec<String> {
+        self.destroy_records(n)
+            .iter()
+            .map(|l| l["confirmation"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Runs `tests/py/confirm_client.py` (the Python SDK client calling `fx_destroy` once)
+    /// in `mode` (`legacy` or `auto`) with `token`, answering the question with `answer`
+    /// (`accept`, `decline`, `cancel`, `none`, `never`), and returns the JSON line it prints
+    /// (`version`, `asked`, `result`, `seconds`). Panics, with its output, when it fails.
+    pub fn run_client(&self, mode: &str, token: &str, answer: &str) -> Value {
+        let venv = require_python_venv();
+        let script = repo_root()
+            .join("tests")
+            .join("py")
+            .join("confirm_client.py");
+        let out = Command::new(venv.join("bin").join("python"))
+            .arg(&script)
+            .args([answer, self.rt.frontend_url(), mode])
+            .env("TUTTI_TEST_TOKEN", token)
+            .env("PYTHONWARNINGS", "ignore")
+            .env_remove("HTTP_PROXY")
+            .env_remove("http_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run the Python client: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "Python client ({answer}) failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("client ({answer}) printed no JSON ({e}): {stdout}"))
+    }
+}
