@@ -1,20 +1,15 @@
 //! `@modelcontextprotocol/server-everything` (the MCP reference server with every primitive,
 //! under `.tools/npm`, run by Node 22 from `.tools/node22`) as an upstream: a stdio manifest, a
-//! runtime whose owner allowlist admits Node, and the server in its `streamableHttp` mode.
+//! runtime whose owner allowlist admits Node. The server in its `streamableHttp` mode is
+//! [`crate::Server::everything_http`].
 
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 use crate::runtime::TEST_ALLOWED_COMMANDS;
-use crate::support::{free_port, npm_package, require_node22};
+use crate::support::{npm_package, require_node22};
 use crate::{Runtime, RuntimeOptions};
-
-/// How long server-everything may take to listen.
-const LISTEN: Duration = Duration::from_secs(30);
 
 /// `dist/index.js` of the installed package; a missing package fails with what to run.
 pub fn everything_entry() -> PathBuf {
@@ -61,51 +56,4 @@ pub fn runtime_allowing_node() -> Runtime {
         )],
         ..RuntimeOptions::default()
     })
-}
-
-/// server-everything in its `streamableHttp` mode on a free port; killed on drop.
-pub struct EverythingHttp {
-    child: Child,
-    /// `http://127.0.0.1:<port>/mcp`.
-    pub url: String,
-}
-
-impl EverythingHttp {
-    /// Starts it with `dir` as its working directory and `dir/everything.stderr` as its
-    /// stderr; returns once it accepts connections.
-    pub fn start(dir: &Path) -> EverythingHttp {
-        let port = free_port();
-        let stderr = std::fs::File::create(dir.join("everything.stderr"))
-            .unwrap_or_else(|e| panic!("stderr file: {e}"));
-        let child = Command::new(require_node22())
-            .arg(everything_entry())
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start server-everything: {e}"));
-        let server = EverythingHttp {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-        };
-        let deadline = Instant::now() + LISTEN;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "server-everything did not listen on {port} within {LISTEN:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        server
-    }
-}
-
-impl Drop for EverythingHttp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

@@ -7,8 +7,8 @@
 //!   server directly, [`FixtureHttp`] runs the fixture in `--http` mode, [`Server`] runs
 //!   another server beside the runtime until the test drops it, [`proc_tree`] inspects live
 //!   processes (orphan and zombie checks), and [`PySdk`] runs a Python `mcp` SDK client
-//!   script that prints JSON lines; [`EverythingHttp`] and [`everything_stdio_manifest`] make
-//!   server-everything an upstream.
+//!   script that prints JSON lines; [`everything_stdio_manifest`] and
+//!   [`Server::everything_http`] make server-everything an upstream.
 //!
 //! Helpers panic with a clear message instead of returning errors: a panic is how a test
 //! reports failure. Tests need `cargo build --workspace --bins` first (`scripts/test` does it).
@@ -31,8 +31,7 @@ mod support;
 
 pub use auth_proxy::AuthProxy;
 pub use everything::{
-    EverythingHttp, everything_entry, everything_http_manifest, everything_stdio_manifest,
-    runtime_allowing_node,
+    everything_entry, everything_http_manifest, everything_stdio_manifest, runtime_allowing_node,
 };
 pub use mcp::{Era, Mcp, SseStream};
 pub use py::{PY_RUN, PySdk, py_script};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{file_tail, free_port, npm_package, require_node22};
+use crate::support::{file_tail, free_port, require_node22};
 
 /// A listening server process, killed and reaped on drop.
 pub struct Server {
@@ -77,14 +77,8 @@ impl Server {
 
     /// [`Server::everything_http`] on a given port (e.g. to start it again in place).
     pub fn everything_http_on(port: u16, dir: &Path, stderr: &str, within: Duration) -> Server {
-        let pkg = npm_package("@modelcontextprotocol/server-everything").unwrap_or_else(|| {
-            panic!(
-                "this test needs @modelcontextprotocol/server-everything under .tools/npm: run \
-                 scripts/install-test-tools"
-            )
-        });
         let mut cmd = Command::new(require_node22());
-        cmd.arg(pkg.join("dist").join("index.js"))
+        cmd.arg(crate::everything_entry())
             .arg("streamableHttp")
             .env("PORT", port.to_string())
             .current_dir(dir);

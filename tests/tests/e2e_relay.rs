@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::{EverythingHttp, PySdk, Runtime, RuntimeOptions, everything_http_manifest};
+use tutti_tests::{PySdk, Runtime, RuntimeOptions, Server, everything_http_manifest};
 
 const READY: Duration = Duration::from_secs(30);
 
@@ -106,10 +106,10 @@ fn py_client(rt: &Runtime, token: &str, args: &[&str]) -> PySdk {
 }
 
 /// A runtime with server-everything installed as connector `ev`, ready, and a token.
-fn runtime_with_everything() -> (Runtime, EverythingHttp, String) {
+fn runtime_with_everything() -> (Runtime, Server, String) {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let server = EverythingHttp::start(rt.root());
-    rt.install_ok(&everything_http_manifest("ev", &server.url), &[]);
+    let (server, url) = Server::everything_http(rt.root(), "everything.stderr", READY);
+    rt.install_ok(&everything_http_manifest("ev", &url), &[]);
     rt.wait_status("ev", "ready", READY);
     let token = rt.issue_token("w", "relay");
     (rt, server, token)

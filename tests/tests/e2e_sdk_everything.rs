@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tutti_tests::{
-    EverythingHttp, PySdk, Runtime, RuntimeOptions, everything_http_manifest,
-    everything_stdio_manifest, py_script, runtime_allowing_node,
+    PySdk, Runtime, RuntimeOptions, Server, everything_http_manifest, everything_stdio_manifest,
+    py_script, runtime_allowing_node,
 };
 
 const READY: Duration = Duration::from_secs(60);
@@ -275,8 +275,8 @@ fn the_python_sdk_uses_everything_over_stdio_in_both_eras() {
 #[test]
 fn the_python_sdk_uses_everything_over_streamable_http_in_both_eras() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let server = EverythingHttp::start(rt.root());
-    rt.install_ok(&everything_http_manifest(KEY, &server.url), &[]);
+    let (_server, url) = Server::everything_http(rt.root(), "everything.stderr", READY);
+    rt.install_ok(&everything_http_manifest(KEY, &url), &[]);
     rt.wait_status(KEY, "ready", READY);
     both_eras(&rt, "http");
 }
