@@ -367,10 +367,11 @@ mod imp {
     /// and mio frees the pipe, closing its handle, only once the loop that owns the pipe takes
     /// the cancellation's completion off its port (`CancelIoEx` does not wait for it). When
     /// that runtime is shutting down or gone, its last drain of the port does not wait either:
-    /// a completion that comes later is never taken, and the handle stays open for good, so
-    /// the peer never learns that we went (issue 27: a call to a stopped in-process peer hung
-    /// in about a third of the runs under Wine, where a cancellation issued by another thread
-    /// than the read's is posted late; a cancellation by the reading thread was always taken).
+    /// a completion that comes later is never taken, and the handle stays open for good
+    /// (tokio-rs/mio#1944, open; Windows and Wine alike), so the peer never learns that we
+    /// went (issue 27: a call to a stopped in-process peer hung in about a third of the runs
+    /// under Wine, where a cancellation issued by another thread than the read's is posted
+    /// late; a cancellation by the reading thread was always taken).
     /// Marked flushed, the stream is closed where it is dropped, in its runtime. Nothing
     /// written is lost: mio never cancels a write in flight (the pipe stays open until it
     /// completes), and bytes in the pipe stay readable after our end closes.
