@@ -51,12 +51,21 @@ pub(crate) const MISSING_CAPABILITY: i64 = -32021;
 /// A parked call is dropped this long after its call timeout if never resumed.
 const PARK_GRACE: Duration = Duration::from_secs(2);
 
-/// Who waits for the answer to an `input_required` result's request.
+/// Who waits for the answers to an `input_required` result's requests.
 enum Asked {
-    /// The upstream's request, answered to the worker.
-    Upstream(AnswerTo),
-    /// The person's confirmation question (`--confirm high`).
-    Confirm,
+    /// The upstream's requests by `inputRequests` key, answered to the worker.
+    Upstream(HashMap<String, AnswerTo>),
+    /// The person's confirmation question (`--confirm high`), by its key.
+    Confirm(String),
+}
+
+/// One upstream request of a modern answer that is being put together (conf21b): its
+/// `inputRequests` key, where its answer goes, its method and params.
+struct Pending {
+    key: String,
+    to: AnswerTo,
+    method: String,
+    params: Value,
 }
 
 /// Which surface answers.
@@ -219,6 +228,9 @@ enum Out {
 struct Driver {
     a: Answering,
     running: Option<Running>,
+    /// The requests of a 2026-07-28 upstream's `input_required` round that have come so far:
+    /// the client is asked all of them in one `input_required` result (conf21b).
+    round: Vec<Pending>,
 }
 
 /// Answers the request with the running call: as one JSON response when the first thing to
@@ -227,6 +239,7 @@ pub(crate) async fn respond(a: Answering, running: Running) -> Response {
     let mut driver = Driver {
         a,
         running: Some(running),
+        round: Vec::new(),
     };
     let first = driver.next().await;
     match first {
@@ -398,8 +411,42 @@ impl Driver {
                     .ok()
                     .map(|m| Out::Note(rpc::sse_event(&m)))
             }
-            Era::Modern => Some(self.park(id, Asked::Upstream(to), request.method, params)),
+            Era::Modern => {
+                // A 2026-07-28 upstream's request keeps its own key (unique in its round); a
+                // 2025-era upstream's has none and gets the JSON-RPC-style id.
+                let key = match request.input_key {
+                    key if key.is_empty() || self.round.iter().any(|p| p.key == key) => id,
+                    key => key,
+                };
+                let method = request.method;
+                self.round.push(Pending {
+                    key,
+                    to,
+                    method,
+                    params,
+                });
+                let size = usize::try_from(request.input_round).unwrap_or(usize::MAX);
+                if self.round.len() < size {
+                    // The rest of the round is on its way: all are asked together.
+                    return None;
+                }
+                Some(self.park_round())
+            }
         }
+    }
+
+    /// The collected round of upstream requests, asked in one `input_required` answer.
+    fn park_round(&mut self) -> Out {
+        let mut asked = HashMap::new();
+        let mut requests = Map::new();
+        for p in std::mem::take(&mut self.round) {
+            requests.insert(
+                p.key.clone(),
+                json!({"method": p.method, "params": p.params}),
+            );
+            asked.insert(p.key, p.to);
+        }
+        self.park(Asked::Upstream(asked), requests)
     }
 
     /// The person's confirmation question: a request on the legacy event stream, or the
@@ -417,14 +464,18 @@ impl Driver {
                 if let Some(params) = params.as_object_mut() {
                     params.insert("mode".to_owned(), json!("form"));
                 }
-                let method = "elicitation/create".to_owned();
-                self.park(id, Asked::Confirm, method, params)
+                let mut requests = Map::new();
+                requests.insert(
+                    id.clone(),
+                    json!({"method": "elicitation/create", "params": params}),
+                );
+                self.park(Asked::Confirm(id), requests)
             }
         }
     }
 
-    /// Parks the call behind an `input_required` answer.
-    fn park(&mut self, key: String, asked: Asked, method: String, params: Value) -> Out {
+    /// Parks the call behind an `input_required` answer asking `requests` (`inputRequests`).
+    fn park(&mut self, asked: Asked, requests: Map<String, Value>) -> Out {
         let Some(running) = self.running.take() else {
             let error = RpcError::new(INTERNAL_ERROR, "the call is gone");
             return self.final_message(&Err(error), StatusCode::OK);
@@ -432,12 +483,8 @@ impl Driver {
         let call_timeout = Duration::from_millis(u64::from(running.tool.connector.timeout_ms));
         let tool = running.tool.name.clone();
         let (timeout, asked, confirm) = match asked {
-            Asked::Upstream(to) => (call_timeout, HashMap::from([(key.clone(), to)]), None),
-            Asked::Confirm => (
-                confirm::limit(&running.tool),
-                HashMap::new(),
-                Some(key.clone()),
-            ),
+            Asked::Upstream(asked) => (call_timeout, asked, None),
+            Asked::Confirm(key) => (confirm::limit(&running.tool), HashMap::new(), Some(key)),
         };
         let parked = Parked {
             token: self.a.token,
@@ -458,7 +505,7 @@ impl Driver {
         });
         let result = json!({
             "resultType": "input_required",
-            "inputRequests": {key: {"method": method, "params": params}},
+            "inputRequests": requests,
             "requestState": state,
         });
         let bytes = serde_json::to_vec(&rpc::result_body(&self.a.id, result)).unwrap_or_default();

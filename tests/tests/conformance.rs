@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tutti_tests::{
-    AuthProxy, Mcp, Runtime, RuntimeOptions, fixture_connector, npm_package, repo_root,
-    require_node22,
+    AuthProxy, FixtureHttp, Mcp, Runtime, RuntimeOptions, fixture_connector, npm_package,
+    repo_root, require_node22,
 };
 
 /// The upstream tools of the `test` connector: the suite's tool scenarios, the diagnostic
@@ -24,11 +24,26 @@ use tutti_tests::{
 const TEST_TOOLS: &str = "conformance,logging_tool,streaming_elicitation,trigger_tool_change,\
      param_header,conformance_relay";
 /// The legacy set runs first: the modern set's `input-required-result-*` scenarios leave
-/// calls parked behind `input_required` answers they never resume, each pending at the stdio
-/// upstream until the call timeout, and while more than one call is in flight a stdio
-/// upstream's request cannot be told apart (SPEC §11): the legacy relay scenarios would meet
-/// them.
+/// calls parked behind `input_required` answers they never resume, each pending at the
+/// upstream until the call timeout. Over HTTP (`http_connector`) their requests name their
+/// call, so they no longer disturb later scenarios; the order keeps the legacy run free of
+/// them all the same.
 const REVISIONS: [&str; 2] = ["2025-11-25", "2026-07-28"];
+
+/// The `test` connector: the fixture over Streamable HTTP with sessions and `--sse`, so that
+/// what a call sends while it runs (progress, logs, `list_changed`, requests to the client)
+/// travels on that call's own response stream. A request there names its call, so calls the
+/// suite leaves parked behind `input_required` answers never make another call's request
+/// ambiguous, as a stdio upstream's would (SPEC §11; conf21b).
+fn http_connector(key: &str, url: &str) -> Value {
+    json!({
+        "key": key,
+        "name": format!("Fixture {key}"),
+        "description": format!("Fixture MCP server {key} over Streamable HTTP"),
+        "version": "1.0.0",
+        "mcp": {"transport": "http", "url": url},
+    })
+}
 
 fn expected_failures() -> PathBuf {
     repo_root()
@@ -139,9 +154,9 @@ async fn conformance_suite_passes_both_requirement_sets() {
 
     let mut rt = Runtime::start(RuntimeOptions::default());
     // Issue 21: the suite's prompts, resources, template and completion too.
-    let tools: Vec<&str> = vec!["--tools", TEST_TOOLS, "--conformance-catalog"];
+    let fixture = FixtureHttp::start(&["--tools", TEST_TOOLS, "--conformance-catalog", "--sse"]);
     // The suite makes the upstream add tools: trusted, so they commit without review.
-    rt.install_trusted(&fixture_connector("test", &tools), &[]);
+    rt.install_trusted(&http_connector("test", &fixture.url), &[]);
     rt.wait_status("test", "ready", Duration::from_secs(20));
     let token = rt.issue_token("conformance", "suite");
     let proxy = AuthProxy::start(rt.frontend_url(), &token);

@@ -5,13 +5,13 @@
 //! frontend answers the suite with an `input_required` result and a `requestState` of its own,
 //! and the suite's retry with `inputResponses` reaches the upstream as the answer.
 //!
-//! Why alone: in the full run (tests/tests/conformance.rs) the suite leaves calls parked behind
-//! `input_required` answers it never resumes; each stays pending at the stdio upstream until
-//! the call timeout, and while more than one call is in flight a stdio upstream's request
-//! names no call, so the worker refuses to guess whose it is (SPEC §11). The scenarios that
-//! pass here are listed in `tests/conformance/expected-failures.yml` for the full run with
-//! that reason; those that fail here too are listed with theirs and checked below to fail
-//! for exactly that reason.
+//! Why alone: a stdio upstream's request names no call, so while more than one call is in
+//! flight the worker refuses to guess whose it is (SPEC §11); in the full run the suite leaves
+//! calls parked behind `input_required` answers it never resumes. The full run
+//! (tests/tests/conformance.rs) therefore uses the fixture over HTTP (`--http --sse`), where each
+//! request travels on its call's stream; this test keeps the stdio relay path covered, one
+//! scenario per runtime. Those that fail here too are checked below to fail for exactly their
+//! documented reason.
 
 use std::path::Path;
 use std::process::Command;

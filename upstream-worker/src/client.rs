@@ -178,7 +178,7 @@ impl HttpUpstream {
                     Err(()) => Err("interrupted".to_owned()),
                 },
                 Some(relayed) = requests.recv() => {
-                    if let Relayed::Request { id, method, params_json } = relayed {
+                    if let Relayed::Request { id, method, params_json, .. } = relayed {
                         let params = serde_json::from_str(&params_json).unwrap_or(Value::Null);
                         let answered = answer(&method, params)
                             .map_err(|(code, message)| ErrorData::new(ErrorCode(code), message, None));

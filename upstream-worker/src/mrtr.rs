@@ -19,7 +19,7 @@ use rmcp::model::{ErrorCode, ErrorData, ServerResult};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::relay::{Relay, RelayTo};
+use crate::relay::{InputKey, Relay, RelayTo};
 
 /// Rounds of answers one call may take (the official SDKs' default): an upstream that keeps
 /// asking after that is ended with an error rather than holding the caller to its timeout.
@@ -115,40 +115,51 @@ fn parse(value: &Value) -> Result<InputRequired, ErrorData> {
     Ok(InputRequired { requests, state })
 }
 
-/// Asks the caller `to` each request of `asked` in turn and returns the next round's retry.
-/// A request the caller cannot or did not answer ends the call with its error, naming what
-/// the upstream needed (an `inputResponses` entry cannot carry an error).
+/// Asks the caller `to` every request of `asked` at once, each with its key and the round's
+/// size (conf21b: the frontend asks a 2026-07-28 client all of them in one `input_required`
+/// result, under the upstream's own keys), and returns the next round's retry once all are
+/// answered. A request the caller cannot or did not answer ends the call with its error,
+/// naming what the upstream needed (an `inputResponses` entry cannot carry an error).
 pub(crate) async fn answer(
     relay: &Relay,
     to: Option<&RelayTo>,
     asked: InputRequired,
 ) -> Result<Retry, ErrorData> {
-    let mut responses = BTreeMap::new();
-    for request in asked.requests {
+    let round = u32::try_from(asked.requests.len()).unwrap_or(u32::MAX);
+    let asks = asked.requests.into_iter().map(|request| {
         let InputRequest {
             key,
             method,
             params,
         } = request;
-        // Nothing is in flight at the upstream between rounds: only the caller's interrupt
-        // (around this whole function) ends the wait.
-        let answer = relay
-            .ask_caller(to.cloned(), &method, params, CancellationToken::new())
-            .await
-            .map_err(|e| {
-                ErrorData::new(
-                    e.code,
-                    format!(
-                        "the upstream needs {method} answered by the client to go on: {}",
-                        e.message
-                    ),
-                    e.data,
-                )
-            })?;
-        responses.insert(key, answer);
-    }
+        let input = InputKey {
+            key: key.clone(),
+            round,
+        };
+        async move {
+            // Nothing is in flight at the upstream between rounds: only the caller's
+            // interrupt (around this whole function) ends the wait.
+            let ct = CancellationToken::new();
+            let answer = relay
+                .ask_keyed(to.cloned(), &method, params, ct, Some(input))
+                .await
+                .map_err(|e| {
+                    ErrorData::new(
+                        e.code,
+                        format!(
+                            "the upstream needs {method} answered by the client to go on: {}",
+                            e.message
+                        ),
+                        e.data,
+                    )
+                })?;
+            Ok::<_, ErrorData>((key, answer))
+        }
+    });
+    // Polled in order, so the requests reach the caller in the upstream's order.
+    let responses = futures_util::future::try_join_all(asks).await?;
     Ok(Retry {
-        responses: Some(responses),
+        responses: Some(responses.into_iter().collect()),
         state: asked.state,
     })
 }
@@ -222,7 +233,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn each_request_is_relayed_without_the_state_and_answered_by_key() {
+    async fn a_round_is_relayed_at_once_with_its_keys_without_the_state() {
         let relay = Arc::new(Relay::default());
         let (sink, mut rx) = mpsc::channel(4);
         let to = RelayTo {
@@ -234,29 +245,44 @@ mod tests {
         let Some(Ok(asked)) = input_required(&typed(asking())) else {
             panic!("not read");
         };
+        // All requests of the round arrive before any is answered (conf21b): the frontend
+        // asks them in one input_required result.
         let answering = async {
-            let mut seen = Vec::new();
-            while let Some(Relayed::Request {
-                id,
-                method,
-                params_json,
-            }) = rx.recv().await
-            {
+            let mut asked = Vec::new();
+            while asked.len() < 2 {
+                let next = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv());
+                let Ok(Some(Relayed::Request {
+                    id,
+                    method,
+                    params_json,
+                    input,
+                })) = next.await
+                else {
+                    panic!("the round's requests did not all come unanswered: {asked:?}");
+                };
                 assert!(
                     !params_json.contains(STATE),
                     "the state leaked: {params_json}"
                 );
+                // Every request of the round comes with its key and the round's size.
+                let input = input.unwrap_or_else(|| panic!("{method} has no input key"));
+                assert_eq!(input.round, 2);
+                let key = if method == "roots/list" {
+                    "where"
+                } else {
+                    "confirm"
+                };
+                assert_eq!(input.key, key);
+                asked.push((id, method));
+            }
+            for (id, method) in &asked {
                 let answer = match method.as_str() {
                     "roots/list" => json!({"roots": []}),
                     _ => json!({"action": "accept", "content": {"ok": true}}),
                 };
-                assert!(relay.answer(&id, Ok(answer)));
-                seen.push(method);
-                if seen.len() == 2 {
-                    return seen;
-                }
+                assert!(relay.answer(id, Ok(answer)));
             }
-            seen
+            asked.into_iter().map(|(_, m)| m).collect::<Vec<_>>()
         };
         let (retry, seen) = tokio::join!(answer(&relay, Some(&to), asked), answering);
         assert_eq!(seen, ["elicitation/create", "roots/list"]);

@@ -41,12 +41,22 @@ pub(crate) enum Relayed {
         id: String,
         method: String,
         params_json: String,
+        /// Set for a 2026-07-28 upstream's `input_required` request ([`crate::mrtr`]).
+        input: Option<InputKey>,
     },
     /// The params of a `notifications/message`, as a JSON object.
     Log(String),
     /// The upstream sent `method` during a call whose client declared no capability for it
     /// and must be refused with -32021 (`RelayTo::refuse`).
     Missing(String),
+}
+
+/// A request of a 2026-07-28 upstream's `input_required` round: its key in `inputRequests`
+/// and how many requests the round holds (all are relayed before any answer is awaited).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct InputKey {
+    pub(crate) key: String,
+    pub(crate) round: u32,
 }
 
 /// Where a relaying call's requests and logs go.
@@ -193,6 +203,18 @@ impl Relay {
         params: Value,
         ct: CancellationToken,
     ) -> Answer {
+        self.ask_keyed(to, method, params, ct, None).await
+    }
+
+    /// [`Relay::ask_caller`] for one request of an `input_required` round, with its key.
+    pub(crate) async fn ask_keyed(
+        &self,
+        to: Option<RelayTo>,
+        method: &str,
+        params: Value,
+        ct: CancellationToken,
+        input: Option<InputKey>,
+    ) -> Answer {
         let to = match to {
             Some(to) if to.refuse => {
                 let _ = to.sink.try_send(Relayed::Missing(method.to_owned()));
@@ -231,6 +253,7 @@ impl Relay {
             id: id.clone(),
             method: method.to_owned(),
             params_json,
+            input,
         };
         let ended = || error(INTERNAL_ERROR, format!("{method}: the tool call ended"));
         if to.sink.send(request).await.is_err() {

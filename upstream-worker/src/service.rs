@@ -691,11 +691,17 @@ fn relayed_event(relayed: Relayed) -> Option<call_tool_event::Event> {
             id,
             method,
             params_json,
-        } => call_tool_event::Event::Request(UpstreamRequest {
-            request_id: id,
-            method,
-            params_json,
-        }),
+            input,
+        } => {
+            let (input_key, input_round) = input.map(|i| (i.key, i.round)).unwrap_or_default();
+            call_tool_event::Event::Request(UpstreamRequest {
+                request_id: id,
+                method,
+                params_json,
+                input_key,
+                input_round,
+            })
+        }
         Relayed::Log(params) => call_tool_event::Event::LogJson(params),
         // Only on calls that refuse requests, which are never streamed with a relay.
         Relayed::Missing(_) => return None,
