@@ -107,6 +107,10 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         &k.paths.state,
         generation,
     ));
+    tutti_proto::transport::remove_endpoint(&tutti_proto::transport::worker_data_endpoint(
+        &k.paths.state,
+        generation,
+    ));
     outcome.map_err(|e| {
         let hint = withheld_hint.as_deref().unwrap_or_default();
         Status::failed_precondition(k.redact(&format!("{e}{hint}")))

@@ -973,6 +973,7 @@ impl KernelRpc for Service {
                 ),
             }
         };
+        accept_data_endpoint(&self.k, &req);
         let launch = match self
             .k
             .launch_spec(&req.key, &manifest, &release, Credentials::Stored)
@@ -1465,6 +1466,27 @@ fn worker_release(
         .get(key)
         .and_then(|c| c.workers.get(&generation))
         .map(|p| p.release.clone())
+}
+
+/// perf26b: keeps a registering worker's frame endpoint for its route, but only the one the
+/// kernel derives for that generation (a worker names no other socket for the frontend).
+fn accept_data_endpoint(k: &Kernel, req: &pb::RegisterWorkerRequest) {
+    if req.data_endpoint.is_empty() {
+        return;
+    }
+    let expected = tutti_proto::transport::worker_data_endpoint(&k.paths.state, req.generation);
+    if req.data_endpoint != expected.as_str() {
+        tracing::warn!(key = %req.key, generation = req.generation, "the worker registered a frame endpoint other than its own; its calls use gRPC");
+        return;
+    }
+    let mut inner = lock(&k.inner);
+    let pending = inner
+        .conns
+        .get_mut(&req.key)
+        .and_then(|c| c.workers.get_mut(&req.generation));
+    if let Some(pending) = pending {
+        pending.data_endpoint = req.data_endpoint.clone();
+    }
 }
 
 /// A worker's RPC must come from the generation the kernel spawned and has not stopped.

@@ -28,6 +28,8 @@ pub use crate::lifecycle::Status;
 pub struct Pending {
     pub token_hash: [u8; 32],
     pub endpoint: String,
+    /// The worker's frame endpoint (perf26b), once it registered one; else empty.
+    pub data_endpoint: String,
     /// The release this generation runs (it becomes the live release at commit).
     pub release: LiveRelease,
 }
@@ -529,6 +531,7 @@ impl Kernel {
             .get(key)
             .and_then(|c| c.workers.get(&generation));
         let endpoint = pending.map(|p| p.endpoint.clone()).unwrap_or_default();
+        let data_endpoint = pending.map(|p| p.data_endpoint.clone()).unwrap_or_default();
         let manifest = match (pending, inner.manifests.get(key)) {
             (Some(p), _) => p.release.manifest.clone(),
             (None, Some(m)) => m.clone(),
@@ -542,6 +545,7 @@ impl Kernel {
             name: manifest.name.clone(),
             generation,
             endpoint,
+            data_endpoint,
             call_timeout_ms: manifest.call_ms,
             has_cli: manifest.cli.is_some(),
             has_mcp,
@@ -622,6 +626,7 @@ pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
         name: r.name.clone(),
         generation: r.generation,
         worker_endpoint: r.endpoint.clone(),
+        worker_data_endpoint: r.data_endpoint.clone(),
         call_timeout_ms: r.call_timeout_ms,
         tools: r
             .tools

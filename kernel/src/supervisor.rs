@@ -296,6 +296,7 @@ impl Actor {
             Pending {
                 token_hash: sha256(&token),
                 endpoint: endpoint.to_string(),
+                data_endpoint: String::new(),
                 release: LiveRelease {
                     release_dir,
                     manifest,
@@ -441,11 +442,12 @@ impl Spawner for ProcessSpawner {
         tracing::info!(key = %w.key, generation = w.generation, pid = child.id(), "worker spawned");
         let (stop_tx, stop_rx) = oneshot::channel();
         let (reaped_tx, reaped_rx) = oneshot::channel();
+        let data_endpoint = transport::worker_data_endpoint(&w.k.paths.state, w.generation);
         tokio::spawn(watch_worker(
             w.events,
             child,
             w.generation,
-            w.endpoint,
+            (w.endpoint, data_endpoint),
             stop_rx,
             reaped_tx,
         ));
@@ -462,7 +464,7 @@ async fn watch_worker(
     tx: mpsc::UnboundedSender<Msg>,
     mut child: tokio::process::Child,
     generation: u64,
-    endpoint: transport::LocalEndpoint,
+    (endpoint, data_endpoint): (transport::LocalEndpoint, transport::LocalEndpoint),
     stop: oneshot::Receiver<Duration>,
     reaped: oneshot::Sender<()>,
 ) {
@@ -492,6 +494,7 @@ async fn watch_worker(
     }
     // A worker killed by a signal cannot remove its socket file; nobody dials it again.
     transport::remove_endpoint(&endpoint);
+    transport::remove_endpoint(&data_endpoint);
     drop(reaped);
     let _ = tx.send(Msg::step(Input::Exited { generation, detail }));
 }

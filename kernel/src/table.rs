@@ -14,6 +14,8 @@ pub struct Route {
     pub name: String,
     pub generation: u64,
     pub endpoint: String,
+    /// The worker's frame endpoint for plain tool calls (perf26b), or empty.
+    pub data_endpoint: String,
     pub call_timeout_ms: u32,
     pub has_cli: bool,
     pub has_mcp: bool,
@@ -31,7 +33,8 @@ pub struct Route {
 pub enum Change {
     /// The connector's whole tool set now belongs to this route's generation.
     Upsert {
-        route: Route,
+        /// Boxed: a route is far larger than the other variants.
+        route: Box<Route>,
         /// False when only the generation/endpoint changed and the visible tools, prompts
         /// and resources did not.
         tools_changed: bool,
@@ -116,7 +119,7 @@ impl GenerationTable {
         Some((
             self.revision,
             Change::Upsert {
-                route,
+                route: Box::new(route),
                 tools_changed,
             },
         ))
@@ -191,6 +194,7 @@ mod tests {
             name: key.into(),
             generation,
             endpoint: format!("/run/w-{key}-{generation}"),
+            data_endpoint: String::new(),
             call_timeout_ms: 1000,
             has_cli: false,
             has_mcp: true,

@@ -98,6 +98,18 @@ pub trait Backend: Send + Sync + 'static {
         request: CallToolRequest,
     ) -> BoxFuture<'a, Result<CallToolReply, Error>>;
 
+    /// [`Backend::call_tool`] for a plain call (no progress, relaying or refusal stream), which
+    /// may go to the worker's frame endpoint `data_endpoint` (perf26b; empty when it has
+    /// none). The default ignores it.
+    fn call_tool_plain<'a>(
+        &'a self,
+        endpoint: &'a str,
+        _data_endpoint: &'a str,
+        request: CallToolRequest,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        self.call_tool(endpoint, request)
+    }
+
     /// [`Backend::call_tool`] for a client that asked for progress: each of the upstream's
     /// progress notifications for the call (its params as JSON text, without a token) goes to
     /// `progress` as it comes, all before the reply. A full or closed `progress` loses them,
@@ -227,6 +239,8 @@ pub(crate) struct GrpcBackend {
     workers: Mutex<HashMap<String, WorkerClient<transport::Connection>>>,
     /// The id of the current route stream (pid in the high half, attempt in the low half).
     watcher_id: std::sync::atomic::AtomicU64,
+    /// Plain calls' frame connections (perf26b); `None` with `TUTTI_DATA_PLANE=grpc`.
+    frames: Option<crate::frames::FramePool>,
 }
 
 impl GrpcBackend {
@@ -236,6 +250,10 @@ impl GrpcBackend {
             kernel: tokio::sync::Mutex::new(None),
             workers: Mutex::new(HashMap::new()),
             watcher_id: std::sync::atomic::AtomicU64::new(u64::from(std::process::id()) << 32),
+            frames: match crate::frames::DataPlane::from_env() {
+                crate::frames::DataPlane::Frames => Some(crate::frames::FramePool::default()),
+                crate::frames::DataPlane::Grpc => None,
+            },
         }
     }
 
@@ -423,6 +441,23 @@ impl Backend for GrpcBackend {
                 .map(tonic::Response::into_inner)
                 .map_err(|status| self.call_failed(endpoint, generation, &status))
         })
+    }
+
+    fn call_tool_plain<'a>(
+        &'a self,
+        endpoint: &'a str,
+        data_endpoint: &'a str,
+        request: CallToolRequest,
+    ) -> BoxFuture<'a, Result<CallToolReply, Error>> {
+        match &self.frames {
+            Some(pool) if !data_endpoint.is_empty() => Box::pin(async move {
+                let generation = request.generation;
+                pool.call(endpoint, data_endpoint, request)
+                    .await?
+                    .map_err(|status| worker_status(endpoint, generation, &status))
+            }),
+            _ => self.call_tool(endpoint, request),
+        }
     }
 
     fn call_tool_with_progress<'a>(

@@ -530,7 +530,10 @@ async fn send_call(
                 .await
         }
         Streaming::Plain | Streaming::Refusing(None) => {
-            app.backend.call_tool(endpoint, request).await
+            let data_endpoint = &tool.connector.data_endpoint;
+            app.backend
+                .call_tool_plain(endpoint, data_endpoint, request)
+                .await
         }
     }
 }

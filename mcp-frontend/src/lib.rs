@@ -19,6 +19,7 @@ mod clients;
 mod confirm;
 mod era;
 mod error;
+mod frames;
 mod get_stream;
 mod headers;
 mod http;

@@ -57,6 +57,8 @@ pub(crate) struct Connector {
     pub(crate) key: String,
     pub(crate) generation: u64,
     pub(crate) endpoint: String,
+    /// The worker's frame endpoint for plain calls (perf26b), or empty.
+    pub(crate) data_endpoint: String,
     pub(crate) timeout_ms: u32,
     pub(crate) fence: Fence,
     /// The circuit breaker's settings (SPEC §12).
@@ -392,6 +394,7 @@ impl RouteState {
             key: route.key.clone(),
             generation: route.generation,
             endpoint: route.worker_endpoint.clone(),
+            data_endpoint: route.worker_data_endpoint.clone(),
             timeout_ms: if route.call_timeout_ms == 0 {
                 DEFAULT_CALL_TIMEOUT_MS
             } else {

@@ -9,6 +9,7 @@
 // job and winuser (Windows FFI, each call commented)
 
 pub mod codec;
+pub mod frames;
 #[cfg(windows)]
 pub mod job;
 pub mod key;

@@ -91,6 +91,25 @@ pub fn worker_endpoint(state_dir: &Path, generation: u64) -> LocalEndpoint {
     imp::endpoint(state_dir, &format!("w-{generation:x}"))
 }
 
+/// Where the worker of `generation` serves plain tool calls as frames ([`crate::frames`],
+/// perf26b): beside its gRPC endpoint, as short (`d-<gen>`).
+pub fn worker_data_endpoint(state_dir: &Path, generation: u64) -> LocalEndpoint {
+    imp::endpoint(state_dir, &format!("d-{generation:x}"))
+}
+
+/// Opens a plain byte stream to a local endpoint (no coalescing, no HTTP/2): the frame data
+/// plane writes each frame whole itself.
+pub async fn open_stream(endpoint: &LocalEndpoint) -> Result<IpcConn, TransportError> {
+    let failed = |source: io::Error| TransportError::Open {
+        endpoint: endpoint.0.clone(),
+        source,
+    };
+    let stream = LocalStream::connect(endpoint.name()?)
+        .await
+        .map_err(failed)?;
+    IpcConn::new(stream).map_err(failed)
+}
+
 /// Removes what is left of an endpoint whose server is gone: its socket file on Unix (a
 /// process killed by a signal cannot remove its own); nothing on Windows, where a named pipe
 /// ends with its last handle. Best effort: a missing file is fine.

@@ -104,7 +104,11 @@ impl KernelLink {
     }
 
     /// Proves who we are and gets the launch spec.
-    pub(crate) async fn register(&self, endpoint: &str) -> Result<LaunchSpec, WorkerError> {
+    pub(crate) async fn register(
+        &self,
+        endpoint: &str,
+        data_endpoint: &str,
+    ) -> Result<LaunchSpec, WorkerError> {
         let mut client = self.client.clone();
         let request = RegisterWorkerRequest {
             key: self.key.clone(),
@@ -112,6 +116,7 @@ impl KernelLink {
             worker_token: self.token.clone(),
             endpoint: endpoint.to_owned(),
             pid: std::process::id(),
+            data_endpoint: data_endpoint.to_owned(),
         };
         let reply = Self::rpc("RegisterWorker", client.register_worker(request)).await?;
         reply.launch.ok_or_else(|| WorkerError::LaunchSpec {

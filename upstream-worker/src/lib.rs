@@ -13,6 +13,7 @@ pub mod client;
 mod control;
 mod definitions;
 mod error;
+mod frames;
 mod http;
 mod listen;
 mod mrtr;
@@ -152,6 +153,8 @@ pub async fn run(config: Config) -> Result<Exit, WorkerError> {
     transport::run_dir(&config.state_dir).map_err(WorkerError::RunDir)?;
     let endpoint = transport::worker_endpoint(&config.state_dir, config.generation);
     let incoming = transport::bind(&endpoint).map_err(WorkerError::Bind)?;
+    let data_endpoint = transport::worker_data_endpoint(&config.state_dir, config.generation);
+    let data_incoming = transport::bind(&data_endpoint).map_err(WorkerError::Bind)?;
 
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared::<RmcpUpstream>::new(
@@ -159,6 +162,7 @@ pub async fn run(config: Config) -> Result<Exit, WorkerError> {
         config.generation,
         events_tx,
     ));
+    let frame_server = frames::FrameServer::start(data_incoming, shared.clone());
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let mut server = tokio::spawn(
         tonic::transport::Server::builder()
@@ -171,11 +175,13 @@ pub async fn run(config: Config) -> Result<Exit, WorkerError> {
         key = %config.key,
         generation = config.generation,
         endpoint = %endpoint,
+        data_endpoint = %data_endpoint,
         "worker listening"
     );
 
+    let endpoints = (endpoint.as_str(), data_endpoint.as_str());
     let exit = tokio::select! {
-        exit = drive(&config, endpoint.as_str(), &shared, &mut events) => Ok(exit),
+        exit = drive(&config, endpoints, &shared, &mut events) => Ok(exit),
         // The server only ends early if it failed.
         served = &mut server => {
             let failure = match served {
@@ -195,6 +201,7 @@ pub async fn run(config: Config) -> Result<Exit, WorkerError> {
     };
 
     let _ = stop_server.send(());
+    frame_server.stop(SERVER_STOP_GRACE).await;
     if !server.is_finished()
         && tokio::time::timeout(SERVER_STOP_GRACE, &mut server)
             .await
@@ -209,11 +216,11 @@ pub async fn run(config: Config) -> Result<Exit, WorkerError> {
 /// Register, start, offer, then serve until something ends this generation.
 async fn drive(
     config: &Config,
-    endpoint: &str,
+    endpoints: (&str, &str),
     shared: &Arc<Shared<RmcpUpstream>>,
     events: &mut mpsc::UnboundedReceiver<Event>,
 ) -> Exit {
-    let (kernel, spec) = match register(config, endpoint).await {
+    let (kernel, spec) = match register(config, endpoints).await {
         Ok(registered) => registered,
         Err(exit) => return exit,
     };
@@ -274,7 +281,7 @@ async fn drive(
 /// Connects to the kernel and registers: the link and the launch spec.
 async fn register(
     config: &Config,
-    endpoint: &str,
+    (endpoint, data_endpoint): (&str, &str),
 ) -> Result<(KernelLink, tutti_proto::kernel::LaunchSpec), Exit> {
     let registered = async {
         let kernel = KernelLink::connect(
@@ -284,7 +291,7 @@ async fn register(
             &config.token,
         )
         .await?;
-        let spec = kernel.register(endpoint).await?;
+        let spec = kernel.register(endpoint, data_endpoint).await?;
         let kernel = kernel.with_oauth(&spec);
         Ok::<_, WorkerError>((kernel, spec))
     };

@@ -263,7 +263,7 @@ impl<U: Upstream> Shared<U> {
         }
     }
 
-    async fn call(
+    pub(crate) async fn call(
         self: &Arc<Self>,
         req: CallToolRequest,
         progress: Option<ProgressSink>,

@@ -7,7 +7,7 @@
 //! |---|---|---|---|
 //! | [`ChildKind::Upstream`] (an MCP server) | `PATH HOME LANG TMPDIR` | `PATH SystemRoot USERPROFILE TEMP PATHEXT` | — |
 //! | [`ChildKind::Worker`] (`tutti-upstream-worker`, also for `tutti connector probe`) | `PATH HOME TMPDIR` | `PATH SystemRoot TEMP` | `TUTTI_WORKER_LOG` → `RUST_LOG`, `TUTTI_LOG_FORMAT` |
-//! | [`ChildKind::Service`] (`tutti-mcp-frontend`, `tutti-shim-manager`) | `PATH HOME` | `PATH SystemRoot` | `TUTTI_LIBEXEC_DIR`, `RUST_LOG`, `TUTTI_LOG_FORMAT` |
+//! | [`ChildKind::Service`] (`tutti-mcp-frontend`, `tutti-shim-manager`) | `PATH HOME` | `PATH SystemRoot` | `TUTTI_LIBEXEC_DIR`, `RUST_LOG`, `TUTTI_DATA_PLANE`, `TUTTI_LOG_FORMAT` |
 //!
 //! Workers and services also get the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`
 //! and the others listed in the arrays below): export is configured once, for `tutti up`.
@@ -105,6 +105,7 @@ const SERVICE: &[Var] = &[
     same("HOME"),
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
+    same(crate::frames::DATA_PLANE_ENV),
     same(super::log_format::ENV),
     same("OTEL_EXPORTER_OTLP_ENDPOINT"),
     same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
@@ -122,6 +123,7 @@ const SERVICE: &[Var] = &[
     same("SystemRoot"),
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
+    same(crate::frames::DATA_PLANE_ENV),
     same(super::log_format::ENV),
     same("OTEL_EXPORTER_OTLP_ENDPOINT"),
     same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),

@@ -426,12 +426,18 @@ mod bench {
         },
         /// mcp-hub's HTTP+SSE transport.
         Hub(systems::SseClient),
+        /// Another runtime's frontend (perf26b's data-plane rows), legacy era.
+        RuntimeAt { url: String, token: String },
     }
 
     /// Which system a row measures (its CPU counters are read per system).
     #[derive(Clone, Copy, PartialEq, Eq)]
     enum System {
         Runtime,
+        /// A runtime started with `TUTTI_DATA_PLANE=grpc` (perf26b).
+        RuntimeGrpc,
+        /// A runtime started with `TUTTI_DATA_PLANE=frames` (perf26b).
+        RuntimeFrames,
         Floor,
         FloorVerify,
         Trivial,
@@ -443,6 +449,8 @@ mod bench {
         fn label(self) -> &'static str {
             match self {
                 System::Runtime => "tools/call echo via runtime",
+                System::RuntimeGrpc => "tools/call echo via runtime (gRPC hop), legacy",
+                System::RuntimeFrames => "tools/call echo via runtime (frames), legacy",
                 System::Floor => {
                     "tools/call echo via the architectural floor (HTTP/1.1 → UDS → stdio)"
                 }
@@ -458,6 +466,8 @@ mod bench {
         fn short(self) -> &'static str {
             match self {
                 System::Runtime => "runtime",
+                System::RuntimeGrpc => "runtime (gRPC hop)",
+                System::RuntimeFrames => "runtime (frames)",
                 System::Floor => "floor",
                 System::FloorVerify => "floor + check hop",
                 System::Trivial => "trivial",
@@ -501,6 +511,12 @@ mod bench {
                 Via::Hub(c) => {
                     c.tool_calls("echo__echo", &echo.to_string(), share, WARMUP_CALLS)?
                 }
+                Via::RuntimeAt { url, token } => RawHttp::connect(url, token, None)?.tool_calls(
+                    Era::Legacy,
+                    "bench_echo",
+                    &echo,
+                    share,
+                )?,
             };
             self.samples.extend(v);
             self.calls += share + WARMUP_CALLS;
@@ -711,9 +727,80 @@ mod bench {
         if smoke && let Some((system, why)) = not_measured.first() {
             bail!("{} not measured: {why}", system.label());
         }
-        let calls = measure_echo_rows(url, token, n, rows, &pids)?;
+        let _planes = plane_rows(n, &mut rows, &mut pids)?;
+        let mut calls = measure_echo_rows(url, token, n, rows, &pids)?;
+        report_planes(r, &mut calls);
         report_echo(r, calls, &not_measured);
         Ok(())
+    }
+
+    /// perf26b: one more runtime per data plane (`TUTTI_DATA_PLANE=grpc`, `=frames`), each
+    /// with the bench connector, as rows of the same interleaved rounds; their processes
+    /// (frontend, worker, kernel) are counted apart. The runtimes live as long as the result.
+    fn plane_rows(
+        n: usize,
+        rows: &mut Vec<EchoRow>,
+        pids: &mut Vec<(System, Vec<u32>)>,
+    ) -> Result<Vec<Runtime>> {
+        let mut runtimes = Vec::new();
+        for (system, plane) in [
+            (System::RuntimeGrpc, "grpc"),
+            (System::RuntimeFrames, "frames"),
+        ] {
+            let mut rt = Runtime::start(RuntimeOptions {
+                env: vec![("TUTTI_DATA_PLANE".to_owned(), plane.to_owned())],
+                ..RuntimeOptions::default()
+            });
+            let mut manifest = fixture_connector("bench", &["--tools", BENCH_TOOLS]);
+            manifest["circuit"] = json!({"failures": 10_000});
+            tokio::task::block_in_place(|| {
+                rt.install_ok(&manifest, &[]);
+                rt.wait_status("bench", "ready", Duration::from_secs(30));
+            });
+            let token = rt.issue_token("bench", "s1");
+            let url = rt.frontend_url().to_string();
+            rows.push(EchoRow::new(system, Via::RuntimeAt { url, token }, n));
+            let state = rt.state_dir();
+            let worker = worker_pid(state, "bench").context("no worker for bench")?;
+            pids.push((system, vec![frontend_pid(state), worker, kernel_pid(state)]));
+            runtimes.push(rt);
+        }
+        Ok(runtimes)
+    }
+
+    /// The two data-plane rows, their CPU per call, and frames against gRPC.
+    fn report_planes(r: &mut Report, calls: &mut EchoRows) {
+        let mut measured = Vec::new();
+        for system in [System::RuntimeGrpc, System::RuntimeFrames] {
+            let v = calls.take(|row| row.system == system).unwrap_or_default();
+            let p = p50(&v);
+            r.row(system.label(), summary(v).3);
+            let (cpu, _) = calls.cpu(system);
+            r.row(
+                &format!(
+                    "  CPU per call, {} (frontend · worker · kernel)",
+                    system.short()
+                ),
+                fmt_cpu(&cpu),
+            );
+            let path = cpu.iter().take(2).copied().sum::<Option<Duration>>();
+            measured.push((p, path));
+        }
+        if let [(g50, Some(gcpu)), (f50, Some(fcpu))] = measured[..] {
+            let change = |a: Duration, b: Duration| (ratio(b, a) - 1.0) * 100.0;
+            r.row(
+                "  frames against the gRPC hop (p50 · CPU per call, frontend + worker)",
+                format!(
+                    "{:+.0} % ({} → {}) · {:+.0} % ({} → {})",
+                    change(g50, f50),
+                    fmt_us(g50),
+                    fmt_us(f50),
+                    change(gcpu, fcpu),
+                    fmt_us(gcpu),
+                    fmt_us(fcpu)
+                ),
+            );
+        }
     }
 
     /// p50 of `v` (sorted or not).

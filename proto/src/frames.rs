@@ -1,0 +1,219 @@
+//! The frame data plane of plain tool calls (perf26b): a worker's second local endpoint
+//! ([`crate::transport::worker_data_endpoint`]) carries `tutti.worker.v1` messages as
+//! length-prefixed frames instead of gRPC, one call at a time per connection.
+//!
+//! A frame is a 4-byte big-endian body length, one [`Kind`] byte, then the body: a prost
+//! encoding of the kind's message (no second schema). The frontend sends [`Kind::Call`]
+//! (`CallToolRequest`); the worker answers [`Kind::Reply`] (`CallToolReply`) or
+//! [`Kind::Status`] (a `CallError` whose `code` is the gRPC status code and `message` its
+//! message: exactly what `CallTool` would have failed with). Anything else, a body over
+//! [`MAX_FRAME_BYTES`], or bytes while a call is in flight end the connection.
+
+use std::io;
+
+use prost::Message;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::worker::CallError;
+
+/// The frontend's switch: `grpc` sends every tool call over gRPC, `frames` (the default)
+/// sends plain calls as frames where the worker has a frame endpoint. Passed from the
+/// kernel's environment to the frontend (`rules::child_env`).
+pub const DATA_PLANE_ENV: &str = "TUTTI_DATA_PLANE";
+
+/// Largest frame body (the gRPC hop's message limit).
+pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
+
+/// Length and kind in front of every body.
+pub const HEADER_BYTES: usize = 5;
+
+/// What a first read asks for: a typical call or reply fits, so it is one `read(2)`.
+const FIRST_READ: usize = 8 * 1024;
+
+/// What a frame's body is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `CallToolRequest`, frontend → worker.
+    Call = 1,
+    /// `CallToolReply`, worker → frontend.
+    Reply = 2,
+    /// `CallError` carrying a gRPC status (code, message), worker → frontend.
+    Status = 3,
+}
+
+impl Kind {
+    fn from_byte(byte: u8) -> io::Result<Self> {
+        match byte {
+            1 => Ok(Self::Call),
+            2 => Ok(Self::Reply),
+            3 => Ok(Self::Status),
+            other => Err(invalid(format!("unknown frame kind {other}"))),
+        }
+    }
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// Encodes `message` as one frame into `buf` (cleared first) and writes it with one
+/// `write_all`.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    kind: Kind,
+    message: &impl Message,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
+    let len = message.encoded_len();
+    let Some(prefix) = u32::try_from(len).ok().filter(|_| len <= MAX_FRAME_BYTES) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a frame of {len} bytes is over the {MAX_FRAME_BYTES}-byte limit"),
+        ));
+    };
+    buf.clear();
+    buf.reserve(HEADER_BYTES + len);
+    buf.extend_from_slice(&prefix.to_be_bytes());
+    buf.push(kind as u8);
+    message
+        .encode(buf)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    w.write_all(buf).await
+}
+
+/// Reads one frame into `buf` (cleared first): `Ok(None)` when the peer closed the
+/// connection between frames, else its kind; the body is [`body`]`(buf)`. Bytes past the
+/// frame are an error (one call at a time per connection).
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> io::Result<Option<Kind>> {
+    buf.clear();
+    buf.reserve(FIRST_READ);
+    while buf.len() < HEADER_BYTES {
+        if r.read_buf(buf).await? == 0 {
+            return if buf.is_empty() {
+                Ok(None)
+            } else {
+                Err(io::ErrorKind::UnexpectedEof.into())
+            };
+        }
+    }
+    let len = usize::try_from(u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]))
+        .map_err(|_| invalid("frame length".into()))?;
+    if len > MAX_FRAME_BYTES {
+        return Err(invalid(format!(
+            "a frame of {len} bytes is over the {MAX_FRAME_BYTES}-byte limit"
+        )));
+    }
+    let kind = Kind::from_byte(buf[4])?;
+    let total = HEADER_BYTES + len;
+    buf.reserve(total.saturating_sub(buf.len()));
+    while buf.len() < total {
+        if r.read_buf(buf).await? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    if buf.len() > total {
+        return Err(invalid("bytes after a frame; one call at a time".into()));
+    }
+    Ok(Some(kind))
+}
+
+/// The body of the frame [`read_frame`] left in `buf`.
+pub fn body(buf: &[u8]) -> &[u8] {
+    buf.get(HEADER_BYTES..).unwrap_or_default()
+}
+
+/// Decodes the body of the frame [`read_frame`] left in `buf` as `M`.
+pub fn decode<M: Message + Default>(buf: &[u8]) -> io::Result<M> {
+    M::decode(body(buf)).map_err(|e| invalid(format!("undecodable frame: {e}")))
+}
+
+/// A gRPC status as the body of a [`Kind::Status`] frame.
+pub fn status_body(status: &tonic::Status) -> CallError {
+    CallError {
+        code: status.code() as i32,
+        message: status.message().to_owned(),
+        data_json: String::new(),
+        reason: String::new(),
+    }
+}
+
+/// The gRPC status a [`Kind::Status`] frame carries.
+pub fn status_of(body: CallError) -> tonic::Status {
+    tonic::Status::new(tonic::Code::from_i32(body.code), body.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::{CallToolReply, CallToolRequest, call_tool_reply};
+
+    #[tokio::test]
+    async fn frames_round_trip_and_end_cleanly() {
+        let (mut a, mut b) = tokio::io::duplex(64);
+        let request = CallToolRequest {
+            generation: 7,
+            call_id: "c1".into(),
+            tool: "echo".into(),
+            arguments_json: "x".repeat(1000),
+            ..Default::default()
+        };
+        let reply = CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::ResultJson("{}".into())),
+            generation: 7,
+        };
+        // One frame at a time, as on a real connection (the reply follows the call).
+        let (read, next) = tokio::sync::oneshot::channel::<()>();
+        let writer = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            write_frame(&mut a, Kind::Call, &request, &mut buf).await?;
+            let _ = next.await;
+            write_frame(&mut a, Kind::Reply, &reply, &mut buf).await?;
+            Ok::<_, io::Error>(request)
+        });
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_frame(&mut b, &mut buf).await.ok(),
+            Some(Some(Kind::Call))
+        );
+        let got = CallToolRequest::decode(body(&buf)).ok();
+        let _ = read.send(());
+        assert_eq!(
+            read_frame(&mut b, &mut buf).await.ok(),
+            Some(Some(Kind::Reply))
+        );
+        assert_eq!(
+            CallToolReply::decode(body(&buf)).ok().map(|r| r.generation),
+            Some(7)
+        );
+        let sent = writer.await.ok().and_then(Result::ok);
+        assert_eq!(got, sent);
+        // The writer is gone: a clean end between frames.
+        assert_eq!(read_frame(&mut b, &mut buf).await.ok(), Some(None));
+    }
+
+    #[tokio::test]
+    async fn bad_frames_are_errors() {
+        for bytes in [
+            vec![0, 0, 0, 1, 9, 0],          // unknown kind
+            vec![0xff, 0xff, 0xff, 0xff, 1], // over the limit
+            vec![0, 0, 0, 4, 1, 0],          // cut short
+            vec![0, 0, 0, 0, 2, 1],          // a byte after the frame
+            vec![0, 0],                      // header cut short
+        ] {
+            let mut buf = Vec::new();
+            let read = read_frame(&mut bytes.as_slice(), &mut buf).await;
+            assert!(read.is_err(), "{bytes:?} read as {read:?}");
+        }
+    }
+
+    #[test]
+    fn statuses_keep_code_and_message() {
+        let status = tonic::Status::failed_precondition("generation 3 is not served here");
+        let back = status_of(status_body(&status));
+        assert_eq!(back.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(back.message(), "generation 3 is not served here");
+    }
+}
