@@ -40,6 +40,7 @@ mod spawn;
 mod state;
 mod supervisor;
 mod table;
+mod telemetry_drops;
 mod tokens;
 mod toolset;
 #[cfg(windows)]

@@ -335,6 +335,9 @@ async fn offer(
     if let Some(counter) = session.non_json.clone() {
         tokio::spawn(report_non_json(kernel.clone(), counter));
     }
+    if tutti_proto::telemetry::get().is_some() {
+        tokio::spawn(otel::report_drops(kernel.clone()));
+    }
     match kernel
         .offer(
             &tools,
