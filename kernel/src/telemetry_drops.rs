@@ -80,6 +80,7 @@ impl TelemetryDrops {
     }
 
     /// `(key, dropped)` of every connector whose workers reported.
+    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
     pub fn workers(&self) -> Vec<(String, u64)> {
         lock(&self.inner)
             .workers

@@ -16,6 +16,10 @@ mod error;
 mod http;
 mod listen;
 mod mrtr;
+#[cfg(feature = "otel")]
+mod otel;
+#[cfg(not(feature = "otel"))]
+#[path = "otel_off.rs"]
 mod otel;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
@@ -335,9 +339,7 @@ async fn offer(
     if let Some(counter) = session.non_json.clone() {
         tokio::spawn(report_non_json(kernel.clone(), counter));
     }
-    if tutti_proto::telemetry::get().is_some() {
-        tokio::spawn(otel::report_drops(kernel.clone()));
-    }
+    otel::spawn_drop_reports(kernel);
     match kernel
         .offer(
             &tools,

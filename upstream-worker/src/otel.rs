@@ -19,9 +19,16 @@ use crate::control::KernelLink;
 /// How often the worker looks at its drop count (a report only when it changed).
 const DROPS_EVERY: Duration = Duration::from_secs(1);
 
+/// Starts [`report_drops`] when export is on.
+pub(crate) fn spawn_drop_reports(kernel: &KernelLink) {
+    if telemetry::get().is_some() {
+        tokio::spawn(report_drops(kernel.clone()));
+    }
+}
+
 /// Reports the running total of spans dropped from the export queue whenever it grew,
 /// at most once per [`DROPS_EVERY`] (spawned only with export on; ends with the worker).
-pub(crate) async fn report_drops(kernel: KernelLink) {
+async fn report_drops(kernel: KernelLink) {
     let mut reported = 0;
     loop {
         tokio::time::sleep(DROPS_EVERY).await;
