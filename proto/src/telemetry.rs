@@ -3,13 +3,12 @@
 //! On only when the standard variables name an OTLP endpoint
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT`, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` /
 //! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`); otherwise nothing is built and nothing is sent.
-//! Export is OTLP/HTTP protobuf from the SDK's batch span processor and periodic metric
-//! reader, each on its own thread with a bounded queue (a full queue drops, it never waits),
-//! so a call only ever hands a finished span over. The other `OTEL_*` variables
-//! (`…_HEADERS`, `…_TIMEOUT`, `OTEL_BSP_*`, `OTEL_METRIC_EXPORT_INTERVAL`,
-//! `OTEL_RESOURCE_ATTRIBUTES`) work as the SDK documents them. Spans go through our own
-//! bounded queue (`queue.rs`), which counts what it drops ([`dropped`]); at exit the
-//! exporters get [`SHUTDOWN_BUDGET`], never an export timeout.
+//! Export is OTLP/HTTP protobuf: spans through our own bounded queue (`queue.rs`: a full
+//! queue drops and counts, [`dropped`], it never waits), metrics from the SDK's periodic
+//! reader, each on its own thread, so a call only ever hands a finished span over. The other
+//! `OTEL_*` variables (`…_HEADERS`, `…_TIMEOUT`, `OTEL_BSP_*`, `OTEL_METRIC_EXPORT_INTERVAL`,
+//! `OTEL_RESOURCE_ATTRIBUTES`) work as the SDK documents them. At exit the exporters get
+//! [`SHUTDOWN_BUDGET`], never an export timeout.
 
 mod queue;
 
