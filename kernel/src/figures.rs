@@ -238,6 +238,11 @@ impl CallFigures {
     pub fn retain(&self, installed: impl Fn(&str) -> bool) {
         lock(&self.windows).retain(|k, _| installed(k));
     }
+
+    /// [`CallFigures::retain`] the connectors that are keys of `installed`.
+    pub fn retain_keys<V>(&self, installed: &std::collections::BTreeMap<String, V>) {
+        self.retain(|key| installed.contains_key(key));
+    }
 }
 
 #[cfg(test)]

@@ -17,8 +17,15 @@ mod naming;
 mod notify;
 mod oauth;
 mod oauth_record;
+#[cfg(feature = "otel")]
 mod otel;
+#[cfg(not(feature = "otel"))]
+#[path = "otel_off.rs"]
+mod otel;
+#[cfg(feature = "otel")]
 mod otel_counts;
+#[cfg(not(feature = "otel"))]
+use otel as otel_counts;
 mod paths;
 mod pin;
 mod probe;
@@ -40,6 +47,7 @@ mod spawn;
 mod state;
 mod supervisor;
 mod table;
+mod telemetry_drops;
 mod tokens;
 mod toolset;
 #[cfg(windows)]

@@ -84,7 +84,7 @@ impl ReportKind {
             WireReportKind::UpstreamReinitialized => ReportKind::UpstreamReinitialized,
             WireReportKind::UpstreamUnavailable => ReportKind::UpstreamUnavailable,
             WireReportKind::NonJsonStdout => ReportKind::NonJsonStdout,
-            WireReportKind::Unspecified => ReportKind::Other,
+            WireReportKind::Unspecified | WireReportKind::TelemetryDropped => ReportKind::Other,
         }
     }
 }

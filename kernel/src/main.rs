@@ -78,6 +78,7 @@ fn main() -> ExitCode {
     };
     // OpenTelemetry metrics, only with OTEL_EXPORTER_OTLP_* set (SPEC §14); the last values
     // are exported when the kernel stops.
+    #[cfg(feature = "otel")]
     let telemetry = tutti_proto::telemetry::init_with(
         "tutti-kernel",
         "kernel",
@@ -88,6 +89,7 @@ fn main() -> ExitCode {
     } else {
         run_foreground(config)
     };
+    #[cfg(feature = "otel")]
     if let Some(t) = telemetry {
         t.shutdown();
     }

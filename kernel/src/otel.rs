@@ -11,6 +11,9 @@
 //!   connector is not closed (open, or half-open waiting for its trial call), else 0.
 //! - `tutti.sessions.live` (gauge): session tokens that verify now.
 //! - `tutti.audit.dropped` (counter): audit records dropped (`auditDropped` of `status`).
+//! - `tutti.telemetry.dropped` (counter): spans the frontend (no attribute) and each
+//!   connector's workers (by connector) dropped from their export queues
+//!   (`telemetryDropped` of `status`).
 //!
 //! Attributes are connector keys only: never a session name, token or secret. The observed
 //! values are read by the SDK's metric reader thread at each export (`OTEL_METRIC_EXPORT_INTERVAL`),
@@ -26,12 +29,13 @@ use opentelemetry::metrics::{Meter, ObservableCounter, ObservableGauge};
 use crate::otel_counts::CONNECTOR;
 use crate::state::{Kernel, lock};
 
-/// Restarts, open circuits, live sessions, audit drops: kept alive with the process (their
-/// callbacks read the kernel).
+/// Restarts, open circuits, live sessions, audit drops, telemetry drops: kept alive with the
+/// process (their callbacks read the kernel).
 type Observed = (
     ObservableCounter<u64>,
     ObservableGauge<u64>,
     ObservableGauge<u64>,
+    ObservableCounter<u64>,
     ObservableCounter<u64>,
 );
 
@@ -45,10 +49,44 @@ pub fn observe(k: &Arc<Kernel>) {
     };
     crate::otel_counts::init(&t.meter);
     let weak = Arc::downgrade(k);
-    let _ = OBSERVED.get_or_init(|| observed(&t.meter, &weak));
+    let _ = OBSERVED.get_or_init(|| {
+        let (restarts, circuits, sessions, audit) = observed(&t.meter, &weak);
+        (
+            restarts,
+            circuits,
+            sessions,
+            audit,
+            telemetry_dropped(&t.meter, weak.clone()),
+        )
+    });
 }
 
-fn observed(meter: &Meter, k: &Weak<Kernel>) -> Observed {
+fn telemetry_dropped(meter: &Meter, k: Weak<Kernel>) -> ObservableCounter<u64> {
+    meter
+        .u64_observable_counter("tutti.telemetry.dropped")
+        .with_description(
+            "spans dropped because an OpenTelemetry export queue was full (frontend: no attribute)",
+        )
+        .with_callback(move |o| {
+            if let Some(k) = k.upgrade() {
+                o.observe(k.telemetry_drops.frontend(), &[]);
+                for (key, n) in k.telemetry_drops.workers() {
+                    o.observe(n, &[KeyValue::new(CONNECTOR, key)]);
+                }
+            }
+        })
+        .build()
+}
+
+fn observed(
+    meter: &Meter,
+    k: &Weak<Kernel>,
+) -> (
+    ObservableCounter<u64>,
+    ObservableGauge<u64>,
+    ObservableGauge<u64>,
+    ObservableCounter<u64>,
+) {
     let (restarts, circuits, sessions, dropped) = (k.clone(), k.clone(), k.clone(), k.clone());
     (
         meter

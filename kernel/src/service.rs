@@ -624,9 +624,7 @@ impl KernelRpc for Service {
     async fn status(&self, _req: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
         let redact = self.k.redactor();
         let inner = lock(&self.k.inner);
-        self.k
-            .figures
-            .retain(|key| inner.registry.connectors.contains_key(key));
+        self.k.figures.retain_keys(&inner.registry.connectors);
         let mut connectors = Vec::new();
         for (key, installed) in &inner.registry.connectors {
             let m = inner.manifests.get(key);
@@ -681,7 +679,7 @@ impl KernelRpc for Service {
                 call_figures: Some(self.k.figures.figures(key)),
                 sha256: installed.sha256.clone(),
                 secret_names: m.map(|m| m.secret_names()).unwrap_or_default(),
-                ..Default::default()
+                ..self.k.telemetry_drops.connector(key)
             };
             if let Some(r) = live {
                 count_live(&mut s, r);
@@ -698,6 +696,7 @@ impl KernelRpc for Service {
             bin_dir: self.k.paths.bin().to_string_lossy().into_owned(),
             resource_clashes: resource_clashes(&inner.table),
             registry_revision: inner.registry.revision,
+            ..self.k.telemetry_drops.reply()
         }))
     }
 
@@ -1106,6 +1105,11 @@ impl KernelRpc for Service {
                 return Ok(Response::new(pb::Empty {}));
             }
             check_worker(&inner, &req.key, req.generation, &req.worker_token)?;
+            if req.kind() == pb::WorkerReportKind::TelemetryDropped {
+                let k = &self.k.telemetry_drops;
+                k.note_worker(&req.key, req.generation, req.count);
+                return Ok(Response::new(pb::Empty {}));
+            }
             if req.kind() == pb::WorkerReportKind::NonJsonStdout
                 && let Some(c) = inner.conns.get_mut(&req.key)
             {
@@ -1133,6 +1137,9 @@ impl KernelRpc for Service {
         let mut stream = req.into_inner();
         while let Some(record) = stream.message().await? {
             self.k.audit.note_frontend_dropped(record.dropped_total);
+            self.k
+                .telemetry_drops
+                .note_frontend(record.telemetry_dropped_total);
             self.k
                 .figures
                 .record(&record.connector, record.duration_us, &record.outcome);

@@ -111,6 +111,8 @@ pub struct Kernel {
     pub audit: crate::audit::Audit,
     /// Per-connector tools/call figures over the last 5 minutes (`status`, SPEC §14).
     pub figures: crate::figures::CallFigures,
+    /// Spans the frontend and the workers dropped from their OpenTelemetry export queues.
+    pub telemetry_drops: crate::telemetry_drops::TelemetryDrops,
     /// Route watchers that cache verified sessions; revocations wait for their confirmation.
     pub session_caches: Arc<crate::session_caches::SessionCaches>,
     /// Held for the whole of every command that changes what is installed or connected
@@ -183,6 +185,7 @@ impl Kernel {
             base_env: base_env(),
             audit: crate::audit::Audit::start(paths_audit),
             figures: Default::default(),
+            telemetry_drops: Default::default(),
             session_caches: Arc::default(),
             admin: tokio::sync::Mutex::new(()),
             oauth: Default::default(),

@@ -92,6 +92,7 @@ impl TokenTable {
     }
 
     /// How many sessions are live (the `tutti.sessions.live` metric).
+    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
     pub fn live(&self) -> usize {
         self.by_session.len()
     }

@@ -161,6 +161,7 @@ impl CallAudit {
             outcome: outcome.as_str().into(),
             error_code,
             dropped_total: self.dropped.load(Ordering::Relaxed),
+            telemetry_dropped_total: crate::otel::dropped(),
             kind: String::new(),
             relayed,
             confirmation,
@@ -192,6 +193,7 @@ impl CallAudit {
             outcome: outcome.as_str().into(),
             error_code,
             dropped_total: self.dropped.load(Ordering::Relaxed),
+            telemetry_dropped_total: crate::otel::dropped(),
             kind: what.kind.to_owned(),
             ..CallRecord::default()
         };

@@ -28,6 +28,10 @@ mod listen;
 mod listeners;
 mod modern;
 mod notify;
+#[cfg(feature = "otel")]
+mod otel;
+#[cfg(not(feature = "otel"))]
+#[path = "otel_off.rs"]
 mod otel;
 mod progress;
 mod relay;

@@ -51,8 +51,10 @@ async fn main() -> ExitCode {
         logs.init();
     }
     // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
+    #[cfg(feature = "otel")]
     let telemetry = tutti_proto::telemetry::init("tutti-mcp-frontend", "frontend");
     let outcome = start(args).await;
+    #[cfg(feature = "otel")]
     if let Some(t) = telemetry {
         t.shutdown();
     }

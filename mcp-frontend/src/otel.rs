@@ -87,6 +87,11 @@ fn instruments() -> Option<&'static Instruments> {
         .as_ref()
 }
 
+/// Spans dropped from the export queue so far (0 with export off).
+pub(crate) fn dropped() -> u64 {
+    telemetry::dropped()
+}
+
 /// Counts one finished call in the metrics (a no-op with export off).
 pub(crate) fn record(tool: &Tool, elapsed: Duration, outcome: &'static str) {
     let Some(i) = instruments() else {

@@ -27,6 +27,7 @@ impl WorkerReportKind {
             WorkerReportKind::UpstreamReinitialized => "upstream_reinitialized",
             WorkerReportKind::UpstreamUnavailable => "upstream_unavailable",
             WorkerReportKind::AuthRequired => "auth_required",
+            WorkerReportKind::TelemetryDropped => "telemetry_dropped",
         }
     }
 }
@@ -47,7 +48,7 @@ impl std::fmt::Display for WorkerReportKind {
 mod tests {
     use super::*;
 
-    const KINDS: [WorkerReportKind; 8] = [
+    const KINDS: [WorkerReportKind; 9] = [
         WorkerReportKind::Unspecified,
         WorkerReportKind::AuthFailed,
         WorkerReportKind::StartFailed,
@@ -56,6 +57,7 @@ mod tests {
         WorkerReportKind::UpstreamReinitialized,
         WorkerReportKind::UpstreamUnavailable,
         WorkerReportKind::AuthRequired,
+        WorkerReportKind::TelemetryDropped,
     ];
 
     #[test]

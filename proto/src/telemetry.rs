@@ -3,13 +3,18 @@
 //! On only when the standard variables name an OTLP endpoint
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT`, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` /
 //! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`); otherwise nothing is built and nothing is sent.
-//! Export is OTLP/HTTP protobuf from the SDK's batch span processor and periodic metric
-//! reader, each on its own thread with a bounded queue (a full queue drops, it never waits),
-//! so a call only ever hands a finished span over. The other `OTEL_*` variables
-//! (`…_HEADERS`, `…_TIMEOUT`, `OTEL_BSP_*`, `OTEL_METRIC_EXPORT_INTERVAL`,
-//! `OTEL_RESOURCE_ATTRIBUTES`) work as the SDK documents them.
+//! Export is OTLP/HTTP protobuf: spans through our own bounded queue (`queue.rs`: a full
+//! queue drops and counts, [`dropped`], it never waits), metrics from the SDK's periodic
+//! reader, each on its own thread, so a call only ever hands a finished span over. The other
+//! `OTEL_*` variables (`…_HEADERS`, `…_TIMEOUT`, `OTEL_BSP_*`, `OTEL_METRIC_EXPORT_INTERVAL`,
+//! `OTEL_RESOURCE_ATTRIBUTES`) work as the SDK documents them. At exit the exporters get
+//! [`SHUTDOWN_BUDGET`], never an export timeout.
 
-use std::sync::OnceLock;
+mod queue;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 pub use opentelemetry;
 use opentelemetry::KeyValue;
@@ -22,6 +27,13 @@ pub use opentelemetry_sdk;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+
+pub use queue::QueueConfig;
+
+/// How long a process waits at exit for its last export: a receiver that does not answer
+/// must not hold up `tutti down` (each export would otherwise wait `OTEL_EXPORTER_OTLP_TIMEOUT`,
+/// 10 s, and the SDK's metric reader 5 s more).
+pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(1);
 
 /// The variables that turn export on (any one of them, not empty).
 pub const ENDPOINT_VARS: [&str; 3] = [
@@ -36,6 +48,7 @@ pub struct Telemetry {
     pub meter: Meter,
     tracer_provider: SdkTracerProvider,
     meter_provider: SdkMeterProvider,
+    dropped: Arc<AtomicU64>,
 }
 
 static GLOBAL: OnceLock<Option<Telemetry>> = OnceLock::new();
@@ -91,6 +104,11 @@ pub fn get() -> Option<&'static Telemetry> {
     GLOBAL.get().and_then(Option::as_ref)
 }
 
+/// Spans this process dropped because its export queue was full (0 with export off).
+pub fn dropped() -> u64 {
+    get().map_or(0, Telemetry::dropped_spans)
+}
+
 fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<Telemetry, String> {
     let resource = Resource::builder()
         .with_service_name(service)
@@ -104,6 +122,7 @@ fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<
         .with_protocol(Protocol::HttpBinary)
         .build()
         .map_err(|e| e.to_string())?;
+    let dropped = Arc::new(AtomicU64::new(0));
     let mut tracer_provider = SdkTracerProvider::builder().with_resource(resource.clone());
     if signals == Signals::TracesAndMetrics {
         let spans = SpanExporter::builder()
@@ -111,7 +130,10 @@ fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<
             .with_protocol(Protocol::HttpBinary)
             .build()
             .map_err(|e| e.to_string())?;
-        tracer_provider = tracer_provider.with_batch_exporter(spans);
+        let queue =
+            queue::DroppingBatchProcessor::start(spans, QueueConfig::from_env(), dropped.clone())
+                .map_err(|e| format!("cannot start the span export thread: {e}"))?;
+        tracer_provider = tracer_provider.with_span_processor(queue);
     }
     let tracer_provider = tracer_provider.build();
     let meter_provider = SdkMeterProvider::builder()
@@ -123,14 +145,36 @@ fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<
         meter: meter_provider.meter(service),
         tracer_provider,
         meter_provider,
+        dropped,
     })
 }
 
 impl Telemetry {
-    /// Exports what is queued and stops the exporters (at process exit; blocks briefly).
-    pub fn shutdown(&self) {
-        let _ = self.tracer_provider.shutdown();
-        let _ = self.meter_provider.shutdown();
+    /// Exports what is queued and stops the exporters (at process exit), waiting at most
+    /// [`SHUTDOWN_BUDGET`]: the SDK's metric reader waits up to 5 s for its last export
+    /// whatever timeout it is given, so both shutdowns run on a thread of their own and are
+    /// left behind (the process is exiting) when the budget runs out.
+    pub fn shutdown(&'static self) {
+        let (done, finished) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("tutti-otel-shutdown".into())
+            .spawn(move || {
+                let _ = self.tracer_provider.shutdown_with_timeout(SHUTDOWN_BUDGET);
+                let _ = self.meter_provider.shutdown_with_timeout(SHUTDOWN_BUDGET);
+                let _ = done.send(());
+            });
+        if spawned.is_ok() && finished.recv_timeout(SHUTDOWN_BUDGET).is_err() {
+            tracing::warn!(
+                budget = ?SHUTDOWN_BUDGET,
+                dropped_spans = self.dropped_spans(),
+                "OpenTelemetry export did not finish at exit (receiver slow or unreachable); exiting without it"
+            );
+        }
+    }
+
+    /// Spans dropped because the export queue was full, since the process started.
+    pub fn dropped_spans(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 }
 

@@ -17,6 +17,10 @@ mod frames;
 mod http;
 mod listen;
 mod mrtr;
+#[cfg(feature = "otel")]
+mod otel;
+#[cfg(not(feature = "otel"))]
+#[path = "otel_off.rs"]
 mod otel;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
@@ -342,6 +346,7 @@ async fn offer(
     if let Some(counter) = session.non_json.clone() {
         tokio::spawn(report_non_json(kernel.clone(), counter));
     }
+    otel::spawn_drop_reports(kernel);
     match kernel
         .offer(
             &tools,

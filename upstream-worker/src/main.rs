@@ -117,8 +117,10 @@ fn main() -> ExitCode {
     };
     runtime.spawn(kill_group_on_sigterm());
     // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
+    #[cfg(feature = "otel")]
     let telemetry = tutti_proto::telemetry::init("tutti-upstream-worker", "worker");
     let outcome = runtime.block_on(run(config));
+    #[cfg(feature = "otel")]
     if let Some(t) = telemetry {
         t.shutdown();
     }

@@ -3,12 +3,46 @@
 //! span named by the request's `_meta.traceparent`, and the upstream request's
 //! `_meta.traceparent` then names this span (same trace). With export off the `_meta` goes on
 //! unchanged. Attributes are names only (connector key, upstream tool name, outcome).
+//! Spans the export queue dropped are reported to the kernel (`report_drops`).
+
+use std::time::Duration;
 
 use rmcp::model::JsonObject;
+use tutti_proto::kernel::WorkerReportKind;
 use tutti_proto::telemetry::{self, opentelemetry, opentelemetry_sdk};
 
 use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
+
+use crate::control::KernelLink;
+
+/// How often the worker looks at its drop count (a report only when it changed).
+const DROPS_EVERY: Duration = Duration::from_secs(1);
+
+/// Starts [`report_drops`] when export is on.
+pub(crate) fn spawn_drop_reports(kernel: &KernelLink) {
+    if telemetry::get().is_some() {
+        tokio::spawn(report_drops(kernel.clone()));
+    }
+}
+
+/// Reports the running total of spans dropped from the export queue whenever it grew,
+/// at most once per [`DROPS_EVERY`] (spawned only with export on; ends with the worker).
+async fn report_drops(kernel: KernelLink) {
+    let mut reported = 0;
+    loop {
+        tokio::time::sleep(DROPS_EVERY).await;
+        let total = telemetry::dropped();
+        if total != reported {
+            let message =
+                format!("{total} span(s) dropped: the OpenTelemetry export queue was full");
+            kernel
+                .report(WorkerReportKind::TelemetryDropped, &message, total)
+                .await;
+            reported = total;
+        }
+    }
+}
 
 /// The `_meta` key of the W3C trace context.
 const TRACEPARENT: &str = "traceparent";

@@ -15,6 +15,7 @@ pub(crate) mod review;
 pub(crate) mod service;
 pub(crate) mod session;
 pub(crate) mod status;
+mod status_telemetry;
 pub(crate) mod up;
 pub(crate) mod watch;
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 use tutti_proto::kernel::{ConnectorStatus, Empty, StatusReply};
 
+use super::status_telemetry::TelemetryDroppedJson;
 use crate::error::CliError;
 use crate::kernel::Kernel;
 use crate::output::{emit, json_line, local_time, one_line, rfc3339_utc, table};
@@ -53,6 +54,9 @@ struct StatusJson {
     /// `registry.json`'s revision: it grows with every change of the installed state.
     registry_revision: u64,
     audit_dropped: u64,
+    /// Spans dropped from the OpenTelemetry export queues; absent when none were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    telemetry_dropped: Option<TelemetryDroppedJson>,
     connectors: Vec<ConnectorJson>,
     /// Resource URIs (and identical URI templates) that several ready connectors claim: no
     /// connector serves them (SPEC §11).
@@ -174,6 +178,7 @@ impl StatusJson {
             route_revision: reply.route_revision,
             registry_revision: reply.registry_revision,
             audit_dropped: reply.audit_dropped,
+            telemetry_dropped: TelemetryDroppedJson::of(reply),
             connectors: sorted(reply)
                 .into_iter()
                 .map(|c| ConnectorJson {
@@ -294,6 +299,9 @@ fn render_table_with(reply: &StatusReply, state_dir: &Path, spark: bool) -> Stri
             reply.audit_dropped
         ));
     }
+    if let Some(dropped) = TelemetryDroppedJson::of(reply) {
+        out.push_str(&dropped.line());
+    }
     out.push('\n');
     if reply.connectors.is_empty() {
         out.push_str("no connectors installed (add one with `tutti connector install DIR`)\n");
@@ -396,6 +404,8 @@ mod tests {
             state_dir: "/s".into(),
             kernel_pid: 42,
             audit_dropped: 0,
+            telemetry_dropped: 0,
+            frontend_telemetry_dropped: 0,
             bin_dir: "/s/bin".into(),
             connectors: vec![
                 ConnectorStatus {
