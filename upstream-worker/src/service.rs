@@ -365,6 +365,17 @@ impl<U: Upstream> Shared<U> {
         Ok(reply(self.answer(outcome, method, timeout_ms)))
     }
 
+    /// Resolves when this generation stops serving (fenced, stopped or closed): where the
+    /// watch streams end.
+    fn stops_serving(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut phase = self.phase.subscribe();
+        async move {
+            let _ = phase
+                .wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed))
+                .await;
+        }
+    }
+
     /// The upstream's log messages that no call claimed, until this generation stops serving.
     fn unclaimed_logs(&self, generation: u64) -> Result<LogStream, Status> {
         self.check_generation(generation)?;
@@ -373,12 +384,7 @@ impl<U: Upstream> Shared<U> {
             .get()
             .and_then(|u| u.unclaimed_logs())
             .ok_or_else(|| Status::unavailable("the upstream is not serving"))?;
-        let mut phase = self.phase.subscribe();
-        let stopped = async move {
-            let _ = phase
-                .wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed))
-                .await;
-        };
+        let stopped = self.stops_serving();
         let logs = tokio_stream::wrappers::BroadcastStream::new(logs);
         // A lagging stream lost some messages; the ones after still go.
         let stream = futures_util::StreamExt::filter_map(logs, |log| {
@@ -397,12 +403,7 @@ impl<U: Upstream> Shared<U> {
             .get()
             .and_then(|u| u.resource_updates())
             .ok_or_else(|| Status::unavailable("the upstream is not serving"))?;
-        let mut phase = self.phase.subscribe();
-        let stopped = async move {
-            let _ = phase
-                .wait_for(|p| matches!(p, Phase::Fenced | Phase::Stopped | Phase::Closed))
-                .await;
-        };
+        let stopped = self.stops_serving();
         let updates = tokio_stream::wrappers::BroadcastStream::new(updates);
         let stream = futures_util::StreamExt::filter_map(updates, |update| {
             // A lagging stream lost some updates: the ones after stand for them.
