@@ -154,10 +154,16 @@ mod tests {
             .unwrap_or_else(|e| panic!("cannot start sleep: {e}"));
         let holder = Holder(child);
         let pid = holder.0.id();
-        // Until the exec, the forked child still shows the test's own argv and environment.
+        // Until the exec has installed the new image, the child still shows the test's own
+        // argv and environment (`/proc/PID/exe` changes a moment before `cmdline` does).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let exe = || std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-        while !exe().ends_with("sleep") {
+        let execed = || {
+            ["cmdline", "environ"].iter().all(|f| {
+                std::fs::read(format!("/proc/{pid}/{f}"))
+                    .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            }) && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.ends_with("sleep"))
+        };
+        while !execed() {
             assert!(std::time::Instant::now() < deadline, "sleep did not start");
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
