@@ -7,7 +7,7 @@
 //! everything after the interpreter to it as ONE argument, so the state directory may hold
 //! spaces; no shell is involved. When that line cannot be written safely (too long for the
 //! kernel's 256-byte `#!` buffer, whitespace in the interpreter path, a line break in a path)
-//! the shim is a hard copy of `tutti-shim` plus `.tutti-connector-<key>.shim` next to it,
+//! the shim is a copy (a hard link where possible) of `tutti-shim` plus `.tutti-connector-<key>.shim` next to it,
 //! holding the same argument. Windows always uses the copy (`tutti-connector-<key>.exe`).
 
 use std::ffi::OsString;
