@@ -73,6 +73,8 @@ pub(crate) struct Audited<'a> {
     pub(crate) key: &'a str,
     pub(crate) generation: u64,
     pub(crate) started: Instant,
+    /// The upstream's requests relayed during it (a relayed `prompts/get`, conf21c).
+    pub(crate) relayed: Option<&'a Relayed>,
 }
 
 /// What a call's audit record says beyond its outcome (relay21): the upstream's requests to
@@ -195,6 +197,7 @@ impl CallAudit {
             dropped_total: self.dropped.load(Ordering::Relaxed),
             telemetry_dropped_total: crate::otel::dropped(),
             kind: what.kind.to_owned(),
+            relayed: what.relayed.map(|r| r.take().0).unwrap_or_default(),
             ..CallRecord::default()
         };
         self.send(record);

@@ -15,21 +15,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
-use tutti_proto::worker::{CallToolReply, CancelRequest, ForwardRequest, call_tool_reply};
+use tokio::sync::oneshot;
+use tutti_proto::worker::{
+    CallToolReply, CallToolRequest, CancelRequest, ForwardRequest, call_tool_reply,
+};
 
 use crate::app::App;
-use crate::audit::{Audited, Outcome};
+use crate::audit::{Audited, Outcome, Relayed};
 use crate::backend::{Forward, Identity};
 use crate::call::{
-    CancelGuard, DEADLINE_GRACE, fence_outcome, fenced_mid_call, timed_out, tutti, unavailable,
-    until_fenced, with_tutti,
+    CallResult, CancelGuard, DEADLINE_GRACE, RelayStream, fence_outcome, fenced_mid_call,
+    timed_out, tutti, unavailable, until_cancelled, until_fenced, with_tutti,
 };
 use crate::catalog::{Entry, Resolved};
 use crate::era::{META_SERVER_INFO, server_info};
 use crate::error::Error;
 use crate::notify::Note;
 use crate::routes::{Connector, RouteTable};
-use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, RpcError, routes_not_ready};
+use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError, routes_not_ready};
 
 /// A list beyond tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,6 +204,35 @@ pub(crate) async fn get_prompt(
     who: &Identity,
     params: Option<Value>,
 ) -> Result<Value, RpcError> {
+    let prompt = resolve_prompt(app, params).await?;
+    let target = Target {
+        kind: "prompt",
+        name: &prompt.name,
+        entry: &prompt.entry,
+        relayed: None,
+    };
+    forward(
+        app,
+        who,
+        &target,
+        Via::Unary(Forward::GetPrompt),
+        prompt.params,
+    )
+    .await
+}
+
+/// A `prompts/get` resolved to its binding (conf21c: resolved once, then forwarded either
+/// way).
+pub(crate) struct Prompt {
+    /// The prompt's local name.
+    pub(crate) name: String,
+    pub(crate) entry: Arc<Entry<Connector>>,
+    /// The request's params with the upstream's name put in.
+    pub(crate) params: Map<String, Value>,
+}
+
+/// The prompt `params.name` names, or the answer when none is routable.
+pub(crate) async fn resolve_prompt(app: &App, params: Option<Value>) -> Result<Prompt, RpcError> {
     let mut params = params_object(params)?;
     let name = string_param(&params, "name")?;
     let table = app.routes().await.ok_or_else(routes_not_ready)?;
@@ -217,12 +249,36 @@ pub(crate) async fn get_prompt(
         }
     };
     params.insert("name".into(), Value::String(entry.upstream.clone()));
+    Ok(Prompt {
+        name,
+        entry,
+        params,
+    })
+}
+
+/// A `prompts/get` whose upstream may ask the client during it (conf21c): sent on the worker's
+/// relaying stream (`CallToolStream`, `method: prompts/get`) so that its requests reach
+/// `stream` as a tool call's do; cancelled by `cancelled` (a legacy `notifications/cancelled`)
+/// or by dropping it, bounded by the call timeout, audited with the relayed kinds. The result
+/// in the client's era (`modern`).
+pub(crate) async fn get_prompt_relayed(
+    app: &App,
+    who: &Identity,
+    prompt: Prompt,
+    (stream, cancelled): (RelayStream, Option<oneshot::Receiver<()>>),
+    modern: bool,
+) -> Result<CallResult, RpcError> {
+    let relayed = stream.relayed.clone();
     let target = Target {
         kind: "prompt",
-        name: &name,
-        entry: &entry,
+        name: &prompt.name,
+        entry: &prompt.entry,
+        relayed: Some(&relayed),
     };
-    forward(app, who, &target, Forward::GetPrompt, params).await
+    let via = Via::Relay(stream, cancelled);
+    let result = forward(app, who, &target, via, prompt.params).await?;
+    CallResult::from_value(&in_era(result, modern))
+        .ok_or_else(|| RpcError::new(INTERNAL_ERROR, "cannot encode the prompt"))
 }
 
 /// The binding of a URI by the routing rule, or the answer: not found (`not_found` is the
@@ -266,8 +322,9 @@ pub(crate) async fn read_resource(
         kind: "resource",
         name: &audited,
         entry: &entry,
+        relayed: None,
     };
-    forward(app, who, &target, Forward::ReadResource, params).await
+    forward(app, who, &target, Via::Unary(Forward::ReadResource), params).await
 }
 
 /// A URI as its audit record names it: without query or fragment (they may carry values).
@@ -331,8 +388,9 @@ pub(crate) async fn complete(
         kind: "completion",
         name: &name,
         entry: &entry,
+        relayed: None,
     };
-    forward(app, who, &target, Forward::Complete, params).await
+    forward(app, who, &target, Via::Unary(Forward::Complete), params).await
 }
 
 /// `resources/subscribe` (legacy): the upstream that serves the URI is subscribed once per
@@ -373,11 +431,12 @@ pub(crate) async fn unsubscribe(
             kind: "",
             name: &uri,
             entry: &entry,
+            relayed: None,
         };
         let mut params = Map::new();
         params.insert("uri".into(), Value::String(uri.clone()));
         // Best effort: a failure only means a few more updates that nobody receives.
-        let _ = forward(app, who, &target, Forward::Unsubscribe, params).await;
+        let _ = forward(app, who, &target, Via::Unary(Forward::Unsubscribe), params).await;
     }
     Ok(json!({}))
 }
@@ -407,8 +466,9 @@ pub(crate) async fn ensure_upstream_subscription(
         kind: "",
         name: uri,
         entry: &entry,
+        relayed: None,
     };
-    let subscribed = forward(app, who, &target, Forward::Subscribe, params).await;
+    let subscribed = forward(app, who, &target, Via::Unary(Forward::Subscribe), params).await;
     if subscribed.is_err() {
         app.notifier
             .upstream_unsubscribe(&connector.key, connector.generation, uri);
@@ -479,6 +539,15 @@ struct Target<'a> {
     kind: &'static str,
     name: &'a str,
     entry: &'a Arc<Entry<Connector>>,
+    /// The upstream's requests relayed during it, for the audit record.
+    relayed: Option<&'a Arc<Relayed>>,
+}
+
+/// How a request reaches the worker: a unary forward, or (a prompt whose upstream may ask the
+/// client, conf21c) the relaying call stream, with the legacy cancellation.
+enum Via {
+    Unary(Forward),
+    Relay(RelayStream, Option<oneshot::Receiver<()>>),
 }
 
 type Ended = (Result<Value, RpcError>, Outcome);
@@ -488,11 +557,11 @@ async fn forward(
     app: &App,
     who: &Identity,
     target: &Target<'_>,
-    what: Forward,
+    via: Via,
     params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
     let started = Instant::now();
-    let (answer, outcome) = send(app, target, what, params).await;
+    let (answer, outcome) = send(app, target, via, params).await;
     if !target.kind.is_empty() {
         let connector = &target.entry.connector;
         let code = match &answer {
@@ -505,13 +574,14 @@ async fn forward(
             key: &connector.key,
             generation: connector.generation,
             started,
+            relayed: target.relayed.map(Arc::as_ref),
         };
         app.audit.record_other(who, audited, outcome, code);
     }
     answer
 }
 
-async fn send(app: &App, target: &Target<'_>, what: Forward, params: Map<String, Value>) -> Ended {
+async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Value>) -> Ended {
     let connector = &target.entry.connector;
     let (key, generation) = (connector.key.as_str(), connector.generation);
     let mut fence = connector.fence.subscribe();
@@ -520,11 +590,28 @@ async fn send(app: &App, target: &Target<'_>, what: Forward, params: Map<String,
         return (Err(refused(target)), Outcome::RpcError);
     }
     let call_id = app.next_call_id();
-    let request = ForwardRequest {
-        generation,
-        call_id: call_id.clone(),
-        params_json: Value::Object(params).to_string(),
-        timeout_ms: connector.timeout_ms,
+    let (cancelled, reply) = match via {
+        Via::Unary(what) => {
+            let request = ForwardRequest {
+                generation,
+                call_id: call_id.clone(),
+                params_json: Value::Object(params).to_string(),
+                timeout_ms: connector.timeout_ms,
+            };
+            (
+                None,
+                app.backend.forward(&connector.endpoint, what, request),
+            )
+        }
+        Via::Relay(stream, cancelled) => {
+            let request = relayed_request(connector, &call_id, params, &stream);
+            let _ = stream.call_id.set(call_id.clone());
+            let events = stream.events;
+            let reply = app
+                .backend
+                .call_tool_relayed(&connector.endpoint, request, events);
+            (cancelled, reply)
+        }
     };
     let mut guard = CancelGuard {
         backend: app.backend.clone(),
@@ -537,17 +624,50 @@ async fn send(app: &App, target: &Target<'_>, what: Forward, params: Map<String,
     let deadline = Duration::from_millis(u64::from(connector.timeout_ms)) + DEADLINE_GRACE;
     tokio::select! {
         biased;
-        reply = app.backend.forward(&connector.endpoint, what, request) => {
+        reply = reply => {
             guard.disarm();
             map_reply(target, reply)
         }
         why = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), fence_outcome(why)),
+        () = until_cancelled(cancelled) => (
+            Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")
+                .with_data(json!({"tutti": tutti("cancelled", key, generation)}))),
+            Outcome::Cancelled,
+        ),
         () = tokio::time::sleep(deadline) => (
             Err(timed_out(key, generation, &format!(
                 "{} did not answer within {} ms", target.entry.name, connector.timeout_ms
             ))),
             Outcome::Timeout,
         ),
+    }
+}
+
+/// The worker request of a relayed `prompts/get` (`params`: its upstream name and arguments).
+fn relayed_request(
+    connector: &Connector,
+    call_id: &str,
+    mut params: Map<String, Value>,
+    stream: &RelayStream,
+) -> CallToolRequest {
+    let name = match params.remove("name") {
+        Some(Value::String(name)) => name,
+        _ => String::new(),
+    };
+    let arguments_json = match params.remove("arguments") {
+        Some(arguments @ Value::Object(_)) => arguments.to_string(),
+        _ => String::new(),
+    };
+    CallToolRequest {
+        generation: connector.generation,
+        call_id: call_id.to_owned(),
+        tool: name,
+        arguments_json,
+        timeout_ms: connector.timeout_ms,
+        relay_requests: stream.requests,
+        relay_logs: stream.logs,
+        method: "prompts/get".to_owned(),
+        ..CallToolRequest::default()
     }
 }
 

@@ -115,7 +115,7 @@ impl CallResult {
     }
 
     /// One of our own results (a JSON object built here).
-    fn from_value(value: &Value) -> Option<Self> {
+    pub(crate) fn from_value(value: &Value) -> Option<Self> {
         Self::from_json(value.to_string())
     }
 
@@ -465,6 +465,7 @@ async fn execute_call(
         relay_requests: matches!(&streaming, Streaming::Relay(r) if r.requests),
         relay_logs: matches!(&streaming, Streaming::Relay(r) if r.logs),
         refuse_requests: matches!(&streaming, Streaming::Refusing(_)),
+        method: String::new(),
     };
     if let Streaming::Relay(relay) = &streaming {
         let _ = relay.call_id.set(call_id.clone());
@@ -559,7 +560,7 @@ pub(crate) fn fence_outcome(why: Fenced) -> Outcome {
 
 /// Completes when the client cancels the call; never if it cannot (no receiver, or its
 /// sender was dropped).
-async fn until_cancelled(cancelled: Option<oneshot::Receiver<()>>) {
+pub(crate) async fn until_cancelled(cancelled: Option<oneshot::Receiver<()>>) {
     let delivered = match cancelled {
         Some(rx) => rx.await.is_ok(),
         None => false,

@@ -22,7 +22,7 @@ use crate::audit::{Outcome, Relayed};
 use crate::backend::Identity;
 use crate::call::CallResult;
 use crate::clients::ConfirmWait;
-use crate::routes::Tool;
+use crate::routes::{Connector, Tool};
 use crate::rpc::{INTERNAL_ERROR, RpcError};
 
 /// How long the person has when the tool has no timeout of its own.
@@ -82,9 +82,9 @@ pub(crate) fn params(tool: &Tool) -> Value {
     })
 }
 
-/// How long the person has to answer: the tool's call timeout.
-pub(crate) fn limit(tool: &Tool) -> Duration {
-    match tool.connector.timeout_ms {
+/// How long the person has to answer: the call timeout of the tool's connector.
+pub(crate) fn limit(connector: &Connector) -> Duration {
+    match connector.timeout_ms {
         0 => DEFAULT_WAIT,
         ms => Duration::from_millis(u64::from(ms)),
     }
@@ -92,7 +92,7 @@ pub(crate) fn limit(tool: &Tool) -> Duration {
 
 /// Waits for the answer to a question about `tool` (the entry leaves the map with `waiting`).
 pub(crate) async fn wait(tool: &Tool, mut waiting: ConfirmWait<'_>) -> Decision {
-    match tokio::time::timeout(limit(tool), waiting.answer()).await {
+    match tokio::time::timeout(limit(&tool.connector), waiting.answer()).await {
         Ok(Ok(answer)) => Decision::of_answer(&answer),
         Ok(Err(_)) => Decision::Cancelled,
         Err(_) => Decision::Timeout,

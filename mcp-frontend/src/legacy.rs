@@ -77,6 +77,10 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     }
                 }
                 "tools/call" => return tools_call(ctx, id, params).await,
+                // conf21c: the upstream may ask this client during it.
+                "prompts/get" if crate::prompt_relay::legacy_relays(&ctx) => {
+                    return crate::prompt_relay::legacy(ctx, id, params).await;
+                }
                 "skills/list" => Ok(Value::Object(skills::list(&ctx.app.skills).await)),
                 "skills/get" => skills::get(&ctx.app.skills, params.as_ref())
                     .await

@@ -34,6 +34,7 @@ mod otel;
 #[path = "otel_off.rs"]
 mod otel;
 mod progress;
+mod prompt_relay;
 mod relay;
 mod routes;
 mod rpc;

@@ -151,6 +151,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             )
             .await;
         }
+        "prompts/get" if prompt_relays(&ctx, &params) => return prompt(&ctx, &id, params).await,
         "resources/read" | "prompts/get" => {
             // `Mcp-Name` carries `params.uri` / `params.name` (SEP-2243).
             let field = if method == "resources/read" {
@@ -196,6 +197,22 @@ async fn skills_answer(ctx: &Ctx, method: &str, params: Option<&Value>) -> Resul
         crate::skills::get(skills, params).await
     };
     fields.map(|fields| cacheable(fields, SKILLS_TTL_MS))
+}
+
+/// Whether a `prompts/get` is relayed: its upstream may ask this client during it (conf21c).
+fn prompt_relays(ctx: &Ctx, params: &Option<Value>) -> bool {
+    crate::prompt_relay::modern_relays(ctx, params.as_ref())
+}
+
+/// A relayed `prompts/get` (conf21c): `Mcp-Name` carries `params.name` (SEP-2243), then the
+/// answer as the call goes (`input_required` when the upstream asks).
+async fn prompt(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
+    if let Ok(name) = target_param(params.as_ref(), "name")
+        && let Err(e) = expect_header(ctx, "mcp-name", "Mcp-Name", name)
+    {
+        return bad(id, e);
+    }
+    crate::prompt_relay::modern(ctx, id, params).await
 }
 
 /// `prompts/get` or `resources/read` (issue 21), in this era's form.

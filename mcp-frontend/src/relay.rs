@@ -41,7 +41,7 @@ use crate::call::{self, CallResult, RelayStream, Streaming};
 use crate::clients::{AnswerTo, Caps, Parked, TokenKey, level_rank};
 use crate::confirm::{self, Decision};
 use crate::era::Revision;
-use crate::routes::Tool;
+use crate::routes::{Connector, Tool};
 use crate::rpc::{self, INTERNAL_ERROR, INVALID_PARAMS, RpcError};
 
 /// Steps of one call that may wait for a slow client.
@@ -75,11 +75,15 @@ pub(crate) enum Era {
     Modern,
 }
 
-/// One running relayed call.
+/// One running relayed call (a `tools/call`, or a `prompts/get`: conf21c).
 pub(crate) struct Running {
     steps: mpsc::Receiver<Step>,
     task: tokio::task::JoinHandle<()>,
-    tool: Arc<Tool>,
+    /// The connector generation that serves the call.
+    connector: Arc<Connector>,
+    /// What a retry must name to resume the call once parked: the tool's local name, or
+    /// [`crate::prompt_relay::parked_name`] of a prompt.
+    name: String,
     call_id: Arc<OnceLock<String>>,
     relayed: Arc<Relayed>,
 }
@@ -90,7 +94,7 @@ impl Drop for Running {
     }
 }
 
-enum Step {
+pub(crate) enum Step {
     Event(WorkerEvent),
     /// The person's confirmation question (`--confirm high`): its id / `inputRequests` key
     /// and its `elicitation/create` params.
@@ -116,38 +120,64 @@ pub(crate) struct Start {
     pub(crate) confirm: bool,
 }
 
+/// The answer a relayed call ends with, in its client's era.
+pub(crate) type Answer = Result<CallResult, RpcError>;
+
 /// Starts the call in a task of its own.
 pub(crate) fn start(s: Start) -> Running {
+    let connector = s.tool.connector.clone();
+    let name = s.tool.name.clone();
+    let (requests, logs) = (s.requests, s.logs);
+    spawn(
+        connector,
+        name,
+        (requests, logs),
+        move |stream, steps| async move {
+            if s.confirm
+                && let Some(refused) = confirm_first(&s, &steps, &stream.relayed).await
+            {
+                return refused.map(|r| r.in_era(s.revision));
+            }
+            let call = call::execute(
+                &s.app,
+                &s.who,
+                &s.tool,
+                s.arguments.as_ref(),
+                s.cancelled,
+                Streaming::Relay(stream),
+            );
+            call.await.map(|r| r.in_era(s.revision))
+        },
+    )
+}
+
+/// Runs `run` (the call, given its [`RelayStream`] and where a confirmation question goes) in a
+/// task of its own, the worker's events of the call passed on as steps until its answer, the
+/// last step (conf21c: one machinery for tool calls and prompts). `name` is what a retry of a
+/// parked call must name; `(requests, logs)` what the client can take during the call.
+pub(crate) fn spawn<F, Fut>(
+    connector: Arc<Connector>,
+    name: String,
+    (requests, logs): (bool, bool),
+    run: F,
+) -> Running
+where
+    F: FnOnce(RelayStream, mpsc::Sender<Step>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Answer> + Send + 'static,
+{
     let (steps_tx, steps) = mpsc::channel(BUFFER);
     let call_id = Arc::new(OnceLock::new());
     let relayed = Arc::new(Relayed::default());
     let (events, mut worker_events) = mpsc::channel(BUFFER);
     let stream = RelayStream {
         events,
-        requests: s.requests,
-        logs: s.logs,
+        requests,
+        logs,
         call_id: call_id.clone(),
         relayed: relayed.clone(),
     };
-    let tool = s.tool.clone();
-    let relayed_for_task = relayed.clone();
     let task = tokio::spawn(async move {
-        if s.confirm
-            && let Some(refused) = confirm_first(&s, &steps_tx, &relayed_for_task).await
-        {
-            let _ = steps_tx
-                .send(Step::Done(refused.map(|r| r.in_era(s.revision))))
-                .await;
-            return;
-        }
-        let call = call::execute(
-            &s.app,
-            &s.who,
-            &s.tool,
-            s.arguments.as_ref(),
-            s.cancelled,
-            Streaming::Relay(stream),
-        );
+        let call = run(stream, steps_tx.clone());
         let mut call = std::pin::pin!(call);
         let answer = loop {
             tokio::select! {
@@ -163,14 +193,13 @@ pub(crate) fn start(s: Start) -> Running {
         while let Ok(event) = worker_events.try_recv() {
             let _ = steps_tx.send(Step::Event(event)).await;
         }
-        let _ = steps_tx
-            .send(Step::Done(answer.map(|r| r.in_era(s.revision))))
-            .await;
+        let _ = steps_tx.send(Step::Done(answer)).await;
     });
     Running {
         steps,
         task,
-        tool,
+        connector,
+        name,
         call_id,
         relayed,
     }
@@ -348,7 +377,7 @@ impl Driver {
     /// its `logger` prefixed `<key>/`.
     fn log_event(&self, note: &str) -> Option<Bytes> {
         let threshold = self.a.log_level?;
-        let key = &self.running.as_ref()?.tool.connector.key;
+        let key = &self.running.as_ref()?.connector.key;
         let params = log_params(key, note, threshold)?;
         let message =
             json!({"jsonrpc": "2.0", "method": "notifications/message", "params": params});
@@ -363,8 +392,8 @@ impl Driver {
         let running = self.running.as_ref()?;
         let (_, declared) = self.a.caps.needed(&request.method);
         let to = AnswerTo {
-            endpoint: running.tool.connector.endpoint.clone(),
-            generation: running.tool.connector.generation,
+            endpoint: running.connector.endpoint.clone(),
+            generation: running.connector.generation,
             call_id: running.call_id.get().cloned().unwrap_or_default(),
             request_id: request.request_id.clone(),
             method: request.method.clone(),
@@ -480,11 +509,15 @@ impl Driver {
             let error = RpcError::new(INTERNAL_ERROR, "the call is gone");
             return self.final_message(&Err(error), StatusCode::OK);
         };
-        let call_timeout = Duration::from_millis(u64::from(running.tool.connector.timeout_ms));
-        let tool = running.tool.name.clone();
+        let call_timeout = Duration::from_millis(u64::from(running.connector.timeout_ms));
+        let tool = running.name.clone();
         let (timeout, asked, confirm) = match asked {
             Asked::Upstream(asked) => (call_timeout, asked, None),
-            Asked::Confirm(key) => (confirm::limit(&running.tool), HashMap::new(), Some(key)),
+            Asked::Confirm(key) => (
+                confirm::limit(&running.connector),
+                HashMap::new(),
+                Some(key),
+            ),
         };
         let parked = Parked {
             token: self.a.token,

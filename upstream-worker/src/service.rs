@@ -306,10 +306,19 @@ impl<U: Upstream> Shared<U> {
             self.phase.subscribe(),
             timeout_ms,
         );
-        let outcome = match upstream
-            .call_tool(req.tool, arguments, meta, progress, relay, interrupt)
-            .await
-        {
+        let called = match req.method.as_str() {
+            "" | "tools/call" => {
+                let call =
+                    upstream.call_tool(req.tool, arguments, meta, progress, relay, interrupt);
+                futures_util::future::Either::Left(call)
+            }
+            // conf21c: a prompt whose upstream may ask the client, relayed like a tool call.
+            "prompts/get" => futures_util::future::Either::Right(
+                upstream.get_prompt(req.tool, arguments, meta, relay, interrupt),
+            ),
+            other => return Err(unknown_method(other)),
+        };
+        let outcome = match called.await {
             Ok(done) => Outcome::Done(done),
             Err(interrupted) => interrupted,
         };
@@ -664,6 +673,13 @@ async fn stream_call<U: Upstream>(
         event: Some(call_tool_event::Event::Reply(reply)),
     });
     let _ = events.send(last).await;
+}
+
+/// A `CallToolRequest.method` the worker does not call this way.
+fn unknown_method(method: &str) -> Status {
+    Status::invalid_argument(format!(
+        "CallToolRequest.method {method:?}: only tools/call and prompts/get are called this way"
+    ))
 }
 
 /// For a call whose client cannot answer any request (`refuse_requests`, no relay): a relay

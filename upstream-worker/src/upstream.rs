@@ -11,10 +11,10 @@ use rmcp::ClientHandler;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
-    ClientConfig, ClientRequest, CustomRequest, Implementation, JsonObject, ListToolsRequest,
-    MetaObject, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, RequestId,
-    RequestMetaObject, ResourceUpdatedNotificationParam, ServerNotification, ServerResult,
-    SubscriptionFilter,
+    ClientConfig, ClientRequest, CustomRequest, GetPromptRequest, GetPromptRequestParams,
+    Implementation, JsonObject, ListToolsRequest, MetaObject, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, RequestId, RequestMetaObject,
+    ResourceUpdatedNotificationParam, ServerNotification, ServerResult, SubscriptionFilter,
 };
 use rmcp::service::{
     ClientCacheConfig, ClientInitializeError, ClientLifecycleMode, InboundStreamOrigin,
@@ -88,6 +88,50 @@ enum Round {
     InputRequired(mrtr::InputRequired),
 }
 
+/// What a relaying call asks the upstream for (conf21c): both run the same rounds, relay and
+/// cancellation; they differ in the request sent and the result taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Called {
+    /// `tools/call`: the result is a `CallToolResult`.
+    Tool,
+    /// `prompts/get`: the result is a `GetPromptResult`.
+    Prompt,
+}
+
+impl Called {
+    fn method(self) -> &'static str {
+        match self {
+            Called::Tool => "tools/call",
+            Called::Prompt => "prompts/get",
+        }
+    }
+
+    /// One round's request: `name` with `arguments`, and the previous round's answers.
+    fn request(
+        self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        retry: &mut mrtr::Retry,
+    ) -> ClientRequest {
+        match self {
+            Called::Tool => {
+                let mut params = CallToolRequestParams::new(name.to_owned());
+                params.arguments = arguments;
+                params.input_responses = retry.responses.take();
+                params.request_state = retry.state.take();
+                ClientRequest::CallToolRequest(CallToolRequest::new(params))
+            }
+            Called::Prompt => {
+                let mut params = GetPromptRequestParams::new(name);
+                params.arguments = arguments;
+                params.input_responses = retry.responses.take();
+                params.request_state = retry.state.take();
+                ClientRequest::GetPromptRequest(GetPromptRequest::new(params))
+            }
+        }
+    }
+}
+
 /// Where the upstream's `notifications/progress` for one call go: the params as a JSON object
 /// (progress, total, message) without the upstream's token, in the order they came.
 pub(crate) type ProgressSink = tokio::sync::mpsc::Sender<String>;
@@ -120,6 +164,26 @@ pub(crate) trait Upstream: Send + Sync + 'static {
         relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
     ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send;
+
+    /// One `prompts/get` whose upstream requests (or 2026-07-28 `input_required` rounds) go
+    /// to `relay` exactly as [`Upstream::call_tool`]'s do (conf21c): the upstream's
+    /// `GetPromptResult` as JSON text. The default forwards it without relaying.
+    fn get_prompt<W: Send>(
+        &self,
+        name: String,
+        arguments: Option<JsonObject>,
+        meta: Option<JsonObject>,
+        relay: Option<RelayTo>,
+        interrupt: impl Future<Output = W> + Send,
+    ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send {
+        let _ = (meta, relay);
+        let mut params = JsonObject::new();
+        params.insert("name".to_owned(), Value::String(name));
+        if let Some(arguments) = arguments {
+            params.insert("arguments".to_owned(), Value::Object(arguments));
+        }
+        self.request("prompts/get", Some(params), interrupt)
+    }
 
     /// The client's answer to relayed request `id`; false when no such request waits.
     fn answer_request(&self, id: &str, answer: crate::relay::Answer) -> bool {
@@ -233,44 +297,20 @@ impl Upstream for RmcpUpstream {
         relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
     ) -> Result<Result<String, CallFailure>, W> {
-        let mut interrupt = std::pin::pin!(interrupt);
-        // Only a 2026-07-28 upstream can answer input_required and need the call again: a
-        // copy of the arguments is kept for it alone (none on the legacy common path).
-        let again = self.mrtr.then(|| (arguments.clone(), meta.clone()));
-        let mut first = Some((arguments, meta));
-        let mut retry = mrtr::Retry::default();
-        for _ in 0..mrtr::MAX_INPUT_ROUNDS {
-            let (arguments, meta) = match first.take() {
-                Some(first) => first,
-                None => again.clone().unwrap_or_default(),
-            };
-            let mut params = CallToolRequestParams::new(name.clone());
-            params.arguments = arguments;
-            params.input_responses = retry.responses.take();
-            params.request_state = retry.state.take();
-            let answered = self
-                .call_tool_round(
-                    params,
-                    meta,
-                    progress.clone(),
-                    relay.clone(),
-                    &mut interrupt,
-                )
-                .await?;
-            let asked = match answered {
-                Ok(Round::Complete(text)) => return Ok(Ok(text)),
-                Ok(Round::InputRequired(asked)) => asked,
-                Err(failure) => return Ok(Err(failure)),
-            };
-            retry = tokio::select! {
-                retry = mrtr::answer(&self.relay, relay.as_ref(), asked) => match retry {
-                    Ok(retry) => retry,
-                    Err(e) => return Ok(Err(self.failure(ServiceError::McpError(e)))),
-                },
-                why = &mut interrupt => return Err(why),
-            };
-        }
-        Ok(Err(CallFailure::Other(mrtr::too_many_rounds())))
+        let call = (Called::Tool, name, arguments, meta);
+        self.rounds(call, progress, relay, interrupt).await
+    }
+
+    async fn get_prompt<W: Send>(
+        &self,
+        name: String,
+        arguments: Option<JsonObject>,
+        meta: Option<JsonObject>,
+        relay: Option<RelayTo>,
+        interrupt: impl Future<Output = W> + Send,
+    ) -> Result<Result<String, CallFailure>, W> {
+        let call = (Called::Prompt, name, arguments, meta);
+        self.rounds(call, None, relay, interrupt).await
     }
 
     fn answer_request(&self, id: &str, answer: crate::relay::Answer) -> bool {
@@ -328,10 +368,11 @@ impl Upstream for RmcpUpstream {
         }
         if mrtr::input_required(&result).is_some() {
             // Never passed on: its requestState is the upstream's, and this request has no
-            // caller to relay to (only tools/call streams).
+            // caller to relay to (only tools/call and prompts/get stream, conf21c).
             return Ok(Err(CallFailure::Other(format!(
                 "the upstream needs input from the client (input_required) to answer {method}; \
-                 the runtime relays an upstream's requests to the client during tools/call only"
+                 the runtime relays an upstream's requests to the client during tools/call and \
+                 prompts/get, for a client that declares the capability it needs"
             ))));
         }
         Ok(serde_json::to_string(&result)
@@ -348,6 +389,52 @@ impl Upstream for RmcpUpstream {
 }
 
 impl RmcpUpstream {
+    /// A tool call or a prompt get (`called`, name, arguments, meta) with every round of
+    /// answers a 2026-07-28 upstream asks for ([`crate::mrtr`]); see [`Upstream::call_tool`].
+    async fn rounds<W: Send>(
+        &self,
+        (called, name, arguments, meta): (Called, String, Option<JsonObject>, Option<JsonObject>),
+        progress: Option<ProgressSink>,
+        relay: Option<RelayTo>,
+        interrupt: impl Future<Output = W> + Send,
+    ) -> Result<Result<String, CallFailure>, W> {
+        let mut interrupt = std::pin::pin!(interrupt);
+        // Only a 2026-07-28 upstream can answer input_required and need the call again: a
+        // copy of the arguments is kept for it alone (none on the legacy common path).
+        let again = self.mrtr.then(|| (arguments.clone(), meta.clone()));
+        let mut first = Some((arguments, meta));
+        let mut retry = mrtr::Retry::default();
+        for _ in 0..mrtr::MAX_INPUT_ROUNDS {
+            let (arguments, meta) = match first.take() {
+                Some(first) => first,
+                None => again.clone().unwrap_or_default(),
+            };
+            let request = called.request(&name, arguments, &mut retry);
+            let answered = self
+                .call_tool_round(
+                    (called, request),
+                    meta,
+                    progress.clone(),
+                    relay.clone(),
+                    &mut interrupt,
+                )
+                .await?;
+            let asked = match answered {
+                Ok(Round::Complete(text)) => return Ok(Ok(text)),
+                Ok(Round::InputRequired(asked)) => asked,
+                Err(failure) => return Ok(Err(failure)),
+            };
+            retry = tokio::select! {
+                retry = mrtr::answer(&self.relay, relay.as_ref(), asked) => match retry {
+                    Ok(retry) => retry,
+                    Err(e) => return Ok(Err(self.failure(ServiceError::McpError(e)))),
+                },
+                why = &mut interrupt => return Err(why),
+            };
+        }
+        Ok(Err(CallFailure::Other(mrtr::too_many_rounds())))
+    }
+
     /// Whether the upstream speaks 2026-07-28 (no `initialize`, so no `resources/subscribe`).
     fn modern(&self) -> bool {
         self.peer
@@ -387,7 +474,7 @@ impl RmcpUpstream {
     /// asked for ([`crate::mrtr`]); interrupted and cancelled as [`Upstream::call_tool`] says.
     async fn call_tool_round<W: Send>(
         &self,
-        params: CallToolRequestParams,
+        (called, request): (Called, ClientRequest),
         meta: Option<JsonObject>,
         progress: Option<ProgressSink>,
         relay: Option<RelayTo>,
@@ -397,7 +484,6 @@ impl RmcpUpstream {
         if let Some(meta) = meta {
             options = options.with_meta(RequestMetaObject(MetaObject(meta)));
         }
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // Queueing the request can wait when rmcp is busy; the interrupt applies there too
         // (an unqueued request needs no cancellation).
         let sent = tokio::select! {
@@ -411,7 +497,11 @@ impl RmcpUpstream {
         let id = handle.id.clone();
         // Registered (results, relay) before this task yields again, so (one thread) before
         // rmcp writes the request. An answer before registration only takes rmcp's path.
-        let expected = self.results.as_ref().map(|r| r.expect(id.clone()));
+        let expected = self.results.as_ref().map(|r| match called {
+            Called::Tool => r.expect(id.clone()),
+            // Any object result but an `input_required` one (that one reaches `round_result`).
+            Called::Prompt => r.expect_any(id.clone()),
+        });
         let _entered = self.relay.enter(id.clone(), relay);
         let mut guard = CancelOnDrop {
             peer: self.peer.clone(),
@@ -450,16 +540,21 @@ impl RmcpUpstream {
         if let Some(limit) = expected.as_ref().and_then(Expected::too_large) {
             return Ok(Err(CallFailure::TooLarge(limit)));
         }
-        Ok(self.round_result(result))
+        Ok(self.round_result(called, result))
     }
 
-    /// A round's result rmcp decoded: the tool result as text, or the input asked for.
-    fn round_result(&self, result: ServerResult) -> Result<Round, CallFailure> {
+    /// A round's result rmcp decoded: the tool result (or prompt) as text, or the input asked
+    /// for.
+    fn round_result(&self, called: Called, result: ServerResult) -> Result<Round, CallFailure> {
         match mrtr::input_required(&result) {
+            None if called == Called::Prompt => serde_json::to_string(&result)
+                .map(Round::Complete)
+                .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
             None => result_text(result).map(Round::Complete),
             Some(_) if !self.mrtr => Err(CallFailure::Other(format!(
-                "the upstream answered tools/call with input_required, which it may only do \
+                "the upstream answered {} with input_required, which it may only do \
                  from protocol version {} on",
+                called.method(),
                 mrtr::MRTR_SINCE
             ))),
             Some(Ok(asked)) => Ok(Round::InputRequired(asked)),
