@@ -94,7 +94,8 @@ impl FramePool {
         let decode_failed = |e: std::io::Error| broken(e.to_string());
         match kind {
             Kind::Reply => {
-                let reply = frames::decode::<CallToolReply>(&buf).map_err(decode_failed)?;
+                // Decoded from the frame's own buffer: the result is a slice of it (big26).
+                let reply = frames::decode_reply(&mut buf).map_err(decode_failed)?;
                 self.put(data_endpoint, conn);
                 Ok(Ok(reply))
             }

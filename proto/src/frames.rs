@@ -8,13 +8,19 @@
 //! [`Kind::Status`] (a `CallError` whose `code` is the gRPC status code and `message` its
 //! message: exactly what `CallTool` would have failed with). Anything else, a body over
 //! [`MAX_FRAME_BYTES`], or bytes while a call is in flight end the connection.
+//!
+//! Big results (big26): a reply whose result is `result_bytes` is written without copying
+//! the result into the frame buffer ([`write_reply`]: the header and the reply's other fields,
+//! then the result, in one vectored write), and read into one buffer that is handed on as
+//! [`Bytes`] ([`take_body`]), so that decoding slices the result out of it instead of copying.
 
 use std::io;
 
+use bytes::{Buf, Bytes};
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::worker::CallError;
+use crate::worker::{CallError, CallToolReply, call_tool_reply};
 
 /// The frontend's switch: `grpc` sends every tool call over gRPC, `frames` (the default)
 /// sends plain calls as frames where the worker has a frame endpoint. Passed from the
@@ -65,12 +71,7 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     buf: &mut Vec<u8>,
 ) -> io::Result<()> {
     let len = message.encoded_len();
-    let Some(prefix) = u32::try_from(len).ok().filter(|_| len <= MAX_FRAME_BYTES) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("a frame of {len} bytes is over the {MAX_FRAME_BYTES}-byte limit"),
-        ));
-    };
+    let prefix = frame_prefix(len)?;
     buf.clear();
     buf.reserve(HEADER_BYTES + len);
     buf.extend_from_slice(&prefix.to_be_bytes());
@@ -81,9 +82,64 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     w.write_all(buf).await
 }
 
+/// The field number of `CallToolReply.result_bytes` (worker.proto).
+pub const RESULT_BYTES_TAG: u32 = 490;
+
+/// Writes a [`Kind::Reply`] frame. A result in `result_bytes` does not go through `buf`: the
+/// frame header, the reply's other fields and the result field's key and length are encoded
+/// into `buf`, then `buf` and the result leave in one vectored write. The same message as
+/// [`write_frame`] would send (a decoder takes fields in any order; this one puts the result
+/// last), minus a copy of the result.
+pub async fn write_reply<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    reply: &CallToolReply,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
+    let Some(call_tool_reply::Outcome::ResultBytes(result)) = &reply.outcome else {
+        return write_frame(w, Kind::Reply, reply, buf).await;
+    };
+    let rest = CallToolReply {
+        outcome: None,
+        generation: reply.generation,
+    };
+    let len = rest.encoded_len()
+        + prost::encoding::key_len(RESULT_BYTES_TAG)
+        + prost::encoding::encoded_len_varint(result.len() as u64)
+        + result.len();
+    let prefix = frame_prefix(len)?;
+    buf.clear();
+    buf.reserve(HEADER_BYTES + len - result.len());
+    buf.extend_from_slice(&prefix.to_be_bytes());
+    buf.push(Kind::Reply as u8);
+    rest.encode(buf)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    prost::encoding::encode_key(
+        RESULT_BYTES_TAG,
+        prost::encoding::WireType::LengthDelimited,
+        buf,
+    );
+    prost::encoding::encode_varint(result.len() as u64, buf);
+    let mut frame = Buf::chain(buf.as_slice(), result.as_ref());
+    w.write_all_buf(&mut frame).await
+}
+
+/// A body length as the frame's length prefix, or why it cannot be sent.
+fn frame_prefix(len: usize) -> io::Result<u32> {
+    u32::try_from(len)
+        .ok()
+        .filter(|_| len <= MAX_FRAME_BYTES)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a frame of {len} bytes is over the {MAX_FRAME_BYTES}-byte limit"),
+            )
+        })
+}
+
 /// Reads one frame into `buf` (cleared first): `Ok(None)` when the peer closed the
 /// connection between frames, else its kind; the body is [`body`]`(buf)`. Bytes past the
-/// frame are an error (one call at a time per connection).
+/// frame are an error (one call at a time per connection). A frame longer than the first
+/// read is read into `buf` sized for it once (zeroed once, never grown or copied again).
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
@@ -108,16 +164,29 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
     let kind = Kind::from_byte(buf[4])?;
     let total = HEADER_BYTES + len;
-    buf.reserve(total.saturating_sub(buf.len()));
-    while buf.len() < total {
-        if r.read_buf(buf).await? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-    }
     if buf.len() > total {
         return Err(invalid("bytes after a frame; one call at a time".into()));
     }
+    // The rest is read into place: `read_buf` into spare capacity would zero what is left of
+    // it on every read (a 1 MiB reply arrives in several), `read_exact` into an initialised
+    // slice does not.
+    let filled = buf.len();
+    buf.resize(total, 0);
+    r.read_exact(&mut buf[filled..]).await?;
     Ok(Some(kind))
+}
+
+/// Takes the frame [`read_frame`] left in `buf` as its body, without copying it (`buf` is
+/// left empty).
+pub fn take_body(buf: &mut Vec<u8>) -> Bytes {
+    let frame = Bytes::from(std::mem::take(buf));
+    frame.slice(HEADER_BYTES.min(frame.len())..)
+}
+
+/// Decodes the [`Kind::Reply`] frame [`read_frame`] left in `buf`, taking `buf` along
+/// ([`take_body`]): a `result_bytes` is a slice of it, not a copy.
+pub fn decode_reply(buf: &mut Vec<u8>) -> io::Result<CallToolReply> {
+    CallToolReply::decode(take_body(buf)).map_err(|e| invalid(format!("undecodable frame: {e}")))
 }
 
 /// The body of the frame [`read_frame`] left in `buf`.
@@ -192,6 +261,41 @@ mod tests {
         assert_eq!(got, sent);
         // The writer is gone: a clean end between frames.
         assert_eq!(read_frame(&mut b, &mut buf).await.ok(), Some(None));
+    }
+
+    #[tokio::test]
+    async fn a_result_reply_is_the_same_message_without_copying_the_result() {
+        let result = Bytes::from(format!(r#"{{"content":"{}"}}"#, "z".repeat(100_000)));
+        let reply = CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::ResultBytes(result.clone())),
+            generation: 300,
+        };
+        let (mut a, mut b) = tokio::io::duplex(1 << 20);
+        let mut buf = Vec::new();
+        write_reply(&mut a, &reply, &mut buf).await.ok();
+        assert!(buf.len() < 64, "the result did not go through the buffer");
+        drop(a);
+        let mut got = Vec::new();
+        assert_eq!(
+            read_frame(&mut b, &mut got).await.ok(),
+            Some(Some(Kind::Reply))
+        );
+        // Exactly as long as prost's own encoding, and decodes to the same reply.
+        assert_eq!(got.len(), HEADER_BYTES + reply.encoded_len());
+        assert_eq!(decode_reply(&mut got).ok(), Some(reply.clone()));
+        // Any other reply (here the string field) is written as `write_frame` writes it.
+        let json = CallToolReply {
+            outcome: Some(call_tool_reply::Outcome::ResultJson("{}".into())),
+            generation: 1,
+        };
+        let (mut a, mut b) = tokio::io::duplex(64);
+        write_reply(&mut a, &json, &mut buf).await.ok();
+        drop(a);
+        assert_eq!(
+            read_frame(&mut b, &mut got).await.ok(),
+            Some(Some(Kind::Reply))
+        );
+        assert_eq!(decode_reply(&mut got).ok(), Some(json));
     }
 
     #[tokio::test]
