@@ -393,6 +393,9 @@ mod imp {
         s.to_ns_name::<GenericNamespaced>()
     }
 
+    /// A named pipe's buffers are fixed when it is created.
+    pub(super) fn widen_send_buffer(_: &Conn, _: usize) {}
+
     /// interprocess hands a pipe it has written to and not seen flushed (its local-socket
     /// stream's flush is a no-op, so: every pipe that carried a byte) to its "linger pool": a
     /// thread that calls `FlushFileBuffers` (on Windows: waits until the peer has read
@@ -408,8 +411,6 @@ mod imp {
     /// Marked flushed, the stream is closed where it is dropped, in its runtime. Nothing
     /// written is lost: mio never cancels a write in flight (the pipe stays open until it
     /// completes), and bytes in the pipe stay readable after our end closes.
-    pub(super) fn widen_send_buffer(_: &Conn, _: usize) {}
-
     pub(super) fn close_in_place(conn: &Conn) {
         let interprocess::local_socket::tokio::Stream::NamedPipe(pipe) = conn;
         pipe.inner().assume_flushed();
