@@ -687,6 +687,22 @@ fn refused(target: &Target<'_>) -> RpcError {
     )
 }
 
+/// A forwarded request's result text: it must be one JSON object.
+fn object_result(key: &str, generation: u64, text: &[u8]) -> Ended {
+    match serde_json::from_slice(text) {
+        Ok(value @ Value::Object(_)) => (Ok(value), Outcome::Ok),
+        _ => (
+            Err(unavailable(
+                key,
+                generation,
+                "unavailable",
+                "the worker returned a malformed result",
+            )),
+            Outcome::Unavailable,
+        ),
+    }
+}
+
 fn map_reply(target: &Target<'_>, reply: Result<CallToolReply, Error>) -> Ended {
     let connector = &target.entry.connector;
     let (key, generation) = (connector.key.as_str(), connector.generation);
@@ -706,18 +722,10 @@ fn map_reply(target: &Target<'_>, reply: Result<CallToolReply, Error>) -> Ended 
         }
     };
     match reply.outcome {
-        Some(call_tool_reply::Outcome::ResultJson(text)) => match serde_json::from_str(&text) {
-            Ok(value @ Value::Object(_)) => (Ok(value), Outcome::Ok),
-            _ => (
-                Err(unavailable(
-                    key,
-                    generation,
-                    "unavailable",
-                    "the worker returned a malformed result",
-                )),
-                Outcome::Unavailable,
-            ),
-        },
+        Some(call_tool_reply::Outcome::ResultJson(text)) => {
+            object_result(key, generation, text.as_bytes())
+        }
+        Some(call_tool_reply::Outcome::ResultBytes(text)) => object_result(key, generation, &text),
         Some(call_tool_reply::Outcome::Error(error)) => {
             let code = if error.code == 0 {
                 INTERNAL_ERROR

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::Response;
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
@@ -15,6 +16,7 @@ use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
 use crate::app::App;
 use crate::audit::Outcome;
 use crate::backend::{Backend, Identity};
+use crate::body::Chunks;
 use crate::era::{self, Piece, RawMembers, Revision};
 use crate::error::Error;
 use crate::routes::{Fenced, Lookup, Tool};
@@ -76,11 +78,12 @@ impl From<Option<mpsc::Sender<String>>> for Streaming {
 /// ([`CallResult::in_era`], [`crate::era`]). Never parsed into a tree and serialized again:
 /// for a 1 MiB result that round trip was most of the frontend's work
 /// (docs/PERFORMANCE.md), and every value keeps its exact text (key order, number spelling,
-/// integers beyond 2^53).
+/// integers beyond 2^53). The text is the slice of the worker's frame it came in, and goes
+/// into the response body as slices of it (big26, [`crate::body`]).
 #[derive(Debug)]
 pub(crate) struct CallResult {
-    /// Exactly one JSON object (surrounding whitespace allowed).
-    text: String,
+    /// Exactly one JSON object (surrounding whitespace allowed), UTF-8.
+    text: Bytes,
     /// The object's members in order: key (unescaped) and where its value's text is.
     members: Vec<(String, Range<usize>)>,
     is_error: bool,
@@ -91,8 +94,13 @@ pub(crate) struct CallResult {
 impl CallResult {
     /// `None` unless `text` is exactly one JSON object.
     pub(crate) fn from_json(text: String) -> Option<Self> {
+        Self::from_bytes(Bytes::from(text))
+    }
+
+    /// `None` unless `text` is exactly one JSON object (in UTF-8). The one pass over it.
+    pub(crate) fn from_bytes(text: Bytes) -> Option<Self> {
         let members = {
-            let RawMembers(members) = serde_json::from_str::<RawMembers<'_>>(&text).ok()?;
+            let RawMembers(members) = serde_json::from_slice::<RawMembers<'_>>(&text).ok()?;
             let base = text.as_ptr() as usize;
             members
                 .into_iter()
@@ -105,7 +113,7 @@ impl CallResult {
         };
         let is_error = members
             .iter()
-            .any(|(key, value)| key == "isError" && text.get(value.clone()) == Some("true"));
+            .any(|(key, value)| key == "isError" && text.get(value.clone()) == Some(b"true"));
         Some(Self {
             text,
             members,
@@ -128,39 +136,25 @@ impl CallResult {
     /// members that era needs changed are changed, every other member is written as it came.
     pub(crate) fn in_era(self, revision: Revision) -> Self {
         let pieces = {
-            let pairs: Vec<(&str, &str)> = self
-                .members
-                .iter()
-                .map(|(key, range)| (key.as_str(), self.text.get(range.clone()).unwrap_or("")))
-                .collect();
-            era::result_pieces(revision, &pairs)
+            let keys: Vec<&str> = self.members.iter().map(|(key, _)| key.as_str()).collect();
+            era::result_pieces(revision, &keys, |i| self.member_text(i))
         };
         Self { pieces, ..self }
     }
 
-    fn member(&self, i: usize) -> Option<(&str, &str)> {
-        let (key, range) = self.members.get(i)?;
-        Some((key.as_str(), self.text.get(range.clone())?))
+    /// The text of member `i`'s value (checked as UTF-8 when the result was read).
+    fn member_text(&self, i: usize) -> &str {
+        self.members
+            .get(i)
+            .and_then(|(_, range)| self.text.get(range.clone()))
+            .and_then(|raw| std::str::from_utf8(raw).ok())
+            .unwrap_or_default()
     }
 
-    /// Length of the JSON text as written (a capacity hint).
-    pub(crate) fn len(&self) -> usize {
-        match &self.pieces {
-            None => self.text.len(),
-            Some(pieces) => pieces.iter().fold(2, |n, piece| {
-                n + 1
-                    + match piece {
-                        Piece::Kept(i) => self.member(*i).map_or(0, |(k, v)| k.len() + v.len() + 3),
-                        Piece::Written(member) => member.len(),
-                    }
-            }),
-        }
-    }
-
-    /// Appends the result's JSON text to `out`.
-    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
+    /// Appends the result's JSON text to `out`: the members kept as slices of the text.
+    pub(crate) fn write_to(&self, out: &mut Chunks) {
         let Some(pieces) = &self.pieces else {
-            out.extend_from_slice(self.text.trim().as_bytes());
+            out.append(&self.text.slice(trimmed(&self.text)));
             return;
         };
         out.push(b'{');
@@ -170,25 +164,60 @@ impl CallResult {
             }
             match piece {
                 Piece::Kept(i) => {
-                    if let Some((key, value)) = self.member(*i) {
-                        out.extend_from_slice(era::quoted(key).as_bytes());
+                    if let Some((key, range)) = self.members.get(*i) {
+                        out.extend(era::quoted(key).as_bytes());
                         out.push(b':');
-                        out.extend_from_slice(value.as_bytes());
+                        out.append(&self.text.slice(range.clone()));
                     }
                 }
-                Piece::Written(member) => out.extend_from_slice(member.as_bytes()),
+                Piece::Written(member) => out.extend(member.as_bytes()),
             }
         }
         out.push(b'}');
     }
 
+    /// Length of the JSON text as it would be written, whitespace around an unchanged text
+    /// included (tests; the response no longer needs a capacity hint).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let member_len = |i: usize| {
+            self.members
+                .get(i)
+                .map_or(0, |(k, v)| k.len() + v.len() + 3)
+        };
+        match &self.pieces {
+            None => self.text.len(),
+            Some(pieces) => pieces.iter().fold(2, |n, piece| {
+                n + 1
+                    + match piece {
+                        Piece::Kept(i) => member_len(*i),
+                        Piece::Written(member) => member.len(),
+                    }
+            }),
+        }
+    }
+
     /// The text as written (tests).
     #[cfg(test)]
     fn written(&self) -> String {
-        let mut out = Vec::new();
+        let mut out = Chunks::default();
         self.write_to(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
+        String::from_utf8_lossy(&out.into_vec()).into_owned()
     }
+}
+
+/// `text` without the JSON whitespace around it.
+fn trimmed(text: &[u8]) -> Range<usize> {
+    let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let start = text
+        .iter()
+        .position(|b| !json_space(b))
+        .unwrap_or(text.len());
+    let end = text
+        .iter()
+        .rposition(|b| !json_space(b))
+        .map_or(start, |i| i + 1);
+    start..end
 }
 
 /// Tests only: the response path writes the text itself (`rpc::call_message`).
@@ -264,8 +293,8 @@ pub(crate) fn tool_name(params: Option<&Value>) -> Result<&str, RpcError> {
 /// `200 OK` with a `tools/call` answer: the result's JSON text as the worker sent it, or the
 /// error.
 pub(crate) fn call_response(id: &Value, answer: Result<CallResult, RpcError>) -> Response {
-    match call_message(id, &answer) {
-        Ok(bytes) => rpc::bytes_response(StatusCode::OK, bytes),
+    match call_chunks(id, &answer) {
+        Ok(chunks) => crate::body::chunks_response(StatusCode::OK, chunks),
         Err(e) => rpc::unserializable(&e),
     }
 }
@@ -276,19 +305,27 @@ pub(crate) fn call_message(
     id: &Value,
     answer: &Result<CallResult, RpcError>,
 ) -> Result<Vec<u8>, serde_json::Error> {
+    call_chunks(id, answer).map(Chunks::into_vec)
+}
+
+/// [`call_message`] as pieces: the result's text is not copied.
+fn call_chunks(
+    id: &Value,
+    answer: &Result<CallResult, RpcError>,
+) -> Result<Chunks, serde_json::Error> {
+    let mut out = Chunks::default();
     match answer {
         Ok(result) => {
-            // The same bytes as serializing `Envelope`, with the result's text copied in once.
-            let mut bytes = Vec::with_capacity(result.len().saturating_add(64));
-            bytes.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-            serde_json::to_writer(&mut bytes, id)?;
-            bytes.extend_from_slice(br#","result":"#);
-            result.write_to(&mut bytes);
-            bytes.push(b'}');
-            Ok(bytes)
+            // The same bytes as serializing `Envelope`, with the result's text as it came.
+            out.extend(br#"{"jsonrpc":"2.0","id":"#);
+            out.extend(&serde_json::to_vec(id)?);
+            out.extend(br#","result":"#);
+            result.write_to(&mut out);
+            out.push(b'}');
         }
-        Err(error) => serde_json::to_vec(&rpc::error_body(id, error)),
+        Err(error) => out.extend(&serde_json::to_vec(&rpc::error_body(id, error))?),
     }
+    Ok(out)
 }
 
 /// Resolves a local tool name at call start.
@@ -599,7 +636,10 @@ fn map_reply(
         reply.generation
     };
     match reply.outcome {
-        Some(call_tool_reply::Outcome::ResultJson(text)) => map_result(key, generation, text),
+        Some(call_tool_reply::Outcome::ResultJson(text)) => {
+            map_result(key, generation, Bytes::from(text))
+        }
+        Some(call_tool_reply::Outcome::ResultBytes(text)) => map_result(key, generation, text),
         Some(call_tool_reply::Outcome::Error(error)) => {
             map_call_error(name, key, generation, error)
         }
@@ -642,8 +682,8 @@ fn map_worker_failure(name: &str, key: &str, generation: u64, e: &Error) -> Ende
 }
 
 /// The upstream's `CallToolResult` text.
-fn map_result(key: &str, generation: u64, text: String) -> Ended {
-    match CallResult::from_json(text) {
+fn map_result(key: &str, generation: u64, text: Bytes) -> Ended {
+    match CallResult::from_bytes(text) {
         Some(result) => {
             let outcome = if result.is_error() {
                 Outcome::ToolError

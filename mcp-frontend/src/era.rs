@@ -112,20 +112,24 @@ pub(crate) enum Piece {
     Written(String),
 }
 
-/// How a `CallToolResult` with the top-level `members` (key, raw value text, in order) is
-/// written for `revision`: `None` when it goes out exactly as it came, else the members in
+/// How a `CallToolResult` with the top-level member `keys` (in order; `raw(i)` is the text of
+/// member `i`'s value, asked for `_meta` only) is written for `revision`: `None` when it goes out exactly as it came, else the members in
 /// order. Fields the revision does not define are left out; on the modern surface a missing
 /// `resultType` is put first as `"complete"` and `_meta` gets this runtime's `serverInfo`;
 /// on the legacy surface an upstream's `serverInfo` is removed from `_meta`.
-pub(crate) fn result_pieces(revision: Revision, members: &[(&str, &str)]) -> Option<Vec<Piece>> {
-    let mut pieces = Vec::with_capacity(members.len() + 2);
+pub(crate) fn result_pieces<'a>(
+    revision: Revision,
+    keys: &[&str],
+    raw: impl Fn(usize) -> &'a str,
+) -> Option<Vec<Piece>> {
+    let mut pieces = Vec::with_capacity(keys.len() + 2);
     let mut changed = false;
-    if revision.modern() && !members.iter().any(|(k, _)| *k == "resultType") {
+    if revision.modern() && !keys.contains(&"resultType") {
         pieces.push(Piece::Written(r#""resultType":"complete""#.to_owned()));
         changed = true;
     }
     let mut saw_meta = false;
-    for (i, (key, raw)) in members.iter().enumerate() {
+    for (i, key) in keys.iter().enumerate() {
         if !defines(RESULT_FIELDS, revision, key) {
             changed = true;
             continue;
@@ -135,7 +139,7 @@ pub(crate) fn result_pieces(revision: Revision, members: &[(&str, &str)]) -> Opt
             continue;
         }
         saw_meta = true;
-        match result_meta(revision, raw) {
+        match result_meta(revision, raw(i)) {
             MetaEdit::Keep => pieces.push(Piece::Kept(i)),
             MetaEdit::Drop => changed = true,
             MetaEdit::Write(text) => {
@@ -271,7 +275,8 @@ mod tests {
     fn write(revision: Revision, text: &str) -> String {
         let RawMembers(members) = serde_json::from_str(text).expect("object");
         let pairs: Vec<(&str, &str)> = members.iter().map(|(k, v)| (k.as_ref(), v.get())).collect();
-        match result_pieces(revision, &pairs) {
+        let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
+        match result_pieces(revision, &keys, |i| pairs[i].1) {
             None => text.to_owned(),
             Some(pieces) => {
                 let mut out = String::from("{");

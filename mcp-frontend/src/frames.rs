@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use tutti_proto::frames::{self, Kind};
+use tutti_proto::frames::{self, FrameBuffer, Kind};
 use tutti_proto::transport::{self, IpcConn, LocalEndpoint};
 use tutti_proto::worker::{CallError, CallToolReply, CallToolRequest};
 
@@ -60,8 +60,11 @@ impl DataPlane {
 /// Idle frame connections, by the worker's frame endpoint (one per generation).
 #[derive(Default)]
 pub(crate) struct FramePool {
-    idle: Mutex<HashMap<String, Vec<IpcConn>>>,
+    idle: Mutex<HashMap<String, Vec<Pooled>>>,
 }
+
+/// An idle connection and the buffer its replies are read into (used again, big26).
+type Pooled = (IpcConn, FrameBuffer);
 
 impl FramePool {
     /// One call over the frame endpoint `data_endpoint` of the worker whose gRPC endpoint is
@@ -77,44 +80,45 @@ impl FramePool {
             endpoint: endpoint.to_owned(),
             detail,
         };
-        let mut conn = match self.take(data_endpoint) {
-            Some(conn) => conn,
+        let (mut conn, mut replies) = match self.take(data_endpoint) {
+            Some(pooled) => pooled,
             None => transport::open_stream(&LocalEndpoint::from_wire(data_endpoint))
                 .await
+                .map(|conn| (conn, FrameBuffer::default()))
                 .map_err(|e| broken(e.to_string()))?,
         };
         let mut buf = Vec::new();
         frames::write_frame(&mut conn, Kind::Call, &request, &mut buf)
             .await
             .map_err(|e| broken(format!("cannot send the call: {e}")))?;
-        let kind = frames::read_frame(&mut conn, &mut buf)
+        let (kind, body) = frames::read_body(&mut conn, &mut replies)
             .await
             .map_err(|e| broken(format!("the call's answer did not come: {e}")))?
             .ok_or_else(|| broken("the worker closed the connection mid-call".to_owned()))?;
         let decode_failed = |e: std::io::Error| broken(e.to_string());
         match kind {
             Kind::Reply => {
-                let reply = frames::decode::<CallToolReply>(&buf).map_err(decode_failed)?;
-                self.put(data_endpoint, conn);
+                // Decoded from the frame's own buffer: the result is a slice of it (big26).
+                let reply = frames::decode_body::<CallToolReply>(body).map_err(decode_failed)?;
+                self.put(data_endpoint, (conn, replies));
                 Ok(Ok(reply))
             }
             Kind::Status => {
-                let status =
-                    frames::status_of(frames::decode::<CallError>(&buf).map_err(decode_failed)?);
-                self.put(data_endpoint, conn);
-                Ok(Err(status))
+                let status = frames::decode_body::<CallError>(body).map_err(decode_failed)?;
+                self.put(data_endpoint, (conn, replies));
+                Ok(Err(frames::status_of(status)))
             }
             Kind::Call => Err(broken("the worker sent a call frame".to_owned())),
         }
     }
 
-    fn take(&self, data_endpoint: &str) -> Option<IpcConn> {
+    fn take(&self, data_endpoint: &str) -> Option<Pooled> {
         self.lock().get_mut(data_endpoint).and_then(Vec::pop)
     }
 
     /// Returns a connection after a whole answer. A new endpoint (a new generation) first
     /// drops the pools of endpoints whose socket is gone (generations that ended).
-    fn put(&self, data_endpoint: &str, conn: IpcConn) {
+    fn put(&self, data_endpoint: &str, conn: Pooled) {
         let mut idle = self.lock();
         if !idle.contains_key(data_endpoint) {
             idle.retain(|endpoint, _| still_there(endpoint));
@@ -125,7 +129,7 @@ impl FramePool {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<IpcConn>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Pooled>>> {
         // A poisoned pool only ever holds connections; keep using it.
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }

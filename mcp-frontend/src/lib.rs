@@ -12,6 +12,7 @@ mod app;
 mod audit;
 mod backend;
 mod beyond;
+mod body;
 mod call;
 mod catalog;
 mod circuit;

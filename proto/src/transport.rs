@@ -256,6 +256,14 @@ impl IpcConn {
     fn new(stream: LocalStream) -> io::Result<Self> {
         imp::conn(stream).map(Self)
     }
+
+    /// Asks for a send buffer of `bytes` (Linux caps it at `net.core.wmem_max`): a large
+    /// frame then leaves in one write instead of one per buffer-full, each waiting for the
+    /// reader to wake and make room (big26). Best effort; a no-op on Windows, where a named
+    /// pipe's buffers are fixed when it is created.
+    pub fn widen_send_buffer(&self, bytes: usize) {
+        imp::widen_send_buffer(&self.0, bytes);
+    }
 }
 
 /// A connection closes where it is dropped, in its runtime (see `imp::close_in_place`).
@@ -333,6 +341,12 @@ mod imp {
     /// A socket closes with its last descriptor: nothing to do.
     pub(super) fn close_in_place(_: &Conn) {}
 
+    pub(super) fn widen_send_buffer(conn: &Conn, bytes: usize) {
+        if let Err(e) = conn.set_send_buffer(bytes) {
+            tracing::debug!(error = %e, "cannot widen a socket's send buffer");
+        }
+    }
+
     pub(super) fn endpoint(state_dir: &Path, stem: &str) -> LocalEndpoint {
         LocalEndpoint(
             state_dir
@@ -378,6 +392,9 @@ mod imp {
     pub(super) fn name(s: &str) -> io::Result<Name<'_>> {
         s.to_ns_name::<GenericNamespaced>()
     }
+
+    /// A named pipe's buffers are fixed when it is created.
+    pub(super) fn widen_send_buffer(_: &Conn, _: usize) {}
 
     /// interprocess hands a pipe it has written to and not seen flushed (its local-socket
     /// stream's flush is a no-op, so: every pipe that carried a byte) to its "linger pool": a

@@ -84,8 +84,8 @@ async fn list_all<U: Upstream>(
 }
 
 /// One page: the objects of `field` and the next cursor.
-fn page(text: &str, field: &str) -> Result<(Vec<Value>, Option<String>), String> {
-    let Ok(Value::Object(mut page)) = serde_json::from_str::<Value>(text) else {
+fn page(text: &[u8], field: &str) -> Result<(Vec<Value>, Option<String>), String> {
+    let Ok(Value::Object(mut page)) = serde_json::from_slice::<Value>(text) else {
         return Err("the result is not a JSON object".to_owned());
     };
     let items = match page.remove(field) {
@@ -126,16 +126,16 @@ mod tests {
     #[test]
     fn a_page_keeps_every_field_as_sent() {
         let text = r#"{"prompts":[{"name":"a","x-vendor":1}],"nextCursor":"c2"}"#;
-        let (items, next) = page(text, "prompts").unwrap_or_default();
+        let (items, next) = page(text.as_bytes(), "prompts").unwrap_or_default();
         assert_eq!(items, vec![serde_json::json!({"name":"a","x-vendor":1})]);
         assert_eq!(next.as_deref(), Some("c2"));
     }
 
     #[test]
     fn odd_pages_are_refused_with_a_reason() {
-        assert!(page("[]", "prompts").is_err());
-        assert!(page(r#"{"prompts":{}}"#, "prompts").is_err());
-        assert!(page(r#"{"prompts":[],"nextCursor":3}"#, "prompts").is_err());
-        assert_eq!(page("{}", "resources"), Ok((Vec::new(), None)));
+        assert!(page(b"[]", "prompts").is_err());
+        assert!(page(br#"{"prompts":{}}"#, "prompts").is_err());
+        assert!(page(br#"{"prompts":[],"nextCursor":3}"#, "prompts").is_err());
+        assert_eq!(page(b"{}", "resources"), Ok((Vec::new(), None)));
     }
 }

@@ -139,7 +139,7 @@ impl HttpUpstream {
             std::future::pending::<()>(),
         );
         match call.await {
-            Ok(result) => result.map_err(|f| describe(&f)),
+            Ok(result) => result.map(text).map_err(|f| describe(&f)),
             Err(()) => Err("interrupted".to_owned()),
         }
     }
@@ -174,7 +174,7 @@ impl HttpUpstream {
         loop {
             tokio::select! {
                 result = &mut call => return match result {
-                    Ok(result) => result.map_err(|f| describe(&f)),
+                    Ok(result) => result.map(text).map_err(|f| describe(&f)),
                     Err(()) => Err("interrupted".to_owned()),
                 },
                 Some(relayed) = requests.recv() => {
@@ -193,6 +193,11 @@ impl HttpUpstream {
     pub async fn stop(self) {
         self.session.stop().await;
     }
+}
+
+/// A result's JSON text as a string (the upstream's bytes, already checked as JSON).
+fn text(result: bytes::Bytes) -> String {
+    String::from_utf8_lossy(&result).into_owned()
 }
 
 fn describe(failure: &CallFailure) -> String {

@@ -22,6 +22,11 @@ use tutti_proto::worker::CallToolRequest;
 use crate::service::Shared;
 use crate::upstream::Upstream;
 
+/// The send buffer asked for on each frame connection: a reply up to this size (a 1 MiB
+/// result) is written in one go where the system allows it (big26; Linux caps it at
+/// `net.core.wmem_max`, 208 KiB by default).
+const REPLY_SEND_BUFFER: usize = 4 * 1024 * 1024;
+
 /// After a failed accept (e.g. out of descriptors), wait this long before the next.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -71,6 +76,7 @@ async fn accept<U: Upstream>(
         };
         match next {
             Some(Ok(conn)) => {
+                conn.widen_send_buffer(REPLY_SEND_BUFFER);
                 connections.spawn(serve(conn, shared.clone(), stopped.clone()));
             }
             Some(Err(e)) => {
@@ -120,7 +126,7 @@ async fn serve<U: Upstream>(
             () = peer_gone(&mut conn) => return,
         };
         let written = match answer {
-            Ok(reply) => frames::write_frame(&mut conn, Kind::Reply, &reply, &mut buf).await,
+            Ok(reply) => frames::write_reply(&mut conn, &reply, &mut buf).await,
             Err(status) => {
                 let body = frames::status_body(&status);
                 frames::write_frame(&mut conn, Kind::Status, &body, &mut buf).await

@@ -431,7 +431,7 @@ impl HttpClient {
     /// and a tools/list page is shown to [`definitions::observe`] (definitions as sent).
     fn parse(&self, body: &[u8]) -> HttpResult<ServerJsonRpcMessage> {
         definitions::observe(body);
-        match self.shared.results.divert(body) {
+        match self.shared.results.divert_copy(body) {
             Some(short) => serde_json::from_str(&short),
             None => serde_json::from_slice(body),
         }
@@ -451,7 +451,7 @@ impl HttpClient {
                 if let Some(short) = event
                     .data
                     .as_deref()
-                    .and_then(|d| results.divert(d.as_bytes()))
+                    .and_then(|d| results.divert_copy(d.as_bytes()))
                 {
                     event.data = Some(short);
                 }

@@ -16,8 +16,10 @@
 //! to rmcp as it came.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use bytes::Bytes;
 use rmcp::model::RequestId;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -38,8 +40,8 @@ enum Slot {
     /// Waiting for any result (not only a tool result): the answer to a forwarded
     /// `prompts/get`, `resources/read`, list page, … (issue 21).
     WaitingAny,
-    /// The result text.
-    Text(String),
+    /// The result text: a slice of the line it came in (never copied, big26).
+    Text(Bytes),
     /// The answer's line was longer than this many bytes and was discarded.
     TooLarge(usize),
     /// Taken by the call.
@@ -73,34 +75,41 @@ impl CallResults {
         }
     }
 
-    /// If `line` is a JSON-RPC 2.0 response to a registered call with a plain tool result,
-    /// keeps the result text for the call and returns the line rmcp gets instead.
-    pub(crate) fn divert(&self, line: &[u8]) -> Option<String> {
+    /// If the line in `buf` (its terminator allowed) is a JSON-RPC 2.0 response to a
+    /// registered call with a plain tool result, keeps the result text for the call and
+    /// returns the line rmcp gets instead. The text kept is a slice of `buf`'s allocation,
+    /// which is taken (`buf` is left empty): the result is not copied.
+    pub(crate) fn divert(&self, buf: &mut Vec<u8>) -> Option<String> {
         if self.lock().is_empty() {
             return None;
         }
-        let envelope: Envelope<'_> = serde_json::from_slice(line).ok()?;
-        let (Some("2.0"), Some(id), Some(result), None, None) = (
-            envelope.jsonrpc,
-            envelope.id,
-            envelope.result,
-            envelope.error,
-            envelope.method,
-        ) else {
-            return None;
-        };
-        let text = result.get();
-        // A tool result is an object with `content`; one with a `resultType` (an input
-        // request, a task) is rmcp's to interpret. The key test is on the raw text: the quoted
-        // name cannot occur inside a JSON string (its quotes would be escaped), so a miss is
-        // certain and a hit only sends a nested key the slow way.
-        if !text.starts_with('{') || (text.contains(r#""resultType""#) && !is_complete(text)) {
+        let (id, range, tool_result) = result_in(tutti_proto::redact::trim_line_end(buf))?;
+        self.keep(&id, tool_result, || {
+            Bytes::from(std::mem::take(buf)).slice(range)
+        })
+    }
+
+    /// [`Self::divert`] of a message that is not ours to take (an HTTP body, an event's
+    /// data): the result text kept is a copy.
+    pub(crate) fn divert_copy(&self, message: &[u8]) -> Option<String> {
+        if self.lock().is_empty() {
             return None;
         }
-        let tool_result = text.contains(r#""content""#);
+        let (id, range, tool_result) = result_in(message)?;
+        self.keep(&id, tool_result, || Bytes::copy_from_slice(&message[range]))
+    }
+
+    /// Keeps the text `take` gives for the call `id` if it waits for it, and returns the
+    /// stand-in for rmcp.
+    fn keep(
+        &self,
+        id: &RequestId,
+        tool_result: bool,
+        take: impl FnOnce() -> Bytes,
+    ) -> Option<String> {
         {
             let mut calls = self.lock();
-            let slot = calls.get_mut(&id)?;
+            let slot = calls.get_mut(id)?;
             let waiting = match slot {
                 Slot::Waiting => tool_result,
                 Slot::WaitingAny => true,
@@ -111,9 +120,9 @@ impl CallResults {
                 // request (rmcp's to judge).
                 return None;
             }
-            *slot = Slot::Text(text.to_owned());
+            *slot = Slot::Text(take());
         }
-        stand_in(&id)
+        stand_in(id)
     }
 
     /// A stdout line longer than `limit` bytes was discarded; `head` is its beginning and
@@ -143,7 +152,7 @@ impl CallResults {
 
 impl Expected {
     /// The result text kept for this call, if its answer came that way.
-    pub(crate) fn take(&self) -> Option<String> {
+    pub(crate) fn take(&self) -> Option<Bytes> {
         let mut calls = self.results.lock();
         let slot = calls.get_mut(&self.id)?;
         match std::mem::replace(slot, Slot::Taken) {
@@ -162,6 +171,36 @@ impl Expected {
             _ => None,
         }
     }
+}
+
+/// Where the result of a JSON-RPC 2.0 response `line` is (its id, the byte range of the
+/// result's text in `line`, and whether it names `content`), if it is one that may be kept:
+/// an object, without a `resultType` other than `"complete"`. One parse of the line, which
+/// also checks it is well-formed JSON (UTF-8 included).
+fn result_in(line: &[u8]) -> Option<(RequestId, Range<usize>, bool)> {
+    let envelope: Envelope<'_> = serde_json::from_slice(line).ok()?;
+    let (Some("2.0"), Some(id), Some(result), None, None) = (
+        envelope.jsonrpc,
+        envelope.id,
+        envelope.result,
+        envelope.error,
+        envelope.method,
+    ) else {
+        return None;
+    };
+    let text = result.get();
+    // A tool result is an object with `content`; one with a `resultType` (an input request, a
+    // task) is rmcp's to interpret. The key test is on the raw text: the quoted name cannot
+    // occur inside a JSON string (its quotes would be escaped), so a miss is certain and a
+    // hit only sends a nested key the slow way.
+    let names = |key: &[u8]| memchr::memmem::find(text.as_bytes(), key).is_some();
+    if !text.starts_with('{') || (names(br#""resultType""#) && !is_complete(text)) {
+        return None;
+    }
+    let tool_result = names(br#""content""#);
+    // The text is borrowed from `line`: its offset is where it starts there.
+    let start = (text.as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;
+    Some((id, start..start + text.len(), tool_result))
 }
 
 /// The response rmcp gets in place of an answer kept (or discarded) here.
@@ -296,18 +335,42 @@ mod tests {
         NumberOrString::Number(n)
     }
 
+    /// [`CallResults::divert`] of a copy of `line`.
+    fn divert(results: &CallResults, line: &[u8]) -> Option<String> {
+        results.divert(&mut line.to_vec())
+    }
+
+    fn text(kept: Option<Bytes>) -> Option<String> {
+        kept.map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    #[test]
+    fn the_kept_text_is_the_line_buffer_itself() {
+        let results = Arc::new(CallResults::default());
+        let call = results.expect(id(2));
+        let mut buf = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[]}}"#.to_vec();
+        buf.extend_from_slice(b"\r\n");
+        let line_at = buf.as_ptr() as usize;
+        assert!(results.divert(&mut buf).is_some());
+        assert!(buf.is_empty(), "the buffer was taken");
+        let kept = call.take().unwrap_or_default();
+        assert_eq!(&kept[..], br#"{"content":[]}"#);
+        // Not a copy: the result still lies where it was read, after `"result":`.
+        assert_eq!(kept.as_ptr() as usize, line_at + 33);
+    }
+
     #[test]
     fn a_registered_result_is_kept_as_text_and_rmcp_gets_an_empty_one() {
         let results = Arc::new(CallResults::default());
         let call = results.expect(id(7));
         let line = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"1.50"}],"x":{"y":1e3}}}"#;
         assert_eq!(
-            results.divert(line).as_deref(),
+            divert(&results, line).as_deref(),
             Some(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#)
         );
         // Exactly the upstream's text: unknown members and number spelling kept.
         assert_eq!(
-            call.take().as_deref(),
+            text(call.take()).as_deref(),
             Some(r#"{"content":[{"type":"text","text":"1.50"}],"x":{"y":1e3}}"#)
         );
         assert_eq!(call.take(), None, "taken once");
@@ -320,13 +383,17 @@ mod tests {
         let call = results.expect(id(9));
         let contents =
             br#"{"jsonrpc":"2.0","id":8,"result":{"contents":[{"uri":"x://1","blob":"AAE="}]}}"#;
-        assert!(results.divert(contents).is_some());
+        assert!(divert(&results, contents).is_some());
         assert_eq!(
-            read.take().as_deref(),
+            text(read.take()).as_deref(),
             Some(r#"{"contents":[{"uri":"x://1","blob":"AAE="}]}"#)
         );
         let messages = br#"{"jsonrpc":"2.0","id":9,"result":{"messages":[]}}"#;
-        assert_eq!(results.divert(messages), None, "not a tool result: rmcp's");
+        assert_eq!(
+            divert(&results, messages),
+            None,
+            "not a tool result: rmcp's"
+        );
         assert_eq!(call.take(), None);
     }
 
@@ -335,9 +402,9 @@ mod tests {
         let results = Arc::new(CallResults::default());
         let call = results.expect(id(4));
         let line = br#"{"jsonrpc":"2.0","id":4,"result":{"content":[],"a":9007199254740993,"resultType":"complete"}}"#;
-        assert!(results.divert(line).is_some());
+        assert!(divert(&results, line).is_some());
         assert_eq!(
-            call.take().as_deref(),
+            text(call.take()).as_deref(),
             Some(r#"{"content":[],"a":9007199254740993,"resultType":"complete"}"#)
         );
     }
@@ -348,10 +415,10 @@ mod tests {
         let call = results.expect(NumberOrString::String("a-1".into()));
         let line = br#"{"id":"a-1","jsonrpc":"2.0","result":{"content":[]}}"#;
         assert_eq!(
-            results.divert(line).as_deref(),
+            divert(&results, line).as_deref(),
             Some(r#"{"jsonrpc":"2.0","id":"a-1","result":{}}"#)
         );
-        assert_eq!(call.take().as_deref(), Some(r#"{"content":[]}"#));
+        assert_eq!(text(call.take()).as_deref(), Some(r#"{"content":[]}"#));
     }
 
     #[test]
@@ -379,7 +446,7 @@ mod tests {
             b"[1,2]",
         ] {
             assert_eq!(
-                results.divert(line),
+                divert(&results, line),
                 None,
                 "{}",
                 String::from_utf8_lossy(line)
@@ -391,13 +458,17 @@ mod tests {
     fn a_second_answer_and_an_unregistered_call_are_not_kept() {
         let results = Arc::new(CallResults::default());
         let line = br#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}}"#;
-        assert_eq!(results.divert(line), None, "nothing registered");
+        assert_eq!(divert(&results, line), None, "nothing registered");
         let call = results.expect(id(3));
-        assert!(results.divert(line).is_some());
-        assert_eq!(results.divert(line), None, "the second answer goes to rmcp");
+        assert!(divert(&results, line).is_some());
+        assert_eq!(
+            divert(&results, line),
+            None,
+            "the second answer goes to rmcp"
+        );
         drop(call);
         assert_eq!(
-            results.divert(line),
+            divert(&results, line),
             None,
             "unregistered when the call ends"
         );

@@ -451,7 +451,8 @@ impl<U: Upstream> Shared<U> {
     /// How a call that ran (or was interrupted) is answered.
     fn answer(&self, outcome: Outcome, what: &str, timeout_ms: u32) -> call_tool_reply::Outcome {
         match outcome {
-            Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultJson(result),
+            // The upstream's bytes as they came (big26: no copy into a string).
+            Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultBytes(result),
             Outcome::Done(Err(failure)) => call_tool_reply::Outcome::Error(self.failure(failure)),
             Outcome::Cancelled => call_tool_reply::Outcome::Error(cancelled()),
             Outcome::MissingCapability(method) => {
@@ -599,7 +600,7 @@ async fn interrupted(
 }
 
 enum Outcome {
-    Done(Result<String, CallFailure>),
+    Done(Result<bytes::Bytes, CallFailure>),
     Cancelled,
     TimedOut,
     Stopped(Phase),
@@ -962,7 +963,7 @@ mod tests {
             progress: Option<ProgressSink>,
             _relay: Option<RelayTo>,
             interrupt: impl Future<Output = W> + Send,
-        ) -> Result<Result<String, CallFailure>, W> {
+        ) -> Result<Result<bytes::Bytes, CallFailure>, W> {
             let work = async {
                 if name == "progress"
                     && let Some(sink) = &progress
@@ -973,7 +974,7 @@ mod tests {
                 }
                 self.work(name, arguments, meta)
                     .await
-                    .map(|v| v.to_string())
+                    .map(|v| v.to_string().into())
             };
             tokio::select! {
                 done = work => Ok(done),
@@ -1108,10 +1109,11 @@ mod tests {
         req.meta_json = r#"{"trace":"abc"}"#.to_owned();
         let reply = shared.call(req, None).await.ok();
         assert_eq!(reply.as_ref().map(|r| r.generation), Some(GEN));
-        let Some(call_tool_reply::Outcome::ResultJson(json)) = reply.and_then(|r| r.outcome) else {
+        let Some(call_tool_reply::Outcome::ResultBytes(json)) = reply.and_then(|r| r.outcome)
+        else {
             panic!("expected a result");
         };
-        let value: Value = serde_json::from_str(&json).unwrap_or_default();
+        let value: Value = serde_json::from_slice(&json).unwrap_or_default();
         assert_eq!(value["content"][0]["text"], "hi");
         assert_eq!(value["_meta"]["trace"], "abc");
         assert_eq!(*shared.inflight.borrow(), 0);
@@ -1290,7 +1292,7 @@ mod tests {
             matches!(
                 &seen[2],
                 Some(call_tool_event::Event::Reply(CallToolReply {
-                    outcome: Some(call_tool_reply::Outcome::ResultJson(_)),
+                    outcome: Some(call_tool_reply::Outcome::ResultBytes(_)),
                     ..
                 }))
             ),

@@ -218,18 +218,23 @@ fn cut_line_kind(results: &CallResults, buf: &mut Vec<u8>, tail: &[u8]) -> LineK
 /// A whole line in `buf`: observed for tool definitions, and a `tools/call` result kept as
 /// text is replaced in `buf` by its short stand-in for rmcp.
 fn line_kind(results: &CallResults, buf: &mut Vec<u8>) -> LineKind {
-    let line = trim_line_end(buf);
-    definitions::observe(line);
-    match results.divert(line) {
-        // A tools/call result kept as text: rmcp gets the short stand-in.
+    definitions::observe(trim_line_end(buf));
+    let len = buf.len();
+    match results.divert(buf) {
+        // A tools/call result kept as text (it took `buf` along): rmcp gets the short
+        // stand-in, and the next line as long as this one finds room at once instead of
+        // growing into it by copies.
         Some(short) => {
-            buf.clear();
+            *buf = Vec::with_capacity(len.clamp(short.len(), MAX_RESERVED_LINE));
             buf.extend_from_slice(short.as_bytes());
             LineKind::Json
         }
         None => classify(buf),
     }
 }
+
+/// The most room a fresh line buffer gets after a result took the last one along.
+const MAX_RESERVED_LINE: usize = 8 * 1024 * 1024;
 
 /// Writes the JSON line in `buf` to the MCP client, if it still reads; once a write fails the
 /// client is dropped and the rest of stdout is drained.

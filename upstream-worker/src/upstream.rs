@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rmcp::ClientHandler;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
@@ -83,7 +84,7 @@ pub(crate) enum CallFailure {
 /// One round of a `tools/call` ([`crate::mrtr`]).
 enum Round {
     /// The upstream's `CallToolResult` as JSON text.
-    Complete(String),
+    Complete(Bytes),
     /// A 2026-07-28 upstream needs the client's answers before it goes on.
     InputRequired(mrtr::InputRequired),
 }
@@ -163,7 +164,7 @@ pub(crate) trait Upstream: Send + Sync + 'static {
         progress: Option<ProgressSink>,
         relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
-    ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send;
+    ) -> impl Future<Output = Result<Result<Bytes, CallFailure>, W>> + Send;
 
     /// One `prompts/get` whose upstream requests (or 2026-07-28 `input_required` rounds) go
     /// to `relay` exactly as [`Upstream::call_tool`]'s do (conf21c): the upstream's
@@ -175,7 +176,7 @@ pub(crate) trait Upstream: Send + Sync + 'static {
         meta: Option<JsonObject>,
         relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
-    ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send {
+    ) -> impl Future<Output = Result<Result<Bytes, CallFailure>, W>> + Send {
         let _ = (meta, relay);
         let mut params = JsonObject::new();
         params.insert("name".to_owned(), Value::String(name));
@@ -200,7 +201,7 @@ pub(crate) trait Upstream: Send + Sync + 'static {
         method: &'static str,
         params: Option<JsonObject>,
         interrupt: impl Future<Output = W> + Send,
-    ) -> impl Future<Output = Result<Result<String, CallFailure>, W>> + Send {
+    ) -> impl Future<Output = Result<Result<Bytes, CallFailure>, W>> + Send {
         let _ = (method, params, interrupt);
         std::future::ready(Ok(Err(CallFailure::Other(
             "this upstream forwards tools only".to_owned(),
@@ -296,7 +297,7 @@ impl Upstream for RmcpUpstream {
         progress: Option<ProgressSink>,
         relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
-    ) -> Result<Result<String, CallFailure>, W> {
+    ) -> Result<Result<Bytes, CallFailure>, W> {
         let call = (Called::Tool, name, arguments, meta);
         self.rounds(call, progress, relay, interrupt).await
     }
@@ -308,7 +309,7 @@ impl Upstream for RmcpUpstream {
         meta: Option<JsonObject>,
         relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
-    ) -> Result<Result<String, CallFailure>, W> {
+    ) -> Result<Result<Bytes, CallFailure>, W> {
         let call = (Called::Prompt, name, arguments, meta);
         self.rounds(call, None, relay, interrupt).await
     }
@@ -322,7 +323,7 @@ impl Upstream for RmcpUpstream {
         method: &'static str,
         params: Option<JsonObject>,
         interrupt: impl Future<Output = W> + Send,
-    ) -> Result<Result<String, CallFailure>, W> {
+    ) -> Result<Result<Bytes, CallFailure>, W> {
         if matches!(method, "resources/subscribe" | "resources/unsubscribe") && self.modern() {
             return self
                 .listen_request(method, params.as_ref(), interrupt)
@@ -375,7 +376,8 @@ impl Upstream for RmcpUpstream {
                  prompts/get, for a client that declares the capability it needs"
             ))));
         }
-        Ok(serde_json::to_string(&result)
+        Ok(serde_json::to_vec(&result)
+            .map(Bytes::from)
             .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))))
     }
 
@@ -397,7 +399,7 @@ impl RmcpUpstream {
         progress: Option<ProgressSink>,
         relay: Option<RelayTo>,
         interrupt: impl Future<Output = W> + Send,
-    ) -> Result<Result<String, CallFailure>, W> {
+    ) -> Result<Result<Bytes, CallFailure>, W> {
         let mut interrupt = std::pin::pin!(interrupt);
         // Only a 2026-07-28 upstream can answer input_required and need the call again: a
         // copy of the arguments is kept for it alone (none on the legacy common path).
@@ -449,7 +451,7 @@ impl RmcpUpstream {
         method: &str,
         params: Option<&JsonObject>,
         interrupt: impl Future<Output = W>,
-    ) -> Result<Result<String, CallFailure>, W> {
+    ) -> Result<Result<Bytes, CallFailure>, W> {
         let Some(uri) = params.and_then(|p| p.get("uri")).and_then(Value::as_str) else {
             return Ok(Err(CallFailure::Rpc {
                 code: -32602,
@@ -459,13 +461,15 @@ impl RmcpUpstream {
         };
         if method == "resources/unsubscribe" {
             self.listens.unsubscribe(uri);
-            return Ok(Ok("{}".to_owned()));
+            return Ok(Ok(Bytes::from_static(b"{}")));
         }
         let subscribed = self
             .listens
             .subscribe(&self.peer, uri, self.updates.clone());
         tokio::select! {
-            done = subscribed => Ok(done.map(|()| "{}".to_owned()).map_err(CallFailure::Other)),
+            done = subscribed => Ok(done
+                .map(|()| Bytes::from_static(b"{}"))
+                .map_err(CallFailure::Other)),
             why = interrupt => Err(why),
         }
     }
@@ -547,8 +551,8 @@ impl RmcpUpstream {
     /// for.
     fn round_result(&self, called: Called, result: ServerResult) -> Result<Round, CallFailure> {
         match mrtr::input_required(&result) {
-            None if called == Called::Prompt => serde_json::to_string(&result)
-                .map(Round::Complete)
+            None if called == Called::Prompt => serde_json::to_vec(&result)
+                .map(|json| Round::Complete(Bytes::from(json)))
                 .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
             None => result_text(result).map(Round::Complete),
             Some(_) if !self.mrtr => Err(CallFailure::Other(format!(
@@ -628,13 +632,14 @@ impl RmcpUpstream {
 }
 
 /// A tools/call result rmcp decoded, as JSON text.
-fn result_text(result: ServerResult) -> Result<String, CallFailure> {
+fn result_text(result: ServerResult) -> Result<Bytes, CallFailure> {
     match result {
-        ServerResult::CallToolResult(result) => serde_json::to_string(&result)
+        ServerResult::CallToolResult(result) => serde_json::to_vec(&result)
+            .map(Bytes::from)
             .map_err(|e| CallFailure::Other(format!("cannot encode the result: {e}"))),
         // A result with no `content` decodes as one of these; pass its JSON on as is.
-        ServerResult::CustomResult(custom) => Ok(custom.0.to_string()),
-        ServerResult::EmptyResult(_) => Ok(r#"{"content":[]}"#.to_owned()),
+        ServerResult::CustomResult(custom) => Ok(custom.0.to_string().into()),
+        ServerResult::EmptyResult(_) => Ok(Bytes::from_static(br#"{"content":[]}"#)),
         _ => Err(CallFailure::Other(
             "the upstream answered tools/call with an unexpected result type".to_owned(),
         )),

@@ -41,6 +41,11 @@ impl UdsConn {
         })
     }
 
+    /// Sets the socket's send buffer (`SO_SNDBUF`; the kernel caps the size).
+    pub(super) fn set_send_buffer(&self, bytes: usize) -> io::Result<()> {
+        socket2::SockRef::from(self.read.get_ref()).set_send_buffer_size(bytes)
+    }
+
     /// Runs one non-blocking write operation; waits for writability only if it would block.
     fn poll_write_op(
         &mut self,

@@ -49,6 +49,10 @@ mod bench {
         /// answers), interleaved in one run (issue 24); `--calls` per side.
         #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search"])]
         otel_ab: bool,
+        /// Only the 1 MiB result rows (direct, runtime, floor; issue 26), `--calls` per row
+        /// (default 300), for quick A/B runs of the big-result path.
+        #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab"])]
+        big_only: bool,
     }
 
     struct Scale {
@@ -120,6 +124,9 @@ mod bench {
         if args.otel_ab {
             let n = args.calls.unwrap_or(if args.smoke { 50 } else { 5000 });
             return tokio::task::block_in_place(|| otel_ab::run(n, &otel_kit()));
+        }
+        if args.big_only {
+            return big_only(args.calls.unwrap_or(if args.smoke { 5 } else { 300 }));
         }
         let scale = if args.smoke {
             Scale {
@@ -991,6 +998,19 @@ mod bench {
                 false,
             ),
         }
+    }
+
+    /// `--big-only`: a runtime with the bench connector and only the 1 MiB rows.
+    fn big_only(n: usize) -> Result<()> {
+        let mut rt = Runtime::start(RuntimeOptions::default());
+        rt.install_ok(&fixture_connector("bench", &["--tools", BENCH_TOOLS]), &[]);
+        rt.wait_status("bench", "ready", Duration::from_secs(20));
+        let token = rt.issue_token("bench", "s1");
+        let url = rt.frontend_url().to_string();
+        let mut r = Report::default();
+        big_result_rows(&mut r, &url, &token, n)?;
+        rt.stop();
+        Ok(())
     }
 
     /// Untimed 1 MiB calls before each block of timed ones (each takes milliseconds).
