@@ -154,7 +154,13 @@ async fn conformance_suite_passes_both_requirement_sets() {
 
     let mut rt = Runtime::start(RuntimeOptions::default());
     // Issue 21: the suite's prompts, resources, template and completion too.
-    let fixture = FixtureHttp::start(&["--tools", TEST_TOOLS, "--conformance-catalog", "--sse"]);
+    let fixture = FixtureHttp::start(&[
+        "--tools",
+        TEST_TOOLS,
+        "--conformance-catalog",
+        "--stateless",
+        "--sse",
+    ]);
     // The suite makes the upstream add tools: trusted, so they commit without review.
     rt.install_trusted(&http_connector("test", &fixture.url), &[]);
     rt.wait_status("test", "ready", Duration::from_secs(20));
