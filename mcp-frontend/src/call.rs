@@ -61,6 +61,9 @@ pub(crate) struct RelayStream {
     pub(crate) call_id: Arc<std::sync::OnceLock<String>>,
     /// The relayed requests' kinds and outcomes, for the call's audit record.
     pub(crate) relayed: Arc<crate::audit::Relayed>,
+    /// A 2026-07-28 client's own `inputResponses` sent without a `requestState`, as JSON
+    /// (conf21d): the worker gives them to a 2026-07-28 upstream with the first round.
+    pub(crate) input_responses: Option<String>,
 }
 
 impl From<Option<mpsc::Sender<String>>> for Streaming {
@@ -503,6 +506,10 @@ async fn execute_call(
         relay_logs: matches!(&streaming, Streaming::Relay(r) if r.logs),
         refuse_requests: matches!(&streaming, Streaming::Refusing(_)),
         method: String::new(),
+        input_responses_json: match &streaming {
+            Streaming::Relay(r) => r.input_responses.clone().unwrap_or_default(),
+            _ => String::new(),
+        },
     };
     if let Streaming::Relay(relay) = &streaming {
         let _ = relay.call_id.set(call_id.clone());

@@ -167,6 +167,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
             logs: client.log_level.is_some(),
             token: key,
             confirm,
+            input_responses: None,
         });
         let answering = crate::relay::Answering {
             app: ctx.app.clone(),

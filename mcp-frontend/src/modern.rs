@@ -277,6 +277,7 @@ async fn relayed_call(
             logs: log_level.is_some(),
             token,
             confirm,
+            input_responses: own_answers(params.as_ref()),
         }),
     };
     let answering = relay::Answering {
@@ -291,6 +292,17 @@ async fn relayed_call(
         _hold: None,
     };
     relay::respond(answering, running).await
+}
+
+/// A call's `inputResponses` sent without a `requestState` (conf21d): the client's own input to
+/// the upstream, passed on as JSON when it is an object. They resume nothing here (only a
+/// `requestState` this runtime issued does) and answer no request the runtime relayed.
+fn own_answers(params: Option<&Value>) -> Option<String> {
+    let params = params.filter(|p| p.get("requestState").is_none())?;
+    params
+        .get("inputResponses")
+        .filter(|r| r.is_object())
+        .map(Value::to_string)
 }
 
 /// SEP-2243: every `Mcp-Param-*` header of a direct call matches its argument in the body;
@@ -362,7 +374,9 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     // 2026-07-28: log messages only when the request names a level, on its event stream.
     let wants_logs = meta.is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some())
         && crate::progress::accepts_event_stream(&ctx.headers);
-    if confirm || caps.any() || resuming || wants_logs {
+    // conf21d: a client's own inputResponses go to the upstream on the relaying stream.
+    let answers = own_answers(params.as_ref()).is_some();
+    if confirm || caps.any() || resuming || wants_logs || answers {
         return relayed_call(ctx, id, tool, params, caps, progress, confirm).await;
     }
     let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));

@@ -118,6 +118,9 @@ pub(crate) struct Start {
     pub(crate) token: TokenKey,
     /// The person confirms the call first (`--confirm high`, [`crate::confirm`]).
     pub(crate) confirm: bool,
+    /// The client's own `inputResponses` without a `requestState` (conf21d,
+    /// [`RelayStream::input_responses`]).
+    pub(crate) input_responses: Option<String>,
 }
 
 /// The answer a relayed call ends with, in its client's era.
@@ -132,7 +135,8 @@ pub(crate) fn start(s: Start) -> Running {
         connector,
         name,
         (requests, logs),
-        move |stream, steps| async move {
+        move |mut stream, steps| async move {
+            stream.input_responses = s.input_responses.clone();
             if s.confirm
                 && let Some(refused) = confirm_first(&s, &steps, &stream.relayed).await
             {
@@ -175,6 +179,7 @@ where
         logs,
         call_id: call_id.clone(),
         relayed: relayed.clone(),
+        input_responses: None,
     };
     let task = tokio::spawn(async move {
         let call = run(stream, steps_tx.clone());

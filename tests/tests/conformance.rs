@@ -30,11 +30,12 @@ const TEST_TOOLS: &str = "conformance,logging_tool,streaming_elicitation,trigger
 /// them all the same.
 const REVISIONS: [&str; 2] = ["2025-11-25", "2026-07-28"];
 
-/// The `test` connector: the fixture over Streamable HTTP with sessions and `--sse`, so that
-/// what a call sends while it runs (progress, logs, `list_changed`, requests to the client)
-/// travels on that call's own response stream. A request there names its call, so calls the
-/// suite leaves parked behind `input_required` answers never make another call's request
-/// ambiguous, as a stdio upstream's would (SPEC §11; conf21b).
+/// The `test` connector: the fixture over Streamable HTTP as a 2026-07-28 upstream
+/// (`--stateless --sse`, conf21d): what a call sends while it runs (progress, logs) travels on
+/// that call's own response stream, list changes on its `subscriptions/listen` streams, and
+/// its tools that ask answer `input_required` under their own keys (`user_name`, …), so the
+/// runtime keeps those keys and relays a whole round in one answer (SPEC §11). Before conf21d
+/// it was the fixture with sessions (conf21b), whose requests during a call name their call.
 fn http_connector(key: &str, url: &str) -> Value {
     json!({
         "key": key,
@@ -154,7 +155,18 @@ async fn conformance_suite_passes_both_requirement_sets() {
 
     let mut rt = Runtime::start(RuntimeOptions::default());
     // Issue 21: the suite's prompts, resources, template and completion too.
-    let fixture = FixtureHttp::start(&["--tools", TEST_TOOLS, "--conformance-catalog", "--sse"]);
+    // conf21d: a 2026-07-28 upstream (`--stateless --sse`); its record shows what it was sent.
+    let record = rt.root().join("test-upstream.jsonl");
+    let record_arg = record.display().to_string();
+    let fixture = FixtureHttp::start(&[
+        "--tools",
+        TEST_TOOLS,
+        "--conformance-catalog",
+        "--stateless",
+        "--sse",
+        "--record",
+        &record_arg,
+    ]);
     // The suite makes the upstream add tools: trusted, so they commit without review.
     rt.install_trusted(&http_connector("test", &fixture.url), &[]);
     rt.wait_status("test", "ready", Duration::from_secs(20));
@@ -240,6 +252,27 @@ async fn conformance_suite_passes_both_requirement_sets() {
         }
         eprintln!("{summary}");
     }
+    // The `test` connector really was a 2026-07-28 upstream: discovered, never initialized,
+    // subscribed to with `subscriptions/listen`, and given inputResponses by key.
+    let sent = std::fs::read_to_string(&record).unwrap_or_default();
+    let methods: Vec<Value> = sent
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let sent_method = |m: &str| methods.iter().any(|v| v["method"] == m);
+    assert!(sent_method("server/discover"), "no server/discover: {sent}");
+    assert!(!sent_method("initialize"), "the upstream was initialized");
+    assert!(
+        sent_method("subscriptions/listen"),
+        "no subscriptions/listen"
+    );
+    assert!(
+        methods
+            .iter()
+            .any(|v| v["params"]["inputResponses"]["user_name"].is_object()),
+        "no inputResponses by the upstream's key user_name"
+    );
+
     // The per-run table (for docs/CONFORMANCE.md); `--nocapture` shows it.
     println!("{report}");
     let _ = std::fs::write(rt.root().join("conformance-results.md"), &report);

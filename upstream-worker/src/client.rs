@@ -160,6 +160,7 @@ impl HttpUpstream {
             requests: true,
             logs: false,
             refuse: false,
+            answers: None,
         };
         let upstream = &self.session.upstream;
         let call = upstream.call_tool(

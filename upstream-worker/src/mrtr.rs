@@ -241,6 +241,7 @@ mod tests {
             requests: true,
             logs: false,
             refuse: false,
+            answers: None,
         };
         let Some(Ok(asked)) = input_required(&typed(asking())) else {
             panic!("not read");

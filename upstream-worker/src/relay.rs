@@ -70,6 +70,9 @@ pub(crate) struct RelayTo {
     pub(crate) logs: bool,
     /// A request ends the call ([`Relayed::Missing`]).
     pub(crate) refuse: bool,
+    /// The client's own `inputResponses`, sent without a `requestState` (conf21d): a
+    /// 2026-07-28 upstream gets them with the call's first round (`RmcpUpstream::rounds`).
+    pub(crate) answers: Option<rmcp::model::JsonObject>,
 }
 
 /// Where a request or notification of the upstream came from, as far as the transport says.
@@ -330,6 +333,7 @@ mod tests {
                 requests,
                 logs: true,
                 refuse: false,
+                answers: None,
             },
             rx,
         )
@@ -441,6 +445,7 @@ mod tests {
             requests: false,
             logs: false,
             refuse: true,
+            answers: None,
         };
         let _call = relay.enter(RequestId::Number(1), Some(refusing.clone()));
         let ct = CancellationToken::new;

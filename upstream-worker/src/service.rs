@@ -644,6 +644,8 @@ async fn stream_call<U: Upstream>(
         requests: request.relay_requests,
         logs: request.relay_logs,
         refuse: false,
+        // The frontend sends a JSON object or nothing (conf21d).
+        answers: serde_json::from_str(&request.input_responses_json).ok(),
     });
     let call = shared.call_relaying(request, Some(sink), relay);
     let mut call = std::pin::pin!(call);
@@ -698,6 +700,7 @@ fn refusing(
         requests: false,
         logs: false,
         refuse: true,
+        answers: None,
     };
     (Some(to), Some(refused))
 }

@@ -405,7 +405,17 @@ impl RmcpUpstream {
         // copy of the arguments is kept for it alone (none on the legacy common path).
         let again = self.mrtr.then(|| (arguments.clone(), meta.clone()));
         let mut first = Some((arguments, meta));
-        let mut retry = mrtr::Retry::default();
+        // conf21d: the client's own inputResponses (sent without a requestState) are its input
+        // to a 2026-07-28 upstream, which verifies them: they go with the first round. A
+        // 2025-era upstream has no inputResponses; for it they are dropped, as before.
+        let mut retry = mrtr::Retry {
+            responses: relay
+                .as_ref()
+                .and_then(|to| to.answers.clone())
+                .filter(|_| self.mrtr)
+                .map(|answers| answers.into_iter().collect()),
+            state: None,
+        };
         for _ in 0..mrtr::MAX_INPUT_ROUNDS {
             let (arguments, meta) = match first.take() {
                 Some(first) => first,
@@ -429,7 +439,16 @@ impl RmcpUpstream {
             retry = tokio::select! {
                 retry = mrtr::answer(&self.relay, relay.as_ref(), asked) => match retry {
                     Ok(retry) => retry,
-                    Err(e) => return Ok(Err(self.failure(ServiceError::McpError(e)))),
+                    Err(e) => {
+                        // A request the caller refuses (no capability) ends the call as its
+                        // interrupt says (-32021), as during a call: look at it first.
+                        tokio::select! {
+                            biased;
+                            why = &mut interrupt => return Err(why),
+                            () = std::future::ready(()) => {}
+                        }
+                        return Ok(Err(self.failure(ServiceError::McpError(e))));
+                    }
                 },
                 why = &mut interrupt => return Err(why),
             };
