@@ -529,7 +529,7 @@ fn call(tool: &str, call_id: &str, arguments: &str) -> CallToolRequest {
 
 fn result_of(reply: CallToolReply) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     match reply.outcome {
-        Some(call_tool_reply::Outcome::ResultJson(json)) => Ok(serde_json::from_str(&json)?),
+        Some(call_tool_reply::Outcome::ResultBytes(json)) => Ok(serde_json::from_slice(&json)?),
         other => Err(format!("expected a result, got {other:?}").into()),
     }
 }
@@ -622,9 +622,11 @@ async fn answers_results_errors_and_refusals(client: &mut Client) -> TestResult 
         .await?
         .into_inner();
     assert_eq!(reply.generation, GENERATION);
-    let Some(call_tool_reply::Outcome::ResultJson(text)) = reply.outcome.clone() else {
+    // big26: the worker sends a result as the upstream's bytes.
+    let Some(call_tool_reply::Outcome::ResultBytes(bytes)) = reply.outcome.clone() else {
         return Err(format!("not a result: {reply:?}").into());
     };
+    let text = std::str::from_utf8(&bytes)?;
     // Exactly the upstream's text: its spacing, its number spelling, its extra member.
     assert_eq!(
         text,
