@@ -2036,8 +2036,18 @@ mod bench {
                  ways.\n",
             );
         }
+        // The tool search section is written by `--tool-search`, not by this run: keep it.
+        if let Ok(old) = std::fs::read_to_string(path)
+            && let Some(at) = old.find(TOOL_SEARCH_SECTION)
+        {
+            s.push('\n');
+            s.push_str(&old[at..]);
+        }
         std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
     }
+
+    /// The heading of the section `--tool-search` owns in BENCHMARKS.md.
+    const TOOL_SEARCH_SECTION: &str = "## Tool search mode";
 }
 
 #[cfg(unix)]
