@@ -24,15 +24,16 @@ use crate::app::App;
 use crate::audit::{Audited, Outcome, Relayed};
 use crate::backend::{Forward, Identity};
 use crate::call::{
-    CallResult, CancelGuard, DEADLINE_GRACE, RelayStream, fence_outcome, fenced_mid_call,
-    timed_out, tutti, unavailable, until_cancelled, until_fenced, with_tutti,
+    CallResult, CancelGuard, DEADLINE_GRACE, RelayStream, cancelled_error, fence_outcome,
+    fenced_mid_call, malformed_result, timed_out, tutti, unavailable, until_cancelled,
+    until_fenced, with_tutti,
 };
 use crate::catalog::{Entry, Resolved};
 use crate::era::{META_SERVER_INFO, server_info};
 use crate::error::Error;
 use crate::notify::Note;
 use crate::routes::{Connector, RouteTable};
-use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError, routes_not_ready};
+use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, RpcError, routes_not_ready};
 
 /// A list beyond tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -630,8 +631,7 @@ async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Valu
         }
         why = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), fence_outcome(why)),
         () = until_cancelled(cancelled) => (
-            Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")
-                .with_data(json!({"tutti": tutti("cancelled", key, generation)}))),
+            Err(cancelled_error(key, generation)),
             Outcome::Cancelled,
         ),
         () = tokio::time::sleep(deadline) => (
@@ -691,15 +691,7 @@ fn refused(target: &Target<'_>) -> RpcError {
 fn object_result(key: &str, generation: u64, text: &[u8]) -> Ended {
     match serde_json::from_slice(text) {
         Ok(value @ Value::Object(_)) => (Ok(value), Outcome::Ok),
-        _ => (
-            Err(unavailable(
-                key,
-                generation,
-                "unavailable",
-                "the worker returned a malformed result",
-            )),
-            Outcome::Unavailable,
-        ),
+        _ => malformed_result(key, generation),
     }
 }
 

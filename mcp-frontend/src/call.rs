@@ -534,8 +534,7 @@ async fn execute_call(
         }
         why = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), fence_outcome(why)),
         () = until_cancelled(cancelled) => (
-            Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")
-                .with_data(json!({"tutti": tutti("cancelled", key, generation)}))),
+            Err(cancelled_error(key, generation)),
             Outcome::Cancelled,
         ),
         () = tokio::time::sleep(deadline) => (Err(deadline_passed(tool)), Outcome::Timeout),
@@ -688,6 +687,23 @@ fn map_worker_failure(name: &str, key: &str, generation: u64, e: &Error) -> Ende
     }
 }
 
+/// The -32800 answer to a request the client cancelled (tool calls and relayed prompts).
+pub(crate) fn cancelled_error(key: &str, generation: u64) -> RpcError {
+    RpcError::new(REQUEST_CANCELLED, "Request cancelled")
+        .with_data(json!({"tutti": tutti("cancelled", key, generation)}))
+}
+
+/// The answer when the worker's result is not what it must be (tool calls and forwards).
+pub(crate) fn malformed_result<T>(key: &str, generation: u64) -> (Result<T, RpcError>, Outcome) {
+    let why = unavailable(
+        key,
+        generation,
+        "unavailable",
+        "the worker returned a malformed result",
+    );
+    (Err(why), Outcome::Unavailable)
+}
+
 /// The upstream's `CallToolResult` text.
 fn map_result(key: &str, generation: u64, text: Bytes) -> Ended {
     match CallResult::from_bytes(text) {
@@ -699,15 +715,7 @@ fn map_result(key: &str, generation: u64, text: Bytes) -> Ended {
             };
             (Ok(result), outcome)
         }
-        None => (
-            Err(unavailable(
-                key,
-                generation,
-                "unavailable",
-                "the worker returned a malformed result",
-            )),
-            Outcome::Unavailable,
-        ),
+        None => malformed_result(key, generation),
     }
 }
 

@@ -277,7 +277,7 @@ async fn relayed_call(
             logs: log_level.is_some(),
             token,
             confirm,
-            input_responses: own_answers(params.as_ref()),
+            input_responses: own_answers(params.as_ref()).map(Value::to_string),
         }),
     };
     let answering = relay::Answering {
@@ -295,14 +295,11 @@ async fn relayed_call(
 }
 
 /// A call's `inputResponses` sent without a `requestState` (conf21d): the client's own input to
-/// the upstream, passed on as JSON when it is an object. They resume nothing here (only a
+/// the upstream, passed on when it is an object. They resume nothing here (only a
 /// `requestState` this runtime issued does) and answer no request the runtime relayed.
-fn own_answers(params: Option<&Value>) -> Option<String> {
+fn own_answers(params: Option<&Value>) -> Option<&Value> {
     let params = params.filter(|p| p.get("requestState").is_none())?;
-    params
-        .get("inputResponses")
-        .filter(|r| r.is_object())
-        .map(Value::to_string)
+    params.get("inputResponses").filter(|r| r.is_object())
 }
 
 /// SEP-2243: every `Mcp-Param-*` header of a direct call matches its argument in the body;
