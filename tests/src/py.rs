@@ -1,5 +1,6 @@
 //! A Python `mcp` SDK client (`.tools/venv`, mcp 2.3.0) as a child process that prints one JSON
-//! object per line: the runner the SDK tests share.
+//! object per line: the runner the SDK tests share. Scripts import what they share from
+//! `tests/py/sdk_prelude.py` (on `PYTHONPATH`).
 //!
 //! The token goes in the environment (`TUTTI_TEST_TOKEN`, never argv), proxy variables are
 //! unset (the runtime listens on 127.0.0.1), warnings are off, stderr goes to a file that every
@@ -46,6 +47,8 @@ impl PySdk {
             .args(args)
             .env("TUTTI_TEST_TOKEN", token)
             .env("PYTHONWARNINGS", "ignore")
+            // `tests/py/sdk_prelude.py`, which inline scripts import.
+            .env("PYTHONPATH", py_script(""))
             .env_remove("HTTP_PROXY")
             .env_remove("http_proxy")
             .env_remove("HTTPS_PROXY")

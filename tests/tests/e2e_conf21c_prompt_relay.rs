@@ -25,21 +25,17 @@ const ASKED: &str = "What context should the prompt use?";
 
 /// `<answer|decline|hang> <url> <legacy|auto> <prompt names JSON>`; one JSON line per get.
 const PY_CLIENT: &str = r#"
-import asyncio, json, os, sys
+import asyncio, json, sys
 import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-def out(**kw):
-    print(json.dumps(kw), flush=True)
-
-def dump(model):
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+from sdk_prelude import out, dump, auth_headers, run
 
 async def main():
     what, url, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-    headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
+    headers = auth_headers()
     asked = []
 
     async def on_elicit(ctx, params):
@@ -64,11 +60,7 @@ async def main():
                     out(event="failed", name=name, asked=list(asked), error=str(e), took=took)
                 asked.clear()
 
-try:
-    asyncio.run(main())
-except Exception as e:
-    out(event="error", error=repr(e))
-    sys.exit(1)
+run(main)
 "#;
 
 /// A runtime with both upstreams (`old`, `new`) offering the asking prompt, and a token.

@@ -14,21 +14,17 @@ const READY: Duration = Duration::from_secs(30);
 
 /// The Python SDK client, driven by argv; prints one JSON object per line.
 const PY_CLIENT: &str = r#"
-import asyncio, json, os, sys
+import asyncio, json, sys
 import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-def out(**kw):
-    print(json.dumps(kw), flush=True)
-
-def dump(model):
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+from sdk_prelude import out, dump, auth_headers, run
 
 async def main():
     what, url, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-    headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
+    headers = auth_headers()
     asked = []
     logs = []
 
@@ -92,11 +88,7 @@ async def main():
                         code=getattr(getattr(e, "error", None), "code", None))
                 asked.clear()
 
-try:
-    asyncio.run(main())
-except Exception as e:
-    out(event="error", error=repr(e))
-    sys.exit(1)
+run(main)
 "#;
 
 /// The client script with `args`; its stderr under the runtime's root.
