@@ -4,9 +4,10 @@
 //!  TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md`
 //! (`--smoke`: a few iterations, only checks that every section works; CI runs that).
 //! Compares the runtime with a direct stdio call, the architectural floor
-//! (`tutti-floor-front` + `tutti-floor-worker`, see `tutti_tests::floor`), a trivial HTTP
-//! server and two peers (mcp-hub 4.2.1, supergateway 4.0.0; `scripts/install-test-tools`
-//! installs them; `TUTTI_MCP_HUB_DIR` points at another mcp-hub package directory).
+//! (`tutti-floor-front` + `tutti-floor-worker`, see `tutti_tests::floor`) on its blocking
+//! stack and on the runtime's (tokio + axum, serde_json), a trivial HTTP server and two peers
+//! (mcp-hub 4.2.1, supergateway 4.0.0; `scripts/install-test-tools` installs them;
+//! `TUTTI_MCP_HUB_DIR` points at another mcp-hub package directory).
 
 #[cfg(unix)]
 mod bench {
@@ -23,6 +24,7 @@ mod bench {
     use anyhow::{Context, Result, bail};
     use clap::Parser;
     use serde_json::{Value, json};
+    use tutti_tests::floor::Stack;
     use tutti_tests::{Runtime, RuntimeOptions, fixture_bin, fixture_connector};
 
     #[derive(Parser)]
@@ -447,6 +449,8 @@ mod bench {
         RuntimeFrames,
         Floor,
         FloorVerify,
+        /// The floor on the runtime's stack (`--stack tokio`).
+        FloorStack,
         Trivial,
         Hub,
         Gateway,
@@ -464,6 +468,9 @@ mod bench {
                 System::FloorVerify => {
                     "tools/call echo via the floor with a token check hop (a third process)"
                 }
+                System::FloorStack => {
+                    "tools/call echo via the floor on the runtime's stack (tokio + axum, serde_json)"
+                }
                 System::Trivial => "tools/call, trivial HTTP server (canned answer, no upstream)",
                 System::Hub => "tools/call echo via mcp-hub 4.2.1 (peer, HTTP+SSE)",
                 System::Gateway => "tools/call echo via supergateway 4.0.0 (peer)",
@@ -477,6 +484,7 @@ mod bench {
                 System::RuntimeFrames => "runtime (frames)",
                 System::Floor => "floor",
                 System::FloorVerify => "floor + check hop",
+                System::FloorStack => "floor on the stack",
                 System::Trivial => "trivial",
                 System::Hub => "mcp-hub",
                 System::Gateway => "peer",
@@ -626,14 +634,18 @@ mod bench {
     struct Peers {
         floor: systems::Floor,
         floor_verify: systems::Floor,
+        floor_stack: systems::Floor,
         trivial: (systems::Proc, String),
         hub: Result<(systems::Hub, systems::SseClient)>,
         gateway: Result<(systems::Proc, String, String)>,
     }
 
     async fn start_peers() -> Result<Peers> {
-        let floor = systems::Floor::start(tutti_tests::bin, &fixture_bin(), false)?;
-        let floor_verify = systems::Floor::start(tutti_tests::bin, &fixture_bin(), true)?;
+        let start =
+            |verify, stack| systems::Floor::start(tutti_tests::bin, &fixture_bin(), verify, stack);
+        let floor = start(false, Stack::Blocking)?;
+        let floor_verify = start(true, Stack::Blocking)?;
+        let floor_stack = start(false, Stack::Tokio)?;
         let trivial = systems::start_front(tutti_tests::bin, &["--trivial"])?;
         let hub = tokio::task::block_in_place(|| -> Result<_> {
             let node =
@@ -649,6 +661,7 @@ mod bench {
         Ok(Peers {
             floor,
             floor_verify,
+            floor_stack,
             trivial,
             hub,
             gateway,
@@ -675,6 +688,7 @@ mod bench {
         let Peers {
             floor,
             floor_verify,
+            floor_stack,
             trivial,
             hub,
             gateway,
@@ -695,6 +709,11 @@ mod bench {
                 http(&floor_verify.url, None, "bench_echo"),
                 n,
             ),
+            EchoRow::new(
+                System::FloorStack,
+                http(&floor_stack.url, None, "bench_echo"),
+                n,
+            ),
             EchoRow::new(System::Trivial, http(&trivial.1, None, "echo"), n),
         ];
         let mut pids = vec![
@@ -708,6 +727,7 @@ mod bench {
             ),
             (System::Floor, floor.pids()),
             (System::FloorVerify, floor_verify.pids()),
+            (System::FloorStack, floor_stack.pids()),
         ];
         let _hub = match hub {
             Ok((hub, client)) => {
@@ -857,9 +877,11 @@ mod bench {
             "  CPU per call, floor with check hop (front · worker · verifier)",
             fmt_cpu(&calls.cpu(System::FloorVerify).0),
         );
+        let (fs50, fs_total) = report_floor_stack(r, &mut calls, f50, floor_total);
         let mut own = vec![
             ("floor", f50.saturating_sub(t50)),
             ("floor + check hop", fv50.saturating_sub(t50)),
+            ("floor on the stack", fs50.saturating_sub(t50)),
         ];
         for era in [Era::Legacy, Era::Modern] {
             let v = calls
@@ -885,6 +907,18 @@ mod bench {
                     ratio(p50, f50),
                     ratio(p50, fv50),
                     ratio(p50, d50)
+                ),
+            );
+            r.row(
+                &format!(
+                    "  p50 as a ratio to the floor on the runtime's stack, {}",
+                    era.name()
+                ),
+                format!(
+                    "{:.2}× ({} / {})",
+                    ratio(p50, fs50),
+                    fmt_us(p50),
+                    fmt_us(fs50)
                 ),
             );
             r.target(
@@ -934,7 +968,53 @@ mod bench {
             r.row("  CPU per call as a ratio to the floor's", measured.clone());
             r.target("CPU per call ≤ 1.5 × the floor's", measured, x <= 1.5);
         }
+        if let (Some(rt_total), Some(fs_total)) = (rt_total, fs_total) {
+            r.row(
+                "  CPU per call as a ratio to the floor on the runtime's stack",
+                format!(
+                    "{:.2}× ({} / {})",
+                    ratio(rt_total, fs_total),
+                    fmt_us(rt_total),
+                    fmt_us(fs_total)
+                ),
+            );
+        }
         report_peers(r, &mut calls, not_measured, d50, t50, own);
+    }
+
+    /// The floor on the runtime's stack: its row, its CPU per call, and both as ratios to the
+    /// blocking floor's (how much of the runtime's distance to the floor the stack itself
+    /// takes). Returns its p50 and CPU per call (front + worker).
+    fn report_floor_stack(
+        r: &mut Report,
+        calls: &mut EchoRows,
+        f50: Duration,
+        floor_total: Option<Duration>,
+    ) -> (Duration, Option<Duration>) {
+        let v = calls
+            .take(|r| r.system == System::FloorStack)
+            .unwrap_or_default();
+        let fs50 = p50(&v);
+        r.row(System::FloorStack.label(), summary(v).3);
+        let (cpu, total) = calls.cpu(System::FloorStack);
+        r.row(
+            "  CPU per call, floor on the runtime's stack (front · worker)",
+            fmt_cpu(&cpu),
+        );
+        let cpu_ratio = match (total, floor_total) {
+            (Some(s), Some(f)) => format!("{:.2}× ({} / {})", ratio(s, f), fmt_us(s), fmt_us(f)),
+            _ => "n/a".to_owned(),
+        };
+        r.row(
+            "  floor on the runtime's stack / blocking floor (p50 · CPU per call, front + worker)",
+            format!(
+                "{:.2}× ({} / {}) · {cpu_ratio}",
+                ratio(fs50, f50),
+                fmt_us(fs50),
+                fmt_us(f50)
+            ),
+        );
+        (fs50, total)
     }
 
     fn report_peers(
@@ -1023,7 +1103,8 @@ mod bench {
     /// adapts upward after the first one), which would otherwise count in "RSS under load".
     fn big_result_rows(r: &mut Report, url: &str, token: &str, n: usize) -> Result<()> {
         let big = json!({"bytes": 1 << 20});
-        let floor = systems::Floor::start(tutti_tests::bin, &fixture_bin(), false)?;
+        let floor =
+            systems::Floor::start(tutti_tests::bin, &fixture_bin(), false, Stack::Blocking)?;
         let mut direct = Direct::start()?;
         let (mut d, mut rt, mut fl) = (Vec::new(), Vec::new(), Vec::new());
         // Three interleaved rounds: direct first, then the runtime and the floor alternating.
@@ -1996,7 +2077,13 @@ mod bench {
              `tutti-floor-front` (blocking HTTP/1.1, a thread per connection) → a Unix socket \
              with length-prefixed frames → `tutti-floor-worker` → the same fixture upstream over \
              stdio: the runtime's process layout without its work (no token check, no JSON \
-             parsing beyond routing). The trivial HTTP server answers a canned result itself; \
+             parsing beyond routing). The floor on the runtime's stack is the same chain and \
+             frames on the stack the design fixes (`--stack tokio`: current-thread tokio \
+             runtimes, hyper's HTTP/1 server with an axum router, the request parsed into a \
+             `serde_json::Value`, its tool name's prefix stripped and serialized again, a pool of \
+             idle worker connections, the upstream through `tokio::process`): the runtime \
+             against it is the cost of its own code, it against the blocking floor the cost of \
+             the stack. The trivial HTTP server answers a canned result itself; \
              \"own cost\" is a system's p50 minus its. mcp-hub runs offline (a fresh \
              marketplace cache) and is called over its HTTP+SSE transport (POST, `202`, the \
              answer on the event stream). \"CPU per call\" is each process's on-CPU time \

@@ -9,46 +9,65 @@
 //! `--verifier SOCKET`: one more frame round trip per request, to a third process, before the
 //! worker is asked (the "floor with a token check hop" row).
 //!
+//! `--stack tokio`: the same chain on the runtime's stack (`floor_front/stack.rs`): a
+//! current-thread tokio runtime, axum/hyper, the request parsed and serialized again with
+//! serde_json, a small pool of idle worker connections. `--trivial` and `--verifier` work
+//! there too.
+//!
 //! Prints `listening on http://ADDR/mcp` on stdout once it accepts connections.
+
+/// The command line, shared by both stacks.
+#[cfg(unix)]
+mod args {
+    use std::path::PathBuf;
+
+    use clap::Parser;
+    use tutti_tests::floor::Stack;
+
+    #[derive(Parser, Clone)]
+    #[command(name = "tutti-floor-front")]
+    pub struct Args {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        pub listen: String,
+        /// The worker's Unix socket.
+        #[arg(long, required_unless_present = "trivial")]
+        pub worker: Option<PathBuf>,
+        /// The connector key whose `<key>_` prefix is stripped from tool names.
+        #[arg(long, default_value = "bench")]
+        pub key: String,
+        /// Answer every request itself with a canned result (no worker, no upstream).
+        #[arg(long, conflicts_with = "worker")]
+        pub trivial: bool,
+        /// Before forwarding a request, wait for one frame round trip to this Unix socket
+        /// (a `tutti-floor-worker --verifier`): the runtime's per-request token check, as a
+        /// process hop without the check's work.
+        #[arg(long, requires = "worker")]
+        pub verifier: Option<PathBuf>,
+        /// The I/O stack: `blocking` (the floor), or `tokio` (the runtime's stack).
+        #[arg(long, value_enum, default_value = "blocking")]
+        pub stack: Stack,
+    }
+}
+
+#[cfg(unix)]
+#[path = "floor_front/stack.rs"]
+mod stack;
 
 #[cfg(unix)]
 mod front {
     use std::io::{BufReader, Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::os::unix::net::UnixStream;
-    use std::path::PathBuf;
 
+    use crate::args::Args;
     use anyhow::{Context, Result, bail};
-    use clap::Parser;
     use tutti_tests::floor::{
-        http_ok_head, read_frame_into, read_frame_len, read_http_body, request_id,
+        VERIFY, canned_response, http_ok_head, read_frame_into, read_frame_len, read_http_body,
         strip_tool_prefix, write_frame,
     };
 
-    #[derive(Parser, Clone)]
-    #[command(name = "tutti-floor-front")]
-    struct Args {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: String,
-        /// The worker's Unix socket.
-        #[arg(long, required_unless_present = "trivial")]
-        worker: Option<PathBuf>,
-        /// The connector key whose `<key>_` prefix is stripped from tool names.
-        #[arg(long, default_value = "bench")]
-        key: String,
-        /// Answer every request itself with a canned result (no worker, no upstream).
-        #[arg(long, conflicts_with = "worker")]
-        trivial: bool,
-        /// Before forwarding a request, wait for one frame round trip to this Unix socket
-        /// (a `tutti-floor-worker --verifier`): the runtime's per-request token check, as a
-        /// process hop without the check's work.
-        #[arg(long, requires = "worker")]
-        verifier: Option<PathBuf>,
-    }
-
-    pub fn main() -> Result<()> {
-        let args = Args::parse();
+    pub fn main(args: Args) -> Result<()> {
         let listener =
             TcpListener::bind(&args.listen).with_context(|| format!("binding {}", args.listen))?;
         println!("listening on http://{}/mcp", listener.local_addr()?);
@@ -99,15 +118,12 @@ mod front {
                     write_frame(w, &body)?;
                     read_answer(w)?
                 }
-                None => canned(&body),
+                None => canned_response(&body),
             };
             out.write_all(&reply)?;
         }
         Ok(())
     }
-
-    /// What a verification frame carries: a stand-in for a session token of the runtime's size.
-    const VERIFY: &[u8] = b"tutti_s1_0123456789abcdef0123456789abcdef0123456789abcdef";
 
     /// The worker's answer frame read straight into the HTTP response, after its head.
     fn read_answer(w: &mut UnixStream) -> Result<Vec<u8>> {
@@ -121,21 +137,16 @@ mod front {
         w.read_exact(&mut reply[head.len()..])?;
         Ok(reply)
     }
-
-    fn canned(body: &[u8]) -> Vec<u8> {
-        let mut json = Vec::with_capacity(96);
-        json.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-        json.extend_from_slice(request_id(body));
-        json.extend_from_slice(b",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}}");
-        let mut reply = http_ok_head(json.len()).into_bytes();
-        reply.extend_from_slice(&json);
-        reply
-    }
 }
 
 #[cfg(unix)]
 fn main() -> anyhow::Result<()> {
-    front::main()
+    use clap::Parser;
+    let args = args::Args::parse();
+    match args.stack {
+        tutti_tests::floor::Stack::Blocking => front::main(args),
+        tutti_tests::floor::Stack::Tokio => stack::main(args),
+    }
 }
 
 #[cfg(not(unix))]

@@ -7,33 +7,52 @@
 //! `--verifier`: no upstream; every frame is answered `ok` at once (the third process of the
 //! "floor with a token check hop" row).
 //!
+//! `--stack tokio`: the same on the runtime's stack (`floor_worker/stack.rs`): a
+//! current-thread tokio runtime, a task per connection, the upstream through `tokio::process`.
+//!
 //! Prints `ready` on stdout once the socket accepts connections.
+
+/// The command line, shared by both stacks.
+#[cfg(unix)]
+mod args {
+    use std::path::PathBuf;
+
+    use clap::Parser;
+    use tutti_tests::floor::Stack;
+
+    #[derive(Parser)]
+    #[command(name = "tutti-floor-worker")]
+    pub struct Args {
+        /// The Unix socket to serve frames on (replaced if it exists).
+        #[arg(long)]
+        pub socket: PathBuf,
+        /// The upstream's command line.
+        #[arg(last = true, required_unless_present = "verifier")]
+        pub upstream: Vec<String>,
+        /// No upstream: answer every frame at once with `ok` (the floor's token check hop).
+        #[arg(long)]
+        pub verifier: bool,
+        /// The I/O stack: `blocking` (the floor), or `tokio` (the runtime's stack).
+        #[arg(long, value_enum, default_value = "blocking")]
+        pub stack: Stack,
+    }
+}
+
+#[cfg(unix)]
+#[path = "floor_worker/stack.rs"]
+mod stack;
 
 #[cfg(unix)]
 mod worker {
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::{UnixListener, UnixStream};
-    use std::path::PathBuf;
     use std::process::{ChildStdin, ChildStdout, Command, Stdio};
     use std::sync::{Arc, Mutex};
 
     use anyhow::{Context, Result, bail};
-    use clap::Parser;
-    use tutti_tests::floor::{frame_len, read_frame_into, write_frame};
+    use tutti_tests::floor::{INITIALIZE, INITIALIZED, frame_len, read_frame_into, write_frame};
 
-    #[derive(Parser)]
-    #[command(name = "tutti-floor-worker")]
-    struct Args {
-        /// The Unix socket to serve frames on (replaced if it exists).
-        #[arg(long)]
-        socket: PathBuf,
-        /// The upstream's command line.
-        #[arg(last = true, required_unless_present = "verifier")]
-        upstream: Vec<String>,
-        /// No upstream: answer every frame at once with `ok` (the floor's token check hop).
-        #[arg(long)]
-        verifier: bool,
-    }
+    use crate::args::Args;
 
     struct Upstream {
         stdin: ChildStdin,
@@ -56,8 +75,7 @@ mod worker {
         }
     }
 
-    pub fn main() -> Result<()> {
-        let args = Args::parse();
+    pub fn main(args: Args) -> Result<()> {
         if args.verifier {
             let listener = bind(&args.socket)?;
             for conn in listener.incoming() {
@@ -83,12 +101,8 @@ mod worker {
             stdout: BufReader::new(child.stdout.take().context("upstream stdout")?),
         };
         let mut scratch = Vec::new();
-        up.round_trip(
-            b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"tutti-floor\",\"version\":\"1\"}}}\n",
-            &mut scratch,
-        )?;
-        up.stdin
-            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")?;
+        up.round_trip(INITIALIZE, &mut scratch)?;
+        up.stdin.write_all(INITIALIZED)?;
         up.stdin.flush()?;
         let listener = bind(&args.socket)?;
         let up = Arc::new(Mutex::new(up));
@@ -152,7 +166,12 @@ mod worker {
 
 #[cfg(unix)]
 fn main() -> anyhow::Result<()> {
-    worker::main()
+    use clap::Parser;
+    let args = args::Args::parse();
+    match args.stack {
+        tutti_tests::floor::Stack::Blocking => worker::main(args),
+        tutti_tests::floor::Stack::Tokio => stack::main(args),
+    }
 }
 
 #[cfg(not(unix))]

@@ -1,6 +1,7 @@
 //! The systems `tutti-bench` compares the runtime with (issue 26), started as processes:
 //! the architectural floor (`tutti-floor-front` + `tutti-floor-worker`, see
-//! `tutti_tests::floor`), a trivial HTTP server (`tutti-floor-front --trivial`), and mcp-hub
+//! `tutti_tests::floor`) on its blocking stack and on the runtime's (`--stack tokio`), a
+//! trivial HTTP server (`tutti-floor-front --trivial`), and mcp-hub
 //! 4.2.1 (the best peer; Node, HTTP+SSE transport) with a minimal blocking client for it.
 //! Every system fronts the same fixture upstream (`tutti-fixture-server --tools echo,big`).
 
@@ -11,6 +12,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use tutti_tests::floor::Stack;
 
 /// mcp-hub's pinned version (scripts/install-test-tools installs it into `.tools/npm-bench`).
 pub const MCP_HUB: &str = "mcp-hub 4.2.1";
@@ -52,6 +54,7 @@ fn upstream_args(fixture: &Path) -> Vec<String> {
 
 /// The floor: its two processes (the worker runs the upstream), and with `verify` a third
 /// that the front asks once per request before the worker (the runtime's token check hop).
+/// `stack`: every process of it runs on that I/O stack.
 pub struct Floor {
     pub url: String,
     pub front: Proc,
@@ -61,16 +64,26 @@ pub struct Floor {
 }
 
 impl Floor {
-    pub fn start(bin: impl Fn(&str) -> PathBuf, fixture: &Path, verify: bool) -> Result<Floor> {
+    pub fn start(
+        bin: impl Fn(&str) -> PathBuf,
+        fixture: &Path,
+        verify: bool,
+        stack: Stack,
+    ) -> Result<Floor> {
         let dir = tempfile::tempdir()?;
         let socket = dir.path().join("floor.sock");
-        let mut upstream = vec!["--".to_string()];
+        let on_stack = ["--stack".to_string(), stack.arg().to_string()];
+        let mut upstream = on_stack.to_vec();
+        upstream.push("--".to_string());
         upstream.extend(upstream_args(fixture));
         let worker = start_worker(&bin, &socket, &upstream)?;
-        let mut front_args = vec!["--worker".to_string(), socket.display().to_string()];
+        let mut front_args = on_stack.to_vec();
+        front_args.extend(["--worker".to_string(), socket.display().to_string()]);
         let verifier = if verify {
             let socket = dir.path().join("verify.sock");
-            let v = start_worker(&bin, &socket, &["--verifier".to_string()])?;
+            let mut args = on_stack.to_vec();
+            args.push("--verifier".to_string());
+            let v = start_worker(&bin, &socket, &args)?;
             front_args.extend(["--verifier".to_string(), socket.display().to_string()]);
             Some(v)
         } else {
