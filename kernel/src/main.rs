@@ -76,24 +76,19 @@ fn main() -> ExitCode {
         demo: args.demo,
         pipe_grant,
     };
-    // OpenTelemetry metrics, only with OTEL_EXPORTER_OTLP_* set (SPEC §14); the last values
-    // are exported when the kernel stops.
+    // OpenTelemetry metrics, only with OTEL_EXPORTER_OTLP_* set (SPEC §14): exported by a
+    // task of the kernel's runtime (`run_until`), the last values when the kernel stops.
     #[cfg(feature = "otel")]
-    let telemetry = tutti_proto::telemetry::init_with(
+    tutti_proto::telemetry::init_with(
         "tutti-kernel",
         "kernel",
         tutti_proto::telemetry::Signals::Metrics,
     );
-    let code = if args.service {
+    if args.service {
         run_service(config)
     } else {
         run_foreground(config)
-    };
-    #[cfg(feature = "otel")]
-    if let Some(t) = telemetry {
-        t.shutdown();
     }
-    code
 }
 
 /// The kernel on this thread until a signal stops it.

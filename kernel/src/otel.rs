@@ -16,8 +16,9 @@
 //!   (`telemetryDropped` of `status`).
 //!
 //! Attributes are connector keys only: never a session name, token or secret. The observed
-//! values are read by the SDK's metric reader thread at each export (`OTEL_METRIC_EXPORT_INTERVAL`),
-//! under the same short locks `Status` takes; nothing here runs on a call's path.
+//! values are read by the export loop (a task of the kernel's runtime) at each export
+//! (`OTEL_METRIC_EXPORT_INTERVAL`), under the same short locks `Status` takes; nothing here
+//! runs on a call's path.
 
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -40,6 +41,21 @@ type Observed = (
 );
 
 static OBSERVED: OnceLock<Observed> = OnceLock::new();
+
+/// The export loop on the kernel's runtime, with export on (see `tutti_proto::telemetry`).
+pub struct Export(Option<tokio::task::JoinHandle<()>>);
+
+/// Starts the export loop as a task of the kernel's runtime (nothing with export off).
+pub fn start_export() -> Export {
+    Export(telemetry::get().map(|t| tokio::spawn(t.exporting())))
+}
+
+/// The last export as the kernel stops, bounded by `telemetry::SHUTDOWN_BUDGET`.
+pub async fn finish_export(export: Export) {
+    if let (Some(t), Some(export)) = (telemetry::get(), export.0) {
+        t.shutdown(export).await;
+    }
+}
 
 /// Registers the kernel's metrics with `k` as the source of the observed ones (a no-op with
 /// export off). The callbacks hold `k` weakly: a stopped kernel reports nothing more.

@@ -58,6 +58,7 @@ pub async fn run_until(
     let keys: Vec<String> = manifests.keys().cloned().collect();
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
     crate::otel::observe(&k);
+    let export = crate::otel::start_export();
     for (key, err) in broken {
         let why = format!(
             "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
@@ -112,6 +113,7 @@ pub async fn run_until(
     let _ = std::fs::remove_file(endpoint.as_str());
     // The frontend is gone: its URL must not outlive it for a reader of run/.
     let _ = std::fs::remove_file(paths.frontend_json());
+    crate::otel::finish_export(export).await;
     tracing::info!("kernel stopped");
     Ok(())
 }

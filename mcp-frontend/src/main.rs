@@ -52,11 +52,12 @@ async fn main() -> ExitCode {
     }
     // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
     #[cfg(feature = "otel")]
-    let telemetry = tutti_proto::telemetry::init("tutti-mcp-frontend", "frontend");
+    let telemetry = tutti_proto::telemetry::init("tutti-mcp-frontend", "frontend")
+        .map(|t| (t, tokio::spawn(t.exporting())));
     let outcome = start(args).await;
     #[cfg(feature = "otel")]
-    if let Some(t) = telemetry {
-        t.shutdown();
+    if let Some((t, export)) = telemetry {
+        t.shutdown(export).await;
     }
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

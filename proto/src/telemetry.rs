@@ -1,19 +1,31 @@
-//! OpenTelemetry export (SPEC §14), for the frontend and the workers (feature `otel`).
+//! OpenTelemetry export (SPEC §14), for the frontend, the workers and the kernel (feature
+//! `otel`).
 //!
 //! On only when the standard variables name an OTLP endpoint
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT`, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` /
 //! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`); otherwise nothing is built and nothing is sent.
 //! Export is OTLP/HTTP protobuf: spans through our own bounded queue (`queue.rs`: a full
-//! queue drops and counts, [`dropped`], it never waits), metrics from the SDK's periodic
-//! reader, each on its own thread, so a call only ever hands a finished span over. The other
-//! `OTEL_*` variables (`…_HEADERS`, `…_TIMEOUT`, `OTEL_BSP_*`, `OTEL_METRIC_EXPORT_INTERVAL`,
-//! `OTEL_RESOURCE_ATTRIBUTES`) work as the SDK documents them. At exit the exporters get
-//! [`SHUTDOWN_BUDGET`], never an export timeout.
+//! queue drops and counts, [`dropped`], it never waits), metrics from a manual reader
+//! collected on the export interval. The other `OTEL_*` variables (`…_HEADERS`, `…_TIMEOUT`,
+//! `OTEL_BSP_*`, `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_RESOURCE_ATTRIBUTES`) work as the SDK
+//! documents them.
+//!
+//! **No thread of its own.** The export loop ([`Telemetry::exporting`]) is a task on the
+//! process's single-threaded runtime, with an async HTTP client. The SDK's way (a thread for
+//! the batch span processor, one for the periodic metric reader, one inside the blocking HTTP
+//! client) made the frontend and every worker multi-threaded processes, and a call through a
+//! multi-threaded process pays on every allocation and system call (locked allocator paths,
+//! shared file tables, cross-CPU wake-ups): +11…20 µs p50 per call with export on, most of it
+//! not OpenTelemetry's own work (docs/PERFORMANCE.md, session 13). The price: an export's
+//! encoding runs between calls on the call's thread (once per batch of 512 spans or per
+//! metric interval). At exit the last export gets [`SHUTDOWN_BUDGET`], never an export
+//! timeout.
 
 mod queue;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 pub use opentelemetry;
@@ -25,14 +37,21 @@ use opentelemetry::trace::{
 use opentelemetry_otlp::{MetricExporter, Protocol, SpanExporter, WithExportConfig as _};
 pub use opentelemetry_sdk;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::metrics::SdkMeterProvider;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter as _;
+use opentelemetry_sdk::metrics::reader::MetricReader;
+use opentelemetry_sdk::metrics::{
+    InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality,
+};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter as _};
+use tokio::sync::watch;
 
 pub use queue::QueueConfig;
 
 /// How long a process waits at exit for its last export: a receiver that does not answer
 /// must not hold up `tutti down` (each export would otherwise wait `OTEL_EXPORTER_OTLP_TIMEOUT`,
-/// 10 s, and the SDK's metric reader 5 s more).
+/// 10 s).
 pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(1);
 
 /// The variables that turn export on (any one of them, not empty).
@@ -42,6 +61,9 @@ pub const ENDPOINT_VARS: [&str; 3] = [
     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
 ];
 
+/// The metric export interval when `OTEL_METRIC_EXPORT_INTERVAL` (ms) is unset (the SDK's).
+const METRIC_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+
 /// A process's exporters, tracer and meter.
 pub struct Telemetry {
     pub tracer: SdkTracer,
@@ -49,6 +71,18 @@ pub struct Telemetry {
     tracer_provider: SdkTracerProvider,
     meter_provider: SdkMeterProvider,
     dropped: Arc<AtomicU64>,
+    /// What the export loop needs; taken by the first [`Telemetry::exporting`].
+    exporters: Mutex<Option<Exporters>>,
+    /// `true`: the export loop runs its last export and ends.
+    stop: watch::Sender<bool>,
+}
+
+/// The export loop's parts, built with the providers.
+struct Exporters {
+    spans: Option<(Arc<queue::SpanQueue>, SpanExporter)>,
+    metrics: MetricExporter,
+    reader: SharedReader,
+    interval: Duration,
 }
 
 static GLOBAL: OnceLock<Option<Telemetry>> = OnceLock::new();
@@ -62,7 +96,8 @@ pub fn enabled_by_env() -> bool {
 
 /// Sets up export for this process once (`service`: the binary's name, `role`: its part in
 /// the runtime, both resource attributes). `None`, and nothing built, without the variables
-/// or when an exporter cannot be built (logged once).
+/// or when an exporter cannot be built (logged once). Nothing is sent until the process
+/// runs [`Telemetry::exporting`] on its runtime.
 pub fn init(service: &'static str, role: &'static str) -> Option<&'static Telemetry> {
     init_with(service, role, Signals::TracesAndMetrics)
 }
@@ -72,12 +107,12 @@ pub fn init(service: &'static str, role: &'static str) -> Option<&'static Teleme
 pub enum Signals {
     /// Spans and metrics (the frontend, the workers).
     TracesAndMetrics,
-    /// Metrics only (the kernel has no span of its own): no span exporter, no batch thread.
+    /// Metrics only (the kernel has no span of its own): no span exporter, no span queue.
     Metrics,
 }
 
 /// [`init`], choosing the signals: with [`Signals::Metrics`] the tracer is a no-op one and
-/// neither a span exporter nor its thread is built.
+/// no span exporter is built.
 pub fn init_with(
     service: &'static str,
     role: &'static str,
@@ -117,6 +152,8 @@ fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<
             KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
         ])
         .build();
+    // The async HTTP client (feature `reqwest-client`): its connections are tasks on the
+    // runtime that awaits the export, so no thread is started for it.
     let metrics = MetricExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -124,57 +161,149 @@ fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<
         .map_err(|e| e.to_string())?;
     let dropped = Arc::new(AtomicU64::new(0));
     let mut tracer_provider = SdkTracerProvider::builder().with_resource(resource.clone());
+    let mut spans = None;
     if signals == Signals::TracesAndMetrics {
-        let spans = SpanExporter::builder()
+        let mut exporter = SpanExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary)
             .build()
             .map_err(|e| e.to_string())?;
-        let queue =
-            queue::DroppingBatchProcessor::start(spans, QueueConfig::from_env(), dropped.clone())
-                .map_err(|e| format!("cannot start the span export thread: {e}"))?;
-        tracer_provider = tracer_provider.with_span_processor(queue);
+        exporter.set_resource(&resource);
+        let queue = queue::SpanQueue::new(QueueConfig::from_env(), dropped.clone());
+        tracer_provider = tracer_provider.with_span_processor(queue::QueueProcessor(queue.clone()));
+        spans = Some((queue, exporter));
     }
     let tracer_provider = tracer_provider.build();
+    let reader = SharedReader(Arc::new(
+        ManualReader::builder()
+            .with_temporality(metrics.temporality())
+            .build(),
+    ));
     let meter_provider = SdkMeterProvider::builder()
-        .with_periodic_exporter(metrics)
+        .with_reader(reader.clone())
         .with_resource(resource)
         .build();
+    let interval = std::env::var("OTEL_METRIC_EXPORT_INTERVAL")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(METRIC_INTERVAL_DEFAULT, Duration::from_millis);
     Ok(Telemetry {
         tracer: tracer_provider.tracer(service),
         meter: meter_provider.meter(service),
         tracer_provider,
         meter_provider,
         dropped,
+        exporters: Mutex::new(Some(Exporters {
+            spans,
+            metrics,
+            reader,
+            interval,
+        })),
+        stop: watch::channel(false).0,
     })
 }
 
 impl Telemetry {
-    /// Exports what is queued and stops the exporters (at process exit), waiting at most
-    /// [`SHUTDOWN_BUDGET`]: the SDK's metric reader waits up to 5 s for its last export
-    /// whatever timeout it is given, so both shutdowns run on a thread of their own and are
-    /// left behind (the process is exiting) when the budget runs out.
-    pub fn shutdown(&'static self) {
-        let (done, finished) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("tutti-otel-shutdown".into())
-            .spawn(move || {
-                let _ = self.tracer_provider.shutdown_with_timeout(SHUTDOWN_BUDGET);
-                let _ = self.meter_provider.shutdown_with_timeout(SHUTDOWN_BUDGET);
-                let _ = done.send(());
-            });
-        if spawned.is_ok() && finished.recv_timeout(SHUTDOWN_BUDGET).is_err() {
+    /// The export loop, to be spawned on the process's own runtime (`tokio::spawn`): spans
+    /// as their queue fills or its delay passes, metrics every export interval, until
+    /// [`Telemetry::shutdown`]; then one last export of each. A second call returns at once.
+    pub fn exporting(&'static self) -> impl Future<Output = ()> + Send + 'static {
+        let parts = self
+            .exporters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let stop = self.stop.subscribe();
+        async move {
+            let Some(parts) = parts else {
+                return;
+            };
+            let spans = async {
+                if let Some((queue, exporter)) = parts.spans {
+                    queue::export_spans(queue, exporter, stop.clone()).await;
+                }
+            };
+            let metrics = export_metrics(parts.reader, parts.metrics, parts.interval, stop.clone());
+            tokio::join!(spans, metrics);
+        }
+    }
+
+    /// At exit, on the runtime that runs `export` (the spawned [`Telemetry::exporting`]):
+    /// asks for the last export and waits for it at most [`SHUTDOWN_BUDGET`], then shuts the
+    /// providers down (spans ended after that are not exported).
+    pub async fn shutdown(&'static self, export: tokio::task::JoinHandle<()>) {
+        let _ = self.stop.send(true);
+        if tokio::time::timeout(SHUTDOWN_BUDGET, export).await.is_err() {
             tracing::warn!(
                 budget = ?SHUTDOWN_BUDGET,
                 dropped_spans = self.dropped_spans(),
                 "OpenTelemetry export did not finish at exit (receiver slow or unreachable); exiting without it"
             );
         }
+        let _ = self.tracer_provider.shutdown_with_timeout(SHUTDOWN_BUDGET);
+        let _ = self.meter_provider.shutdown_with_timeout(SHUTDOWN_BUDGET);
     }
 
     /// Spans dropped because the export queue was full, since the process started.
     pub fn dropped_spans(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// The metric export loop: collect and export every `interval` until `stop`, then once more.
+/// An export in flight when `stop` comes is abandoned for the last one.
+async fn export_metrics(
+    reader: SharedReader,
+    exporter: MetricExporter,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut metrics = ResourceMetrics::default();
+    let mut next = tokio::time::Instant::now() + interval;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+        next = tokio::time::Instant::now() + interval;
+        if reader.collect(&mut metrics).is_ok() {
+            tokio::select! {
+                _ = exporter.export(&metrics) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+    }
+    if reader.collect(&mut metrics).is_ok() {
+        let _ = exporter.export(&metrics).await;
+    }
+    let _ = exporter.shutdown();
+}
+
+/// The manual reader, shared between the meter provider (which owns its reader) and the
+/// export loop (which collects from it).
+#[derive(Clone, Debug)]
+struct SharedReader(Arc<ManualReader>);
+
+impl MetricReader for SharedReader {
+    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
+        self.0.register_pipeline(pipeline);
+    }
+
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self, kind: InstrumentKind) -> Temporality {
+        self.0.temporality(kind)
     }
 }
 

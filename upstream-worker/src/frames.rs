@@ -121,8 +121,10 @@ async fn serve<U: Upstream>(
                 return;
             }
         };
+        // Boxed: the call's future is large, and an idle connection waiting for its next
+        // frame should not keep room for one (the frontend keeps up to 64 idle per worker).
         let answer = tokio::select! {
-            answer = shared.call(request, None) => answer,
+            answer = Box::pin(shared.call(request, None)) => answer,
             () = peer_gone(&mut conn) => return,
         };
         let written = match answer {

@@ -118,11 +118,12 @@ fn main() -> ExitCode {
     runtime.spawn(kill_group_on_sigterm());
     // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
     #[cfg(feature = "otel")]
-    let telemetry = tutti_proto::telemetry::init("tutti-upstream-worker", "worker");
+    let telemetry = tutti_proto::telemetry::init("tutti-upstream-worker", "worker")
+        .map(|t| (t, runtime.spawn(t.exporting())));
     let outcome = runtime.block_on(run(config));
     #[cfg(feature = "otel")]
-    if let Some(t) = telemetry {
-        t.shutdown();
+    if let Some((t, export)) = telemetry {
+        runtime.block_on(t.shutdown(export));
     }
     // Do not wait for stray blocking work (e.g. a stuck stderr write) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
