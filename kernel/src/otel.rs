@@ -45,11 +45,6 @@ static OBSERVED: OnceLock<Observed> = OnceLock::new();
 /// The export loop on the kernel's runtime, with export on (see `tutti_proto::telemetry`).
 pub struct Export(Option<tokio::task::JoinHandle<()>>);
 
-/// Starts the export loop as a task of the kernel's runtime (nothing with export off).
-pub fn start_export() -> Export {
-    Export(telemetry::get().map(|t| tokio::spawn(t.exporting())))
-}
-
 /// The last export as the kernel stops, bounded by `telemetry::SHUTDOWN_BUDGET`.
 pub async fn finish_export(export: Export) {
     if let (Some(t), Some(export)) = (telemetry::get(), export.0) {
@@ -57,11 +52,12 @@ pub async fn finish_export(export: Export) {
     }
 }
 
-/// Registers the kernel's metrics with `k` as the source of the observed ones (a no-op with
-/// export off). The callbacks hold `k` weakly: a stopped kernel reports nothing more.
-pub fn observe(k: &Arc<Kernel>) {
+/// Registers the kernel's metrics with `k` as the source of the observed ones and starts
+/// the export loop as a task of the kernel's runtime (nothing with export off). The
+/// callbacks hold `k` weakly: a stopped kernel reports nothing more.
+pub fn observe(k: &Arc<Kernel>) -> Export {
     let Some(t) = telemetry::get() else {
-        return;
+        return Export(None);
     };
     crate::otel_counts::init(&t.meter);
     let weak = Arc::downgrade(k);
@@ -75,6 +71,7 @@ pub fn observe(k: &Arc<Kernel>) {
             telemetry_dropped(&t.meter, weak.clone()),
         )
     });
+    Export(Some(tokio::spawn(t.exporting())))
 }
 
 fn telemetry_dropped(meter: &Meter, k: Weak<Kernel>) -> ObservableCounter<u64> {

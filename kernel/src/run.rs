@@ -57,8 +57,7 @@ pub async fn run_until(
     let (registry, manifests, broken) = load_connectors(&paths)?;
     let keys: Vec<String> = manifests.keys().cloned().collect();
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
-    crate::otel::observe(&k);
-    let export = crate::otel::start_export();
+    let export = crate::otel::observe(&k);
     for (key, err) in broken {
         let why = format!(
             "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"

@@ -939,6 +939,54 @@ fn otel_export_links_the_frontend_and_worker_spans_and_the_upstream_sees_the_tra
         assert!(!all.contains(SECRET), "a secret was exported");
         assert!(!all.contains(&token), "the session token was exported");
     });
+    // Export runs on each process's own runtime: the frontend and the worker stay
+    // single-threaded with export on (the SDK's threads made every call pay; PERFORMANCE.md).
+    #[cfg(target_os = "linux")]
+    for name in ["tutti-mcp-frontend", "tutti-upstream-worker"] {
+        let pids = runtime_processes(&rt, name);
+        assert!(!pids.is_empty(), "no {name} process under the runtime");
+        for pid in pids {
+            let threads = thread_names(pid);
+            assert_eq!(
+                threads.len(),
+                1,
+                "{name} ({pid}) runs threads {threads:?} with export on"
+            );
+        }
+    }
+}
+
+/// Pids of the runtime's processes whose command is `name`.
+#[cfg(target_os = "linux")]
+fn runtime_processes(rt: &Runtime, name: &str) -> Vec<u32> {
+    let kernel = rt
+        .pid()
+        .unwrap_or_else(|| panic!("the runtime is not running"));
+    tutti_tests::proc_tree::descendants(kernel)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| name.starts_with(comm.trim()))
+        })
+        .collect()
+}
+
+/// The names of `pid`'s threads.
+#[cfg(target_os = "linux")]
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| t.ok())
+                .map(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .unwrap_or_default()
+                        .trim()
+                        .to_owned()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]

@@ -265,7 +265,7 @@ mod tests {
         assert_eq!(bad.max_queue_size, 2048);
     }
 
-    /// Yields to the loop until `done` or 10 s of (paused, auto-advancing) time pass.
+    /// Yields to the loop until `done` or 10 s pass.
     async fn until(done: impl Fn() -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !done() && tokio::time::Instant::now() < deadline {
@@ -273,10 +273,9 @@ mod tests {
         }
     }
 
-    /// Fewer spans than a batch wait for the timer; a full batch goes at once; stop exports
-    /// the rest.
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
-    async fn spans_short_of_a_batch_wait_for_the_timer_and_a_full_batch_does_not() {
+    /// Fewer spans than a batch wait for the timer; stop exports what is queued and closes.
+    #[tokio::test(flavor = "current_thread")]
+    async fn spans_short_of_a_batch_wait_for_the_timer() {
         let exporter = Stuck::new(true);
         let config = QueueConfig {
             max_queue_size: 16,
@@ -286,33 +285,49 @@ mod tests {
         let queue = SpanQueue::new(config, Arc::default());
         let processor = QueueProcessor(queue.clone());
         let (stop, stopped) = watch::channel(false);
-        let export = tokio::spawn(export_spans(queue.clone(), exporter.clone(), stopped));
         let started = tokio::time::Instant::now();
+        let export = tokio::spawn(export_spans(queue.clone(), exporter.clone(), stopped));
         for _ in 0..3 {
             processor.on_end(span());
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(exporter.exported(), 0, "exported before the timer");
         assert_eq!(queue.queued(), 3);
         until(|| exporter.exported() == 3).await;
+        assert_eq!(exporter.exported(), 3);
         assert!(started.elapsed() >= Duration::from_millis(300));
-        // A full batch is taken without waiting for the timer.
-        let full = tokio::time::Instant::now();
-        for _ in 0..4 {
-            processor.on_end(span());
-        }
-        until(|| exporter.exported() == 7).await;
-        assert!(full.elapsed() < Duration::from_millis(300), "waited for the timer");
         // Stop: what is queued goes out, later spans are refused.
         processor.on_end(span());
         let _ = stop.send(true);
         let _ = export.await;
-        assert_eq!(exporter.exported(), 8);
+        assert_eq!(exporter.exported(), 4);
         processor.on_end(span());
         assert_eq!(queue.queued(), 0);
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    /// A full batch is exported at once, not at the (here one-minute) timer.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_batch_does_not_wait_for_the_timer() {
+        let exporter = Stuck::new(true);
+        let config = QueueConfig {
+            max_queue_size: 16,
+            max_export_batch_size: 4,
+            schedule_delay: Duration::from_secs(60),
+        };
+        let queue = SpanQueue::new(config, Arc::default());
+        let processor = QueueProcessor(queue.clone());
+        let (stop, stopped) = watch::channel(false);
+        let export = tokio::spawn(export_spans(queue.clone(), exporter.clone(), stopped));
+        for _ in 0..4 {
+            processor.on_end(span());
+        }
+        until(|| exporter.exported() == 4).await;
+        assert_eq!(exporter.exported(), 4, "a full batch waited for the timer");
+        let _ = stop.send(true);
+        let _ = export.await;
+    }
+
+    #[tokio::test(flavor = "current_thread")]
     async fn a_stuck_export_fills_the_queue_and_further_spans_are_dropped_and_counted() {
         let exporter = Stuck::new(false);
         let dropped = Arc::new(AtomicU64::new(0));
