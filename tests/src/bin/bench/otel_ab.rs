@@ -3,8 +3,8 @@
 //!
 //! Two runtimes run at once, the same fixture connector in each; one has
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` naming a loopback port whose listener never accepts, so
-//! every export of the frontend's and the worker's batch span processor and periodic metric
-//! reader waits for its timeout and the span queues fill up and drop. The calls are measured
+//! every export of the frontend's and the worker's span and metric export loops waits for
+//! its timeout and the span queues fill up and drop. The calls are measured
 //! in interleaved rounds (off then on, on then off, …, each block after untimed calls), so both
 //! see the same machine; "CPU per call" is the frontend's and the worker's CPU time over the
 //! rounds divided by the calls. RSS: VmRSS after the rounds, and the peak while 8, then 64,
