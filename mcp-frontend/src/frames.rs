@@ -27,6 +27,12 @@ use crate::error::Error;
 /// boxed only while a call runs: `upstream-worker/src/frames.rs`).
 const IDLE_PER_WORKER: usize = 64;
 
+/// Idle connections per worker that keep their reply buffer (up to 2 MiB each after big
+/// replies, so a stream of big results is read into mapped pages, big26); one that comes back
+/// when this many are idle already gives its buffer up, so idle buffers stay within 16 MiB
+/// per worker however many connections the pool holds.
+const BUFFERED_PER_WORKER: usize = 8;
+
 /// Which data plane plain tool calls use (env `TUTTI_DATA_PLANE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum DataPlane {
@@ -123,12 +129,15 @@ impl FramePool {
 
     /// Returns a connection after a whole answer. A new endpoint (a new generation) first
     /// drops the pools of endpoints whose socket is gone (generations that ended).
-    fn put(&self, data_endpoint: &str, conn: Pooled) {
+    fn put(&self, data_endpoint: &str, mut conn: Pooled) {
         let mut idle = self.lock();
         if !idle.contains_key(data_endpoint) {
             idle.retain(|endpoint, _| still_there(endpoint));
         }
         let pool = idle.entry(data_endpoint.to_owned()).or_default();
+        if pool.len() >= BUFFERED_PER_WORKER {
+            conn.1 = FrameBuffer::default();
+        }
         if pool.len() < IDLE_PER_WORKER {
             pool.push(conn);
         }

@@ -12,14 +12,14 @@
 //!
 //! **No thread of its own.** The export loop ([`Telemetry::exporting`]) is a task on the
 //! process's single-threaded runtime, with an async HTTP client. The SDK's way (a thread for
-//! the batch span processor, one for the periodic metric reader, one inside the blocking HTTP
-//! client) made the frontend and every worker multi-threaded processes, and a call through a
-//! multi-threaded process pays on every allocation and system call (locked allocator paths,
-//! shared file tables, cross-CPU wake-ups): +11…20 µs p50 per call with export on, most of it
-//! not OpenTelemetry's own work (docs/PERFORMANCE.md, session 13). The price: an export's
-//! encoding runs between calls on the call's thread (once per batch of 512 spans or per
-//! metric interval). At exit the last export gets [`SHUTDOWN_BUDGET`], never an export
-//! timeout.
+//! the batch span processor, one for the periodic metric reader, two inside the blocking HTTP
+//! client) made the frontend and every worker multi-threaded processes: ~1.1–1.3 MiB more
+//! resident in each with export on, and every call paying for a multi-threaded process
+//! (locked allocator paths, shared file tables). Measured without the threads
+//! (docs/PERFORMANCE.md, session 13): the memory is saved; the per-call latency with export
+//! on did not measurably change. The price: an export's encoding runs between calls on the
+//! call's thread (once per batch of 512 spans or per metric interval). At exit the last
+//! export gets [`SHUTDOWN_BUDGET`], never an export timeout.
 
 mod queue;
 

@@ -27,6 +27,10 @@ use crate::upstream::Upstream;
 /// `net.core.wmem_max`, 208 KiB by default).
 const REPLY_SEND_BUFFER: usize = 4 * 1024 * 1024;
 
+/// A connection's frame buffer larger than this after a call is given up: up to 64 idle
+/// connections per worker must not each keep the room a call with big arguments needed.
+const IDLE_BUFFER_KEPT: usize = 64 * 1024;
+
 /// After a failed accept (e.g. out of descriptors), wait this long before the next.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -137,6 +141,9 @@ async fn serve<U: Upstream>(
         if let Err(e) = written {
             tracing::debug!(error = %e, "cannot write a reply frame");
             return;
+        }
+        if buf.capacity() > IDLE_BUFFER_KEPT {
+            buf = Vec::new();
         }
     }
 }

@@ -273,20 +273,39 @@ mod tests {
         }
     }
 
+    /// A queue of `size` spans, batches of `batch`, the given delay, with its export loop
+    /// running on the test's runtime: the queue, its processor, the stop switch, the loop.
+    fn running(
+        exporter: &Stuck,
+        (size, batch, delay): (usize, usize, Duration),
+        dropped: Arc<AtomicU64>,
+    ) -> (
+        Arc<SpanQueue>,
+        QueueProcessor,
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let config = QueueConfig {
+            max_queue_size: size,
+            max_export_batch_size: batch,
+            schedule_delay: delay,
+        };
+        let queue = SpanQueue::new(config, dropped);
+        let (stop, stopped) = watch::channel(false);
+        let export = tokio::spawn(export_spans(queue.clone(), exporter.clone(), stopped));
+        (queue.clone(), QueueProcessor(queue), stop, export)
+    }
+
     /// Fewer spans than a batch wait for the timer; stop exports what is queued and closes.
     #[tokio::test(flavor = "current_thread")]
     async fn spans_short_of_a_batch_wait_for_the_timer() {
         let exporter = Stuck::new(true);
-        let config = QueueConfig {
-            max_queue_size: 16,
-            max_export_batch_size: 4,
-            schedule_delay: Duration::from_millis(300),
-        };
-        let queue = SpanQueue::new(config, Arc::default());
-        let processor = QueueProcessor(queue.clone());
-        let (stop, stopped) = watch::channel(false);
         let started = tokio::time::Instant::now();
-        let export = tokio::spawn(export_spans(queue.clone(), exporter.clone(), stopped));
+        let (queue, processor, stop, export) = running(
+            &exporter,
+            (16, 4, Duration::from_millis(300)),
+            Arc::default(),
+        );
         for _ in 0..3 {
             processor.on_end(span());
         }
@@ -309,15 +328,8 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_full_batch_does_not_wait_for_the_timer() {
         let exporter = Stuck::new(true);
-        let config = QueueConfig {
-            max_queue_size: 16,
-            max_export_batch_size: 4,
-            schedule_delay: Duration::from_secs(60),
-        };
-        let queue = SpanQueue::new(config, Arc::default());
-        let processor = QueueProcessor(queue.clone());
-        let (stop, stopped) = watch::channel(false);
-        let export = tokio::spawn(export_spans(queue.clone(), exporter.clone(), stopped));
+        let (_queue, processor, stop, export) =
+            running(&exporter, (16, 4, Duration::from_secs(60)), Arc::default());
         for _ in 0..4 {
             processor.on_end(span());
         }
@@ -331,15 +343,8 @@ mod tests {
     async fn a_stuck_export_fills_the_queue_and_further_spans_are_dropped_and_counted() {
         let exporter = Stuck::new(false);
         let dropped = Arc::new(AtomicU64::new(0));
-        let config = QueueConfig {
-            max_queue_size: 4,
-            max_export_batch_size: 2,
-            schedule_delay: Duration::from_secs(60),
-        };
-        let queue = SpanQueue::new(config, dropped.clone());
-        let processor = QueueProcessor(queue.clone());
-        let (stop, stopped) = watch::channel(false);
-        let export = tokio::spawn(export_spans(queue.clone(), exporter.clone(), stopped));
+        let (queue, processor, stop, export) =
+            running(&exporter, (4, 2, Duration::from_secs(60)), dropped.clone());
         // The first full batch goes to the (stuck) exporter; then the queue takes 4 more.
         for _ in 0..2 {
             processor.on_end(span());

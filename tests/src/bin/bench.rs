@@ -858,24 +858,17 @@ mod bench {
             .unwrap_or_default();
         let t50 = p50(&trivial);
         r.row(System::Trivial.label(), summary(trivial).3);
-        let floor = calls
-            .take(|r| r.system == System::Floor)
-            .unwrap_or_default();
-        let f50 = p50(&floor);
-        r.row(System::Floor.label(), summary(floor).3);
-        let (floor_cpu, floor_total) = calls.cpu(System::Floor);
-        r.row(
+        let (f50, floor_total) = row_with_cpu(
+            r,
+            &mut calls,
+            System::Floor,
             "  CPU per call, floor (front · worker)",
-            fmt_cpu(&floor_cpu),
         );
-        let fv = calls
-            .take(|r| r.system == System::FloorVerify)
-            .unwrap_or_default();
-        let fv50 = p50(&fv);
-        r.row(System::FloorVerify.label(), summary(fv).3);
-        r.row(
+        let (fv50, _) = row_with_cpu(
+            r,
+            &mut calls,
+            System::FloorVerify,
             "  CPU per call, floor with check hop (front · worker · verifier)",
-            fmt_cpu(&calls.cpu(System::FloorVerify).0),
         );
         let (fs50, fs_total) = report_floor_stack(r, &mut calls, f50, floor_total);
         let mut own = vec![
@@ -982,6 +975,22 @@ mod bench {
         report_peers(r, &mut calls, not_measured, d50, t50, own);
     }
 
+    /// A system's echo row and its CPU-per-call row (`cpu_label`); its p50 and its CPU per
+    /// call summed over its processes.
+    fn row_with_cpu(
+        r: &mut Report,
+        calls: &mut EchoRows,
+        system: System,
+        cpu_label: &str,
+    ) -> (Duration, Option<Duration>) {
+        let v = calls.take(|r| r.system == system).unwrap_or_default();
+        let p = p50(&v);
+        r.row(system.label(), summary(v).3);
+        let (cpu, total) = calls.cpu(system);
+        r.row(cpu_label, fmt_cpu(&cpu));
+        (p, total)
+    }
+
     /// The floor on the runtime's stack: its row, its CPU per call, and both as ratios to the
     /// blocking floor's (how much of the runtime's distance to the floor the stack itself
     /// takes). Returns its p50 and CPU per call (front + worker).
@@ -991,15 +1000,11 @@ mod bench {
         f50: Duration,
         floor_total: Option<Duration>,
     ) -> (Duration, Option<Duration>) {
-        let v = calls
-            .take(|r| r.system == System::FloorStack)
-            .unwrap_or_default();
-        let fs50 = p50(&v);
-        r.row(System::FloorStack.label(), summary(v).3);
-        let (cpu, total) = calls.cpu(System::FloorStack);
-        r.row(
+        let (fs50, total) = row_with_cpu(
+            r,
+            calls,
+            System::FloorStack,
             "  CPU per call, floor on the runtime's stack (front · worker)",
-            fmt_cpu(&cpu),
         );
         let cpu_ratio = match (total, floor_total) {
             (Some(s), Some(f)) => format!("{:.2}× ({} / {})", ratio(s, f), fmt_us(s), fmt_us(f)),
