@@ -152,8 +152,9 @@ impl WineRuntime {
         serde_json::from_slice(&out.stdout).ok()
     }
 
-    /// Waits until `tutti status --json` satisfies `check`; returns that status.
-    fn wait_status(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    /// Waits until `tutti status --json` satisfies `check`; returns that status. Fails at
+    /// once if `tutti up` ended.
+    fn wait_status(&mut self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + READY;
         let mut last = Value::Null;
         while Instant::now() < deadline {
@@ -163,6 +164,14 @@ impl WineRuntime {
                 }
                 last = v;
             }
+            if let Some(up) = self.up.as_mut()
+                && let Ok(Some(status)) = up.try_wait()
+            {
+                panic!(
+                    "{what}: `tutti up` ended with {status} before that\n{}",
+                    self.diagnostics()
+                );
+            }
             std::thread::sleep(POLL);
         }
         panic!(
@@ -171,12 +180,24 @@ impl WineRuntime {
         );
     }
 
+    /// What a failed run needs to be understood: the outputs of `tutti up` and of the last
+    /// `tutti` command, the logs, what the state directory holds, and which processes run.
     fn diagnostics(&self) -> String {
-        let read = |p: PathBuf| std::fs::read_to_string(&p).unwrap_or_default();
+        let read = |p: PathBuf| std::fs::read_to_string(&p).unwrap_or_else(|e| format!("({e})"));
         let state = self.root.path().join("state");
+        let files: Vec<String> = walk(&state, 3)
+            .iter()
+            .filter_map(|p| p.strip_prefix(&state).ok())
+            .map(|p| p.display().to_string())
+            .collect();
+        let wine = wine_processes();
+        let linux = linux_procs(&self.root.path().to_string_lossy());
         format!(
-            "--- up.stderr\n{}\n--- kernel.log (tail)\n{}\n--- connector-fx.log (tail)\n{}",
+            "--- up.stdout\n{}\n--- up.stderr\n{}\n--- last command's stdout\n{}\n--- last command's stderr\n{}\n--- kernel.log (tail)\n{}\n--- connector-fx.log (tail)\n{}\n--- state dir\n{files:?}\n--- Wine's processes\n{wine}\n--- Linux processes of this runtime\n{linux:?}",
+            read(self.root.path().join("up.stdout")),
             read(self.root.path().join("up.stderr")),
+            read(self.root.path().join("cmd.stdout")),
+            read(self.root.path().join("cmd.stderr")),
             tail(&read(state.join("logs").join("kernel.log")), 40),
             tail(&read(state.join("logs").join("connector-fx.log")), 20),
         )
@@ -262,8 +283,8 @@ fn linux_procs(needle: &str) -> Vec<(u32, String)> {
         .collect()
 }
 
-/// The Windows processes of the set in Wine's own process list (`winedbg`'s `info proc`).
-fn wine_set_processes() -> Vec<String> {
+/// Wine's own process list (`winedbg`'s `info proc`), as it printed it.
+fn wine_processes() -> String {
     let path = std::env::temp_dir().join(format!("tutti-winedbg-{}.txt", std::process::id()));
     let status = Command::new("winedbg")
         .args(["--command", "info proc"])
@@ -277,14 +298,36 @@ fn wine_set_processes() -> Vec<String> {
         });
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let _ = std::fs::remove_file(&path);
+    format!("(winedbg: {status})\n{text}")
+}
+
+/// The Windows processes of the set in Wine's own process list.
+fn wine_set_processes() -> Vec<String> {
+    let text = wine_processes();
     assert!(
         text.to_ascii_lowercase().contains("winedbg"),
-        "winedbg ({status}) printed no process list (it lists itself): {text}"
+        "winedbg printed no process list (it lists itself): {text}"
     );
     text.lines()
         .filter(|l| SET.iter().any(|exe| l.contains(exe)))
         .map(str::to_owned)
         .collect()
+}
+
+/// The paths under `dir`, `depth` levels deep.
+fn walk(dir: &Path, depth: usize) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+        if depth > 1 && path.is_dir() {
+            out.extend(walk(&path, depth - 1));
+        }
+        out.push(path);
+    }
+    out.sort();
+    out
 }
 
 /// The fixture's `echo` as the frontend names it.
