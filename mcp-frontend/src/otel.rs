@@ -5,7 +5,7 @@
 //! Attributes are names only: connector key, local tool name, outcome; never arguments,
 //! results, tokens or secrets.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tutti_proto::telemetry::{self, opentelemetry, opentelemetry_sdk};
@@ -15,6 +15,20 @@ use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::trace::{Span as _, SpanKind, Tracer as _};
 
 use crate::routes::Tool;
+
+/// A tool's names as span and metric attributes (connector key, local tool name), built once
+/// when the tool is projected at commit time: a call clones two reference counts, not two
+/// strings.
+pub(crate) struct ToolNames([KeyValue; 2]);
+
+impl ToolNames {
+    pub(crate) fn new(key: &str, tool: &str) -> ToolNames {
+        ToolNames([
+            KeyValue::new("tutti.connector", Arc::<str>::from(key)),
+            KeyValue::new("mcp.tool.name", Arc::<str>::from(tool)),
+        ])
+    }
+}
 
 /// The span of one call, started before the worker is asked.
 pub(crate) struct CallSpan {
@@ -30,8 +44,8 @@ pub(crate) fn start(tool: &Tool) -> Option<CallSpan> {
         .span_builder("tools/call")
         .with_kind(SpanKind::Server)
         .with_attributes([
-            KeyValue::new("tutti.connector", tool.connector.key.clone()),
-            KeyValue::new("mcp.tool.name", tool.name.clone()),
+            tool.otel.0[0].clone(),
+            tool.otel.0[1].clone(),
             KeyValue::new("mcp.method.name", "tools/call"),
         ])
         .start(&t.tracer);
@@ -42,7 +56,8 @@ pub(crate) fn start(tool: &Tool) -> Option<CallSpan> {
 impl CallSpan {
     /// `_meta` for the worker request: the span's `traceparent`.
     pub(crate) fn meta_json(&self) -> String {
-        serde_json::json!({ "traceparent": self.traceparent }).to_string()
+        // `traceparent` is lowercase hex and dashes (`telemetry::traceparent`): nothing to escape.
+        format!(r#"{{"traceparent":"{}"}}"#, self.traceparent)
     }
 
     /// Ends the span with the call's outcome (`audit::Outcome::as_str`; this module sits below `audit`).
@@ -97,10 +112,7 @@ pub(crate) fn record(tool: &Tool, elapsed: Duration, outcome: &'static str) {
     let Some(i) = instruments() else {
         return;
     };
-    let names = [
-        KeyValue::new("tutti.connector", tool.connector.key.clone()),
-        KeyValue::new("mcp.tool.name", tool.name.clone()),
-    ];
+    let names = &tool.otel.0;
     let with_outcome = [
         names[0].clone(),
         names[1].clone(),
@@ -110,5 +122,5 @@ pub(crate) fn record(tool: &Tool, elapsed: Duration, outcome: &'static str) {
     if outcome != "ok" {
         i.errors.add(1, &with_outcome);
     }
-    i.duration.record(elapsed.as_secs_f64(), &names);
+    i.duration.record(elapsed.as_secs_f64(), names);
 }

@@ -87,6 +87,8 @@ pub(crate) struct Tool {
     pub(crate) param_headers: Vec<ParamHeader>,
     /// `low` | `medium` | `high`, computed by the kernel at commit (for the audit record).
     pub(crate) risk: String,
+    /// The names as OpenTelemetry attributes (used only with export on).
+    pub(crate) otel: crate::otel::ToolNames,
 }
 
 /// Why a remembered name is not routable any more.
@@ -570,6 +572,7 @@ fn compile_tool(
         validator,
         param_headers: validate::param_headers(&input_schema),
         risk: routed.risk.clone(),
+        otel: crate::otel::ToolNames::new(&connector.key, &routed.name),
     }))
 }
 
