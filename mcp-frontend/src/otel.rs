@@ -36,9 +36,10 @@ pub(crate) struct CallSpan {
     traceparent: String,
 }
 
-/// Starts the call's span, when export is on.
+/// Starts the call's span, when export is on and the span queue has room (a full queue
+/// counts the span as dropped instead: `Telemetry::admit_span`).
 pub(crate) fn start(tool: &Tool) -> Option<CallSpan> {
-    let t = telemetry::get()?;
+    let t = telemetry::get().filter(|t| t.admit_span())?;
     let span = t
         .tracer
         .span_builder("tools/call")

@@ -71,6 +71,8 @@ pub struct Telemetry {
     tracer_provider: SdkTracerProvider,
     meter_provider: SdkMeterProvider,
     dropped: Arc<AtomicU64>,
+    /// The span queue (`None` with [`Signals::Metrics`]), for [`Telemetry::admit_span`].
+    span_queue: Option<Arc<queue::SpanQueue>>,
     /// What the export loop needs; taken by the first [`Telemetry::exporting`].
     exporters: Mutex<Option<Exporters>>,
     /// `true`: the export loop runs its last export and ends.
@@ -189,6 +191,7 @@ fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<
         .filter(|ms| *ms > 0)
         .map_or(METRIC_INTERVAL_DEFAULT, Duration::from_millis);
     Ok(Telemetry {
+        span_queue: spans.as_ref().map(|(queue, _)| queue.clone()),
         tracer: tracer_provider.tracer(service),
         meter: meter_provider.meter(service),
         tracer_provider,
@@ -243,6 +246,14 @@ impl Telemetry {
         }
         let _ = self.tracer_provider.shutdown_with_timeout(SHUTDOWN_BUDGET);
         let _ = self.meter_provider.shutdown_with_timeout(SHUTDOWN_BUDGET);
+    }
+
+    /// Whether to build a span for a call starting now: `false` while the span queue is full
+    /// (the receiver does not take spans), counting that span as dropped, so a call skips
+    /// the work of a span that would be thrown away (and its `traceparent`: a trace whose
+    /// spans are not exported). Checked before starting a span.
+    pub fn admit_span(&self) -> bool {
+        self.span_queue.as_ref().is_some_and(|q| q.admit())
     }
 
     /// Spans dropped because the export queue was full, since the process started.

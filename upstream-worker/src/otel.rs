@@ -49,13 +49,15 @@ const TRACEPARENT: &str = "traceparent";
 
 pub(crate) struct CallSpan(opentelemetry_sdk::trace::Span);
 
-/// Starts the span of a call to `tool` and puts its `traceparent` in `meta`.
+/// Starts the span of a call to `tool` and puts its `traceparent` in `meta`. With export off,
+/// or while the span queue is full (the span counted as dropped: `Telemetry::admit_span`),
+/// `meta` goes on unchanged: the frontend's `traceparent`, if any, still reaches the upstream.
 pub(crate) fn start(
     meta: Option<JsonObject>,
     key: &str,
     tool: &str,
 ) -> (Option<JsonObject>, Option<CallSpan>) {
-    let Some(t) = telemetry::get() else {
+    let Some(t) = telemetry::get().filter(|t| t.admit_span()) else {
         return (meta, None);
     };
     let parent = meta

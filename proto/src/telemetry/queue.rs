@@ -106,6 +106,24 @@ impl SpanQueue {
         }
     }
 
+    /// Whether a span started now can still be queued: `false`, and the span counted as
+    /// dropped, while the queue is full (a receiver that does not answer), so the caller
+    /// skips building a span that would be thrown away. Also `false`, not counted, once
+    /// the queue is closed (as [`Self::push`]). A span admitted here can still be dropped at
+    /// its end if the queue filled meanwhile; it is counted once, there.
+    pub(super) fn admit(&self) -> bool {
+        let spans = self.lock();
+        if spans.closed {
+            return false;
+        }
+        if spans.waiting.len() >= self.config.max_queue_size {
+            drop(spans);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
     /// Takes at most one batch.
     fn take_batch(&self) -> Vec<SpanData> {
         let mut spans = self.lock();
@@ -307,6 +325,7 @@ mod tests {
             Arc::default(),
         );
         for _ in 0..3 {
+            assert!(queue.admit(), "a queue with room refused a span");
             processor.on_end(span());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -322,6 +341,8 @@ mod tests {
         assert_eq!(exporter.exported(), 4);
         processor.on_end(span());
         assert_eq!(queue.queued(), 0);
+        // Closed: nothing is admitted any more, and that is not a drop.
+        assert!(!queue.admit());
     }
 
     /// A full batch is exported at once, not at the (here one-minute) timer.
@@ -357,6 +378,10 @@ mod tests {
         }
         assert!(before.elapsed() < Duration::from_secs(1), "on_end waited");
         assert_eq!(dropped.load(Ordering::SeqCst), 6);
+        // While it is full, no span is admitted, and each refusal counts as a drop.
+        assert!(!queue.admit());
+        assert!(!queue.admit());
+        assert_eq!(dropped.load(Ordering::SeqCst), 8);
         // Stop abandons the stuck export and takes the queued spans for one last export;
         // released, that one delivers 4 spans, none of the dropped (the abandoned batch of 2
         // is lost).
