@@ -168,7 +168,7 @@ impl CallAudit {
             relayed,
             confirmation,
         };
-        crate::otel::record(tool, started.elapsed(), outcome.as_str());
+        crate::otel::record(&tool.otel, started.elapsed(), outcome.as_str());
         self.send(record);
     }
 

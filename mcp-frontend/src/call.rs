@@ -457,7 +457,7 @@ pub(crate) async fn execute(
             return ended.0;
         }
     };
-    let span = crate::otel::start(tool);
+    let span = crate::otel::start(&tool.otel);
     let meta_json = span.as_ref().map(|s| s.meta_json()).unwrap_or_default();
     let ended = execute_call(app, tool, arguments, cancelled, streaming, meta_json).await;
     permit.finish(ended.1.circuit_verdict());

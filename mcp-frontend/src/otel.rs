@@ -14,8 +14,6 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::trace::{Span as _, SpanKind, Tracer as _};
 
-use crate::routes::Tool;
-
 /// A tool's names as span and metric attributes (connector key, local tool name), built once
 /// when the tool is projected at commit time: a call clones two reference counts, not two
 /// strings.
@@ -38,15 +36,15 @@ pub(crate) struct CallSpan {
 
 /// Starts the call's span, when export is on and the span queue has room (a full queue
 /// counts the span as dropped instead: `Telemetry::admit_span`).
-pub(crate) fn start(tool: &Tool) -> Option<CallSpan> {
+pub(crate) fn start(names: &ToolNames) -> Option<CallSpan> {
     let t = telemetry::get().filter(|t| t.admit_span())?;
     let span = t
         .tracer
         .span_builder("tools/call")
         .with_kind(SpanKind::Server)
         .with_attributes([
-            tool.otel.0[0].clone(),
-            tool.otel.0[1].clone(),
+            names.0[0].clone(),
+            names.0[1].clone(),
             KeyValue::new("mcp.method.name", "tools/call"),
         ])
         .start(&t.tracer);
@@ -109,11 +107,11 @@ pub(crate) fn dropped() -> u64 {
 }
 
 /// Counts one finished call in the metrics (a no-op with export off).
-pub(crate) fn record(tool: &Tool, elapsed: Duration, outcome: &'static str) {
+pub(crate) fn record(names: &ToolNames, elapsed: Duration, outcome: &'static str) {
     let Some(i) = instruments() else {
         return;
     };
-    let names = &tool.otel.0;
+    let names = &names.0;
     let with_outcome = [
         names[0].clone(),
         names[1].clone(),
