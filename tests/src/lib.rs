@@ -21,6 +21,7 @@ pub mod fixture;
 pub mod floor;
 mod mcp;
 pub mod oauth;
+pub mod otlp;
 pub mod proc_tree;
 mod py;
 mod runtime;

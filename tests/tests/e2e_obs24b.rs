@@ -2,14 +2,11 @@
 //! (`tutti status`, the kernel's `tutti.telemetry.dropped` metric), and a receiver that never
 //! answers does not hold up stopping the runtime.
 
-use std::collections::BTreeMap;
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use prost::Message as _;
 use serde_json::{Value, json};
+use tutti_tests::otlp::OtlpReceiver;
 use tutti_tests::{Mcp, Runtime, RuntimeOptions, fixture_connector};
 
 const READY: Duration = Duration::from_secs(30);
@@ -22,83 +19,6 @@ fn stuck_receiver() -> (TcpListener, String) {
         .local_addr()
         .unwrap_or_else(|e| panic!("local addr: {e}"));
     (listener, format!("http://{addr}"))
-}
-
-/// A minimal OTLP/HTTP metrics receiver (protobuf) on the test's runtime: keeps every
-/// request it decodes.
-struct MetricsReceiver {
-    url: String,
-    got: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
-}
-
-impl MetricsReceiver {
-    async fn start() -> MetricsReceiver {
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("the metrics receiver cannot listen: {e}"));
-        let url = format!(
-            "http://{}/v1/metrics",
-            listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
-        );
-        let state = got.clone();
-        let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
-            let state = state.clone();
-            async move {
-                if let Ok(req) = ExportMetricsServiceRequest::decode(body) {
-                    state.lock().unwrap_or_else(|p| p.into_inner()).push(req);
-                }
-                axum::http::StatusCode::OK
-            }
-        });
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        MetricsReceiver { url, got }
-    }
-
-    /// The last exported value of the kernel's `name`, per `tutti.connector` ("" for none).
-    fn kernel_metric(&self, name: &str) -> BTreeMap<String, i64> {
-        use opentelemetry_proto::tonic::common::v1::any_value::Value as A;
-        use opentelemetry_proto::tonic::metrics::v1::{
-            metric::Data, number_data_point::Value as V,
-        };
-        let got = self.got.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = BTreeMap::new();
-        for rm in got.iter().flat_map(|r| &r.resource_metrics) {
-            let kernel = rm.resource.as_ref().is_some_and(|r| {
-                r.attributes.iter().any(|a| {
-                    a.key == "tutti.process.role"
-                        && a.value.as_ref().and_then(|v| v.value.clone())
-                            == Some(A::StringValue("kernel".into()))
-                })
-            });
-            let metrics = rm.scope_metrics.iter().flat_map(|s| &s.metrics);
-            for m in metrics.filter(|m| kernel && m.name == name) {
-                let Some(Data::Sum(sum)) = &m.data else {
-                    continue;
-                };
-                for p in &sum.data_points {
-                    let key = p
-                        .attributes
-                        .iter()
-                        .find(|a| a.key == "tutti.connector")
-                        .and_then(|a| a.value.as_ref().and_then(|v| v.value.clone()));
-                    let key = match key {
-                        Some(A::StringValue(s)) => s,
-                        _ => String::new(),
-                    };
-                    let v = match p.value {
-                        Some(V::AsInt(i)) => i,
-                        Some(V::AsDouble(d)) => d as i64,
-                        None => 0,
-                    };
-                    out.insert(key, v);
-                }
-            }
-        }
-        out
-    }
 }
 
 /// Spans go to `traces` (with a queue of 2 spans, exported one at a time); metrics to
@@ -167,8 +87,9 @@ async fn spans_dropped_by_a_full_export_queue_are_counted_in_status_and_exported
     drop(rt);
 
     let (_stuck, traces) = stuck_receiver();
-    let metrics = MetricsReceiver::start().await;
-    let rt = runtime_after_calls(otel_env(&traces, &metrics.url), 30).await;
+    let metrics = OtlpReceiver::start(0);
+    let url = format!("{}/v1/metrics", metrics.endpoint());
+    let rt = runtime_after_calls(otel_env(&traces, &url), 30).await;
     // One span is being exported (stuck), two wait in the queue: of each process's 30 spans,
     // at least 20 are dropped (generous: a first export may end before the calls do).
     let status = wait_status(&rt, "telemetry drops of the frontend and of fx", |s| {
@@ -194,7 +115,7 @@ async fn spans_dropped_by_a_full_export_queue_are_counted_in_status_and_exported
     // The kernel exports the same counts as `tutti.telemetry.dropped`.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let m = metrics.kernel_metric("tutti.telemetry.dropped");
+        let m = metrics.captured().kernel_metric("tutti.telemetry.dropped");
         if m.get("").copied() >= Some(20) && m.get("fx").copied() >= Some(20) {
             break;
         }

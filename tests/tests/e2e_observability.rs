@@ -677,164 +677,27 @@ fn log_format_json_gives_json_lines_from_every_process_and_logs_json_passes_them
 // ---------------------------------------------------------------------------------------
 // 5. OpenTelemetry export
 
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use prost::Message as _;
-use std::sync::{Arc, Mutex};
+use tutti_tests::otlp::{Captured, OtlpReceiver, point_value};
 
-#[derive(Default)]
-struct Captured {
-    traces: Vec<ExportTraceServiceRequest>,
-    metrics: Vec<ExportMetricsServiceRequest>,
-    /// Every request, whatever its path.
-    hits: usize,
-}
-
-/// A small OTLP/HTTP (protobuf) receiver on a loopback port that records what arrives.
-struct OtlpReceiver {
-    port: u16,
-    captured: Arc<Mutex<Captured>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl OtlpReceiver {
-    fn start(port: u16) -> OtlpReceiver {
-        let listener = std::net::TcpListener::bind(("127.0.0.1", port))
-            .unwrap_or_else(|e| panic!("the OTLP receiver cannot listen on 127.0.0.1:{port}: {e}"));
-        listener
-            .set_nonblocking(true)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-        let captured = Arc::new(Mutex::new(Captured::default()));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let state = captured.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap_or_else(|e| panic!("{e}"));
-            rt.block_on(async move {
-                let listener =
-                    tokio::net::TcpListener::from_std(listener).unwrap_or_else(|e| panic!("{e}"));
-                let app = axum::Router::new().fallback(
-                    move |uri: axum::http::Uri, body: axum::body::Bytes| {
-                        let state = state.clone();
-                        async move {
-                            let mut c = state.lock().unwrap_or_else(|p| p.into_inner());
-                            c.hits += 1;
-                            match uri.path() {
-                                "/v1/traces" => c
-                                    .traces
-                                    .extend(ExportTraceServiceRequest::decode(body).ok()),
-                                "/v1/metrics" => c
-                                    .metrics
-                                    .extend(ExportMetricsServiceRequest::decode(body).ok()),
-                                _ => {}
-                            }
-                            axum::http::StatusCode::OK
-                        }
-                    },
-                );
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await;
-            });
-        });
-        OtlpReceiver {
-            port,
-            captured,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&Captured) -> T) -> T {
-        f(&self.captured.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-impl Drop for OtlpReceiver {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// (service.name, span) for every span received.
-fn spans(c: &Captured) -> Vec<(String, opentelemetry_proto::tonic::trace::v1::Span)> {
-    let mut out = Vec::new();
-    for req in &c.traces {
-        for rs in &req.resource_spans {
-            let service = rs
-                .resource
-                .as_ref()
-                .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
-                .and_then(|a| a.value.as_ref())
-                .map(|v| format!("{v:?}"))
-                .unwrap_or_default();
-            for ss in &rs.scope_spans {
-                out.extend(ss.spans.iter().map(|s| (service.clone(), s.clone())));
-            }
-        }
-    }
-    out
-}
-
-/// The sum of the `tutti.calls` data points received last (a cumulative counter).
+/// The sum of the `tutti.calls` data points exported last (a cumulative counter).
 fn calls_metric(c: &Captured) -> i64 {
-    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value as V};
-    let mut last = 0;
-    for req in &c.metrics {
-        for rm in &req.resource_metrics {
-            for sm in &rm.scope_metrics {
-                for m in sm.metrics.iter().filter(|m| m.name == "tutti.calls") {
-                    if let Some(Data::Sum(sum)) = &m.data {
-                        last = sum
-                            .data_points
-                            .iter()
-                            .map(|p| match p.value {
-                                Some(V::AsInt(i)) => i,
-                                Some(V::AsDouble(d)) => d as i64,
-                                None => 0,
-                            })
-                            .sum();
-                    }
-                }
-            }
-        }
-    }
-    last
+    c.metric_points(None, "tutti.calls")
+        .last()
+        .map_or(0, |points| points.iter().map(point_value).sum())
 }
-
-type ProtoSpan = opentelemetry_proto::tonic::trace::v1::Span;
 
 /// A frontend `tools/call` span and the worker span that is its child.
-fn linked_spans(c: &Captured) -> Option<(ProtoSpan, ProtoSpan)> {
-    let all = spans(c);
+fn linked_spans(c: &Captured) -> Option<(Value, Value)> {
+    let all = c.spans();
     all.iter().find_map(|(svc, parent)| {
-        if !svc.contains("tutti-mcp-frontend") || parent.name != "tools/call" {
+        if svc != "tutti-mcp-frontend" || parent["name"] != "tools/call" {
             return None;
         }
         all.iter()
             .find(|(svc, child)| {
-                svc.contains("tutti-upstream-worker")
-                    && child.parent_span_id == parent.span_id
-                    && child.trace_id == parent.trace_id
+                svc == "tutti-upstream-worker"
+                    && child["parentSpanId"] == parent["spanId"]
+                    && child["traceId"] == parent["traceId"]
             })
             .map(|(_, child)| (parent.clone(), child.clone()))
     })
@@ -884,24 +747,27 @@ fn otel_export_links_the_frontend_and_worker_spans_and_the_upstream_sees_the_tra
     wait_until(
         "linked frontend and worker spans",
         Duration::from_secs(20),
-        || receiver.with(|c| linked_spans(c).is_some()),
+        || linked_spans(&receiver.captured()).is_some(),
         || {
-            receiver.with(|c| {
-                format!(
-                    "{:?}",
-                    spans(c)
-                        .iter()
-                        .map(|(s, sp)| (s.clone(), sp.name.clone()))
-                        .collect::<Vec<_>>()
-                )
-            })
+            format!(
+                "{:?}",
+                receiver
+                    .captured()
+                    .spans()
+                    .iter()
+                    .map(|(s, sp)| (s.clone(), sp["name"].clone()))
+                    .collect::<Vec<_>>()
+            )
         },
     );
-    let (parent, child) = receiver
-        .with(linked_spans)
-        .unwrap_or_else(|| panic!("no linked spans"));
+    let (parent, child) =
+        linked_spans(&receiver.captured()).unwrap_or_else(|| panic!("no linked spans"));
     // The upstream received the same trace in `_meta.traceparent`, naming the worker's span.
-    let want = format!("00-{}-{}-", hex(&parent.trace_id), hex(&child.span_id));
+    let want = format!(
+        "00-{}-{}-",
+        parent["traceId"].as_str().unwrap_or("?"),
+        child["spanId"].as_str().unwrap_or("?")
+    );
     let seen: Vec<String> = std::fs::read_to_string(&record)
         .unwrap_or_default()
         .lines()
@@ -922,23 +788,20 @@ fn otel_export_links_the_frontend_and_worker_spans_and_the_upstream_sees_the_tra
     wait_until(
         "tutti.calls = 3",
         Duration::from_secs(20),
-        || receiver.with(calls_metric) >= 3,
+        || calls_metric(&receiver.captured()) >= 3,
         || {
-            receiver.with(|c| {
-                format!(
-                    "{} metric exports, tutti.calls = {}",
-                    c.metrics.len(),
-                    calls_metric(c)
-                )
-            })
+            let c = receiver.captured();
+            format!(
+                "{} metric exports, tutti.calls = {}",
+                c.metrics.len(),
+                calls_metric(&c)
+            )
         },
     );
     // No secret or token in anything exported.
-    receiver.with(|c| {
-        let all = format!("{:?}{:?}", c.traces, c.metrics);
-        assert!(!all.contains(SECRET), "a secret was exported");
-        assert!(!all.contains(&token), "the session token was exported");
-    });
+    let all = receiver.captured().text();
+    assert!(!all.contains(SECRET), "a secret was exported");
+    assert!(!all.contains(&token), "the session token was exported");
     // Export runs on each process's own runtime: the frontend and the worker stay
     // single-threaded with export on (the SDK's threads made every call pay; PERFORMANCE.md).
     #[cfg(target_os = "linux")]
@@ -1003,7 +866,7 @@ fn otel_without_variables_sends_nothing_and_an_unreachable_receiver_slows_no_cal
     );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
-        default_port.with(|c| c.hits),
+        default_port.captured().hits,
         0,
         "something was exported with no variable set"
     );
@@ -1034,57 +897,20 @@ fn otel_without_variables_sends_nothing_and_an_unreachable_receiver_slows_no_cal
     );
 }
 
-/// The kernel's metric `name` as last exported: value per `tutti.connector` ("" for a metric
-/// without one). Panics on any other attribute (only connector keys may be exported).
-fn kernel_metric(c: &Captured, name: &str) -> std::collections::BTreeMap<String, i64> {
-    use opentelemetry_proto::tonic::common::v1::any_value::Value as A;
-    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value as V};
-    let mut out = std::collections::BTreeMap::new();
-    for rm in c.metrics.iter().flat_map(|r| &r.resource_metrics) {
-        let attrs = rm.resource.as_ref().map(|r| r.attributes.clone());
-        let role = attrs
-            .unwrap_or_default()
-            .into_iter()
-            .find(|a| a.key == "tutti.process.role")
-            .and_then(|a| a.value)
-            .and_then(|v| v.value);
-        if role != Some(A::StringValue("kernel".into())) {
-            continue;
-        }
-        for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
-            let points = match (&m.data, m.name == name) {
-                (Some(Data::Sum(s)), true) => &s.data_points,
-                (Some(Data::Gauge(g)), true) => &g.data_points,
-                _ => continue,
-            };
-            for p in points {
-                let mut key = String::new();
-                for a in &p.attributes {
-                    assert_eq!(a.key, "tutti.connector", "{name}: attribute {a:?}");
-                    if let Some(A::StringValue(s)) = a.value.as_ref().and_then(|v| v.value.clone())
-                    {
-                        key = s;
-                    }
-                }
-                let v = match p.value {
-                    Some(V::AsInt(i)) => i,
-                    Some(V::AsDouble(d)) => d as i64,
-                    None => 0,
-                };
-                out.insert(key, v);
-            }
-        }
-    }
-    out
-}
-
 /// Waits until the kernel's exported `name` for `key` satisfies `pred`.
 fn wait_kernel_metric(receiver: &OtlpReceiver, name: &str, key: &str, pred: impl Fn(i64) -> bool) {
     wait_until(
         &format!("kernel metric {name}[{key:?}]"),
         Duration::from_secs(30),
-        || receiver.with(|c| kernel_metric(c, name).get(key).copied().is_some_and(&pred)),
-        || receiver.with(|c| format!("{name} = {:?}", kernel_metric(c, name))),
+        || {
+            receiver
+                .captured()
+                .kernel_metric(name)
+                .get(key)
+                .copied()
+                .is_some_and(&pred)
+        },
+        || format!("{name} = {:?}", receiver.captured().kernel_metric(name)),
     );
 }
 
@@ -1114,7 +940,7 @@ fn otel_exports_the_kernels_restarts_fences_commits_circuits_sessions_and_audit_
     wait_kernel_metric(&receiver, "tutti.worker.restarts", "fx", |n| n == 0);
     wait_kernel_metric(&receiver, "tutti.circuits.open", "fx", |n| n == 0);
     wait_kernel_metric(&receiver, "tutti.audit.dropped", "", |n| n == 0);
-    let commits = receiver.with(|c| kernel_metric(c, "tutti.commits")["fx"]);
+    let commits = receiver.captured().kernel_metric("tutti.commits")["fx"];
 
     // SIGKILL the worker: a fence, a restart, and the next generation's commit.
     let workers = rt.workers();
@@ -1151,13 +977,11 @@ fn otel_exports_the_kernels_restarts_fences_commits_circuits_sessions_and_audit_
     ]);
     wait_kernel_metric(&receiver, "tutti.sessions.live", "", |n| n == 0);
 
-    receiver.with(|c| {
-        let all = format!("{:?}", c.metrics);
-        assert!(!all.contains(SECRET), "a secret was exported");
-        assert!(!all.contains(&token), "the session token was exported");
-        assert!(
-            !all.contains("obs-ws-7") && !all.contains("obs-sess-7"),
-            "a workspace or session name was exported"
-        );
-    });
+    let all = receiver.captured().text();
+    assert!(!all.contains(SECRET), "a secret was exported");
+    assert!(!all.contains(&token), "the session token was exported");
+    assert!(
+        !all.contains("obs-ws-7") && !all.contains("obs-sess-7"),
+        "a workspace or session name was exported"
+    );
 }
