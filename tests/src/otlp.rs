@@ -86,6 +86,11 @@ impl OtlpReceiver {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The capture file (one JSON line per request), e.g. for a secret scan.
+    pub fn capture_file(&self) -> &std::path::Path {
+        &self.capture
+    }
+
     /// What arrived so far.
     pub fn captured(&self) -> Captured {
         let text = std::fs::read_to_string(&self.capture).unwrap_or_default();

@@ -802,6 +802,18 @@ fn otel_export_links_the_frontend_and_worker_spans_and_the_upstream_sees_the_tra
     let all = receiver.captured().text();
     assert!(!all.contains(SECRET), "a secret was exported");
     assert!(!all.contains(&token), "the session token was exported");
+    // The SPEC §9 scan, extended to the receiver's capture: the state dir (logs included),
+    // the runtime's output, every live process's argv.
+    let scan = tutti_tests::secret_scan::Scan {
+        files: vec![
+            receiver.capture_file().to_path_buf(),
+            rt.root().join("up.stdout"),
+            rt.root().join("up.stderr"),
+        ],
+        ..Default::default()
+    };
+    let leaks = tutti_tests::secret_scan::leaks(&[SECRET, token.as_str()], rt.state_dir(), &scan);
+    assert!(leaks.is_empty(), "leaked into:\n{}", leaks.join("\n"));
     // Export runs on each process's own runtime: the frontend and the worker stay
     // single-threaded with export on (the SDK's threads made every call pay; PERFORMANCE.md).
     #[cfg(target_os = "linux")]
