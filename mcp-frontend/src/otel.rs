@@ -15,16 +15,18 @@ use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::trace::{Span as _, SpanKind, Tracer as _};
 
 /// A tool's names as span and metric attributes (connector key, local tool name), built once
-/// when the tool is projected at commit time: a call clones two reference counts, not two
-/// strings.
-pub(crate) struct ToolNames([KeyValue; 2]);
+/// when the tool is projected at commit time, and only with export on: a call clones two
+/// reference counts, not two strings.
+pub(crate) struct ToolNames(Option<[KeyValue; 2]>);
 
 impl ToolNames {
     pub(crate) fn new(key: &str, tool: &str) -> ToolNames {
-        ToolNames([
-            KeyValue::new("tutti.connector", Arc::<str>::from(key)),
-            KeyValue::new("mcp.tool.name", Arc::<str>::from(tool)),
-        ])
+        ToolNames(telemetry::get().map(|_| {
+            [
+                KeyValue::new("tutti.connector", Arc::<str>::from(key)),
+                KeyValue::new("mcp.tool.name", Arc::<str>::from(tool)),
+            ]
+        }))
     }
 }
 
@@ -37,14 +39,15 @@ pub(crate) struct CallSpan {
 /// Starts the call's span, when export is on and the span queue has room (a full queue
 /// counts the span as dropped instead: `Telemetry::admit_span`).
 pub(crate) fn start(names: &ToolNames) -> Option<CallSpan> {
+    let names = names.0.as_ref()?;
     let t = telemetry::get().filter(|t| t.admit_span())?;
     let span = t
         .tracer
         .span_builder("tools/call")
         .with_kind(SpanKind::Server)
         .with_attributes([
-            names.0[0].clone(),
-            names.0[1].clone(),
+            names[0].clone(),
+            names[1].clone(),
             KeyValue::new("mcp.method.name", "tools/call"),
         ])
         .start(&t.tracer);
@@ -108,10 +111,9 @@ pub(crate) fn dropped() -> u64 {
 
 /// Counts one finished call in the metrics (a no-op with export off).
 pub(crate) fn record(names: &ToolNames, elapsed: Duration, outcome: &'static str) {
-    let Some(i) = instruments() else {
+    let (Some(i), Some(names)) = (instruments(), names.0.as_ref()) else {
         return;
     };
-    let names = &names.0;
     let with_outcome = [
         names[0].clone(),
         names[1].clone(),

@@ -179,6 +179,7 @@ pub(super) async fn export_spans<E: SpanExporter>(
     mut stop: watch::Receiver<bool>,
 ) {
     let delay = queue.config.schedule_delay;
+    let mut health = super::ExportHealth::new("spans");
     let mut due = tokio::time::Instant::now() + delay;
     loop {
         tokio::select! {
@@ -189,7 +190,7 @@ pub(super) async fn export_spans<E: SpanExporter>(
         let batch = queue.take_batch();
         if !batch.is_empty() {
             tokio::select! {
-                _ = exporter.export(batch) => {}
+                result = exporter.export(batch) => health.note(&result),
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
