@@ -179,7 +179,7 @@ pub(super) async fn export_spans<E: SpanExporter>(
     mut stop: watch::Receiver<bool>,
 ) {
     let delay = queue.config.schedule_delay;
-    let mut health = super::ExportHealth::new("spans");
+    let mut health = super::health::ExportHealth::new("spans");
     let mut due = tokio::time::Instant::now() + delay;
     loop {
         tokio::select! {
