@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::{Runtime, RuntimeOptions, fixture_connector, repo_root, require_python_venv};
+use crate::{Runtime, RuntimeOptions, fixture_connector, repo_root, require_python};
 
 const READY: Duration = Duration::from_secs(30);
 
@@ -83,12 +83,11 @@ impl RiskyFixture {
     /// (`accept`, `decline`, `cancel`, `none`, `never`), and returns the JSON line it prints
     /// (`version`, `asked`, `result`, `seconds`). Panics, with its output, when it fails.
     pub fn run_client(&self, mode: &str, token: &str, answer: &str) -> Value {
-        let venv = require_python_venv();
         let script = repo_root()
             .join("tests")
             .join("py")
             .join("confirm_client.py");
-        let out = Command::new(venv.join("bin").join("python"))
+        let out = Command::new(require_python())
             .arg(&script)
             .args([answer, self.rt.frontend_url(), mode])
             .env("TUTTI_TEST_TOKEN", token)

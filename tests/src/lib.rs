@@ -41,6 +41,6 @@ pub use server::Server;
 pub use stdio::{FixtureHttp, StdioClient};
 pub use support::{
     LEGACY_VERSION, MODERN_VERSION, bin, bin_dir, file_tail, fixture_bin, fixture_connector,
-    free_port, node22, npm_package, python_venv, repo_root, require_node22, require_python_venv,
-    result_texts, tools_dir,
+    free_port, node22, npm_package, python_venv, repo_root, require_node22, require_python,
+    require_python_venv, result_texts, tools_dir,
 };

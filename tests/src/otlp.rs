@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::py::py_script;
-use crate::support::require_python_venv;
+use crate::support::require_python;
 
 /// How long the receiver may take to listen (Python's start on a loaded machine).
 const LISTENING: Duration = Duration::from_secs(30);
@@ -30,11 +30,7 @@ pub struct OtlpReceiver {
 impl OtlpReceiver {
     /// Starts the receiver on 127.0.0.1:`port` (0: a free port) and waits until it listens.
     pub fn start(port: u16) -> OtlpReceiver {
-        let venv = require_python_venv();
-        let python = match cfg!(windows) {
-            true => venv.join("Scripts").join("python.exe"),
-            false => venv.join("bin").join("python"),
-        };
+        let python = require_python();
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary directory: {e}"));
         let capture = dir.path().join("otlp.jsonl");
         let stderr = dir.path().join("otlp.stderr");

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{file_tail, repo_root, require_python_venv};
+use crate::support::{file_tail, repo_root, require_python};
 
 /// How long [`PySdk::next`] waits for a line: generous, the machine may be loaded.
 pub const PY_RUN: Duration = Duration::from_secs(90);
@@ -35,11 +35,7 @@ pub fn py_script(name: &str) -> PathBuf {
 impl PySdk {
     /// Runs `script args…` with the venv's Python; its stderr goes to `stderr`.
     pub fn spawn(script: &Path, args: &[&str], token: &str, stderr: PathBuf) -> PySdk {
-        let venv = require_python_venv();
-        let python = match cfg!(windows) {
-            true => venv.join("Scripts").join("python.exe"),
-            false => venv.join("bin").join("python"),
-        };
+        let python = require_python();
         let err = std::fs::File::create(&stderr)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", stderr.display()));
         let mut child = Command::new(python)

@@ -88,12 +88,22 @@ pub fn tools_dir() -> PathBuf {
 /// The Python venv with `mcp` and `mcp-server-time` (`<repo>/.tools/venv`), if installed.
 pub fn python_venv() -> Option<PathBuf> {
     let venv = tools_dir().join("venv");
-    let python = if cfg!(windows) {
+    python_in(&venv).is_file().then_some(venv)
+}
+
+/// The interpreter of the venv at `venv`.
+fn python_in(venv: &Path) -> PathBuf {
+    if cfg!(windows) {
         venv.join("Scripts").join("python.exe")
     } else {
         venv.join("bin").join("python")
-    };
-    python.is_file().then_some(venv)
+    }
+}
+
+/// The test venv's Python; a missing venv fails the test with instructions
+/// ([`require_python_venv`]).
+pub fn require_python() -> PathBuf {
+    python_in(&require_python_venv())
 }
 
 /// Like [`python_venv`], but a missing venv fails the test with instructions (never a skip).

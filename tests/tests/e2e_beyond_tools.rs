@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tutti_tests::{
-    Mcp, Runtime, RuntimeOptions, Server, npm_package, require_node22, require_python_venv,
+    Mcp, Runtime, RuntimeOptions, Server, npm_package, require_node22, require_python,
 };
 
 const READY: Duration = Duration::from_secs(60);
@@ -108,8 +108,7 @@ fn runtime_for_node() -> Runtime {
 }
 
 fn run_python(rt: &Runtime, token: &str, mode: &str) -> Value {
-    let venv = require_python_venv();
-    let python = venv.join("bin").join("python");
+    let python = require_python();
     let script = rt.root().join(format!("client-{mode}.py"));
     std::fs::write(&script, PY_CLIENT).unwrap_or_else(|e| panic!("cannot write client.py: {e}"));
     let mut child = Command::new(&python)

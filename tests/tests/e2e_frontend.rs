@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tutti_tests::{
     LEGACY_VERSION, MODERN_VERSION, Mcp, Runtime, RuntimeOptions, fixture_connector, npm_package,
-    require_node22, require_python_venv,
+    require_node22, require_python,
 };
 
 const READY: Duration = Duration::from_secs(20);
@@ -165,7 +165,6 @@ struct PyClient {
 
 impl PyClient {
     fn spawn(rt: &Runtime, token: &str, args: &[&str]) -> PyClient {
-        let venv = require_python_venv();
         let script = rt.root().join("mcp_client.py");
         std::fs::write(&script, PY_CLIENT).unwrap_or_else(|e| panic!("write script: {e}"));
         let stderr = rt.root().join(format!(
@@ -175,7 +174,7 @@ impl PyClient {
         ));
         let err_file =
             std::fs::File::create(&stderr).unwrap_or_else(|e| panic!("py stderr file: {e}"));
-        let mut child = Command::new(venv.join("bin").join("python"))
+        let mut child = Command::new(require_python())
             .arg(&script)
             .args(args)
             .env("TUTTI_TEST_TOKEN", token)

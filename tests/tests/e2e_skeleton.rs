@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::{Mcp, Runtime, RuntimeOptions, proc_tree, require_python_venv};
+use tutti_tests::{Mcp, Runtime, RuntimeOptions, proc_tree, require_python, require_python_venv};
 
 const READY: Duration = Duration::from_secs(20);
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(60);
@@ -40,8 +40,7 @@ asyncio.run(main())
 
 /// Runs [`PY_CLIENT`] with the venv's python against the runtime; returns its JSON output.
 fn python_list_and_call(rt: &Runtime, token: &str, tool: &str, args: Value) -> Value {
-    let venv = require_python_venv();
-    let python = venv.join("bin").join("python");
+    let python = require_python();
     let script = rt.root().join("client.py");
     std::fs::write(&script, PY_CLIENT).unwrap_or_else(|e| panic!("cannot write client.py: {e}"));
     let mut child = Command::new(&python)
