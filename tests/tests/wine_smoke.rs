@@ -7,7 +7,7 @@
 //! Runs only in the Wine lane (`scripts/test-wine`, which cross-builds the Windows binaries
 //! and sets `TUTTI_WINE_BIN_DIR`): ignored otherwise. Run by hand with
 //! `TUTTI_WINE_BIN_DIR=$PWD/target/x86_64-pc-windows-gnu/debug cargo test -p tutti-tests
-//! --test wine27_smoke -- --ignored`. Missing Wine or binaries fail with what to install.
+//! --test wine_smoke -- --ignored`. Missing Wine or binaries fail with what to install.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
