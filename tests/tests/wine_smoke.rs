@@ -1,4 +1,4 @@
-//! wine27 (issue 27): the Windows build end to end under Wine, driven from Linux. `tutti up`
+//! The Windows build end to end under Wine, driven from Linux. `tutti up`
 //! with a fixture connector (the Windows build of `tutti-fixture-server`), list and call
 //! through the frontend from the Linux side (it listens on 127.0.0.1), kill the worker and
 //! see the tools come back, uninstall, stop with Ctrl-C, and no process of the set left in
