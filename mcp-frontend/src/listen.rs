@@ -1,6 +1,6 @@
 //! `subscriptions/listen` (MCP 2026-07-28): a long-lived `text/event-stream` that
-//! acknowledges the subscription, then carries `notifications/tools/list_changed` and (issue
-//! 21) `notifications/prompts/list_changed`, `notifications/resources/list_changed` and
+//! acknowledges the subscription, then carries `notifications/tools/list_changed` and
+//! `notifications/prompts/list_changed`, `notifications/resources/list_changed` and
 //! `notifications/resources/updated` for the `resourceSubscriptions` it honours, each only when
 //! asked for, and ends with a final result when the session's token is revoked or the runtime
 //! shuts down.
