@@ -11,7 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // Small starting buffers instead of tonic's 8 KiB per message (src/codec.rs).
         .codec_path("crate::codec::LeanCodec")
-        // A tool result as `bytes::Bytes`: sliced from a frame, never copied (big26).
+        // A tool result as `bytes::Bytes`: sliced from a frame, never copied.
         .bytes(".tutti.worker.v1.CallToolReply.result_bytes")
         // Messages with secret values get a hand-written Debug (src/redacted.rs).
         .skip_debug([

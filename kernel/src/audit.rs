@@ -194,7 +194,7 @@ pub enum Event {
         outcome: String,
         #[serde(rename = "errorCode")]
         error_code: Option<i32>,
-        /// What was called when it is not a tool (issue 21): `prompt` (`tool` is the prompt's
+        /// What was called when it is not a tool: `prompt` (`tool` is the prompt's
         /// local name), `resource` (`tool` is the URI without query or fragment), `completion`.
         #[serde(skip_serializing_if = "Option::is_none")]
         kind: Option<String>,

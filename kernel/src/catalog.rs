@@ -1,4 +1,4 @@
-//! Prompts, resources and resource templates in a candidate (issue 21, SPEC §11): validated at
+//! Prompts, resources and resource templates in a candidate (SPEC §11): validated at
 //! commit with the tools, committed and fenced with them as one generation, and the resource
 //! URIs that two connectors claim. Pure: values in, validated values or one problem per line
 //! out.

@@ -126,7 +126,7 @@ pub fn load(dir: &Path) -> Result<Manifest, Vec<String>> {
 }
 
 /// The text of `<dir>/connector.json`, read without following links and at most
-/// [`crate::release::MANIFEST_MAX_BYTES`] (SPEC issue 19 F8). `Err` is the one refusal line.
+/// [`crate::release::MANIFEST_MAX_BYTES`]. `Err` is the one refusal line.
 fn read_manifest(dir: &Path) -> Result<String, String> {
     crate::release::read_text(
         dir,
@@ -220,7 +220,7 @@ pub fn injection_problems(m: &Manifest, allowed: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The most bytes a text field of a manifest may hold (issue 19 F9), set here and only here
+/// The most bytes a text field of a manifest may hold, set here and only here
 /// (ARCHITECTURE.md lists them). Such text is shown to people (install confirmation, `status`,
 /// `available`) and travels in every `available` reply, so one release cannot make those
 /// unusable. The whole `connector.json` is capped too ([`crate::release::MANIFEST_MAX_BYTES`]).

@@ -39,7 +39,7 @@ fn files(root: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-/// Most bytes a `connector.json` may have (SPEC issue 19 F8).
+/// Most bytes a `connector.json` may have.
 pub const MANIFEST_MAX_BYTES: u64 = 1024 * 1024;
 /// Most bytes a skill's `SKILL.md` may have.
 pub const SKILL_MAX_BYTES: u64 = 256 * 1024;

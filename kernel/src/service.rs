@@ -798,7 +798,7 @@ impl KernelRpc for Service {
             },
         )
         .await;
-        // One stable root (issue 21 item 7): the shim manager keeps every live connector's
+        // One stable root: the shim manager keeps every live connector's
         // skills in it, so a connector that becomes ready after this session was issued
         // still reaches it, and a removed one leaves it.
         let skill_roots = vec![self.k.paths.skills().to_string_lossy().into_owned()];
@@ -1363,7 +1363,7 @@ fn list_size_problem(
     }))
 }
 
-/// The whole candidate, tools and what comes with them (issue 21), validated at once: every
+/// The whole candidate, tools and what comes with them, validated at once: every
 /// problem of either refuses it, one line each.
 fn validate_candidate(
     req: &pb::OfferToolsRequest,
@@ -1475,7 +1475,7 @@ fn worker_release(
         .map(|p| p.release.clone())
 }
 
-/// perf26b: keeps a registering worker's frame endpoint for its route, but only the one the
+/// Keeps a registering worker's frame endpoint for its route, but only the one the
 /// kernel derives for that generation (a worker names no other socket for the frontend).
 fn accept_data_endpoint(k: &Kernel, req: &pb::RegisterWorkerRequest) {
     if req.data_endpoint.is_empty() {

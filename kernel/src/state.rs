@@ -28,7 +28,7 @@ pub use crate::lifecycle::Status;
 pub struct Pending {
     pub token_hash: [u8; 32],
     pub endpoint: String,
-    /// The worker's frame endpoint (perf26b), once it registered one; else empty.
+    /// The worker's frame endpoint, once it registered one; else empty.
     pub data_endpoint: String,
     /// The release this generation runs (it becomes the live release at commit).
     pub release: LiveRelease,

@@ -14,7 +14,7 @@ pub struct Route {
     pub name: String,
     pub generation: u64,
     pub endpoint: String,
-    /// The worker's frame endpoint for plain tool calls (perf26b), or empty.
+    /// The worker's frame endpoint for plain tool calls, or empty.
     pub data_endpoint: String,
     pub call_timeout_ms: u32,
     pub has_cli: bool,
@@ -22,7 +22,7 @@ pub struct Route {
     pub tools: Vec<ValidTool>,
     /// The circuit breaker's settings (SPEC §12), for the frontend.
     pub circuit: crate::circuit::Settings,
-    /// Prompts, resources and templates of the same generation (issue 21).
+    /// Prompts, resources and templates of the same generation.
     pub catalog: crate::catalog::Catalog,
     /// The release's skills: name and absolute directory in the release copy.
     pub skills: Vec<(String, std::path::PathBuf)>,

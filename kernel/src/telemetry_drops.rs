@@ -1,5 +1,5 @@
-//! Spans the other processes dropped because their OpenTelemetry export queue was full
-//! (issue 24): the frontend's running total arrives on its call records, each worker's in a
+//! Spans the other processes dropped because their OpenTelemetry export queue was full:
+//! the frontend's running total arrives on its call records, each worker's in a
 //! `TELEMETRY_DROPPED` report. Shown by `tutti status` and exported as
 //! `tutti.telemetry.dropped`. Counts since the kernel started; a process that starts again
 //! counts from zero, so its earlier total is kept (a worker by its generation, the frontend

@@ -410,8 +410,8 @@ mod tests {
                 "{name}: {description}"
             );
         }
-        // A verb inside another word is no verb; read verbs in the name make these `low`
-        // (issue 22), `dropdown_values` says nothing and stays `medium`.
+        // A verb inside another word is no verb; read verbs in the name make these `low`;
+        // `dropdown_values` says nothing and stays `medium`.
         for (name, description, want) in [
             ("getRunner", "Reads the runner's state", Risk::Low),
             ("postcode_lookup", "Finds a postcode", Risk::Low),

@@ -36,11 +36,11 @@ pub(crate) struct App {
     pub(crate) sessions: crate::sessions::SessionCache,
     /// Each connector's circuit breaker (SPEC §12).
     pub(crate) circuits: crate::circuit::Circuits,
-    /// List changes and resource updates for clients, and resource subscriptions (issue 21).
+    /// List changes and resource updates for clients, and resource subscriptions.
     pub(crate) notifier: Arc<crate::notify::Notifier>,
-    /// Per-token client state, relayed requests and parked calls (relay21).
+    /// Per-token client state, relayed requests and parked calls.
     pub(crate) clients: crate::clients::Clients,
-    /// The generations whose unclaimed log messages are followed (rest21).
+    /// The generations whose unclaimed log messages are followed.
     pub(crate) server_logs: crate::server_logs::Followed,
     /// The search index of the newest route table searched (SPEC §15).
     pub(crate) search_index: crate::search_index::IndexCache,
@@ -116,7 +116,7 @@ impl App {
         self.notify_changes(previous.as_deref(), &table, tools_changed);
     }
 
-    /// The list changes a client can see, as notes (issue 21).
+    /// The list changes a client can see, as notes.
     fn notify_changes(&self, previous: Option<&RouteTable>, table: &RouteTable, tools: bool) {
         use crate::notify::Note;
         let Some(previous) = previous else {

@@ -31,7 +31,7 @@ pub(crate) enum Outcome {
     /// it failed.
     Unavailable,
     /// Fenced mid-call by the kernel's own decision (uninstall, disconnect, shutdown): audited
-    /// `unavailable` like the above, but not counted by the circuit breaker (confirm22).
+    /// `unavailable` like the above, but not counted by the circuit breaker.
     Withdrawn,
     Cancelled,
 }
@@ -73,11 +73,11 @@ pub(crate) struct Audited<'a> {
     pub(crate) key: &'a str,
     pub(crate) generation: u64,
     pub(crate) started: Instant,
-    /// The upstream's requests relayed during it (a relayed `prompts/get`, conf21c).
+    /// The upstream's requests relayed during it (a relayed `prompts/get`).
     pub(crate) relayed: Option<&'a Relayed>,
 }
 
-/// What a call's audit record says beyond its outcome (relay21): the upstream's requests to
+/// What a call's audit record says beyond its outcome: the upstream's requests to
 /// the client relayed during the call (`<method>:<outcome>`, never contents) and the person's
 /// decision on a confirmed high-risk call.
 #[derive(Debug, Default)]
@@ -172,7 +172,7 @@ impl CallAudit {
         self.send(record);
     }
 
-    /// Records one finished request beyond tools (issue 21): `kind` is `prompt`, `resource`
+    /// Records one finished request beyond tools: `kind` is `prompt`, `resource`
     /// or `completion`, `name` the prompt's local name or the URI without query or fragment.
     pub(crate) fn record_other(
         &self,

@@ -29,10 +29,10 @@ pub type RouteStream = BoxStream<'static, Result<RouteEvent, Error>>;
 /// A worker's resource updates: (URI, the update's params as JSON text).
 pub type ResourceUpdates = BoxStream<'static, (String, String)>;
 
-/// A worker's log messages that no call claimed: each one's params as JSON text (rest21).
+/// A worker's log messages that no call claimed: each one's params as JSON text.
 pub type UnclaimedLogs = BoxStream<'static, String>;
 
-/// Which request beyond tools a worker forwards (issue 21; one `tutti.worker.v1` RPC each).
+/// Which request beyond tools a worker forwards (one `tutti.worker.v1` RPC each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forward {
     GetPrompt,
@@ -42,7 +42,7 @@ pub enum Forward {
     Unsubscribe,
 }
 
-/// What a worker streams ahead of a relayed call's reply (`CallToolStream`, relay21).
+/// What a worker streams ahead of a relayed call's reply (`CallToolStream`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkerEvent {
     /// One upstream progress notification's params (JSON, no token).
@@ -99,7 +99,7 @@ pub trait Backend: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<CallToolReply, Error>>;
 
     /// [`Backend::call_tool`] for a plain call (no progress, relaying or refusal stream), which
-    /// may go to the worker's frame endpoint `data_endpoint` (perf26b; empty when it has
+    /// may go to the worker's frame endpoint `data_endpoint` (empty when it has
     /// none). The default ignores it.
     fn call_tool_plain<'a>(
         &'a self,
@@ -123,7 +123,7 @@ pub trait Backend: Send + Sync + 'static {
         self.call_tool(endpoint, request)
     }
 
-    /// Forwards one request beyond tools (issue 21) to the worker at `endpoint`. The default
+    /// Forwards one request beyond tools to the worker at `endpoint`. The default
     /// (backends without workers) has none to forward to.
     fn forward<'a>(
         &'a self,
@@ -239,7 +239,7 @@ pub(crate) struct GrpcBackend {
     workers: Mutex<HashMap<String, WorkerClient<transport::Connection>>>,
     /// The id of the current route stream (pid in the high half, attempt in the low half).
     watcher_id: std::sync::atomic::AtomicU64,
-    /// Plain calls' frame connections (perf26b); `None` with `TUTTI_DATA_PLANE=grpc`.
+    /// Plain calls' frame connections; `None` with `TUTTI_DATA_PLANE=grpc`.
     frames: Option<crate::frames::FramePool>,
 }
 

@@ -1,4 +1,4 @@
-//! MCP beyond tools on both surfaces (issue 21, SPEC §11): `prompts/list`, `prompts/get`,
+//! MCP beyond tools on both surfaces (SPEC §11): `prompts/list`, `prompts/get`,
 //! `resources/list`, `resources/templates/list`, `resources/read`, `completion/complete`,
 //! `resources/subscribe` / `unsubscribe`.
 //!
@@ -222,7 +222,7 @@ pub(crate) async fn get_prompt(
     .await
 }
 
-/// A `prompts/get` resolved to its binding (conf21c: resolved once, then forwarded either
+/// A `prompts/get` resolved to its binding (resolved once, then forwarded either
 /// way).
 pub(crate) struct Prompt {
     /// The prompt's local name.
@@ -257,7 +257,7 @@ pub(crate) async fn resolve_prompt(app: &App, params: Option<Value>) -> Result<P
     })
 }
 
-/// A `prompts/get` whose upstream may ask the client during it (conf21c): sent on the worker's
+/// A `prompts/get` whose upstream may ask the client during it: sent on the worker's
 /// relaying stream (`CallToolStream`, `method: prompts/get`) so that its requests reach
 /// `stream` as a tool call's do; cancelled by `cancelled` (a legacy `notifications/cancelled`)
 /// or by dropping it, bounded by the call timeout, audited with the relayed kinds. The result
@@ -477,7 +477,7 @@ pub(crate) async fn ensure_upstream_subscription(
     subscribed.map(|_| ())
 }
 
-/// After a route change (rest21): every subscribed URI whose serving generation was not
+/// After a route change: every subscribed URI whose serving generation was not
 /// subscribed yet (a restarted or upgraded connector) is subscribed upstream again, so the
 /// clients that subscribed keep getting `resources/updated`. Runs in a task of its own.
 pub(crate) fn resubscribe(app: &Arc<App>) {
@@ -545,7 +545,7 @@ struct Target<'a> {
 }
 
 /// How a request reaches the worker: a unary forward, or (a prompt whose upstream may ask the
-/// client, conf21c) the relaying call stream, with the legacy cancellation.
+/// client) the relaying call stream, with the legacy cancellation.
 enum Via {
     Unary(Forward),
     Relay(RelayStream, Option<oneshot::Receiver<()>>),

@@ -1,4 +1,4 @@
-//! A response body put together from pieces without copying the large ones (big26).
+//! A response body put together from pieces without copying the large ones.
 //!
 //! A `tools/call` answer is the JSON-RPC envelope around the upstream's result text, which
 //! arrives as one [`Bytes`] slice of the frame it came in. [`Chunks`] copies the small pieces

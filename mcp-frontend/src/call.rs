@@ -42,7 +42,7 @@ fn outcome_of_worker_error(reason: &str, code: i64) -> Outcome {
 type Ended = (Result<CallResult, RpcError>, Outcome);
 
 /// How a call uses the worker's stream: not at all (`CallTool`), for progress only, or for
-/// progress, the upstream's requests to the client and its log messages (relay21).
+/// progress, the upstream's requests to the client and its log messages.
 pub(crate) enum Streaming {
     Plain,
     Progress(mpsc::Sender<String>),
@@ -61,8 +61,8 @@ pub(crate) struct RelayStream {
     pub(crate) call_id: Arc<std::sync::OnceLock<String>>,
     /// The relayed requests' kinds and outcomes, for the call's audit record.
     pub(crate) relayed: Arc<crate::audit::Relayed>,
-    /// A 2026-07-28 client's own `inputResponses` sent without a `requestState`, as JSON
-    /// (conf21d): the worker gives them to a 2026-07-28 upstream with the first round.
+    /// A 2026-07-28 client's own `inputResponses` sent without a `requestState`, as JSON:
+    /// the worker gives them to a 2026-07-28 upstream with the first round.
     pub(crate) input_responses: Option<String>,
 }
 
@@ -82,7 +82,7 @@ impl From<Option<mpsc::Sender<String>>> for Streaming {
 /// for a 1 MiB result that round trip was most of the frontend's work
 /// (docs/PERFORMANCE.md), and every value keeps its exact text (key order, number spelling,
 /// integers beyond 2^53). The text is the slice of the worker's frame it came in, and goes
-/// into the response body as slices of it (big26, [`crate::body`]).
+/// into the response body as slices of it ([`crate::body`]).
 #[derive(Debug)]
 pub(crate) struct CallResult {
     /// Exactly one JSON object (surrounding whitespace allowed), UTF-8.
@@ -928,7 +928,7 @@ mod tests {
         assert_eq!(twice.written().matches("serverInfo").count(), 1);
     }
 
-    /// Issue 18: the frontend's era edits touch only the top-level members they must; every
+    /// The frontend's era edits touch only the top-level members they must; every
     /// other member keeps its bytes (key order, number spelling, integers beyond 2^53, UTF-8).
     #[test]
     fn era_edits_keep_every_other_byte() {

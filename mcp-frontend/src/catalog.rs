@@ -1,4 +1,4 @@
-//! Prompts, resources and resource templates of the committed generations (issue 21, SPEC
+//! Prompts, resources and resource templates of the committed generations (SPEC
 //! §11), compiled once per route change into an immutable catalog, and the one rule that
 //! routes a resource URI.
 //!

@@ -1,4 +1,4 @@
-//! What the frontend knows of its clients beyond one request (relay21): per token, the
+//! What the frontend knows of its clients beyond one request: per token, the
 //! capabilities a legacy client declared at `initialize` and its `logging/setLevel`; the
 //! requests relayed to legacy clients that wait for their answer; and the modern calls parked
 //! behind an `input_required` result, by `requestState`.
@@ -278,7 +278,7 @@ impl Clients {
         }
     }
 
-    /// The tokens with an open GET stream and a log level, with that level (rest21).
+    /// The tokens with an open GET stream and a log level, with that level.
     pub(crate) fn log_listeners(&self) -> Vec<(TokenKey, u8)> {
         let streams = lock(&self.streams);
         let tokens = lock(&self.tokens);

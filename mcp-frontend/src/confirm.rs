@@ -1,4 +1,4 @@
-//! Confirmed high-risk calls (SPEC §12, issue 22 item 5): a session issued with
+//! Confirmed high-risk calls (SPEC §12): a session issued with
 //! `--confirm high` has each call of a `high`-risk tool confirmed by the person through the
 //! client's elicitation before anything is sent upstream.
 //!

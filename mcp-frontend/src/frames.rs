@@ -1,4 +1,4 @@
-//! The fast path of plain tool calls (perf26b): `CallToolRequest` as a length-prefixed frame
+//! The fast path of plain tool calls: `CallToolRequest` as a length-prefixed frame
 //! on a pooled local-socket connection to the worker's frame endpoint
 //! ([`tutti_proto::frames`]), instead of a gRPC call over HTTP/2.
 //!
@@ -28,7 +28,7 @@ use crate::error::Error;
 const IDLE_PER_WORKER: usize = 64;
 
 /// Idle connections per worker that keep their reply buffer (up to 2 MiB each after big
-/// replies, so a stream of big results is read into mapped pages, big26); one that comes back
+/// replies, so a stream of big results is read into mapped pages); one that comes back
 /// when this many are idle already gives its buffer up, so idle buffers stay within 16 MiB
 /// per worker however many connections the pool holds.
 const BUFFERED_PER_WORKER: usize = 8;
@@ -41,7 +41,7 @@ pub(crate) enum DataPlane {
 }
 
 impl DataPlane {
-    /// The default when the variable is unset (see ARCHITECTURE.md, perf26b).
+    /// The default when the variable is unset (see ARCHITECTURE.md).
     pub(crate) const DEFAULT: DataPlane = DataPlane::Frames;
 
     /// Reads `TUTTI_DATA_PLANE`; an unknown value is logged and the default used.
@@ -74,7 +74,7 @@ pub(crate) struct FramePool {
     idle: Mutex<HashMap<String, Vec<Pooled>>>,
 }
 
-/// An idle connection and the buffer its replies are read into (used again, big26).
+/// An idle connection and the buffer its replies are read into (used again).
 type Pooled = (IpcConn, FrameBuffer);
 
 impl FramePool {
@@ -109,7 +109,7 @@ impl FramePool {
         let decode_failed = |e: std::io::Error| broken(e.to_string());
         match kind {
             Kind::Reply => {
-                // Decoded from the frame's own buffer: the result is a slice of it (big26).
+                // Decoded from the frame's own buffer: the result is a slice of it.
                 let reply = frames::decode_body::<CallToolReply>(body).map_err(decode_failed)?;
                 self.put(data_endpoint, (conn, replies));
                 Ok(Ok(reply))

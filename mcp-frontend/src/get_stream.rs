@@ -1,4 +1,4 @@
-//! The 2025-06-18 notification stream (SPEC §11, relay21): `GET /mcp/connector` with
+//! The 2025-06-18 notification stream (SPEC §11): `GET /mcp/connector` with
 //! `Accept: text/event-stream` and a live token opens a server-to-client stream for that
 //! token (the token is the session: still no `Mcp-Session-Id`). It carries
 //! `notifications/tools/list_changed` after every committed change of the tool set, the

@@ -77,7 +77,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     }
                 }
                 "tools/call" => return tools_call(ctx, id, params).await,
-                // conf21c: the upstream may ask this client during it.
+                // The upstream may ask this client during it.
                 "prompts/get" if crate::prompt_relay::legacy_relays(&ctx) => {
                     return crate::prompt_relay::legacy(ctx, id, params).await;
                 }
@@ -92,7 +92,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
     }
 }
 
-/// The methods of issue 21 (SPEC §11) on this surface, and method-not-found for the rest.
+/// The methods beyond tools (SPEC §11) on this surface, and method-not-found for the rest.
 async fn beyond_tools(ctx: &Ctx, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
     let (app, who) = (&ctx.app, &ctx.identity);
     let answer = match method {
@@ -155,7 +155,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
         && progress::accepts_event_stream(&ctx.headers)
     {
         // The client may be asked something or sent log messages during the call: answered
-        // as an event stream (relay21).
+        // as an event stream.
         let running = crate::relay::start(crate::relay::Start {
             app: ctx.app.clone(),
             who: ctx.identity.clone(),

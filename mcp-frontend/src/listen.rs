@@ -1,6 +1,6 @@
 //! `subscriptions/listen` (MCP 2026-07-28): a long-lived `text/event-stream` that
-//! acknowledges the subscription, then carries `notifications/tools/list_changed` and (issue
-//! 21) `notifications/prompts/list_changed`, `notifications/resources/list_changed` and
+//! acknowledges the subscription, then carries `notifications/tools/list_changed` and
+//! `notifications/prompts/list_changed`, `notifications/resources/list_changed` and
 //! `notifications/resources/updated` for the `resourceSubscriptions` it honours, each only when
 //! asked for, and ends with a final result when the session's token is revoked or the runtime
 //! shuts down.
@@ -47,7 +47,7 @@ struct Stream {
     /// The request id, which is also the subscription id.
     id: Value,
     wants_tools: bool,
-    /// Prompts and resources list changes, and the URIs whose updates it gets (issue 21).
+    /// Prompts and resources list changes, and the URIs whose updates it gets.
     wants: Wants,
     notes: broadcast::Receiver<Note>,
     end_after_ack: bool,
@@ -173,7 +173,7 @@ async fn next_frame(mut s: Stream) -> Option<(Bytes, Stream)> {
     }
 }
 
-/// What a listen stream honours beyond tools (issue 21).
+/// What a listen stream honours beyond tools.
 #[derive(Default)]
 struct Wants {
     prompts: bool,
@@ -181,7 +181,7 @@ struct Wants {
     /// URIs whose upstream accepted the subscription.
     uris: std::collections::BTreeSet<String>,
     /// `uris` registered with the notifier, so that a new generation of their connector is
-    /// subscribed again while this stream is open (rest21).
+    /// subscribed again while this stream is open.
     _registered: Option<crate::notify::ListenGuard>,
 }
 

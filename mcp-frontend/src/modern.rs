@@ -199,12 +199,12 @@ async fn skills_answer(ctx: &Ctx, method: &str, params: Option<&Value>) -> Resul
     fields.map(|fields| cacheable(fields, SKILLS_TTL_MS))
 }
 
-/// Whether a `prompts/get` is relayed: its upstream may ask this client during it (conf21c).
+/// Whether a `prompts/get` is relayed: its upstream may ask this client during it.
 fn prompt_relays(ctx: &Ctx, params: &Option<Value>) -> bool {
     crate::prompt_relay::modern_relays(ctx, params.as_ref())
 }
 
-/// A relayed `prompts/get` (conf21c): `Mcp-Name` carries `params.name` (SEP-2243), then the
+/// A relayed `prompts/get`: `Mcp-Name` carries `params.name` (SEP-2243), then the
 /// answer as the call goes (`input_required` when the upstream asks).
 async fn prompt(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     if let Ok(name) = target_param(params.as_ref(), "name")
@@ -215,7 +215,7 @@ async fn prompt(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     crate::prompt_relay::modern(ctx, id, params).await
 }
 
-/// `prompts/get` or `resources/read` (issue 21), in this era's form.
+/// `prompts/get` or `resources/read`, in this era's form.
 async fn get_or_read(ctx: &Ctx, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
     let (app, who) = (&ctx.app, &ctx.identity);
     if method == "resources/read" {
@@ -238,8 +238,8 @@ async fn discover(app: &crate::app::App) -> Value {
     cacheable(fields, DISCOVER_TTL_MS)
 }
 
-/// A call whose upstream (or, with `confirm`, the person's confirmation: confirm22) may ask
-/// this client something (relay21): started, or resumed with the client's `inputResponses`.
+/// A call whose upstream (or, with `confirm`, the person's confirmation) may ask
+/// this client something: started, or resumed with the client's `inputResponses`.
 async fn relayed_call(
     ctx: &Ctx,
     id: &Value,
@@ -294,7 +294,7 @@ async fn relayed_call(
     relay::respond(answering, running).await
 }
 
-/// A call's `inputResponses` sent without a `requestState` (conf21d): the client's own input to
+/// A call's `inputResponses` sent without a `requestState`: the client's own input to
 /// the upstream, passed on when it is an object. They resume nothing here (only a
 /// `requestState` this runtime issued does) and answer no request the runtime relayed.
 fn own_answers(params: Option<&Value>) -> Option<&Value> {
@@ -371,7 +371,7 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     // 2026-07-28: log messages only when the request names a level, on its event stream.
     let wants_logs = meta.is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some())
         && crate::progress::accepts_event_stream(&ctx.headers);
-    // conf21d: a client's own inputResponses go to the upstream on the relaying stream.
+    // A client's own inputResponses go to the upstream on the relaying stream.
     let answers = own_answers(params.as_ref()).is_some();
     if confirm || caps.any() || resuming || wants_logs || answers {
         return relayed_call(ctx, id, tool, params, caps, progress, confirm).await;

@@ -1,4 +1,4 @@
-//! Change notifications and resource subscriptions (issue 21, SPEC §11), for both surfaces.
+//! Change notifications and resource subscriptions (SPEC §11), for both surfaces.
 //!
 //! One broadcast of [`Note`]s carries every list change (tools, prompts, resources: published
 //! by `App::publish_routes` after each committed route change) and every upstream
@@ -78,7 +78,7 @@ struct Inner {
     watched: HashSet<(String, u64)>,
     /// (key, generation, uri) the upstream was asked to send updates for.
     upstream: HashSet<(String, u64, String)>,
-    /// URIs open `subscriptions/listen` streams honour, with how many streams (rest21).
+    /// URIs open `subscriptions/listen` streams honour, with how many streams.
     listening: HashMap<(Identity, String), usize>,
 }
 
@@ -180,7 +180,7 @@ impl Notifier {
     }
 }
 
-/// What a new generation must be subscribed to again (rest21).
+/// What a new generation must be subscribed to again.
 impl Notifier {
     /// Every subscribed URI (legacy `resources/subscribe` and open listen streams), each with
     /// one identity that wants it.

@@ -1,4 +1,4 @@
-//! `prompts/get` whose upstream asks the client something during it (conf21c, SPEC §11): the
+//! `prompts/get` whose upstream asks the client something during it (SPEC §11): the
 //! upstream's `elicitation/create`, `sampling/createMessage` and `roots/list` (a 2025-era
 //! upstream's requests on the request's stream, a 2026-07-28 upstream's `input_required`
 //! rounds) reach the client exactly as during a `tools/call`, through the same machinery

@@ -1,4 +1,4 @@
-//! Calls whose upstream may ask the client something (relay21, SPEC §11): the upstream's
+//! Calls whose upstream may ask the client something (SPEC §11): the upstream's
 //! `elicitation/create`, `sampling/createMessage` and `roots/list` during a `tools/call`
 //! reach the client that made the call, and its answer goes back to the worker
 //! (`AnswerUpstreamRequest`).
@@ -59,7 +59,7 @@ enum Asked {
     Confirm(String),
 }
 
-/// One upstream request of a modern answer that is being put together (conf21b): its
+/// One upstream request of a modern answer that is being put together: its
 /// `inputRequests` key, where its answer goes, its method and params.
 struct Pending {
     key: String,
@@ -75,7 +75,7 @@ pub(crate) enum Era {
     Modern,
 }
 
-/// One running relayed call (a `tools/call`, or a `prompts/get`: conf21c).
+/// One running relayed call (a `tools/call`, or a `prompts/get`).
 pub(crate) struct Running {
     steps: mpsc::Receiver<Step>,
     task: tokio::task::JoinHandle<()>,
@@ -118,8 +118,8 @@ pub(crate) struct Start {
     pub(crate) token: TokenKey,
     /// The person confirms the call first (`--confirm high`, [`crate::confirm`]).
     pub(crate) confirm: bool,
-    /// The client's own `inputResponses` without a `requestState` (conf21d,
-    /// [`RelayStream::input_responses`]).
+    /// The client's own `inputResponses` without a `requestState`
+    /// ([`RelayStream::input_responses`]).
     pub(crate) input_responses: Option<String>,
 }
 
@@ -157,7 +157,7 @@ pub(crate) fn start(s: Start) -> Running {
 
 /// Runs `run` (the call, given its [`RelayStream`] and where a confirmation question goes) in a
 /// task of its own, the worker's events of the call passed on as steps until its answer, the
-/// last step (conf21c: one machinery for tool calls and prompts). `name` is what a retry of a
+/// last step (one machinery for tool calls and prompts). `name` is what a retry of a
 /// parked call must name; `(requests, logs)` what the client can take during the call.
 pub(crate) fn spawn<F, Fut>(
     connector: Arc<Connector>,
@@ -263,7 +263,7 @@ struct Driver {
     a: Answering,
     running: Option<Running>,
     /// The requests of a 2026-07-28 upstream's `input_required` round that have come so far:
-    /// the client is asked all of them in one `input_required` result (conf21b).
+    /// the client is asked all of them in one `input_required` result.
     round: Vec<Pending>,
 }
 

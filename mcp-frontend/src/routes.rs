@@ -41,7 +41,7 @@ pub(crate) enum Fenced {
     /// toward the circuit breaker.
     Failed,
     /// The kernel's own decision (uninstall, disconnect, shutdown, refused credentials):
-    /// the calls it ends say nothing of the connector's health (confirm22).
+    /// the calls it ends say nothing of the connector's health.
     Deliberate,
 }
 
@@ -57,7 +57,7 @@ pub(crate) struct Connector {
     pub(crate) key: String,
     pub(crate) generation: u64,
     pub(crate) endpoint: String,
-    /// The worker's frame endpoint for plain calls (perf26b), or empty.
+    /// The worker's frame endpoint for plain calls, or empty.
     pub(crate) data_endpoint: String,
     pub(crate) timeout_ms: u32,
     pub(crate) fence: Fence,
@@ -111,7 +111,7 @@ pub(crate) struct RouteTable {
     pub(crate) list_revision: u64,
     tools: Vec<Arc<Tool>>,
     gone: Arc<HashMap<String, Gone>>,
-    /// Prompts, resources and templates of the same generations (issue 21).
+    /// Prompts, resources and templates of the same generations.
     pub(crate) catalog: Arc<Catalog<Connector>>,
 }
 
@@ -280,7 +280,7 @@ pub(crate) struct RouteState {
 
 impl RouteState {
     /// Fires the fences of the removed connector's generations up to the removed one, with
-    /// why (confirm22: a deliberate fence does not count toward the circuit breaker).
+    /// why (a deliberate fence does not count toward the circuit breaker).
     fn fence_removed(&mut self, removed: &ConnectorRemoved) {
         let why = if removed.deliberate {
             Fenced::Deliberate
@@ -759,7 +759,7 @@ mod tests {
         assert!(!Arc::ptr_eq(a, b) && Arc::ptr_eq(b, c));
     }
 
-    /// Issue 18: every field the upstream gave reaches the client whose revision defines it,
+    /// Every field the upstream gave reaches the client whose revision defines it,
     /// and `_meta` is the upstream's keys plus ours (ours alone under `tutti/`).
     #[test]
     fn definitions_pass_through_per_revision() {

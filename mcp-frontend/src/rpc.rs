@@ -74,7 +74,7 @@ pub(crate) enum Message {
         method: String,
         params: Option<Value>,
     },
-    /// A response to a request the frontend sent to the client (relay21): its id and the
+    /// A response to a request the frontend sent to the client: its id and the
     /// `result` or `error` member.
     Response {
         id: Value,

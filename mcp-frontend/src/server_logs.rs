@@ -1,4 +1,4 @@
-//! Log messages that no call claims (issue 21, package rest21; SPEC §11).
+//! Log messages that no call claims (SPEC §11).
 //!
 //! An upstream's `notifications/message` sent while none of its calls is in flight (or on an
 //! HTTP upstream's standalone stream) belongs to no caller; the worker hands those out on

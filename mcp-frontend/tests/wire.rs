@@ -607,7 +607,7 @@ async fn an_early_read_body_is_never_acted_on_without_a_valid_token() {
     h.stop().await.expect("clean stop");
 }
 
-/// Issue 19 F6: a request with a wrong token and a small declared body that never comes is
+/// A request with a wrong token and a small declared body that never comes is
 /// answered 401 at once and its connection closed; the body is not waited for.
 #[tokio::test]
 async fn a_wrong_token_is_answered_without_waiting_for_the_body() {
@@ -1769,7 +1769,7 @@ async fn listen_honours_only_requested_kinds() {
         .listen(json!(77), json!({"promptsListChanged": true}))
         .await;
     let ack = prompts_only.next().await.expect("ack");
-    // Prompt list changes are honoured since issue 21 (SPEC §11); tool list changes were
+    // Prompt list changes are honoured (SPEC §11); tool list changes were
     // not asked for and must not leak.
     assert_eq!(
         ack["params"]["notifications"],

@@ -5,7 +5,7 @@
 //! (RFC 9728 from the 401's `resource_metadata`, then the well-known paths; RFC 8414, then
 //! OpenID discovery), the `issuer` checks of metadata and of the redirect's `iss` (RFC 9207),
 //! PKCE S256, the `resource` parameter (RFC 8707), the scope selection rules and the token
-//! requests. What this crate adds (see ARCHITECTURE.md, *oauth20*):
+//! requests. What this crate adds (see ARCHITECTURE.md, *OAuth upstreams*):
 //!
 //! - a login that spans two processes and two RPCs ([`login::begin`] returns the URL, the
 //!   redirect arrives later at [`login::Pending::complete`]);

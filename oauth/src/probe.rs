@@ -2,7 +2,7 @@
 //! the scope to ask for and the resource metadata. The legacy probe is an unauthenticated
 //! `initialize`; a 2026-07-28 server may refuse that (no `MCP-Protocol-Version` header) with
 //! a 400 before it looks at authorization, so the challenge is asked for again with the
-//! modern request, `server/discover` with the version header (conf20).
+//! modern request, `server/discover` with the version header.
 
 use serde_json::{Value, json};
 

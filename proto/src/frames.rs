@@ -1,4 +1,4 @@
-//! The frame data plane of plain tool calls (perf26b): a worker's second local endpoint
+//! The frame data plane of plain tool calls: a worker's second local endpoint
 //! ([`crate::transport::worker_data_endpoint`]) carries `tutti.worker.v1` messages as
 //! length-prefixed frames instead of gRPC, one call at a time per connection.
 //!
@@ -9,7 +9,7 @@
 //! message: exactly what `CallTool` would have failed with). Anything else, a body over
 //! [`MAX_FRAME_BYTES`], or bytes while a call is in flight end the connection.
 //!
-//! Big results (big26): a reply whose result is `result_bytes` is written without copying
+//! Big results: a reply whose result is `result_bytes` is written without copying
 //! the result into the frame buffer ([`write_reply`]: the header and the reply's other fields,
 //! then the result, in one vectored write), and read into one buffer that is handed on as
 //! [`Bytes`] ([`take_body`]), so that decoding slices the result out of it instead of copying.
@@ -171,7 +171,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 /// A connection's buffer for the frames it receives, handed on as [`Bytes`] ([`read_body`]).
 /// Its allocation is used again once every `Bytes` of the last frame is gone, so a stream of
 /// large replies is read into memory that is mapped already: a fresh megabyte per reply cost a
-/// page fault per 4 KiB, the frontend's largest item in the 1 MiB profile (big26).
+/// page fault per 4 KiB, the frontend's largest item in the 1 MiB profile.
 #[derive(Debug, Default)]
 pub struct FrameBuffer(BytesMut);
 

@@ -11,19 +11,19 @@ pub const MAX_TOOLS: usize = 10_000;
 /// a larger tool set is refused at commit.
 pub const MAX_TOOL_SET_BYTES: usize = 4 * 1024 * 1024;
 
-/// Most prompts one connector may offer (issue 21); more are refused at commit.
+/// Most prompts one connector may offer; more are refused at commit.
 pub const MAX_PROMPTS: usize = 10_000;
 
 /// Most bytes of prompt definitions (name plus JSON) one connector may offer.
 pub const MAX_PROMPT_SET_BYTES: usize = 4 * 1024 * 1024;
 
-/// Most resources one connector may offer (issue 21); more are refused at commit.
+/// Most resources one connector may offer; more are refused at commit.
 pub const MAX_RESOURCES: usize = 10_000;
 
 /// Most bytes of resource definitions (URI plus JSON) one connector may offer.
 pub const MAX_RESOURCE_SET_BYTES: usize = 4 * 1024 * 1024;
 
-/// Most resource templates one connector may offer (issue 21); more are refused at commit.
+/// Most resource templates one connector may offer; more are refused at commit.
 pub const MAX_RESOURCE_TEMPLATES: usize = 10_000;
 
 /// Most bytes of resource template definitions (URI template plus JSON) one connector may offer.

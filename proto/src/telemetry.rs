@@ -16,7 +16,7 @@
 //! client) made the frontend and every worker multi-threaded processes: ~1.1–1.3 MiB more
 //! resident in each with export on, and every call paying for a multi-threaded process
 //! (locked allocator paths, shared file tables). Measured without the threads
-//! (docs/PERFORMANCE.md, session 13): the memory is saved; the per-call latency with export
+//! (docs/PERFORMANCE.md): the memory is saved; the per-call latency with export
 //! on did not measurably change. The price: an export's encoding runs between calls on the
 //! call's thread (once per batch of 512 spans or per metric interval). At exit the last
 //! export gets [`SHUTDOWN_BUDGET`], never an export timeout.

@@ -91,8 +91,8 @@ pub fn worker_endpoint(state_dir: &Path, generation: u64) -> LocalEndpoint {
     imp::endpoint(state_dir, &format!("w-{generation:x}"))
 }
 
-/// Where the worker of `generation` serves plain tool calls as frames ([`crate::frames`],
-/// perf26b): beside its gRPC endpoint, as short (`d-<gen>`).
+/// Where the worker of `generation` serves plain tool calls as frames ([`crate::frames`]):
+/// beside its gRPC endpoint, as short (`d-<gen>`).
 pub fn worker_data_endpoint(state_dir: &Path, generation: u64) -> LocalEndpoint {
     imp::endpoint(state_dir, &format!("d-{generation:x}"))
 }
@@ -259,7 +259,7 @@ impl IpcConn {
 
     /// Asks for a send buffer of `bytes` (Linux caps it at `net.core.wmem_max`): a large
     /// frame then leaves in one write instead of one per buffer-full, each waiting for the
-    /// reader to wake and make room (big26). Best effort; a no-op on Windows, where a named
+    /// reader to wake and make room. Best effort; a no-op on Windows, where a named
     /// pipe's buffers are fixed when it is created.
     pub fn widen_send_buffer(&self, bytes: usize) {
         imp::widen_send_buffer(&self.0, bytes);
@@ -405,7 +405,7 @@ mod imp {
     /// that runtime is shutting down or gone, its last drain of the port does not wait either:
     /// a completion that comes later is never taken, and the handle stays open for good
     /// (tokio-rs/mio#1944, open; Windows and Wine alike), so the peer never learns that we
-    /// went (issue 27: a call to a stopped in-process peer hung in about a third of the runs
+    /// went (a call to a stopped in-process peer hung in about a third of the runs
     /// under Wine, where a cancellation issued by another thread than the read's is posted
     /// late; a cancellation by the reading thread was always taken).
     /// Marked flushed, the stream is closed where it is dropped, in its runtime. Nothing
@@ -573,7 +573,7 @@ mod tests {
 
     /// What a peer wrote just before it went arrives, and then the end, though nobody read it
     /// before the peer's runtime was gone: a connection closed where it is dropped
-    /// (`imp::close_in_place`, issue 27) loses nothing that was written.
+    /// (`imp::close_in_place`) loses nothing that was written.
     #[tokio::test(flavor = "current_thread")]
     async fn what_a_peer_wrote_before_it_went_arrives_and_then_the_end() {
         let dir = tempfile::tempdir().expect("tempdir");

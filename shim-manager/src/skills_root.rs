@@ -1,4 +1,4 @@
-//! The stable skills root `<state>/skills/` (issue 21 item 7): every live generation's skills,
+//! The stable skills root `<state>/skills/`: every live generation's skills,
 //! one directory per skill named by the skill (`<root>/<skill name>/SKILL.md`, the layout
 //! agents scan), kept in sync with the kernel's route table like `bin/`.
 //!

@@ -1,4 +1,4 @@
-// The OAuth end-to-end tests' authorization server and protected MCP resource (issue 20).
+// The OAuth end-to-end tests' authorization server and protected MCP resource.
 //
 //   node provider.mjs --upstream http://127.0.0.1:F/mcp [--ttl SECONDS] [--wrong-issuer]
 //

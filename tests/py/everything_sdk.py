@@ -1,5 +1,5 @@
 """The Python `mcp` 2.3.0 client against server-everything through the runtime, in one session
-(tests/tests/e2e_sdk_everything.rs, issue 21 acceptance "Python SDK client, both eras, against
+(tests/tests/e2e_sdk_everything.rs, "Python SDK client, both eras, against
 server-everything as an upstream").
 
 Prints one JSON object per line, one per step, `event` naming the step:
@@ -227,7 +227,7 @@ async def main():
             await subscription(c, cb, key, uri, legacy)
             # Last: a 2026-07-28 client that refuses a sampling request leaves the call parked
             # at the runtime until its timeout, and while two calls are in flight a stdio
-            # upstream's requests and log messages name no call (relay21: never guessed).
+            # upstream's requests and log messages name no call (never guessed).
             await requests_from_upstream(c, cb, key)
             out(event="done")
 

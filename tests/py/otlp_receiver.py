@@ -1,4 +1,4 @@
-"""An OTLP/HTTP receiver for the observability tests (issue 24).
+"""An OTLP/HTTP receiver for the observability tests.
 
 Usage: otlp_receiver.py PORT CAPTURE_FILE
 

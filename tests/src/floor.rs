@@ -1,4 +1,4 @@
-//! The architectural floor of `tutti-bench` (issue 26): the leanest chain with the runtime's
+//! The architectural floor of `tutti-bench`: the leanest chain with the runtime's
 //! process layout, built only for the benchmark.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! The OAuth end-to-end harness (issue 20): the authorization server and protected resource of
+//! The OAuth end-to-end harness: the authorization server and protected resource of
 //! `tests/oauth/provider.mjs` (oidc-provider, installed by `scripts/install-test-tools`), and
 //! a headless "browser" that completes its login and consent pages over plain HTTP the way a
 //! user's browser would (cookies, redirects, form posts).

@@ -1,4 +1,4 @@
-//! The OTLP/HTTP receiver of the observability tests (issue 24): `tests/py/otlp_receiver.py`,
+//! The OTLP/HTTP receiver of the observability tests: `tests/py/otlp_receiver.py`,
 //! which decodes what arrives with the official `opentelemetry-proto` package from PyPI
 //! (pinned in `scripts/install-test-tools`), run with the test venv's Python. Each request it
 //! decoded is a line of its capture file: the message in protobuf's JSON mapping (camelCase

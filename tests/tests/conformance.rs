@@ -31,11 +31,11 @@ const TEST_TOOLS: &str = "conformance,logging_tool,streaming_elicitation,trigger
 const REVISIONS: [&str; 2] = ["2025-11-25", "2026-07-28"];
 
 /// The `test` connector: the fixture over Streamable HTTP as a 2026-07-28 upstream
-/// (`--stateless --sse`, conf21d): what a call sends while it runs (progress, logs) travels on
+/// (`--stateless --sse`): what a call sends while it runs (progress, logs) travels on
 /// that call's own response stream, list changes on its `subscriptions/listen` streams, and
 /// its tools that ask answer `input_required` under their own keys (`user_name`, …), so the
-/// runtime keeps those keys and relays a whole round in one answer (SPEC §11). Before conf21d
-/// it was the fixture with sessions (conf21b), whose requests during a call name their call.
+/// runtime keeps those keys and relays a whole round in one answer (SPEC §11). A fixture with sessions
+/// would be the 2025-era alternative, whose requests during a call name their call.
 fn http_connector(key: &str, url: &str) -> Value {
     json!({
         "key": key,
@@ -154,8 +154,8 @@ async fn conformance_suite_passes_both_requirement_sets() {
     assert!(!baseline.is_empty());
 
     let mut rt = Runtime::start(RuntimeOptions::default());
-    // Issue 21: the suite's prompts, resources, template and completion too.
-    // conf21d: a 2026-07-28 upstream (`--stateless --sse`); its record shows what it was sent.
+    // The suite's prompts, resources, template and completion too.
+    // A 2026-07-28 upstream (`--stateless --sse`); its record shows what it was sent.
     let record = rt.root().join("test-upstream.jsonl");
     let record_arg = record.display().to_string();
     let fixture = FixtureHttp::start(&[

@@ -1,4 +1,4 @@
-//! conf21 (issue 21): the official conformance suite's `input-required-result-*` scenarios
+//! The official conformance suite's `input-required-result-*` scenarios
 //! (2026-07-28), each run alone against a runtime of its own whose `test` connector is the
 //! stdio fixture with the relay tools (`--tools conformance_relay`): the upstream sends its
 //! `elicitation/create`, `sampling/createMessage` or `roots/list` during the call, the
@@ -33,7 +33,7 @@ const PASS_ALONE: [&str; 10] = [
     "input-required-result-tampered-state",
     "input-required-result-capability-check",
     "input-required-result-validate-input",
-    // conf21c: the upstream's request during prompts/get is relayed as during tools/call.
+    // The upstream's request during prompts/get is relayed as during tools/call.
     "input-required-result-non-tool-request",
 ];
 

@@ -1,4 +1,4 @@
-//! End-to-end tests of issue 5 over the real runtime (SPEC §4, §6, §7, §8): the published
+//! Agent-facing pieces end to end over the real runtime (SPEC §4, §6, §7, §8): the published
 //! `tutti-connector-<key>` shims and their passthrough, skills, `tutti connector available`,
 //! the agent bindings of `tutti session issue`, and the subcommands that must not exist.
 //!
@@ -1000,7 +1000,7 @@ async fn every_binding_format_matches_spec_and_its_token_works() {
             .as_str()
             .unwrap_or_default(),
     );
-    // One stable skills root (issue 21 item 7), kept by the shim manager: the skills of the
+    // One stable skills root, kept by the shim manager: the skills of the
     // ready connectors, each as the live release's copy; the locked connector's is absent.
     let root = rt.state_dir().join("skills");
     assert_eq!(

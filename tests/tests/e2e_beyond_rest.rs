@@ -1,4 +1,4 @@
-//! Issue 21's remaining acceptance points (package rest21), over the real binaries:
+//! Subscriptions, unclaimed logs and offer limits beyond tools, over the real binaries:
 //! resource subscriptions that outlive a generation (a SIGKILLed worker, an upgrade) on both
 //! surfaces; subscriptions to a 2026-07-28 upstream (its `subscriptions/listen`); log messages
 //! that no call claims on the legacy GET stream; offer limits for prompts and resources.

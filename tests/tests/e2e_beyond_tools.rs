@@ -1,4 +1,4 @@
-//! Issue 21 items 1 and 2 (SPEC §11), end to end over the real binaries: prompts, resources,
+//! MCP beyond tools (SPEC §11), end to end over the real binaries: prompts, resources,
 //! resource templates and completion of `@modelcontextprotocol/server-everything` (a stdio
 //! upstream) through the runtime, driven by the official Python `mcp` SDK client in both eras;
 //! a resource subscription's updates on a `subscriptions/listen` stream; the same "not

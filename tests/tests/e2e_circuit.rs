@@ -1,4 +1,4 @@
-//! Issue 22 item 4 (SPEC §12, circuit breaker): timeouts open a connector's circuit after N
+//! The circuit breaker (SPEC §12): timeouts open a connector's circuit after N
 //! failures; calls then fail at once with the circuit message; after `openMs` one trial call
 //! goes through and closes it; `isError` results and JSON-RPC errors never open it; status
 //! and the audit log show it.

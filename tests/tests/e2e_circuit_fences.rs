@@ -1,4 +1,4 @@
-//! Issue 22 item 4 with the lifecycle (confirm22): the circuit breaker counts a connector's
+//! The circuit breaker with the lifecycle: the circuit breaker counts a connector's
 //! failures (worker gone, timeouts, transport errors), not the kernel's own fences. An
 //! upgrade under calls drains them; an uninstall under calls ends them at once with
 //! `[MCP_UNAVAILABLE]` (SPEC §5); neither opens the circuit, so the connector installed

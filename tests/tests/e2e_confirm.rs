@@ -1,4 +1,4 @@
-//! Issue 22 item 5 over the real runtime: a session issued with `--confirm high` has each call
+//! Confirmed high-risk calls over the real runtime: a session issued with `--confirm high` has each call
 //! of a high-risk tool confirmed by the person through the client's elicitation (the official
 //! Python SDK client, mcp 2.3.0, legacy surface) before anything is sent upstream (the fixture
 //! records every message it gets). Accept → the call runs; decline → `isError` `declined:`

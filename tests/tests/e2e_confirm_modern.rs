@@ -1,4 +1,4 @@
-//! Issue 22 item 5 on the modern surface (confirm22, SPEC §12 with §11's input-required
+//! Confirmed high-risk calls on the modern surface (SPEC §12 with §11's input-required
 //! results): a `--confirm high` session's high-risk `tools/call` from a 2026-07-28 client that
 //! declares elicitation is answered with an `input_required` result carrying the person's
 //! question; the retry with the answer runs the call on accept and returns `isError`
@@ -82,7 +82,7 @@ async fn call_destroy(mcp: &Mcp, extra: Value) -> (u16, Value) {
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": MODERN,
             "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
-            "io.modelcontextprotocol/clientInfo": {"name": "confirm22", "version": "0"},
+            "io.modelcontextprotocol/clientInfo": {"name": "confirm-modern", "version": "0"},
         },
     });
     if let (Some(p), Value::Object(extra)) = (params.as_object_mut(), extra) {

@@ -1,5 +1,5 @@
-//! Issue 22 item 5 on the legacy surface, the ways a question ends without a yes
-//! (confirm22): the person cancels; the person never answers (the question waits for the
+//! Confirmed high-risk calls on the legacy surface, the ways a question ends without a yes:
+//! the person cancels; the person never answers (the question waits for the
 //! tool's call timeout, `timeouts.callMs`); the client closes the call's stream while the
 //! question waits. Each call is `isError` (or gone), nothing reaches the upstream (the
 //! fixture records every message it gets), the audit log holds the decision, and a later
@@ -73,7 +73,7 @@ fn a_cancelled_or_unanswered_question_sends_nothing_and_is_audited() {
 async fn eliciting_client(rt: &Runtime, token: &str) -> Mcp {
     let mcp = Mcp::legacy(rt.frontend_url(), token);
     let params = json!({"protocolVersion": LEGACY, "capabilities": {"elicitation": {}},
-        "clientInfo": {"name": "confirm22", "version": "0"}});
+        "clientInfo": {"name": "confirm-waits", "version": "0"}});
     let (status, _, body) = mcp.request("initialize", params).await;
     assert_eq!(status, 200, "initialize: {body}");
     let (status, _, body) = mcp.notify("notifications/initialized", Value::Null).await;

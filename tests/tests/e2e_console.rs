@@ -1,4 +1,4 @@
-//! Issue 23 (SPEC §13): `tutti console`, end to end over the real binaries.
+//! `tutti console` (SPEC §13), end to end over the real binaries.
 //!
 //! - In a real browser (Debian's headless `chromium` through `chromedriver`, driven with
 //!   fantoccini over WebDriver): login, the demo cards `ready`, a connector's tools with risk,
@@ -333,7 +333,7 @@ async fn console_never_shows_a_secret_or_a_token_and_refuses_a_stale_uninstall()
     );
 }
 
-/// console23c (2026-12-01): a rug pull (SPEC §12) held for review shows on the card and the
+/// A rug pull (SPEC §12) held for review shows on the card and the
 /// detail page as a line diff; an approval without the page's CSRF token is refused and
 /// changes nothing; with it, the offer is committed and status no longer awaits review.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -995,7 +995,7 @@ async fn browser_sessions_and_activity(b: &fantoccini::Client, c: &Console, rt: 
     shot(b, "7-activity").await;
 }
 
-/// SPEC §13 / issue 23: the connectors page updates without reloading, from a server-sent
+/// SPEC §13: the connectors page updates without reloading, from a server-sent
 /// event stream fed by the kernel's route stream: an install (a committed generation) reaches
 /// an open stream as a `changed` event within a second of `ready`; without the cookie the
 /// stream is refused like every page.

@@ -1,4 +1,4 @@
-//! Issue 18 (frontend and definition half), end to end over the real binaries: each surface
+//! Era hygiene of the frontend and of tool definitions, end to end over the real binaries: each surface
 //! answers in its own era's shape whatever the upstream spoke (SPEC §5; ARCHITECTURE.md "Era
 //! hygiene"), tool definitions reach clients with every field their revision defines and the
 //! upstream's own `_meta` keys next to ours, and the worker declares no client capability.
@@ -309,7 +309,7 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
     }
 
     // The worker declares exactly the client capabilities it serves: roots, sampling and
-    // elicitation are relayed to the calling client (SPEC §11, relay21).
+    // elicitation are relayed to the calling client (SPEC §11).
     let file = std::fs::File::open(&record)
         .unwrap_or_else(|e| panic!("cannot open {}: {e}", record.display()));
     let initialize = BufReader::new(file)

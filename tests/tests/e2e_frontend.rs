@@ -1,4 +1,4 @@
-//! Issue 4 acceptance over the real runtime (`tutti up`): real MCP clients (the official
+//! The frontend over the real runtime (`tutti up`): real MCP clients (the official
 //! Python SDK `mcp` 2.3.0 in both eras, with `subscriptions/listen`; the MCP Inspector v2 CLI
 //! in both eras), argument validation that never echoes a value, cancellation in both eras
 //! down to the upstream, and the status-code and error tables of SPEC §5 on the wire.
@@ -437,8 +437,8 @@ async fn listen_stream_on_the_wire_ends_with_a_final_result_at_shutdown() {
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
     );
-    // What the runtime honours is acknowledged: prompt list changes too since SPEC §11
-    // (issue 21); a connector without prompts (below) changes only the tool list.
+    // What the runtime honours is acknowledged: prompt list changes too (SPEC §11);
+    // a connector without prompts (below) changes only the tool list.
     assert_eq!(
         ack["params"]["notifications"],
         json!({"toolsListChanged": true, "promptsListChanged": true}),
@@ -464,7 +464,7 @@ async fn listen_stream_on_the_wire_ends_with_a_final_result_at_shutdown() {
         .await
         .unwrap_or(Value::Null);
     assert_eq!(done["id"], id, "{done}");
-    // A modern result names the runtime (issue 18: serverInfo is always the runtime's).
+    // A modern result names the runtime (serverInfo is always the runtime's).
     let mut final_meta = meta.clone();
     final_meta["io.modelcontextprotocol/serverInfo"] =
         json!({"name": "connector", "version": env!("CARGO_PKG_VERSION")});

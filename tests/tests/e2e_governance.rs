@@ -1,4 +1,4 @@
-//! Issue 9 (governance): risk levels on tools and the launch allowlist, over the real runtime.
+//! Governance: risk levels on tools and the launch allowlist, over the real runtime.
 #![cfg(unix)]
 
 use std::time::Duration;

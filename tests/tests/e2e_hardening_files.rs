@@ -1,7 +1,6 @@
-//! Issue 19 (hardening), the findings about files and logs: multi-line secrets in connector
-//! logs (F1), owner-only logs and registry (F1), the audit trail when it cannot be written
-//! (F7), crash leftovers (F11), oversized tool sets (F9), escapes from an upstream's stderr in
-//! connector logs (F12), and the lowercase `bearer` scheme (F15). Each test runs the attack
+//! Hardening of files and logs: multi-line secrets in connector logs, owner-only logs and
+//! registry, the audit trail when it cannot be written, crash leftovers, oversized tool sets, escapes from an upstream's stderr in
+//! connector logs, and the lowercase `bearer` scheme. Each test runs the attack
 //! against the real runtime.
 #![cfg(unix)]
 
@@ -89,7 +88,7 @@ fn every_line_of_a_multi_line_secret_is_masked_and_logs_are_owner_only() {
         "{said}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // F15: connect says what it saved (names only).
+    // Connect says what it saved (names only).
     assert_eq!(said.trim(), "connected pem (saved PEM_KEY)");
     rt.wait_status("pem", "ready", READY);
     let marker = "the value of PEM_KEY follows";

@@ -1,6 +1,6 @@
-//! Issue 19 (hardening), the install-time findings: F4 the launch allowlist judged by real
-//! paths, F5 injection variables in `mcp.env` and secret names, F8 manifest and skill files
-//! opened without following links and with size caps, F9 field size limits, F12 escapes of
+//! Hardening at install time: the launch allowlist judged by real paths, injection
+//! variables in `mcp.env` and secret names, manifest and skill files opened without following
+//! links and with size caps, field size limits, escapes of
 //! format and control characters in the install confirmation, `status` and `available`.
 //! Each test runs the attack of the security review against the real runtime.
 #![cfg(unix)]
@@ -62,7 +62,7 @@ fn audit_records(rt: &Runtime, kind: &str) -> Vec<Value> {
         .collect()
 }
 
-// === F4: the launch allowlist ===
+// === The launch allowlist ===
 
 #[test]
 fn dot_dot_out_of_the_release_is_judged_where_it_really_leads() {
@@ -209,7 +209,7 @@ fn the_allowlist_is_checked_again_at_every_launch() {
     assert_ne!(refused["status"], "ready", "{refused}");
 }
 
-// === F5: injection variables ===
+// === Injection variables ===
 
 #[test]
 fn an_injection_variable_in_env_needs_allow_env_and_is_shown() {
@@ -306,7 +306,7 @@ fn a_secret_named_like_a_loader_variable_is_refused() {
     );
 }
 
-// === F8: release files are not followed, typed before reading, and capped ===
+// === Release files are not followed, typed before reading, and capped ===
 
 /// How long a refusal that must come "at once" may take on a loaded machine.
 const AT_ONCE: Duration = Duration::from_secs(10);
@@ -453,7 +453,7 @@ fn skill_files_are_not_followed_and_are_capped() {
     }
 }
 
-// === F9: field size limits ===
+// === Field size limits ===
 
 #[test]
 fn oversized_manifest_fields_are_refused_at_install_naming_the_field() {
@@ -486,7 +486,7 @@ fn oversized_manifest_fields_are_refused_at_install_naming_the_field() {
     assert_eq!(listed["connectors"][0]["key"], "fine");
 }
 
-// === F12: format and control characters are written out where manifest text is shown ===
+// === Format and control characters are written out where manifest text is shown ===
 
 const RAW: [char; 3] = ['\u{202e}', '\u{200b}', '\u{1b}'];
 

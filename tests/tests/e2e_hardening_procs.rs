@@ -1,6 +1,6 @@
-//! Issue 19 (hardening), the findings about sockets and processes, each attacked over the real
-//! runtime: F2 (port takeover across a frontend restart), F6 (slow bodies without a token),
-//! F14 (an oversized result line), F10 (a `setsid()` grandchild of an upstream).
+//! Hardening of sockets and processes, each attacked over the real runtime: port takeover
+//! across a frontend restart, slow bodies without a token, an oversized result line, a
+//! `setsid()` grandchild of an upstream.
 #![cfg(target_os = "linux")]
 
 use std::io::{Read, Write};
@@ -121,7 +121,7 @@ async fn echo(url: &str, token: &str, key: &str, message: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
-// F2: port takeover
+// Port takeover
 
 /// The frontend is killed twice while another process tries to bind its port with
 /// `SO_REUSEADDR` / `SO_REUSEPORT` in a tight loop: the port is never free (the kernel holds
@@ -194,7 +194,7 @@ async fn a_frontend_restart_never_frees_the_port_for_another_process() {
 }
 
 // ---------------------------------------------------------------------------------------
-// F6: slow bodies
+// Slow bodies
 
 /// Sequential echo calls on one client; their median latency.
 async fn median_latency(mcp: &Mcp, key: &str, n: usize) -> Duration {
@@ -385,7 +385,7 @@ async fn slow_bodies_without_a_token_are_closed_and_agents_keep_their_latency() 
 }
 
 // ---------------------------------------------------------------------------------------
-// F14: an oversized result line
+// An oversized result line
 
 /// The worker's line limit (`upstream-worker` `stdio::MAX_STDOUT_LINE`).
 const MAX_RESULT_BYTES: u64 = 64 * 1024 * 1024;
@@ -437,7 +437,7 @@ async fn an_oversized_result_fails_at_once_and_the_worker_keeps_serving() {
 }
 
 // ---------------------------------------------------------------------------------------
-// F10: setsid grandchildren
+// Setsid grandchildren
 
 /// `(pgrp, session)` of `pid` from `/proc/<pid>/stat`.
 fn group_and_session(pid: u32) -> Option<(u32, u32)> {

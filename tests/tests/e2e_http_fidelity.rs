@@ -1,4 +1,4 @@
-//! Issue 18, the upstream half, end to end over the real binaries: an HTTP upstream that loses
+//! HTTP upstream fidelity, end to end over the real binaries: an HTTP upstream that loses
 //! our session (forgets it, answers 400 / 404 / 500 / 502, goes away and comes back) never
 //! makes a call wait for `callMs` (SPEC §5: an unavailable upstream is answered at once), and
 //! `status` and the audit log show the re-initialization or the restart; tools/call results

@@ -1,4 +1,4 @@
-//! Issue 3 (kernel: generations, fencing, supervision, sessions, lifecycle), end to end over
+//! The kernel (generations, fencing, supervision, sessions, lifecycle), end to end over
 //! the real binaries and the fixture server's fault modes: chaos with worker SIGKILLs,
 //! orphans (uninstall, worker SIGKILL, kernel SIGKILL), crash loop, atomic update with a
 //! drained old generation, refused candidates, token revocation, a kernel SIGKILL followed
@@ -206,7 +206,7 @@ async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> V
         i += 1;
         let key = CHAOS_KEYS[i % 2];
         let echo = i.is_multiple_of(5);
-        // Issue 21: prompts/get and resources/read are fenced like tools/call; the fixture's
+        // Prompts/get and resources/read are fenced like tools/call; the fixture's
         // answers name the upstream's pid and parent like `whoami`.
         let beyond = match i % 5 {
             1 => Some(("prompts/get", json!({"name": format!("{key}_hello")}))),

@@ -1,4 +1,4 @@
-//! Issue 17 (one connector lifecycle): a connector without MCP commits through the same
+//! One connector lifecycle: a connector without MCP commits through the same
 //! commit as one with a worker, so its commit is in the audit log like every other.
 
 use std::time::Duration;

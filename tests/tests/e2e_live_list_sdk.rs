@@ -1,4 +1,4 @@
-//! Issue 21 acceptance "live list for legacy clients" with the Python SDK (mcp 2.3.0) in
+//! The live tool list for legacy clients with the Python SDK (mcp 2.3.0) in
 //! 2025-06-18 mode: its own GET stream code (`tests/py/live_list_client.py`, a transport
 //! subclass whose placeholder session id never reaches the wire) sees
 //! `notifications/tools/list_changed` within 1 s of an install, an upgrade and an uninstall;

@@ -1,4 +1,4 @@
-//! mri21 (issue 21 item 4, SPEC §11): a 2026-07-28 upstream asks its client during a call with
+//! A 2026-07-28 upstream's `input_required` results (SPEC §11): a 2026-07-28 upstream asks its client during a call with
 //! an `input_required` result (SEP-2322) instead of a request on the call's stream. Through
 //! the real runtime, the official Python SDK client (mcp 2.3.0) in both eras gets the
 //! upstream's elicitation and its answer goes back: accept gives the upstream's final result,
@@ -82,7 +82,7 @@ fn runtime_with_call_timeout(call_ms: u64) -> (Runtime, FixtureHttp, String) {
     });
     rt.install_ok(&manifest, &[]);
     rt.wait_status("up", "ready", READY);
-    let token = rt.issue_token("w", "mri21");
+    let token = rt.issue_token("w", "modern-upstream-relay");
     (rt, fixture, token)
 }
 

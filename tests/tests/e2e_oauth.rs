@@ -1,4 +1,4 @@
-//! OAuth 2.1 upstreams end to end (issue 20, SPEC §10) against a real authorization server:
+//! OAuth 2.1 upstreams end to end (SPEC §10) against a real authorization server:
 //! oidc-provider (`tests/oauth/provider.mjs`) in front of the fixture server's HTTP mode.
 //! The test plays the user's browser over plain HTTP (login and consent pages, the redirect
 //! to `tutti connector connect`'s loopback callback).

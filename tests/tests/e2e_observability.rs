@@ -1,4 +1,4 @@
-//! Issue 24 (SPEC §14) over the real runtime: per-connector call figures in `tutti status`
+//! Observability (SPEC §14) over the real runtime: per-connector call figures in `tutti status`
 //! (fed by calls of the official Python SDK client), `status --watch`, `tutti logs`,
 //! `TUTTI_LOG_FORMAT=json` and `tutti doctor`.
 
@@ -236,7 +236,7 @@ fn wait_until(what: &str, timeout: Duration, pred: impl Fn() -> bool, detail: im
     }
 }
 
-const SECRET: &str = "obs24-Secret-Value-9f3k2";
+const SECRET: &str = "observe-Secret-Value-9f3k2";
 
 /// A runtime with connector `sec` whose upstream prints its secret `SEC_TOKEN` to stderr.
 fn runtime_with_secret_printer(opts: RuntimeOptions) -> Runtime {

@@ -1,4 +1,4 @@
-//! Issue 21 (rest21b): the offer size limits of `tutti_proto::limits` hold for prompts,
+//! The offer size limits of `tutti_proto::limits` hold for prompts,
 //! resources and resource templates as they do for tools. A connector whose upstream offers
 //! too many or too large prompts or resources is refused at commit, once, with a `lastError`
 //! naming the list, its size and the limits; the other connectors stay ready and serve.

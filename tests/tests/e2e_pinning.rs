@@ -1,4 +1,4 @@
-//! Issue 22 item 3 (SPEC §12, pinned definitions): a "rug pull" (an upstream that changes a
+//! Pinned definitions (SPEC §12): a "rug pull" (an upstream that changes a
 //! tool's description after it was installed, then adds a tool) is held; agents keep the
 //! pinned set; `review` shows exactly the change; `approve` commits it and listeners hear of
 //! it; a worker killed meanwhile comes back with the pinned set; `--trust-updates` opts out.

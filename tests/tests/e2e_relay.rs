@@ -1,4 +1,4 @@
-//! Issue 21 items 4 and 5 over the real runtime (relay21): requests from an upstream to the
+//! Requests and log messages from upstreams over the real runtime: requests from an upstream to the
 //! client during a call (`elicitation/create`, `sampling/createMessage`, `roots/list`) reach
 //! the official Python SDK client (mcp 2.3.0) in both eras and its answers go back to the
 //! upstream (server-everything over Streamable HTTP); log messages arrive only after the

@@ -1,4 +1,4 @@
-//! Issue 21 acceptance, "Python SDK client (mcp 2.3.0), both eras, against server-everything as
+//! MCP beyond tools with a real client, "Python SDK client (mcp 2.3.0), both eras, against server-everything as
 //! an upstream (stdio and streamable HTTP)": one SDK session per era (`tests/py/everything_sdk.py`)
 //! lists and gets server-everything's prompts (`everything_…`), reads its text and binary
 //! resources and its templates, completes a prompt argument, answers and declines its

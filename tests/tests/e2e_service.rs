@@ -1,4 +1,4 @@
-//! Issue 8: the process set as a system service. The systemd notify protocol against a
+//! The process set as a system service. The systemd notify protocol against a
 //! datagram socket this test owns, the generated unit through `systemd-analyze verify`, the
 //! launchd plist through a real property-list parser, and `--print` writing nothing.
 #![cfg(target_os = "linux")]

@@ -1,4 +1,4 @@
-//! Issue 17 (shared rules), end to end over the real binaries: the one sibling-binary rule
+//! The shared rules, end to end over the real binaries: the one sibling-binary rule
 //! (`tutti_proto::rules::sibling`) and the one worker environment
 //! (`tutti_proto::rules::child_env`) hold for every process that uses them.
 #![cfg(unix)]

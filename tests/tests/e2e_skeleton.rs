@@ -1,4 +1,4 @@
-//! Issue 2 (walking skeleton), end to end over the real binaries: the demo, a fixture
+//! The walking skeleton, end to end over the real binaries: the demo, a fixture
 //! connector and `mcp-server-time` driven by the official Python `mcp` SDK client, the
 //! frontend's Host/bearer/method checks, one worker per connector, a clean SIGTERM stop with
 //! nothing left behind, and one kernel per state dir.

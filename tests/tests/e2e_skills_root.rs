@@ -1,4 +1,4 @@
-//! Issue 21 item 7: one stable skills root per binding (`skillRoots` = `[<state>/skills]`),
+//! One stable skills root per binding (`skillRoots` = `[<state>/skills]`),
 //! kept by the shim manager. A session issued before a connector with skills was installed
 //! finds that connector's skills under its root within 1 s of `ready`, and they are gone
 //! within 1 s of the uninstall.

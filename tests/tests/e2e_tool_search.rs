@@ -1,4 +1,4 @@
-//! Issue 25 acceptance (SPEC §15): sessions issued with `--tools search|auto`.
+//! Tool search (SPEC §15): sessions issued with `--tools search|auto`.
 //!
 //! The official Python SDK client (`mcp` 2.3.0, both eras) with a search-mode token over a
 //! 400-tool fixture sees exactly `tutti_search_tools` and `tutti_call_tool`, finds tools by

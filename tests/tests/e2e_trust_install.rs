@@ -1,4 +1,4 @@
-//! Issue 22 items 1, 6, 7 (SPEC §12, §16): what is confirmed is what runs. An install is
+//! Trust at install (SPEC §12, §16): what is confirmed is what runs. An install is
 //! bound to the SHA-256 the user confirmed; a release copy that no longer matches its name
 //! fails its connector at start; `probe DIR` asks the same confirmation as install; skill
 //! files are scanned before they are mounted; the key `tutti` is reserved.

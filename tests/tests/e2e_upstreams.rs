@@ -1,4 +1,4 @@
-//! Issue 6 acceptance, end to end over the real binaries (SPEC §3, §4, §9): remote Streamable
+//! Upstreams, end to end over the real binaries (SPEC §3, §4, §9): remote Streamable
 //! HTTP upstreams (server-everything, the Python `mcp` SDK's `MCPServer`, the fixture with a
 //! bearer token), credentials and `auth_*` states, secret hygiene across every output of the
 //! runtime, the exact environment and cwd of a stdio upstream, stdout banners, a hanging

@@ -1,4 +1,4 @@
-//! The benchmark's architectural floor (`tutti-floor-front` + `tutti-floor-worker`, issue 26)
+//! The benchmark's architectural floor (`tutti-floor-front` + `tutti-floor-worker`)
 //! on both its stacks: the blocking one and the runtime's (`--stack tokio`). Each must carry a
 //! `tools/call` to the fixture upstream and back with the connector prefix stripped, on one
 //! keep-alive connection, with and without the token check hop; the tokio front refuses a

@@ -1,4 +1,4 @@
-//! What an upstream offers beyond tools (issue 21, SPEC §11): its prompts, resources and
+//! What an upstream offers beyond tools (SPEC §11): its prompts, resources and
 //! resource templates, listed page by page and offered to the kernel with the tools as one
 //! candidate.
 //!

@@ -1,4 +1,4 @@
-//! The worker's upstream client as a small library API (conf20): the same HTTP upstream,
+//! The worker's upstream client as a small library API: the same HTTP upstream,
 //! handshake (`upstream::start`), paged `tools/list`, `tools/call` and OAuth bearer handling
 //! ([`crate::bearer`]) the worker process runs, without the kernel around it. The official
 //! client conformance suite drives it through `tutti-conformance-client` (tests crate), so the

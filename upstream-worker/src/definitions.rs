@@ -2,8 +2,8 @@
 //!
 //! Why: rmcp types every `tools/list` page into its `Tool`, which has no field for
 //! `execution` (2025-11-25 task support) nor for anything else it does not know (a vendor's
-//! annotation hint, a newer revision's field), so the re-serialized definition lost them
-//! (issue 18). The worker offers each tool as the upstream gave it instead (SPEC §5: "every
+//! annotation hint, a newer revision's field), so the re-serialized definition lost them.
+//! The worker offers each tool as the upstream gave it instead (SPEC §5: "every
 //! other field as the upstream gave it").
 //!
 //! How: while the worker lists tools ([`Listing`], held around the handshake's listing and

@@ -1,4 +1,4 @@
-//! The worker's frame endpoint (perf26b): plain tool calls as length-prefixed frames
+//! The worker's frame endpoint: plain tool calls as length-prefixed frames
 //! ([`tutti_proto::frames`]) beside the gRPC service, for the frontend's fast path.
 //!
 //! Each call runs through exactly the gRPC `CallTool` handler's code ([`Shared::call`]), so
@@ -23,7 +23,7 @@ use crate::service::Shared;
 use crate::upstream::Upstream;
 
 /// The send buffer asked for on each frame connection: a reply up to this size (a 1 MiB
-/// result) is written in one go where the system allows it (big26; Linux caps it at
+/// result) is written in one go where the system allows it (Linux caps it at
 /// `net.core.wmem_max`, 208 KiB by default).
 const REPLY_SEND_BUFFER: usize = 4 * 1024 * 1024;
 

@@ -1,4 +1,4 @@
-//! Resource subscriptions to a 2026-07-28 upstream (issue 21, package rest21).
+//! Resource subscriptions to a 2026-07-28 upstream.
 //!
 //! That revision has no `resources/subscribe`: a client asks for a resource's updates with a
 //! `subscriptions/listen` request whose `resourceSubscriptions` names the URI, and the updates

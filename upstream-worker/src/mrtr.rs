@@ -116,7 +116,7 @@ fn parse(value: &Value) -> Result<InputRequired, ErrorData> {
 }
 
 /// Asks the caller `to` every request of `asked` at once, each with its key and the round's
-/// size (conf21b: the frontend asks a 2026-07-28 client all of them in one `input_required`
+/// size (the frontend asks a 2026-07-28 client all of them in one `input_required`
 /// result, under the upstream's own keys), and returns the next round's retry once all are
 /// answered. A request the caller cannot or did not answer ends the call with its error,
 /// naming what the upstream needed (an `inputResponses` entry cannot carry an error).
@@ -246,7 +246,7 @@ mod tests {
         let Some(Ok(asked)) = input_required(&typed(asking())) else {
             panic!("not read");
         };
-        // All requests of the round arrive before any is answered (conf21b): the frontend
+        // All requests of the round arrive before any is answered: the frontend
         // asks them in one input_required result.
         let answering = async {
             let mut asked = Vec::new();

@@ -70,7 +70,7 @@ pub(crate) struct RelayTo {
     pub(crate) logs: bool,
     /// A request ends the call ([`Relayed::Missing`]).
     pub(crate) refuse: bool,
-    /// The client's own `inputResponses`, sent without a `requestState` (conf21d): a
+    /// The client's own `inputResponses`, sent without a `requestState`: a
     /// 2026-07-28 upstream gets them with the call's first round (`RmcpUpstream::rounds`).
     pub(crate) answers: Option<rmcp::model::JsonObject>,
 }
@@ -285,7 +285,7 @@ impl Relay {
     }
 
     /// Whether a message from `origin` belongs to no call: it names none in flight, and no
-    /// call is in flight at all (rest21: such log messages go to the GET streams).
+    /// call is in flight at all (such log messages go to the GET streams).
     fn unclaimed(&self, origin: Origin<'_>) -> bool {
         self.inner.lock().is_ok_and(|inner| {
             inner.calls.is_empty() && origin.call().is_none_or(|id| !inner.calls.contains_key(id))
@@ -437,7 +437,7 @@ mod tests {
     async fn a_request_from_the_standalone_stream_never_ends_a_call_that_cannot_answer_it() {
         // server-everything asks roots/list on its GET stream 350 ms after `initialized`; a
         // modern call without the roots capability in flight then must go on (the CI failure
-        // of session 10: the call ended with -32021).
+        // of an earlier build: the call ended with -32021).
         let relay = Arc::new(Relay::default());
         let (sink, mut refused) = mpsc::channel(1);
         let refusing = RelayTo {

@@ -38,9 +38,9 @@ enum Slot {
     #[default]
     Waiting,
     /// Waiting for any result (not only a tool result): the answer to a forwarded
-    /// `prompts/get`, `resources/read`, list page, … (issue 21).
+    /// `prompts/get`, `resources/read`, list page, …
     WaitingAny,
-    /// The result text: a slice of the line it came in (never copied, big26).
+    /// The result text: a slice of the line it came in (never copied).
     Text(Bytes),
     /// The answer's line was longer than this many bytes and was discarded.
     TooLarge(usize),

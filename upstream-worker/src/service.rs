@@ -312,7 +312,7 @@ impl<U: Upstream> Shared<U> {
                     upstream.call_tool(req.tool, arguments, meta, progress, relay, interrupt);
                 futures_util::future::Either::Left(call)
             }
-            // conf21c: a prompt whose upstream may ask the client, relayed like a tool call.
+            // A prompt whose upstream may ask the client, relayed like a tool call.
             "prompts/get" => futures_util::future::Either::Right(
                 upstream.get_prompt(req.tool, arguments, meta, relay, interrupt),
             ),
@@ -337,7 +337,7 @@ impl<U: Upstream> Shared<U> {
         Ok(reply(self.answer(outcome, "tool call", timeout_ms)))
     }
 
-    /// One forwarded request of issue 21 (`prompts/get`, `resources/read`, …): the same
+    /// One forwarded request beyond tools (`prompts/get`, `resources/read`, …): the same
     /// generation check, registration, cancellation, timeout and answers as a tool call.
     async fn forward(
         self: &Arc<Self>,
@@ -451,7 +451,7 @@ impl<U: Upstream> Shared<U> {
     /// How a call that ran (or was interrupted) is answered.
     fn answer(&self, outcome: Outcome, what: &str, timeout_ms: u32) -> call_tool_reply::Outcome {
         match outcome {
-            // The upstream's bytes as they came (big26: no copy into a string).
+            // The upstream's bytes as they came (no copy into a string).
             Outcome::Done(Ok(result)) => call_tool_reply::Outcome::ResultBytes(result),
             Outcome::Done(Err(failure)) => call_tool_reply::Outcome::Error(self.failure(failure)),
             Outcome::Cancelled => call_tool_reply::Outcome::Error(cancelled()),
@@ -644,7 +644,7 @@ async fn stream_call<U: Upstream>(
         requests: request.relay_requests,
         logs: request.relay_logs,
         refuse: false,
-        // The frontend sends a JSON object or nothing (conf21d).
+        // The frontend sends a JSON object or nothing.
         answers: serde_json::from_str(&request.input_responses_json).ok(),
     });
     let call = shared.call_relaying(request, Some(sink), relay);

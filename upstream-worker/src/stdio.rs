@@ -101,7 +101,7 @@ pub(crate) async fn read_line_keeping_tail<R: AsyncBufRead + Unpin>(
                 ReadLine::Line
             });
         }
-        // memchr: a megabyte result line was ~7 % of the worker's CPU as a byte loop (issue 26).
+        // memchr: a megabyte result line was ~7 % of the worker's CPU as a byte loop.
         let (chunk, done) = match memchr::memchr(b'\n', available) {
             Some(i) => (&available[..=i], true),
             None => (available, false),

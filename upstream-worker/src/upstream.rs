@@ -89,7 +89,7 @@ enum Round {
     InputRequired(mrtr::InputRequired),
 }
 
-/// What a relaying call asks the upstream for (conf21c): both run the same rounds, relay and
+/// What a relaying call asks the upstream for: both run the same rounds, relay and
 /// cancellation; they differ in the request sent and the result taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Called {
@@ -167,7 +167,7 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Result<Bytes, CallFailure>, W>> + Send;
 
     /// One `prompts/get` whose upstream requests (or 2026-07-28 `input_required` rounds) go
-    /// to `relay` exactly as [`Upstream::call_tool`]'s do (conf21c): the upstream's
+    /// to `relay` exactly as [`Upstream::call_tool`]'s do: the upstream's
     /// `GetPromptResult` as JSON text. The default forwards it without relaying.
     fn get_prompt<W: Send>(
         &self,
@@ -193,7 +193,7 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     }
 
     /// One other request (`prompts/get`, `resources/read`, `completion/complete`,
-    /// `resources/subscribe`, a list page, …, issue 21) with `params` as given: the upstream's
+    /// `resources/subscribe`, a list page, …) with `params` as given: the upstream's
     /// result as JSON text, as sent where the transport lets us take it so, or why there is
     /// none. Interrupted and cancelled exactly like [`Upstream::call_tool`].
     fn request<W: Send>(
@@ -219,7 +219,7 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     }
 }
 
-/// What the upstream declared beyond tools in its capabilities (issue 21).
+/// What the upstream declared beyond tools in its capabilities.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Offers {
     pub(crate) prompts: bool,
@@ -369,7 +369,7 @@ impl Upstream for RmcpUpstream {
         }
         if mrtr::input_required(&result).is_some() {
             // Never passed on: its requestState is the upstream's, and this request has no
-            // caller to relay to (only tools/call and prompts/get stream, conf21c).
+            // caller to relay to (only tools/call and prompts/get stream).
             return Ok(Err(CallFailure::Other(format!(
                 "the upstream needs input from the client (input_required) to answer {method}; \
                  the runtime relays an upstream's requests to the client during tools/call and \
@@ -405,7 +405,7 @@ impl RmcpUpstream {
         // copy of the arguments is kept for it alone (none on the legacy common path).
         let again = self.mrtr.then(|| (arguments.clone(), meta.clone()));
         let mut first = Some((arguments, meta));
-        // conf21d: the client's own inputResponses (sent without a requestState) are its input
+        // The client's own inputResponses (sent without a requestState) are its input
         // to a 2026-07-28 upstream, which verifies them: they go with the first round. A
         // 2025-era upstream has no inputResponses; for it they are dropped, as before.
         let mut retry = mrtr::Retry {
@@ -915,7 +915,7 @@ impl ClientHandler for Handler {
         self.list_changed.notify_one();
     }
 
-    // Prompts and resources are offered with the tools as one candidate (issue 21): any of
+    // Prompts and resources are offered with the tools as one candidate: any of
     // the three lists changing means listing and offering again.
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.list_changed.notify_one();

@@ -622,7 +622,7 @@ async fn answers_results_errors_and_refusals(client: &mut Client) -> TestResult 
         .await?
         .into_inner();
     assert_eq!(reply.generation, GENERATION);
-    // big26: the worker sends a result as the upstream's bytes.
+    // The worker sends a result as the upstream's bytes.
     let Some(call_tool_reply::Outcome::ResultBytes(bytes)) = reply.outcome.clone() else {
         return Err(format!("not a result: {reply:?}").into());
     };

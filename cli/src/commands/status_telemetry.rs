@@ -1,5 +1,5 @@
 //! `tutti status`: spans the frontend and the workers dropped because their OpenTelemetry
-//! export queue was full (issue 24). Shown only when some were: `telemetryDropped` in
+//! export queue was full. Shown only when some were: `telemetryDropped` in
 //! `--json`, one line in the table.
 
 use std::collections::BTreeMap;

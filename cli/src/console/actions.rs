@@ -305,7 +305,7 @@ async fn revoke_and_show(
     .await
 }
 
-/// console23c (2026-12-01): approves held definition changes (SPEC §12) with the page's CSRF
+/// Approves held definition changes (SPEC §12) with the page's CSRF
 /// token and confirmation. The form names the offer it showed; a different offer now waiting
 /// is refused as stale, so what is approved is what was reviewed.
 pub(crate) async fn approve(

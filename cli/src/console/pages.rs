@@ -106,7 +106,7 @@ pub(crate) async fn detail_body(
             a href={ "/connectors/" (key) "/connect" } { "Connect" }
             a href={ "/connectors/" (key) "/disconnect" } { "Disconnect" }
             a href={ "/connectors/" (key) "/uninstall" } { "Uninstall" }
-            // console23c (2026-12-01): review and approve held definition changes.
+            // Review and approve held definition changes.
             @if status.changes_await_review {
                 a href={ "/connectors/" (key) "/approve" } #review-approve { "Review and approve" }
             }
@@ -122,7 +122,7 @@ pub(crate) async fn detail_body(
     })
 }
 
-/// console23c (2026-12-01): the kernel's `ReviewChanges` of a connector (SPEC §12).
+/// The kernel's `ReviewChanges` of a connector (SPEC §12).
 pub(crate) async fn review_changes(c: &Shared, key: &str) -> Result<pb::ReviewReply, Problem> {
     valid_key(key)?;
     let request = pb::KeyRequest {
@@ -132,7 +132,7 @@ pub(crate) async fn review_changes(c: &Shared, key: &str) -> Result<pb::ReviewRe
     link::call(&c.state_dir, async |k| k.review_changes(request).await).await
 }
 
-/// console23c (2026-12-01): the held changes with the approval's confirmation form.
+/// The held changes with the approval's confirmation form.
 pub(crate) async fn confirm_approve(
     State(c): State<Shared>,
     Extension(session): Extension<Session>,

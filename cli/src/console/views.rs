@@ -81,7 +81,7 @@ fn card(c: &pb::ConnectorStatus, a: Option<&pb::AvailableConnector>) -> Markup {
                 dt { "generation" } dd { (c.generation) }
                 dt { "restarts" } dd { (c.restarts) }
                 dt { "tools" } dd { (c.tool_count) }
-                // console23c (2026-12-01): prompts and resources counts (issue 21).
+                // Prompts and resources counts.
                 dt { "prompts" } dd.prompts { (c.prompt_count) }
                 dt { "resources" } dd.resources { (c.resource_count) }
                 dt { "risk" } dd.risk {
@@ -95,13 +95,13 @@ fn card(c: &pb::ConnectorStatus, a: Option<&pb::AvailableConnector>) -> Markup {
                 @if !c.last_error.is_empty() {
                     dt { "last error" } dd.error { (c.last_error) }
                 }
-                // console23c (2026-12-01): the circuit breaker (SPEC §12), when not closed.
+                // The circuit breaker (SPEC §12), when not closed.
                 @if !c.circuit.is_empty() && c.circuit != "closed" {
                     dt { "circuit" } dd.circuit { span class={ "badge " (c.circuit) } { (c.circuit) }
                         @if !c.circuit_note.is_empty() { " — " (c.circuit_note) } }
                 }
             }
-            // console23c (2026-12-01): held definition changes (pinned definitions, SPEC §12).
+            // Held definition changes (pinned definitions, SPEC §12).
             @if c.changes_await_review {
                 p.review-badge {
                     a.badge.review href={ "/connectors/" (c.key) "/approve" } { "changes await review" }
@@ -250,7 +250,7 @@ fn issued(unix_ms: i64) -> String {
         .unwrap_or_default()
 }
 
-/// console23c (2026-12-01): the offer that awaits review against the pinned definitions
+/// The offer that awaits review against the pinned definitions
 /// (SPEC §12): added, removed and changed entries, as `tutti connector review` prints them
 /// (changed fields as a line diff).
 pub(crate) fn review(reply: &pb::ReviewReply) -> Markup {
@@ -270,7 +270,7 @@ pub(crate) fn review(reply: &pb::ReviewReply) -> Markup {
     }
 }
 
-/// console23c (2026-12-01): approving commits exactly the offer shown (its hash goes along).
+/// Approving commits exactly the offer shown (its hash goes along).
 pub(crate) fn approve_form(key: &str, csrf_token: &str, offered_hash: &str) -> Markup {
     html! {
         form method="post" action={ "/connectors/" (key) "/approve" } {
@@ -285,7 +285,7 @@ pub(crate) fn approve_form(key: &str, csrf_token: &str, offered_hash: &str) -> M
     }
 }
 
-/// console23c (2026-12-01): an OAuth connector (SPEC §10) logs in from the CLI, whose
+/// An OAuth connector (SPEC §10) logs in from the CLI, whose
 /// loopback redirect receives the code; the page names the command and the token's expiry,
 /// never a token.
 pub(crate) fn oauth_connect(s: &pb::ConnectorStatus) -> Markup {

@@ -43,15 +43,15 @@ mod bench {
         /// enough to attach `perf` or `strace` to its processes.
         #[arg(long, conflicts_with = "write")]
         calls: Option<usize>,
-        /// Only the tool-search rows (issue 25): tools/list bytes with `--tools all` vs
+        /// Only the tool-search rows: tools/list bytes with `--tools all` vs
         /// `search` at 20, 100, 400 and 2,000 tools, and tutti_search_tools latency.
         #[arg(long, conflicts_with_all = ["write", "latency_only"])]
         tool_search: bool,
         /// Only the echo row with OpenTelemetry export off and on (an endpoint that never
-        /// answers), interleaved in one run (issue 24); `--calls` per side.
+        /// answers), interleaved in one run; `--calls` per side.
         #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search"])]
         otel_ab: bool,
-        /// Only the 1 MiB result rows (direct, runtime, floor; issue 26), `--calls` per row
+        /// Only the 1 MiB result rows (direct, runtime, floor), `--calls` per row
         /// (default 300), for quick A/B runs of the big-result path.
         #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab"])]
         big_only: bool,
@@ -237,7 +237,7 @@ mod bench {
                 &format!("throughput, {conc} concurrent clients (legacy)"),
                 format!("{rate:.0} calls/s, {err} errors · {s}"),
             );
-            // Issue 26: not lower than the last table before it (2026-11-30, same VM).
+            // Not lower than the last table before it (same VM).
             let before = if conc == 8 { 9779.0 } else { 12566.0 };
             r.target(
                 &format!("throughput at {conc} clients ≥ {before:.0} calls/s, 0 errors"),
@@ -435,7 +435,7 @@ mod bench {
         },
         /// mcp-hub's HTTP+SSE transport.
         Hub(systems::SseClient),
-        /// Another runtime's frontend (perf26b's data-plane rows), legacy era.
+        /// Another runtime's frontend (the data-plane rows), legacy era.
         RuntimeAt { url: String, token: String },
     }
 
@@ -443,9 +443,9 @@ mod bench {
     #[derive(Clone, Copy, PartialEq, Eq)]
     enum System {
         Runtime,
-        /// A runtime started with `TUTTI_DATA_PLANE=grpc` (perf26b).
+        /// A runtime started with `TUTTI_DATA_PLANE=grpc`.
         RuntimeGrpc,
-        /// A runtime started with `TUTTI_DATA_PLANE=frames` (perf26b).
+        /// A runtime started with `TUTTI_DATA_PLANE=frames`.
         RuntimeFrames,
         Floor,
         FloorVerify,
@@ -761,7 +761,7 @@ mod bench {
         Ok(())
     }
 
-    /// perf26b: one more runtime per data plane (`TUTTI_DATA_PLANE=grpc`, `=frames`), each
+    /// One more runtime per data plane (`TUTTI_DATA_PLANE=grpc`, `=frames`), each
     /// with the bench connector, as rows of the same interleaved rounds; their processes
     /// (frontend, worker, kernel) are counted apart. The runtimes live as long as the result.
     fn plane_rows(
@@ -848,7 +848,7 @@ mod bench {
             .join(" · ")
     }
 
-    /// The echo rows, ratios, own costs and the issue 26 targets judged on them.
+    /// The echo rows, ratios, own costs and the latency targets judged on them.
     fn report_echo(r: &mut Report, mut calls: EchoRows, not_measured: &[(System, String)]) {
         let direct = std::mem::take(&mut calls.direct);
         let (d50, _, d99, s) = summary(direct);

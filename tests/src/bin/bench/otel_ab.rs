@@ -1,4 +1,4 @@
-//! `tutti-bench --otel-ab` (issue 24): the per-call echo row with OpenTelemetry export off
+//! `tutti-bench --otel-ab`: the per-call echo row with OpenTelemetry export off
 //! (no `OTEL_*` variable) and on with an endpoint that never answers, and whether the
 //! difference is told apart from noise.
 //!

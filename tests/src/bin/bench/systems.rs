@@ -1,4 +1,4 @@
-//! The systems `tutti-bench` compares the runtime with (issue 26), started as processes:
+//! The systems `tutti-bench` compares the runtime with, started as processes:
 //! the architectural floor (`tutti-floor-front` + `tutti-floor-worker`, see
 //! `tutti_tests::floor`) on its blocking stack and on the runtime's (`--stack tokio`), a
 //! trivial HTTP server (`tutti-floor-front --trivial`), and mcp-hub

@@ -1,4 +1,4 @@
-//! `tutti-bench --tool-search` (issue 25, SPEC §15): what a session's `tools/list` costs in
+//! `tutti-bench --tool-search` (SPEC §15): what a session's `tools/list` costs in
 //! bytes and approximate tokens with `--tools all` and with `--tools search`, at 20, 100, 400
 //! and 2,000 tools, and the latency of `tutti_search_tools` at 2,000 tools.
 

@@ -1,4 +1,4 @@
-//! Issue 24 (obs24b) over the real runtime: spans an export queue drops are counted and shown
+//! Telemetry export under pressure, over the real runtime: spans an export queue drops are counted and shown
 //! (`tutti status`, the kernel's `tutti.telemetry.dropped` metric), and a receiver that never
 //! answers does not hold up stopping the runtime.
 

@@ -1,4 +1,4 @@
-//! wine27 (issue 27): the Windows build end to end under Wine, driven from Linux. `tutti up`
+//! The Windows build end to end under Wine, driven from Linux. `tutti up`
 //! with a fixture connector (the Windows build of `tutti-fixture-server`), list and call
 //! through the frontend from the Linux side (it listens on 127.0.0.1), kill the worker and
 //! see the tools come back, uninstall, stop with Ctrl-C, and no process of the set left in
@@ -7,7 +7,7 @@
 //! Runs only in the Wine lane (`scripts/test-wine`, which cross-builds the Windows binaries
 //! and sets `TUTTI_WINE_BIN_DIR`): ignored otherwise. Run by hand with
 //! `TUTTI_WINE_BIN_DIR=$PWD/target/x86_64-pc-windows-gnu/debug cargo test -p tutti-tests
-//! --test wine27_smoke -- --ignored`. Missing Wine or binaries fail with what to install.
+//! --test wine_smoke -- --ignored`. Missing Wine or binaries fail with what to install.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

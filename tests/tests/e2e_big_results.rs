@@ -1,4 +1,4 @@
-//! big26: large tool results through the runtime, whose bytes now go from the upstream's
+//! Large tool results through the runtime, whose bytes go from the upstream's
 //! stdout line to the client's socket as slices (`CallToolReply.result_bytes`, a frame read
 //! into a reused buffer, a response body of several pieces). Every result must still arrive
 //! whole and exact, with its `Content-Length`, on both data planes, in both eras, on the

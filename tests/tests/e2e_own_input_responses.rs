@@ -1,4 +1,4 @@
-//! conf21d (issue 21, SPEC §11): a 2026-07-28 client's own `inputResponses`, sent without a
+//! A client's own input responses (SPEC §11): a 2026-07-28 client's own `inputResponses`, sent without a
 //! `requestState`, are its input to a 2026-07-28 upstream: the runtime passes them on with the
 //! first round, and the upstream verifies them as it would from a direct client (completes
 //! with the answer it needs and ignores unknown keys, refuses a malformed one, asks again when
@@ -25,7 +25,7 @@ fn call_params(tool: &str, extra: Value) -> Value {
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": MODERN,
             "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
-            "io.modelcontextprotocol/clientInfo": {"name": "conf21d", "version": "0"},
+            "io.modelcontextprotocol/clientInfo": {"name": "own-input-responses", "version": "0"},
         },
     });
     if let (Some(p), Value::Object(extra)) = (params.as_object_mut(), extra) {
@@ -59,7 +59,7 @@ fn runtime() -> (Runtime, [FixtureHttp; 2], String) {
         rt.install_ok(&manifest, &[]);
         rt.wait_status(key, "ready", Duration::from_secs(30));
     }
-    let token = rt.issue_token("w", "conf21d");
+    let token = rt.issue_token("w", "own-input-responses");
     (rt, [new, old], token)
 }
 

@@ -1,4 +1,4 @@
-//! conf21b (issue 21, SPEC §11): a 2026-07-28 upstream that asks three things in one
+//! Input response keys (SPEC §11): a 2026-07-28 upstream that asks three things in one
 //! `input_required` round (an elicitation, a sampling request and `roots/list`) reaches a
 //! 2026-07-28 client as ONE `input_required` result under the upstream's own keys
 //! (`confirm`, `greeting`, `client_roots`), with a `requestState` of the runtime's own; the
@@ -25,7 +25,7 @@ fn call_params(extra: Value) -> Value {
             "io.modelcontextprotocol/protocolVersion": MODERN,
             "io.modelcontextprotocol/clientCapabilities":
                 {"elicitation": {}, "sampling": {}, "roots": {}},
-            "io.modelcontextprotocol/clientInfo": {"name": "conf21b", "version": "0"},
+            "io.modelcontextprotocol/clientInfo": {"name": "input-keys", "version": "0"},
         },
     });
     if let (Some(p), Value::Object(extra)) = (params.as_object_mut(), extra) {
@@ -48,7 +48,7 @@ async fn one_round_of_a_modern_upstream_is_one_input_required_result_under_its_o
         });
         rt.install_ok(&manifest, &[]);
         rt.wait_status("up", "ready", Duration::from_secs(30));
-        let token = rt.issue_token("w", "conf21b");
+        let token = rt.issue_token("w", "input-keys");
         (rt, fixture, token)
     });
     let mcp = Mcp::modern(rt.frontend_url(), &token);
@@ -84,8 +84,8 @@ async fn one_round_of_a_modern_upstream_is_one_input_required_result_under_its_o
     let answers = json!({
         "confirm": {"action": "accept", "content": {"confirmed": true}},
         "greeting": {"role": "assistant", "model": "m", "stopReason": "endTurn",
-                     "content": {"type": "text", "text": "Hello from conf21b"}},
-        "client_roots": {"roots": [{"uri": "file:///conf21b", "name": "root"}]},
+                     "content": {"type": "text", "text": "Hello from input-keys"}},
+        "client_roots": {"roots": [{"uri": "file:///input-keys", "name": "root"}]},
         "not_asked": {"action": "accept", "content": {}},
     });
     // A requestState the runtime did not issue names nothing.
@@ -105,8 +105,8 @@ async fn one_round_of_a_modern_upstream_is_one_input_required_result_under_its_o
     for want in [
         "confirmed 1 step(s)",
         "\"confirmed\":true",
-        "Hello from conf21b",
-        "file:///conf21b",
+        "Hello from input-keys",
+        "file:///input-keys",
     ] {
         assert!(
             text.contains(want),

@@ -1,4 +1,4 @@
-//! perf26b: plain tool calls over the worker's frame endpoint (`TUTTI_DATA_PLANE=frames`)
+//! The frame data plane: plain tool calls over the worker's frame endpoint (`TUTTI_DATA_PLANE=frames`)
 //! and over gRPC (`=grpc`), through the real runtime: both answer the same, each really
 //! takes its own socket, and a worker killed mid-call over the frame path answers the client
 //! as the gRPC path does (SPEC §5, "worker died mid-call").

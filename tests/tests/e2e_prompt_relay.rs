@@ -1,4 +1,4 @@
-//! conf21c (issue 21, SPEC §11): an upstream that asks its client during `prompts/get`
+//! Relayed prompts (SPEC §11): an upstream that asks its client during `prompts/get`
 //! (the conformance suite's `input_required_result_prompt`: an `elicitation/create` for the
 //! context to use) is relayed exactly as during `tools/call`, through the real runtime, to the
 //! official Python SDK client (mcp 2.3.0) in both eras:
@@ -81,7 +81,7 @@ fn runtime(call_ms: u64) -> (Runtime, Vec<FixtureHttp>, String) {
     }
     rt.wait_status("old", "ready", READY);
     rt.wait_status("new", "ready", READY);
-    let token = rt.issue_token("w", "conf21c");
+    let token = rt.issue_token("w", "prompt-relay");
     (rt, vec![old, new], token)
 }
 
