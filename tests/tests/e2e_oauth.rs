@@ -13,25 +13,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::oauth::{Browser, OAuthServer, query_param};
+use tutti_tests::oauth::{Browser, OAuthServer, oauth_connector, query_param};
 use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, result_texts, secret_scan};
 
 const READY: Duration = Duration::from_secs(60);
-
-/// An OAuth connector manifest for `url`, with extra `auth` fields.
-fn oauth_connector(key: &str, url: &str, auth: Value) -> Value {
-    let mut kind = json!({"kind": "oauth"});
-    if let (Some(kind), Some(extra)) = (kind.as_object_mut(), auth.as_object()) {
-        kind.extend(extra.clone());
-    }
-    json!({
-        "key": key,
-        "name": format!("Remote {key}"),
-        "description": format!("Remote MCP server {key} behind an OAuth login"),
-        "version": "1.0.0",
-        "mcp": {"transport": "http", "url": url, "auth": kind},
-    })
-}
 
 /// The fixture MCP server and, in front of it, the authorization server and the protected
 /// resource. `args` go to `provider.mjs`.
