@@ -174,6 +174,8 @@ async fn the_console_login_reaches_the_browser_as_a_private_page_never_on_an_arg
     // An opener that only records: the page stays until the console ends.
     let (mut unused, login) = console(&rt, &opener, false);
     let first = opener.lines(2);
+    let token = |url: &str| query_param(url, "token").unwrap_or_default();
+    watch.assert_never_held(&[("console's login token", &token(&login))]);
     let page = assert_private_page(&rt, &first[0]);
     let html = std::fs::read_to_string(&page).unwrap_or_default();
     assert!(html.contains("http-equiv=\"refresh\""), "{html}");
@@ -206,7 +208,6 @@ async fn the_console_login_reaches_the_browser_as_a_private_page_never_on_an_arg
     );
     assert_eq!(pages_left(&page2), Vec::<PathBuf>::new());
 
-    let token = |url: &str| query_param(url, "token").unwrap_or_default();
     watch.assert_never_held(&[
         ("console's login token", &token(&login)),
         ("second console's login token", &token(&login2)),
@@ -224,10 +225,6 @@ fn oauth_remote(rt: &mut Runtime) -> (OAuthServer, FixtureHttp) {
     (server, fixture)
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_oauth_login_reaches_the_browser_as_a_private_page_never_on_an_argv() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -235,16 +232,26 @@ async fn an_oauth_login_reaches_the_browser_as_a_private_page_never_on_an_argv()
     let opener = FakeOpener::install(&rt);
     let watch = ArgvWatch::start();
 
+    let (stdout, stderr) = (
+        rt.root().join("connect.stdout"),
+        rt.root().join("connect.stderr"),
+    );
+    let file = |p: &Path| std::fs::File::create(p).unwrap_or_else(|e| panic!("{e}"));
     let mut cmd = rt.tutti_cmd(&["connector", "connect", "remote", "--json"]);
-    opener.on(&mut cmd, true);
-    let out = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
+    let child = opener
+        .on(&mut cmd, true)
+        .stdout(file(&stdout))
+        .stderr(file(&stderr))
+        .spawn()
         .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let mut login = Running(child);
     let lines = opener.lines(2);
+    let page = assert_private_page(&rt, &lines[0]);
+    let status = login.0.wait().unwrap_or_else(|e| panic!("{e}"));
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let (stdout, stderr) = (read(&stdout), read(&stderr));
     assert!(
-        out.status.success(),
+        status.success(),
         "connect failed: {stdout}{stderr}\n{lines:?}"
     );
     assert_eq!(
@@ -256,7 +263,6 @@ async fn an_oauth_login_reaches_the_browser_as_a_private_page_never_on_an_argv()
         stderr.contains("opened the login page of remote in your browser"),
         "{stderr}"
     );
-    let page = assert_private_page(&rt, &lines[0]);
     assert_eq!(lines[1]["callbackStatus"], 200, "{}", lines[1]);
     assert!(!page.exists(), "the page outlived the login");
     assert_eq!(pages_left(&page), Vec::<PathBuf>::new());
