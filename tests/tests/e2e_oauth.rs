@@ -490,7 +490,8 @@ async fn bad_input_gets_one_clear_line_and_changes_nothing() {
     assert!(liar.server.seen("authorization").await.is_empty());
     rt.wait_status("liar", "auth_required", READY);
 
-    // A callback with a forged state: refused, nothing stored, no code exchanged.
+    // A callback with a forged state: answered and ignored (the login goes on waiting),
+    // nothing stored, no code exchanged; Ctrl-C then ends the login.
     let remote = Remote::start(&rt, &["--ttl", "300"]);
     rt.install_ok(
         &oauth_connector("remote", &remote.server.mcp_url, json!({})),
@@ -505,15 +506,19 @@ async fn bad_input_gets_one_clear_line_and_changes_nothing() {
     assert_ne!(forged, callback);
     let (status, page) = Browser::new().get(&forged).await;
     assert_eq!(status, 400, "{page}");
+    assert!(page.contains("ignored"), "{page}");
+    assert!(
+        matches!(login.child.try_wait(), Ok(None)),
+        "a forged state ended the login"
+    );
+    let pid = nix::unistd::Pid::from_raw(login.child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
     let (ok, _, stderr) = tokio::task::spawn_blocking(move || login.finish())
         .await
         .unwrap_or_else(|e| panic!("connect: {e}"));
     assert!(!ok, "connect succeeded with a forged state");
     let last = stderr.lines().last().unwrap_or_default();
-    assert!(
-        last.contains("state") && last.contains("refused"),
-        "{stderr}"
-    );
+    assert!(last.contains("cancelled"), "{stderr}");
     assert!(stored_tokens(&rt, "remote").is_empty());
     assert!(
         !remote
