@@ -172,19 +172,23 @@ type Outcome = Result<Callback, String>;
 async fn callback(listener: &TcpListener, expected_state: &str) -> Outcome {
     let expected: Arc<str> = Arc::from(expected_state);
     let taken = Arc::new(AtomicBool::new(false));
-    let (won, mut outcome) = mpsc::channel::<Outcome>(1);
+    let (won, mut outcomes) = mpsc::channel::<Outcome>(1);
     // Dropped on return: connections still open are closed.
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
-            Some(outcome) = outcome.recv() => return outcome,
+            Some(outcome) = outcomes.recv() => return outcome,
             accepted = listener.accept(), if connections.len() < MAX_CONNECTIONS => {
                 let Ok((stream, _)) = accepted else {
                     // E.g. out of descriptors: a connection that ends frees one.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
-                let turn = Turn { expected: expected.clone(), taken: taken.clone(), won: won.clone() };
+                let turn = Turn {
+                    expected: expected.clone(),
+                    taken: taken.clone(),
+                    won: won.clone(),
+                };
                 connections.spawn(serve(stream, turn));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
