@@ -57,22 +57,19 @@ impl FakeOpener {
     /// The first `n` lines recorded (waiting for them up to [`READY`]).
     fn lines(&self, n: usize) -> Vec<Value> {
         let deadline = Instant::now() + READY;
-        loop {
-            let lines: Vec<Value> = std::fs::read_to_string(&self.record)
-                .unwrap_or_default()
-                .lines()
+        let read = || -> Vec<Value> {
+            let text = std::fs::read_to_string(&self.record).unwrap_or_default();
+            text.lines()
                 .filter_map(|l| serde_json::from_str(l).ok())
-                .collect();
-            if lines.len() >= n {
-                return lines;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the opener recorded {} of {n} lines: {lines:?}",
-                lines.len()
-            );
+                .collect()
+        };
+        let mut lines = read();
+        while lines.len() < n && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
+            lines = read();
         }
+        assert!(lines.len() >= n, "the opener recorded only {lines:?}");
+        lines
     }
 }
 
