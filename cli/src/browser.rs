@@ -32,16 +32,21 @@ pub(crate) fn open(state_dir: &Path, url: &str) -> Result<Opened, String> {
     remove_stale(&dir);
     let page = Page::write(&dir, url)?;
     start_opener(&page.0)?;
+    Ok(remove_later(page, KEEP_FOR))
+}
+
+/// Removes `page` when the [`Opened`] returned is dropped or after `bound`, whichever comes
+/// first (and with the runtime, at the command's end).
+fn remove_later(page: Page, bound: Duration) -> Opened {
     let (served, used) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
-        // The page goes at whichever comes first (and with the runtime, at the command's end).
         let _page = page;
         tokio::select! {
             _ = used => {}
-            _ = tokio::time::sleep(KEEP_FOR) => {}
+            _ = tokio::time::sleep(bound) => {}
         }
     });
-    Ok(Opened { _served: served })
+    Opened { _served: served }
 }
 
 /// `<state>/run/open`.
@@ -213,6 +218,44 @@ mod tests {
         let path = page.0.clone();
         drop(page);
         assert!(!path.exists(), "the page is removed");
+    }
+
+    #[tokio::test]
+    async fn a_page_goes_when_used_or_after_its_bound() {
+        let state = TempDir::new("handofftimed");
+        let dir = page_dir(state.path());
+        create_private_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let url = "http://127.0.0.1:1/login?token=t";
+        let write = || Page::write(&dir, url).unwrap_or_else(|e| panic!("{e}"));
+        let (used, unused) = (write(), write());
+        let (used_path, unused_path) = (used.0.clone(), unused.0.clone());
+        let used = remove_later(used, Duration::from_secs(60));
+        let _unused = remove_later(unused, Duration::from_millis(100));
+        drop(used);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!used_path.exists(), "a used page was kept");
+        assert!(unused_path.exists(), "a page went before its bound");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!unused_path.exists(), "a page outlived its bound");
+    }
+
+    #[test]
+    fn pages_older_than_the_bound_are_removed_by_the_next_command() {
+        let state = TempDir::new("handoffstale");
+        let dir = page_dir(state.path());
+        create_private_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let url = "http://127.0.0.1:1/login?token=t";
+        let fresh = Page::write(&dir, url).unwrap_or_else(|e| panic!("{e}"));
+        let left = Page::write(&dir, url).unwrap_or_else(|e| panic!("{e}"));
+        let long_ago = SystemTime::now() - KEEP_FOR * 2;
+        std::fs::File::options()
+            .write(true)
+            .open(&left.0)
+            .and_then(|f| f.set_modified(long_ago))
+            .unwrap_or_else(|e| panic!("{e}"));
+        remove_stale(&dir);
+        assert!(fresh.0.exists(), "a page still in use was removed");
+        assert!(!left.0.exists(), "a stale page was kept");
     }
 
     #[cfg(unix)]
