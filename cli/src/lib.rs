@@ -8,6 +8,7 @@
 
 mod args;
 mod binding;
+mod browser;
 mod commands;
 mod console;
 mod error;

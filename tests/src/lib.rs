@@ -14,6 +14,7 @@
 //! reports failure. Tests need `cargo build --workspace --bins` first (`scripts/test` does it).
 #![forbid(unsafe_code)]
 
+pub mod argv_watch;
 pub mod auth_proxy;
 pub mod confirm;
 mod everything;

@@ -149,6 +149,21 @@ impl Drop for OAuthServer {
     }
 }
 
+/// An OAuth connector manifest for the MCP server at `url`, with extra `auth` fields.
+pub fn oauth_connector(key: &str, url: &str, auth: Value) -> Value {
+    let mut kind = serde_json::json!({"kind": "oauth"});
+    if let (Some(kind), Some(extra)) = (kind.as_object_mut(), auth.as_object()) {
+        kind.extend(extra.clone());
+    }
+    serde_json::json!({
+        "key": key,
+        "name": format!("Remote {key}"),
+        "description": format!("Remote MCP server {key} behind an OAuth login"),
+        "version": "1.0.0",
+        "mcp": {"transport": "http", "url": url, "auth": kind},
+    })
+}
+
 /// The value of query parameter `name` of `url`.
 pub fn query_param(url: &str, name: &str) -> Option<String> {
     let url = reqwest::Url::parse(url).ok()?;

@@ -13,25 +13,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::oauth::{Browser, OAuthServer, query_param};
+use tutti_tests::oauth::{Browser, OAuthServer, oauth_connector, query_param};
 use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, result_texts, secret_scan};
 
 const READY: Duration = Duration::from_secs(60);
-
-/// An OAuth connector manifest for `url`, with extra `auth` fields.
-fn oauth_connector(key: &str, url: &str, auth: Value) -> Value {
-    let mut kind = json!({"kind": "oauth"});
-    if let (Some(kind), Some(extra)) = (kind.as_object_mut(), auth.as_object()) {
-        kind.extend(extra.clone());
-    }
-    json!({
-        "key": key,
-        "name": format!("Remote {key}"),
-        "description": format!("Remote MCP server {key} behind an OAuth login"),
-        "version": "1.0.0",
-        "mcp": {"transport": "http", "url": url, "auth": kind},
-    })
-}
 
 /// The fixture MCP server and, in front of it, the authorization server and the protected
 /// resource. `args` go to `provider.mjs`.
@@ -505,7 +490,8 @@ async fn bad_input_gets_one_clear_line_and_changes_nothing() {
     assert!(liar.server.seen("authorization").await.is_empty());
     rt.wait_status("liar", "auth_required", READY);
 
-    // A callback with a forged state: refused, nothing stored, no code exchanged.
+    // A callback with a forged state: answered and ignored (the login goes on waiting),
+    // nothing stored, no code exchanged; Ctrl-C then ends the login.
     let remote = Remote::start(&rt, &["--ttl", "300"]);
     rt.install_ok(
         &oauth_connector("remote", &remote.server.mcp_url, json!({})),
@@ -520,15 +506,19 @@ async fn bad_input_gets_one_clear_line_and_changes_nothing() {
     assert_ne!(forged, callback);
     let (status, page) = Browser::new().get(&forged).await;
     assert_eq!(status, 400, "{page}");
+    assert!(page.contains("ignored"), "{page}");
+    assert!(
+        matches!(login.child.try_wait(), Ok(None)),
+        "a forged state ended the login"
+    );
+    let pid = nix::unistd::Pid::from_raw(login.child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
     let (ok, _, stderr) = tokio::task::spawn_blocking(move || login.finish())
         .await
         .unwrap_or_else(|e| panic!("connect: {e}"));
     assert!(!ok, "connect succeeded with a forged state");
     let last = stderr.lines().last().unwrap_or_default();
-    assert!(
-        last.contains("state") && last.contains("refused"),
-        "{stderr}"
-    );
+    assert!(last.contains("cancelled"), "{stderr}");
     assert!(stored_tokens(&rt, "remote").is_empty());
     assert!(
         !remote

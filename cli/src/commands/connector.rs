@@ -323,7 +323,14 @@ pub(crate) async fn connect(state_dir: &Path, args: ConnectArgs) -> Result<ExitC
             other => other,
         })?;
     if super::login::is_oauth(&mut kernel, &args.key).await? {
-        return super::login::run(&mut kernel, &args.key, args.no_browser, args.json).await;
+        return super::login::run(
+            &mut kernel,
+            state_dir,
+            &args.key,
+            args.no_browser,
+            args.json,
+        )
+        .await;
     }
     emit(&connected(&args.key, &names, args.json))?;
     Ok(ExitCode::SUCCESS)

@@ -20,6 +20,19 @@ use tutti_proto::rules::loopback;
 pub(crate) struct Console {
     pub(crate) state_dir: std::path::PathBuf,
     pub(crate) access: Access,
+    /// The page that hands the login URL to the browser, until the login is used.
+    pub(crate) page: Mutex<Option<crate::browser::Opened>>,
+}
+
+impl Console {
+    pub(crate) fn keep_page(&self, page: crate::browser::Opened) {
+        *self.page.lock().unwrap_or_else(|p| p.into_inner()) = Some(page);
+    }
+
+    /// The login URL did its work: its page goes.
+    fn drop_page(&self) {
+        drop(self.page.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
 }
 
 pub(crate) type Shared = std::sync::Arc<Console>;
@@ -197,6 +210,7 @@ pub(crate) async fn login(State(console): State<Shared>, Query(q): Query<LoginQu
             "this login link is not valid or was used already: run `tutti console` again for a new one",
         );
     };
+    console.drop_page();
     let set = format!("{COOKIE}={cookie}; HttpOnly; SameSite=Strict; Path=/");
     let mut response = Redirect::to("/").into_response();
     match HeaderValue::from_str(&set) {

@@ -1,19 +1,19 @@
 //! `tutti console` (SPEC §13): a local web page for connectors, tools, sessions and activity.
 //!
 //! A foreground client of the kernel like every other command: it listens on 127.0.0.1 only,
-//! prints (and opens) a one-time login URL, and serves server-rendered HTML (maud) plus one
-//! small script and one stylesheet from the binary. Every request passes [`access`]: the
-//! loopback Host/Origin rule of SPEC §5, then the `HttpOnly`, `SameSite=Strict` cookie the
-//! login set; every change carries a per-page CSRF token and the installed release the page
-//! saw (the kernel refuses a stale one). It ends on Ctrl-C, and shortly after the kernel is
-//! gone (the page says "the runtime is not running" meanwhile).
+//! prints a one-time login URL (and opens it through [`crate::browser`], never on an argv),
+//! and serves server-rendered HTML (maud) plus one small script and one stylesheet from the
+//! binary. Every request passes [`access`]: the loopback Host/Origin rule of SPEC §5, then the
+//! `HttpOnly`, `SameSite=Strict` cookie the login set; every change carries a per-page CSRF
+//! token and the installed release the page saw (the kernel refuses a stale one). It ends on
+//! Ctrl-C, and shortly after the kernel is gone (the page says "the runtime is not running"
+//! meanwhile).
 
 mod access;
 mod actions;
 mod activity;
 mod link;
 mod live;
-mod opener;
 mod pages;
 mod views;
 
@@ -55,6 +55,7 @@ pub(crate) async fn run(state_dir: &Path, args: ConsoleArgs) -> Result<ExitCode,
     let console: Shared = Arc::new(Console {
         state_dir: state_dir.to_path_buf(),
         access: access::Access::default(),
+        page: std::sync::Mutex::new(None),
     });
     let login = console
         .access
@@ -64,7 +65,13 @@ pub(crate) async fn run(state_dir: &Path, args: ConsoleArgs) -> Result<ExitCode,
     println!("Console: {url}");
     println!("(a one-time login link; Ctrl-C stops the console)");
     if !args.no_open {
-        opener::open(&url);
+        // The browser gets the path of a private page that leads to the URL, never the URL.
+        match crate::browser::open(state_dir, &url) {
+            Ok(page) => console.keep_page(page),
+            Err(reason) => crate::output::note(&format!(
+                "tutti: cannot open a browser ({reason}); open the URL above yourself"
+            )),
+        }
     }
     let gone = tokio::spawn(link::watch_kernel(state_dir.to_path_buf()));
     let app = router(console);
