@@ -175,13 +175,26 @@ impl ParseFailure {
     }
 }
 
+/// Bodies larger than this are parsed on a blocking thread: parsing (and later dropping) a
+/// body of up to 4 MiB takes milliseconds that every other session's requests would wait.
+const INLINE_PARSE_BYTES: usize = 64 * 1024;
+
 /// Reads the body (bounded) and parses it as one JSON object.
 async fn read_and_parse(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Map<String, Value>, ParseFailure> {
     let bytes = read_body(headers, body).await.map_err(ParseFailure::Body)?;
-    match serde_json::from_slice::<Value>(&bytes) {
+    if bytes.len() <= INLINE_PARSE_BYTES {
+        return parse_object(&bytes);
+    }
+    tokio::task::spawn_blocking(move || parse_object(&bytes))
+        .await
+        .unwrap_or(Err(ParseFailure::Syntax))
+}
+
+fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ParseFailure> {
+    match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(object)) => Ok(object),
         Ok(Value::Array(_)) => Err(ParseFailure::Batch),
         Ok(_) => Err(ParseFailure::NotObject),
