@@ -281,6 +281,9 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         Ok(authenticated) => authenticated,
         Err(rejection) => return rejection,
     };
+    if let Some(proof) = parts.extensions.get::<crate::admission::Proof>() {
+        proof.proven();
+    }
     // SPEC §11: the legacy notification stream.
     if on_endpoint
         && parts.method == Method::GET
