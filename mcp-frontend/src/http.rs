@@ -104,13 +104,6 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
-/// Whether the request declares a body (a non-zero `Content-Length`, or any
-/// `Transfer-Encoding`).
-fn may_have_body(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::TRANSFER_ENCODING)
-        || declared_length(headers).is_some_and(|n| n > 0)
-}
-
 /// A request body read during token verification, or not yet.
 enum PendingBody {
     Parsed(Result<Map<String, Value>, ParseFailure>),
@@ -219,10 +212,10 @@ async fn read_within_timeout(
 }
 
 /// The answer to a request whose token was not verified as valid: 401, or 503 when the
-/// kernel could not be asked. `body_unread`: the request's body was not read, so the
-/// connection is closed after the answer (hyper would otherwise wait for that body before the
-/// next request).
-fn rejected(verified: Result<Option<Identity>, crate::Error>, body_unread: bool) -> Response {
+/// kernel could not be asked. The connection is closed after the answer: its body may be
+/// unread (hyper would otherwise wait for it before the next request), and a connection
+/// without a valid token holds no slot longer than it must (`admission.rs`).
+fn rejected(verified: Result<Option<Identity>, crate::Error>) -> Response {
     let mut response = match verified {
         // Only called without a valid identity.
         Ok(_) => unauthorized(),
@@ -234,11 +227,9 @@ fn rejected(verified: Result<Option<Identity>, crate::Error>, body_unread: bool)
             )
         }
     };
-    if body_unread {
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
@@ -265,7 +256,7 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         return rejection;
     }
     let Some(token) = headers::bearer_token(&parts.headers).map(str::to_owned) else {
-        return rejected(Ok(None), may_have_body(&parts.headers));
+        return rejected(Ok(None));
     };
     let is_post = parts.method == Method::POST;
     let is_json = is_json_content_type(&parts.headers);
@@ -364,7 +355,7 @@ async fn authenticate(
         tokio::select! {
             verified = &mut verify => {
                 if !matches!(verified, Ok(Some(_))) {
-                    return Err(rejected(verified, may_have_body(headers)));
+                    return Err(rejected(verified));
                 }
                 (verified, PendingBody::Parsed(read.await))
             }
@@ -378,10 +369,7 @@ async fn authenticate(
     };
     match verified {
         Ok(Some(identity)) => Ok((identity, pending)),
-        other => {
-            let unread = matches!(pending, PendingBody::Unread(_));
-            Err(rejected(other, unread && may_have_body(headers)))
-        }
+        other => Err(rejected(other)),
     }
 }
 

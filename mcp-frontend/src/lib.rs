@@ -254,6 +254,10 @@ async fn accept(
         let connection =
             graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
         tokio::spawn(admission::serve_within(slot, connection));
+        // The new connection's task runs before the next accept: a backlog full of a flood's
+        // connections is not accepted in one burst that evicts an agent's connection before
+        // its first request was even read.
+        tokio::task::yield_now().await;
     }
     drop(listener);
     graceful.shutdown().await;
