@@ -267,14 +267,17 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         && declared_length(&parts.headers).is_some_and(|n| n <= EARLY_BODY_BYTES);
     // The token's one hash: the session cache and every per-token map key by it.
     let key = crate::sessions::token_key(&token);
-    let authenticated = authenticate(&app, &token, &key, &parts.headers, body, early).await;
-    let (identity, pending) = match authenticated {
+    let proof = parts.extensions.get::<crate::admission::Proof>();
+    let request = Unverified {
+        token: &token,
+        key: &key,
+        headers: &parts.headers,
+        proof,
+    };
+    let (identity, pending) = match authenticate(&app, request, body, early).await {
         Ok(authenticated) => authenticated,
         Err(rejection) => return rejection,
     };
-    if let Some(proof) = parts.extensions.get::<crate::admission::Proof>() {
-        proof.proven();
-    }
     // SPEC §11: the legacy notification stream.
     if on_endpoint
         && parts.method == Method::GET
@@ -342,12 +345,16 @@ fn host_or_origin_rejection(headers: &HeaderMap) -> Option<Response> {
 /// Larger bodies are only read once the token is valid.
 async fn authenticate(
     app: &App,
-    token: &str,
-    key: &crate::sessions::TokenKey,
-    headers: &HeaderMap,
+    request: Unverified<'_>,
     body: Body,
     early: bool,
 ) -> Result<(Identity, PendingBody), Response> {
+    let Unverified {
+        token,
+        key,
+        headers,
+        proof,
+    } = request;
     let (verified, pending) = if early {
         let read = read_within_timeout(headers, body);
         let verify = app.verify_session(token, key);
@@ -356,6 +363,10 @@ async fn authenticate(
             verified = &mut verify => {
                 if !matches!(verified, Ok(Some(_))) {
                     return Err(rejected(verified));
+                }
+                // Proven before the body arrives: the body has its own timeout.
+                if let Some(proof) = proof {
+                    proof.proven();
                 }
                 (verified, PendingBody::Parsed(read.await))
             }
@@ -368,9 +379,23 @@ async fn authenticate(
         )
     };
     match verified {
-        Ok(Some(identity)) => Ok((identity, pending)),
+        Ok(Some(identity)) => {
+            if let Some(proof) = proof {
+                proof.proven();
+            }
+            Ok((identity, pending))
+        }
         other => Err(rejected(other)),
     }
+}
+
+/// A request's credentials before [`authenticate`] verified them, and its connection's
+/// [`Proof`](crate::admission::Proof) to redeem when they are valid.
+struct Unverified<'a> {
+    token: &'a str,
+    key: &'a crate::sessions::TokenKey,
+    headers: &'a HeaderMap,
+    proof: Option<&'a crate::admission::Proof>,
 }
 
 /// The 404, 405 or 415 for a request that is not a JSON POST to the endpoint (checked after
