@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 pub use crate::risk::Risk;
 use serde_json::Value;
-use tutti_proto::rules::mcp_header;
+use tutti_proto::rules::{mcp_header, schema_pattern};
 
 use crate::naming::local_name;
 
@@ -105,9 +105,27 @@ pub fn check_input_schema(schema: Option<&Value>) -> Result<(), String> {
     check_refs(schema)?;
     check_mcp_headers(schema)?;
     jsonschema::options()
+        .with_pattern_options(
+            jsonschema::PatternOptions::regex()
+                .size_limit(schema_pattern::PATTERN_SIZE_LIMIT)
+                .dfa_size_limit(schema_pattern::PATTERN_DFA_SIZE_LIMIT),
+        )
         .build(schema)
-        .map_err(|e| format!("does not compile: {e}"))?;
+        .map_err(|e| describe_build_error(&e))?;
     Ok(())
+}
+
+/// Why a schema does not compile; a `pattern` the linear-time engine refuses says what
+/// patterns may be ([`schema_pattern`]).
+fn describe_build_error(error: &jsonschema::ValidationError<'_>) -> String {
+    match error.kind() {
+        jsonschema::error::ValidationErrorKind::Format { format } if format == "regex" => format!(
+            "does not compile: {error} (at {}): {}",
+            error.schema_path().as_str(),
+            schema_pattern::PATTERN_RULE
+        ),
+        _ => format!("does not compile: {error}"),
+    }
 }
 
 /// Every `$ref` / `$dynamicRef` of every subschema must point into the document (`#…`).
@@ -297,6 +315,18 @@ mod tests {
                 json!({"type":"object","properties":{"a":{"type":"strin"}}}),
                 "compile",
             ),
+            (
+                json!({"type":"object","properties":{"a":{"type":"string","pattern":"(a)\\1"}}}),
+                "linear-time",
+            ),
+            (
+                json!({"type":"object","patternProperties":{"^(?=x)":{"type":"string"}}}),
+                "linear-time",
+            ),
+            (
+                json!({"type":"object","properties":{"a":{"pattern":"(?:\\p{L}{1,100}){1,100}"}}}),
+                "1 MiB",
+            ),
         ] {
             let e = validate(
                 "k",
@@ -307,7 +337,9 @@ mod tests {
             assert!(e[0].contains(needle), "{needle}: {e:?}");
         }
         let ok = json!({"type":"object","$schema":"https://json-schema.org/draft/2020-12/schema",
-            "properties":{"a":{"type":"string","x-mcp-header":"Region"},"b":{"$ref":"#/$defs/x"}},"$defs":{"x":{"type":"integer"}}});
+            "properties":{"a":{"type":"string","x-mcp-header":"Region"},"b":{"$ref":"#/$defs/x"},
+                "c":{"type":"string","pattern":"^(a+)+$"},"d":{"pattern":"^[\\w.-]{1,64}$"}},
+            "$defs":{"x":{"type":"integer"}}});
         assert!(
             validate(
                 "k",

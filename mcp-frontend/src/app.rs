@@ -46,6 +46,8 @@ pub(crate) struct App {
     pub(crate) search_index: crate::search_index::IndexCache,
     /// Every live generation's skills (SPEC §11 skills over MCP).
     pub(crate) skills: crate::skills::SkillCatalogue,
+    /// The slots for argument checks off the request's task.
+    pub(crate) checks: crate::validate::Checks,
 }
 
 impl App {
@@ -72,6 +74,7 @@ impl App {
             server_logs: crate::server_logs::Followed::default(),
             search_index: crate::search_index::IndexCache::default(),
             skills: crate::skills::SkillCatalogue::default(),
+            checks: crate::validate::Checks::default(),
         }
     }
 

@@ -431,7 +431,7 @@ pub(crate) async fn execute(
     app: &App,
     who: &Identity,
     tool: &Tool,
-    arguments: Option<&Value>,
+    arguments: Option<Value>,
     cancelled: Option<oneshot::Receiver<()>>,
     streaming: impl Into<Streaming>,
 ) -> Result<CallResult, RpcError> {
@@ -471,7 +471,7 @@ pub(crate) async fn execute(
 async fn execute_call(
     app: &App,
     tool: &Tool,
-    arguments: Option<&Value>,
+    arguments: Option<Value>,
     cancelled: Option<oneshot::Receiver<()>>,
     streaming: Streaming,
     meta_json: String,
@@ -479,11 +479,14 @@ async fn execute_call(
     let connector = &tool.connector;
     let (key, generation) = (connector.key.as_str(), connector.generation);
 
-    let empty = Value::Object(Map::new());
-    let arguments = arguments.filter(|a| !a.is_null()).unwrap_or(&empty);
-    if let Err(text) = validate::check(&tool.validator, arguments) {
-        return invalid_arguments(&text);
-    }
+    let arguments = arguments
+        .filter(|a| !a.is_null())
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    let arguments_json =
+        match validate::check_and_encode(&app.checks, &tool.validator, arguments).await {
+            Ok(json) => json,
+            Err(text) => return invalid_arguments(&text),
+        };
 
     let mut fence = connector.fence.subscribe();
     if fence.borrow_and_update().is_fenced() {
@@ -499,7 +502,7 @@ async fn execute_call(
         generation,
         call_id: call_id.clone(),
         tool: tool.upstream_name.clone(),
-        arguments_json: arguments.to_string(),
+        arguments_json,
         timeout_ms: connector.timeout_ms,
         meta_json,
         relay_requests: matches!(&streaming, Streaming::Relay(r) if r.requests),

@@ -104,13 +104,6 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
-/// Whether the request declares a body (a non-zero `Content-Length`, or any
-/// `Transfer-Encoding`).
-fn may_have_body(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::TRANSFER_ENCODING)
-        || declared_length(headers).is_some_and(|n| n > 0)
-}
-
 /// A request body read during token verification, or not yet.
 enum PendingBody {
     Parsed(Result<Map<String, Value>, ParseFailure>),
@@ -175,13 +168,26 @@ impl ParseFailure {
     }
 }
 
+/// Bodies larger than this are parsed on a blocking thread: parsing (and later dropping) a
+/// body of up to 4 MiB takes milliseconds that every other session's requests would wait.
+const INLINE_PARSE_BYTES: usize = 64 * 1024;
+
 /// Reads the body (bounded) and parses it as one JSON object.
 async fn read_and_parse(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Map<String, Value>, ParseFailure> {
     let bytes = read_body(headers, body).await.map_err(ParseFailure::Body)?;
-    match serde_json::from_slice::<Value>(&bytes) {
+    if bytes.len() <= INLINE_PARSE_BYTES {
+        return parse_object(&bytes);
+    }
+    tokio::task::spawn_blocking(move || parse_object(&bytes))
+        .await
+        .unwrap_or(Err(ParseFailure::Syntax))
+}
+
+fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ParseFailure> {
+    match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(object)) => Ok(object),
         Ok(Value::Array(_)) => Err(ParseFailure::Batch),
         Ok(_) => Err(ParseFailure::NotObject),
@@ -206,10 +212,10 @@ async fn read_within_timeout(
 }
 
 /// The answer to a request whose token was not verified as valid: 401, or 503 when the
-/// kernel could not be asked. `body_unread`: the request's body was not read, so the
-/// connection is closed after the answer (hyper would otherwise wait for that body before the
-/// next request).
-fn rejected(verified: Result<Option<Identity>, crate::Error>, body_unread: bool) -> Response {
+/// kernel could not be asked. The connection is closed after the answer: its body may be
+/// unread (hyper would otherwise wait for it before the next request), and a connection
+/// without a valid token holds no slot longer than it must (`admission.rs`).
+fn rejected(verified: Result<Option<Identity>, crate::Error>) -> Response {
     let mut response = match verified {
         // Only called without a valid identity.
         Ok(_) => unauthorized(),
@@ -221,11 +227,9 @@ fn rejected(verified: Result<Option<Identity>, crate::Error>, body_unread: bool)
             )
         }
     };
-    if body_unread {
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
@@ -252,7 +256,7 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         return rejection;
     }
     let Some(token) = headers::bearer_token(&parts.headers).map(str::to_owned) else {
-        return rejected(Ok(None), may_have_body(&parts.headers));
+        return rejected(Ok(None));
     };
     let is_post = parts.method == Method::POST;
     let is_json = is_json_content_type(&parts.headers);
@@ -263,8 +267,14 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         && declared_length(&parts.headers).is_some_and(|n| n <= EARLY_BODY_BYTES);
     // The token's one hash: the session cache and every per-token map key by it.
     let key = crate::sessions::token_key(&token);
-    let authenticated = authenticate(&app, &token, &key, &parts.headers, body, early).await;
-    let (identity, pending) = match authenticated {
+    let proof = parts.extensions.get::<crate::admission::Proof>();
+    let request = Unverified {
+        token: &token,
+        key: &key,
+        headers: &parts.headers,
+        proof,
+    };
+    let (identity, pending) = match authenticate(&app, request, body, early).await {
         Ok(authenticated) => authenticated,
         Err(rejection) => return rejection,
     };
@@ -335,12 +345,16 @@ fn host_or_origin_rejection(headers: &HeaderMap) -> Option<Response> {
 /// Larger bodies are only read once the token is valid.
 async fn authenticate(
     app: &App,
-    token: &str,
-    key: &crate::sessions::TokenKey,
-    headers: &HeaderMap,
+    request: Unverified<'_>,
     body: Body,
     early: bool,
 ) -> Result<(Identity, PendingBody), Response> {
+    let Unverified {
+        token,
+        key,
+        headers,
+        proof,
+    } = request;
     let (verified, pending) = if early {
         let read = read_within_timeout(headers, body);
         let verify = app.verify_session(token, key);
@@ -348,7 +362,11 @@ async fn authenticate(
         tokio::select! {
             verified = &mut verify => {
                 if !matches!(verified, Ok(Some(_))) {
-                    return Err(rejected(verified, may_have_body(headers)));
+                    return Err(rejected(verified));
+                }
+                // Proven before the body arrives: the body has its own timeout.
+                if let Some(proof) = proof {
+                    proof.proven();
                 }
                 (verified, PendingBody::Parsed(read.await))
             }
@@ -361,12 +379,23 @@ async fn authenticate(
         )
     };
     match verified {
-        Ok(Some(identity)) => Ok((identity, pending)),
-        other => {
-            let unread = matches!(pending, PendingBody::Unread(_));
-            Err(rejected(other, unread && may_have_body(headers)))
+        Ok(Some(identity)) => {
+            if let Some(proof) = proof {
+                proof.proven();
+            }
+            Ok((identity, pending))
         }
+        other => Err(rejected(other)),
     }
+}
+
+/// A request's credentials before [`authenticate`] verified them, and its connection's
+/// [`Proof`](crate::admission::Proof) to redeem when they are valid.
+struct Unverified<'a> {
+    token: &'a str,
+    key: &'a crate::sessions::TokenKey,
+    headers: &'a HeaderMap,
+    proof: Option<&'a crate::admission::Proof>,
 }
 
 /// The 404, 405 or 415 for a request that is not a JSON POST to the endpoint (checked after

@@ -187,7 +187,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
             &ctx.app,
             &ctx.identity,
             &tool,
-            arguments.as_ref(),
+            arguments,
             Some(cancelled),
             None,
         )
@@ -203,7 +203,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
             &app,
             &identity,
             &tool,
-            arguments.as_ref(),
+            arguments,
             Some(cancelled),
             Some(sink),
         )

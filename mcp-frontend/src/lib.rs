@@ -8,6 +8,7 @@
 //! the tool's generation. It never decides which generation is live.
 #![forbid(unsafe_code)]
 
+mod admission;
 mod app;
 mod audit;
 mod backend;
@@ -193,6 +194,10 @@ pub async fn serve(
 /// every local user, not only to agents with a token.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The most a connection buffers while reading a request (hyper's default is about 400 KiB):
+/// headers must fit; a body streams through it.
+const CONNECTION_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Accepts connections and serves each with hyper's HTTP/1 server until `stopping` turns
 /// true; then stops accepting and waits for the connections to finish their requests (idle
 /// ones close at once). The caller bounds that wait.
@@ -204,7 +209,9 @@ async fn accept(
 ) -> std::io::Result<()> {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
+        .header_read_timeout(header_read_timeout)
+        .max_buf_size(CONNECTION_BUFFER_BYTES);
+    let admission = admission::Admission::default();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let stop = async move {
         // The guard it returns is dropped at once (it is not `Send`).
@@ -227,18 +234,30 @@ async fn accept(
             _ = &mut stop => break,
         };
         errors.recovered();
+        // Over the connection cap: closed at once (dropped), nothing read.
+        let Some((slot, proof)) = admission.admit() else {
+            continue;
+        };
         // Responses are written whole; no Nagle delay on the keep-alive connection.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        // Each request carries its connection's proof, which a valid session token redeems.
+        let service = tower::ServiceExt::map_request(
+            router.clone(),
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(proof.clone());
+                request
+            },
+        );
+        let service = hyper_util::service::TowerToHyperService::new(service);
         let connection =
             graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
+        tokio::spawn(admission::serve_within(slot, connection));
+        // The new connection's task runs before the next accept: a backlog full of a flood's
+        // connections is not accepted in one burst that evicts an agent's connection before
+        // its first request was even read.
+        tokio::task::yield_now().await;
     }
     drop(listener);
     graceful.shutdown().await;

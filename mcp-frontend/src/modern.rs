@@ -382,7 +382,7 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
         // The call runs inside the stream: closing it cancels the worker call.
         return crate::progress::respond(id.clone(), token, move |sink| async move {
             let refusing = call::Streaming::Refusing(Some(sink));
-            call::execute(&app, &identity, &tool, arguments.as_ref(), None, refusing)
+            call::execute(&app, &identity, &tool, arguments, None, refusing)
                 .await
                 .map(|r| r.in_era(Revision::V2026_07_28))
         })
@@ -393,7 +393,7 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
         &ctx.app,
         &ctx.identity,
         &tool,
-        arguments.as_ref(),
+        arguments,
         None,
         call::Streaming::Refusing(None),
     )

@@ -146,7 +146,7 @@ pub(crate) fn start(s: Start) -> Running {
                 &s.app,
                 &s.who,
                 &s.tool,
-                s.arguments.as_ref(),
+                s.arguments,
                 s.cancelled,
                 Streaming::Relay(stream),
             );

@@ -83,7 +83,7 @@ pub(crate) struct Tool {
     /// serialized once at commit time: a page is written by copying these bytes, never by
     /// cloning or re-serializing a `Value`. Revisions that see the same fields share one.
     pub(crate) projected: [Arc<RawValue>; 3],
-    pub(crate) validator: Validator,
+    pub(crate) validator: Arc<Validator>,
     pub(crate) param_headers: Vec<ParamHeader>,
     /// `low` | `medium` | `high`, computed by the kernel at commit (for the audit record).
     pub(crate) risk: String,
@@ -532,7 +532,7 @@ fn compile_tool(
         .cloned()
         .unwrap_or_else(|| json!({"type": "object"}));
     let validator = match validate::compile(&input_schema) {
-        Ok(v) => v,
+        Ok(v) => Arc::new(v),
         Err(problem) => {
             tracing::warn!(
                 connector = %route.key,

@@ -5,8 +5,8 @@
 //! and log escaping, message and tool-set size limits, the open-files limit, Windows jobs, and
 //! [`rules`]: atomic files, sibling binaries, child environments, `x-mcp-header`, the shutdown
 //! timing chain).
-#![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call) and
-// job and winuser (Windows FFI, each call commented)
+#![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call),
+// memory (one commented glibc call) and job and winuser (Windows FFI, each call commented)
 
 pub mod codec;
 pub mod frames;
@@ -15,6 +15,7 @@ pub mod job;
 pub mod key;
 mod labels;
 pub mod limits;
+pub mod memory;
 pub mod pipe_access;
 pub mod redact;
 mod redacted;

@@ -38,6 +38,13 @@ pub fn environ(pid: u32) -> Option<Vec<(String, String)>> {
     imp::environ(pid)
 }
 
+/// The resident set of `pid` in KiB (`VmRSS` of `/proc/<pid>/status`), if readable.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Whether `pid` exists and is not a zombie.
 pub fn is_alive(pid: u32) -> bool {
     info(pid).is_some_and(|p| !p.is_zombie())

@@ -291,6 +291,13 @@ impl Runtime {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The frontend's pid, from the `run/frontend.json` it writes.
+    pub fn frontend_pid(&self) -> Option<u32> {
+        let bytes = std::fs::read(self.state.join("run").join("frontend.json")).ok()?;
+        let info: Value = serde_json::from_slice(&bytes).ok()?;
+        u32::try_from(info["pid"].as_u64()?).ok()
+    }
+
     /// The frontend's MCP URL, `http://127.0.0.1:<port>/mcp/connector`.
     pub fn frontend_url(&self) -> &str {
         &self.frontend_url

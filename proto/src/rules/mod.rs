@@ -8,6 +8,7 @@
 //! - [`child_env`]: the environment each kind of child process gets (one allowlist per kind);
 //! - [`loopback`]: the loopback `Host`/`Origin` rule (SPEC §5), for the frontend and the console;
 //! - [`mcp_header`]: the `x-mcp-header` / `Mcp-Param-*` vocabulary (SEP-2243);
+//! - [`schema_pattern`]: how schema `pattern`s are compiled (linear time, bounded size);
 //! - [`timing`]: the shutdown timing chain, each bound derived from the one it must exceed;
 //! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line).
 
@@ -16,5 +17,6 @@ pub mod child_env;
 pub mod log_format;
 pub mod loopback;
 pub mod mcp_header;
+pub mod schema_pattern;
 pub mod sibling;
 pub mod timing;

@@ -1565,14 +1565,7 @@ mod bench {
     }
 
     fn rss_kib(pid: u32) -> u64 {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
-            })
-            .unwrap_or(0)
+        tutti_tests::proc_tree::rss_kib(pid).unwrap_or(0)
     }
 
     /// (Rss, Pss, Private) of a process in KiB, from `/proc/<pid>/smaps_rollup`.

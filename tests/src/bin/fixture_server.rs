@@ -40,6 +40,10 @@ struct Args {
     /// Add a tool `big_schema` whose input schema holds a description of N bytes.
     #[arg(long, value_name = "N", default_value_t = 0)]
     big_schema: usize,
+    /// Add a tool `patterned` whose argument `items` is an array of strings that must each
+    /// match PATTERN (the schema's `pattern`).
+    #[arg(long, value_name = "PATTERN")]
+    pattern_tool: Option<String>,
     /// Exit 1 immediately.
     #[arg(long)]
     crash_at_start: bool,
@@ -134,6 +138,7 @@ fn main() -> anyhow::Result<()> {
         stderr_secret_env: a.stderr_secret_env,
         stderr_hostile: a.stderr_hostile,
         big_schema: a.big_schema,
+        pattern_tool: a.pattern_tool,
         crash_at_start: a.crash_at_start,
         hang_at_start: a.hang_at_start,
         exit_after_calls: a.exit_after_calls,
