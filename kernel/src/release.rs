@@ -230,13 +230,7 @@ pub fn files_under(listed: &[PathBuf], dir: &Path) -> Vec<String> {
     listed
         .iter()
         .filter_map(|f| f.strip_prefix(&dir).ok())
-        .map(|rel| {
-            let parts: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            parts.join("/")
-        })
+        .map(tutti_proto::rules::release_path::slashed)
         .filter(|rel| !rel.is_empty())
         .collect()
 }

@@ -25,6 +25,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tutti_proto::kernel::{ConnectorRoute, RouteEvent, route_event};
+use tutti_proto::rules::release_path::slashed;
 
 use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, RpcError};
 
@@ -232,15 +233,6 @@ fn build_skill(key: &str, skill: &SkillDir) -> Result<Skill, String> {
         frontmatter,
         files,
     })
-}
-
-/// A relative path as the route lists it: its components joined by `/`.
-fn slashed(rel: &Path) -> String {
-    let parts: Vec<String> = rel
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    parts.join("/")
 }
 
 /// Regular files under `dir` (relative paths); links are not followed.

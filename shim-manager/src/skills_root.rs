@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use tutti_proto::kernel::route_event::Event;
 use tutti_proto::kernel::{ConnectorRoute, RouteEvent};
 use tutti_proto::rules::atomic_file;
+use tutti_proto::rules::release_path::slashed;
 
 /// One skill of a live generation: its directory in the release copy and the files of it
 /// that are part of the release (relative, `/`-separated; the install scanned them).
@@ -269,15 +270,6 @@ fn copy_tree(from: &Path, rel: &Path, to: &Path, listed: &BTreeSet<String>) -> i
 fn copy_release_files(source: &Source, to: &Path) -> io::Result<()> {
     let listed: BTreeSet<String> = source.files.iter().cloned().collect();
     copy_tree(&source.dir, Path::new(""), to, &listed)
-}
-
-/// A relative path as the route lists it: its components joined by `/`.
-fn slashed(rel: &Path) -> String {
-    let parts: Vec<String> = rel
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    parts.join("/")
 }
 
 #[cfg(test)]

@@ -9,12 +9,14 @@
 //! - [`loopback`]: the loopback `Host`/`Origin` rule (SPEC §5), for the frontend and the console;
 //! - [`mcp_header`]: the `x-mcp-header` / `Mcp-Param-*` vocabulary (SEP-2243);
 //! - [`timing`]: the shutdown timing chain, each bound derived from the one it must exceed;
-//! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line).
+//! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line);
+//! - [`release_path`]: a path inside a release as processes exchange it (`/`-separated).
 
 pub mod atomic_file;
 pub mod child_env;
 pub mod log_format;
 pub mod loopback;
 pub mod mcp_header;
+pub mod release_path;
 pub mod sibling;
 pub mod timing;
