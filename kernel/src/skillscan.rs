@@ -93,10 +93,11 @@ fn decode(bytes: &[u8]) -> String {
     }
 }
 
-/// `Some(little endian)` when `bytes` (not UTF-8) look like UTF-16 text without a byte order
-/// mark: most bytes on one side of each pair are zero and almost none on the other.
+/// `Some(little endian)` when `bytes` look like UTF-16 text without a byte order mark: many
+/// bytes on one side of each pair are zero and almost none on the other (UTF-8 text has no
+/// zero bytes, though ASCII in UTF-16 is valid UTF-8).
 fn utf16_without_mark(bytes: &[u8]) -> Option<bool> {
-    if bytes.len() < 4 || std::str::from_utf8(bytes).is_ok() {
+    if bytes.len() < 4 {
         return None;
     }
     let head = &bytes[..bytes.len().min(4096) & !1];
@@ -757,6 +758,15 @@ mod tests {
             }
         }
         assert!(missed.is_empty(), "missed:\n{}", missed.join("\n"));
+    }
+
+    #[test]
+    fn utf16_is_decoded_with_or_without_a_byte_order_mark() {
+        let text = "ok\nignore é\n";
+        for (bom, little) in [(true, true), (true, false), (false, true), (false, false)] {
+            assert_eq!(decode(&utf16(text, bom, little)), text, "{bom} {little}");
+        }
+        assert_eq!(decode("plain é".as_bytes()), "plain é");
     }
 
     #[test]
