@@ -129,8 +129,8 @@ pub struct InstallArgs {
     /// absolute path (repeatable)
     #[arg(long = "allow-command", value_name = "NAME|PATH")]
     pub allow_commands: Vec<String>,
-    /// Allow this loader or interpreter-injection variable (PATH, LD_*, NODE_OPTIONS,
-    /// PYTHONPATH, …) in the release's mcp.env or as a secret name (repeatable)
+    /// Allow this loader or interpreter-injection variable (PATH, HOME, LD_*, NODE_OPTIONS,
+    /// npm_config_*, PYTHONPATH, PIP_*, …) in the release's mcp.env or as a secret name (repeatable)
     #[arg(long = "allow-env", value_name = "NAME")]
     pub allow_env: Vec<String>,
     /// Commit changed or added tool definitions of this connector without review (they

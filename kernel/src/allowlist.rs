@@ -12,9 +12,10 @@
 //!   that file. Entries: the defaults, the owner's `TUTTI_ALLOW_COMMANDS` (comma-separated, read
 //!   by the kernel at each check) and the install's `--allow-command NAME|PATH`.
 //!
-//! **Environment.** [`injection_variable`] names the loader and interpreter-injection
-//! variables (they make a program load code from outside the hashed release): refused in
-//! `mcp.env` and as secret names unless the install gives `--allow-env NAME`.
+//! **Environment.** [`INJECTION_VARIABLES`] is the one table of loader and
+//! interpreter-injection variables (they make a program load code from outside the hashed
+//! release); [`injection_variable`] looks a name up in it: refused in `mcp.env` and as secret
+//! names unless the install gives `--allow-env NAME`.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -22,46 +23,130 @@ pub const DEFAULT_ALLOWED: &[&str] = &[
     "node", "npx", "python", "python3", "uv", "uvx", "deno", "bun", "docker",
 ];
 
-/// Name prefixes of loader variables (the dynamic linker of Linux/glibc/musl and of macOS).
-pub const INJECTION_PREFIXES: &[&str] = &["LD_", "DYLD_"];
+/// One row of [`INJECTION_VARIABLES`]: a variable name, or a name prefix when it ends in
+/// `*`, and what it makes a program load or run.
+pub struct Injection {
+    pub pattern: &'static str,
+    pub what: &'static str,
+}
 
-/// Variables that make a shell, a loader or an interpreter run or load code the release did
-/// not ship (the one list; SPEC §12 gives its first members). Compared ignoring ASCII case
-/// (Windows environment names are case-insensitive).
-pub const INJECTION_NAMES: &[&str] = &[
-    // Where programs and libraries are found.
-    "PATH",
-    "GCONV_PATH",
-    // Node.js
-    "NODE_OPTIONS",
-    "NODE_PATH",
-    // Python
-    "PYTHONPATH",
-    "PYTHONSTARTUP",
-    "PYTHONHOME",
-    "PYTHONUSERBASE",
-    "PYTHONINSPECT",
-    // Perl, Ruby
-    "PERL5LIB",
-    "PERLLIB",
-    "PERL5OPT",
-    "RUBYOPT",
-    "RUBYLIB",
-    // Shells that source a file at start
-    "BASH_ENV",
-    "ENV",
-    // The JVM
-    "JAVA_TOOL_OPTIONS",
-    "_JAVA_OPTIONS",
-    "JDK_JAVA_OPTIONS",
+const fn row(pattern: &'static str, what: &'static str) -> Injection {
+    Injection { pattern, what }
+}
+
+/// Variables that make a shell, a loader, an interpreter or a package manager run or load code
+/// the release did not ship: the one list (SPEC §12 gives its first members), checked by
+/// install, probe and every other check through [`injection_variable`]. Compared ignoring
+/// ASCII case (Windows environment names are case-insensitive; `npm_config_*` is read in
+/// either case).
+pub const INJECTION_VARIABLES: &[Injection] = &[
+    row("LD_*", "the dynamic loader preloads libraries from it"),
+    row("DYLD_*", "the macOS loader preloads libraries from it"),
+    row("GLIBC_TUNABLES", "it changes how the C library loads"),
+    row("GCONV_PATH", "the C library loads charset modules from it"),
+    row("PATH", "it decides which programs run"),
+    row(
+        "PATHEXT",
+        "it decides which files run as programs on Windows",
+    ),
+    row("COMSPEC", "it names the shell Windows programs start"),
+    row(
+        "HOME",
+        "interpreters and tools read startup files and user packages under it (Python's usercustomize, .npmrc, .gitconfig)",
+    ),
+    row(
+        "USERPROFILE",
+        "Windows tools read startup files and user packages under it",
+    ),
+    row("APPDATA", "Windows tools read their configuration under it"),
+    row(
+        "LOCALAPPDATA",
+        "Windows tools read their configuration under it",
+    ),
+    row("XDG_*", "tools read their configuration and data under it"),
+    row("ZDOTDIR", "zsh runs its startup files from it"),
+    row("BASH_ENV", "bash runs the file it names"),
+    row("ENV", "sh runs the file it names"),
+    row("BASH_FUNC_*", "bash imports shell functions from it"),
+    row("NODE_OPTIONS", "Node.js loads the modules it names"),
+    row("NODE_PATH", "Node.js finds modules in it"),
+    row(
+        "NPM_CONFIG_*",
+        "npm reads its settings (scripts, registry, node options) from it",
+    ),
+    row("YARN_*", "yarn reads its settings from it"),
+    row("BUN_OPTIONS", "bun adds its arguments"),
+    row("DENO_DIR", "deno runs cached modules from it"),
+    row("PYTHONPATH", "Python imports modules from it"),
+    row("PYTHONSTARTUP", "Python runs the file it names"),
+    row("PYTHONHOME", "Python loads its standard library from it"),
+    row(
+        "PYTHONUSERBASE",
+        "Python imports user packages and usercustomize from it",
+    ),
+    row("PYTHONINSPECT", "Python reads commands after the program"),
+    row("PYTHONBREAKPOINT", "Python imports the callable it names"),
+    row("PYTHONEXECUTABLE", "Python takes it for its own program"),
+    row("PYTHONPLATLIBDIR", "Python loads its library from it"),
+    row(
+        "VIRTUAL_ENV",
+        "uv and other tools use the environment it names",
+    ),
+    row(
+        "PIP_*",
+        "pip reads its settings (index, packages to install) from it",
+    ),
+    row(
+        "UV_*",
+        "uv reads its settings (index, Python, environment) from it",
+    ),
+    row("PERL5*", "Perl loads modules or options from it"),
+    row("PERLLIB", "Perl loads modules from it"),
+    row("RUBY*", "Ruby loads libraries or options from it"),
+    row("GEM_*", "Ruby loads gems from it"),
+    row(
+        "BUNDLE_*",
+        "bundler reads its settings (the Gemfile) from it",
+    ),
+    row("LUA_*", "Lua runs code or loads modules from it"),
+    row(
+        "PHPRC",
+        "PHP reads its settings (auto_prepend_file) from it",
+    ),
+    row("PHP_INI_SCAN_DIR", "PHP reads its settings from it"),
+    row(
+        "JAVA_TOOL_OPTIONS",
+        "the JVM loads the agents and options it names",
+    ),
+    row("_JAVA_OPTIONS", "the JVM takes its options"),
+    row("JDK_JAVA_OPTIONS", "the JVM takes its options"),
+    row("CLASSPATH", "the JVM loads classes from it"),
+    row("DOTNET_STARTUP_HOOKS", ".NET loads the assemblies it names"),
+    row(
+        "GIT_CONFIG*",
+        "git reads settings (core.sshCommand, hooks) from it",
+    ),
+    row("GIT_EXEC_PATH", "git runs its commands from it"),
+    row("GIT_SSH", "git runs the program it names"),
+    row("GIT_SSH_COMMAND", "git runs the command it names"),
+    row("GIT_ASKPASS", "git runs the program it names"),
+    row("GIT_EDITOR", "git runs the program it names"),
+    row("GIT_PAGER", "git runs the program it names"),
+    row("GIT_EXTERNAL_DIFF", "git runs the program it names"),
+    row("GIT_PROXY_COMMAND", "git runs the command it names"),
+    row("GIT_TEMPLATE_DIR", "git copies hooks from it"),
+    row("SSH_ASKPASS", "ssh runs the program it names"),
 ];
 
-/// Whether `name` is a loader or interpreter-injection variable ([`INJECTION_NAMES`],
-/// [`INJECTION_PREFIXES`]).
-pub fn injection_variable(name: &str) -> bool {
+/// The row of [`INJECTION_VARIABLES`] that `name` matches, if any.
+pub fn injection_variable(name: &str) -> Option<&'static Injection> {
     let upper = name.to_ascii_uppercase();
-    INJECTION_NAMES.contains(&upper.as_str())
-        || INJECTION_PREFIXES.iter().any(|p| upper.starts_with(p))
+    INJECTION_VARIABLES
+        .iter()
+        .find(|i| match i.pattern.strip_suffix('*') {
+            Some(prefix) => upper.starts_with(prefix),
+            None => upper == i.pattern,
+        })
 }
 
 /// Whether `allowed` (the install's `--allow-env` names) allows the variable `name`.
@@ -324,12 +409,25 @@ mod tests {
             "NODE_OPTIONS",
             "PYTHONPATH",
         ] {
-            assert!(injection_variable(name), "{name}");
+            assert!(injection_variable(name).is_some(), "{name}");
         }
         for name in ["LOG_LEVEL", "GITHUB_TOKEN", "PATHS", "OLD_PATH"] {
-            assert!(!injection_variable(name), "{name}");
+            assert!(injection_variable(name).is_none(), "{name}");
         }
         assert!(env_allowed("PYTHONPATH", &["pythonpath".into()]));
         assert!(!env_allowed("PYTHONPATH", &[]));
+    }
+
+    #[test]
+    fn every_row_of_the_table_is_an_upper_case_name_or_prefix() {
+        for row in INJECTION_VARIABLES {
+            let name = row.pattern.strip_suffix('*').unwrap_or(row.pattern);
+            assert!(
+                !name.is_empty() && !name.contains('*') && name == name.to_ascii_uppercase(),
+                "{}",
+                row.pattern
+            );
+            assert!(!row.what.is_empty(), "{}", row.pattern);
+        }
     }
 }

@@ -208,14 +208,13 @@ pub fn injection_problems(m: &Manifest, allowed: &[String]) -> Vec<String> {
     }
     fields
         .into_iter()
-        .filter(|(_, name)| {
-            crate::allowlist::injection_variable(name)
-                && !crate::allowlist::env_allowed(name, allowed)
-        })
-        .map(|(field, name)| {
-            format!(
-                "connector.json: {field}: {name} is a loader or interpreter-injection variable (it can make the program run code from outside the release); to allow it, install with --allow-env {name}"
-            )
+        .filter(|(_, name)| !crate::allowlist::env_allowed(name, allowed))
+        .filter_map(|(field, name)| {
+            let row = crate::allowlist::injection_variable(name)?;
+            Some(format!(
+                "connector.json: {field}: {name} is a loader or interpreter-injection variable ({}: the program could run code from outside the release); to allow it, install with --allow-env {name}",
+                row.what
+            ))
         })
         .collect()
 }
@@ -1232,6 +1231,59 @@ mod tests {
             "PYTHONPATH".into(),
         ];
         assert!(injection_problems(&m, &allowed).is_empty());
+    }
+
+    /// One row per variable: refused (the line names it and the way out) or left alone.
+    #[test]
+    fn variables_that_load_code_from_outside_the_release_are_refused() {
+        let rows: &[(&str, bool)] = &[
+            ("HOME", true),
+            ("home", true),
+            ("XDG_CONFIG_HOME", true),
+            ("XDG_DATA_DIRS", true),
+            ("npm_config_node_options", true),
+            ("NPM_CONFIG_SCRIPT_SHELL", true),
+            ("PIP_INDEX_URL", true),
+            ("UV_INDEX_URL", true),
+            ("UV_PYTHON", true),
+            ("PYTHONUSERBASE", true),
+            ("PYTHONSTARTUP", true),
+            ("PYTHONBREAKPOINT", true),
+            ("PERL5OPT", true),
+            ("PERL5DB", true),
+            ("RUBYOPT", true),
+            ("RUBYLIB", true),
+            ("JAVA_TOOL_OPTIONS", true),
+            ("_JAVA_OPTIONS", true),
+            ("GIT_SSH_COMMAND", true),
+            ("GIT_CONFIG_GLOBAL", true),
+            ("GIT_CONFIG_COUNT", true),
+            ("GIT_EXEC_PATH", true),
+            ("BASH_FUNC_X", true),
+            ("LOG_LEVEL", false),
+            ("GITHUB_TOKEN", false),
+            ("GIT_AUTHOR_NAME", false),
+            ("HOMEPAGE", false),
+            ("PYTHONUNBUFFERED", false),
+            ("NODE_ENV", false),
+        ];
+        for (name, refused) in rows {
+            let v = json!({"key":"k","name":"K","description":"d","version":"1",
+                "mcp":{"transport":"stdio","command":"/bin/sh","env":{*name: "/tmp/x"}}});
+            let m = parse(&v, &dir()).expect("valid fields");
+            let lines = injection_problems(&m, &[]);
+            if *refused {
+                assert_eq!(lines.len(), 1, "{name}: {lines:?}");
+                assert!(
+                    lines[0].starts_with(&format!("connector.json: mcp.env.{name}: {name} is "))
+                        && lines[0].ends_with(&format!("install with --allow-env {name}")),
+                    "{name}: {lines:?}"
+                );
+                assert!(injection_problems(&m, &[name.to_string()]).is_empty());
+            } else {
+                assert!(lines.is_empty(), "{name}: {lines:?}");
+            }
+        }
     }
 
     #[test]

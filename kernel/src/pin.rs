@@ -16,8 +16,10 @@ use sha2::{Digest, Sha256};
 use crate::catalog::Candidate;
 use crate::toolset::{Risk, ValidTool};
 
-/// The fields of a tool definition that are pinned: what a model reads and what the call
-/// takes and returns. `_meta`, `icons` and other fields may change without review.
+/// The fields of a tool definition that are pinned: what a model reads, what the call takes
+/// and returns, what a client does with the tool (`execution`, `icons`) and the upstream's
+/// `_meta` (a UI resource, an output template: what a host renders). Other fields may change
+/// without review.
 const TOOL_FIELDS: &[&str] = &[
     "name",
     "title",
@@ -25,6 +27,9 @@ const TOOL_FIELDS: &[&str] = &[
     "inputSchema",
     "outputSchema",
     "annotations",
+    "icons",
+    "execution",
+    "_meta",
 ];
 
 /// One pinned definition.
@@ -77,38 +82,22 @@ pub fn entries(c: &Candidate) -> Vec<Entry> {
     out
 }
 
-/// Fields of a prompt, resource or template that may change without review; every other
-/// field is pinned.
-const UNPINNED_FIELDS: &[&str] = &["_meta", "icons"];
-
+/// A prompt, resource or template is pinned whole (`_meta` and `icons` included).
 fn other_entry(kind: &str, name: &str, definition_json: &str) -> Entry {
     let full: Value = serde_json::from_str(definition_json).unwrap_or(Value::Null);
-    let mut pinned = full.as_object().cloned().unwrap_or_default();
-    pinned.retain(|k, _| !UNPINNED_FIELDS.contains(&k.as_str()));
     Entry {
         kind: kind.into(),
         name: name.into(),
-        definition: canonical(&Value::Object(pinned)),
+        definition: canonical(&Value::Object(
+            full.as_object().cloned().unwrap_or_default(),
+        )),
         risk: None,
     }
 }
 
-/// `definition_json` with its pinned fields replaced by the pinned ones (prompts, resources,
-/// templates); `None` when the entry is not pinned.
-fn pinned_other(
-    pinned: &BTreeMap<(&str, &str), &Entry>,
-    kind: &str,
-    name: &str,
-    json: &str,
-) -> Option<String> {
-    let e = pinned.get(&(kind, name))?;
-    let full: Value = serde_json::from_str(json).ok()?;
-    let mut obj = full.as_object().cloned().unwrap_or_default();
-    obj.retain(|k, _| UNPINNED_FIELDS.contains(&k.as_str()));
-    if let Some(m) = e.definition.as_object() {
-        obj.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
-    }
-    Some(Value::Object(obj).to_string())
+/// The pinned definition of a prompt, resource or template (`None` when it is not pinned).
+fn pinned_other(pinned: &BTreeMap<(&str, &str), &Entry>, kind: &str, name: &str) -> Option<String> {
+    pinned.get(&(kind, name)).map(|e| e.definition.to_string())
 }
 
 fn tool_entry(t: &ValidTool) -> Entry {
@@ -232,15 +221,15 @@ pub fn serve_pinned(pin: &Pin, offered: &Candidate) -> Candidate {
         .collect();
     let mut catalog = offered.catalog.clone();
     catalog.prompts.retain_mut(|p| {
-        let json = pinned_other(&by_kind, "prompt", &p.upstream_name, &p.definition_json);
+        let json = pinned_other(&by_kind, "prompt", &p.upstream_name);
         json.map(|j| p.definition_json = j).is_some()
     });
     catalog.resources.retain_mut(|r| {
-        let json = pinned_other(&by_kind, "resource", &r.uri, &r.definition_json);
+        let json = pinned_other(&by_kind, "resource", &r.uri);
         json.map(|j| r.definition_json = j).is_some()
     });
     catalog.templates.retain_mut(|r| {
-        let json = pinned_other(&by_kind, "resourceTemplate", &r.uri, &r.definition_json);
+        let json = pinned_other(&by_kind, "resourceTemplate", &r.uri);
         json.map(|j| r.definition_json = j).is_some()
     });
     Candidate {
@@ -319,11 +308,7 @@ mod tests {
         let def: Value =
             serde_json::from_str(&served.catalog.prompts[0].definition_json).unwrap_or_default();
         assert_eq!(def["description"], "Say hello");
-        assert_eq!(
-            def["_meta"],
-            json!({"n": 28}),
-            "unpinned fields come from the offer"
-        );
+        assert_eq!(def["_meta"], json!({"n": 9}), "_meta is pinned too");
         assert_eq!(hash(&super::entries(&served)), pin.hash);
     }
 
@@ -344,15 +329,15 @@ mod tests {
     }
 
     #[test]
-    fn the_hash_ignores_key_order_and_unpinned_fields() {
+    fn the_hash_ignores_key_order_and_fields_outside_the_pin() {
         let a = tool(
             "t",
-            json!({"name": "t", "description": "d", "inputSchema": {"type": "object"}, "_meta": {"x": 1}}),
+            json!({"name": "t", "description": "d", "inputSchema": {"type": "object"}, "_meta": {"x": 1, "y": 2}}),
             Risk::Low,
         );
         let b = tool(
             "t",
-            json!({"inputSchema": {"type": "object"}, "description": "d", "name": "t", "icons": []}),
+            json!({"inputSchema": {"type": "object"}, "description": "d", "name": "t", "_meta": {"y": 2, "x": 1}, "x-vendor": []}),
             Risk::Low,
         );
         assert_eq!(hash(&entries(&[a])), hash(&entries(&[b])));
@@ -406,6 +391,36 @@ mod tests {
         assert!(diff(&pinned, &entries(&[echo("Echo text"), annotated])).needs_review());
     }
 
+    /// A changed `_meta`, `icons` or `execution` is held for review like a description, and
+    /// the pinned one is what serves meanwhile.
+    #[test]
+    fn meta_icons_and_execution_are_pinned() {
+        let rich = |field: &str, value: Value| {
+            let mut def = json!({"name": "rich", "description": "d",
+                "icons": [{"src": "https://example.com/a.png"}],
+                "execution": {"taskSupport": "optional"},
+                "_meta": {"ui/resourceUri": "ui://rich/a"}});
+            def[field] = value;
+            tool("rich", def, Risk::Low)
+        };
+        let first = rich("description", json!("d"));
+        let pin = Pin::new("/r".into(), entries(std::slice::from_ref(&first)));
+        for (field, value) in [
+            ("_meta", json!({"ui/resourceUri": "ui://rich/b"})),
+            ("icons", json!([{"src": "https://example.com/b.png"}])),
+            ("execution", json!({"taskSupport": "required"})),
+        ] {
+            let offered = rich(field, value);
+            let d = diff(&pin.entries, &entries(std::slice::from_ref(&offered)));
+            assert!(d.needs_review(), "{field}");
+            assert_eq!(d.summary(), "changed rich", "{field}");
+            let served = serve_pinned(&pin, &candidate(&[offered])).tools;
+            let def: Value = serde_json::from_str(&served[0].definition_json).unwrap_or_default();
+            let pinned: Value = serde_json::from_str(&first.definition_json).unwrap_or_default();
+            assert_eq!(def[field], pinned[field], "{field} serves as pinned");
+        }
+    }
+
     #[test]
     fn serving_the_pin_keeps_pinned_text_drops_new_tools_and_never_lowers_risk() {
         let pin = Pin::new("/r".into(), entries(&[echo("Echo text")]));
@@ -416,11 +431,7 @@ mod tests {
         assert_eq!(served.len(), 1);
         let def: Value = serde_json::from_str(&served[0].definition_json).unwrap_or_default();
         assert_eq!(def["description"], "Echo text");
-        assert_eq!(
-            def["_meta"],
-            json!({"seen": 1}),
-            "unpinned fields come from the offer"
-        );
+        assert_eq!(def["_meta"], json!({"seen": 1}));
         assert_eq!(served[0].risk, Risk::Medium, "the pinned risk was higher");
         assert_eq!(hash(&entries(&served)), pin.hash);
     }

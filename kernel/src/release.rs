@@ -210,13 +210,29 @@ fn list_path(copy: &Path) -> PathBuf {
 
 /// The files a copy is verified over: its list when there is one, else (a copy made before
 /// lists were written) every file in it.
-fn listed_files(copy: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn listed_files(copy: &Path) -> Result<Vec<PathBuf>, String> {
     match std::fs::read(list_path(copy)) {
         Ok(bytes) => serde_json::from_slice::<Vec<PathBuf>>(&bytes)
             .map_err(|e| format!("{}: {e}", list_path(copy).display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => files(copy),
         Err(e) => Err(format!("{}: {e}", list_path(copy).display())),
     }
+}
+
+/// The entries of `listed` (relative paths of a release) under the directory `dir`, relative
+/// to it and `/`-separated.
+pub fn files_under(listed: &[PathBuf], dir: &Path) -> Vec<String> {
+    // `./skills/x` and `skills/./x` name `skills/x`.
+    let dir: PathBuf = dir
+        .components()
+        .filter(|c| matches!(c, std::path::Component::Normal(_)))
+        .collect();
+    listed
+        .iter()
+        .filter_map(|f| f.strip_prefix(&dir).ok())
+        .map(tutti_proto::rules::release_path::slashed)
+        .filter(|rel| !rel.is_empty())
+        .collect()
 }
 
 /// Whether the release copy `copy` holds exactly the content its name `sha` says. `Err`

@@ -3,7 +3,7 @@
 //! across an `.await`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -555,11 +555,7 @@ impl Kernel {
             tools,
             circuit: manifest.circuit,
             catalog,
-            skills: manifest
-                .skills
-                .iter()
-                .map(|s| (s.name.clone(), release_dir.join(&s.dir)))
-                .collect(),
+            skills: route_skills(&release_dir, &manifest),
         };
         let superseded = inner
             .table
@@ -663,12 +659,31 @@ pub fn route_to_pb(r: &Route) -> pb::ConnectorRoute {
         skills: r
             .skills
             .iter()
-            .map(|(name, dir)| pb::RoutedSkill {
-                name: name.clone(),
-                dir: dir.to_string_lossy().into_owned(),
+            .map(|s| pb::RoutedSkill {
+                name: s.name.clone(),
+                dir: s.dir.to_string_lossy().into_owned(),
+                files: s.files.clone(),
             })
             .collect(),
     }
+}
+
+/// The skills of a release copy as a route carries them: each with the files of its
+/// directory that are part of the release (the copy's own list, which the install scanned).
+fn route_skills(release_dir: &Path, manifest: &Manifest) -> Vec<crate::table::RouteSkill> {
+    let listed = crate::release::listed_files(release_dir).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot list the release's files; its skills serve no files");
+        Vec::new()
+    });
+    manifest
+        .skills
+        .iter()
+        .map(|s| crate::table::RouteSkill {
+            name: s.name.clone(),
+            dir: release_dir.join(&s.dir),
+            files: crate::release::files_under(&listed, Path::new(&s.dir)),
+        })
+        .collect()
 }
 
 fn resources_to_pb(items: &[crate::catalog::ValidResource]) -> Vec<pb::OfferedResource> {

@@ -24,8 +24,19 @@ pub struct Route {
     pub circuit: crate::circuit::Settings,
     /// Prompts, resources and templates of the same generation.
     pub catalog: crate::catalog::Catalog,
-    /// The release's skills: name and absolute directory in the release copy.
-    pub skills: Vec<(String, std::path::PathBuf)>,
+    /// The release's skills.
+    pub skills: Vec<RouteSkill>,
+}
+
+/// One skill of a route.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteSkill {
+    pub name: String,
+    /// The absolute directory in the release copy.
+    pub dir: std::path::PathBuf,
+    /// Its files that are part of the release (relative to `dir`, `/`-separated): the files
+    /// the install scanned, the only ones served.
+    pub files: Vec<String>,
 }
 
 /// A published change of the table.

@@ -7,15 +7,17 @@
 //! comes back through [`crate::relay::answer_legacy`]); on the modern surface the call's
 //! `input_required` result (`inputRequests["tutti-<n>"]`, with the relay's `requestState`;
 //! the client's retry brings the answer through [`crate::relay::resume_modern`]). It names
-//! the tool, its connector and its risk, never an argument value. Accept → the call runs; decline, cancel, an error answer or no answer
-//! within the tool's timeout → an `isError` result starting `declined:`; a client that cannot
-//! be asked → an `isError` result saying so. Each decision is the call's audit
+//! the tool, its connector and its risk, and the arguments (secret-looking keys masked, long
+//! values cut, hidden characters written out). Accept → the call runs; decline, cancel, an
+//! error answer or no answer within the tool's timeout → an `isError` result starting
+//! `declined:`; a client that cannot be asked → an `isError` result saying so. Each decision is the call's audit
 //! `confirmation`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tutti_proto::redact::escape_hidden;
 
 use crate::app::App;
 use crate::audit::{Outcome, Relayed};
@@ -70,16 +72,92 @@ impl Decision {
 }
 
 /// The question's `elicitation/create` params (a form with no fields: the answer is the
-/// action alone; no argument values).
-pub(crate) fn params(tool: &Tool) -> Value {
+/// action alone): the tool, its connector and risk, and the arguments as [`shown_arguments`]
+/// writes them.
+pub(crate) fn params(tool: &Tool, arguments: Option<&Value>) -> Value {
     let message = format!(
-        "Allow the call of tool {} (connector {}, risk {})?",
-        tool.name, tool.connector.key, tool.risk
+        "Allow the call of tool {} (connector {}, risk {})?\n{}",
+        escape_hidden(&tool.name, &[]),
+        tool.connector.key,
+        tool.risk,
+        shown_arguments(arguments)
     );
     json!({
         "message": message,
         "requestedSchema": {"type": "object", "properties": {}},
     })
+}
+
+/// Words that make an argument's key secret-looking (compared ignoring ASCII case, as parts
+/// of the key): its value is masked. The frontend does not hold the connector's secret values,
+/// so the key is what it can judge by.
+const SECRET_KEY_WORDS: &[&str] = &[
+    "token",
+    "password",
+    "passwd",
+    "secret",
+    "key",
+    "authorization",
+    "cookie",
+    "credential",
+];
+/// Most characters of one argument's value in the question; a longer one is cut with `…`.
+const MAX_VALUE_CHARS: usize = 200;
+/// Most arguments listed in the question; the rest are counted.
+const MAX_ARGUMENTS: usize = 20;
+
+fn secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    SECRET_KEY_WORDS.iter().any(|w| key.contains(w))
+}
+
+/// `value` with the value of every secret-looking key (at any depth) replaced by the mask.
+fn masked(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let v = if secret_key(k) {
+                        json!(tutti_proto::redact::MASK)
+                    } else {
+                        masked(v)
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(masked).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The arguments, one `  name: value` line each (the value as JSON, secret-looking keys
+/// masked, cut at [`MAX_VALUE_CHARS`], hidden characters written out), or `No arguments.`
+fn shown_arguments(arguments: Option<&Value>) -> String {
+    let map = match arguments {
+        Some(Value::Object(map)) if !map.is_empty() => map,
+        None | Some(Value::Object(_)) | Some(Value::Null) => return "No arguments.".into(),
+        Some(other) => return format!("Arguments: {}", shown_value(&masked(other))),
+    };
+    let mut out = String::from("Arguments:");
+    for (key, value) in map.iter().take(MAX_ARGUMENTS) {
+        let value = if secret_key(key) {
+            tutti_proto::redact::MASK.to_owned()
+        } else {
+            shown_value(&masked(value))
+        };
+        out.push_str(&format!("\n  {}: {value}", escape_hidden(key, &[])));
+    }
+    if map.len() > MAX_ARGUMENTS {
+        out.push_str(&format!("\n  … and {} more", map.len() - MAX_ARGUMENTS));
+    }
+    out
+}
+
+fn shown_value(value: &Value) -> String {
+    let text = value.to_string();
+    let cut = tutti_proto::redact::truncate_chars(&text, MAX_VALUE_CHARS);
+    escape_hidden(&cut, &[]).into_owned()
 }
 
 /// How long the person has to answer: the call timeout of the tool's connector.
@@ -190,4 +268,43 @@ pub(crate) fn not_asked(
 ) -> Result<CallResult, RpcError> {
     let relayed = Arc::new(Relayed::default());
     refused(&ctx.app, &ctx.identity, tool, &relayed, Decision::NotAsked).map(|r| r.in_era(revision))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_question_shows_arguments_masked_cut_and_escaped() {
+        let long = "x".repeat(500);
+        let args = json!({
+            "path": "/srv/data",
+            "api_token": "tok-123",
+            "options": {"Password": "hunter2", "depth": 2},
+            "note": long,
+            "label": "a\u{202e}b",
+        });
+        let shown = shown_arguments(Some(&args));
+        assert!(shown.starts_with("Arguments:\n"), "{shown}");
+        assert!(shown.contains("\n  path: \"/srv/data\""), "{shown}");
+        assert!(shown.contains("\n  api_token: ***"), "{shown}");
+        assert!(
+            shown.contains(r#"options: {"Password":"***","depth":2}"#),
+            "{shown}"
+        );
+        assert!(!shown.contains("tok-123") && !shown.contains("hunter2"));
+        let note = shown
+            .lines()
+            .find(|l| l.contains("note:"))
+            .unwrap_or_default();
+        assert_eq!(
+            note.chars().count(),
+            "  note: ".len() + MAX_VALUE_CHARS + 1,
+            "{note}"
+        );
+        assert!(note.ends_with('…'), "{note}");
+        assert!(shown.contains("label: \"a\\u{202e}b\""), "{shown}");
+        assert_eq!(shown_arguments(None), "No arguments.");
+        assert_eq!(shown_arguments(Some(&json!({}))), "No arguments.");
+    }
 }

@@ -221,7 +221,7 @@ async fn confirm_first(
     // question leaves the map then too.
     let waiting = s.app.clients.expect_confirm(s.token, id.clone());
     let undecided = confirm::Undecided::new(&s.app, &s.who, &s.tool, relayed);
-    let question = Step::Confirm(id, confirm::params(&s.tool));
+    let question = Step::Confirm(id, confirm::params(&s.tool, s.arguments.as_ref()));
     let decision = if steps.send(question).await.is_ok() {
         confirm::wait(&s.tool, waiting).await
     } else {

@@ -1,11 +1,13 @@
 //! Skills over MCP (SPEC §11; the `io.modelcontextprotocol/skills` extension, SEP-2640, as
 //! the conformance suite 0.2.0-alpha.12 checks it).
 //!
-//! Every live generation's skills (from the route stream: name and directory in the
-//! immutable release copy) are served as
+//! Every live generation's skills (from the route stream: name, directory in the release
+//! copy, and the files of it that are part of the release) are served as
 //! - `skills/list` / `skills/get`: one entry per skill, `uri` = `skill://<key>/<name>/SKILL.md`,
 //!   `frontmatter` = the SKILL.md YAML front matter as a JSON object, `resources` = every
-//!   file of the skill directory (SKILL.md included) with `sha256:` digest and size;
+//!   file of the skill directory (SKILL.md included) that is part of the release (the install
+//!   scanned it; a file an upstream wrote there later is logged and left out) with `sha256:`
+//!   digest and size;
 //! - `resources/read` of those `skill://` URIs ([`read`]), and `resources/list` entries for
 //!   each SKILL.md ([`list_resources`]).
 //!
@@ -14,7 +16,7 @@
 //! against the listed digest and size, so a client never gets content the listing does not
 //! describe.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -23,6 +25,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tutti_proto::kernel::{ConnectorRoute, RouteEvent, route_event};
+use tutti_proto::rules::release_path::slashed;
 
 use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, RpcError};
 
@@ -64,15 +67,25 @@ impl Skill {
     }
 }
 
+/// One skill directory of a generation, as the route names it.
+#[derive(Clone)]
+struct SkillDir {
+    name: String,
+    dir: PathBuf,
+    /// The files that are part of the release (relative, `/`-separated): the install scanned
+    /// these; any other file in `dir` is not served.
+    files: BTreeSet<String>,
+}
+
 /// The skills of one live generation.
 struct Source {
     generation: u64,
-    dirs: Vec<(String, PathBuf)>,
+    dirs: Vec<SkillDir>,
     built: Option<Arc<Vec<Skill>>>,
 }
 
-/// A generation whose skills are not built yet: key, generation, (name, directory).
-type Unbuilt = (String, u64, Vec<(String, PathBuf)>);
+/// A generation whose skills are not built yet: key, generation, skill directories.
+type Unbuilt = (String, u64, Vec<SkillDir>);
 
 /// Every live generation's skills, following the route stream.
 #[derive(Default)]
@@ -86,7 +99,11 @@ fn source(route: &ConnectorRoute) -> Source {
         dirs: route
             .skills
             .iter()
-            .map(|s| (s.name.clone(), PathBuf::from(&s.dir)))
+            .map(|s| SkillDir {
+                name: s.name.clone(),
+                dir: PathBuf::from(&s.dir),
+                files: s.files.iter().cloned().collect(),
+            })
             .collect(),
         built: None,
     }
@@ -154,13 +171,13 @@ impl SkillCatalogue {
 }
 
 /// Builds one generation's skills; a skill that cannot be served is logged and left out.
-fn build(key: &str, dirs: &[(String, PathBuf)]) -> Vec<Skill> {
+fn build(key: &str, dirs: &[SkillDir]) -> Vec<Skill> {
     let mut out = Vec::new();
-    for (name, dir) in dirs {
-        match build_skill(key, name, dir) {
-            Ok(skill) => out.push(skill),
+    for skill in dirs {
+        match build_skill(key, skill) {
+            Ok(built) => out.push(built),
             Err(problem) => {
-                tracing::warn!(connector = %key, skill = %name, %problem, "skill not served");
+                tracing::warn!(connector = %key, skill = %skill.name, %problem, "skill not served");
             }
         }
     }
@@ -168,13 +185,25 @@ fn build(key: &str, dirs: &[(String, PathBuf)]) -> Vec<Skill> {
     out
 }
 
-fn build_skill(key: &str, name: &str, dir: &Path) -> Result<Skill, String> {
+fn build_skill(key: &str, skill: &SkillDir) -> Result<Skill, String> {
+    let dir = &skill.dir;
+    if !skill.files.contains(SKILL_FILE) {
+        return Err(format!("{SKILL_FILE} is not part of the installed release"));
+    }
     let text = std::fs::read_to_string(dir.join(SKILL_FILE))
         .map_err(|e| format!("cannot read {SKILL_FILE}: {e}"))?;
     let frontmatter = front_matter(&text)?;
-    let base = format!("skill://{key}/{}", encode_segment(name));
+    let base = format!("skill://{key}/{}", encode_segment(&skill.name));
     let mut relative = Vec::new();
     walk(dir, Path::new(""), &mut relative)?;
+    relative.retain(|rel| {
+        let listed = skill.files.contains(&slashed(rel));
+        if !listed {
+            tracing::warn!(connector = %key, skill = %skill.name, file = %slashed(rel),
+                "skill file not served: it is not part of the installed release (written after install, so never scanned)");
+        }
+        listed
+    });
     relative.sort();
     if relative.len() > MAX_FILES {
         return Err(format!("{} files (at most {MAX_FILES})", relative.len()));
@@ -430,6 +459,8 @@ mod tests {
     async fn lists_gets_and_reads_a_committed_skill() {
         let root = std::env::temp_dir().join(format!("tutti-skills-{}", std::process::id()));
         let dir = temp_skill(&root);
+        // Written after install: not part of the release, never served.
+        std::fs::write(dir.join("references").join("late.md"), "x").unwrap_or_default();
         let catalogue = SkillCatalogue::default();
         catalogue.apply(&RouteEvent {
             revision: 1,
@@ -440,6 +471,7 @@ mod tests {
                     skills: vec![RoutedSkill {
                         name: "pdf-tools".into(),
                         dir: dir.to_string_lossy().into_owned(),
+                        files: vec!["SKILL.md".into(), "references/a b.md".into()],
                     }],
                     ..Default::default()
                 }],

@@ -3,7 +3,8 @@
 //! agents scan), kept in sync with the kernel's route table like `bin/`.
 //!
 //! - A skill directory is published as a copy of the release's (regular files and
-//!   directories; links are not followed), built under a dot-name in the root and renamed
+//!   directories; links are not followed; only the files that are part of the release, as
+//!   the route lists them: one an upstream wrote there after the install is left out), built under a dot-name in the root and renamed
 //!   into place, so an agent never sees a half-written skill. An upgrade moves the old copy
 //!   aside first, so for that instant the name is absent rather than mixed.
 //! - A skill is removed only on behalf of the generation that published it or a later one:
@@ -14,7 +15,7 @@
 //! - Anything else in the root (leftovers of a crash, skills of a connector that is gone)
 //!   is deleted at every snapshot and when the manager stops.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,9 +23,18 @@ use std::path::{Path, PathBuf};
 use tutti_proto::kernel::route_event::Event;
 use tutti_proto::kernel::{ConnectorRoute, RouteEvent};
 use tutti_proto::rules::atomic_file;
+use tutti_proto::rules::release_path::slashed;
 
-/// A connector's live generation and its skills (name, directory in the release copy).
-type Live = (u64, Vec<(String, PathBuf)>);
+/// One skill of a live generation: its directory in the release copy and the files of it
+/// that are part of the release (relative, `/`-separated; the install scanned them).
+#[derive(Clone, Debug, PartialEq)]
+struct Source {
+    dir: PathBuf,
+    files: Vec<String>,
+}
+
+/// A connector's live generation and its skills (name, source).
+type Live = (u64, Vec<(String, Source)>);
 
 pub(crate) struct SkillsRoot {
     root: PathBuf,
@@ -35,11 +45,17 @@ pub(crate) struct SkillsRoot {
     counter: u64,
 }
 
-fn skills_of(route: &ConnectorRoute) -> Vec<(String, PathBuf)> {
+fn skills_of(route: &ConnectorRoute) -> Vec<(String, Source)> {
     route
         .skills
         .iter()
-        .map(|s| (s.name.clone(), PathBuf::from(&s.dir)))
+        .map(|s| {
+            let source = Source {
+                dir: PathBuf::from(&s.dir),
+                files: s.files.clone(),
+            };
+            (s.name.clone(), source)
+        })
         .collect()
 }
 
@@ -115,8 +131,8 @@ impl SkillsRoot {
         self.sweep();
     }
 
-    /// Skill name → (key, generation, source directory) that should be published.
-    fn wanted(&self) -> BTreeMap<String, (String, u64, PathBuf)> {
+    /// Skill name → (key, generation, source) that should be published.
+    fn wanted(&self) -> BTreeMap<String, (String, u64, Source)> {
         let mut wanted = BTreeMap::new();
         for (key, (generation, skills)) in &self.live {
             for (name, dir) in skills {
@@ -149,12 +165,12 @@ impl SkillsRoot {
             }
             self.published.remove(&name);
         }
-        for (name, (key, generation, dir)) in wanted {
+        for (name, (key, generation, source)) in wanted {
             let owner = (key.clone(), generation);
             if self.published.get(&name) == Some(&owner) {
                 continue;
             }
-            match self.publish(&name, &dir) {
+            match self.publish(&name, &source) {
                 Ok(()) => {
                     tracing::info!(skill = %name, %key, generation, "skill published");
                     self.published.insert(name, owner);
@@ -173,8 +189,9 @@ impl SkillsRoot {
         ))
     }
 
-    /// Copies `source` to `<root>/<name>` atomically (replacing what was there).
-    fn publish(&mut self, name: &str, source: &Path) -> io::Result<()> {
+    /// Copies the release's files of `source` to `<root>/<name>` atomically (replacing what
+    /// was there).
+    fn publish(&mut self, name: &str, source: &Source) -> io::Result<()> {
         let target = self.root.join(name);
         let old = self.scratch("old", name);
         let moved_aside = match fs::rename(&target, &old) {
@@ -183,7 +200,7 @@ impl SkillsRoot {
             Err(e) => return Err(e),
         };
         let tmp = self.scratch("tmp", name);
-        let done = atomic_file::replace_with(&target, &tmp, |tmp| copy_tree(source, tmp));
+        let done = atomic_file::replace_with(&target, &tmp, |tmp| copy_release_files(source, tmp));
         if moved_aside {
             let _ = fs::remove_dir_all(&old);
         }
@@ -228,20 +245,31 @@ impl SkillsRoot {
     }
 }
 
-/// Copies the regular files and directories under `from` into `to` (created).
-fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+/// Copies the regular files and directories under `from` that are part of the release
+/// (`listed`, relative to `from`) into `to` (created). A file an upstream wrote there after
+/// the install was never scanned: it is logged and left out.
+fn copy_tree(from: &Path, rel: &Path, to: &Path, listed: &BTreeSet<String>) -> io::Result<()> {
     fs::create_dir(to)?;
     for entry in fs::read_dir(from)? {
         let entry = entry?;
         let kind = entry.file_type()?;
         let target = to.join(entry.file_name());
+        let child = rel.join(entry.file_name());
         if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_file() {
+            copy_tree(&entry.path(), &child, &target, listed)?;
+        } else if kind.is_file() && listed.contains(&slashed(&child)) {
             fs::copy(entry.path(), &target)?;
+        } else if kind.is_file() {
+            tracing::warn!(file = %entry.path().display(),
+                "skill file not published: it is not part of the installed release (written after install, so never scanned)");
         }
     }
     Ok(())
+}
+
+fn copy_release_files(source: &Source, to: &Path) -> io::Result<()> {
+    let listed: BTreeSet<String> = source.files.iter().cloned().collect();
+    copy_tree(&source.dir, Path::new(""), to, &listed)
 }
 
 #[cfg(test)]
@@ -258,6 +286,7 @@ mod tests {
                 .map(|(n, d)| RoutedSkill {
                     name: (*n).into(),
                     dir: d.to_string_lossy().into_owned(),
+                    files: vec!["SKILL.md".into(), "refs/x.md".into()],
                 })
                 .collect(),
             ..Default::default()
@@ -276,6 +305,8 @@ mod tests {
         fs::create_dir_all(dir.join("refs")).unwrap_or_default();
         fs::write(dir.join("SKILL.md"), body).unwrap_or_default();
         fs::write(dir.join("refs").join("x.md"), "x").unwrap_or_default();
+        // Not in the route's list: written after install.
+        fs::write(dir.join("refs").join("late.md"), "x").unwrap_or_default();
         dir
     }
 
@@ -316,6 +347,10 @@ mod tests {
             Some("v1")
         );
         assert!(root.join("alpha/refs/x.md").is_file());
+        assert!(
+            !root.join("alpha/refs/late.md").exists(),
+            "a file that is not part of the release is not published"
+        );
         // An upgrade replaces the copy; a late removal of generation 1 changes nothing.
         s.apply(&ev(2, Event::Upsert(route("a", 2, &[("alpha", &v2)]))));
         s.apply(&ev(

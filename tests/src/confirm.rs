@@ -83,13 +83,24 @@ impl RiskyFixture {
     /// (`accept`, `decline`, `cancel`, `none`, `never`), and returns the JSON line it prints
     /// (`version`, `asked`, `result`, `seconds`). Panics, with its output, when it fails.
     pub fn run_client(&self, mode: &str, token: &str, answer: &str) -> Value {
+        self.run_client_with(mode, token, answer, &json!({}))
+    }
+
+    /// [`RiskyFixture::run_client`] calling `fx_destroy` with `arguments`.
+    pub fn run_client_with(
+        &self,
+        mode: &str,
+        token: &str,
+        answer: &str,
+        arguments: &Value,
+    ) -> Value {
         let script = repo_root()
             .join("tests")
             .join("py")
             .join("confirm_client.py");
         let out = Command::new(require_python())
             .arg(&script)
-            .args([answer, self.rt.frontend_url(), mode])
+            .args([answer, self.rt.frontend_url(), mode, &arguments.to_string()])
             .env("TUTTI_TEST_TOKEN", token)
             .env("PYTHONWARNINGS", "ignore")
             .env_remove("HTTP_PROXY")

@@ -100,3 +100,39 @@ fn high_risk_calls_are_confirmed_by_the_person_and_every_decision_is_audited() {
         "{records:?}"
     );
 }
+
+/// The question shows the call's arguments: secret-looking keys masked, a long value cut.
+#[test]
+fn the_question_shows_the_arguments_with_secret_values_masked() {
+    let fx = RiskyFixture::start(None);
+    let token = fx.token("shown", true);
+    let arguments = json!({
+        "path": "/srv/reports/q3.csv",
+        "api_token": "tok-5f3a9c2e71",
+        "note": "n".repeat(1000),
+    });
+    let declined = fx.run_client_with("legacy", &token, "decline", &arguments);
+    let asked = declined["asked"].as_array().cloned().unwrap_or_default();
+    assert_eq!(asked.len(), 1, "the person was asked once: {declined}");
+    let question = asked[0].as_str().unwrap_or_default();
+    assert!(
+        question.starts_with(
+            "Allow the call of tool fx_destroy (connector fx, risk high)?\nArguments:\n"
+        ),
+        "{question}"
+    );
+    assert!(
+        question.contains("\n  path: \"/srv/reports/q3.csv\""),
+        "{question}"
+    );
+    assert!(question.contains("\n  api_token: ***"), "{question}");
+    assert!(!question.contains("tok-5f3a9c2e71"), "{question}");
+    let note = question.lines().find(|l| l.starts_with("  note: "));
+    let note = note.unwrap_or_else(|| panic!("no note line: {question}"));
+    assert!(note.ends_with('…') && note.chars().count() < 220, "{note}");
+    assert_eq!(
+        fx.upstream_calls(),
+        0,
+        "a declined call is not sent upstream"
+    );
+}

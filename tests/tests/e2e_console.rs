@@ -1037,3 +1037,44 @@ async fn the_connectors_page_hears_of_a_committed_generation_at_once() {
         }
     }
 }
+
+/// `(status, page)` of the install plan of the release folder `dir`.
+async fn plan_page(c: &Console, cookie: &str, dir: &std::path::Path) -> (u16, String) {
+    let csrf = csrf_of(c, cookie, "/install").await;
+    let fields = [("csrf", csrf.as_str()), ("dir", &dir.to_string_lossy())];
+    post(c, cookie, "/install/plan", &fields).await
+}
+
+/// A manifest cannot reorder what the person confirming reads: U+202E in the name, the
+/// URL, `cwd` and an `env` value is written out (`\u{202e}`) as the CLI writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_install_plan_writes_hidden_characters_out() {
+    const RLO: &str = "\u{202e}";
+    const SHOWN: &str = "\\u{202e}";
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let c = Console::start(&rt);
+    let cookie = sign_in(&c).await;
+    let mut stdio = rt.private_fixture_connector("bidi", &["--tools", "echo"]);
+    stdio["name"] = json!(format!("Safe{RLO}gpj.exe"));
+    stdio["mcp"]["cwd"] = json!(format!("${{release}}/wo{RLO}rk"));
+    stdio["mcp"]["env"] = json!({"LABEL": format!("ok{RLO}kcab")});
+    let stdio_dir = rt.write_release(&stdio, &[(&format!("wo{RLO}rk/keep"), b"x")]);
+    let mut http = fixture_connector("bidiurl", &[]);
+    http["mcp"] = json!({"transport": "http", "url": format!("http://127.0.0.1:9/m{RLO}cp")});
+    let http_dir = rt.write_release(&http, &[]);
+    let mut shown = String::new();
+    for dir in [&stdio_dir, &http_dir] {
+        let (status, page) = plan_page(&c, &cookie, dir).await;
+        assert_eq!(status, 200, "{page}");
+        assert!(!page.contains(RLO), "a raw U+202E in the plan:\n{page}");
+        shown.push_str(&page);
+    }
+    for what in [
+        format!("Safe{SHOWN}gpj.exe"),
+        format!("/wo{SHOWN}rk"),
+        format!("LABEL=$'ok{SHOWN}kcab'"),
+        format!("http://127.0.0.1:9/m{SHOWN}cp"),
+    ] {
+        assert!(shown.contains(&what), "the plan shows {what}:\n{shown}");
+    }
+}

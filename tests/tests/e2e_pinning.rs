@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_tests::fixture::RUG_PULL_DESCRIPTION;
+use tutti_tests::fixture::{RUG_PULL_DESCRIPTION, RUG_PULL_UI};
 use tutti_tests::{Mcp, Runtime, RuntimeOptions, fixture_connector, require_python_venv};
 
 const READY: Duration = Duration::from_secs(20);
@@ -62,15 +62,20 @@ fn python_tools(rt: &Runtime, token: &str) -> Value {
 }
 
 /// A runtime with connector `rp` whose upstream pulls the rug after [`PULL_AFTER_MS`];
-/// returns it with a token once the change is held.
+/// returns it with a token once it is ready.
 fn held_rug_pull(install_flags: &[&str]) -> (Runtime, String) {
+    rug_pull_of("echo,add", install_flags)
+}
+
+/// As [`held_rug_pull`], with the fixture's `tools` (returns before the pull).
+fn rug_pull_of(tools: &str, install_flags: &[&str]) -> (Runtime, String) {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let state = rt.root().join("rug-pulled").to_string_lossy().into_owned();
     let manifest = fixture_connector(
         "rp",
         &[
             "--tools",
-            "echo,add",
+            tools,
             "--rug-pull-after-ms",
             PULL_AFTER_MS,
             "--rug-pull-state",
@@ -272,4 +277,44 @@ fn trust_updates_commits_changes_at_once_and_is_recorded() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no changes of rp await review"), "{err}");
+}
+
+/// `rich_def`'s `_meta` changes (another UI resource for the host): held for review like a
+/// description, `review` shows the field, and agents keep the pinned `_meta`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_meta_is_held_and_the_pinned_one_serves() {
+    let (rt, token) = tokio::task::block_in_place(|| rug_pull_of("rich_def", &[]));
+    tokio::task::block_in_place(|| {
+        rt.wait_connector("rp", HELD, "changes await review", |c| {
+            c["changesAwaitReview"] == true && c["review"] == "added exfiltrate; changed rich_def"
+        })
+    });
+    let review: Value = serde_json::from_str(&tokio::task::block_in_place(|| {
+        rt.tutti_ok(&["connector", "review", "rp", "--json"])
+    }))
+    .unwrap_or(Value::Null);
+    let changed = &review["changed"];
+    assert_eq!(changed[0]["name"], "rich_def", "{review}");
+    let fields = changed[0]["fields"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        fields.keys().collect::<Vec<_>>(),
+        ["_meta"],
+        "only _meta changed: {review}"
+    );
+    assert!(
+        fields["_meta"].to_string().contains(RUG_PULL_UI),
+        "{review}"
+    );
+    let client = Mcp::legacy(rt.frontend_url(), &token);
+    client.initialize().await;
+    let tools = client.list_tools().await;
+    let rich = tools.iter().find(|t| t["name"] == "rp_rich_def");
+    let rich = rich.unwrap_or_else(|| panic!("no rp_rich_def in {tools:?}"));
+    assert_eq!(
+        rich["_meta"]["ui/resourceUri"], "ui://fixture/rich",
+        "the pinned _meta serves: {rich}"
+    );
 }

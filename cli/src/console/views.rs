@@ -33,11 +33,11 @@ pub(crate) fn layout(title: &str, body: &Markup) -> Markup {
     }
 }
 
-/// One line per problem, as the CLI prints them.
+/// One line per problem, as the CLI prints them (hidden characters written out).
 pub(crate) fn problems(lines: &[String]) -> Markup {
     html! {
         div.problem role="alert" {
-            @for line in lines { p { (line) } }
+            @for line in lines { p { (crate::output::visible(line)) } }
         }
     }
 }
@@ -181,23 +181,31 @@ pub(crate) fn confirm_form(action: &str, csrf_token: &str, sha: &str, label: &st
 }
 
 /// The install plan: exactly what would run, then the confirmation.
+/// Every field of the manifest is shown with its hidden characters written out by the CLI's
+/// rule (`visible`, `shell_join`): a manifest must not be able to reorder or hide what the
+/// person confirming sees.
 pub(crate) fn plan(plan: &pb::InstallPlan, dir: &str, csrf_token: &str) -> Markup {
+    use crate::output::{shell_join, visible};
     let launch = if plan.transport == "http" {
-        plan.url.clone()
+        visible(&plan.url)
     } else {
-        crate::output::shell_join(&plan.argv)
+        shell_join(&plan.argv)
     };
     html! {
         dl.plan {
-            dt { "connector" } dd { (plan.key) " (" (plan.name) ") version " (plan.version) }
+            dt { "connector" } dd {
+                (visible(&plan.key)) " (" (visible(&plan.name)) ") version " (visible(&plan.version))
+            }
             @if !plan.upgrades_version.is_empty() {
-                dt { "upgrades" } dd { "from version " (plan.upgrades_version) }
+                dt { "upgrades" } dd { "from version " (visible(&plan.upgrades_version)) }
             }
             dt { "runs" } dd { code #launch-line { (launch) } }
-            @if !plan.cwd.is_empty() { dt { "in" } dd { code { (plan.cwd) } } }
-            @for e in &plan.env { dt { "env" } dd { code { (e.name) "=" (e.value) } } }
+            @if !plan.cwd.is_empty() { dt { "in" } dd { code { (visible(&plan.cwd)) } } }
+            @for e in &plan.env {
+                dt { "env" } dd { code { (visible(&e.name)) "=" (shell_join(std::slice::from_ref(&e.value))) } }
+            }
             dt { "secrets" } dd {
-                @if plan.secret_names.is_empty() { "none" } @else { (plan.secret_names.join(", ")) }
+                @if plan.secret_names.is_empty() { "none" } @else { (visible(&plan.secret_names.join(", "))) }
             }
             dt { "SHA-256" } dd { code #sha256 { (plan.sha256) } }
         }

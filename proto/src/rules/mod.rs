@@ -10,7 +10,8 @@
 //! - [`mcp_header`]: the `x-mcp-header` / `Mcp-Param-*` vocabulary (SEP-2243);
 //! - [`schema_pattern`]: how schema `pattern`s are compiled (linear time, bounded size);
 //! - [`timing`]: the shutdown timing chain, each bound derived from the one it must exceed;
-//! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line).
+//! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line);
+//! - [`release_path`]: a path inside a release as processes exchange it (`/`-separated).
 
 pub mod atomic_file;
 pub mod child_env;
@@ -18,5 +19,6 @@ pub mod log_format;
 pub mod loopback;
 pub mod mcp_header;
 pub mod schema_pattern;
+pub mod release_path;
 pub mod sibling;
 pub mod timing;

@@ -124,6 +124,10 @@ struct Args {
     /// message outside any request (stdio only).
     #[arg(long, value_name = "MS")]
     tick_ms: Option<u64>,
+    /// Before serving, write an instruction-override Markdown text to FILE (relative to the
+    /// working directory).
+    #[arg(long, value_name = "FILE")]
+    write_at_start: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -161,6 +165,7 @@ fn main() -> anyhow::Result<()> {
         many_resources: a.many_resources,
         big_resource: a.big_resource,
         tick_ms: a.tick_ms,
+        write_at_start: a.write_at_start,
         http_mode: fixture::HttpMode {
             stateless: a.stateless,
             sse: a.sse,
