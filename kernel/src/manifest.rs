@@ -358,7 +358,7 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         p.push(
             "key",
             format!(
-                "{key:?} is reserved for the runtime's own tools and prompts (SPEC §16); choose another key"
+                "{key:?} is reserved for the runtime's own tools and prompts; choose another key"
             ),
         );
     }

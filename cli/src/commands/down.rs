@@ -4,7 +4,7 @@
 //! "every process of the runtime is gone".
 
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,7 @@ pub(crate) fn run(state_dir: &Path) -> Result<ExitCode, CliError> {
 }
 
 /// The kernel's pid while a kernel holds `lock`; `None` when the lock is free (or missing).
-fn running_kernel(lock: &PathBuf) -> Option<u32> {
+fn running_kernel(lock: &Path) -> Option<u32> {
     let mut file = std::fs::File::open(lock).ok()?;
     match file.try_lock_shared() {
         // Free: no kernel. Our shared lock goes with `file`.
