@@ -28,6 +28,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the runtime (tutti-kernel) in the foreground; prints the MCP URL once ready
     Up(UpArgs),
+    /// Stop the runtime `tutti up` started for this state dir and wait until every process of
+    /// it is gone (a runtime the service manager runs: says how to stop the service)
+    Down,
     /// Show the kernel, the frontend and every connector
     Status(StatusArgs),
     /// Install, connect, probe and list connectors
@@ -53,7 +56,7 @@ pub struct ConsoleArgs {
     #[arg(long)]
     pub no_open: bool,
     /// Listen on this port of 127.0.0.1 [default: a free port]
-    #[arg(long, value_name = "P", default_value_t = 0)]
+    #[arg(long, value_name = "P", default_value_t = 0, hide_default_value = true)]
     pub port: u16,
 }
 
@@ -143,6 +146,10 @@ pub struct InstallArgs {
     /// Install although the skill scan found something (the findings are recorded)
     #[arg(long)]
     pub allow_skill_findings: bool,
+    /// Start a stdio release's upstream once first, as `connector probe DIR` does
+    /// (handshake, tools/list, schema check); install only if that passes
+    #[arg(long)]
+    pub probe: bool,
 }
 
 #[derive(Debug, Args)]
@@ -252,7 +259,9 @@ pub enum ConfirmArg {
 
 #[derive(Debug, Args)]
 pub struct IssueArgs {
-    /// Workspace the session belongs to
+    /// Workspace the session belongs to: a name of your choice, usually the project directory
+    /// the agent works in (a path is used as given; one that does not exist gets a warning).
+    /// The audit log, the console and `session revoke` name sessions by workspace and session
     #[arg(long, value_name = "W")]
     pub workspace: String,
     /// Session id
@@ -555,6 +564,26 @@ mod tests {
             .unwrap_or_default();
         assert!(help.contains("--print"), "{help}");
         assert!(!help.contains("--platform"), "{help}");
+    }
+
+    #[test]
+    fn console_help_names_one_default_for_port() {
+        let help = Cli::command()
+            .find_subcommand_mut("console")
+            .map(|c| c.render_long_help().to_string())
+            .unwrap_or_default();
+        assert_eq!(help.matches("[default:").count(), 1, "{help}");
+        assert!(help.contains("[default: a free port]"), "{help}");
+    }
+
+    #[test]
+    fn down_parses_and_explains_itself() {
+        assert!(matches!(
+            parse(&["down"]).ok().map(|c| c.command),
+            Some(Command::Down)
+        ));
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("down"), "{help}");
     }
 
     #[test]

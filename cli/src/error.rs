@@ -58,6 +58,19 @@ pub enum CliError {
     )]
     KernelBinaryMissing { path: PathBuf },
 
+    #[error(
+        "the service manager runs this runtime (kernel pid {pid}) and would start it again; stop it with `{stop}`"
+    )]
+    OwnedByServiceManager { pid: u32, stop: String },
+
+    #[error("cannot stop the kernel (pid {pid}): {reason}")]
+    StopFailed { pid: u32, reason: String },
+
+    #[error(
+        "the kernel (pid {pid}) did not stop within {seconds} s; see `tutti logs`, or end it with `kill -KILL {pid}`"
+    )]
+    StopTimedOut { pid: u32, seconds: u64 },
+
     #[error("cannot start {}: {source}; check that it is an executable tutti-kernel", path.display())]
     Exec { path: PathBuf, source: io::Error },
 

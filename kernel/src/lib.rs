@@ -58,5 +58,6 @@ pub use housekeeping::open_log;
 pub use paths::create_private_dir;
 pub use paths::default_state_dir;
 pub use run::{Config, run, run_until};
+pub use spawn::adopt_orphans;
 #[cfg(windows)]
 pub use winservice::{SERVICE_NAME, run_service};

@@ -254,6 +254,21 @@ pub struct Connector {
     held: Option<Held>,
 }
 
+/// A worker's exit reason as `status` shows it, with where to look next: the connector's log
+/// when the reason quotes one stderr line of the upstream, and `probe` once it crash-loops.
+fn with_next_steps(key: &str, reason: String, status: Status) -> String {
+    let mut out = reason;
+    if out.contains("stderr: ") {
+        out.push_str(&format!("; `tutti logs {key}` has the rest"));
+    }
+    if status == Status::CrashLoop {
+        out.push_str(&format!(
+            "; `tutti connector probe {key}` starts it once and shows why it fails"
+        ));
+    }
+    out
+}
+
 impl Connector {
     pub fn new(key: &str) -> Connector {
         Connector {
@@ -765,6 +780,7 @@ impl Connector {
             Decision::GiveUp => (Status::CrashLoop, self.policy.crash_loop_retry),
         };
         tracing::warn!(key = %self.key, generation = g, %reason, ?delay, status = status.as_str(), "worker exited");
+        let reason = with_next_steps(&self.key, reason, status);
         self.set_status(status, Some(reason));
         self.restarts += 1;
         let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);

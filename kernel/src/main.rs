@@ -69,6 +69,7 @@ fn main() -> ExitCode {
     };
     restrict_umask();
     init_tracing(&state_dir);
+    tutti_kernel::adopt_orphans();
     // The kernel holds a descriptor per child pipe, log file, socket and gRPC connection.
     tutti_proto::rlimit::raise_open_files_limit();
     let config = tutti_kernel::Config {

@@ -357,7 +357,7 @@ pub fn parse(value: &Value, dir: &Path) -> Result<Manifest, Vec<String>> {
         p.push(
             "key",
             format!(
-                "{key:?} is reserved for the runtime's own tools and prompts (SPEC §16); choose another key"
+                "{key:?} is reserved for the runtime's own tools and prompts; choose another key"
             ),
         );
     }
@@ -581,13 +581,43 @@ fn parse_mcp(m: &Map<String, Value>, p: &mut Problems) -> Option<Mcp> {
     }
 }
 
+/// When `command` is a command line (a program and its arguments in one string, as a shell
+/// would take it: `npx -y @modelcontextprotocol/server-memory`), the fields that say the same,
+/// split at whitespace with `args` after: `"command": "npx", "args": ["-y", "…"]`. A path
+/// holding spaces (`/opt/My Tools/server`) is a program when its first word is not one.
+fn command_line_fix(command: &str, args: &[String]) -> Option<String> {
+    let mut words = command.split_whitespace();
+    let program = words.next()?;
+    let rest: Vec<&str> = words.collect();
+    if rest.is_empty() {
+        return None;
+    }
+    let bare = !program.contains('/') && !program.contains('\\');
+    if !bare && (Path::new(command).exists() || !Path::new(program).is_file()) {
+        return None;
+    }
+    let quoted: Vec<String> = rest
+        .into_iter()
+        .chain(args.iter().map(String::as_str))
+        .map(|a| Value::from(a).to_string())
+        .collect();
+    Some(format!(
+        "\"command\": {}, \"args\": [{}]",
+        Value::from(program),
+        quoted.join(", ")
+    ))
+}
+
 /// A stdio upstream: command, args, cwd, env and secrets.
 fn parse_stdio(m: &Map<String, Value>, p: &mut Problems) -> Mcp {
     let command = string(m, "command", "mcp.command", true, p).unwrap_or_default();
-    if command.contains(char::is_whitespace) && !command.contains('/') && !command.contains('\\') {
-        p.push("mcp.command", format!("must be a program name or path, not a shell command line: {command:?} (put arguments in mcp.args)"));
-    }
     let args = string_list(m, "args", "mcp.args", p);
+    if let Some(fix) = command_line_fix(&command, &args) {
+        p.push(
+            "mcp.command",
+            format!("must be a program name or path, not a command line: {command:?}; put the program in \"command\" and each argument in \"args\": {fix}"),
+        );
+    }
     let cwd = string(m, "cwd", "mcp.cwd", false, p).unwrap_or_else(|| "${release}".into());
     p.fits("mcp.command", &command, limits::PATH);
     p.fits("mcp.cwd", &cwd, limits::PATH);
@@ -901,12 +931,39 @@ mod tests {
             "name: is required",
             "description: is required",
             "version: must be a string",
-            "mcp.command: must be a program name",
+            "mcp.command: must be a program name or path, not a command line: \"node server.js\"; put the program in \"command\" and each argument in \"args\": \"command\": \"node\", \"args\": [\"server.js\"]",
             "timeouts.startMs",
         ] {
             assert!(all.contains(needle), "missing {needle:?} in\n{all}");
         }
         assert!(e.iter().all(|l| l.starts_with("connector.json: ")));
+    }
+
+    #[test]
+    fn a_command_line_in_command_gets_the_split_fields() {
+        let v = json!({"key":"memory","name":"M","description":"d","version":"1",
+            "mcp":{"transport":"stdio","command":"npx -y @modelcontextprotocol/server-memory"}});
+        let all = parse(&v, &dir()).expect_err("must be refused").join("\n");
+        assert!(
+            all.contains(
+                r#""command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"]"#
+            ),
+            "{all}"
+        );
+        assert!(!all.contains("${release}"), "{all}");
+        let with_args = json!({"key":"k","name":"K","description":"d","version":"1",
+            "mcp":{"transport":"stdio","command":"uvx mcp-server-time","args":["--local-timezone","UTC"]}});
+        let all = parse(&with_args, &dir())
+            .expect_err("must be refused")
+            .join("\n");
+        assert!(
+            all.contains(
+                r#""command": "uvx", "args": ["mcp-server-time", "--local-timezone", "UTC"]"#
+            ),
+            "{all}"
+        );
+        assert_eq!(command_line_fix("/opt/My Tools/server", &[]), None);
+        assert_eq!(command_line_fix("npx", &[]), None);
     }
 
     #[test]
@@ -1013,7 +1070,8 @@ mod tests {
         ignore = "its fixture runs `sh` from a Unix PATH, which Windows does not have"
     )]
     fn placeholders_and_relative_args() {
-        let rel = tempdir();
+        let tmp = tempdir();
+        let rel = tmp.path().to_path_buf();
         std::fs::write(rel.join("server.js"), "").expect("write");
         let base = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
         let env = BTreeMap::from([("DATA".to_string(), "${state}/data".to_string())]);
@@ -1052,7 +1110,8 @@ mod tests {
         ignore = "its fixtures are Unix paths (/bin/sh, /nonexistent), which are not absolute on Windows"
     )]
     fn a_command_inside_a_release_not_copied_yet_is_checked_in_the_source() {
-        let src = tempdir().join("src-release");
+        let tmp = tempdir();
+        let src = tmp.path().join("src-release");
         std::fs::create_dir_all(src.join("bin")).expect("mkdir");
         std::fs::write(src.join("bin/server"), "#!/bin/sh\n").expect("write");
         std::fs::write(src.join("data.txt"), "").expect("write");
@@ -1127,7 +1186,8 @@ mod tests {
 
     #[test]
     fn launch_problems_complete_field_problems_without_repeating_a_field() {
-        let dir = tempdir().join("launchy");
+        let tmp = tempdir();
+        let dir = tmp.path().join("launchy");
         std::fs::create_dir_all(&dir).expect("mkdir");
         let base = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
         let write =
@@ -1162,7 +1222,8 @@ mod tests {
     #[test]
     fn a_cli_entrypoint_must_be_executable() {
         use std::os::unix::fs::PermissionsExt;
-        let d = tempdir().join("cli-exec");
+        let tmp = tempdir();
+        let d = tmp.path().join("cli-exec");
         std::fs::create_dir_all(&d).expect("mkdir");
         std::fs::write(d.join("run.sh"), "#!/bin/sh\n").expect("write");
         std::fs::set_permissions(d.join("run.sh"), std::fs::Permissions::from_mode(0o644))
@@ -1182,7 +1243,8 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn commands_resolve_to_their_real_path_and_release_files_to_the_copy() {
-        let src = tempdir().join("resolve-src");
+        let tmp = tempdir();
+        let src = tmp.path().join("resolve-src");
         std::fs::create_dir_all(src.join("bin")).expect("mkdir");
         std::fs::create_dir_all(src.join("sub")).expect("mkdir");
         std::fs::write(src.join("bin/server"), "#!/bin/sh\n").expect("write");
@@ -1307,9 +1369,11 @@ mod tests {
         assert!(e[2].starts_with("connector.json: mcp.args[0]: "), "{e:?}");
     }
 
-    fn tempdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("tutti-manifest-test-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("mkdir");
-        d
+    /// A fresh directory, removed when the returned value drops.
+    fn tempdir() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("tutti-manifest-test-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("tempdir: {e}"))
     }
 }

@@ -88,11 +88,33 @@ pub async fn stop_group(child: &mut Child, grace: Duration) {
     }
     // Stragglers (grandchildren) of the group (Windows: of the child's job).
     imp::sweep(pid);
+    reap_group(pid).await;
 }
 
 /// Kills what is left of a process group whose leader has exited.
 pub fn sweep_group(pgid: u32) {
     imp::sweep(pgid);
+}
+
+/// How long [`reap_group`] waits for the killed members of a group to end.
+const REAP_BOUND: Duration = Duration::from_secs(2);
+
+/// Makes this process the reaper of its orphaned descendants (Linux: a worker's upstream that
+/// outlives its worker becomes the kernel's child, not init's), so that [`reap_group`] can
+/// wait until it is gone: when the kernel exits, nothing it started is left, not even a zombie
+/// waiting for init. Elsewhere a no-op.
+pub fn adopt_orphans() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!(error = %e, "cannot become the reaper of orphaned upstreams");
+    }
+}
+
+/// Waits (at most 2 s) until no adopted member of process group `pgid` is left, reaping each
+/// (see [`adopt_orphans`]). The group's leader must already be reaped; every child the kernel
+/// starts leads a group of its own, so this never reaps a child a `Child` handle waits for.
+pub async fn reap_group(pgid: u32) {
+    imp::reap_group(pgid, REAP_BOUND).await;
 }
 
 /// The file names tried in each PATH directory for a bare `name` under `pathext` (the
@@ -179,6 +201,25 @@ mod imp {
 
     pub(super) fn sweep(pgid: u32) {
         signal_group(pgid, true);
+    }
+
+    pub(super) async fn reap_group(pgid: u32, bound: std::time::Duration) {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        let Ok(pgid) = i32::try_from(pgid) else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            match waitpid(Pid::from_raw(-pgid), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                Ok(WaitStatus::StillAlive) => return,
+                Ok(_) => {}
+                // ECHILD: no member of the group is (or became) our child any more.
+                Err(_) => return,
+            }
+        }
     }
 
     fn signal_group(pgid: u32, kill: bool) {
@@ -299,6 +340,9 @@ mod imp {
             tracing::warn!(pid, error = %e, "cannot end what the child left running");
         }
     }
+
+    /// The job ends the whole tree and Windows reaps it: nothing to wait for.
+    pub(super) async fn reap_group(_pid: u32, _bound: std::time::Duration) {}
 
     /// PATHEXT resolution without a shell: `node` finds `node.exe`, `npx` finds `npx.cmd`.
     pub(super) fn search_path(name: &str, path_var: &str) -> Option<PathBuf> {

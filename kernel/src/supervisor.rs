@@ -491,6 +491,7 @@ async fn watch_worker(
     if let Some(pid) = pid {
         // Whatever the upstream left behind in the worker's process group.
         spawn::sweep_group(pid);
+        spawn::reap_group(pid).await;
     }
     // A worker killed by a signal cannot remove its socket file; nobody dials it again.
     transport::remove_endpoint(&endpoint);

@@ -728,7 +728,7 @@ fn require(program: &str) -> PathBuf {
     found.unwrap_or_else(|| {
         panic!(
             "this test needs {program}: install Debian's chromium and chromium-driver \
-             (`apt-get install -y chromium chromium-driver`; .ci/run does it)"
+             (`apt-get install -y chromium chromium-driver`; scripts/test does it as root)"
         )
     })
 }

@@ -215,7 +215,7 @@ fn generated_unit_passes_systemd_analyze_verify() {
     let analyze = Path::new("/usr/bin/systemd-analyze");
     assert!(
         analyze.exists(),
-        "systemd-analyze is missing: install Debian's `systemd` package (.ci/run does)"
+        "systemd-analyze is missing: install Debian's `systemd` package (scripts/test does as root)"
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state");

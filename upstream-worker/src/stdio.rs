@@ -257,6 +257,27 @@ async fn forward_json<W: AsyncWrite + Unpin>(json_out: &mut Option<W>, buf: &mut
     }
 }
 
+/// How much a stderr line says about why an upstream failed: a "not found" (npm's
+/// `404 Not Found - GET …`) above a `404`, above any other error line (`error`, npm's `ERR!`,
+/// Python's `Traceback` and its final `…Error:` line), above the rest. The line kept for a
+/// start failure is the latest of the highest rank, so npm's closing `A complete log of this
+/// run can be found in …` no longer hides the cause.
+pub(crate) fn telling(line: &str) -> u8 {
+    let lower = line.to_ascii_lowercase();
+    if lower.contains("not found") {
+        3
+    } else if lower.contains("404") {
+        2
+    } else if ["error", "err!", "traceback", "exception", "fatal"]
+        .iter()
+        .any(|w| lower.contains(w))
+    {
+        1
+    } else {
+        0
+    }
+}
+
 /// Copies the upstream's stderr to `sink` line by line with secrets masked and control and
 /// format characters written out ([`crate::redact::log_line`]). Returns at EOF.
 pub(crate) async fn pump_stderr<R, W>(
@@ -279,6 +300,9 @@ where
         let mut line = crate::redact::log_line(&redactor, &buf, outcome == ReadLine::Cut);
         if !line.trim().is_empty()
             && let Ok(mut last) = last_line.lock()
+            && last
+                .as_deref()
+                .is_none_or(|kept| telling(&line) >= telling(kept))
         {
             *last = Some(crate::redact::truncate_chars(&line, NON_JSON_LOG_CHARS));
         }
@@ -457,6 +481,39 @@ mod tests {
         assert_eq!(
             last.lock().ok().and_then(|l| l.clone()),
             Some("second line".to_owned())
+        );
+    }
+
+    async fn kept_line(input: &[u8]) -> Option<String> {
+        let last = Arc::new(std::sync::Mutex::new(None));
+        let res = pump_stderr(
+            input,
+            Vec::new(),
+            Arc::new(Redactor::default()),
+            last.clone(),
+        )
+        .await;
+        assert!(res.is_ok());
+        last.lock().ok().and_then(|l| l.clone())
+    }
+
+    #[tokio::test]
+    async fn the_kept_stderr_line_is_the_most_telling_not_the_last() {
+        let npm = b"npm error code E404\n\
+npm error 404 Not Found - GET https://registry.npmjs.org/@modelcontextprotocol%2fserver-memoryy - Not found\n\
+npm error 404\n\
+npm error 404  '@modelcontextprotocol/server-memoryy@*' is not in this registry.\n\
+npm error A complete log of this run can be found in: /root/.npm/_logs/debug-0.log\n";
+        let kept = kept_line(npm).await.unwrap_or_default();
+        assert!(kept.contains("404 Not Found - GET"), "{kept}");
+        let python = b"Traceback (most recent call last):\n  File \"/x/server.py\", line 1, in <module>\n    import nosuch\nModuleNotFoundError: No module named 'nosuch'\n";
+        assert_eq!(
+            kept_line(python).await.as_deref(),
+            Some("ModuleNotFoundError: No module named 'nosuch'")
+        );
+        assert_eq!(
+            kept_line(b"listening\nready\n").await.as_deref(),
+            Some("ready")
         );
     }
 }

@@ -1284,7 +1284,7 @@ impl StdioPumps {
     }
 }
 
-/// The last stderr line seen so far.
+/// The most telling stderr line seen so far ([`crate::stdio::telling`]).
 fn last_line(last_stderr: &Mutex<Option<String>>) -> Option<String> {
     last_stderr.lock().ok().and_then(|l| l.clone())
 }
@@ -1303,7 +1303,7 @@ async fn stdio_start_failed(
             // (exit 0, say) must not be reported as the cause.
             let mut message = start_timeout(within);
             if let Some(last) = last_stderr {
-                message = format!("{message}; last stderr line: {last}");
+                message = format!("{message}; stderr: {last}");
             }
             child.stop().await;
             message
@@ -1318,7 +1318,7 @@ async fn stdio_start_failed(
             }
             let exited = child.exit_now().is_some();
             if let Some(last) = last_line(last_stderr) {
-                message = format!("{message}; last stderr line: {last}");
+                message = format!("{message}; stderr: {last}");
             }
             if !exited {
                 let _ = child.stop().await;

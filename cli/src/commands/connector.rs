@@ -47,6 +47,9 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
     if !args.yes {
         confirm(Verb::Install)?;
     }
+    if args.probe && !probe_before_install(&mut kernel, &plan, &request).await? {
+        return Ok(ExitCode::FAILURE);
+    }
     // SPEC §12: the install is bound to the content just confirmed.
     request.expected_sha256 = plan.sha256.clone();
     let reply = kernel
@@ -81,6 +84,52 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         )
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `install --probe`: a stdio release's upstream runs once as `tutti connector probe DIR`
+/// runs it (handshake, tools/list, schema check) before anything is installed. `false`
+/// (after the probe's problems, one line each) when it fails: nothing is installed.
+async fn probe_before_install(
+    kernel: &mut Kernel,
+    plan: &InstallPlan,
+    request: &InstallRequest,
+) -> Result<bool, CliError> {
+    if plan.transport != "stdio" {
+        note("tutti: --probe starts stdio releases only; this one is installed without a probe");
+        return Ok(true);
+    }
+    let probed = kernel
+        .client
+        .probe(ProbeRequest {
+            target: request.source_dir.clone(),
+            allow_commands: request.allow_commands.clone(),
+            allow_env: request.allow_env.clone(),
+        })
+        .await;
+    // An upstream that does not start comes back as the kernel's error, its reason in one line.
+    let problems = match probed {
+        Ok(reply) => {
+            let reply = reply.into_inner();
+            note(render_probe(&reply).trim_end());
+            reply.problems
+        }
+        Err(status) if status.code() == tonic::Code::Unavailable => {
+            return Err(kernel.error(status));
+        }
+        Err(status) => vec![status.message().to_owned()],
+    };
+    if problems.is_empty() {
+        return Ok(true);
+    }
+    for problem in &problems {
+        note(&visible(&one_line(problem, 4096)));
+    }
+    note(&format!(
+        "tutti: {} not installed: the probe found {} problem(s); fix them and install again (`tutti connector probe DIR` repeats the check)",
+        plan.key,
+        problems.len()
+    ));
+    Ok(false)
 }
 
 fn absolute_dir(dir: &Path) -> Result<PathBuf, CliError> {

@@ -306,7 +306,7 @@ fn service() -> Check {
     match manager.as_deref() {
         Some("active" | "loaded" | "RUNNING") => check(NAME, Level::Ok, format!("{what} is installed and running")),
         Some(state) => check(NAME, Level::Warn, format!("{what} is installed but {state}"))
-            .fix("start it with `systemctl --user start tutti` (launchctl / sc.exe start tutti on macOS / Windows), then see `tutti logs`"),
+            .fix("start it with `systemctl --user start tutti-kernel` (without --user for a system-wide unit; `sc.exe start tutti-kernel` on Windows), then see `tutti logs`"),
         None => check(NAME, Level::Warn, format!("{what} is installed; its service manager did not answer"))
             .fix("check it with `tutti service status`"),
     }

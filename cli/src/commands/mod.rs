@@ -9,6 +9,7 @@ use crate::error::CliError;
 
 pub(crate) mod connector;
 pub(crate) mod doctor;
+mod down;
 pub(crate) mod login;
 pub(crate) mod logs;
 pub(crate) mod review;
@@ -23,6 +24,7 @@ pub(crate) mod watch;
 pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitCode, CliError> {
     match command {
         Command::Up(up) => up::run(state_dir, up.demo),
+        Command::Down => down::run(state_dir),
         Command::Status(a) if a.watch => watch::run(state_dir, a.json).await,
         Command::Status(a) => status::run(state_dir, a.json).await,
         Command::Connector(c) => match c {

@@ -17,6 +17,27 @@ use crate::output::{emit, json_line, note, visible};
 
 // === issue ===
 
+/// A workspace is a name the session is filed under (audit log, `session revoke`, the
+/// console); agents usually pass their project directory. A name that looks like a path
+/// (holds `/`, or starts with `.` or `~`) but names nothing on disk is accepted, with a
+/// warning: it is most likely a typo.
+fn missing_workspace_path(workspace: &str) -> Option<String> {
+    let looks_like_path =
+        workspace.contains('/') || workspace.starts_with('.') || workspace.starts_with('~');
+    if !looks_like_path || Path::new(workspace).exists() {
+        return None;
+    }
+    let tilde = if workspace.starts_with('~') {
+        " (the shell did not expand `~`: write $HOME)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "tutti: note: workspace {} looks like a path but does not exist{tilde}; it is used as a name as given",
+        visible(workspace)
+    ))
+}
+
 pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode, CliError> {
     if args.workspace.is_empty() {
         return Err(CliError::EmptyArgument {
@@ -25,6 +46,9 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
     }
     if args.session.is_empty() {
         return Err(CliError::EmptyArgument { what: "--session" });
+    }
+    if let Some(warning) = missing_workspace_path(&args.workspace) {
+        note(&warning);
     }
     if args.json && matches!(args.format, Format::Codex | Format::Tutti) {
         return Err(CliError::FlagNotForFormat {
@@ -203,6 +227,19 @@ mod tests {
             bin_dir: "/s/bin".into(),
             tools: tutti_proto::kernel::ToolsMode::All,
         }
+    }
+
+    #[test]
+    fn workspace_that_looks_like_a_missing_path_is_noted() {
+        let note = missing_workspace_path("./no-such-project-dir");
+        assert!(
+            note.as_deref()
+                .is_some_and(|n| n.contains("looks like a path but does not exist")),
+            "{note:?}"
+        );
+        assert!(missing_workspace_path("~/proj").is_some_and(|n| n.contains("$HOME")));
+        assert_eq!(missing_workspace_path("myproj"), None);
+        assert_eq!(missing_workspace_path(env!("CARGO_MANIFEST_DIR")), None);
     }
 
     #[test]

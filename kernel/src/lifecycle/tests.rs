@@ -559,6 +559,37 @@ fn a_worker_dying_right_after_every_start_ends_in_a_crash_loop() {
 }
 
 #[test]
+fn a_crash_loop_and_a_quoted_stderr_line_say_where_to_look_next() {
+    let mut h = Harness::run(vec![reload()]);
+    for (g, epoch) in (1..=31).zip(2..) {
+        h.input(offer(g));
+        h.now += Duration::from_millis(200);
+        h.input(exited(g));
+        if h.c.status() == Status::CrashLoop {
+            break;
+        }
+        h.input(Input::Retry(epoch));
+    }
+    assert_eq!(h.c.status(), Status::CrashLoop);
+    assert!(
+        h.c.last_error()
+            .ends_with("; `tutti connector probe k` starts it once and shows why it fails"),
+        "{}",
+        h.c.last_error()
+    );
+    let quoted = super::with_next_steps(
+        KEY,
+        "upstream did not start: exited (exit status: 1); stderr: npm error 404 Not Found - GET x"
+            .into(),
+        Status::Restarting,
+    );
+    assert!(
+        quoted.ends_with("stderr: npm error 404 Not Found - GET x; `tutti logs k` has the rest"),
+        "{quoted}"
+    );
+}
+
+#[test]
 fn an_unreadable_release_is_failed_with_its_reason() {
     let c = Connector::unreadable(KEY, "installed release is unreadable".into());
     assert_eq!(c.status(), Status::Failed);
