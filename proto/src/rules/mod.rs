@@ -18,7 +18,7 @@ pub mod child_env;
 pub mod log_format;
 pub mod loopback;
 pub mod mcp_header;
-pub mod schema_pattern;
 pub mod release_path;
+pub mod schema_pattern;
 pub mod sibling;
 pub mod timing;
