@@ -9,12 +9,16 @@
 //! - [`loopback`]: the loopback `Host`/`Origin` rule (SPEC §5), for the frontend and the console;
 //! - [`mcp_header`]: the `x-mcp-header` / `Mcp-Param-*` vocabulary (SEP-2243);
 //! - [`timing`]: the shutdown timing chain, each bound derived from the one it must exceed;
-//! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line).
+//! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line);
+//! - [`log_filter`]: the dependencies' log events that carry codes or tokens, off everywhere;
+//! - [`token_refresh`]: how long before expiry an OAuth access token is renewed.
 
 pub mod atomic_file;
 pub mod child_env;
+pub mod log_filter;
 pub mod log_format;
 pub mod loopback;
 pub mod mcp_header;
 pub mod sibling;
 pub mod timing;
+pub mod token_refresh;
