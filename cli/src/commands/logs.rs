@@ -38,13 +38,19 @@ pub(crate) async fn run(state_dir: &Path, args: LogsArgs) -> Result<ExitCode, Cl
         partial: Vec::new(),
     };
     let mut mask = LogMask::connect(state_dir).await;
+    // Without --follow, the log as it is now: the kernel's own log grows while it is read
+    // (the masking requests are logged too at debug level).
+    let end = match args.follow {
+        true => u64::MAX,
+        false => file.metadata().map_or(u64::MAX, |m| m.len()),
+    };
     let mut pos = 0u64;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
         let mut chunk = Vec::new();
         (&file)
-            .take(1 << 20)
+            .take((1 << 20).min(end - pos))
             .read_to_end(&mut chunk)
             .map_err(|e| CliError::io("read", &path, e))?;
         pos += chunk.len() as u64;
