@@ -828,6 +828,23 @@ async fn renew_three_times_then_an_echoing_error_page(rt: &Runtime, server: &OAu
     echo(&mcp, "remote", "after the error page").await;
 }
 
+/// Every place `needles` leak to: the runtime's processes (argv, environment), the state
+/// dir outside `secrets/`, and `outputs`.
+fn leaks_while_running(
+    rt: &Runtime,
+    needles: &[String],
+    outputs: &[(String, Vec<u8>)],
+) -> Vec<String> {
+    let mut leaks = secret_scan::environ_leaks(needles, &rt.process_set(), |_| false);
+    leaks.extend(secret_scan::leaks(
+        needles,
+        rt.state_dir(),
+        &secret_scan::Scan::default(),
+    ));
+    leaks.extend(secret_scan::output_leaks(needles, outputs));
+    leaks
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn at_debug_level_no_code_or_token_reaches_a_log_an_output_or_an_argv() {
     let debug = |k: &str| (k.to_owned(), "debug".to_owned());
@@ -849,14 +866,27 @@ async fn at_debug_level_no_code_or_token_reaches_a_log_an_output_or_an_argv() {
     ));
     rt.wait_status("remote", "ready", READY);
     renew_three_times_then_an_echoing_error_page(&rt, server).await;
-
-    let current = stored_tokens(&rt, "remote");
-    planted_token_is_masked(&rt, &mut outputs, &current[0]).await;
     for args in [&["status", "--json"][..], &["logs", "remote"], &["logs"]] {
         run_kept(&rt, &mut outputs, args, &[]);
     }
     let page = console_page(&rt, "/connectors/remote").await;
     outputs.push(("console /connectors/remote".into(), page.into()));
+    let needles = server.issued_secrets().await;
+    assert!(
+        needles.len() >= 9,
+        "too few values to look for: {}",
+        needles.len()
+    );
+    let leaks = leaks_while_running(&rt, &needles, &outputs);
+    assert!(
+        leaks.is_empty(),
+        "an OAuth secret leaked into:\n{}",
+        leaks.join("\n")
+    );
+
+    // The kernel masks what `tutti logs` and the console show, should a log hold a token.
+    let current = stored_tokens(&rt, "remote");
+    planted_token_is_masked(&rt, &mut outputs, &current[0]).await;
     run_kept(
         &rt,
         &mut outputs,
@@ -864,19 +894,7 @@ async fn at_debug_level_no_code_or_token_reaches_a_log_an_output_or_an_argv() {
         &[],
     );
     run_kept(&rt, &mut outputs, &["logs", "remote"], &[]);
-
-    let needles = server.issued_secrets().await;
-    assert!(
-        needles.len() >= 9,
-        "too few values to look for: {}",
-        needles.len()
-    );
-    let mut leaks = secret_scan::environ_leaks(&needles, &rt.process_set(), |_| false);
-    leaks.extend(secret_scan::leaks(
-        &needles,
-        rt.state_dir(),
-        &secret_scan::Scan::default(),
-    ));
+    let mut leaks = leaks_while_running(&rt, &needles, &outputs);
     let (root, state) = (rt.root().to_path_buf(), rt.state_dir().to_path_buf());
     rt.stop();
     let scan = secret_scan::Scan {
