@@ -28,7 +28,8 @@
 //       GET  /control/issued             every code, access token, refresh token and client
 //                                        secret issued so far, for the tests' secret scans
 // --last-authorization: /mcp reads the last `Authorization` header of a request (as a server
-//   that keeps the last of repeated headers does), not the first.
+//   that keeps the last of repeated headers does), not the first. A request with more than
+//   one is recorded in the control log either way (`authorizationHeaders`: how many).
 // --wrong-issuer: the authorization server's metadata names another issuer than its URL.
 // --bare-origin: the resource identifier is `http://127.0.0.1:R` (no `/`), compared exactly.
 // E2E_CLIENT_SECRET (environment): also a pre-registered confidential client `tutti-e2e`.
@@ -192,6 +193,10 @@ function challenge(res, status, extra) {
 }
 
 async function tokenOf(req) {
+  const sent = req.headersDistinct.authorization?.length ?? 0;
+  if (sent > 1) {
+    record({ server: 'resource', authorizationHeaders: sent });
+  }
   const header = (opts['last-authorization']
     ? req.headersDistinct.authorization?.at(-1)
     : req.headers.authorization) ?? '';

@@ -720,6 +720,16 @@ async fn calls_after_a_refresh_carry_only_the_fresh_token() {
     );
     let status = rt.connector_status("remote").unwrap_or_default();
     assert_eq!(status["status"], "ready", "{status}");
+    let repeated: Vec<Value> = server
+        .log()
+        .await
+        .into_iter()
+        .filter(|e| e.get("authorizationHeaders").is_some())
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "requests carried more than one Authorization header: {repeated:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -820,11 +830,6 @@ async fn renew_three_times_then_an_echoing_error_page(rt: &Runtime, server: &OAu
         failed.to_string().contains("HTTP 500"),
         "the error page did not fail the call: {failed}"
     );
-    let log = rt.log("connector-remote.log");
-    assert!(
-        log.contains("HTTP 500 Internal Server Error ("),
-        "the 500 is not in the connector's log as status and length: {log}"
-    );
     echo(&mcp, "remote", "after the error page").await;
 }
 
@@ -882,6 +887,11 @@ async fn at_debug_level_no_code_or_token_reaches_a_log_an_output_or_an_argv() {
         leaks.is_empty(),
         "an OAuth secret leaked into:\n{}",
         leaks.join("\n")
+    );
+    let log = rt.log("connector-remote.log");
+    assert!(
+        log.contains("HTTP 500 Internal Server Error ("),
+        "the 500 is not in the connector's log as status and length: {log}"
     );
 
     // The kernel masks what `tutti logs` and the console show, should a log hold a token.
