@@ -195,8 +195,8 @@ fn secrets_file(rt: &Runtime, key: &str) -> PathBuf {
 #[tokio::test(flavor = "multi_thread")]
 async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    // Access tokens live 35 s; the worker renews 30 s before expiry.
-    let remote = Remote::start(&rt, &["--ttl", "35"]);
+    // Access tokens live 8 s; the worker renews them when 5 s are left.
+    let remote = Remote::start(&rt, &["--ttl", "8"]);
     let server = &remote.server;
     rt.install_ok(&oauth_connector("remote", &server.mcp_url, json!({})), &[]);
     let waiting = rt.wait_status("remote", "auth_required", READY);
@@ -245,7 +245,7 @@ async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill()
     assert!(names.iter().any(|n| n == "remote_echo"), "{names:?}");
     echo(&mcp, "remote", "first").await;
 
-    // Renewal before expiry: after 6 s the token has less than 30 s left.
+    // Renewal before expiry: after 6 s the token has less than 5 s left.
     tokio::time::sleep(Duration::from_secs(6)).await;
     echo(&mcp, "remote", "renewed").await;
     assert!(
@@ -584,7 +584,7 @@ async fn oauth_tokens_codes_and_client_secrets_appear_nowhere_but_secrets() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let remote = Remote::start_with(
         &rt,
-        &["--ttl", "35"],
+        &["--ttl", "8"],
         &[("E2E_CLIENT_SECRET", client_secret.as_str())],
     );
     let server = &remote.server;
