@@ -39,6 +39,32 @@ impl Kernel {
     }
 }
 
+/// Masks text shown from the runtime's logs with every secret value the running kernel knows
+/// now (`RedactText`; the values never leave the kernel). Without a kernel, or once it stops
+/// answering, text is shown as the runtime wrote it (each process masks what it logs).
+pub(crate) struct LogMask(Option<KernelClient<Channel>>);
+
+impl LogMask {
+    pub(crate) async fn connect(state_dir: &Path) -> Self {
+        Self(Kernel::connect(state_dir).await.ok().map(|k| k.client))
+    }
+
+    pub(crate) async fn apply(&mut self, text: String) -> String {
+        let Some(client) = self.0.as_mut().filter(|_| !text.is_empty()) else {
+            return text;
+        };
+        let request = tutti_proto::kernel::RedactTextRequest { text };
+        match client.redact_text(request.clone()).await {
+            Ok(reply) => reply.into_inner().text,
+            Err(status) => {
+                tracing::warn!(error = %status.message(), "the kernel did not mask the log text");
+                self.0 = None;
+                request.text
+            }
+        }
+    }
+}
+
 /// The `tutti up` that serves `state_dir`: plain when it is the dir `tutti up` picks by
 /// itself (`TUTTI_STATE_DIR` or the platform default), else with `--state-dir`.
 pub(crate) fn up_command(state_dir: &Path) -> String {

@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 fn main() -> ExitCode {
     let cli = match tutti_cli::Cli::try_parse() {
@@ -18,10 +20,12 @@ fn main() -> ExitCode {
         .with_ansi(!json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_target(false);
+    // Dependencies' events that carry codes or tokens stay off whatever the filter says.
+    let secret_free = tutti_proto::rules::log_filter::secret_free();
     if json {
-        logs.json().init();
+        logs.json().finish().with(secret_free).init();
     } else {
-        logs.init();
+        logs.finish().with(secret_free).init();
     }
     tutti_cli::report(tutti_cli::run(cli))
 }

@@ -170,6 +170,8 @@ fn init_tracing(state_dir: &std::path::Path) {
         stderr_layer.with_filter(filter()).boxed()
     };
     tracing_subscriber::registry()
+        // Dependencies' events that carry codes or tokens stay off whatever RUST_LOG says.
+        .with(tutti_proto::rules::log_filter::secret_free())
         .with(stderr_layer)
         .with(file_layer)
         .init();

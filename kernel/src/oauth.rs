@@ -10,13 +10,12 @@ use std::time::{Duration, Instant};
 use tonic::Status;
 use tutti_oauth::{ClientSettings, Grant, OAuthError};
 use tutti_proto::kernel as pb;
+use tutti_proto::rules::token_refresh::refresh_margin_ms;
 
 use crate::audit::Event;
 use crate::oauth_record::{LOGIN, Record, oauth_of, record};
 use crate::state::{Kernel, lock};
 
-/// A worker asks for a new token this long before the old one expires.
-pub const REFRESH_MARGIN_MS: i64 = 30_000;
 /// A login not completed within this is forgotten (the CLI gives up after 5 minutes).
 const PENDING_FOR: Duration = Duration::from_secs(6 * 60);
 
@@ -181,7 +180,9 @@ pub async fn refresh(
         )));
     };
     let replaced = !rejected.is_empty() && grant.access_token() != Some(rejected);
-    if (rejected.is_empty() || replaced) && !grant.expires_within(REFRESH_MARGIN_MS) {
+    if (rejected.is_empty() || replaced)
+        && !grant.expires_within(refresh_margin_ms(grant.lifetime_ms()))
+    {
         return Ok(token_reply(&grant));
     }
     match grant.refresh().await {

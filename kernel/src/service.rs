@@ -1285,6 +1285,14 @@ impl KernelRpc for Service {
             .await
             .map(Response::new)
     }
+
+    async fn redact_text(
+        &self,
+        req: Request<pb::RedactTextRequest>,
+    ) -> Result<Response<pb::RedactTextReply>, Status> {
+        let text = self.k.redact(&req.into_inner().text);
+        Ok(Response::new(pb::RedactTextReply { text }))
+    }
 }
 
 /// Why an offer is refused by its size alone (`tutti_proto::limits`): the worker withheld a

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 use tutti_mcp_frontend::{Config, DEFAULT_PAGE_SIZE};
 
 /// The local MCP server named `connector` (started by tutti-kernel).
@@ -45,10 +47,12 @@ async fn main() -> ExitCode {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         );
     // TUTTI_LOG_FORMAT=json: one JSON object per line.
+    // Dependencies' events that carry codes or tokens stay off whatever the filter says.
+    let secret_free = tutti_proto::rules::log_filter::secret_free();
     if json {
-        logs.json().init();
+        logs.json().finish().with(secret_free).init();
     } else {
-        logs.init();
+        logs.finish().with(secret_free).init();
     }
     // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
     #[cfg(feature = "otel")]

@@ -159,6 +159,13 @@ impl Kernel for FakeKernel {
     ) -> Reply<RefreshWorkerTokenReply> {
         Err(Status::unimplemented("refresh_worker_token"))
     }
+
+    async fn redact_text(
+        &self,
+        _: Request<tutti_proto::kernel::RedactTextRequest>,
+    ) -> Reply<tutti_proto::kernel::RedactTextReply> {
+        Err(Status::unimplemented("redact_text"))
+    }
 }
 
 struct FakeWorker {

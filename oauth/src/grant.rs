@@ -134,6 +134,16 @@ impl Grant {
         self.expires_unix_ms != 0 && self.expires_unix_ms - now_unix_ms() <= margin_ms
     }
 
+    /// The access token's lifetime as the server gave it (`expires_in`), in ms; 0 when it
+    /// gave none.
+    pub fn lifetime_ms(&self) -> i64 {
+        self.credentials
+            .token_response
+            .as_ref()
+            .and_then(|t| t.expires_in())
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
     /// This client's authentication at the token and revocation endpoints: HTTP Basic with
     /// the form-encoded id and secret (RFC 6749 §2.3.1) for a confidential client, else
     /// `client_id` in the form.

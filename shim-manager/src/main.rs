@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// Publishes `tutti-connector-<key>` shims for the connectors the kernel routes.
 #[derive(Parser, Debug)]
@@ -25,10 +27,12 @@ fn main() -> ExitCode {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         );
     // TUTTI_LOG_FORMAT=json: one JSON object per line.
+    // Dependencies' events that carry codes or tokens stay off whatever the filter says.
+    let secret_free = tutti_proto::rules::log_filter::secret_free();
     if json {
-        logs.json().init();
+        logs.json().finish().with(secret_free).init();
     } else {
-        logs.init();
+        logs.finish().with(secret_free).init();
     }
     let args = Args::parse();
     match start(args) {

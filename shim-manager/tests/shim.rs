@@ -334,6 +334,13 @@ impl Kernel for FakeKernel {
     ) -> Result<Response<tutti_proto::kernel::RefreshWorkerTokenReply>, Status> {
         Err(Status::unimplemented("refresh_worker_token"))
     }
+
+    async fn redact_text(
+        &self,
+        _: Request<tutti_proto::kernel::RedactTextRequest>,
+    ) -> Result<Response<tutti_proto::kernel::RedactTextReply>, Status> {
+        Err(Status::unimplemented("redact_text"))
+    }
 }
 
 /// A fake kernel listening on the state directory's kernel endpoint.

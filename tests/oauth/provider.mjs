@@ -22,6 +22,14 @@
 //       POST /control/require-scope      body {"tool": NAME, "scope": SCOPE}
 //       GET  /control/log                what the servers saw, as JSON lines of events (no
 //                                        token, code or secret in them)
+//       POST /control/echo-headers       the next tools/call on /mcp answers 500 with the
+//                                        request's headers (token included) as its body, like
+//                                        a careless server's error page
+//       GET  /control/issued             every code, access token, refresh token and client
+//                                        secret issued so far, for the tests' secret scans
+// --last-authorization: /mcp reads the last `Authorization` header of a request (as a server
+//   that keeps the last of repeated headers does), not the first. A request with more than
+//   one is recorded in the control log either way (`authorizationHeaders`: how many).
 // --wrong-issuer: the authorization server's metadata names another issuer than its URL.
 // --bare-origin: the resource identifier is `http://127.0.0.1:R` (no `/`), compared exactly.
 // E2E_CLIENT_SECRET (environment): also a pre-registered confidential client `tutti-e2e`.
@@ -48,6 +56,7 @@ const { values: opts } = parseArgs({
     ttl: { type: 'string', default: '8' },
     'wrong-issuer': { type: 'boolean', default: false },
     'bare-origin': { type: 'boolean', default: false },
+    'last-authorization': { type: 'boolean', default: false },
   },
 });
 if (!opts.upstream) {
@@ -147,11 +156,26 @@ provider.use(async (ctx, next) => {
 
 const grants = new Set();
 const accessTokens = new Set();
+// Every secret value issued (opaque tokens and codes are their ids), for /control/issued.
+const issued = { codes: [], accessTokens: [], refreshTokens: [], clientSecrets: [] };
+if (clientSecret) {
+  issued.clientSecrets.push(clientSecret);
+}
 provider.on('access_token.saved', (token) => {
   grants.add(token.grantId);
   accessTokens.add(token.jti);
+  issued.accessTokens.push(token.jti);
 });
-provider.on('refresh_token.saved', (token) => grants.add(token.grantId));
+provider.on('refresh_token.saved', (token) => {
+  grants.add(token.grantId);
+  issued.refreshTokens.push(token.jti);
+});
+provider.on('authorization_code.saved', (code) => issued.codes.push(code.jti));
+provider.on('registration_create.success', (_ctx, client) => {
+  if (client.clientSecret) {
+    issued.clientSecrets.push(client.clientSecret);
+  }
+});
 provider.on('server_error', (_ctx, err) => console.error('provider.mjs: server error', err));
 
 asServer.on('request', provider.callback());
@@ -169,7 +193,13 @@ function challenge(res, status, extra) {
 }
 
 async function tokenOf(req) {
-  const header = req.headers.authorization ?? '';
+  const sent = req.headersDistinct.authorization?.length ?? 0;
+  if (sent > 1) {
+    record({ server: 'resource', authorizationHeaders: sent });
+  }
+  const header = (opts['last-authorization']
+    ? req.headersDistinct.authorization?.at(-1)
+    : req.headers.authorization) ?? '';
   if (!header.startsWith('Bearer ')) {
     return { problem: 'no token' };
   }
@@ -225,8 +255,17 @@ function forward(req, res, body) {
   out.end(body);
 }
 
+let echoHeaders = false;
+
 async function serveMcp(req, res) {
   const body = await readBody(req);
+  if (echoHeaders && body.includes('"tools/call"')) {
+    echoHeaders = false;
+    record({ server: 'resource', status: 500, echoed: true });
+    res.writeHead(500, { 'content-type': 'text/html' });
+    res.end(`<html><body><h1>Internal error</h1><pre>${JSON.stringify(req.headersDistinct)}</pre></body></html>`);
+    return;
+  }
   const verdict = await tokenOf(req);
   if (verdict.problem) {
     record({ server: 'resource', status: 401, problem: verdict.problem });
@@ -286,6 +325,11 @@ async function serveResource(req, res) {
     const order = JSON.parse((await readBody(req)).toString('utf8'));
     required.set(order.tool, order.scope);
     json(res, 200, { ok: true });
+  } else if (path === '/control/echo-headers' && req.method === 'POST') {
+    echoHeaders = true;
+    json(res, 200, { ok: true });
+  } else if (path === '/control/issued') {
+    json(res, 200, issued);
   } else if (path === '/control/log') {
     res.writeHead(200, { 'content-type': 'application/x-ndjson' });
     res.end(events.map((e) => `${JSON.stringify(e)}\n`).join(''));

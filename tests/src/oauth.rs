@@ -113,6 +113,36 @@ impl OAuthServer {
         .await;
     }
 
+    /// The next `tools/call` answers 500 with the request's headers (its token too) as body.
+    pub async fn echo_headers_once(&self) {
+        self.control("echo-headers", Value::Null).await;
+    }
+
+    /// Every authorization code, access token, refresh token and client secret the server
+    /// issued so far.
+    pub async fn issued_secrets(&self) -> Vec<String> {
+        let issued: Value = reqwest::get(format!("{}/control/issued", self.base))
+            .await
+            .unwrap_or_else(|e| panic!("control issued: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("control issued: {e}"));
+        ["codes", "accessTokens", "refreshTokens", "clientSecrets"]
+            .iter()
+            .flat_map(|k| issued[*k].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// How many refresh grants the authorization server answered so far.
+    pub async fn refreshes(&self) -> usize {
+        self.seen("token")
+            .await
+            .iter()
+            .filter(|e| e["grantType"] == "refresh_token")
+            .count()
+    }
+
     /// What the servers saw so far (endpoint, status, grant type, resource; no token).
     pub async fn log(&self) -> Vec<Value> {
         let text = reqwest::get(format!("{}/control/log", self.base))

@@ -180,8 +180,8 @@ fn secrets_file(rt: &Runtime, key: &str) -> PathBuf {
 #[tokio::test(flavor = "multi_thread")]
 async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    // Access tokens live 35 s; the worker renews 30 s before expiry.
-    let remote = Remote::start(&rt, &["--ttl", "35"]);
+    // Access tokens live 8 s; the worker renews them when 5 s are left.
+    let remote = Remote::start(&rt, &["--ttl", "8"]);
     let server = &remote.server;
     rt.install_ok(&oauth_connector("remote", &server.mcp_url, json!({})), &[]);
     let waiting = rt.wait_status("remote", "auth_required", READY);
@@ -230,7 +230,7 @@ async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill()
     assert!(names.iter().any(|n| n == "remote_echo"), "{names:?}");
     echo(&mcp, "remote", "first").await;
 
-    // Renewal before expiry: after 6 s the token has less than 30 s left.
+    // Renewal before expiry: after 6 s the token has less than 5 s left.
     tokio::time::sleep(Duration::from_secs(6)).await;
     echo(&mcp, "remote", "renewed").await;
     assert!(
@@ -574,7 +574,7 @@ async fn oauth_tokens_codes_and_client_secrets_appear_nowhere_but_secrets() {
     let mut rt = Runtime::start(RuntimeOptions::default());
     let remote = Remote::start_with(
         &rt,
-        &["--ttl", "35"],
+        &["--ttl", "8"],
         &[("E2E_CLIENT_SECRET", client_secret.as_str())],
     );
     let server = &remote.server;
@@ -671,4 +671,241 @@ fn audit_events_in(state: &std::path::Path) -> Vec<Value> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
+}
+
+// === tokens renewed: one header, a margin that scales, nothing in any log ===
+
+/// Echo calls every `every` for `span`; how many were made.
+async fn echo_for(mcp: &Mcp, key: &str, span: Duration, every: Duration) -> usize {
+    let until = Instant::now() + span;
+    let mut calls = 0;
+    while Instant::now() < until {
+        echo(mcp, key, &format!("call {calls}")).await;
+        calls += 1;
+        tokio::time::sleep(every).await;
+    }
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_after_a_refresh_carry_only_the_fresh_token() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // Tokens live 10 s; the resource reads a request's last `Authorization` header, so a
+    // request that still carries the first token after it (expired) is refused.
+    let remote = Remote::start(&rt, &["--ttl", "10", "--last-authorization"]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    let mcp = client(&rt).await;
+    echo_for(
+        &mcp,
+        "remote",
+        Duration::from_secs(16),
+        Duration::from_millis(500),
+    )
+    .await;
+    assert!(
+        server.refreshes().await >= 2,
+        "the first token's lifetime passed without two renewals: {:?}",
+        server.seen("token").await
+    );
+    let status = rt.connector_status("remote").unwrap_or_default();
+    assert_eq!(status["status"], "ready", "{status}");
+    let repeated: Vec<Value> = server
+        .log()
+        .await
+        .into_iter()
+        .filter(|e| e.get("authorizationHeaders").is_some())
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "requests carried more than one Authorization header: {repeated:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn short_lived_tokens_are_renewed_near_their_expiry_not_before_every_call() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // 20 s tokens: renewed when 5 s are left, so about every 15 s.
+    let remote = Remote::start(&rt, &["--ttl", "20"]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    let mcp = client(&rt).await;
+    let before = server.refreshes().await;
+    let calls = echo_for(
+        &mcp,
+        "remote",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+    )
+    .await;
+    let refreshes = server.refreshes().await - before;
+    assert!(
+        (3..=4).contains(&refreshes),
+        "{refreshes} refreshes for {calls} calls over 60 s of 20 s tokens (expected 3 or 4)"
+    );
+}
+
+/// `tutti console --no-open` signed in: the HTML of its page `path`.
+async fn console_page(rt: &Runtime, path: &str) -> String {
+    let mut console = rt
+        .tutti_cmd(&["console", "--no-open"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start `tutti console`: {e}"));
+    let stdout = console.stdout.take();
+    let mut lines = stdout
+        .map(BufReader::new)
+        .into_iter()
+        .flat_map(BufRead::lines)
+        .map_while(Result::ok);
+    let login = lines
+        .find_map(|l| l.strip_prefix("Console: ").map(|u| u.trim().to_owned()))
+        .unwrap_or_else(|| panic!("`tutti console` printed no login URL"));
+    // Its stdout stays open (a closed pipe would end the console).
+    std::thread::spawn(move || lines.for_each(drop));
+    let base = login.split("/login").next().unwrap_or_default().to_owned();
+    let mut browser = Browser::new();
+    let (signed_in, _) = browser.get(&login).await;
+    assert_eq!(signed_in, 303, "the console's login URL");
+    let (status, page) = browser.get(&format!("{base}{path}")).await;
+    let _ = console.kill();
+    let _ = console.wait();
+    assert_eq!(status, 200, "console {path}: {page}");
+    page
+}
+
+/// A line holding `token` put into the connector's log as if a process had written it:
+/// `tutti logs` and the console's connector page show it masked by the kernel. The line is
+/// taken out again afterwards.
+async fn planted_token_is_masked(rt: &Runtime, outputs: &mut Vec<(String, Vec<u8>)>, token: &str) {
+    let log = rt.state_dir().join("logs").join("connector-remote.log");
+    let planted = format!("planted line: {token}");
+    let mut text = std::fs::read_to_string(&log).unwrap_or_default();
+    text.push_str(&planted);
+    text.push('\n');
+    std::fs::write(&log, &text).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let shown = run_kept(rt, outputs, &["logs", "remote"], &[]);
+    assert!(shown.contains("planted line: ***"), "tutti logs: {shown}");
+    let page = console_page(rt, "/connectors/remote").await;
+    assert!(page.contains("planted line: ***"), "console page: {page}");
+    outputs.push(("console /connectors/remote (planted)".into(), page.into()));
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let kept: String = text
+        .split_inclusive('\n')
+        .filter(|l| !l.contains(&planted))
+        .collect();
+    std::fs::write(&log, kept).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+}
+
+/// Three renewals (8 s tokens are renewed when 5 s are left), then a call the upstream
+/// answers with a 500 page that echoes the request's headers, then calls again.
+async fn renew_three_times_then_an_echoing_error_page(rt: &Runtime, server: &OAuthServer) {
+    let mcp = client(rt).await;
+    let before = server.refreshes().await;
+    for n in 0..3 {
+        tokio::time::sleep(Duration::from_millis(3_500)).await;
+        echo(&mcp, "remote", &format!("renewed {n}")).await;
+    }
+    assert!(
+        server.refreshes().await >= before + 3,
+        "fewer than three renewals"
+    );
+    server.echo_headers_once().await;
+    let (_, _, failed) = mcp
+        .call_tool("remote_echo", json!({"message": "echoed"}))
+        .await;
+    assert!(
+        failed.to_string().contains("HTTP 500"),
+        "the error page did not fail the call: {failed}"
+    );
+    echo(&mcp, "remote", "after the error page").await;
+}
+
+/// Every place `needles` leak to: the runtime's processes (argv, environment), the state
+/// dir outside `secrets/`, and `outputs`.
+fn leaks_while_running(
+    rt: &Runtime,
+    needles: &[String],
+    outputs: &[(String, Vec<u8>)],
+) -> Vec<String> {
+    let mut leaks = secret_scan::environ_leaks(needles, &rt.process_set(), |_| false);
+    leaks.extend(secret_scan::leaks(
+        needles,
+        rt.state_dir(),
+        &secret_scan::Scan::default(),
+    ));
+    leaks.extend(secret_scan::output_leaks(needles, outputs));
+    leaks
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_debug_level_no_code_or_token_reaches_a_log_an_output_or_an_argv() {
+    let debug = |k: &str| (k.to_owned(), "debug".to_owned());
+    let mut rt = Runtime::start(RuntimeOptions {
+        env: vec![debug("RUST_LOG"), debug("TUTTI_WORKER_LOG")],
+        ..RuntimeOptions::default()
+    });
+    let remote = Remote::start(&rt, &["--ttl", "8"]);
+    let server = &remote.server;
+    let mut outputs = Vec::new();
+    rt.install_ok(&oauth_connector("remote", &server.mcp_url, json!({})), &[]);
+    rt.wait_status("remote", "auth_required", READY);
+    let login = Login::start_with(&rt, "remote", &[], &[("TUTTI_LOG", "debug")]);
+    let (_, _, (ok, stdout, stderr)) = finish_login(login).await;
+    assert!(ok, "connect failed: {stdout}{stderr}");
+    outputs.push((
+        "tutti connector connect".into(),
+        [stdout, stderr].concat().into(),
+    ));
+    rt.wait_status("remote", "ready", READY);
+    renew_three_times_then_an_echoing_error_page(&rt, server).await;
+    for args in [&["status", "--json"][..], &["logs", "remote"], &["logs"]] {
+        run_kept(&rt, &mut outputs, args, &[]);
+    }
+    let page = console_page(&rt, "/connectors/remote").await;
+    outputs.push(("console /connectors/remote".into(), page.into()));
+    let needles = server.issued_secrets().await;
+    assert!(
+        needles.len() >= 9,
+        "too few values to look for: {}",
+        needles.len()
+    );
+    let leaks = leaks_while_running(&rt, &needles, &outputs);
+    assert!(
+        leaks.is_empty(),
+        "an OAuth secret leaked into:\n{}",
+        leaks.join("\n")
+    );
+    let log = rt.log("connector-remote.log");
+    assert!(
+        log.contains("HTTP 500 Internal Server Error ("),
+        "the 500 is not in the connector's log as status and length: {log}"
+    );
+
+    // The kernel masks what `tutti logs` and the console show, should a log hold a token.
+    let current = stored_tokens(&rt, "remote");
+    planted_token_is_masked(&rt, &mut outputs, &current[0]).await;
+    run_kept(
+        &rt,
+        &mut outputs,
+        &["connector", "disconnect", "remote"],
+        &[],
+    );
+    run_kept(&rt, &mut outputs, &["logs", "remote"], &[]);
+    let mut leaks = leaks_while_running(&rt, &needles, &outputs);
+    let (root, state) = (rt.root().to_path_buf(), rt.state_dir().to_path_buf());
+    rt.stop();
+    let scan = secret_scan::Scan {
+        files: vec![root.join("up.stdout"), root.join("up.stderr")],
+        outputs,
+        skip_pids: &[],
+    };
+    leaks.extend(secret_scan::leaks(&needles, &state, &scan));
+    assert!(
+        leaks.is_empty(),
+        "an OAuth secret leaked into:\n{}",
+        leaks.join("\n")
+    );
 }

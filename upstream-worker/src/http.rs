@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures_util::StreamExt as _;
 use futures_util::stream::BoxStream;
 use reqwest::StatusCode;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue, WWW_AUTHENTICATE};
+use reqwest::header::{
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, WWW_AUTHENTICATE,
+};
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, HttpStatusError, InsufficientScopeError, SseError, StreamableHttpClient,
@@ -134,6 +136,7 @@ impl HttpClient {
             .http
             .request(method, uri)
             .header(ACCEPT, format!("{EVENT_STREAM}, {JSON}"));
+        let has_token = auth.is_some();
         if let Some(token) = auth {
             request = request.bearer_auth(token);
         }
@@ -142,6 +145,11 @@ impl HttpClient {
                 return Err(StreamableHttpError::ReservedHeaderConflict(
                     name.to_string(),
                 ));
+            }
+            // One `Authorization` per request: a token (an OAuth upstream's current one)
+            // replaces the fixed header (the launch spec carries the token it started with).
+            if has_token && name == AUTHORIZATION {
+                continue;
             }
             request = request.header(name, value);
         }
@@ -293,7 +301,7 @@ impl HttpClient {
                 if awaits_answer && is_uncorrelated_error(&parsed) {
                     return Err(Failure::Fault(Fault::Status {
                         status,
-                        body: preview(&body),
+                        body_len: body.len(),
                         session_rejected: false,
                     }));
                 }
@@ -330,8 +338,8 @@ impl HttpClient {
                 Some(ServerJsonRpcMessage::Error(e)) => e.error,
                 _ => rmcp::ErrorData::invalid_request(
                     format!(
-                        "server/discover rejected with HTTP {status}: {}",
-                        preview(body)
+                        "server/discover rejected with HTTP {status} ({} bytes)",
+                        body.len()
                     ),
                     None,
                 ),
@@ -347,7 +355,7 @@ impl HttpClient {
             }
             _ => Err(Failure::Fault(Fault::Status {
                 status,
-                body: preview(body),
+                body_len: body.len(),
                 session_rejected: matches!(status, StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND),
             })),
         }
@@ -567,7 +575,7 @@ impl StreamableHttpClient for HttpClient {
         }
         auth_check(&response)?;
         if !status.is_success() {
-            return Err(status_error(status, ""));
+            return Err(status_error(status, 0));
         }
         match content_type(&response) {
             Some(ct) if ct.starts_with(EVENT_STREAM) || ct.starts_with(JSON) => {
@@ -618,9 +626,10 @@ enum Fault {
         reached: bool,
     },
     /// An error answer that names no request (a JSON-RPC error with `id: null`, HTML, …).
+    /// Only its length is kept: an error page may echo the request, token included.
     Status {
         status: StatusCode,
-        body: String,
+        body_len: usize,
         /// 400/404: the server refused the request as it came (it ran nothing).
         session_rejected: bool,
     },
@@ -641,15 +650,17 @@ impl Fault {
     fn into_error(self) -> StreamableHttpError<WorkerError> {
         match self {
             Fault::Transport { error, .. } => client(error),
-            Fault::Status { status, body, .. } => status_error(status, &body),
+            Fault::Status {
+                status, body_len, ..
+            } => status_error(status, body_len),
         }
     }
 }
 
 impl Fault {
     /// What callers, `status` and the audit log are told: the status line or the transport
-    /// error, never the upstream's error page (that stays in the connector's log, through
-    /// [`Fault`]'s `Display`).
+    /// error (the connector's log also gets the error body's length, through [`Fault`]'s
+    /// `Display`).
     fn summary(&self) -> String {
         match self {
             Fault::Status { status, .. } => format!("the upstream answered HTTP {status}"),
@@ -664,12 +675,14 @@ impl std::fmt::Display for Fault {
             Fault::Transport { error, .. } => {
                 write!(f, "the upstream did not answer ({})", error_chain(error))
             }
-            Fault::Status { status, body, .. } if body.is_empty() => {
-                write!(f, "the upstream answered HTTP {status}")
-            }
-            Fault::Status { status, body, .. } => {
-                write!(f, "the upstream answered HTTP {status}: {body}")
-            }
+            Fault::Status {
+                status,
+                body_len: 0,
+                ..
+            } => write!(f, "the upstream answered HTTP {status}"),
+            Fault::Status {
+                status, body_len, ..
+            } => write!(f, "the upstream answered HTTP {status} ({body_len} bytes)"),
         }
     }
 }
@@ -746,12 +759,15 @@ fn auth_check(response: &reqwest::Response) -> HttpResult<()> {
     }
 }
 
-/// rmcp's error for an HTTP error status.
-fn status_error(status: StatusCode, body: &str) -> StreamableHttpError<WorkerError> {
+/// rmcp's error for an HTTP error status; of the body only its length (an error page may
+/// echo the request, token included).
+fn status_error(status: StatusCode, body_len: usize) -> StreamableHttpError<WorkerError> {
     if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
         return StreamableHttpError::HttpStatus(HttpStatusError::new(status.as_u16(), None));
     }
-    StreamableHttpError::UnexpectedServerResponse(format!("HTTP {status}: {body}").into())
+    StreamableHttpError::UnexpectedServerResponse(
+        format!("HTTP {status} ({body_len}-byte body)").into(),
+    )
 }
 
 fn content_type(response: &reqwest::Response) -> Option<String> {
@@ -895,7 +911,7 @@ mod tests {
     fn a_refused_session_ran_nothing_and_a_server_error_may_have_run_it() {
         let refused = Fault::Status {
             status: StatusCode::NOT_FOUND,
-            body: String::new(),
+            body_len: 0,
             session_rejected: true,
         };
         assert!(!refused.may_have_reached());
@@ -905,13 +921,13 @@ mod tests {
         );
         let failed = Fault::Status {
             status: StatusCode::BAD_GATEWAY,
-            body: "upstream gone".into(),
+            body_len: 13,
             session_rejected: false,
         };
         assert!(failed.may_have_reached());
         assert_eq!(
             failed.to_string(),
-            "the upstream answered HTTP 502 Bad Gateway: upstream gone"
+            "the upstream answered HTTP 502 Bad Gateway (13 bytes)"
         );
     }
 
@@ -919,32 +935,66 @@ mod tests {
     fn callers_are_told_the_status_line_not_the_upstreams_page() {
         let page = Fault::Status {
             status: StatusCode::BAD_GATEWAY,
-            body: "<html>internal host 10.0.0.7</html>".into(),
+            body_len: 35,
             session_rejected: false,
         };
         assert_eq!(page.summary(), "the upstream answered HTTP 502 Bad Gateway");
-        assert!(
-            page.to_string().contains("10.0.0.7"),
-            "the log keeps the page"
+        assert_eq!(
+            page.to_string(),
+            "the upstream answered HTTP 502 Bad Gateway (35 bytes)"
         );
     }
 
     #[test]
-    fn server_errors_keep_their_status_and_client_errors_their_text() {
+    fn server_errors_keep_their_status_and_client_errors_their_length() {
         assert!(matches!(
-            status_error(StatusCode::INTERNAL_SERVER_ERROR, "x"),
+            status_error(StatusCode::INTERNAL_SERVER_ERROR, 1),
             StreamableHttpError::HttpStatus(_)
         ));
         assert!(matches!(
-            status_error(StatusCode::TOO_MANY_REQUESTS, "x"),
+            status_error(StatusCode::TOO_MANY_REQUESTS, 1),
             StreamableHttpError::HttpStatus(_)
         ));
-        match status_error(StatusCode::BAD_REQUEST, "no session") {
+        match status_error(StatusCode::BAD_REQUEST, 10) {
             StreamableHttpError::UnexpectedServerResponse(text) => {
-                assert_eq!(text, "HTTP 400 Bad Request: no session");
+                assert_eq!(text, "HTTP 400 Bad Request (10-byte body)");
             }
             other => panic!("{other}"),
         }
+    }
+
+    #[test]
+    fn a_request_carries_one_authorization_header_the_current_token() {
+        let (events, _) = mpsc::unbounded_channel();
+        let client = HttpClient::new(Arc::default(), events);
+        let fixed = HashMap::from([
+            (AUTHORIZATION, HeaderValue::from_static("Bearer at-start")),
+            (
+                HeaderName::from_static("x-extra"),
+                HeaderValue::from_static("1"),
+            ),
+        ]);
+        let build = |auth: Option<&str>| {
+            client
+                .builder(
+                    reqwest::Method::POST,
+                    "http://127.0.0.1:9/mcp",
+                    None,
+                    auth.map(str::to_owned),
+                    fixed.clone(),
+                )
+                .unwrap_or_else(|e| panic!("{e}"))
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let renewed = build(Some("renewed"));
+        let sent: Vec<_> = renewed.headers().get_all(AUTHORIZATION).iter().collect();
+        assert_eq!(sent, [&HeaderValue::from_static("Bearer renewed")]);
+        assert!(renewed.headers().contains_key("x-extra"));
+        // Without a token the fixed header is the credential.
+        let fixed_only = build(None);
+        let sent: Vec<_> = fixed_only.headers().get_all(AUTHORIZATION).iter().collect();
+        assert_eq!(sent, [&HeaderValue::from_static("Bearer at-start")]);
     }
 
     #[test]

@@ -228,8 +228,8 @@ async fn drive(
         Ok(registered) => registered,
         Err(exit) => return exit,
     };
-    let redactor = Arc::new(redact::Redactor::new(spec.redact.iter().cloned()));
     redact::install_for_log(&spec.redact);
+    let redactor = redact::current();
     shared.set_call_timeout(spec.call_timeout_ms);
     let start_ms = match spec.start_timeout_ms {
         0 => DEFAULT_START_TIMEOUT_MS,
@@ -255,26 +255,14 @@ async fn drive(
         }
     };
     drop(listing);
-    let upstream::Started { mut session, tools } =
-        match started_or_report(&kernel, &redactor, started).await {
-            Ok(started) => started,
-            Err(exit) => return exit,
-        };
+    let upstream::Started { mut session, tools } = match started_or_report(&kernel, started).await {
+        Ok(started) => started,
+        Err(exit) => return exit,
+    };
 
     let catalog = list_catalog(&session, within).await;
-    let exit = match offer(&kernel, shared, &session, tools, &catalog, &redactor).await {
-        Ok(()) => {
-            serve(
-                &kernel,
-                shared,
-                &redactor,
-                &mut session,
-                events,
-                within,
-                parent_gone,
-            )
-            .await
-        }
+    let exit = match offer(&kernel, shared, &session, tools, &catalog).await {
+        Ok(()) => serve(&kernel, shared, &mut session, events, within, parent_gone).await,
         Err(exit) => exit,
     };
     shared.stop_calls();
@@ -308,7 +296,6 @@ async fn register(
 /// The started upstream, or the failure reported to the kernel and the exit it means.
 async fn started_or_report(
     kernel: &KernelLink,
-    redactor: &redact::Redactor,
     started: Result<upstream::Started, WorkerError>,
 ) -> Result<upstream::Started, Exit> {
     match started {
@@ -321,7 +308,7 @@ async fn started_or_report(
             Err(Exit::AuthFailed)
         }
         Err(e) => {
-            let message = redactor.redact(&e.to_string());
+            let message = redact::current().redact(&e.to_string());
             tracing::error!(error = %message, "upstream failed to start");
             kernel
                 .report(WorkerReportKind::StartFailed, &message, 0)
@@ -339,7 +326,6 @@ async fn offer(
     session: &Session,
     tools: Vec<serde_json::Value>,
     catalog: &catalog::Catalog,
-    redactor: &redact::Redactor,
 ) -> Result<(), Exit> {
     let tools = definitions::as_sent(tools);
     shared.attach(session.upstream.clone());
@@ -367,7 +353,7 @@ async fn offer(
             Ok(())
         }
         Ok(reply) => {
-            tracing::error!(error = %redactor.redact(&reply.error), "the kernel refused the tool set");
+            tracing::error!(error = %redact::current().redact(&reply.error), "the kernel refused the tool set");
             Err(Exit::OfferRefused)
         }
         Err(e) => {
@@ -382,7 +368,6 @@ async fn offer(
 async fn serve(
     kernel: &KernelLink,
     shared: &Shared<RmcpUpstream>,
-    redactor: &redact::Redactor,
     session: &mut Session,
     events: &mut mpsc::UnboundedReceiver<Event>,
     within: Duration,
@@ -403,15 +388,15 @@ async fn serve(
                 }
             },
             event = session_events.next() => {
-                if let Some(exit) = on_session_event(kernel, shared, redactor, event).await {
+                if let Some(exit) = on_session_event(kernel, shared, event).await {
                     return exit;
                 }
             }
             () = list_changed.notified() => {
-                reoffer(kernel, session, redactor, within).await;
+                reoffer(kernel, session, within).await;
             }
             how = session.ended() => {
-                let message = redactor.redact(&how);
+                let message = redact::current().redact(&how);
                 tracing::warn!(upstream = %message, "the upstream went away");
                 shared.stop_calls();
                 kernel.report(WorkerReportKind::UpstreamExited, &message, 0).await;
@@ -430,12 +415,11 @@ async fn serve(
 async fn on_session_event(
     kernel: &KernelLink,
     shared: &Shared<RmcpUpstream>,
-    redactor: &redact::Redactor,
     event: SessionEvent,
 ) -> Option<Exit> {
     match event {
         SessionEvent::Reinitialized(why) => {
-            let message = redactor.redact(&why);
+            let message = redact::current().redact(&why);
             tracing::warn!(upstream = %message, "the upstream session failed; initialized a new one");
             kernel
                 .report(WorkerReportKind::UpstreamReinitialized, &message, 0)
@@ -443,7 +427,7 @@ async fn on_session_event(
             None
         }
         SessionEvent::Unavailable(why) => {
-            let message = redactor.redact(&why);
+            let message = redact::current().redact(&why);
             tracing::error!(upstream = %message, "the upstream is unavailable");
             shared.stop_calls();
             kernel
@@ -456,12 +440,7 @@ async fn on_session_event(
 
 /// The upstream said its tools changed: list every page again and offer the new set for the
 /// same generation. Failures are logged; the committed set stays live.
-async fn reoffer(
-    kernel: &KernelLink,
-    session: &Session,
-    redactor: &redact::Redactor,
-    within: Duration,
-) {
+async fn reoffer(kernel: &KernelLink, session: &Session, within: Duration) {
     use crate::upstream::Upstream as _;
     tracing::info!("upstream tool list changed; listing again");
     let listing = definitions::Listing::start();
@@ -470,7 +449,7 @@ async fn reoffer(
     let tools = match listed {
         Ok(Ok(tools)) => definitions::as_sent(tools),
         Ok(Err(failure)) => {
-            tracing::warn!(error = %redactor.redact(&format!("{failure:?}")), "tools/list failed");
+            tracing::warn!(error = %redact::current().redact(&format!("{failure:?}")), "tools/list failed");
             return;
         }
         Err(_) => {
@@ -492,7 +471,7 @@ async fn reoffer(
             tracing::info!(tools = tools.len(), "changed tool set committed");
         }
         Ok(reply) => {
-            tracing::warn!(error = %redactor.redact(&reply.error), "the kernel refused the changed tool set");
+            tracing::warn!(error = %redact::current().redact(&reply.error), "the kernel refused the changed tool set");
         }
         Err(e) => tracing::warn!(error = %e, "cannot offer the changed tool set"),
     }

@@ -140,8 +140,8 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr (the kernel points it at `logs/connector-<key>.log`), with every secret
-/// value masked. rmcp is capped at warn whatever `RUST_LOG` says: at debug it logs raw
-/// upstream lines, which may carry secrets.
+/// value masked. Dependencies' events that carry codes, tokens or raw upstream messages are
+/// capped whatever `RUST_LOG` says (`tutti_proto::rules::log_filter`).
 ///
 /// `RUST_LOG` is read as `target=level` directives (`Targets`), not as a full `EnvFilter`:
 /// span and field filters are not needed here, and `EnvFilter` compiles its directives with
@@ -165,9 +165,6 @@ fn init_tracing() {
     // cached per callsite: a disabled span or event (h2's trace spans, rmcp's per-session
     // span) costs nothing on the call path instead of a filter evaluation, span bookkeeping
     // in the registry and a clone per spawned send.
-    let cap_rmcp = Targets::new()
-        .with_default(LevelFilter::TRACE)
-        .with_target("rmcp", LevelFilter::WARN);
     // TUTTI_LOG_FORMAT=json: one JSON object per line (the writer then masks secrets in
     // their JSON-escaped form too, and escapes hidden characters the JSON way).
     let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
@@ -183,7 +180,7 @@ fn init_tracing() {
             .json()
     });
     tracing_subscriber::registry()
-        .with(cap_rmcp)
+        .with(tutti_proto::rules::log_filter::secret_free())
         .with(filter)
         .with(text)
         .with(json)

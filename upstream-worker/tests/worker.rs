@@ -321,6 +321,10 @@ impl Kernel for FakeKernel {
     ) -> Res<k::RefreshWorkerTokenReply> {
         Err(Status::unimplemented("refresh_worker_token"))
     }
+
+    async fn redact_text(&self, _: Request<k::RedactTextRequest>) -> Res<k::RedactTextReply> {
+        Err(Status::unimplemented("redact_text"))
+    }
 }
 
 // === harness ===

@@ -1,7 +1,8 @@
 //! `tutti logs [KEY] [--follow] [--since DURATION] [--json]` (SPEC §14): the kernel's log
 //! (`logs/kernel.log`) or a connector's (`logs/connector-<key>.log`, upstream stderr with
 //! secrets already masked by its worker). Read straight from the state dir, so it works
-//! while the kernel is down too (which is when a log matters most).
+//! while the kernel is down too (which is when a log matters most); while it runs, what is
+//! shown is masked once more with every secret value it knows now ([`LogMask`]).
 //!
 //! Time of a line: the RFC 3339 timestamp it starts with (text format) or its `timestamp`
 //! member (`TUTTI_LOG_FORMAT=json`); a line without one (an upstream's own stderr) has the
@@ -17,6 +18,7 @@ use chrono::{DateTime, Utc};
 
 use crate::args::LogsArgs;
 use crate::error::CliError;
+use crate::kernel::LogMask;
 
 /// How often `--follow` looks for new lines.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
@@ -35,18 +37,26 @@ pub(crate) async fn run(state_dir: &Path, args: LogsArgs) -> Result<ExitCode, Cl
         last_time: None,
         partial: Vec::new(),
     };
+    let mut mask = LogMask::connect(state_dir).await;
+    // Without --follow, the log as it is now: the kernel's own log grows while it is read
+    // (the masking requests are logged too at debug level).
+    let end = match args.follow {
+        true => u64::MAX,
+        false => file.metadata().map_or(u64::MAX, |m| m.len()),
+    };
     let mut pos = 0u64;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
         let mut chunk = Vec::new();
         (&file)
-            .take(1 << 20)
+            .take((1 << 20).min(end - pos))
             .read_to_end(&mut chunk)
             .map_err(|e| CliError::io("read", &path, e))?;
         pos += chunk.len() as u64;
         let at_end = chunk.is_empty();
-        if !lines.write(&chunk, !args.follow && at_end)? {
+        let text = mask.apply(lines.take(&chunk, !args.follow && at_end)).await;
+        if !write_out(&text)? {
             return Ok(ExitCode::SUCCESS); // stdout closed
         }
         if !at_end {
@@ -160,7 +170,17 @@ fn line_time(line: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-/// Splits what was read into lines, filters and prints them.
+/// Prints `text`; `false` when stdout is closed.
+fn write_out(text: &str) -> Result<bool, CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(source) => Err(CliError::StdoutWrite { source }),
+    }
+}
+
+/// Splits what was read into lines and filters them.
 struct Lines {
     since: Option<DateTime<Utc>>,
     json: bool,
@@ -170,9 +190,9 @@ struct Lines {
 }
 
 impl Lines {
-    /// Prints the complete lines of `chunk` (and the unfinished last one when `flush_partial`);
-    /// `false` when stdout is closed.
-    fn write(&mut self, chunk: &[u8], flush_partial: bool) -> Result<bool, CliError> {
+    /// The complete lines of `chunk` (and the unfinished last one when `flush_partial`) as
+    /// they are shown.
+    fn take(&mut self, chunk: &[u8], flush_partial: bool) -> String {
         self.partial.extend_from_slice(chunk);
         let mut text = String::new();
         let mut rest = std::mem::take(&mut self.partial);
@@ -190,12 +210,7 @@ impl Lines {
             self.render(s.trim_end_matches(['\n', '\r']), &mut text);
         }
         self.partial = rest.split_off(consumed);
-        let mut out = std::io::stdout().lock();
-        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
-            Err(source) => Err(CliError::StdoutWrite { source }),
-        }
+        text
     }
 
     fn render(&mut self, line: &str, out: &mut String) {
@@ -307,9 +322,12 @@ mod tests {
             last_time: None,
             partial: Vec::new(),
         };
-        // Nothing is printed for an unfinished line (stdout is not captured here: the
-        // partial buffer shows it).
-        assert!(l.write(b"abc", false).unwrap_or(false));
+        // Nothing is shown of an unfinished line until it ends or the read is over.
+        assert_eq!(l.take(b"abc", false), "");
         assert_eq!(l.partial, b"abc");
+        assert_eq!(
+            l.take(b"d\ne", true),
+            "{\"text\":\"abcd\",\"timestamp\":null}\n{\"text\":\"e\",\"timestamp\":null}\n"
+        );
     }
 }

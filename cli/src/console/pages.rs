@@ -12,6 +12,7 @@ use super::access::Session;
 use super::access::Shared;
 use super::link::{self, Problem};
 use super::views;
+use crate::kernel::LogMask;
 
 const SCRIPT: &str = include_str!("assets/console.js");
 const STYLESHEET: &str = include_str!("assets/console.css");
@@ -90,7 +91,10 @@ pub(crate) async fn detail_body(
     };
     let available = o.available.connectors.iter().find(|a| a.key == key);
     let route = link::route(&c.state_dir, key).await?;
-    let log = log_tail(&c.state_dir, key);
+    let log = LogMask::connect(&c.state_dir)
+        .await
+        .apply(log_tail(&c.state_dir, key))
+        .await;
     let csrf = c.access.csrf_for(session);
     let review = match status.changes_await_review {
         true => Some(review_changes(c, key).await?),
@@ -152,7 +156,8 @@ pub(crate) async fn confirm_approve(
     page(&title, &body)
 }
 
-/// The last lines of `logs/connector-<key>.log` (written redacted by the runtime).
+/// The last lines of `logs/connector-<key>.log` (written redacted by the runtime; the page
+/// masks them once more with the kernel's values, [`LogMask`]).
 fn log_tail(state_dir: &std::path::Path, key: &str) -> String {
     use std::io::{Read, Seek, SeekFrom};
     let path = state_dir.join("logs").join(format!("connector-{key}.log"));

@@ -12,9 +12,12 @@
 //! - [`timing`]: the shutdown timing chain, each bound derived from the one it must exceed;
 //! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line);
 //! - [`release_path`]: a path inside a release as processes exchange it (`/`-separated).
+//! - [`log_filter`]: the dependencies' log events that carry codes or tokens, off everywhere;
+//! - [`token_refresh`]: how long before expiry an OAuth access token is renewed.
 
 pub mod atomic_file;
 pub mod child_env;
+pub mod log_filter;
 pub mod log_format;
 pub mod loopback;
 pub mod mcp_header;
@@ -22,3 +25,4 @@ pub mod release_path;
 pub mod schema_pattern;
 pub mod sibling;
 pub mod timing;
+pub mod token_refresh;
