@@ -2,8 +2,31 @@
 
 /// Everything that can go wrong in an OAuth step; each message names the step and, where it
 /// helps, the fix. No variant carries a token.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum OAuthError {
+    /// A URL from the server's documents broke the endpoint rule (`crate::Reach`).
+    #[error(
+        "refused the authorization server's {endpoint} {url:?}: {rule}; nothing was opened or \
+         sent to it"
+    )]
+    RefusedEndpoint {
+        endpoint: String,
+        url: String,
+        rule: &'static str,
+    },
+    /// A connection would have gone to an address the address rule refuses.
+    #[error(
+        "refused to connect to {host}: it is a {class} address, which OAuth requests reach only \
+         when the connector's MCP URL is one too; nothing was sent"
+    )]
+    AddressRefused {
+        host: String,
+        class: crate::net::AddressClass,
+    },
+    #[error("the answer of the {endpoint} is larger than 1 MiB: refused")]
+    TooLarge { endpoint: String },
+    #[error("the request to the {endpoint} failed: {reason}")]
+    Http { endpoint: String, reason: String },
     #[error("the URL {url:?} {problem}")]
     BadUrl { url: String, problem: &'static str },
     #[error("discovering the authorization server failed: {0}")]
@@ -27,6 +50,21 @@ pub enum OAuthError {
     NoRefreshToken,
     #[error("revoking the tokens failed: {0}")]
     Revoke(String),
+    #[error("pushing the authorization request failed: {0}")]
+    Par(String),
+}
+
+impl OAuthError {
+    /// Whether the server refused the client itself (`invalid_client`, RFC 6749 §5.2): a
+    /// registered client it no longer knows is registered again at the next login.
+    pub fn refuses_client(&self) -> bool {
+        match self {
+            OAuthError::Exchange(reason) | OAuthError::Refresh(reason) | OAuthError::Par(reason) => {
+                reason.contains("invalid_client")
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What the manifest says about a connector's login (`mcp.auth` of kind `oauth`).
@@ -59,6 +97,16 @@ pub fn check_url(url: &str) -> Result<(), OAuthError> {
         )),
         _ => Err(bad("must be an https URL")),
     }
+}
+
+/// The rule the CLI applies to the authorization URL it is handed, right before opening or
+/// printing it: `https`, or `http` to a loopback host (the kernel already applied the whole
+/// endpoint rule, which allows the latter only for a loopback MCP URL). Anything else
+/// (`file:`, `smb:`, `javascript:`, `data:`, plain http off loopback) is refused.
+pub fn check_authorization_url(url: &str) -> Result<(), OAuthError> {
+    crate::net::Reach::loopback()
+        .check_scheme("authorization_endpoint", url)
+        .map(|_| ())
 }
 
 fn is_loopback(url: &reqwest::Url) -> bool {
@@ -100,6 +148,22 @@ mod tests {
             "not a url",
         ] {
             assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_cli_opens_only_https_or_loopback_http() {
+        for (url, open) in [
+            ("https://as.example.com/authorize?client_id=c", true),
+            ("http://127.0.0.1:9/authorize?client_id=c", true),
+            ("http://as.example.com/authorize", false),
+            ("http://0.0.0.0:9/authorize", false),
+            ("file:///etc/passwd", false),
+            ("smb://attacker.example/share", false),
+            ("javascript:alert(1)", false),
+            ("data:text/html,<b>x</b>", false),
+        ] {
+            assert_eq!(check_authorization_url(url).is_ok(), open, "{url}");
         }
     }
 }

@@ -2,13 +2,17 @@
 //! the server, establishes the client identity and returns the URL to open; the redirect's
 //! code and state go to [`Pending::complete`], which exchanges them for a [`Grant`].
 
+use std::sync::Arc;
+
 use rmcp::transport::auth::{
     AuthorizationManager, AuthorizationMetadata, AuthorizationRequest, AuthorizationSession,
     CredentialStore, InMemoryCredentialStore,
 };
+use serde::{Deserialize, Serialize};
 
 use crate::common::{ClientSettings, OAuthError, check_url};
 use crate::grant::{Grant, expiry_of};
+use crate::net::{OAuthHttp, Reach};
 use crate::probe;
 
 /// The client name a dynamic registration gives.
@@ -23,6 +27,7 @@ pub struct Pending {
     metadata: AuthorizationMetadata,
     client_id: String,
     client_secret: Option<String>,
+    registered: Option<RegisteredClient>,
     redirect_uri: String,
     scopes: Vec<String>,
     state: String,
@@ -39,26 +44,31 @@ impl std::fmt::Debug for Pending {
 }
 
 /// Starts a login. `extra_scope` is a scope a `403 insufficient_scope` asked for (step-up);
-/// it is added to what the selection rule picks.
+/// it is added to what the selection rule picks. `known` is the client an earlier login of
+/// this connector registered: it is used again when it was registered at this server.
 pub async fn begin(
     settings: &ClientSettings,
     redirect_uri: &str,
     extra_scope: Option<&str>,
+    known: Option<&RegisteredClient>,
 ) -> Result<Pending, OAuthError> {
     check_url(&settings.url)?;
-    let challenge = match probe::legacy_challenge(&settings.url).await {
+    let http = OAuthHttp::for_mcp_url(&settings.url).await?;
+    let challenge = match probe::legacy_challenge(&http, &settings.url).await {
         Some(challenge) => Some(challenge),
-        None => probe::modern_challenge(&settings.url).await,
+        None => probe::modern_challenge(&http, &settings.url).await,
     };
     let discovery = |e: rmcp::transport::auth::AuthError| OAuthError::Discovery(e.to_string());
-    let mut manager = AuthorizationManager::new_allowing_private_addresses(settings.url.as_str())
-        .await
-        .map_err(discovery)?;
+    let mut manager =
+        AuthorizationManager::new_with_oauth_http_client(settings.url.as_str(), Arc::new(http.clone()))
+            .await
+            .map_err(discovery)?;
     let metadata = manager
         .resolve_metadata_from_challenge(challenge.as_deref())
         .await
         .map_err(discovery)?
         .metadata;
+    check_endpoints(http.reach(), &metadata)?;
     let s256 = metadata
         .code_challenge_methods_supported
         .as_ref()
@@ -70,24 +80,50 @@ pub async fn begin(
     let store = InMemoryCredentialStore::new();
     manager.set_credential_store(store.clone());
     let scopes = select_scopes(&manager, settings, extra_scope).await;
-    let (request, client_id, client_secret) =
-        identity(&mut manager, &metadata, settings, redirect_uri, &scopes).await?;
-    let session = AuthorizationSession::new(manager, request.with_scopes(scopes.clone()))
+    let known = known.filter(|c| c.is_for(&metadata));
+    let identity = identity(&mut manager, &metadata, settings, redirect_uri, &scopes, known).await?;
+    let session = AuthorizationSession::new(manager, identity.request.with_scopes(scopes.clone()))
         .await
         .map_err(|(_, e)| OAuthError::Registration(e.to_string()))?;
-    let state = query_value(session.get_authorization_url(), "state")
+    let url = http
+        .reach()
+        .check_endpoint("authorization_endpoint", session.get_authorization_url())?;
+    let state = query_value(url.as_str(), "state")
         .ok_or_else(|| OAuthError::Discovery("the authorization URL carries no state".into()))?;
     Ok(Pending {
         session,
         store,
         url: settings.url.clone(),
         metadata,
-        client_id,
-        client_secret,
+        client_id: identity.client_id,
+        client_secret: identity.client_secret,
+        registered: identity.registered,
         redirect_uri: redirect_uri.to_owned(),
         scopes,
         state,
     })
+}
+
+/// The endpoint rule for every endpoint a login uses, before any of them is used.
+fn check_endpoints(reach: &Reach, metadata: &AuthorizationMetadata) -> Result<(), OAuthError> {
+    reach.check_endpoint("authorization_endpoint", &metadata.authorization_endpoint)?;
+    reach.check_endpoint("token_endpoint", &metadata.token_endpoint)?;
+    if let Some(url) = &metadata.registration_endpoint {
+        reach.check_endpoint("registration_endpoint", url)?;
+    }
+    Ok(())
+}
+
+/// The scopes a registration names: only those the authorization server lists in
+/// `scopes_supported` (RFC 7591 makes `scope` optional; a server that keeps its scopes under
+/// its resources refuses others), none when it lists none.
+fn registration_scopes<'a>(metadata: &AuthorizationMetadata, scopes: &'a [String]) -> Vec<&'a str> {
+    let supported = metadata.scopes_supported.as_deref().unwrap_or_default();
+    scopes
+        .iter()
+        .filter(|s| supported.contains(s))
+        .map(String::as_str)
+        .collect()
 }
 
 /// SPEC §10: the 401 challenge's scope, else the resource metadata's `scopes_supported`,
@@ -108,23 +144,60 @@ async fn select_scopes(
     scopes
 }
 
+/// A client registered dynamically by an earlier login, kept with the connector's login
+/// record and used again by its later logins at the same server.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisteredClient {
+    /// The authorization server's issuer (absent where its metadata named none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    pub registration_endpoint: String,
+    pub client_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+}
+
+impl std::fmt::Debug for RegisteredClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredClient")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegisteredClient {
+    /// Whether this client was registered at the server `metadata` describes.
+    fn is_for(&self, metadata: &AuthorizationMetadata) -> bool {
+        metadata.issuer == self.issuer
+            && metadata.registration_endpoint.as_deref() == Some(self.registration_endpoint.as_str())
+    }
+}
+
+/// The client identity a login uses.
+struct Identity {
+    request: AuthorizationRequest,
+    client_id: String,
+    client_secret: Option<String>,
+    /// The dynamically registered client (registered now or by an earlier login).
+    registered: Option<RegisteredClient>,
+}
+
 /// The client identity in SPEC order: pre-registered, then a client ID metadata document
 /// where the server supports them, then dynamic registration (done here, so that the
-/// registered client is part of the stored grant).
+/// registered client is part of the stored login), or the client an earlier login registered.
 async fn identity(
     manager: &mut AuthorizationManager,
     metadata: &AuthorizationMetadata,
     settings: &ClientSettings,
     redirect_uri: &str,
     scopes: &[String],
-) -> Result<(AuthorizationRequest, String, Option<String>), OAuthError> {
+    known: Option<&RegisteredClient>,
+) -> Result<Identity, OAuthError> {
     let request = AuthorizationRequest::new(redirect_uri);
     if let Some(id) = &settings.client_id {
-        let mut request = request.with_preregistered_client(id.clone());
-        if let Some(secret) = &settings.client_secret {
-            request = request.with_client_secret(secret.clone());
-        }
-        return Ok((request, id.clone(), settings.client_secret.clone()));
+        return Ok(preregistered(request, id, settings.client_secret.as_deref(), None));
     }
     let cimd = metadata
         .additional_fields
@@ -134,29 +207,55 @@ async fn identity(
     if let Some(url) = &settings.client_metadata_url
         && cimd
     {
-        return Ok((
-            request.with_client_metadata_url(url.clone()),
-            url.clone(),
-            None,
-        ));
+        return Ok(Identity {
+            request: request.with_client_metadata_url(url.clone()),
+            client_id: url.clone(),
+            client_secret: None,
+            registered: None,
+        });
     }
-    if metadata.registration_endpoint.is_none() {
+    if let Some(known) = known {
+        let secret = known.client_secret.as_deref();
+        return Ok(preregistered(request, &known.client_id, secret, Some(known.clone())));
+    }
+    let Some(registration_endpoint) = metadata.registration_endpoint.clone() else {
         return Err(OAuthError::Registration(
             "the authorization server offers no dynamic client registration; \
              name a pre-registered client with auth.clientId in connector.json"
                 .into(),
         ));
-    }
-    let refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
+    };
     let config = manager
-        .register_client(CLIENT_NAME, redirect_uri, &refs)
+        .register_client(CLIENT_NAME, redirect_uri, &registration_scopes(metadata, scopes))
         .await
         .map_err(|e| OAuthError::Registration(e.to_string()))?;
-    let mut request = request.with_preregistered_client(config.client_id.clone());
-    if let Some(secret) = &config.client_secret {
-        request = request.with_client_secret(secret.clone());
+    let registered = RegisteredClient {
+        issuer: metadata.issuer.clone(),
+        registration_endpoint,
+        client_id: config.client_id,
+        client_secret: config.client_secret,
+    };
+    let secret = registered.client_secret.clone();
+    let id = registered.client_id.clone();
+    Ok(preregistered(request, &id, secret.as_deref(), Some(registered)))
+}
+
+fn preregistered(
+    request: AuthorizationRequest,
+    id: &str,
+    secret: Option<&str>,
+    registered: Option<RegisteredClient>,
+) -> Identity {
+    let mut request = request.with_preregistered_client(id.to_owned());
+    if let Some(secret) = secret {
+        request = request.with_client_secret(secret.to_owned());
     }
-    Ok((request, config.client_id, config.client_secret))
+    Identity {
+        request,
+        client_id: id.to_owned(),
+        client_secret: secret.map(str::to_owned),
+        registered,
+    }
 }
 
 fn query_value(url: &str, name: &str) -> Option<String> {
@@ -180,6 +279,11 @@ impl Pending {
 
     pub fn scopes(&self) -> &[String] {
         &self.scopes
+    }
+
+    /// The dynamically registered client this login uses (to keep for later logins).
+    pub fn registered_client(&self) -> Option<&RegisteredClient> {
+        self.registered.as_ref()
     }
 
     /// Checks the redirect's `state` and `iss` and exchanges the code (PKCE verifier and

@@ -63,6 +63,8 @@ pub(crate) async fn run(
         .await
         .map_err(|s| kernel.error(s))?
         .into_inner();
+    tutti_oauth::check_authorization_url(&begun.authorization_url)
+        .map_err(|e| login_error(key, e.to_string()))?;
     if no_browser || !open_browser(&begun.authorization_url) {
         eprintln!("open this URL in a browser to log in to {key}:");
         // The URL holds no secret (the PKCE challenge, the state and the client id).
