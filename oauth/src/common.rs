@@ -55,13 +55,23 @@ pub enum OAuthError {
 }
 
 impl OAuthError {
+    /// Whether the endpoint, address or size rule refused a request.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            OAuthError::RefusedEndpoint { .. }
+                | OAuthError::AddressRefused { .. }
+                | OAuthError::TooLarge { .. }
+        )
+    }
+
     /// Whether the server refused the client itself (`invalid_client`, RFC 6749 §5.2): a
     /// registered client it no longer knows is registered again at the next login.
     pub fn refuses_client(&self) -> bool {
         match self {
-            OAuthError::Exchange(reason) | OAuthError::Refresh(reason) | OAuthError::Par(reason) => {
-                reason.contains("invalid_client")
-            }
+            OAuthError::Exchange(reason)
+            | OAuthError::Refresh(reason)
+            | OAuthError::Par(reason) => reason.contains("invalid_client"),
             _ => false,
         }
     }

@@ -164,7 +164,10 @@ impl Grant {
         let request = self.authenticate(request, &mut form).form(&form);
         let answer = http.send("token_endpoint", request, false).await?;
         if !answer.status.is_success() {
-            return Err(OAuthError::Refresh(token_error(answer.status, &answer.body)));
+            return Err(OAuthError::Refresh(token_error(
+                answer.status,
+                &answer.body,
+            )));
         }
         let mut token: OAuthTokenResponse = serde_json::from_slice(&answer.body).map_err(|e| {
             OAuthError::Refresh(format!("the token endpoint's answer is not a token: {e}"))
@@ -191,7 +194,9 @@ impl Grant {
             return Ok(false);
         };
         let http = OAuthHttp::for_mcp_url(&self.url).await?;
-        let endpoint = http.reach().check_endpoint("revocation_endpoint", endpoint)?;
+        let endpoint = http
+            .reach()
+            .check_endpoint("revocation_endpoint", endpoint)?;
         let tokens = [
             (self.refresh_token(), "refresh_token"),
             (self.access_token(), "access_token"),

@@ -22,6 +22,7 @@ const CLIENT_NAME: &str = "Tutti connector runtime";
 /// identity live here, in memory only.
 pub struct Pending {
     session: AuthorizationSession,
+    http: OAuthHttp,
     store: InMemoryCredentialStore,
     url: String,
     metadata: AuthorizationMetadata,
@@ -58,11 +59,14 @@ pub async fn begin(
         Some(challenge) => Some(challenge),
         None => probe::modern_challenge(&http, &settings.url).await,
     };
-    let discovery = |e: rmcp::transport::auth::AuthError| OAuthError::Discovery(e.to_string());
-    let mut manager =
-        AuthorizationManager::new_with_oauth_http_client(settings.url.as_str(), Arc::new(http.clone()))
-            .await
-            .map_err(discovery)?;
+    let discovery =
+        |e: rmcp::transport::auth::AuthError| http.explain(OAuthError::Discovery(e.to_string()));
+    let mut manager = AuthorizationManager::new_with_oauth_http_client(
+        settings.url.as_str(),
+        Arc::new(http.clone()),
+    )
+    .await
+    .map_err(discovery)?;
     let metadata = manager
         .resolve_metadata_from_challenge(challenge.as_deref())
         .await
@@ -80,11 +84,19 @@ pub async fn begin(
     let store = InMemoryCredentialStore::new();
     manager.set_credential_store(store.clone());
     let scopes = select_scopes(&manager, settings, extra_scope).await;
-    let known = known.filter(|c| c.is_for(&metadata));
-    let identity = identity(&mut manager, &metadata, settings, redirect_uri, &scopes, known).await?;
+    let identity = identity(
+        &mut manager,
+        &metadata,
+        settings,
+        redirect_uri,
+        &scopes,
+        known,
+    )
+    .await
+    .map_err(|e| http.explain(e))?;
     let session = AuthorizationSession::new(manager, identity.request.with_scopes(scopes.clone()))
         .await
-        .map_err(|(_, e)| OAuthError::Registration(e.to_string()))?;
+        .map_err(|(_, e)| http.explain(OAuthError::Registration(e.to_string())))?;
     let url = http
         .reach()
         .check_endpoint("authorization_endpoint", session.get_authorization_url())?;
@@ -92,6 +104,7 @@ pub async fn begin(
         .ok_or_else(|| OAuthError::Discovery("the authorization URL carries no state".into()))?;
     Ok(Pending {
         session,
+        http,
         store,
         url: settings.url.clone(),
         metadata,
@@ -156,6 +169,10 @@ pub struct RegisteredClient {
     pub client_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret: Option<String>,
+    /// The `scope` it was registered with (a server may allow it no other scope); empty
+    /// when the registration named none.
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 impl std::fmt::Debug for RegisteredClient {
@@ -168,10 +185,13 @@ impl std::fmt::Debug for RegisteredClient {
 }
 
 impl RegisteredClient {
-    /// Whether this client was registered at the server `metadata` describes.
-    fn is_for(&self, metadata: &AuthorizationMetadata) -> bool {
+    /// Whether this client was registered at the server `metadata` describes for every
+    /// scope of `wanted` a registration would name.
+    fn serves(&self, metadata: &AuthorizationMetadata, wanted: &[&str]) -> bool {
         metadata.issuer == self.issuer
-            && metadata.registration_endpoint.as_deref() == Some(self.registration_endpoint.as_str())
+            && metadata.registration_endpoint.as_deref()
+                == Some(self.registration_endpoint.as_str())
+            && (self.scopes.is_empty() || wanted.iter().all(|w| self.scopes.iter().any(|s| s == w)))
     }
 }
 
@@ -197,7 +217,12 @@ async fn identity(
 ) -> Result<Identity, OAuthError> {
     let request = AuthorizationRequest::new(redirect_uri);
     if let Some(id) = &settings.client_id {
-        return Ok(preregistered(request, id, settings.client_secret.as_deref(), None));
+        return Ok(preregistered(
+            request,
+            id,
+            settings.client_secret.as_deref(),
+            None,
+        ));
     }
     let cimd = metadata
         .additional_fields
@@ -214,9 +239,15 @@ async fn identity(
             registered: None,
         });
     }
-    if let Some(known) = known {
+    let wanted = registration_scopes(metadata, scopes);
+    if let Some(known) = known.filter(|c| c.serves(metadata, &wanted)) {
         let secret = known.client_secret.as_deref();
-        return Ok(preregistered(request, &known.client_id, secret, Some(known.clone())));
+        return Ok(preregistered(
+            request,
+            &known.client_id,
+            secret,
+            Some(known.clone()),
+        ));
     }
     let Some(registration_endpoint) = metadata.registration_endpoint.clone() else {
         return Err(OAuthError::Registration(
@@ -226,7 +257,7 @@ async fn identity(
         ));
     };
     let config = manager
-        .register_client(CLIENT_NAME, redirect_uri, &registration_scopes(metadata, scopes))
+        .register_client(CLIENT_NAME, redirect_uri, &wanted)
         .await
         .map_err(|e| OAuthError::Registration(e.to_string()))?;
     let registered = RegisteredClient {
@@ -234,10 +265,16 @@ async fn identity(
         registration_endpoint,
         client_id: config.client_id,
         client_secret: config.client_secret,
+        scopes: wanted.iter().map(|s| (*s).to_owned()).collect(),
     };
     let secret = registered.client_secret.clone();
     let id = registered.client_id.clone();
-    Ok(preregistered(request, &id, secret.as_deref(), Some(registered)))
+    Ok(preregistered(
+        request,
+        &id,
+        secret.as_deref(),
+        Some(registered),
+    ))
 }
 
 fn preregistered(
@@ -300,7 +337,7 @@ impl Pending {
         self.session
             .handle_callback_with_issuer(code, state, iss)
             .await
-            .map_err(|e| OAuthError::Exchange(e.to_string()))?;
+            .map_err(|e| self.http.explain(OAuthError::Exchange(e.to_string())))?;
         let credentials = self
             .store
             .load()

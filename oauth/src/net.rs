@@ -141,8 +141,7 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     }
 }
 
-const HTTPS_RULE: &str =
-    "an endpoint must be https (plain http only to a loopback host, and only when the MCP URL \
+const HTTPS_RULE: &str = "an endpoint must be https (plain http only to a loopback host, and only when the MCP URL \
      is loopback too)";
 const ADDRESS_RULE: &str = "its address is not public and the MCP URL's host is not in its class";
 
@@ -217,7 +216,11 @@ impl Reach {
 
     /// The scheme half of the endpoint rule: `https`, or `http` to a loopback host when the
     /// MCP URL is loopback.
-    pub(crate) fn check_scheme(&self, endpoint: &str, url: &str) -> Result<reqwest::Url, OAuthError> {
+    pub(crate) fn check_scheme(
+        &self,
+        endpoint: &str,
+        url: &str,
+    ) -> Result<reqwest::Url, OAuthError> {
         let parsed = reqwest::Url::parse(url).map_err(|_| refused(endpoint, url, HTTPS_RULE))?;
         let loopback = parsed.host().is_some_and(|h| host_is_loopback(&h));
         match parsed.scheme() {
@@ -284,9 +287,7 @@ impl reqwest::dns::Resolve for Resolver {
         let reach = self.0.clone();
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let allowed: Vec<SocketAddr> = all
                 .iter()
                 .copied()
@@ -296,7 +297,8 @@ impl reqwest::dns::Resolve for Resolver {
                 (true, Some(first)) => Err(Box::new(OAuthError::AddressRefused {
                     host,
                     class: AddressClass::of(first.ip()),
-                }) as Box<dyn std::error::Error + Send + Sync>),
+                })
+                    as Box<dyn std::error::Error + Send + Sync>),
                 _ => Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs),
             }
         })
@@ -316,6 +318,9 @@ pub struct OAuthHttp {
     reach: Arc<Reach>,
     direct: reqwest::Client,
     following: reqwest::Client,
+    /// The last request the rules refused on rmcp's behalf (rmcp reports only that a step
+    /// failed; the refusal says why).
+    refusal: Arc<std::sync::Mutex<Option<OAuthError>>>,
 }
 
 impl std::fmt::Debug for OAuthHttp {
@@ -361,6 +366,7 @@ impl OAuthHttp {
             direct: build(reqwest::redirect::Policy::none())?,
             following: build(follow)?,
             reach,
+            refusal: Arc::default(),
         })
     }
 
@@ -368,8 +374,18 @@ impl OAuthHttp {
         &self.reach
     }
 
+    /// The refusal behind a failed rmcp step, else `otherwise`.
+    pub(crate) fn explain(&self, otherwise: OAuthError) -> OAuthError {
+        let taken = self.refusal.lock().ok().and_then(|mut r| r.take());
+        taken.unwrap_or(otherwise)
+    }
+
     /// A request builder for `url` (sent with [`OAuthHttp::send`]).
-    pub(crate) fn request(&self, method: reqwest::Method, url: reqwest::Url) -> reqwest::RequestBuilder {
+    pub(crate) fn request(
+        &self,
+        method: reqwest::Method,
+        url: reqwest::Url,
+    ) -> reqwest::RequestBuilder {
         self.direct.request(method, url)
     }
 
@@ -401,9 +417,14 @@ impl OAuthHttp {
         follow: bool,
     ) -> Result<reqwest::Response, OAuthError> {
         let request = request.build().map_err(|e| failed(endpoint, &e))?;
-        self.reach.check_endpoint(endpoint, request.url().as_str())?;
+        self.reach
+            .check_endpoint(endpoint, request.url().as_str())?;
         self.reach.check_literal(request.url())?;
-        let client = if follow { &self.following } else { &self.direct };
+        let client = if follow {
+            &self.following
+        } else {
+            &self.direct
+        };
         client
             .execute(request)
             .await
@@ -412,7 +433,10 @@ impl OAuthHttp {
 }
 
 /// Reads `response`'s body in chunks, refusing it past [`MAX_BODY`].
-async fn read_capped(endpoint: &str, mut response: reqwest::Response) -> Result<Vec<u8>, OAuthError> {
+async fn read_capped(
+    endpoint: &str,
+    mut response: reqwest::Response,
+) -> Result<Vec<u8>, OAuthError> {
     let too_large = || OAuthError::TooLarge {
         endpoint: endpoint.to_owned(),
     };
@@ -464,7 +488,17 @@ impl OAuthHttpClient for OAuthHttp {
             let follow = request.redirect_policy == OAuthHttpRedirectPolicy::Follow;
             let request = reqwest::Request::try_from(request.request)?;
             let builder = reqwest::RequestBuilder::from_parts(self.direct.clone(), request);
-            let answer = self.send("OAuth endpoint", builder, follow).await?;
+            let answer = match self.send("OAuth endpoint", builder, follow).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    if e.is_refusal()
+                        && let Ok(mut refusal) = self.refusal.lock()
+                    {
+                        *refusal = Some(e.clone());
+                    }
+                    return Err(e.into());
+                }
+            };
             let mut response = oauth2::http::Response::builder().status(answer.status);
             for (name, value) in &answer.headers {
                 response = response.header(name, value);
@@ -600,7 +634,12 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(!line.contains('\n'), "{line}");
-        for part in ["authorization_endpoint", "file:///etc/passwd", "https", "refused"] {
+        for part in [
+            "authorization_endpoint",
+            "file:///etc/passwd",
+            "https",
+            "refused",
+        ] {
             assert!(line.contains(part), "{part} missing: {line}");
         }
         let long = format!("data:text/html,{}", "x".repeat(10_000));

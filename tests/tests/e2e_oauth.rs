@@ -682,3 +682,214 @@ fn audit_events_in(state: &std::path::Path) -> Vec<Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+// === hostile authorization servers ===
+
+/// A fake browser opener first on `PATH` (`xdg-open`, `open`): it records its argv in the
+/// file it returns (absent while nothing was opened).
+fn fake_opener(rt: &Runtime) -> (String, PathBuf) {
+    let dir = rt.root().join("opener");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let opened = rt.root().join("opened.txt");
+    let script = format!(
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" >> '{}'\n",
+        opened.display()
+    );
+    for name in ["xdg-open", "open"] {
+        let path = dir.join(name);
+        std::fs::write(&path, &script).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::Permissions::from_mode(0o755);
+            std::fs::set_permissions(&path, mode).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (path, opened)
+}
+
+/// `tutti connector connect KEY` with the browser opener of `path` (no `--no-browser`).
+fn connect_with_opener(rt: &Runtime, key: &str, path: &str) -> std::process::Output {
+    rt.tutti_cmd(&["connector", "connect", key])
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run tutti connector connect {key}: {e}"))
+}
+
+/// The resource's `/trap/` requests and the endless answers' byte counts so far.
+async fn events_of(server: &OAuthServer, kind: &str) -> Vec<Value> {
+    server
+        .log()
+        .await
+        .into_iter()
+        .filter(|e| e["server"] == kind)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_authorization_endpoints_are_refused_and_nothing_is_opened() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let (path, opened) = fake_opener(&rt);
+    for (key, endpoint) in [
+        ("file", "file:///etc/passwd"),
+        ("smb", "smb://attacker.example/share"),
+        ("script", "javascript:alert(document.cookie)"),
+        ("plain", "http://as.example.com/authorize"),
+    ] {
+        let overrides = json!({ "authorization_endpoint": endpoint }).to_string();
+        let remote = Remote::start(&rt, &["--metadata-override", &overrides]);
+        let server = &remote.server;
+        rt.install_ok(&oauth_connector(key, &server.mcp_url, json!({})), &[]);
+        rt.wait_status(key, "auth_required", READY);
+        let out = connect_with_opener(&rt, key, &path);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "connect {key} went on: {stderr}");
+        let line = one_line(&stderr);
+        assert!(
+            line.contains("authorization_endpoint") && line.contains("refused"),
+            "{line}"
+        );
+        assert!(line.contains(&endpoint[..10]), "{line}");
+        assert!(
+            !opened.exists(),
+            "the opener was run: {:?}",
+            std::fs::read_to_string(&opened)
+        );
+        assert!(
+            server.seen("registration").await.is_empty(),
+            "{key}: registered"
+        );
+        assert!(server.seen("authorization").await.is_empty(), "{key}");
+        assert!(stored_tokens(&rt, key).is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revocation_endpoint_at_a_private_address_gets_nothing() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let overrides =
+        json!({"revocation_endpoint": "http://0.0.0.0:RESOURCE_PORT/trap/revoke"}).to_string();
+    let remote = Remote::start(&rt, &["--ttl", "300", "--metadata-override", &overrides]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    rt.tutti_ok(&["connector", "disconnect", "remote"]);
+    assert!(
+        events_of(server, "trap").await.is_empty(),
+        "the tokens were sent to 0.0.0.0"
+    );
+    assert!(server.seen("revocation").await.is_empty());
+    let revoked = audit_events(&rt, "oauth_revoke", "remote");
+    let outcome = revoked
+        .first()
+        .and_then(|e| e["outcome"].as_str())
+        .unwrap_or_default();
+    assert!(
+        outcome.contains("revocation_endpoint") && outcome.contains("refused"),
+        "{revoked:?}"
+    );
+    assert!(stored_tokens(&rt, "remote").is_empty(), "tokens left");
+}
+
+/// The kernel's resident set, in MiB (from /proc).
+fn kernel_rss_mib(rt: &Runtime) -> u64 {
+    let pid = rt.pid().unwrap_or_else(|| panic!("no kernel pid"));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib / 1024)
+}
+
+/// `login` runs while the kernel's RSS is sampled every 50 ms; returns the outcome and the
+/// largest sample.
+async fn with_peak_rss<F: std::future::Future>(rt: &Runtime, login: F) -> (F::Output, u64) {
+    let mut peak = kernel_rss_mib(rt);
+    tokio::pin!(login);
+    loop {
+        tokio::select! {
+            out = &mut login => return (out, peak.max(kernel_rss_mib(rt))),
+            () = tokio::time::sleep(Duration::from_millis(50)) => peak = peak.max(kernel_rss_mib(rt)),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn endless_answers_are_cut_at_one_mebibyte_and_the_kernel_stays_small() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // The metadata: connect fails at discovery.
+    let remote = Remote::start(&rt, &["--endless", "metadata"]);
+    rt.install_ok(
+        &oauth_connector("meta", &remote.server.mcp_url, json!({})),
+        &[],
+    );
+    rt.wait_status("meta", "auth_required", READY);
+    let connect = tokio::task::spawn_blocking({
+        let cmd = rt.tutti_cmd(&["connector", "connect", "meta", "--no-browser"]);
+        move || {
+            let mut cmd = cmd;
+            cmd.stdin(Stdio::null()).output()
+        }
+    });
+    let (out, peak) = with_peak_rss(&rt, connect).await;
+    let out = out
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(one_line(&stderr).contains("1 MiB"), "{stderr}");
+    assert!(peak < 100, "the kernel grew to {peak} MiB");
+
+    // The token answer: the login gets to the code exchange, which is cut.
+    let remote = Remote::start(&rt, &["--endless", "token"]);
+    rt.install_ok(
+        &oauth_connector("token", &remote.server.mcp_url, json!({})),
+        &[],
+    );
+    rt.wait_status("token", "auth_required", READY);
+    let ((_, _, (ok, _, stderr)), peak) = with_peak_rss(&rt, log_in(&rt, "token")).await;
+    assert!(!ok, "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("1 MiB"), "{stderr}");
+    assert!(peak < 100, "the kernel grew to {peak} MiB");
+    let sent: Vec<Value> = events_of(&remote.server, "endless").await;
+    assert!(
+        sent.iter()
+            .all(|e| e["sent"].as_u64().unwrap_or(0) < 256 << 20),
+        "the client read on: {sent:?}"
+    );
+    assert!(stored_tokens(&rt, "token").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_with_scopes_only_under_its_resource_logs_in_and_keeps_its_client() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300", "--resource-scopes-only"]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    echo(&client(&rt).await, "remote", "scoped").await;
+    let registrations = server.seen("registration").await;
+    assert!(
+        registrations.len() == 1 && registrations[0]["status"] == 201,
+        "{registrations:?}"
+    );
+
+    // A second login of the same connector uses the client the first one registered.
+    let (_, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
+    assert!(ok, "{stdout}{stderr}");
+    rt.wait_status("remote", "ready", READY);
+    echo(&client(&rt).await, "remote", "again").await;
+    assert_eq!(
+        server.seen("registration").await.len(),
+        1,
+        "registered again"
+    );
+    assert_eq!(server.seen("authorization").await.len(), 2);
+}
