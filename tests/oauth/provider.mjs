@@ -30,9 +30,10 @@
 //   configured as its documentation shows does.
 // --metadata-override JSON: fields replacing those of the authorization server's metadata
 //   (`RESOURCE_PORT` in a value becomes the resource's port), for hostile-server tests.
-// --endless token|metadata: the token endpoint (POST) or the authorization server's metadata
-//   answers 200 with a streamed body of 1.5 GB; the bytes written before the client stopped
-//   reading are logged as {"server": "endless", "route", "sent"}.
+// --endless token|refresh|metadata: the token endpoint (every POST, or every POST after the
+//   first, i.e. the refreshes after the login's code exchange) or the authorization server's
+//   metadata answers 200 with a streamed body of 1.5 GB; the bytes written before the client
+//   stopped reading are logged as {"server": "endless", "route", "sent"}.
 // Any path under /trap/ on the resource port is logged as {"server": "trap", "path", "method"}
 //   and answered 200 (a URL an endpoint override names to show that nothing was sent there).
 // E2E_CLIENT_SECRET (environment): also a pre-registered confidential client `tutti-e2e`.
@@ -198,9 +199,13 @@ provider.on('refresh_token.saved', (token) => grants.add(token.grantId));
 provider.on('server_error', (_ctx, err) => console.error('provider.mjs: server error', err));
 
 const providerCallback = provider.callback();
+let tokenRequests = 0;
 asServer.on('request', (req, res) => {
   const path = new URL(req.url ?? '/', asUrl).pathname;
-  if ((opts.endless === 'token' && path === '/token' && req.method === 'POST')
+  const token = path === '/token' && req.method === 'POST';
+  tokenRequests += token ? 1 : 0;
+  if ((opts.endless === 'token' && token)
+    || (opts.endless === 'refresh' && token && tokenRequests > 1)
     || (opts.endless === 'metadata' && path.startsWith('/.well-known/'))) {
     endless(req, res, opts.endless).catch((e) => console.error('provider.mjs: endless', e));
     return;

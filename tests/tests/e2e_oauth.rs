@@ -893,3 +893,29 @@ async fn a_server_with_scopes_only_under_its_resource_logs_in_and_keeps_its_clie
     );
     assert_eq!(server.seen("authorization").await.len(), 2);
 }
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_refresh_answer_is_cut_and_the_kernel_stays_small() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300", "--endless", "refresh"]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    let mcp = client(&rt).await;
+    echo(&mcp, "remote", "before").await;
+    // The access token stops working: the worker asks the kernel for a refresh, whose
+    // answer never ends.
+    server.drop_access_tokens().await;
+    let call = mcp.call_tool("remote_echo", json!({"message": "after"}));
+    let (_, peak) = with_peak_rss(&rt, call).await;
+    assert!(peak < 100, "the kernel grew to {peak} MiB");
+    let status = rt.wait_status("remote", "auth_required", READY);
+    let error = status["lastError"].as_str().unwrap_or_default();
+    assert!(error.contains("1 MiB"), "{status}");
+    assert_names_connect(&status, "remote");
+    let sent = events_of(server, "endless").await;
+    assert!(
+        !sent.is_empty() && sent.iter().all(|e| e["sent"].as_u64().unwrap_or(0) < 256 << 20),
+        "the kernel read on: {sent:?}"
+    );
+}
