@@ -23,7 +23,9 @@
 
 #![forbid(unsafe_code)]
 
+mod address;
 mod common;
+mod error;
 mod grant;
 pub mod login;
 mod net;

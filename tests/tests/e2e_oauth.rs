@@ -915,7 +915,10 @@ async fn an_endless_refresh_answer_is_cut_and_the_kernel_stays_small() {
     assert_names_connect(&status, "remote");
     let sent = events_of(server, "endless").await;
     assert!(
-        !sent.is_empty() && sent.iter().all(|e| e["sent"].as_u64().unwrap_or(0) < 256 << 20),
+        !sent.is_empty()
+            && sent
+                .iter()
+                .all(|e| e["sent"].as_u64().unwrap_or(0) < 256 << 20),
         "the kernel read on: {sent:?}"
     );
 }
