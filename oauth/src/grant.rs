@@ -9,7 +9,7 @@ use crate::common::{OAuthError, now_unix_ms};
 use crate::net::OAuthHttp;
 
 /// `application/x-www-form-urlencoded` encoding of one value (RFC 6749 §2.3.1, Appendix B).
-fn form_encode(value: &str) -> String {
+pub(crate) fn form_encode(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for b in value.bytes() {
         match b {
@@ -24,7 +24,7 @@ fn form_encode(value: &str) -> String {
 }
 
 /// The reason of a refused token request: its status and OAuth `error` (RFC 6749 §5.2).
-fn token_error(status: reqwest::StatusCode, body: &[u8]) -> String {
+pub(crate) fn token_error(status: reqwest::StatusCode, body: &[u8]) -> String {
     let answer: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
     match answer["error"].as_str() {
         Some(error) => {

@@ -29,6 +29,7 @@ mod error;
 mod grant;
 pub mod login;
 mod net;
+mod par;
 mod probe;
 
 pub use common::{ClientSettings, OAuthError, check_authorization_url, check_url};

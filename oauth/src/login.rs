@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{ClientSettings, OAuthError, check_url};
 use crate::grant::{Grant, expiry_of};
 use crate::net::{OAuthHttp, Reach};
-use crate::probe;
+use crate::{par, probe};
 
 /// The client name a dynamic registration gives.
 const CLIENT_NAME: &str = "Tutti connector runtime";
@@ -23,6 +23,8 @@ const CLIENT_NAME: &str = "Tutti connector runtime";
 pub struct Pending {
     session: AuthorizationSession,
     http: OAuthHttp,
+    /// The URL the browser opens: rmcp's authorization URL, or the pushed request's.
+    open: String,
     store: InMemoryCredentialStore,
     url: String,
     metadata: AuthorizationMetadata,
@@ -46,7 +48,9 @@ impl std::fmt::Debug for Pending {
 
 /// Starts a login. `extra_scope` is a scope a `403 insufficient_scope` asked for (step-up);
 /// it is added to what the selection rule picks. `known` is the client an earlier login of
-/// this connector registered: it is used again when it was registered at this server.
+/// this connector registered: it is used again when it was registered at this server, and
+/// when the server refuses it (`invalid_client` to the pushed request) a new one is
+/// registered, once.
 pub async fn begin(
     settings: &ClientSettings,
     redirect_uri: &str,
@@ -54,6 +58,19 @@ pub async fn begin(
     known: Option<&RegisteredClient>,
 ) -> Result<Pending, OAuthError> {
     check_url(&settings.url)?;
+    match begin_with(settings, redirect_uri, extra_scope, known).await {
+        Err(e) if known.is_some() && e.refuses_client() => {
+            begin_with(settings, redirect_uri, extra_scope, None).await
+        }
+        other => other,
+    }
+}
+
+/// The probes and discovery: the connector's OAuth client, rmcp's manager over it and the
+/// authorization server's metadata, every endpoint of which passed the endpoint rule.
+async fn discover(
+    settings: &ClientSettings,
+) -> Result<(OAuthHttp, AuthorizationManager, AuthorizationMetadata), OAuthError> {
     let http = OAuthHttp::for_mcp_url(&settings.url).await?;
     let challenge = match probe::legacy_challenge(&http, &settings.url).await {
         Some(challenge) => Some(challenge),
@@ -81,6 +98,16 @@ pub async fn begin(
         return Err(OAuthError::NoPkce);
     }
     manager.set_metadata(metadata.clone());
+    Ok((http, manager, metadata))
+}
+
+async fn begin_with(
+    settings: &ClientSettings,
+    redirect_uri: &str,
+    extra_scope: Option<&str>,
+    known: Option<&RegisteredClient>,
+) -> Result<Pending, OAuthError> {
+    let (http, mut manager, metadata) = discover(settings).await?;
     let store = InMemoryCredentialStore::new();
     manager.set_credential_store(store.clone());
     let scopes = select_scopes(&manager, settings, extra_scope).await;
@@ -102,9 +129,17 @@ pub async fn begin(
         .check_endpoint("authorization_endpoint", session.get_authorization_url())?;
     let state = query_value(url.as_str(), "state")
         .ok_or_else(|| OAuthError::Discovery("the authorization URL carries no state".into()))?;
+    let secret = identity.client_secret.as_deref();
+    let open = match par::push(&http, &metadata, &url, &identity.client_id, secret).await? {
+        Some(pushed) => http
+            .reach()
+            .check_endpoint("authorization_endpoint", pushed.as_str())?,
+        None => url,
+    };
     Ok(Pending {
         session,
         http,
+        open: open.to_string(),
         store,
         url: settings.url.clone(),
         metadata,
@@ -304,9 +339,9 @@ fn query_value(url: &str, name: &str) -> Option<String> {
 
 impl Pending {
     /// The URL the user's browser opens (no secret in it: the PKCE challenge, the state, the
-    /// client id).
+    /// client id; or, for a pushed request, only the client id and the `request_uri`).
     pub fn authorization_url(&self) -> &str {
-        self.session.get_authorization_url()
+        &self.open
     }
 
     /// The `state` the redirect must carry.

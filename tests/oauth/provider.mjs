@@ -24,6 +24,7 @@
 //                                        token, code or secret in them)
 // --wrong-issuer: the authorization server's metadata names another issuer than its URL.
 // --bare-origin: the resource identifier is `http://127.0.0.1:R` (no `/`), compared exactly.
+// --par: pushed authorization requests (RFC 9126) are offered (off otherwise).
 // --resource-scopes-only: the authorization server knows only `openid` and `offline_access`;
 //   the resource's scopes exist only under the resource (resource indicators), so a
 //   registration that names them is refused (400 invalid_client_metadata), as oidc-provider
@@ -61,6 +62,7 @@ const { values: opts } = parseArgs({
     'wrong-issuer': { type: 'boolean', default: false },
     'bare-origin': { type: 'boolean', default: false },
     'resource-scopes-only': { type: 'boolean', default: false },
+    par: { type: 'boolean', default: false },
     'metadata-override': { type: 'string' },
     endless: { type: 'string' },
   },
@@ -114,6 +116,7 @@ const provider = new Provider(opts['wrong-issuer'] ? `${asUrl}/elsewhere` : asUr
   features: {
     devInteractions: { enabled: true },
     registration: { enabled: true },
+    pushedAuthorizationRequests: { enabled: opts.par },
     revocation: { enabled: true },
     resourceIndicators: {
       enabled: true,
@@ -155,7 +158,8 @@ provider.use(async (ctx, next) => {
     status: ctx.status,
     grantType: params.grant_type,
     resource: params.resource,
-    scope: route === 'authorization' ? params.scope : undefined,
+    scope: ['authorization', 'pushed_authorization_request'].includes(route)
+      ? params.scope : undefined,
     hint: route === 'revocation' ? params.token_type_hint : undefined,
   });
 });

@@ -922,3 +922,32 @@ async fn an_endless_refresh_answer_is_cut_and_the_kernel_stays_small() {
         "the kernel read on: {sent:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_offering_pushed_requests_gets_them_and_the_url_names_only_the_request() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300", "--par"]);
+    let server = &remote.server;
+    rt.install_ok(&oauth_connector("remote", &server.mcp_url, json!({})), &[]);
+    rt.wait_status("remote", "auth_required", READY);
+    let (url, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
+    assert!(ok, "{stdout}{stderr}");
+    let names: Vec<String> = reqwest::Url::parse(&url)
+        .unwrap_or_else(|e| panic!("{url}: {e}"))
+        .query_pairs()
+        .map(|(k, _)| k.into_owned())
+        .collect();
+    assert_eq!(names, ["client_id", "request_uri"], "{url}");
+    let pushed = server.seen("pushed_authorization_request").await;
+    assert!(
+        pushed.len() == 1
+            && pushed[0]["status"] == 201
+            && pushed[0]["resource"] == server.resource.as_str()
+            && pushed[0]["scope"]
+                .as_str()
+                .is_some_and(|s| s.split(' ').any(|s| s == "mcp:tools")),
+        "{pushed:?}"
+    );
+    rt.wait_status("remote", "ready", READY);
+    echo(&client(&rt).await, "remote", "pushed").await;
+}
