@@ -282,6 +282,12 @@ pub fn expiry(k: &Kernel, key: &str) -> i64 {
     k.secrets.token_expiry(key)
 }
 
+/// For `status`: the account the login belongs to, where the server said which (empty
+/// otherwise), kept in memory like the expiry.
+pub fn account(k: &Kernel, key: &str) -> String {
+    k.secrets.account(key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

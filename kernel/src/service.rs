@@ -649,6 +649,11 @@ impl KernelRpc for Service {
                 } else {
                     0
                 },
+                oauth_account: if m.and_then(crate::oauth_record::oauth_of).is_some() {
+                    crate::oauth::account(&self.k, key)
+                } else {
+                    String::new()
+                },
                 last_error: c
                     .map(|c| {
                         let (error, note) = (c.life.last_error(), c.life.upgrade_note());

@@ -61,6 +61,9 @@ pub struct Grant {
     /// When the access token expires, Unix epoch ms; 0 when the server gave no lifetime.
     #[serde(default)]
     pub expires_unix_ms: i64,
+    /// The account the login belongs to, where the server said which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<crate::account::Account>,
 }
 
 impl std::fmt::Debug for Grant {

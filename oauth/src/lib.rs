@@ -23,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+mod account;
 mod address;
 mod common;
 mod error;
@@ -32,6 +33,7 @@ mod net;
 mod par;
 mod probe;
 
+pub use account::Account;
 pub use common::{ClientSettings, OAuthError, check_authorization_url, check_url};
 pub use grant::Grant;
 pub use login::RegisteredClient;

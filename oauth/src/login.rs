@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{ClientSettings, OAuthError, check_url};
 use crate::grant::{Grant, expiry_of};
 use crate::net::{OAuthHttp, Reach};
-use crate::{par, probe};
+use crate::{account, par, probe};
 
 /// The client name a dynamic registration gives.
 const CLIENT_NAME: &str = "Tutti connector runtime";
@@ -110,7 +110,12 @@ async fn begin_with(
     let (http, mut manager, metadata) = discover(settings).await?;
     let store = InMemoryCredentialStore::new();
     manager.set_credential_store(store.clone());
-    let scopes = select_scopes(&manager, settings, extra_scope).await;
+    let mut scopes = select_scopes(&manager, settings, extra_scope).await;
+    // `openid` (to learn the account) only where the server lists it.
+    let openid = metadata.scopes_supported.as_deref().unwrap_or_default();
+    if openid.iter().any(|s| s == "openid") && !scopes.iter().any(|s| s == "openid") {
+        scopes.push("openid".to_owned());
+    }
     let identity = identity(
         &mut manager,
         &metadata,
@@ -381,7 +386,14 @@ impl Pending {
             .ok_or_else(|| OAuthError::Exchange("the server returned no tokens".into()))?;
         // The resource the authorization (and so the code exchange) named.
         let resource = query_value(self.session.get_authorization_url(), "resource");
+        let account = match &credentials.token_response {
+            Some(token) => {
+                account::of_login(&self.http, &self.metadata, &self.client_id, token).await
+            }
+            None => None,
+        };
         Ok(Grant {
+            account,
             url: self.url,
             resource,
             metadata: self.metadata,

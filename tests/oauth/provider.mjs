@@ -47,6 +47,11 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
+// stdout carries only the ready line (the test stops reading it then): oidc-provider's own
+// notices go to stderr.
+console.info = (...args) => console.error(...args);
+console.warn = (...args) => console.error(...args);
+
 // oidc-provider is installed by scripts/install-test-tools into .tools/npm (TUTTI_NPM_DIR
 // overrides where).
 const npmDir = process.env.TUTTI_NPM_DIR

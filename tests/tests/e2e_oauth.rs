@@ -210,9 +210,10 @@ async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill()
     let (url, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
     assert!(ok, "connect failed: {stdout}{stderr}");
     let printed: Value = serde_json::from_str(stdout.trim()).unwrap_or_default();
+    // The account is the one the browser logged in as (the id_token's subject).
     assert_eq!(
         printed,
-        json!({"key": "remote", "status": "ready"}),
+        json!({"key": "remote", "status": "ready", "account": "alice"}),
         "{stdout}"
     );
     assert_eq!(
@@ -231,6 +232,10 @@ async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill()
     assert!(
         ready["tokenExpiresAt"].is_string(),
         "status shows no expiry: {ready}"
+    );
+    assert_eq!(
+        ready["oauthAccount"], "alice",
+        "status shows no account: {ready}"
     );
     assert_eq!(audit_events(&rt, "oauth_login", "remote").len(), 1);
 
