@@ -268,7 +268,10 @@ pub async fn revoke(k: &Kernel, key: &str) {
     let outcome = match grant.revoke().await {
         Ok(true) => "revoked".to_owned(),
         Ok(false) => "not_offered".to_owned(),
-        Err(e) => format!("failed: {e}"),
+        Err(e) => {
+            tracing::warn!(key, error = %e, "the tokens were deleted but not revoked at the server");
+            format!("failed: {e}")
+        }
     };
     k.audit.record(Event::OauthRevoke {
         connector: key.to_owned(),
