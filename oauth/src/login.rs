@@ -411,6 +411,50 @@ impl Pending {
 mod tests {
     use super::*;
 
+    fn metadata(scopes_supported: Option<&[&str]>) -> AuthorizationMetadata {
+        let mut metadata = AuthorizationMetadata::default();
+        metadata.issuer = Some("https://as.example".into());
+        metadata.registration_endpoint = Some("https://as.example/reg".into());
+        metadata.scopes_supported =
+            scopes_supported.map(|s| s.iter().map(|s| (*s).to_owned()).collect());
+        metadata
+    }
+
+    #[test]
+    fn a_registration_names_only_scopes_the_server_lists() {
+        let wanted: Vec<String> = ["mcp:tools", "offline_access", "openid"]
+            .map(str::to_owned)
+            .to_vec();
+        let listed = metadata(Some(&["openid", "offline_access"]));
+        assert_eq!(
+            registration_scopes(&listed, &wanted),
+            ["offline_access", "openid"]
+        );
+        assert!(registration_scopes(&metadata(None), &wanted).is_empty());
+    }
+
+    #[test]
+    fn a_registered_client_serves_the_same_server_for_the_scopes_it_has() {
+        let client = RegisteredClient {
+            issuer: Some("https://as.example".into()),
+            registration_endpoint: "https://as.example/reg".into(),
+            client_id: "c".into(),
+            client_secret: None,
+            scopes: vec!["mcp:tools".into(), "offline_access".into()],
+        };
+        let here = metadata(None);
+        assert!(client.serves(&here, &["mcp:tools"]));
+        assert!(!client.serves(&here, &["mcp:tools", "mcp:admin"]));
+        let mut elsewhere = metadata(None);
+        elsewhere.issuer = Some("https://other.example".into());
+        assert!(!client.serves(&elsewhere, &["mcp:tools"]));
+        let unscoped = RegisteredClient {
+            scopes: Vec::new(),
+            ..client
+        };
+        assert!(unscoped.serves(&here, &["mcp:admin"]));
+    }
+
     #[test]
     fn the_state_is_read_from_the_authorization_url() {
         let url = "https://as.example/authorize?response_type=code&state=abc%2F1&x=y";
