@@ -157,12 +157,35 @@ async fn begin_with(
     })
 }
 
-/// The endpoint rule for every endpoint a login uses, before any of them is used.
+/// The endpoint rule for every endpoint the metadata names, before any of them is used: a
+/// server that names one the rule refuses (even one used only later, as revocation is at
+/// `disconnect`) gets no login at all. Each is checked again where it is used.
 fn check_endpoints(reach: &Reach, metadata: &AuthorizationMetadata) -> Result<(), OAuthError> {
     reach.check_endpoint("authorization_endpoint", &metadata.authorization_endpoint)?;
     reach.check_endpoint("token_endpoint", &metadata.token_endpoint)?;
-    if let Some(url) = &metadata.registration_endpoint {
-        reach.check_endpoint("registration_endpoint", url)?;
+    let named = [
+        (
+            "registration_endpoint",
+            metadata.registration_endpoint.as_deref(),
+        ),
+        ("jwks_uri", metadata.jwks_uri.as_deref()),
+    ];
+    let extra = [
+        "revocation_endpoint",
+        "userinfo_endpoint",
+        "pushed_authorization_request_endpoint",
+    ]
+    .map(|name| (name, metadata.additional_fields.get(name)));
+    for (name, url) in named {
+        if let Some(url) = url {
+            reach.check_endpoint(name, url)?;
+        }
+    }
+    for (name, value) in extra {
+        if let Some(value) = value {
+            let url = value.as_str().unwrap_or_default();
+            reach.check_endpoint(name, url)?;
+        }
     }
     Ok(())
 }

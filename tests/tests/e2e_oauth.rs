@@ -776,29 +776,33 @@ async fn hostile_authorization_endpoints_are_refused_and_nothing_is_opened() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_revocation_endpoint_at_a_private_address_gets_nothing() {
+async fn a_revocation_endpoint_at_a_private_address_gets_no_login_and_no_token() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let overrides =
-        json!({"revocation_endpoint": "http://0.0.0.0:RESOURCE_PORT/trap/revoke"}).to_string();
-    let remote = Remote::start(&rt, &["--ttl", "300", "--metadata-override", &overrides]);
-    let server = &remote.server;
-    install_and_log_in(&mut rt, server, "remote", json!({})).await;
-    rt.tutti_ok(&["connector", "disconnect", "remote"]);
-    assert!(
-        events_of(server, "trap").await.is_empty(),
-        "the tokens were sent to 0.0.0.0"
-    );
-    assert!(server.seen("revocation").await.is_empty());
-    let revoked = audit_events(&rt, "oauth_revoke", "remote");
-    let outcome = revoked
-        .first()
-        .and_then(|e| e["outcome"].as_str())
-        .unwrap_or_default();
-    assert!(
-        outcome.contains("revocation_endpoint") && outcome.contains("refused"),
-        "{revoked:?}"
-    );
-    assert!(stored_tokens(&rt, "remote").is_empty(), "tokens left");
+    for (key, endpoint) in [
+        ("unspecified", "http://0.0.0.0:RESOURCE_PORT/trap/revoke"),
+        ("private", "https://10.0.0.1/trap/revoke"),
+    ] {
+        let overrides = json!({ "revocation_endpoint": endpoint }).to_string();
+        let remote = Remote::start(&rt, &["--ttl", "300", "--metadata-override", &overrides]);
+        let server = &remote.server;
+        rt.install_ok(&oauth_connector(key, &server.mcp_url, json!({})), &[]);
+        rt.wait_status(key, "auth_required", READY);
+        let out = rt.tutti(&["connector", "connect", key, "--no-browser"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "connect {key} went on: {stderr}");
+        let line = one_line(&stderr);
+        assert!(
+            line.contains("revocation_endpoint") && line.contains("refused"),
+            "{line}"
+        );
+        assert!(
+            server.seen("registration").await.is_empty(),
+            "{key}: registered"
+        );
+        assert!(server.seen("authorization").await.is_empty(), "{key}");
+        assert!(events_of(server, "trap").await.is_empty(), "{key}: sent");
+        assert!(stored_tokens(&rt, key).is_empty());
+    }
 }
 
 /// The kernel's resident set, in MiB (from /proc).
