@@ -737,6 +737,45 @@ async fn events_of(server: &OAuthServer, kind: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Installs `key` behind a server whose metadata carries `overrides`, runs `connect` (with the
+/// browser opener of `path`, else `--no-browser`) and checks that it fails with one line
+/// naming `endpoint` as refused, and that nothing was registered, authorized or stored.
+/// Returns the line and the server.
+async fn refused_at_connect(
+    rt: &mut Runtime,
+    key: &str,
+    overrides: &Value,
+    endpoint: &str,
+    path: Option<&str>,
+) -> (String, Remote) {
+    let overrides = overrides.to_string();
+    let remote = Remote::start(rt, &["--ttl", "300", "--metadata-override", &overrides]);
+    rt.install_ok(
+        &oauth_connector(key, &remote.server.mcp_url, json!({})),
+        &[],
+    );
+    rt.wait_status(key, "auth_required", READY);
+    let out = match path {
+        Some(path) => connect_with_opener(rt, key, path),
+        None => rt.tutti(&["connector", "connect", key, "--no-browser"]),
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "connect {key} went on: {stderr}");
+    let line = one_line(&stderr);
+    assert!(
+        line.contains(endpoint) && line.contains("refused"),
+        "{line}"
+    );
+    let server = &remote.server;
+    assert!(
+        server.seen("registration").await.is_empty(),
+        "{key}: registered"
+    );
+    assert!(server.seen("authorization").await.is_empty(), "{key}");
+    assert!(stored_tokens(rt, key).is_empty());
+    (line, remote)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_authorization_endpoints_are_refused_and_nothing_is_opened() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -747,31 +786,15 @@ async fn hostile_authorization_endpoints_are_refused_and_nothing_is_opened() {
         ("script", "javascript:alert(document.cookie)"),
         ("plain", "http://as.example.com/authorize"),
     ] {
-        let overrides = json!({ "authorization_endpoint": endpoint }).to_string();
-        let remote = Remote::start(&rt, &["--metadata-override", &overrides]);
-        let server = &remote.server;
-        rt.install_ok(&oauth_connector(key, &server.mcp_url, json!({})), &[]);
-        rt.wait_status(key, "auth_required", READY);
-        let out = connect_with_opener(&rt, key, &path);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "connect {key} went on: {stderr}");
-        let line = one_line(&stderr);
-        assert!(
-            line.contains("authorization_endpoint") && line.contains("refused"),
-            "{line}"
-        );
+        let overrides = json!({ "authorization_endpoint": endpoint });
+        let name = "authorization_endpoint";
+        let (line, _) = refused_at_connect(&mut rt, key, &overrides, name, Some(&path)).await;
         assert!(line.contains(&endpoint[..10]), "{line}");
         assert!(
             !opened.exists(),
             "the opener was run: {:?}",
             std::fs::read_to_string(&opened)
         );
-        assert!(
-            server.seen("registration").await.is_empty(),
-            "{key}: registered"
-        );
-        assert!(server.seen("authorization").await.is_empty(), "{key}");
-        assert!(stored_tokens(&rt, key).is_empty());
     }
 }
 
@@ -782,26 +805,13 @@ async fn a_revocation_endpoint_at_a_private_address_gets_no_login_and_no_token()
         ("unspecified", "http://0.0.0.0:RESOURCE_PORT/trap/revoke"),
         ("private", "https://10.0.0.1/trap/revoke"),
     ] {
-        let overrides = json!({ "revocation_endpoint": endpoint }).to_string();
-        let remote = Remote::start(&rt, &["--ttl", "300", "--metadata-override", &overrides]);
-        let server = &remote.server;
-        rt.install_ok(&oauth_connector(key, &server.mcp_url, json!({})), &[]);
-        rt.wait_status(key, "auth_required", READY);
-        let out = rt.tutti(&["connector", "connect", key, "--no-browser"]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "connect {key} went on: {stderr}");
-        let line = one_line(&stderr);
+        let overrides = json!({ "revocation_endpoint": endpoint });
+        let name = "revocation_endpoint";
+        let (_, remote) = refused_at_connect(&mut rt, key, &overrides, name, None).await;
         assert!(
-            line.contains("revocation_endpoint") && line.contains("refused"),
-            "{line}"
+            events_of(&remote.server, "trap").await.is_empty(),
+            "{key}: sent"
         );
-        assert!(
-            server.seen("registration").await.is_empty(),
-            "{key}: registered"
-        );
-        assert!(server.seen("authorization").await.is_empty(), "{key}");
-        assert!(events_of(server, "trap").await.is_empty(), "{key}: sent");
-        assert!(stored_tokens(&rt, key).is_empty());
     }
 }
 
