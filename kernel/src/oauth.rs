@@ -99,9 +99,22 @@ fn refused(key: &str, e: &OAuthError) -> Status {
 pub async fn begin(k: &Kernel, req: pb::BeginLoginRequest) -> Result<pb::BeginLoginReply, Status> {
     check_redirect(&req.redirect_uri)?;
     let settings = settings(k, &req.key)?;
-    let step_up = record(&k.secrets.load(&req.key)).step_up;
-    let pending = tutti_oauth::login::begin(&settings, &req.redirect_uri, step_up.as_deref())
+    let stored = record(&k.secrets.load(&req.key));
+    let pending = tutti_oauth::login::begin(
+        &settings,
+        &req.redirect_uri,
+        stored.step_up.as_deref(),
+        stored.client.as_ref(),
+    )
+    .await
+    .map_err(|e| refused(&req.key, &e))?;
+    // The URL goes to the user's browser: the endpoint rule once more, right before it leaves.
+    tutti_oauth::OAuthHttp::for_mcp_url(&settings.url)
         .await
+        .and_then(|http| {
+            http.reach()
+                .check_endpoint("authorization_endpoint", pending.authorization_url())
+        })
         .map_err(|e| refused(&req.key, &e))?;
     let reply = pb::BeginLoginReply {
         login_id: login_id(),
@@ -129,10 +142,16 @@ pub async fn complete(k: &Kernel, req: pb::CompleteLoginRequest) -> Result<(), S
         )));
     };
     let iss = (!req.iss.is_empty()).then_some(req.iss.as_str());
+    let client = pending.registered_client().cloned();
     let grant = match pending.complete(&req.code, &req.state, iss).await {
         Ok(grant) => grant,
         Err(e @ OAuthError::StateMismatch) => return Err(Status::invalid_argument(e.to_string())),
-        Err(e) => return Err(refused(&key, &e)),
+        Err(e) => {
+            if e.refuses_client() {
+                forget_client(k, &key);
+            }
+            return Err(refused(&key, &e));
+        }
     };
     k.audit.record(Event::OauthLogin {
         connector: key.clone(),
@@ -144,10 +163,21 @@ pub async fn complete(k: &Kernel, req: pb::CompleteLoginRequest) -> Result<(), S
         &key,
         &Record {
             grant: Some(grant),
+            client,
             ..Record::default()
         },
     )?;
     settle_auth(k, &key)
+}
+
+/// The server refused the registered client: the next login registers a new one.
+fn forget_client(k: &Kernel, key: &str) {
+    let mut rec = record(&k.secrets.load(key));
+    if rec.client.take().is_some()
+        && let Err(e) = save(k, key, &rec)
+    {
+        tracing::warn!(key, error = %e.message(), "could not forget the refused client");
+    }
 }
 
 fn refresh_turn(k: &Kernel, key: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -206,6 +236,9 @@ pub async fn refresh(
                 reason: reason.clone(),
             });
             rec.needs_login = true;
+            if e.refuses_client() {
+                rec.client = None;
+            }
             save(k, key, &rec)?;
             settle_auth(k, key)?;
             Err(Status::failed_precondition(format!(
@@ -236,7 +269,10 @@ pub async fn revoke(k: &Kernel, key: &str) {
     let outcome = match grant.revoke().await {
         Ok(true) => "revoked".to_owned(),
         Ok(false) => "not_offered".to_owned(),
-        Err(e) => format!("failed: {e}"),
+        Err(e) => {
+            tracing::warn!(key, error = %e, "the tokens were deleted but not revoked at the server");
+            format!("failed: {e}")
+        }
     };
     k.audit.record(Event::OauthRevoke {
         connector: key.to_owned(),
@@ -248,6 +284,12 @@ pub async fn revoke(k: &Kernel, key: &str) {
 /// by the secret store when the tokens were stored (no file is read).
 pub fn expiry(k: &Kernel, key: &str) -> i64 {
     k.secrets.token_expiry(key)
+}
+
+/// For `status`: the account the login belongs to, where the server said which (empty
+/// otherwise), kept in memory like the expiry.
+pub fn account(k: &Kernel, key: &str) -> String {
+    k.secrets.account(key)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use tutti_oauth::Grant;
+use tutti_oauth::{Grant, RegisteredClient};
 
 use crate::manifest::{Auth, Manifest, Mcp, OauthSettings};
 
@@ -25,6 +25,10 @@ pub struct Record {
     /// The scope a `403 insufficient_scope` named; the next login asks for it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_up: Option<String>,
+    /// The client a login registered dynamically; later logins use it again until the
+    /// server refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<RegisteredClient>,
 }
 
 impl Record {
@@ -69,8 +73,11 @@ pub fn secret_values(stored: &BTreeMap<String, String>) -> Vec<String> {
         .filter(|(name, v)| name.as_str() != LOGIN && !v.is_empty())
         .map(|(_, v)| v.clone())
         .collect();
-    if let Some(grant) = record(stored).grant {
+    let record = record(stored);
+    if let Some(grant) = record.grant {
         out.extend(grant.secret_values());
     }
+    let client_secret = record.client.and_then(|c| c.client_secret);
+    out.extend(client_secret.filter(|s| !s.is_empty()));
     out
 }

@@ -18,6 +18,8 @@ use crate::registry::write_private;
 struct Summary {
     /// When the OAuth access token expires (0 when unknown or not logged in).
     token_expires_unix_ms: i64,
+    /// The account the OAuth login belongs to (empty when unknown or not logged in).
+    account: String,
     /// The values to mask (`oauth_record::secret_values`).
     values: Vec<String>,
     /// The names stored with a non-empty value.
@@ -35,6 +37,12 @@ impl Summary {
                 .as_ref()
                 .filter(|_| !rec.needs_login)
                 .map_or(0, |g| g.expires_unix_ms),
+            account: rec
+                .grant
+                .as_ref()
+                .filter(|_| !rec.needs_login)
+                .and_then(|g| g.account.as_ref()?.display().map(str::to_owned))
+                .unwrap_or_default(),
             values: crate::oauth_record::secret_values(stored),
             present: stored
                 .iter()
@@ -158,6 +166,14 @@ impl SecretStore {
             .each
             .get(key)
             .map_or(0, |s| s.token_expires_unix_ms)
+    }
+
+    /// The account of the connector's OAuth login (empty when unknown), from memory.
+    pub fn account(&self, key: &str) -> String {
+        lock(&self.known)
+            .each
+            .get(key)
+            .map_or_else(String::new, |s| s.account.clone())
     }
 
     /// Which of `names` the connector has no non-empty value for, from memory.

@@ -630,6 +630,7 @@ impl KernelRpc for Service {
             let m = inner.manifests.get(key);
             let c = inner.conns.get(key);
             let live = inner.table.live(key);
+            let oauth = m.and_then(crate::oauth_record::oauth_of).is_some();
             let mut s = pb::ConnectorStatus {
                 key: key.clone(),
                 name: m.map(|m| m.name.clone()).unwrap_or_default(),
@@ -643,12 +644,13 @@ impl KernelRpc for Service {
                 tool_count: live.map(|r| r.tools.len() as u32).unwrap_or(0),
                 restarts: c.map_or(0, |c| c.life.restarts()),
                 reinitializations: c.map_or(0, |c| c.life.reinitializations()),
-                oauth: m.and_then(crate::oauth_record::oauth_of).is_some(),
-                token_expires_unix_ms: if m.and_then(crate::oauth_record::oauth_of).is_some() {
+                oauth,
+                token_expires_unix_ms: if oauth {
                     crate::oauth::expiry(&self.k, key)
                 } else {
                     0
                 },
+                oauth_account: crate::oauth::account(&self.k, key),
                 last_error: c
                     .map(|c| {
                         let (error, note) = (c.life.last_error(), c.life.upgrade_note());

@@ -1,33 +1,6 @@
-//! What every step shares: the error type, the manifest's client settings, the URL rule.
+//! What every step shares: the manifest's client settings, the URL rules.
 
-/// Everything that can go wrong in an OAuth step; each message names the step and, where it
-/// helps, the fix. No variant carries a token.
-#[derive(Debug, thiserror::Error)]
-pub enum OAuthError {
-    #[error("the URL {url:?} {problem}")]
-    BadUrl { url: String, problem: &'static str },
-    #[error("discovering the authorization server failed: {0}")]
-    Discovery(String),
-    #[error("the authorization server does not support PKCE with S256")]
-    NoPkce,
-    #[error("the client could not be registered: {0}")]
-    Registration(String),
-    /// The redirect's `state` is not the login's: the CLI's redirect check and
-    /// [`crate::login::Pending::complete`] both refuse it with this text.
-    #[error(
-        "the redirect's state does not match this login: refused (it came from another or older \
-         login, or was forged); nothing was stored, run the connect command again"
-    )]
-    StateMismatch,
-    #[error("exchanging the authorization code failed: {0}")]
-    Exchange(String),
-    #[error("refreshing the access token failed: {0}")]
-    Refresh(String),
-    #[error("the login holds no refresh token")]
-    NoRefreshToken,
-    #[error("revoking the tokens failed: {0}")]
-    Revoke(String),
-}
+pub use crate::error::OAuthError;
 
 /// What the manifest says about a connector's login (`mcp.auth` of kind `oauth`).
 #[derive(Clone, Debug, Default)]
@@ -59,6 +32,16 @@ pub fn check_url(url: &str) -> Result<(), OAuthError> {
         )),
         _ => Err(bad("must be an https URL")),
     }
+}
+
+/// The rule the CLI applies to the authorization URL it is handed, right before opening or
+/// printing it: `https`, or `http` to a loopback host (the kernel already applied the whole
+/// endpoint rule, which allows the latter only for a loopback MCP URL). Anything else
+/// (`file:`, `smb:`, `javascript:`, `data:`, plain http off loopback) is refused.
+pub fn check_authorization_url(url: &str) -> Result<(), OAuthError> {
+    crate::net::Reach::loopback()
+        .check_scheme("authorization_endpoint", url)
+        .map(|_| ())
 }
 
 fn is_loopback(url: &reqwest::Url) -> bool {
@@ -100,6 +83,22 @@ mod tests {
             "not a url",
         ] {
             assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_cli_opens_only_https_or_loopback_http() {
+        for (url, open) in [
+            ("https://as.example.com/authorize?client_id=c", true),
+            ("http://127.0.0.1:9/authorize?client_id=c", true),
+            ("http://as.example.com/authorize", false),
+            ("http://0.0.0.0:9/authorize", false),
+            ("file:///etc/passwd", false),
+            ("smb://attacker.example/share", false),
+            ("javascript:alert(1)", false),
+            ("data:text/html,<b>x</b>", false),
+        ] {
+            assert_eq!(check_authorization_url(url).is_ok(), open, "{url}");
         }
     }
 }

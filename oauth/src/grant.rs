@@ -6,20 +6,10 @@ use rmcp::transport::auth::{AuthorizationMetadata, OAuthTokenResponse, StoredCre
 use serde::{Deserialize, Serialize};
 
 use crate::common::{OAuthError, now_unix_ms};
-
-/// How long one refresh or revocation request may take.
-const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// An HTTP client for the token and revocation endpoints: no redirects, bounded.
-fn http(timeout: std::time::Duration) -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(timeout)
-        .build()
-}
+use crate::net::OAuthHttp;
 
 /// `application/x-www-form-urlencoded` encoding of one value (RFC 6749 §2.3.1, Appendix B).
-fn form_encode(value: &str) -> String {
+pub(crate) fn form_encode(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for b in value.bytes() {
         match b {
@@ -34,7 +24,7 @@ fn form_encode(value: &str) -> String {
 }
 
 /// The reason of a refused token request: its status and OAuth `error` (RFC 6749 §5.2).
-fn token_error(status: reqwest::StatusCode, body: &[u8]) -> String {
+pub(crate) fn token_error(status: reqwest::StatusCode, body: &[u8]) -> String {
     let answer: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
     match answer["error"].as_str() {
         Some(error) => {
@@ -71,6 +61,9 @@ pub struct Grant {
     /// When the access token expires, Unix epoch ms; 0 when the server gave no lifetime.
     #[serde(default)]
     pub expires_unix_ms: i64,
+    /// The account the login belongs to, where the server said which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<crate::account::Account>,
 }
 
 impl std::fmt::Debug for Grant {
@@ -169,24 +162,27 @@ impl Grant {
     /// did not discover one, and a refresh here does no discovery.)
     pub async fn refresh(&self) -> Result<Grant, OAuthError> {
         let refresh_token = self.refresh_token().ok_or(OAuthError::NoRefreshToken)?;
-        let failed = |e: reqwest::Error| OAuthError::Refresh(e.without_url().to_string());
+        let http = OAuthHttp::for_mcp_url(&self.url).await?;
+        let endpoint = http
+            .reach()
+            .check_endpoint("token_endpoint", &self.metadata.token_endpoint)?;
         let mut form = vec![
             ("grant_type", "refresh_token"),
             ("refresh_token", refresh_token),
             ("resource", self.resource()),
         ];
-        let request = http(REQUEST_TIMEOUT)
-            .map_err(failed)?
-            .post(&self.metadata.token_endpoint)
+        let request = http
+            .request(reqwest::Method::POST, endpoint)
             .header(reqwest::header::ACCEPT, "application/json");
-        let request = self.authenticate(request, &mut form);
-        let response = request.form(&form).send().await.map_err(failed)?;
-        let status = response.status();
-        let body = response.bytes().await.map_err(failed)?;
-        if !status.is_success() {
-            return Err(OAuthError::Refresh(token_error(status, &body)));
+        let request = self.authenticate(request, &mut form).form(&form);
+        let answer = http.send("token_endpoint", request, false).await?;
+        if !answer.status.is_success() {
+            return Err(OAuthError::Refresh(token_error(
+                answer.status,
+                &answer.body,
+            )));
         }
-        let mut token: OAuthTokenResponse = serde_json::from_slice(&body).map_err(|e| {
+        let mut token: OAuthTokenResponse = serde_json::from_slice(&answer.body).map_err(|e| {
             OAuthError::Refresh(format!("the token endpoint's answer is not a token: {e}"))
         })?;
         if token.refresh_token().is_none() {
@@ -210,9 +206,10 @@ impl Grant {
         else {
             return Ok(false);
         };
-        // Bounded: `disconnect` and `uninstall` wait for this.
-        let http =
-            http(REQUEST_TIMEOUT).map_err(|e| OAuthError::Revoke(e.without_url().to_string()))?;
+        let http = OAuthHttp::for_mcp_url(&self.url).await?;
+        let endpoint = http
+            .reach()
+            .check_endpoint("revocation_endpoint", endpoint)?;
         let tokens = [
             (self.refresh_token(), "refresh_token"),
             (self.access_token(), "access_token"),
@@ -220,16 +217,13 @@ impl Grant {
         for (token, hint) in tokens {
             let Some(token) = token else { continue };
             let mut form = vec![("token", token), ("token_type_hint", hint)];
-            let request = self.authenticate(http.post(endpoint), &mut form);
-            let response = request
-                .form(&form)
-                .send()
-                .await
-                .map_err(|e| OAuthError::Revoke(e.without_url().to_string()))?;
-            if !response.status().is_success() {
+            let request = http.request(reqwest::Method::POST, endpoint.clone());
+            let request = self.authenticate(request, &mut form).form(&form);
+            let answer = http.send("revocation_endpoint", request, false).await?;
+            if !answer.status.is_success() {
                 return Err(OAuthError::Revoke(format!(
                     "the revocation endpoint answered {}",
-                    response.status()
+                    answer.status
                 )));
             }
         }

@@ -15,16 +15,26 @@
 //! - dynamic registration called by us, so the registered client (its secret too) is part of
 //!   the [`Grant`] and never only in rmcp's memory;
 //! - revocation (RFC 7009), which rmcp does not offer ([`Grant::revoke`]);
-//! - the manifest URL rule ([`check_url`]).
+//! - the manifest URL rule ([`check_url`]), and for every URL a remote document names the
+//!   endpoint rule and the address rule of the one OAuth HTTP client ([`OAuthHttp`], [`Reach`]),
+//!   which every request of this crate goes through, rmcp's included.
 //!
 //! Nothing here logs or displays a token: [`Grant`]'s `Debug` shows none.
 
 #![forbid(unsafe_code)]
 
+mod account;
+mod address;
 mod common;
+mod error;
 mod grant;
 pub mod login;
+mod net;
+mod par;
 mod probe;
 
-pub use common::{ClientSettings, OAuthError, check_url};
+pub use account::Account;
+pub use common::{ClientSettings, OAuthError, check_authorization_url, check_url};
 pub use grant::Grant;
+pub use login::RegisteredClient;
+pub use net::{AddressClass, MAX_BODY, OAuthHttp, Reach};

@@ -6,19 +6,21 @@
 
 use serde_json::{Value, json};
 
+use crate::net::OAuthHttp;
+
 /// The `WWW-Authenticate` of the resource's 401 to an unauthenticated `initialize`, if any.
-pub(crate) async fn legacy_challenge(url: &str) -> Option<String> {
+pub(crate) async fn legacy_challenge(http: &OAuthHttp, url: &str) -> Option<String> {
     let body = json!({
         "jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                    "clientInfo": {"name": "tutti", "version": env!("CARGO_PKG_VERSION")}}
     });
-    challenge(url, &body, &[]).await
+    challenge(http, url, &body, &[]).await
 }
 
 /// The `WWW-Authenticate` of the resource's 401 to an unauthenticated `server/discover`, if
 /// any.
-pub(crate) async fn modern_challenge(url: &str) -> Option<String> {
+pub(crate) async fn modern_challenge(http: &OAuthHttp, url: &str) -> Option<String> {
     let body = json!({
         "jsonrpc": "2.0", "id": 0, "method": "server/discover",
         "params": {"_meta": {
@@ -32,24 +34,28 @@ pub(crate) async fn modern_challenge(url: &str) -> Option<String> {
         ("mcp-protocol-version", "2026-07-28"),
         ("mcp-method", "server/discover"),
     ];
-    challenge(url, &body, &headers).await
+    challenge(http, url, &body, &headers).await
 }
 
 /// The `WWW-Authenticate` of the resource's 401 to `body` POSTed without credentials (with
-/// `headers`), if any.
-async fn challenge(url: &str, body: &Value, headers: &[(&str, &str)]) -> Option<String> {
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .ok()?;
+/// `headers`), if any. The body of the answer is not read.
+async fn challenge(
+    http: &OAuthHttp,
+    url: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Option<String> {
+    let url = reqwest::Url::parse(url).ok()?;
     let mut request = http
-        .post(url)
+        .request(reqwest::Method::POST, url)
         .header("accept", "application/json, text/event-stream");
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = request.json(body).send().await.ok()?;
+    let response = http
+        .start("MCP endpoint", request.json(body), false)
+        .await
+        .ok()?;
     if response.status() != reqwest::StatusCode::UNAUTHORIZED {
         return None;
     }

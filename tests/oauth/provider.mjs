@@ -32,6 +32,19 @@
 //   one is recorded in the control log either way (`authorizationHeaders`: how many).
 // --wrong-issuer: the authorization server's metadata names another issuer than its URL.
 // --bare-origin: the resource identifier is `http://127.0.0.1:R` (no `/`), compared exactly.
+// --par: pushed authorization requests (RFC 9126) are offered (off otherwise).
+// --resource-scopes-only: the authorization server knows only `openid` and `offline_access`;
+//   the resource's scopes exist only under the resource (resource indicators), so a
+//   registration that names them is refused (400 invalid_client_metadata), as oidc-provider
+//   configured as its documentation shows does.
+// --metadata-override JSON: fields replacing those of the authorization server's metadata
+//   (`RESOURCE_PORT` in a value becomes the resource's port), for hostile-server tests.
+// --endless token|refresh|metadata: the token endpoint (every POST, or every POST after the
+//   first, i.e. the refreshes after the login's code exchange) or the authorization server's
+//   metadata answers 200 with a streamed body of 1.5 GB; the bytes written before the client
+//   stopped reading are logged as {"server": "endless", "route", "sent"}.
+// Any path under /trap/ on the resource port is logged as {"server": "trap", "path", "method"}
+//   and answered 200 (a URL an endpoint override names to show that nothing was sent there).
 // E2E_CLIENT_SECRET (environment): also a pre-registered confidential client `tutti-e2e`.
 //
 // Prints one line when ready: {"issuer": …, "resource": …, "mcp": …, "port": …}.
@@ -41,6 +54,11 @@ import http from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+
+// stdout carries only the ready line (the test stops reading it then): oidc-provider's own
+// notices go to stderr.
+console.info = (...args) => console.error(...args);
+console.warn = (...args) => console.error(...args);
 
 // oidc-provider is installed by scripts/install-test-tools into .tools/npm (TUTTI_NPM_DIR
 // overrides where).
@@ -57,6 +75,10 @@ const { values: opts } = parseArgs({
     'wrong-issuer': { type: 'boolean', default: false },
     'bare-origin': { type: 'boolean', default: false },
     'last-authorization': { type: 'boolean', default: false },
+    'resource-scopes-only': { type: 'boolean', default: false },
+    par: { type: 'boolean', default: false },
+    'metadata-override': { type: 'string' },
+    endless: { type: 'string' },
   },
 });
 if (!opts.upstream) {
@@ -108,6 +130,7 @@ const provider = new Provider(opts['wrong-issuer'] ? `${asUrl}/elsewhere` : asUr
   features: {
     devInteractions: { enabled: true },
     registration: { enabled: true },
+    pushedAuthorizationRequests: { enabled: opts.par },
     revocation: { enabled: true },
     resourceIndicators: {
       enabled: true,
@@ -126,7 +149,7 @@ const provider = new Provider(opts['wrong-issuer'] ? `${asUrl}/elsewhere` : asUr
       },
     },
   },
-  scopes: ['openid', 'offline_access', ...SCOPES],
+  scopes: ['openid', 'offline_access', ...(opts['resource-scopes-only'] ? [] : SCOPES)],
   pkce: { required: () => true },
   issueRefreshToken: (_ctx, client) => client.grantTypeAllowed('refresh_token'),
   rotateRefreshToken: true,
@@ -149,7 +172,8 @@ provider.use(async (ctx, next) => {
     status: ctx.status,
     grantType: params.grant_type,
     resource: params.resource,
-    scope: route === 'authorization' ? params.scope : undefined,
+    scope: ['authorization', 'pushed_authorization_request'].includes(route)
+      ? params.scope : undefined,
     hint: route === 'revocation' ? params.token_type_hint : undefined,
   });
 });
@@ -161,6 +185,35 @@ const issued = { codes: [], accessTokens: [], refreshTokens: [], clientSecrets: 
 if (clientSecret) {
   issued.clientSecrets.push(clientSecret);
 }
+// --metadata-override: the discovery documents carry the hostile fields.
+const overrides = JSON.parse(
+  (opts['metadata-override'] ?? '{}').replaceAll('RESOURCE_PORT', String(resourcePort)),
+);
+provider.use(async (ctx, next) => {
+  await next();
+  if (ctx.oidc?.route === 'discovery' && ctx.body && typeof ctx.body === 'object') {
+    ctx.body = { ...ctx.body, ...overrides };
+  }
+});
+
+// --endless: 1.5 GB in 64 KiB chunks, written as fast as the client reads them.
+async function endless(req, res, route) {
+  res.writeHead(200, { 'content-type': 'application/json' });
+  const chunk = Buffer.alloc(64 * 1024, 0x20);
+  chunk[0] = 0x7b;
+  let sent = 0;
+  let closed = false;
+  res.on('close', () => { closed = true; });
+  while (!closed && sent < 1536 * 1024 * 1024) {
+    sent += chunk.length;
+    if (!res.write(chunk)) {
+      await new Promise((resolve) => { res.once('drain', resolve); res.once('close', resolve); });
+    }
+  }
+  record({ server: 'endless', route, sent });
+  res.end();
+}
+
 provider.on('access_token.saved', (token) => {
   grants.add(token.grantId);
   accessTokens.add(token.jti);
@@ -178,7 +231,20 @@ provider.on('registration_create.success', (_ctx, client) => {
 });
 provider.on('server_error', (_ctx, err) => console.error('provider.mjs: server error', err));
 
-asServer.on('request', provider.callback());
+const providerCallback = provider.callback();
+let tokenRequests = 0;
+asServer.on('request', (req, res) => {
+  const path = new URL(req.url ?? '/', asUrl).pathname;
+  const token = path === '/token' && req.method === 'POST';
+  tokenRequests += token ? 1 : 0;
+  if ((opts.endless === 'token' && token)
+    || (opts.endless === 'refresh' && token && tokenRequests > 1)
+    || (opts.endless === 'metadata' && path.startsWith('/.well-known/'))) {
+    endless(req, res, opts.endless).catch((e) => console.error('provider.mjs: endless', e));
+    return;
+  }
+  providerCallback(req, res);
+});
 
 // --- the protected resource ---
 const required = new Map();
@@ -308,6 +374,9 @@ async function serveResource(req, res) {
       scopes_supported: ['mcp:tools'],
       bearer_methods_supported: ['header'],
     });
+  } else if (path.startsWith('/trap/')) {
+    record({ server: 'trap', path, method: req.method });
+    json(res, 200, {});
   } else if (path === '/mcp') {
     await serveMcp(req, res);
   } else if (path === '/control/revoke' && req.method === 'POST') {

@@ -275,8 +275,12 @@ impl Browser {
     /// to the client's `redirect_uri` (with its `code`, `state` and `iss`) without following
     /// it. Panics when the server answers anything a login page flow would not.
     pub async fn authorize(&mut self, authorization_url: &str, user: &str) -> String {
-        let redirect_uri = query_param(authorization_url, "redirect_uri")
-            .unwrap_or_else(|| panic!("no redirect_uri in {authorization_url}"));
+        // A pushed request's URL names no redirect_uri: then the first `/callback` is it.
+        let redirect_uri = query_param(authorization_url, "redirect_uri").unwrap_or_default();
+        let reached = |next: &str| match redirect_uri.as_str() {
+            "" => reqwest::Url::parse(next).is_ok_and(|u| u.path() == "/callback"),
+            uri => next.starts_with(uri),
+        };
         let mut url = authorization_url.to_owned();
         let mut body = None::<Vec<(&str, String)>>;
         for _ in 0..20 {
@@ -297,7 +301,7 @@ impl Browser {
                     .and_then(|base| base.join(&location))
                     .unwrap_or_else(|e| panic!("bad redirect {location:?}: {e}"))
                     .to_string();
-                if next.starts_with(&redirect_uri) {
+                if reached(&next) {
                     return next;
                 }
                 url = next;
@@ -319,7 +323,7 @@ impl Browser {
                 panic!("neither a login nor a consent page at {url}: {page}")
             });
         }
-        panic!("the login did not reach {redirect_uri} within 20 steps (last {url})")
+        panic!("the login did not reach the callback within 20 steps (last {url})")
     }
 
     /// A plain GET (the loopback callback): status and body.

@@ -195,9 +195,10 @@ async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill()
     let (url, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
     assert!(ok, "connect failed: {stdout}{stderr}");
     let printed: Value = serde_json::from_str(stdout.trim()).unwrap_or_default();
+    // The account is the one the browser logged in as (the id_token's subject).
     assert_eq!(
         printed,
-        json!({"key": "remote", "status": "ready"}),
+        json!({"key": "remote", "status": "ready", "account": "alice"}),
         "{stdout}"
     );
     assert_eq!(
@@ -216,6 +217,10 @@ async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill()
     assert!(
         ready["tokenExpiresAt"].is_string(),
         "status shows no expiry: {ready}"
+    );
+    assert_eq!(
+        ready["oauthAccount"], "alice",
+        "status shows no account: {ready}"
     );
     assert_eq!(audit_events(&rt, "oauth_login", "remote").len(), 1);
 
@@ -908,4 +913,287 @@ async fn at_debug_level_no_code_or_token_reaches_a_log_an_output_or_an_argv() {
         "an OAuth secret leaked into:\n{}",
         leaks.join("\n")
     );
+}
+
+// === hostile authorization servers ===
+
+/// A fake browser opener first on `PATH` (`xdg-open`, `open`): it records its argv in the
+/// file it returns (absent while nothing was opened).
+fn fake_opener(rt: &Runtime) -> (String, PathBuf) {
+    let dir = rt.root().join("opener");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let opened = rt.root().join("opened.txt");
+    let script = format!(
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" >> '{}'\n",
+        opened.display()
+    );
+    for name in ["xdg-open", "open"] {
+        let path = dir.join(name);
+        std::fs::write(&path, &script).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::Permissions::from_mode(0o755);
+            std::fs::set_permissions(&path, mode).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (path, opened)
+}
+
+/// `tutti connector connect KEY` with the browser opener of `path` (no `--no-browser`).
+fn connect_with_opener(rt: &Runtime, key: &str, path: &str) -> std::process::Output {
+    rt.tutti_cmd(&["connector", "connect", key])
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run tutti connector connect {key}: {e}"))
+}
+
+/// The resource's `/trap/` requests and the endless answers' byte counts so far.
+async fn events_of(server: &OAuthServer, kind: &str) -> Vec<Value> {
+    server
+        .log()
+        .await
+        .into_iter()
+        .filter(|e| e["server"] == kind)
+        .collect()
+}
+
+/// Installs `key` behind a server whose metadata carries `overrides`, runs `connect` (with the
+/// browser opener of `path`, else `--no-browser`) and checks that it fails with one line
+/// naming `endpoint` as refused, and that nothing was registered, authorized or stored.
+/// Returns the line and the server.
+async fn refused_at_connect(
+    rt: &mut Runtime,
+    key: &str,
+    overrides: &Value,
+    endpoint: &str,
+    path: Option<&str>,
+) -> (String, Remote) {
+    let overrides = overrides.to_string();
+    let remote = Remote::start(rt, &["--ttl", "300", "--metadata-override", &overrides]);
+    rt.install_ok(
+        &oauth_connector(key, &remote.server.mcp_url, json!({})),
+        &[],
+    );
+    rt.wait_status(key, "auth_required", READY);
+    let out = match path {
+        Some(path) => connect_with_opener(rt, key, path),
+        None => rt.tutti(&["connector", "connect", key, "--no-browser"]),
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "connect {key} went on: {stderr}");
+    let line = one_line(&stderr);
+    assert!(
+        line.contains(endpoint) && line.contains("refused"),
+        "{line}"
+    );
+    let server = &remote.server;
+    assert!(
+        server.seen("registration").await.is_empty(),
+        "{key}: registered"
+    );
+    assert!(server.seen("authorization").await.is_empty(), "{key}");
+    assert!(stored_tokens(rt, key).is_empty());
+    (line, remote)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_authorization_endpoints_are_refused_and_nothing_is_opened() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let (path, opened) = fake_opener(&rt);
+    for (key, endpoint) in [
+        ("file", "file:///etc/passwd"),
+        ("smb", "smb://attacker.example/share"),
+        ("script", "javascript:alert(document.cookie)"),
+        ("plain", "http://as.example.com/authorize"),
+    ] {
+        let overrides = json!({ "authorization_endpoint": endpoint });
+        let name = "authorization_endpoint";
+        let (line, _) = refused_at_connect(&mut rt, key, &overrides, name, Some(&path)).await;
+        assert!(line.contains(&endpoint[..10]), "{line}");
+        assert!(
+            !opened.exists(),
+            "the opener was run: {:?}",
+            std::fs::read_to_string(&opened)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revocation_endpoint_at_a_private_address_gets_no_login_and_no_token() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    for (key, endpoint) in [
+        ("unspecified", "http://0.0.0.0:RESOURCE_PORT/trap/revoke"),
+        ("private", "https://10.0.0.1/trap/revoke"),
+    ] {
+        let overrides = json!({ "revocation_endpoint": endpoint });
+        let name = "revocation_endpoint";
+        let (_, remote) = refused_at_connect(&mut rt, key, &overrides, name, None).await;
+        assert!(
+            events_of(&remote.server, "trap").await.is_empty(),
+            "{key}: sent"
+        );
+    }
+}
+
+/// The kernel's resident set, in MiB (from /proc).
+fn kernel_rss_mib(rt: &Runtime) -> u64 {
+    let pid = rt.pid().unwrap_or_else(|| panic!("no kernel pid"));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib / 1024)
+}
+
+/// `login` runs while the kernel's RSS is sampled every 50 ms; returns the outcome and the
+/// largest sample.
+async fn with_peak_rss<F: std::future::Future>(rt: &Runtime, login: F) -> (F::Output, u64) {
+    let mut peak = kernel_rss_mib(rt);
+    tokio::pin!(login);
+    loop {
+        tokio::select! {
+            out = &mut login => return (out, peak.max(kernel_rss_mib(rt))),
+            () = tokio::time::sleep(Duration::from_millis(50)) => peak = peak.max(kernel_rss_mib(rt)),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn endless_answers_are_cut_at_one_mebibyte_and_the_kernel_stays_small() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // The metadata: connect fails at discovery.
+    let remote = Remote::start(&rt, &["--endless", "metadata"]);
+    rt.install_ok(
+        &oauth_connector("meta", &remote.server.mcp_url, json!({})),
+        &[],
+    );
+    rt.wait_status("meta", "auth_required", READY);
+    let connect = tokio::task::spawn_blocking({
+        let cmd = rt.tutti_cmd(&["connector", "connect", "meta", "--no-browser"]);
+        move || {
+            let mut cmd = cmd;
+            cmd.stdin(Stdio::null()).output()
+        }
+    });
+    let (out, peak) = with_peak_rss(&rt, connect).await;
+    let out = out
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(one_line(&stderr).contains("1 MiB"), "{stderr}");
+    assert!(peak < 100, "the kernel grew to {peak} MiB");
+
+    // The token answer: the login gets to the code exchange, which is cut.
+    let remote = Remote::start(&rt, &["--endless", "token"]);
+    rt.install_ok(
+        &oauth_connector("token", &remote.server.mcp_url, json!({})),
+        &[],
+    );
+    rt.wait_status("token", "auth_required", READY);
+    let ((_, _, (ok, _, stderr)), peak) = with_peak_rss(&rt, log_in(&rt, "token")).await;
+    assert!(!ok, "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("1 MiB"), "{stderr}");
+    assert!(peak < 100, "the kernel grew to {peak} MiB");
+    let sent: Vec<Value> = events_of(&remote.server, "endless").await;
+    assert!(
+        sent.iter()
+            .all(|e| e["sent"].as_u64().unwrap_or(0) < 256 << 20),
+        "the client read on: {sent:?}"
+    );
+    assert!(stored_tokens(&rt, "token").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_with_scopes_only_under_its_resource_logs_in_and_keeps_its_client() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300", "--resource-scopes-only"]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    echo(&client(&rt).await, "remote", "scoped").await;
+    let registrations = server.seen("registration").await;
+    assert!(
+        registrations.len() == 1 && registrations[0]["status"] == 201,
+        "{registrations:?}"
+    );
+
+    // A second login of the same connector uses the client the first one registered.
+    let (_, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
+    assert!(ok, "{stdout}{stderr}");
+    rt.wait_status("remote", "ready", READY);
+    echo(&client(&rt).await, "remote", "again").await;
+    assert_eq!(
+        server.seen("registration").await.len(),
+        1,
+        "registered again"
+    );
+    assert_eq!(server.seen("authorization").await.len(), 2);
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_refresh_answer_is_cut_and_the_kernel_stays_small() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300", "--endless", "refresh"]);
+    let server = &remote.server;
+    install_and_log_in(&mut rt, server, "remote", json!({})).await;
+    let mcp = client(&rt).await;
+    echo(&mcp, "remote", "before").await;
+    // The access token stops working: the worker asks the kernel for a refresh, whose
+    // answer never ends.
+    server.drop_access_tokens().await;
+    let call = mcp.call_tool("remote_echo", json!({"message": "after"}));
+    let (_, peak) = with_peak_rss(&rt, call).await;
+    assert!(peak < 100, "the kernel grew to {peak} MiB");
+    let status = rt.wait_status("remote", "auth_required", READY);
+    let error = status["lastError"].as_str().unwrap_or_default();
+    assert!(error.contains("1 MiB"), "{status}");
+    assert_names_connect(&status, "remote");
+    let sent = events_of(server, "endless").await;
+    assert!(
+        !sent.is_empty()
+            && sent
+                .iter()
+                .all(|e| e["sent"].as_u64().unwrap_or(0) < 256 << 20),
+        "the kernel read on: {sent:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_offering_pushed_requests_gets_them_and_the_url_names_only_the_request() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300", "--par"]);
+    let server = &remote.server;
+    rt.install_ok(&oauth_connector("remote", &server.mcp_url, json!({})), &[]);
+    rt.wait_status("remote", "auth_required", READY);
+    let (url, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
+    assert!(ok, "{stdout}{stderr}");
+    let names: Vec<String> = reqwest::Url::parse(&url)
+        .unwrap_or_else(|e| panic!("{url}: {e}"))
+        .query_pairs()
+        .map(|(k, _)| k.into_owned())
+        .collect();
+    assert_eq!(names, ["client_id", "request_uri"], "{url}");
+    let pushed = server.seen("pushed_authorization_request").await;
+    assert!(
+        pushed.len() == 1
+            && pushed[0]["status"] == 201
+            && pushed[0]["resource"] == server.resource.as_str()
+            && pushed[0]["scope"]
+                .as_str()
+                .is_some_and(|s| s.split(' ').any(|s| s == "mcp:tools")),
+        "{pushed:?}"
+    );
+    rt.wait_status("remote", "ready", READY);
+    echo(&client(&rt).await, "remote", "pushed").await;
 }

@@ -77,6 +77,8 @@ pub(crate) async fn run(
         .await
         .map_err(|s| kernel.error(s))?
         .into_inner();
+    tutti_oauth::check_authorization_url(&begun.authorization_url)
+        .map_err(|e| login_error(key, e.to_string()))?;
     let page = (!no_browser)
         .then(|| crate::browser::open(state_dir, &begun.authorization_url))
         .and_then(|opened| {
@@ -115,15 +117,17 @@ pub(crate) async fn run(
         .await
         .map_err(|s| kernel.error(s))?;
     eprintln!("waiting for {key} to start");
-    let status = settled_status(kernel, key).await?;
+    let (status, account) = settled_status(kernel, key).await?;
     let line = if json {
-        format!(
-            "{{\"key\":{},\"status\":{}}}\n",
-            serde_json::Value::from(key),
-            serde_json::Value::from(status.as_str())
-        )
-    } else {
+        let mut out = serde_json::json!({"key": key, "status": status});
+        if !account.is_empty() {
+            out["account"] = account.into();
+        }
+        format!("{out}\n")
+    } else if account.is_empty() {
         format!("connected {key} ({status})\n")
+    } else {
+        format!("connected {key} ({status}) as {account}\n")
     };
     emit(&line)?;
     Ok(if status == "ready" {
@@ -133,8 +137,9 @@ pub(crate) async fn run(
     })
 }
 
-/// The connector's status once it is no longer starting (at most 60 s).
-async fn settled_status(kernel: &mut Kernel, key: &str) -> Result<String, CliError> {
+/// The connector's status once it is no longer starting (at most 60 s), and the account its
+/// login belongs to (empty when the server did not say).
+async fn settled_status(kernel: &mut Kernel, key: &str) -> Result<(String, String), CliError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let reply = kernel
@@ -143,15 +148,15 @@ async fn settled_status(kernel: &mut Kernel, key: &str) -> Result<String, CliErr
             .await
             .map_err(|s| kernel.error(s))?
             .into_inner();
-        let status = reply
+        let (status, account) = reply
             .connectors
             .iter()
             .find(|c| c.key == key)
-            .map(|c| c.status.clone())
+            .map(|c| (c.status.clone(), c.oauth_account.clone()))
             .unwrap_or_default();
         let settled = !matches!(status.as_str(), "starting" | "restarting" | "auth_required");
         if settled || tokio::time::Instant::now() >= deadline {
-            return Ok(status);
+            return Ok((status, account));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

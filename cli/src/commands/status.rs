@@ -111,6 +111,9 @@ struct ConnectorJson {
     /// An OAuth connector (SPEC §10): when its access token expires (never the token).
     #[serde(skip_serializing_if = "Option::is_none")]
     token_expires_at: Option<String>,
+    /// An OAuth connector: the account its login belongs to, where the server said which.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oauth_account: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -212,6 +215,7 @@ impl StatusJson {
                     } else {
                         None
                     },
+                    oauth_account: non_empty(&c.oauth_account),
                 })
                 .collect(),
             resource_clashes: reply
@@ -234,9 +238,10 @@ fn status_cell(c: &ConnectorStatus) -> String {
     let mut cell = match local_time(c.next_retry_unix_ms) {
         Some(at) if retrying => format!("{} (next retry {at})", c.status),
         _ => match local_time(c.token_expires_unix_ms) {
-            Some(at) if c.oauth && c.status == "ready" => {
-                format!("{} (token expires {at})", c.status)
-            }
+            Some(at) if c.oauth && c.status == "ready" => match non_empty(&c.oauth_account) {
+                Some(account) => format!("{} (as {account}, token expires {at})", c.status),
+                None => format!("{} (token expires {at})", c.status),
+            },
             _ => c.status.clone(),
         },
     };

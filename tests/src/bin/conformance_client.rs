@@ -109,7 +109,7 @@ async fn run_with_login(url: &str, context: &Value) -> anyhow::Result<()> {
 
 /// The browser login without a browser: the suite's authorization endpoint redirects at once.
 async fn login(settings: &ClientSettings, step_up: Option<&str>) -> anyhow::Result<Grant> {
-    let pending = tutti_oauth::login::begin(settings, REDIRECT_URI, step_up).await?;
+    let pending = tutti_oauth::login::begin(settings, REDIRECT_URI, step_up, None).await?;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()?;
