@@ -25,7 +25,8 @@ mod otel;
 #[cfg(feature = "otel")]
 mod otel_counts;
 #[cfg(not(feature = "otel"))]
-use otel as otel_counts;
+#[path = "otel_counts_off.rs"]
+mod otel_counts;
 mod paths;
 mod pin;
 mod probe;

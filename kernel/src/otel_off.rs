@@ -1,6 +1,5 @@
-//! `otel.rs` and `otel_counts.rs` when the crate is built without its `otel` feature (to
-//! measure what the OpenTelemetry crates cost, docs/PERFORMANCE.md): the same calls, doing
-//! nothing.
+//! `otel.rs` when the crate is built without its `otel` feature (to measure what the
+//! OpenTelemetry crates cost, docs/PERFORMANCE.md): the same calls, doing nothing.
 
 use std::sync::Arc;
 
@@ -9,10 +8,6 @@ use crate::state::Kernel;
 pub fn observe(_k: &Arc<Kernel>) -> Export {
     Export
 }
-
-pub fn fence(_connector: &str) {}
-
-pub fn commit(_connector: &str) {}
 
 /// Nothing to export.
 pub struct Export;

@@ -116,14 +116,16 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     }
 }
 
+/// An address from its text, for tests.
+#[cfg(test)]
+pub(crate) fn ip(text: &str) -> IpAddr {
+    text.parse()
+        .unwrap_or_else(|e| panic!("{text} is not an address: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse()
-            .unwrap_or_else(|e| panic!("{text} is not an address: {e}"))
-    }
 
     #[test]
     fn address_classes() {

@@ -399,11 +399,7 @@ impl OAuthHttpClient for OAuthHttp {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse()
-            .unwrap_or_else(|e| panic!("{text} is not an address: {e}"))
-    }
+    use crate::address::ip;
 
     #[test]
     fn only_public_addresses_and_the_mcp_hosts_own_class_are_reached() {

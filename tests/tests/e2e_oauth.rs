@@ -646,19 +646,8 @@ async fn oauth_tokens_codes_and_client_secrets_appear_nowhere_but_secrets() {
 
     // Then every file outside secrets/ (logs flushed by the stop), the runtime's own output
     // and every command's output.
-    let (root, state) = (rt.root().to_path_buf(), rt.state_dir().to_path_buf());
-    rt.stop();
-    let scan = secret_scan::Scan {
-        files: vec![root.join("up.stdout"), root.join("up.stderr")],
-        outputs,
-        skip_pids: &[],
-    };
-    leaks.extend(secret_scan::leaks(&needles, &state, &scan));
-    assert!(
-        leaks.is_empty(),
-        "an OAuth secret leaked into:\n{}",
-        leaks.join("\n")
-    );
+    let state = rt.state_dir().to_path_buf();
+    stop_and_assert_no_leak(&mut rt, &needles, outputs, leaks);
 
     // The current tokens and the client secret are where they belong.
     let stored = std::fs::read(state.join("secrets").join("remote.json")).unwrap_or_default();
@@ -828,6 +817,30 @@ async fn renew_three_times_then_an_echoing_error_page(rt: &Runtime, server: &OAu
     echo(&mcp, "remote", "after the error page").await;
 }
 
+/// Stops the runtime, then scans every file outside `secrets/` (logs flushed by the stop), its
+/// own output and `outputs` for `needles`; fails naming every place one was found (`leaks`
+/// holds what an earlier scan found).
+fn stop_and_assert_no_leak(
+    rt: &mut Runtime,
+    needles: &[String],
+    outputs: Vec<(String, Vec<u8>)>,
+    mut leaks: Vec<String>,
+) {
+    let (root, state) = (rt.root().to_path_buf(), rt.state_dir().to_path_buf());
+    rt.stop();
+    let scan = secret_scan::Scan {
+        files: vec![root.join("up.stdout"), root.join("up.stderr")],
+        outputs,
+        skip_pids: &[],
+    };
+    leaks.extend(secret_scan::leaks(needles, &state, &scan));
+    assert!(
+        leaks.is_empty(),
+        "an OAuth secret leaked into:\n{}",
+        leaks.join("\n")
+    );
+}
+
 /// Every place `needles` leak to: the runtime's processes (argv, environment), the state
 /// dir outside `secrets/`, and `outputs`.
 fn leaks_while_running(
@@ -899,20 +912,8 @@ async fn at_debug_level_no_code_or_token_reaches_a_log_an_output_or_an_argv() {
         &[],
     );
     run_kept(&rt, &mut outputs, &["logs", "remote"], &[]);
-    let mut leaks = leaks_while_running(&rt, &needles, &outputs);
-    let (root, state) = (rt.root().to_path_buf(), rt.state_dir().to_path_buf());
-    rt.stop();
-    let scan = secret_scan::Scan {
-        files: vec![root.join("up.stdout"), root.join("up.stderr")],
-        outputs,
-        skip_pids: &[],
-    };
-    leaks.extend(secret_scan::leaks(&needles, &state, &scan));
-    assert!(
-        leaks.is_empty(),
-        "an OAuth secret leaked into:\n{}",
-        leaks.join("\n")
-    );
+    let leaks = leaks_while_running(&rt, &needles, &outputs);
+    stop_and_assert_no_leak(&mut rt, &needles, outputs, leaks);
 }
 
 // === hostile authorization servers ===
