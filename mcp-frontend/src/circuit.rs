@@ -10,6 +10,11 @@
 //! resets the count (failures must be consecutive). After `failures` counted failures within
 //! `window` the circuit opens for `open`; then one trial call goes through (half-open): it
 //! closes the circuit, or opens it again.
+//!
+//! A breaker belongs to the connector's newest generation it has seen: a newly committed
+//! generation starts with a closed circuit, and a call of an older one ending later counts for
+//! nothing. Worker deaths and fences are the supervisor's business (restart intensity,
+//! `crash_loop`); the breaker is for an upstream that times out or is unavailable.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -96,21 +101,30 @@ pub(crate) struct Breaker {
     failures: VecDeque<Instant>,
     /// How many failures opened it (for the message).
     opened_after: u32,
+    /// The newest generation of the connector it has seen a call for.
+    generation: u64,
 }
 
 impl Breaker {
-    pub(crate) fn new(settings: Settings) -> Breaker {
+    pub(crate) fn new(settings: Settings, generation: u64) -> Breaker {
         Breaker {
             settings,
             state: State::Closed,
             failures: VecDeque::new(),
             opened_after: 0,
+            generation,
         }
     }
 
-    /// Whether a call starting at `now` may go; a half-open transition when the open time is
-    /// over (this call is the trial).
-    pub(crate) fn admit(&mut self, now: Instant) -> (Admit, Option<Transition>) {
+    /// Whether a call of `generation` starting at `now` may go; a half-open transition when
+    /// the open time is over (this call is the trial). The first call of a newer generation
+    /// finds the circuit closed (a transition when it was not).
+    pub(crate) fn admit(&mut self, now: Instant, generation: u64) -> (Admit, Option<Transition>) {
+        if generation > self.generation {
+            let was_closed = self.state == State::Closed;
+            *self = Breaker::new(self.settings, generation);
+            return (Admit::Go, (!was_closed).then_some(Transition::Closed));
+        }
         match self.state {
             State::Closed => (Admit::Go, None),
             State::Open { until } if now < until => (
@@ -138,13 +152,18 @@ impl Breaker {
         }
     }
 
-    /// A call admitted as `admit` ended at `now`; `failed` when its outcome counts.
+    /// A call of `generation` admitted as `admit` ended at `now`; `failed` when its outcome
+    /// counts. A call of an older generation than the breaker's counts for nothing.
     pub(crate) fn finish(
         &mut self,
         now: Instant,
+        generation: u64,
         admit: Admit,
         failed: bool,
     ) -> Option<Transition> {
+        if generation != self.generation {
+            return None;
+        }
         match (admit, self.state) {
             (Admit::Trial, _) if failed => Some(self.open(now, self.opened_after)),
             (Admit::Trial, _) => {
@@ -259,12 +278,14 @@ impl Circuits {
             let mut map = self.lock();
             let breaker = map
                 .entry(key.to_string())
-                .or_insert_with(|| Breaker::new(settings));
+                .or_insert_with(|| Breaker::new(settings, generation));
             breaker.settings = settings;
-            breaker.admit(Instant::now())
+            breaker.admit(Instant::now(), generation)
         };
-        if let Some(t) = transition {
-            self.report(key, t, "the open time is over: one trial call");
+        match transition {
+            Some(t @ Transition::Closed) => self.report(key, t, "a new generation was committed"),
+            Some(t) => self.report(key, t, "the open time is over: one trial call"),
+            None => {}
         }
         match admit {
             Admit::Refuse { failures, retry_in } => {
@@ -273,6 +294,7 @@ impl Circuits {
             admit => Ok(Permit {
                 circuits: self,
                 key: key.to_string(),
+                generation,
                 admit,
                 done: false,
             }),
@@ -302,6 +324,7 @@ impl Circuits {
 pub(crate) struct Permit<'a> {
     circuits: &'a Circuits,
     key: String,
+    generation: u64,
     admit: Admit,
     done: bool,
 }
@@ -323,7 +346,7 @@ impl Permit<'_> {
             .circuits
             .lock()
             .get_mut(&self.key)
-            .and_then(|b| b.finish(Instant::now(), self.admit, failed));
+            .and_then(|b| b.finish(Instant::now(), self.generation, self.admit, failed));
         if let Some(t) = transition {
             let reason = match verdict {
                 Verdict::Failed(why) => why,
@@ -356,12 +379,15 @@ mod tests {
             window: 1000 * MS,
             open: 500 * MS,
         };
-        (Breaker::new(s), Instant::now())
+        (Breaker::new(s, GEN), Instant::now())
     }
 
+    /// The generation the tests' calls belong to unless they say otherwise.
+    const GEN: u64 = 7;
+
     fn fail(b: &mut Breaker, at: Instant) -> Option<Transition> {
-        let (admit, _) = b.admit(at);
-        b.finish(at, admit, true)
+        let (admit, _) = b.admit(at, GEN);
+        b.finish(at, GEN, admit, true)
     }
 
     #[test]
@@ -377,7 +403,7 @@ mod tests {
             })
         );
         assert_eq!(
-            b.admit(t0 + 300 * MS).0,
+            b.admit(t0 + 300 * MS, GEN).0,
             Admit::Refuse {
                 failures: 3,
                 retry_in: 400 * MS
@@ -395,8 +421,8 @@ mod tests {
             None,
             "the first two are too old"
         );
-        let (admit, _) = b.admit(t0 + 1300 * MS);
-        assert_eq!(b.finish(t0 + 1300 * MS, admit, false), None);
+        let (admit, _) = b.admit(t0 + 1300 * MS, GEN);
+        assert_eq!(b.finish(t0 + 1300 * MS, GEN, admit, false), None);
         assert_eq!(
             fail(&mut b, t0 + 1400 * MS),
             None,
@@ -413,23 +439,26 @@ mod tests {
             fail(&mut b, t0 + i * MS);
         }
         let t1 = t0 + 600 * MS;
-        let (trial, t) = b.admit(t1);
+        let (trial, t) = b.admit(t1, GEN);
         assert_eq!((trial, t), (Admit::Trial, Some(Transition::HalfOpen)));
         // Only one trial at a time.
-        assert!(matches!(b.admit(t1).0, Admit::Refuse { .. }));
+        assert!(matches!(b.admit(t1, GEN).0, Admit::Refuse { .. }));
         assert_eq!(
-            b.finish(t1, trial, true),
+            b.finish(t1, GEN, trial, true),
             Some(Transition::Opened {
                 failures: 3,
                 retry_in: 500 * MS
             })
         );
-        assert!(matches!(b.admit(t1 + 100 * MS).0, Admit::Refuse { .. }));
+        assert!(matches!(
+            b.admit(t1 + 100 * MS, GEN).0,
+            Admit::Refuse { .. }
+        ));
         let t2 = t1 + 600 * MS;
-        let (trial, _) = b.admit(t2);
+        let (trial, _) = b.admit(t2, GEN);
         assert_eq!(trial, Admit::Trial);
-        assert_eq!(b.finish(t2, trial, false), Some(Transition::Closed));
-        assert_eq!(b.admit(t2).0, Admit::Go);
+        assert_eq!(b.finish(t2, GEN, trial, false), Some(Transition::Closed));
+        assert_eq!(b.admit(t2, GEN).0, Admit::Go);
     }
 
     #[test]
@@ -438,20 +467,48 @@ mod tests {
         for i in 0..3 {
             fail(&mut b, t0 + i * MS);
         }
-        let (trial, _) = b.admit(t0 + 600 * MS);
+        let (trial, _) = b.admit(t0 + 600 * MS, GEN);
         b.abandon(trial);
-        assert_eq!(b.admit(t0 + 601 * MS).0, Admit::Trial);
+        assert_eq!(b.admit(t0 + 601 * MS, GEN).0, Admit::Trial);
     }
 
     #[test]
     fn a_late_answer_of_a_call_from_before_the_opening_changes_nothing() {
         let (mut b, t0) = breaker();
-        let (early, _) = b.admit(t0);
+        let (early, _) = b.admit(t0, GEN);
         for i in 1..4 {
             fail(&mut b, t0 + i * MS);
         }
-        assert_eq!(b.finish(t0 + 10 * MS, early, false), None);
-        assert!(matches!(b.admit(t0 + 11 * MS).0, Admit::Refuse { .. }));
+        assert_eq!(b.finish(t0 + 10 * MS, GEN, early, false), None);
+        assert!(matches!(b.admit(t0 + 11 * MS, GEN).0, Admit::Refuse { .. }));
+    }
+
+    #[test]
+    fn a_newly_committed_generation_starts_with_a_closed_circuit() {
+        let (mut b, t0) = breaker();
+        // Calls of the generation that crashed, admitted before it opened, ending after.
+        let (late, _) = b.admit(t0, GEN);
+        for i in 1..4 {
+            fail(&mut b, t0 + i * MS);
+        }
+        assert!(matches!(b.admit(t0 + 10 * MS, GEN).0, Admit::Refuse { .. }));
+        // The first call of the next generation goes at once and closes the circuit.
+        let next = GEN + 1;
+        let (admit, t) = b.admit(t0 + 20 * MS, next);
+        assert_eq!((admit, t), (Admit::Go, Some(Transition::Closed)));
+        // A late failure of the old generation counts for nothing against it.
+        assert_eq!(b.finish(t0 + 30 * MS, GEN, late, true), None);
+        assert_eq!(b.admit(t0 + 50 * MS, next).0, Admit::Go);
+        // Its own failures still open it, and a call of the old generation does not reset it.
+        for i in 0..3 {
+            let (admit, _) = b.admit(t0 + (60 + i) * MS, next);
+            b.finish(t0 + (60 + i) * MS, next, admit, true);
+        }
+        assert!(matches!(b.admit(t0 + 70 * MS, GEN).0, Admit::Refuse { .. }));
+        assert!(matches!(
+            b.admit(t0 + 70 * MS, next).0,
+            Admit::Refuse { .. }
+        ));
     }
 
     #[test]

@@ -168,3 +168,64 @@ fn bad_circuit_settings_are_refused_at_install() {
         "{err}"
     );
 }
+
+/// Calls `chaos_echo` until `stop` is set; each call's outcome is ignored (calls to a killed
+/// worker fail, which is what feeds the breaker).
+async fn call_until(mcp: Mcp, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let _ = mcp.call_tool("chaos_echo", json!({"message": "x"})).await;
+    }
+}
+
+/// Worker deaths are the supervisor's business, not the breaker's: three clients call while
+/// the worker is SIGKILLed every 1.5 s for 10 s (the failed calls open the circuit of the
+/// generation that died), and once the next generation is committed a call succeeds within
+/// 2 s: a newly committed generation starts with a closed circuit.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_again_and_again_leaves_no_open_circuit_behind() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(&fixture_connector("chaos", &["--tools", "echo"]), &[]);
+    rt.wait_status("chaos", "ready", READY);
+    let token = rt.issue_token("w", "s");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let mcp = Mcp::legacy(rt.frontend_url(), &token);
+        mcp.initialize().await;
+        clients.push(tokio::spawn(call_until(mcp, stop.clone())));
+    }
+    for _ in 0..7 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        for worker in rt.workers().into_iter().filter(|w| w.key == "chaos") {
+            if let Ok(pid) = i32::try_from(worker.pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        let _ = client.await;
+    }
+    tokio::task::block_in_place(|| rt.wait_status("chaos", "ready", READY));
+    let ready = Instant::now();
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    mcp.initialize().await;
+    let mut last = Value::Null;
+    while ready.elapsed() < Duration::from_secs(2) {
+        let (_, _, body) = mcp
+            .call_tool("chaos_echo", json!({"message": "after"}))
+            .await;
+        if body["result"]["content"][0]["text"] == "after" {
+            return;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no call succeeded within 2 s of the new generation being ready: {last}");
+}
