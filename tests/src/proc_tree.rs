@@ -45,6 +45,23 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// How many times the threads of `pid` gave up the CPU of their own accord so far (the sum of
+/// `voluntary_ctxt_switches` over `/proc/PID/task/*/status`): each is a wake-up from a wait.
+/// `None` when the process is gone.
+pub fn voluntary_switches(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        total += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(total)
+}
+
 /// Whether `pid` exists and is not a zombie.
 pub fn is_alive(pid: u32) -> bool {
     info(pid).is_some_and(|p| !p.is_zombie())

@@ -277,8 +277,31 @@ mod imp {
         }
     }
 
+    /// Linux: the parent's death is a signal, not something to poll for. The kernel starts
+    /// every worker with SIGTERM as its parent-death signal; asked for here again, so a worker
+    /// started by any other parent is covered too. SIGTERM takes the worker and its upstream
+    /// down (`kill_group_on_sigterm`), so this never resolves and an idle worker never wakes
+    /// for it. Where the signal cannot be set, the parent is polled as elsewhere.
+    #[cfg(target_os = "linux")]
     pub(super) async fn parent_gone() {
         let parent = getppid();
+        if nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).is_err() {
+            return poll_parent(parent).await;
+        }
+        // The parent died before the signal was set: we were re-parented already.
+        if getppid() != parent {
+            return;
+        }
+        std::future::pending::<()>().await;
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) async fn parent_gone() {
+        poll_parent(getppid()).await;
+    }
+
+    /// Resolves once our parent is no longer `parent` (checked twice a second).
+    async fn poll_parent(parent: Pid) {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
