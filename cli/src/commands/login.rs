@@ -119,11 +119,11 @@ pub(crate) async fn run(
     eprintln!("waiting for {key} to start");
     let (status, account) = settled_status(kernel, key).await?;
     let line = if json {
-        let mut out = serde_json::json!({"key": key, "status": status});
+        // The contract's `{"key","status"}`; the account goes with the progress lines.
         if !account.is_empty() {
-            out["account"] = account.into();
+            eprintln!("{key} is logged in as {account}");
         }
-        format!("{out}\n")
+        format!("{}\n", serde_json::json!({"key": key, "status": status}))
     } else if account.is_empty() {
         format!("connected {key} ({status})\n")
     } else {
