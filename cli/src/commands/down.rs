@@ -1,7 +1,8 @@
 //! `tutti down`: stops the runtime that `tutti up` started for a state dir and waits until it
 //! is gone. The kernel holds `run/kernel.lock` (with its pid in it) for as long as it lives
-//! and exits only after every process it started has ended, so "the lock is free" means
-//! "every process of the runtime is gone".
+//! and exits only after every process it started has ended, so once the lock is free and the
+//! kernel's own process has exited, every process of the runtime is gone. (The lock is freed a
+//! moment before the process ends, so `down` waits for both.)
 
 use std::io::Read as _;
 use std::path::Path;
@@ -29,7 +30,7 @@ pub(crate) fn run(state_dir: &Path) -> Result<ExitCode, CliError> {
     }
     imp::terminate(pid).map_err(|reason| CliError::StopFailed { pid, reason })?;
     let start = Instant::now();
-    while running_kernel(&lock).is_some() {
+    while running_kernel(&lock).is_some() || imp::alive(pid) {
         if start.elapsed() > WAIT {
             return Err(CliError::StopTimedOut {
                 pid,
@@ -76,6 +77,27 @@ mod imp {
         })
     }
 
+    /// Whether process `pid` still runs (Linux: an exited process its parent has not reaped
+    /// yet, a zombie, has ended).
+    pub(super) fn alive(pid: u32) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // The state follows the parenthesised command name.
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next());
+            !matches!(state, Some("Z" | "X" | "x"))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            i32::try_from(pid).is_ok_and(|pid| kill(Pid::from_raw(pid), None).is_ok())
+        }
+    }
+
     /// The command that stops the kernel when a service manager runs it (it would start it
     /// again after a SIGTERM): on Linux the systemd unit named in the kernel's cgroup.
     pub(super) fn service_manager_owns(pid: u32) -> Option<String> {
@@ -102,5 +124,10 @@ mod imp {
 
     pub(super) fn service_manager_owns(_pid: u32) -> Option<String> {
         None
+    }
+
+    /// Never asked: `terminate` fails first.
+    pub(super) fn alive(_pid: u32) -> bool {
+        false
     }
 }
