@@ -1,0 +1,14 @@
+//! The connector market: from where MCP servers are published to a release folder whose every
+//! running file is pinned by hash.
+//!
+//! - [`plan`]: the vocabulary shared by the steps (what package, how it is pinned, what it ran as).
+//! - `registry`: the MCP Registry API v0.1 (search, one version, paging, statuses).
+//! - `server_json`: a `server.json` document to a `connector.json` and the package to pin.
+//! - `pin`: npm, PyPI, MCP bundles and container images fetched into a release, each checked
+//!   against its source's hash; `lock`: the release's `tutti-lock.json`.
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod plan;
+
+pub use error::MarketError;
