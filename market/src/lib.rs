@@ -9,6 +9,8 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod lock;
+pub mod pin;
 pub mod plan;
 
 pub use error::MarketError;

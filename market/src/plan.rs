@@ -59,4 +59,8 @@ pub struct Pinned {
     pub interpreter: Option<String>,
     /// Packages whose install scripts were refused or allowed (named in the confirmation).
     pub scripts: Vec<String>,
+    /// The version that was pinned (the package's own, a bundle's manifest, an image's tag).
+    pub version: String,
+    /// Secret names the launch needs (a bundle's `sensitive` `user_config` entries).
+    pub secrets: Vec<String>,
 }

@@ -1,0 +1,337 @@
+//! PyPI: pip resolves the whole tree for this platform and interpreter
+//! (`install --dry-run --report`, wheels only unless sdists are allowed) with the index's
+//! SHA-256 of every file; `pip download --require-hashes` fetches exactly those files, each is
+//! checked again here, and `pip install --no-index --require-hashes --target` puts them into
+//! `site-packages/` of the release. A small launcher in the release puts that folder first on
+//! `sys.path` and calls the console script's entry point (no shell, no `PYTHONPATH`, which the
+//! kernel refuses in `env`); it runs under `python3 -I -B` (isolated, no bytecode written into
+//! the hashed release).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use tokio::process::Command;
+
+use super::tool::{Tool, summary};
+use super::{PinEvent, Progress, file_sha256, io};
+use crate::error::MarketError;
+use crate::plan::{LockedArtefact, PinOptions, Pinned};
+
+const PYTHON: Tool = Tool {
+    name: "pip",
+    program: if cfg!(windows) { "python" } else { "python3" },
+    fix: "install Python 3 with pip to pin PyPI packages",
+};
+
+/// The launcher's file name in the release.
+const LAUNCHER: &str = "tutti-launch.py";
+
+/// One file of the resolved tree: distribution, version, URL and the index's SHA-256.
+struct Resolved {
+    name: String,
+    version: String,
+    url: String,
+    sha256: String,
+}
+
+pub(super) async fn pin(
+    name: &str,
+    version: &str,
+    dir: &Path,
+    options: &PinOptions,
+    progress: Progress<'_>,
+) -> Result<Pinned, MarketError> {
+    let spec = format!("{name}=={version}");
+    progress(PinEvent::Resolving {
+        source: format!("pypi:{spec}"),
+    });
+    let interpreter = python_version().await?;
+    let work = tempfile::tempdir().map_err(|source| io(&std::env::temp_dir(), source))?;
+    let resolved = resolve(&spec, work.path(), options, &interpreter).await?;
+    progress(PinEvent::Downloading {
+        artefacts: resolved.len(),
+        bytes: 0,
+    });
+    let requirements = work.path().join("requirements.txt");
+    let lines: String = resolved
+        .iter()
+        .map(|r| format!("{}=={} --hash=sha256:{}\n", r.name, r.version, r.sha256))
+        .collect();
+    std::fs::write(&requirements, lines).map_err(|source| io(&requirements, source))?;
+    let wheels = work.path().join("files");
+    let mut download = pip(work.path(), options);
+    download.args(["download", "--require-hashes", "--no-deps", "-d"]);
+    download.arg(&wheels).arg("-r").arg(&requirements);
+    PYTHON.run(&spec, &mut download).await?;
+    let artefacts = check_files(&wheels, &resolved)?;
+    progress(PinEvent::Downloading {
+        artefacts: artefacts.len(),
+        bytes: artefacts.iter().map(|a| a.size).sum(),
+    });
+    progress(PinEvent::Installing {
+        artefacts: artefacts.len(),
+    });
+    let target = dir.join("site-packages");
+    let mut install = pip(work.path(), options);
+    install.args(["install", "--require-hashes", "--no-deps", "--no-compile"]);
+    if options.allow_sdist {
+        // A source build may need its build requirements from the index.
+        install.args(["--find-links"]).arg(&wheels);
+    } else {
+        install.args(["--no-index", "--find-links"]).arg(&wheels);
+    }
+    install.arg("--target").arg(&target);
+    install.arg("-r").arg(&requirements);
+    PYTHON.run(&spec, &mut install).await?;
+    write_launcher(dir, name, version)?;
+    Ok(Pinned {
+        command: PYTHON.program.into(),
+        args: vec!["-I".into(), "-B".into(), format!("${{release}}/{LAUNCHER}")],
+        env: BTreeMap::new(),
+        artefacts,
+        interpreter: Some(interpreter),
+        scripts: Vec::new(),
+        version: version.to_string(),
+        secrets: Vec::new(),
+    })
+}
+
+/// `python3 -m pip` with a private cache under `work`, quiet and never asking.
+fn pip(work: &Path, options: &PinOptions) -> Command {
+    let mut cmd = PYTHON.command();
+    cmd.args([
+        "-m",
+        "pip",
+        "--disable-pip-version-check",
+        "--no-input",
+        "-q",
+    ]);
+    cmd.arg("--cache-dir").arg(work.join("cache"));
+    let binary = if options.allow_sdist {
+        "--prefer-binary"
+    } else {
+        "--only-binary=:all:"
+    };
+    cmd.env("PIP_ROOT_USER_ACTION", "ignore");
+    cmd.arg(binary);
+    cmd
+}
+
+/// `Python 3.12.3`.
+async fn python_version() -> Result<String, MarketError> {
+    let out = PYTHON.run("", PYTHON.command().arg("--version")).await?;
+    Ok(out.trim().to_string())
+}
+
+/// The whole tree of `spec` with the index's hashes, from pip's installation report.
+async fn resolve(
+    spec: &str,
+    work: &Path,
+    options: &PinOptions,
+    interpreter: &str,
+) -> Result<Vec<Resolved>, MarketError> {
+    let report = work.join("report.json");
+    let mut cmd = pip(work, options);
+    cmd.args(["install", "--dry-run", "--ignore-installed", "--report"]);
+    cmd.arg(&report).arg(spec);
+    let out = PYTHON.output(&mut cmd).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("No matching distribution") && !options.allow_sdist
+    {
+        return Err(MarketError::NoWheel {
+            package: spec.to_string(),
+            interpreter: interpreter.to_string(),
+            detail: summary(&stderr, out.status),
+        });
+    }
+    PYTHON.check(spec, &out)?;
+    let text = std::fs::read_to_string(&report).map_err(|source| io(&report, source))?;
+    parse_report(&text, options)
+}
+
+/// The `install` entries of a pip report; a file without a SHA-256 from its index, or an
+/// sdist when sdists are not allowed, is refused.
+fn parse_report(text: &str, options: &PinOptions) -> Result<Vec<Resolved>, MarketError> {
+    let report: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| MarketError::Unpinnable {
+            artefact: "pip's installation report".into(),
+            problem: format!("unreadable ({e}); use pip 23 or later"),
+        })?;
+    let mut out = Vec::new();
+    for item in report["install"].as_array().into_iter().flatten() {
+        let name = item["metadata"]["name"].as_str().unwrap_or_default();
+        let version = item["metadata"]["version"].as_str().unwrap_or_default();
+        let url = item["download_info"]["url"].as_str().unwrap_or_default();
+        let label = format!("pypi {name}=={version}");
+        let Some(sha256) = item["download_info"]["archive_info"]["hashes"]["sha256"].as_str()
+        else {
+            return Err(MarketError::Unpinnable {
+                artefact: label,
+                problem: format!(
+                    "{url} comes without a SHA-256 from its index; use an index that publishes hashes (PyPI does)"
+                ),
+            });
+        };
+        if !url.ends_with(".whl") && !options.allow_sdist {
+            return Err(MarketError::Unpinnable {
+                artefact: label,
+                problem:
+                    "only a source distribution was found; allow building it with --allow-sdist"
+                        .into(),
+            });
+        }
+        out.push(Resolved {
+            name: name.to_string(),
+            version: version.to_string(),
+            url: url.to_string(),
+            sha256: sha256.to_ascii_lowercase(),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Checks every downloaded file against the index's SHA-256 (by its file name in the URL).
+fn check_files(files: &Path, resolved: &[Resolved]) -> Result<Vec<LockedArtefact>, MarketError> {
+    let mut out = Vec::new();
+    for r in resolved {
+        let file_name = r.url.rsplit('/').next().unwrap_or_default();
+        let file_name = file_name.split(['#', '?']).next().unwrap_or_default();
+        let (got, size) = file_sha256(&files.join(file_name))?;
+        if got != r.sha256 {
+            return Err(MarketError::HashMismatch {
+                artefact: format!("pypi {}=={} ({file_name})", r.name, r.version),
+                expected: format!("sha256-{}", r.sha256),
+                got: format!("sha256-{got}"),
+            });
+        }
+        out.push(LockedArtefact {
+            name: r.name.clone(),
+            version: r.version.clone(),
+            url: r.url.clone(),
+            hash: format!("sha256-{got}"),
+            size,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes the launcher that runs the distribution's console script (the one named after it,
+/// or its only one), else its module with `-m`'s semantics.
+fn write_launcher(dir: &Path, name: &str, version: &str) -> Result<(), MarketError> {
+    let site = dir.join("site-packages");
+    let normal = normalize(name);
+    let entry_points = dist_info(&site, &normal)
+        .and_then(|d| std::fs::read_to_string(d.join("entry_points.txt")).ok())
+        .unwrap_or_default();
+    let scripts = console_scripts(&entry_points);
+    let chosen = scripts
+        .iter()
+        .find(|(script, _)| normalize(script) == normal)
+        .or_else(|| scripts.first().filter(|_| scripts.len() == 1));
+    let call = match chosen {
+        Some((script, target)) => entry_point_call(script, target).ok_or_else(|| {
+            MarketError::NoEntryPoint {
+                package: format!("pypi {name}"),
+                problem: format!("its console script {script} = {target} is not module:function; write a release folder for this package instead"),
+            }
+        })?,
+        None if identifier(&normal) && site.join(&normal).join("__main__.py").is_file() => format!(
+            "import runpy\nsys.argv[0] = {normal:?}\nrunpy.run_module({normal:?}, run_name=\"__main__\", alter_sys=True)\n"
+        ),
+        None => {
+            return Err(MarketError::NoEntryPoint {
+                package: format!("pypi {name}"),
+                problem: "no console script named after it and no runnable module; choose the distribution that provides the server's command".into(),
+            });
+        }
+    };
+    let text = format!(
+        "# Written by tutti at install: runs {name} {version} from this release's own files.\nimport sys\nfrom os.path import abspath, dirname, join\nsys.dont_write_bytecode = True\nsys.path[:0] = [join(dirname(abspath(__file__)), \"site-packages\")]\n{call}"
+    );
+    let path = dir.join(LAUNCHER);
+    std::fs::write(&path, text).map_err(|source| io(&path, source))
+}
+
+/// `[console_scripts]` of an `entry_points.txt`: (name, `module:attr`), in file order.
+fn console_scripts(text: &str) -> Vec<(String, String)> {
+    let mut in_section = false;
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_section = line == "[console_scripts]";
+        } else if let Some((key, value)) = line.split_once('=').filter(|_| in_section) {
+            out.push((key.trim().to_string(), value.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// The Python lines that call `module:attr.attr` (extras dropped). `None` unless every part
+/// is a plain identifier, so nothing from the wheel can inject code into the launcher.
+fn entry_point_call(script: &str, target: &str) -> Option<String> {
+    let target = target.split('[').next()?.trim();
+    let (module, attrs) = target.split_once(':')?;
+    let (module, attrs) = (module.trim(), attrs.trim());
+    let dotted = |s: &str| s.split('.').all(identifier);
+    let script_ok = script
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if !(dotted(module) && dotted(attrs) && script_ok) {
+        return None;
+    }
+    Some(format!(
+        "from importlib import import_module\nsys.argv[0] = {script:?}\ntarget = import_module({module:?})\nfor attr in {attrs:?}.split(\".\"):\n    target = getattr(target, attr)\nsys.exit(target())\n"
+    ))
+}
+
+/// A plain ASCII Python identifier.
+fn identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The `.dist-info` folder of the distribution whose normalized name is `normal`.
+fn dist_info(site: &Path, normal: &str) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(site).ok()?.flatten().find_map(|entry| {
+        let file_name = entry.file_name();
+        let file_name = file_name.to_str()?;
+        let stem = file_name.strip_suffix(".dist-info")?;
+        let dist = stem.split('-').next()?;
+        (normalize(dist) == normal).then(|| entry.path())
+    })
+}
+
+/// A distribution name as wheels spell it in `.dist-info` folders (PEP 503, `-`/`.` → `_`).
+fn normalize(name: &str) -> String {
+    name.to_ascii_lowercase().replace(['-', '.'], "_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn console_scripts_are_read_from_their_section_only() {
+        let text =
+            "[gui_scripts]\nx = a:b\n\n[console_scripts]\nmcp-server-time = mcp_server_time:main\n";
+        assert_eq!(
+            console_scripts(text),
+            vec![(
+                "mcp-server-time".to_string(),
+                "mcp_server_time:main".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn an_entry_point_that_is_not_module_and_function_is_refused() {
+        assert!(entry_point_call("s", "pkg.mod:main.run [extra]").is_some());
+        assert!(entry_point_call("s", "os; import x:main").is_none());
+        assert!(entry_point_call("s", "mod:main()").is_none());
+        assert!(entry_point_call("s\"", "mod:main").is_none());
+    }
+}
