@@ -8,7 +8,8 @@ use std::path::Path;
 
 use futures_util::StreamExt;
 
-use super::{PinEvent, Progress, io, sha256_hex};
+use super::event::{PinEvent, Progress};
+use super::files::{io, sha256_hex};
 use crate::error::MarketError;
 use crate::plan::{LockedArtefact, Pinned};
 

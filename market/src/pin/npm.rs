@@ -10,8 +10,9 @@ use std::path::Path;
 use base64::Engine;
 use sha2::Digest;
 
+use super::event::{PinEvent, Progress};
+use super::files::io;
 use super::tool::Tool;
-use super::{PinEvent, Progress, io};
 use crate::error::MarketError;
 use crate::plan::{LockedArtefact, PinOptions, Pinned};
 

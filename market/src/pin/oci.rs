@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use super::event::{PinEvent, Progress};
 use super::tool::Tool;
-use super::{PinEvent, Progress};
 use crate::error::MarketError;
 use crate::plan::{LockedArtefact, Pinned};
 

@@ -12,8 +12,9 @@ use std::path::Path;
 
 use tokio::process::Command;
 
+use super::event::{PinEvent, Progress};
+use super::files::{file_sha256, io};
 use super::tool::{Tool, summary};
-use super::{PinEvent, Progress, file_sha256, io};
 use crate::error::MarketError;
 use crate::plan::{LockedArtefact, PinOptions, Pinned};
 
@@ -59,8 +60,8 @@ pub(super) async fn pin(
         .collect();
     std::fs::write(&requirements, lines).map_err(|source| io(&requirements, source))?;
     let wheels = work.path().join("files");
-    let mut download = pip(work.path(), options);
-    download.args(["download", "--require-hashes", "--no-deps", "-d"]);
+    let mut download = pip(work.path(), options, "download");
+    download.args(["--require-hashes", "--no-deps", "-d"]);
     download.arg(&wheels).arg("-r").arg(&requirements);
     PYTHON.run(&spec, &mut download).await?;
     let artefacts = check_files(&wheels, &resolved)?;
@@ -72,8 +73,8 @@ pub(super) async fn pin(
         artefacts: artefacts.len(),
     });
     let target = dir.join("site-packages");
-    let mut install = pip(work.path(), options);
-    install.args(["install", "--require-hashes", "--no-deps", "--no-compile"]);
+    let mut install = pip(work.path(), options, "install");
+    install.args(["--require-hashes", "--no-deps", "--no-compile"]);
     if options.allow_sdist {
         // A source build may need its build requirements from the index.
         install.args(["--find-links"]).arg(&wheels);
@@ -83,6 +84,17 @@ pub(super) async fn pin(
     install.arg("--target").arg(&target);
     install.arg("-r").arg(&requirements);
     PYTHON.run(&spec, &mut install).await?;
+    // Bytecode validated by the source's hash (not its time), so it stays valid in the
+    // kernel's copy and starts are faster; a file that does not compile is left to the source.
+    let mut compile = PYTHON.command();
+    compile.args([
+        "-m",
+        "compileall",
+        "-q",
+        "--invalidation-mode",
+        "checked-hash",
+    ]);
+    PYTHON.output(compile.arg(&target)).await?;
     write_launcher(dir, name, version)?;
     Ok(Pinned {
         command: PYTHON.program.into(),
@@ -96,8 +108,8 @@ pub(super) async fn pin(
     })
 }
 
-/// `python3 -m pip` with a private cache under `work`, quiet and never asking.
-fn pip(work: &Path, options: &PinOptions) -> Command {
+/// `python3 -m pip SUBCOMMAND` with a private cache under `work`, quiet and never asking.
+fn pip(work: &Path, options: &PinOptions, subcommand: &str) -> Command {
     let mut cmd = PYTHON.command();
     cmd.args([
         "-m",
@@ -107,6 +119,7 @@ fn pip(work: &Path, options: &PinOptions) -> Command {
         "-q",
     ]);
     cmd.arg("--cache-dir").arg(work.join("cache"));
+    cmd.arg(subcommand);
     let binary = if options.allow_sdist {
         "--prefer-binary"
     } else {
@@ -131,8 +144,8 @@ async fn resolve(
     interpreter: &str,
 ) -> Result<Vec<Resolved>, MarketError> {
     let report = work.join("report.json");
-    let mut cmd = pip(work, options);
-    cmd.args(["install", "--dry-run", "--ignore-installed", "--report"]);
+    let mut cmd = pip(work, options, "install");
+    cmd.args(["--dry-run", "--ignore-installed", "--report"]);
     cmd.arg(&report).arg(spec);
     let out = PYTHON.output(&mut cmd).await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -313,6 +326,30 @@ fn normalize(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_downloaded_file_unlike_the_index_hash_is_refused_naming_both() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        std::fs::write(dir.path().join("a-1.0-py3-none-any.whl"), "not the wheel")
+            .unwrap_or_else(|e| panic!("write: {e}"));
+        let expected = "ab".repeat(32);
+        let resolved = [Resolved {
+            name: "a".into(),
+            version: "1.0".into(),
+            url: "https://files.example/a-1.0-py3-none-any.whl".into(),
+            sha256: expected.clone(),
+        }];
+        let err = check_files(dir.path(), &resolved)
+            .err()
+            .map(|e| e.to_string());
+        let got = crate::pin::files::sha256_hex(b"not the wheel");
+        assert_eq!(
+            err.unwrap_or_default(),
+            format!(
+                "pypi a==1.0 (a-1.0-py3-none-any.whl): hash mismatch: expected sha256-{expected}, got sha256-{got}; the download is not what the source published, check the source and retry"
+            )
+        );
+    }
 
     #[test]
     fn console_scripts_are_read_from_their_section_only() {
