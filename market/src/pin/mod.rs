@@ -50,3 +50,18 @@ pub async fn pin(
     staging.commit(release_dir)?;
     Ok(pinned)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinning_step_can_be_spawned_on_a_multi_threaded_runtime() {
+        fn send<T: Send>(_: &T) {}
+        let package = PackageRef::Oci { image: "x".into() };
+        let options = PinOptions::default();
+        let mut progress = |_: PinEvent| {};
+        let step = pin(&package, Path::new("x"), &options, &mut progress);
+        send(&step);
+    }
+}

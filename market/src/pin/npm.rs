@@ -302,3 +302,50 @@ fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), MarketError>
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
     std::fs::write(path, text + "\n").map_err(|source| io(path, source))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `bytes` into a fake npm cache under the path of `integrity`.
+    fn cache_with(cache: &Path, integrity_of: &[u8], bytes: &[u8]) -> String {
+        let digest = sha2::Sha512::digest(integrity_of);
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = cache
+            .join("_cacache/content-v2/sha512")
+            .join(&hex[..2])
+            .join(&hex[2..4]);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
+        std::fs::write(dir.join(&hex[4..]), bytes).unwrap_or_else(|e| panic!("write: {e}"));
+        format!(
+            "sha512-{}",
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        )
+    }
+
+    #[test]
+    fn a_cached_tarball_is_measured_when_it_matches_its_integrity() {
+        let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let integrity = cache_with(cache.path(), b"tarball", b"tarball");
+        let size = cached_tarball_size(cache.path(), &integrity, "npm a@1.0.0");
+        assert_eq!(size.ok(), Some(7));
+    }
+
+    #[test]
+    fn a_cached_tarball_unlike_its_integrity_is_refused_naming_both() {
+        let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let integrity = cache_with(cache.path(), b"tarball", b"tampered");
+        let got =
+            base64::engine::general_purpose::STANDARD.encode(sha2::Sha512::digest(b"tampered"));
+        let err = cached_tarball_size(cache.path(), &integrity, "npm a@1.0.0")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with(&format!(
+                "npm a@1.0.0: hash mismatch: expected {integrity}, got sha512-{got};"
+            )),
+            "{err}"
+        );
+    }
+}
