@@ -109,7 +109,13 @@ fn initialize(pinned: &Pinned, release: &Path) -> Value {
             }
         }
     });
+    let started = Instant::now();
     let answer = rx.recv_timeout(Duration::from_secs(60));
+    eprintln!(
+        "{} answered initialize after {:.1} s",
+        pinned.command,
+        started.elapsed().as_secs_f64()
+    );
     let _ = child.kill();
     let _ = child.wait();
     drop(stdin);
@@ -145,6 +151,7 @@ fn an_npm_package_pinned_starts_from_its_release_with_npm_unreachable() {
     let pinned = pinned.unwrap_or_else(|e| panic!("{e}"));
     let release = parent.path().join("release");
     assert_eq!(pinned.command, "node");
+    assert_eq!(pinned.version, "2026.8.31");
     assert_eq!(
         pinned.args,
         vec!["${release}/node_modules/@modelcontextprotocol/server-memory/dist/index.js"]

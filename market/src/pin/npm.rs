@@ -53,19 +53,19 @@ struct TreePackage {
 
 pub(super) async fn pin(
     name: &str,
-    version: &str,
+    version_asked: &str,
     dir: &Path,
     options: &PinOptions,
     progress: Progress<'_>,
 ) -> Result<Pinned, MarketError> {
-    let spec = format!("{name}@{version}");
+    let spec = format!("{name}@{version_asked}");
     progress(PinEvent::Resolving {
         source: format!("npm:{spec}"),
     });
     let manifest = serde_json::json!({
         "name": "tutti-release",
         "private": true,
-        "dependencies": { name: version },
+        "dependencies": { name: version_asked },
     });
     write_json(&dir.join("package.json"), &manifest)?;
     let cache = tempfile::tempdir().map_err(|source| io(&std::env::temp_dir(), source))?;
@@ -113,6 +113,10 @@ pub(super) async fn pin(
         artefacts: artefacts.len(),
     });
     let bin = bin_file(dir, name)?;
+    // The version npm resolved (the same as asked for an exact version).
+    let top = format!("node_modules/{name}");
+    let resolved = tree.iter().find(|p| p.path == top);
+    let version = resolved.and_then(|p| p.entry.version.clone());
     Ok(Pinned {
         command: "node".into(),
         args: vec![format!("${{release}}/node_modules/{name}/{bin}")],
@@ -120,7 +124,7 @@ pub(super) async fn pin(
         artefacts,
         interpreter: node_version().await,
         scripts,
-        version: version.to_string(),
+        version: version.unwrap_or_else(|| version_asked.to_string()),
         secrets: Vec::new(),
     })
 }

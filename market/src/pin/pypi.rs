@@ -132,7 +132,9 @@ fn pip(work: &Path, options: &PinOptions, subcommand: &str) -> Command {
 
 /// `Python 3.12.3`.
 async fn python_version() -> Result<String, MarketError> {
-    let out = PYTHON.run("", PYTHON.command().arg("--version")).await?;
+    let out = PYTHON
+        .run("python3 --version", PYTHON.command().arg("--version"))
+        .await?;
     Ok(out.trim().to_string())
 }
 
