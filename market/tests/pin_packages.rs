@@ -192,6 +192,30 @@ fn a_pypi_package_pinned_starts_from_its_release_with_the_index_unreachable() {
     );
 }
 
+#[test]
+fn a_pypi_package_without_a_wheel_is_refused_naming_sdist_leaving_nothing() {
+    let parent = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    // docopt 0.6.2 is published as a source distribution only.
+    let package = PackageRef::Pypi {
+        name: "docopt".into(),
+        version: "0.6.2".into(),
+    };
+    let (result, _) = pin_into(parent.path(), &package, &PinOptions::default());
+    let err = result.err().unwrap_or_default();
+    eprintln!("{err}");
+    assert!(
+        err.starts_with("no wheel of docopt==0.6.2 for this platform and Python 3.")
+            && err.ends_with("allow building from source with --allow-sdist")
+            && !err.contains('\n'),
+        "{err}"
+    );
+    assert!(
+        left_in(parent.path()).is_empty(),
+        "{:?}",
+        left_in(parent.path())
+    );
+}
+
 /// esbuild's postinstall script: a real package of the npm registry that has one.
 fn package_with_install_script() -> PackageRef {
     PackageRef::Npm {
