@@ -428,6 +428,7 @@ fn an_image_is_pinned_by_digest_or_refused_in_one_line_without_an_engine() {
         assert!(pinned.args.contains(&"--pull=never".to_string()));
     } else {
         let err = result.err().unwrap_or_default();
+        eprintln!("{err}");
         assert!(
             err.starts_with(
                 "container engine not found: no docker or podman on PATH can run containers"
