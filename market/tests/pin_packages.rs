@@ -255,8 +255,16 @@ fn an_npm_package_with_install_scripts_allowed_is_pinned_and_its_scripts_recorde
     let (result, _) = pin_into(parent.path(), &package_with_install_script(), &options);
     let pinned = result.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(pinned.scripts, vec!["esbuild"]);
-    let lock = lock::read(&parent.path().join("release")).unwrap_or_else(|e| panic!("{e}"));
+    let release = parent.path().join("release");
+    let lock = lock::read(&release).unwrap_or_else(|e| panic!("{e}"));
     assert!(lock.scripts.allowed);
+    // esbuild's postinstall replaces its JavaScript bin shim with the platform's executable.
+    let bin = std::fs::read(release.join("node_modules/esbuild/bin/esbuild"))
+        .unwrap_or_else(|e| panic!("esbuild bin: {e}"));
+    assert!(
+        !bin.starts_with(b"#!"),
+        "the postinstall script did not run"
+    );
     assert_eq!(lock.scripts.packages, vec!["esbuild"]);
 }
 
