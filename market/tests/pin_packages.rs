@@ -261,10 +261,12 @@ fn an_npm_package_with_install_scripts_allowed_is_pinned_and_its_scripts_recorde
     // esbuild's postinstall replaces its JavaScript bin shim with the platform's executable.
     let bin = std::fs::read(release.join("node_modules/esbuild/bin/esbuild"))
         .unwrap_or_else(|e| panic!("esbuild bin: {e}"));
-    assert!(
-        !bin.starts_with(b"#!"),
-        "the postinstall script did not run"
-    );
+    if cfg!(unix) {
+        assert!(
+            !bin.starts_with(b"#!"),
+            "the postinstall script did not run"
+        );
+    }
     assert_eq!(lock.scripts.packages, vec!["esbuild"]);
 }
 
