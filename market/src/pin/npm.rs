@@ -74,24 +74,7 @@ pub(super) async fn pin(
     NPM.run(&spec, &mut resolve).await?;
 
     let tree = read_tree(dir)?;
-    let scripts: Vec<String> = tree
-        .iter()
-        .filter(|p| p.entry.has_install_script)
-        .map(|p| p.name.clone())
-        .collect();
-    if !scripts.is_empty() && !options.allow_scripts {
-        return Err(MarketError::InstallScripts {
-            packages: scripts.join(", "),
-        });
-    }
-    for package in &tree {
-        if package.entry.integrity.is_none() {
-            return Err(MarketError::Unpinnable {
-                artefact: format!("npm {}", package.name),
-                problem: "no integrity in the lockfile (a git or URL dependency); only registry packages can be pinned, choose a version that depends on registry packages".into(),
-            });
-        }
-    }
+    let scripts = check_tree(&tree, options)?;
     progress(PinEvent::Downloading {
         artefacts: tree.len(),
         bytes: 0,
@@ -147,6 +130,30 @@ fn npm_command(dir: &Path, cache: &Path) -> tokio::process::Command {
             "--loglevel=error",
         ]);
     cmd
+}
+
+/// The packages of the tree that have install scripts; refused unless scripts are allowed,
+/// and a package without an `integrity` (a git or URL dependency) is refused.
+fn check_tree(tree: &[TreePackage], options: &PinOptions) -> Result<Vec<String>, MarketError> {
+    let scripts: Vec<String> = tree
+        .iter()
+        .filter(|p| p.entry.has_install_script)
+        .map(|p| p.name.clone())
+        .collect();
+    if !scripts.is_empty() && !options.allow_scripts {
+        return Err(MarketError::InstallScripts {
+            packages: scripts.join(", "),
+        });
+    }
+    for package in tree {
+        if package.entry.integrity.is_none() {
+            return Err(MarketError::Unpinnable {
+                artefact: format!("npm {}", package.name),
+                problem: "no integrity in the lockfile (a git or URL dependency); only registry packages can be pinned, choose a version that depends on registry packages".into(),
+            });
+        }
+    }
+    Ok(scripts)
 }
 
 /// The packages of `dir/package-lock.json`, the root excluded, sorted by path.
@@ -325,6 +332,54 @@ mod tests {
             "sha512-{}",
             base64::engine::general_purpose::STANDARD.encode(digest)
         )
+    }
+
+    fn package(name: &str, integrity: Option<&str>, has_install_script: bool) -> TreePackage {
+        TreePackage {
+            path: format!("node_modules/{name}"),
+            name: name.to_string(),
+            entry: LockEntry {
+                name: None,
+                version: Some("1.0.0".into()),
+                resolved: None,
+                integrity: integrity.map(str::to_string),
+                has_install_script,
+                in_bundle: false,
+                link: false,
+            },
+        }
+    }
+
+    #[test]
+    fn a_dependency_with_scripts_or_without_integrity_is_refused_by_name() {
+        let with_script = [
+            package("top", Some("sha512-A"), false),
+            package("dep", Some("sha512-B"), true),
+        ];
+        let err = check_tree(&with_script, &PinOptions::default())
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.unwrap_or_default()
+                .starts_with("npm package dep has install scripts")
+        );
+        let allowed = PinOptions {
+            allow_scripts: true,
+            ..PinOptions::default()
+        };
+        assert_eq!(
+            check_tree(&with_script, &allowed).ok(),
+            Some(vec!["dep".to_string()])
+        );
+        let from_git = [
+            package("top", Some("sha512-A"), false),
+            package("gitdep", None, false),
+        ];
+        let err = check_tree(&from_git, &allowed).err().map(|e| e.to_string());
+        assert!(
+            err.unwrap_or_default()
+                .starts_with("npm gitdep: no integrity in the lockfile")
+        );
     }
 
     #[test]
