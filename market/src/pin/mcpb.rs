@@ -403,6 +403,36 @@ mod tests {
     }
 
     #[test]
+    fn a_link_in_a_bundle_is_refused_and_not_created() {
+        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default();
+        zip.add_symlink("passwd", "/etc/passwd", options)
+            .unwrap_or_else(|e| panic!("zip: {e}"));
+        let bytes = zip
+            .finish()
+            .unwrap_or_else(|e| panic!("zip: {e}"))
+            .into_inner();
+        let dest = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let err = unpack(&bytes, &dest.path().join("bundle"), "x.mcpb").err();
+        let err = err.map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            err,
+            "x.mcpb: entry \"passwd\" is a link; a bundle holds regular files only"
+        );
+        assert!(!dest.path().join("bundle/passwd").exists());
+    }
+
+    #[tokio::test]
+    async fn a_bundle_over_plain_http_is_refused() {
+        let mut progress = |_: PinEvent| {};
+        let err = fetch("http://example.com/x.mcpb", true, &mut progress)
+            .await
+            .err();
+        let err = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("a bundle is fetched over https only"), "{err}");
+    }
+
+    #[test]
     fn a_sensitive_value_on_the_command_line_is_refused() {
         let manifest = serde_json::json!({
             "server": {"mcp_config": {"command": "node", "args": ["--key=${user_config.k}"]}},
