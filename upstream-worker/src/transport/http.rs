@@ -38,10 +38,10 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::{Sse, SseStream};
 use tokio::sync::mpsc;
 
-use crate::bearer::Bearer;
-use crate::definitions;
 use crate::error::{WorkerError, error_chain};
-use crate::results::CallResults;
+use crate::transport::bearer::Bearer;
+use crate::transport::results::CallResults;
+use crate::upstream::definitions;
 
 type HttpResult<T> = Result<T, StreamableHttpError<WorkerError>>;
 type SseEvents = BoxStream<'static, Result<Sse, SseError>>;

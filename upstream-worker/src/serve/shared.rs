@@ -19,7 +19,7 @@ use tutti_proto::worker::{
     call_tool_reply,
 };
 
-use crate::relay::{RelayTo, Relayed};
+use crate::upstream::relay::{RelayTo, Relayed};
 use crate::upstream::{CallFailure, ProgressSink, Upstream};
 
 /// Progress notifications of one streamed call that may wait for the gRPC stream; more are
@@ -730,7 +730,9 @@ fn relayed_event(relayed: Relayed) -> Option<call_tool_event::Event> {
 }
 
 /// The client's answer as the relay takes it.
-fn relay_answer(answer: Option<answer_upstream_request_request::Answer>) -> crate::relay::Answer {
+fn relay_answer(
+    answer: Option<answer_upstream_request_request::Answer>,
+) -> crate::upstream::relay::Answer {
     use answer_upstream_request_request::Answer;
     let error = |code: i32, message: String, data: Option<serde_json::Value>| {
         rmcp::model::ErrorData::new(rmcp::model::ErrorCode(code), message, data)

@@ -13,9 +13,9 @@ use tutti_proto::kernel::{
 use tutti_proto::limits::{self, OfferedList};
 use tutti_proto::transport;
 
-use crate::bearer::Bearer;
-use crate::catalog::Catalog;
 use crate::error::WorkerError;
+use crate::transport::bearer::Bearer;
+use crate::upstream::Catalog;
 
 /// How long a kernel RPC may take before we give up on it.
 const RPC_TIMEOUT: Duration = Duration::from_secs(15);
@@ -55,10 +55,11 @@ impl KernelLink {
     pub(crate) fn with_oauth(mut self, spec: &LaunchSpec) -> Self {
         if spec.oauth {
             let link = self.clone();
-            let refresher: crate::bearer::Refresher = Arc::new(move |rejected: String| {
-                let link = link.clone();
-                Box::pin(async move { link.refresh_token(rejected).await })
-            });
+            let refresher: crate::transport::bearer::Refresher =
+                Arc::new(move |rejected: String| {
+                    let link = link.clone();
+                    Box::pin(async move { link.refresh_token(rejected).await })
+                });
             let authorization = spec.headers.get("Authorization").map_or("", String::as_str);
             self.bearer = Some(Arc::new(Bearer::new(
                 authorization,
