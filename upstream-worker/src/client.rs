@@ -1,8 +1,8 @@
 //! The worker's upstream client as a small library API: the same HTTP upstream,
 //! handshake (`upstream::start`), paged `tools/list`, `tools/call` and OAuth bearer handling
-//! ([`crate::transport::bearer`]) the worker process runs, without the kernel around it. The official
-//! client conformance suite drives it through `tutti-conformance-client` (tests crate), so the
-//! suite checks the code that serves real connectors, not a second client.
+//! ([`crate::transport::bearer`]) the worker process runs, without the kernel around it. The
+//! official client conformance suite drives it through `tutti-conformance-client` (tests
+//! crate), so the suite checks the code that serves real connectors, not a second client.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -261,7 +261,7 @@ async fn forward_json<W: AsyncWrite + Unpin>(json_out: &mut Option<W>, buf: &mut
 /// `404 Not Found - GET …`) above a `404`, above any other error line (`error`, npm's `ERR!`,
 /// Python's `Traceback` and its final `…Error:` line), above the rest. The line kept for a
 /// start failure is the latest of the highest rank, so npm's closing `A complete log of this
-/// run can be found in …` no longer hides the cause.
+/// run can be found in …` does not hide the cause.
 pub(crate) fn telling(line: &str) -> u8 {
     let lower = line.to_ascii_lowercase();
     if lower.contains("not found") {

@@ -55,8 +55,6 @@ fn unavailable_detail<'a>(error: &'a (dyn std::error::Error + 'static)) -> Optio
     None
 }
 
-// === errors ===
-
 pub(super) fn init_failure(error: &ClientInitializeError) -> String {
     match error {
         ClientInitializeError::TransportError { error, context } => {

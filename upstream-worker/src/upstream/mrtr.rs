@@ -4,7 +4,7 @@
 //! A modern upstream does not send requests to the client during a call: it answers the call
 //! with `resultType: "input_required"`, `inputRequests` (key → `{method, params}`, each one of
 //! `elicitation/create`, `sampling/createMessage`, `roots/list`) and an opaque `requestState`.
-//! The worker asks the caller each request in turn through [`crate::upstream::relay`], exactly as if the
+//! The worker asks the caller each request in turn through [`super::relay`], exactly as if the
 //! upstream had sent it on the call's stream (the frontend asks the agent on either surface),
 //! collects the answers by key, and sends the call again with `inputResponses` and the
 //! `requestState` as received: a new JSON-RPC id each round, at most [`MAX_INPUT_ROUNDS`]

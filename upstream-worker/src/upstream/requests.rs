@@ -23,10 +23,10 @@ use crate::upstream::session::RmcpUpstream;
 impl Upstream for RmcpUpstream {
     async fn list_tools(&self) -> Result<Vec<Value>, CallFailure> {
         // Paged here rather than with rmcp's `list_all_tools`: that one needs every tool to
-        // decode as rmcp's `Tool`, so one tool without an `inputSchema` failed the whole
-        // list ("Unexpected response type") and the worker exited, again and again. A page
-        // rmcp cannot type arrives as its raw JSON instead, and the kernel refuses the
-        // generation naming the tool and the field (SPEC §5.1).
+        // decode as rmcp's `Tool`, so one tool without an `inputSchema` would fail the whole
+        // list ("Unexpected response type") and end the worker at every restart. A page rmcp
+        // cannot type arrives as its raw JSON instead, and the kernel refuses the generation
+        // naming the tool and the field (SPEC §5.1).
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         let mut seen_cursors = std::collections::HashSet::new();

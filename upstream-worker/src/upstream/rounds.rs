@@ -1,5 +1,5 @@
 //! The calls that relay: `tools/call` and `prompts/get`, each in as many rounds as a
-//! 2026-07-28 upstream asks input for ([`crate::upstream::mrtr`]), with its progress
+//! 2026-07-28 upstream asks input for ([`super::mrtr`]), with its progress
 //! forwarded, its upstream requests relayed and cancellation sent when it is interrupted.
 
 use std::future::Future;
@@ -21,7 +21,7 @@ use crate::upstream::mrtr;
 use crate::upstream::relay::RelayTo;
 use crate::upstream::session::RmcpUpstream;
 
-/// One round of a `tools/call` ([`crate::upstream::mrtr`]).
+/// One round of a `tools/call` ([`super::mrtr`]).
 enum Round {
     /// The upstream's `CallToolResult` as JSON text.
     Complete(Bytes),
@@ -75,7 +75,7 @@ impl Called {
 
 impl RmcpUpstream {
     /// A tool call or a prompt get (`called`, name, arguments, meta) with every round of
-    /// answers a 2026-07-28 upstream asks for ([`crate::upstream::mrtr`]); see [`Upstream::call_tool`].
+    /// answers a 2026-07-28 upstream asks for ([`super::mrtr`]); see [`Upstream::call_tool`].
     pub(super) async fn rounds<W: Send>(
         &self,
         (called, name, arguments, meta): (Called, String, Option<JsonObject>, Option<JsonObject>),
@@ -90,7 +90,7 @@ impl RmcpUpstream {
         let mut first = Some((arguments, meta));
         // The client's own inputResponses (sent without a requestState) are its input
         // to a 2026-07-28 upstream, which verifies them: they go with the first round. A
-        // 2025-era upstream has no inputResponses; for it they are dropped, as before.
+        // 2025-era upstream has no inputResponses; for it they are dropped.
         let mut retry = mrtr::Retry {
             responses: relay
                 .as_ref()
@@ -140,7 +140,7 @@ impl RmcpUpstream {
     }
 
     /// One round of a `tools/call`: its answer as text, or the input a 2026-07-28 upstream
-    /// asked for ([`crate::upstream::mrtr`]); interrupted and cancelled as [`Upstream::call_tool`] says.
+    /// asked for ([`super::mrtr`]); interrupted and cancelled as [`Upstream::call_tool`] says.
     async fn call_tool_round<W: Send>(
         &self,
         (called, request): (Called, ClientRequest),

@@ -25,9 +25,8 @@ use crate::upstream::relay::Relay;
 /// How long rmcp gets to wind down its transport when we stop.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-// === impl RmcpUpstream ===
-
-/// [`Upstream`] over an initialized rmcp client.
+/// [`Upstream`](super::Upstream) over an initialized rmcp client; its requests are in
+/// [`super::requests`] and [`super::rounds`].
 pub(crate) struct RmcpUpstream {
     pub(super) peer: Peer<RoleClient>,
     pub(super) redactor: Arc<Redactor>,
