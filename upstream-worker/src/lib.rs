@@ -36,9 +36,8 @@ use tutti_proto::worker::worker_server::WorkerServer;
 
 use crate::control::KernelLink;
 use crate::serve::{Event, FrameServer, Shared, WorkerService};
-use crate::transport::NonJsonCounter;
-use crate::transport::SessionEvent;
-use crate::upstream::{Catalog, Listing, RmcpUpstream, Session, definitions};
+use crate::transport::{NonJsonCounter, SessionEvent};
+use crate::upstream::{RmcpUpstream, Session, catalog, definitions};
 
 pub use crate::error::WorkerError;
 pub use crate::redact::RedactingStderr;
@@ -234,7 +233,7 @@ async fn drive(
     tokio::pin!(parent_gone);
 
     // Start the upstream, but stay responsive to the kernel meanwhile.
-    let listing = Listing::start();
+    let listing = definitions::Listing::start();
     let started = tokio::select! {
         started = upstream::start(&spec, redactor.clone(), within, kernel.bearer()) => started,
         event = events.recv() => {
@@ -317,7 +316,7 @@ async fn offer(
     shared: &Shared<RmcpUpstream>,
     session: &Session,
     tools: Vec<serde_json::Value>,
-    catalog: &Catalog,
+    catalog: &catalog::Catalog,
 ) -> Result<(), Exit> {
     let tools = definitions::as_sent(tools);
     shared.attach(session.upstream.clone());
@@ -435,7 +434,7 @@ async fn on_session_event(
 async fn reoffer(kernel: &KernelLink, session: &Session, within: Duration) {
     use crate::upstream::Upstream as _;
     tracing::info!("upstream tool list changed; listing again");
-    let listing = Listing::start();
+    let listing = definitions::Listing::start();
     let listed = tokio::time::timeout(within, session.upstream.list_tools()).await;
     drop(listing);
     let tools = match listed {
@@ -472,25 +471,20 @@ async fn reoffer(kernel: &KernelLink, session: &Session, within: Duration) {
 /// The upstream's prompts, resources and templates, listed within `within`. A listing that
 /// fails is logged and offered empty: the tools still serve (the upstream declared a list it
 /// cannot give; its log says so).
-async fn list_catalog(session: &Session, within: Duration) -> Catalog {
+async fn list_catalog(session: &Session, within: Duration) -> catalog::Catalog {
     let upstream = &session.upstream;
-    match tokio::time::timeout(
-        within,
-        upstream::list_catalog(upstream.as_ref(), upstream.offers),
-    )
-    .await
-    {
+    match tokio::time::timeout(within, catalog::list(upstream.as_ref(), upstream.offers)).await {
         Ok(Ok(catalog)) => catalog,
         Ok(Err(why)) => {
             tracing::warn!(error = %why, "cannot list the upstream's prompts and resources");
-            Catalog::default()
+            catalog::Catalog::default()
         }
         Err(_) => {
             tracing::warn!(
                 timeout_ms = within.as_millis(),
                 "listing the upstream's prompts and resources timed out"
             );
-            Catalog::default()
+            catalog::Catalog::default()
         }
     }
 }

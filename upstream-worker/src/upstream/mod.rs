@@ -20,7 +20,7 @@ use crate::redact::Redactor;
 use crate::transport::bearer::Bearer;
 
 mod cancel;
-mod catalog;
+pub(crate) mod catalog;
 mod contract;
 pub(crate) mod definitions;
 mod failure;
@@ -34,9 +34,8 @@ mod requests;
 mod rounds;
 mod session;
 
-pub(crate) use catalog::{Catalog, list as list_catalog};
+pub(crate) use catalog::Catalog;
 pub(crate) use contract::{CallFailure, Offers, ProgressSink, Upstream};
-pub(crate) use definitions::Listing;
 pub(crate) use session::{RmcpUpstream, Session, Started};
 
 /// Starts the upstream described by `spec`, completes the MCP handshake and lists every page
