@@ -24,7 +24,7 @@ use crate::error::Error;
 /// with 8, 56 of every 64 calls under that load opened a new connection (a connect, an
 /// accept and a new task in the worker per call), and throughput at 64 clients fell below
 /// the gRPC hop's. An idle connection costs the worker one small task (its call future is
-/// boxed only while a call runs: `upstream-worker/src/frames.rs`).
+/// boxed only while a call runs: `upstream-worker/src/serve/frames.rs`).
 const IDLE_PER_WORKER: usize = 64;
 
 /// Idle connections per worker that keep their reply buffer (up to 2 MiB each after big

@@ -1,8 +1,8 @@
 //! The worker's upstream client as a small library API: the same HTTP upstream,
 //! handshake (`upstream::start`), paged `tools/list`, `tools/call` and OAuth bearer handling
-//! ([`crate::bearer`]) the worker process runs, without the kernel around it. The official
-//! client conformance suite drives it through `tutti-conformance-client` (tests crate), so the
-//! suite checks the code that serves real connectors, not a second client.
+//! ([`crate::transport::bearer`]) the worker process runs, without the kernel around it. The
+//! official client conformance suite drives it through `tutti-conformance-client` (tests
+//! crate), so the suite checks the code that serves real connectors, not a second client.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,10 +13,10 @@ use rmcp::model::{ErrorCode, ErrorData, JsonObject};
 use serde_json::Value;
 use tutti_proto::kernel::{LaunchSpec, Transport};
 
-use crate::bearer::Bearer;
 use crate::error::WorkerError;
 use crate::redact::Redactor;
-use crate::relay::{RelayTo, Relayed};
+use crate::transport::bearer::Bearer;
+use crate::upstream::relay::{RelayTo, Relayed};
 use crate::upstream::{self, CallFailure, Session, Upstream as _};
 
 /// Gets a fresh access token and its expiry (Unix ms, 0 = unknown); the argument is the

@@ -7,16 +7,9 @@
 //! goes away. The process exit code tells the kernel why it ended ([`Exit`]).
 #![deny(unsafe_code)]
 
-mod bearer;
-mod catalog;
 pub mod client;
 mod control;
-mod definitions;
 mod error;
-mod frames;
-mod http;
-mod listen;
-mod mrtr;
 #[cfg(feature = "otel")]
 mod otel;
 #[cfg(not(feature = "otel"))]
@@ -27,10 +20,8 @@ mod otel;
 mod pdeathsig;
 mod platform;
 mod redact;
-mod relay;
-mod results;
-mod service;
-mod stdio;
+mod serve;
+mod transport;
 mod upstream;
 
 use std::path::PathBuf;
@@ -40,13 +31,13 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tutti_proto::kernel::WorkerReportKind;
 use tutti_proto::rules::child_env::{WORKER_GENERATION, WORKER_KEY, WORKER_TOKEN};
-use tutti_proto::transport;
+use tutti_proto::transport as ipc;
 use tutti_proto::worker::worker_server::WorkerServer;
 
 use crate::control::KernelLink;
-use crate::http::SessionEvent;
-use crate::service::{Event, Shared, WorkerService};
-use crate::upstream::{RmcpUpstream, Session};
+use crate::serve::{Event, FrameServer, Shared, WorkerService};
+use crate::transport::{NonJsonCounter, SessionEvent};
+use crate::upstream::{RmcpUpstream, Session, catalog, definitions};
 
 pub use crate::error::WorkerError;
 pub use crate::redact::RedactingStderr;
@@ -154,11 +145,11 @@ impl Exit {
 /// Runs the worker until it is fenced, shut down, or its upstream goes away.
 pub async fn run(config: Config) -> Result<Exit, WorkerError> {
     platform::become_subreaper();
-    transport::run_dir(&config.state_dir).map_err(WorkerError::RunDir)?;
-    let endpoint = transport::worker_endpoint(&config.state_dir, config.generation);
-    let incoming = transport::bind(&endpoint).map_err(WorkerError::Bind)?;
-    let data_endpoint = transport::worker_data_endpoint(&config.state_dir, config.generation);
-    let data_incoming = transport::bind(&data_endpoint).map_err(WorkerError::Bind)?;
+    ipc::run_dir(&config.state_dir).map_err(WorkerError::RunDir)?;
+    let endpoint = ipc::worker_endpoint(&config.state_dir, config.generation);
+    let incoming = ipc::bind(&endpoint).map_err(WorkerError::Bind)?;
+    let data_endpoint = ipc::worker_data_endpoint(&config.state_dir, config.generation);
+    let data_incoming = ipc::bind(&data_endpoint).map_err(WorkerError::Bind)?;
 
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared::<RmcpUpstream>::new(
@@ -166,7 +157,7 @@ pub async fn run(config: Config) -> Result<Exit, WorkerError> {
         config.generation,
         events_tx,
     ));
-    let frame_server = frames::FrameServer::start(data_incoming, shared.clone());
+    let frame_server = FrameServer::start(data_incoming, shared.clone());
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let mut server = tokio::spawn(
         tonic::transport::Server::builder()
@@ -499,7 +490,7 @@ async fn list_catalog(session: &Session, within: Duration) -> catalog::Catalog {
 }
 
 /// Reports the running total of non-JSON stdout lines, at most once per second.
-async fn report_non_json(kernel: KernelLink, counter: Arc<stdio::NonJsonCounter>) {
+async fn report_non_json(kernel: KernelLink, counter: Arc<NonJsonCounter>) {
     loop {
         counter.changed().await;
         let total = counter.total();

@@ -2,7 +2,7 @@
 //!
 //! stdout: every line that parses as a JSON value is handed to rmcp through an in-memory pipe,
 //! so rmcp only ever sees JSON (a tools/call result is kept as text and rmcp gets a stand-in,
-//! see [`crate::results`]); any other line is counted, logged (redacted, truncated) and
+//! see [`crate::transport::results`]); any other line is counted, logged (redacted, truncated) and
 //! reported to the kernel (SPEC §9). stderr: every line goes to our stderr with secrets masked.
 
 use std::sync::Arc;
@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Notify;
 
-use crate::definitions;
 use crate::redact::{Redactor, trim_line_end};
-use crate::results::CallResults;
+use crate::transport::results::CallResults;
+use crate::upstream::definitions;
 
 /// Longest stdout line (one JSON-RPC message) we accept; longer lines are discarded as they
 /// are read (never held whole). An answer to a tools/call that long fails that call at once
@@ -261,7 +261,7 @@ async fn forward_json<W: AsyncWrite + Unpin>(json_out: &mut Option<W>, buf: &mut
 /// `404 Not Found - GET …`) above a `404`, above any other error line (`error`, npm's `ERR!`,
 /// Python's `Traceback` and its final `…Error:` line), above the rest. The line kept for a
 /// start failure is the latest of the highest rank, so npm's closing `A complete log of this
-/// run can be found in …` no longer hides the cause.
+/// run can be found in …` does not hide the cause.
 pub(crate) fn telling(line: &str) -> u8 {
     let lower = line.to_ascii_lowercase();
     if lower.contains("not found") {

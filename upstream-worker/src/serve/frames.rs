@@ -19,7 +19,7 @@ use tutti_proto::frames::{self, Kind};
 use tutti_proto::transport::{Incoming, IpcConn};
 use tutti_proto::worker::CallToolRequest;
 
-use crate::service::Shared;
+use crate::serve::Shared;
 use crate::upstream::Upstream;
 
 /// The send buffer asked for on each frame connection: a reply up to this size (a 1 MiB

@@ -41,7 +41,7 @@ pub(crate) enum Relayed {
         id: String,
         method: String,
         params_json: String,
-        /// Set for a 2026-07-28 upstream's `input_required` request ([`crate::mrtr`]).
+        /// Set for a 2026-07-28 upstream's `input_required` request ([`super::mrtr`]).
         input: Option<InputKey>,
     },
     /// The params of a `notifications/message`, as a JSON object.
@@ -197,7 +197,7 @@ impl Relay {
     }
 
     /// Relays `method` with `params` to the caller `to` (the caller of a call, known without a
-    /// lookup: a 2026-07-28 upstream's `input_required` round, [`crate::mrtr`]) and waits for
+    /// lookup: a 2026-07-28 upstream's `input_required` round, [`super::mrtr`]) and waits for
     /// its answer, as [`Relay::ask`] does.
     pub(crate) async fn ask_caller(
         &self,

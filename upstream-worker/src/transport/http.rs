@@ -27,31 +27,32 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures_util::StreamExt as _;
 use futures_util::stream::BoxStream;
 use reqwest::StatusCode;
-use reqwest::header::{
-    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, WWW_AUTHENTICATE,
-};
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderName, HeaderValue, WWW_AUTHENTICATE};
+use rmcp::model::{ClientJsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
-    AuthRequiredError, HttpStatusError, InsufficientScopeError, SseError, StreamableHttpClient,
-    StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
 };
 use sse_stream::{Sse, SseStream};
 use tokio::sync::mpsc;
 
-use crate::bearer::Bearer;
-use crate::definitions;
-use crate::error::{WorkerError, error_chain};
-use crate::results::CallResults;
+use crate::error::WorkerError;
+use crate::transport::bearer::Bearer;
+use crate::transport::http_body::{
+    HttpResult, auth_check, bounded, client, content_type, read_body, status_error, unavailable,
+};
+use crate::transport::http_fault::{
+    Failure, Fault, Kind, is_discover_result, is_uncorrelated_error, login_expired, not_discovered,
+};
+use crate::transport::results::CallResults;
+use crate::upstream::definitions;
 
-type HttpResult<T> = Result<T, StreamableHttpError<WorkerError>>;
 type SseEvents = BoxStream<'static, Result<Sse, SseError>>;
 
 const SESSION_ID: &str = "mcp-session-id";
 const LAST_EVENT_ID: &str = "last-event-id";
 const JSON: &str = "application/json";
 const EVENT_STREAM: &str = "text/event-stream";
-/// How much of an error body goes into a message.
-const ERROR_PREVIEW: usize = 256;
 
 /// What the worker hears about the upstream's session.
 #[derive(Debug, Clone, PartialEq)]
@@ -586,143 +587,6 @@ impl StreamableHttpClient for HttpClient {
     }
 }
 
-// === classification ===
-
-/// What a message is, as far as recovery cares.
-enum Kind {
-    Initialize,
-    Discover(RequestId),
-    ToolsCall(RequestId),
-    Other,
-}
-
-impl Kind {
-    fn of(message: &ClientJsonRpcMessage) -> Self {
-        let ClientJsonRpcMessage::Request(request) = message else {
-            return Kind::Other;
-        };
-        match &request.request {
-            ClientRequest::InitializeRequest(_) => Kind::Initialize,
-            ClientRequest::DiscoverRequest(_) => Kind::Discover(request.id.clone()),
-            ClientRequest::CallToolRequest(_) => Kind::ToolsCall(request.id.clone()),
-            _ => Kind::Other,
-        }
-    }
-}
-
-/// Why a request got no usable answer.
-enum Failure {
-    /// The answer itself is the error (401/403, an unreadable body, …).
-    Error(StreamableHttpError<WorkerError>),
-    /// The upstream or the connection failed the request.
-    Fault(Fault),
-}
-
-/// A request that failed at the upstream.
-enum Fault {
-    /// No HTTP answer.
-    Transport {
-        error: reqwest::Error,
-        reached: bool,
-    },
-    /// An error answer that names no request (a JSON-RPC error with `id: null`, HTML, …).
-    /// Only its length is kept: an error page may echo the request, token included.
-    Status {
-        status: StatusCode,
-        body_len: usize,
-        /// 400/404: the server refused the request as it came (it ran nothing).
-        session_rejected: bool,
-    },
-}
-
-impl Fault {
-    /// Whether the request may have run at the upstream.
-    fn may_have_reached(&self) -> bool {
-        match self {
-            Fault::Transport { reached, .. } => *reached,
-            Fault::Status {
-                session_rejected, ..
-            } => !session_rejected,
-        }
-    }
-
-    /// The error rmcp gets when this is not a fault of a running upstream.
-    fn into_error(self) -> StreamableHttpError<WorkerError> {
-        match self {
-            Fault::Transport { error, .. } => client(error),
-            Fault::Status {
-                status, body_len, ..
-            } => status_error(status, body_len),
-        }
-    }
-}
-
-impl Fault {
-    /// What callers, `status` and the audit log are told: the status line or the transport
-    /// error (the connector's log also gets the error body's length, through [`Fault`]'s
-    /// `Display`).
-    fn summary(&self) -> String {
-        match self {
-            Fault::Status { status, .. } => format!("the upstream answered HTTP {status}"),
-            Fault::Transport { .. } => self.to_string(),
-        }
-    }
-}
-
-impl std::fmt::Display for Fault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Fault::Transport { error, .. } => {
-                write!(f, "the upstream did not answer ({})", error_chain(error))
-            }
-            Fault::Status {
-                status,
-                body_len: 0,
-                ..
-            } => write!(f, "the upstream answered HTTP {status}"),
-            Fault::Status {
-                status, body_len, ..
-            } => write!(f, "the upstream answered HTTP {status} ({body_len} bytes)"),
-        }
-    }
-}
-
-/// A JSON-RPC error that answers no request (`id` null or missing).
-fn is_uncorrelated_error(message: &ServerJsonRpcMessage) -> bool {
-    matches!(message, ServerJsonRpcMessage::Error(e) if e.id.is_none())
-}
-
-/// Whether a JSON answer to `server/discover` is a discovery result (a JSON-RPC error passes
-/// too: rmcp falls back on it). A legacy server that answers every method it does not know
-/// with an empty result (the conformance suite's `sse-retry` server does) is a legacy server:
-/// rmcp would fail on that answer instead of falling back to `initialize`.
-fn is_discover_result(body: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .is_ok_and(|v| v.get("error").is_some() || v["result"].get("supportedVersions").is_some())
-}
-
-/// The error rmcp's lifecycle falls back to `initialize` on, for a discovery the server did
-/// not answer as one.
-fn not_discovered(id: &RequestId, body: &[u8]) -> StreamableHttpPostResponse {
-    let data = rmcp::ErrorData::invalid_request(
-        format!(
-            "server/discover answered without supportedVersions: {}",
-            preview(body)
-        ),
-        None,
-    );
-    StreamableHttpPostResponse::Json(ServerJsonRpcMessage::error(data, Some(id.clone())), None)
-}
-
-/// A refresh failed: the connector needs a new login (the bearer keeps the reason, which the
-/// worker reports).
-fn login_expired(reason: String) -> StreamableHttpError<WorkerError> {
-    StreamableHttpError::AuthRequired(AuthRequiredError::new(format!(
-        "Bearer error=\"invalid_token\", error_description=\"{}\"",
-        reason.replace('"', "'")
-    )))
-}
-
 impl HttpClient {
     /// A 403's `insufficient_scope` challenge, remembered for the step-up.
     fn note_forbidden(&self, response: &reqwest::Response) {
@@ -738,230 +602,9 @@ impl HttpClient {
     }
 }
 
-/// 401/403: the upstream refused our credentials.
-fn auth_check(response: &reqwest::Response) -> HttpResult<()> {
-    let challenge = || {
-        response
-            .headers()
-            .get(WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    match response.status() {
-        StatusCode::UNAUTHORIZED => Err(StreamableHttpError::AuthRequired(AuthRequiredError::new(
-            challenge(),
-        ))),
-        StatusCode::FORBIDDEN => Err(StreamableHttpError::InsufficientScope(
-            InsufficientScopeError::new(challenge(), None),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// rmcp's error for an HTTP error status; of the body only its length (an error page may
-/// echo the request, token included).
-fn status_error(status: StatusCode, body_len: usize) -> StreamableHttpError<WorkerError> {
-    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-        return StreamableHttpError::HttpStatus(HttpStatusError::new(status.as_u16(), None));
-    }
-    StreamableHttpError::UnexpectedServerResponse(
-        format!("HTTP {status} ({body_len}-byte body)").into(),
-    )
-}
-
-fn content_type(response: &reqwest::Response) -> Option<String> {
-    response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_ascii_lowercase())
-}
-
-/// The whole body, refused beyond `max` bytes.
-async fn read_body(response: reqwest::Response, max: usize) -> HttpResult<Vec<u8>> {
-    if response.content_length().is_some_and(|n| n > max as u64) {
-        return Err(StreamableHttpError::ResponseBodyTooLarge { max_size: max });
-    }
-    let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(client)?;
-        if body.len() + chunk.len() > max {
-            return Err(StreamableHttpError::ResponseBodyTooLarge { max_size: max });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-/// The start of an error body, on one line.
-fn preview(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match text.char_indices().nth(ERROR_PREVIEW) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text,
-    }
-}
-
-/// Ends a byte stream with an error once one SSE event (the bytes between two blank lines)
-/// exceeds `max` bytes, before the parser buffers it.
-fn bounded<S, B>(
-    stream: S,
-    max: usize,
-) -> impl futures_util::Stream<Item = Result<B, std::io::Error>> + Send + 'static
-where
-    S: futures_util::Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-{
-    let mut event = 0usize;
-    let mut at_line_start = true;
-    stream.map(move |chunk| {
-        let chunk = chunk.map_err(std::io::Error::other)?;
-        for &byte in chunk.as_ref() {
-            match byte {
-                b'\n' if at_line_start => event = 0,
-                b'\n' => at_line_start = true,
-                b'\r' => {}
-                _ => {
-                    at_line_start = false;
-                    event += 1;
-                }
-            }
-            if event > max {
-                return Err(std::io::Error::other(format!(
-                    "an event of the upstream's stream exceeds {max} bytes"
-                )));
-            }
-        }
-        Ok(chunk)
-    })
-}
-
-fn client(error: reqwest::Error) -> StreamableHttpError<WorkerError> {
-    StreamableHttpError::Client(WorkerError::UpstreamHttp(error))
-}
-
-fn unavailable(detail: String) -> StreamableHttpError<WorkerError> {
-    StreamableHttpError::Client(WorkerError::UpstreamUnavailable { detail })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn server_message(text: &str) -> ServerJsonRpcMessage {
-        serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"))
-    }
-
-    fn client_message(text: &str) -> ClientJsonRpcMessage {
-        serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"))
-    }
-
-    #[test]
-    fn a_discovery_answered_with_anything_else_falls_back() {
-        assert!(is_discover_result(
-            br#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"]}}"#
-        ));
-        assert!(is_discover_result(
-            br#"{"jsonrpc":"2.0","id":0,"error":{"code":-32601,"message":"no"}}"#
-        ));
-        // A legacy server that answers every method it does not know with `{}`.
-        assert!(!is_discover_result(
-            br#"{"jsonrpc":"2.0","id":0,"result":{}}"#
-        ));
-        assert!(!is_discover_result(b"not json"));
-    }
-
-    #[test]
-    fn an_error_with_a_null_id_answers_no_request() {
-        let stale = server_message(
-            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#,
-        );
-        assert!(is_uncorrelated_error(&stale));
-        let answer = server_message(
-            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"no such method"}}"#,
-        );
-        assert!(!is_uncorrelated_error(&answer));
-        let result = server_message(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#);
-        assert!(!is_uncorrelated_error(&result));
-    }
-
-    #[test]
-    fn only_tools_call_initialize_and_discover_are_told_apart() {
-        let call = client_message(
-            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#,
-        );
-        assert!(matches!(
-            Kind::of(&call),
-            Kind::ToolsCall(RequestId::Number(3))
-        ));
-        let init = client_message(
-            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-        );
-        assert!(matches!(Kind::of(&init), Kind::Initialize));
-        let list = client_message(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#);
-        assert!(matches!(Kind::of(&list), Kind::Other));
-        let note = client_message(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-        assert!(matches!(Kind::of(&note), Kind::Other));
-    }
-
-    #[test]
-    fn a_refused_session_ran_nothing_and_a_server_error_may_have_run_it() {
-        let refused = Fault::Status {
-            status: StatusCode::NOT_FOUND,
-            body_len: 0,
-            session_rejected: true,
-        };
-        assert!(!refused.may_have_reached());
-        assert_eq!(
-            refused.to_string(),
-            "the upstream answered HTTP 404 Not Found"
-        );
-        let failed = Fault::Status {
-            status: StatusCode::BAD_GATEWAY,
-            body_len: 13,
-            session_rejected: false,
-        };
-        assert!(failed.may_have_reached());
-        assert_eq!(
-            failed.to_string(),
-            "the upstream answered HTTP 502 Bad Gateway (13 bytes)"
-        );
-    }
-
-    #[test]
-    fn callers_are_told_the_status_line_not_the_upstreams_page() {
-        let page = Fault::Status {
-            status: StatusCode::BAD_GATEWAY,
-            body_len: 35,
-            session_rejected: false,
-        };
-        assert_eq!(page.summary(), "the upstream answered HTTP 502 Bad Gateway");
-        assert_eq!(
-            page.to_string(),
-            "the upstream answered HTTP 502 Bad Gateway (35 bytes)"
-        );
-    }
-
-    #[test]
-    fn server_errors_keep_their_status_and_client_errors_their_length() {
-        assert!(matches!(
-            status_error(StatusCode::INTERNAL_SERVER_ERROR, 1),
-            StreamableHttpError::HttpStatus(_)
-        ));
-        assert!(matches!(
-            status_error(StatusCode::TOO_MANY_REQUESTS, 1),
-            StreamableHttpError::HttpStatus(_)
-        ));
-        match status_error(StatusCode::BAD_REQUEST, 10) {
-            StreamableHttpError::UnexpectedServerResponse(text) => {
-                assert_eq!(text, "HTTP 400 Bad Request (10-byte body)");
-            }
-            other => panic!("{other}"),
-        }
-    }
 
     #[test]
     fn a_request_carries_one_authorization_header_the_current_token() {
@@ -995,43 +638,5 @@ mod tests {
         let fixed_only = build(None);
         let sent: Vec<_> = fixed_only.headers().get_all(AUTHORIZATION).iter().collect();
         assert_eq!(sent, [&HeaderValue::from_static("Bearer at-start")]);
-    }
-
-    #[test]
-    fn an_error_body_is_previewed_on_one_line_and_cut() {
-        assert_eq!(
-            preview(b"  <html>\n  <body>oops</body>\n</html> "),
-            "<html> <body>oops</body> </html>"
-        );
-        let long = "é".repeat(ERROR_PREVIEW + 10);
-        let shown = preview(long.as_bytes());
-        assert_eq!(shown.chars().count(), ERROR_PREVIEW + 1, "{shown}");
-        assert!(shown.ends_with('…'));
-    }
-
-    #[tokio::test]
-    async fn an_event_over_the_bound_ends_the_stream_and_blank_lines_reset_it() {
-        let chunks = |parts: &[&'static str]| {
-            futures_util::stream::iter(
-                parts
-                    .iter()
-                    .map(|p| Ok::<_, reqwest::Error>(p.as_bytes().to_vec()))
-                    .collect::<Vec<_>>(),
-            )
-        };
-        // Two events of 8 bytes each (`data: ab`), a bound of 8: both pass.
-        let ok: Vec<_> = bounded(chunks(&["data: ab\n\n", "data: cd\n\n"]), 8)
-            .collect()
-            .await;
-        assert!(ok.iter().all(Result::is_ok), "{ok:?}");
-        // One event split over chunks grows past the bound: the stream ends with an error.
-        let over: Vec<_> = bounded(chunks(&["data: ab", "cdef\n", "data: x\n\n"]), 8)
-            .collect()
-            .await;
-        let err = over
-            .iter()
-            .find_map(|r| r.as_ref().err())
-            .unwrap_or_else(|| panic!("no error in {over:?}"));
-        assert!(err.to_string().contains("exceeds 8 bytes"), "{err}");
     }
 }

@@ -13,9 +13,10 @@ use tutti_proto::kernel::{
 use tutti_proto::limits::{self, OfferedList};
 use tutti_proto::transport;
 
-use crate::bearer::Bearer;
-use crate::catalog::Catalog;
+use crate::control::offer::{offered, offered_resources, string_field, within_limits};
 use crate::error::WorkerError;
+use crate::transport::bearer::Bearer;
+use crate::upstream::Catalog;
 
 /// How long a kernel RPC may take before we give up on it.
 const RPC_TIMEOUT: Duration = Duration::from_secs(15);
@@ -55,10 +56,11 @@ impl KernelLink {
     pub(crate) fn with_oauth(mut self, spec: &LaunchSpec) -> Self {
         if spec.oauth {
             let link = self.clone();
-            let refresher: crate::bearer::Refresher = Arc::new(move |rejected: String| {
-                let link = link.clone();
-                Box::pin(async move { link.refresh_token(rejected).await })
-            });
+            let refresher: crate::transport::bearer::Refresher =
+                Arc::new(move |rejected: String| {
+                    let link = link.clone();
+                    Box::pin(async move { link.refresh_token(rejected).await })
+                });
             let authorization = spec.headers.get("Authorization").map_or("", String::as_str);
             self.bearer = Some(Arc::new(Bearer::new(
                 authorization,
@@ -207,80 +209,5 @@ impl KernelLink {
         if let Err(e) = Self::rpc("ReportWorker", client.report_worker(request)).await {
             tracing::warn!(%kind, error = %e, "could not report to the kernel");
         }
-    }
-}
-
-/// One list of an offer as sent: its items, or none when it is over its limits (it may not
-/// even fit in one message), with how many items and bytes were withheld; the kernel then
-/// refuses the offer by its size, naming the list and the limit.
-struct Bounded<T> {
-    items: Vec<T>,
-    withheld: u64,
-    withheld_bytes: u64,
-}
-
-fn within_limits<T>(list: OfferedList, items: Vec<T>, bytes: impl Fn(&T) -> usize) -> Bounded<T> {
-    let total: usize = items.iter().map(bytes).sum();
-    match list.problem(items.len(), total) {
-        None => Bounded {
-            items,
-            withheld: 0,
-            withheld_bytes: 0,
-        },
-        Some(_) => Bounded {
-            withheld: u64::try_from(items.len()).unwrap_or(u64::MAX),
-            withheld_bytes: u64::try_from(total).unwrap_or(u64::MAX),
-            items: Vec::new(),
-        },
-    }
-}
-
-/// The wire form of a tool list: the upstream name and the Tool object as JSON, unchanged.
-fn offered(tools: &[serde_json::Value]) -> Vec<OfferedTool> {
-    tools
-        .iter()
-        .map(|tool| OfferedTool {
-            upstream_name: tool
-                .get("name")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            definition_json: tool.to_string(),
-        })
-        .collect()
-}
-
-fn string_field(value: &serde_json::Value, field: &str) -> String {
-    value
-        .get(field)
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// Resources (by `uri`) or templates (by `uriTemplate`), each object as the upstream sent it.
-fn offered_resources(items: &[serde_json::Value], field: &str) -> Vec<OfferedResource> {
-    items
-        .iter()
-        .map(|item| OfferedResource {
-            uri: string_field(item, field),
-            definition_json: item.to_string(),
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offered_tools_keep_name_and_definition() {
-        let tools = vec![serde_json::json!({"name": "echo", "inputSchema": {"type": "object"}})];
-        let wire = offered(&tools);
-        assert_eq!(wire.len(), 1);
-        assert_eq!(wire[0].upstream_name, "echo");
-        let back: serde_json::Value =
-            serde_json::from_str(&wire[0].definition_json).unwrap_or_default();
-        assert_eq!(back, tools[0]);
     }
 }

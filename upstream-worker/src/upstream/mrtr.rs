@@ -4,7 +4,7 @@
 //! A modern upstream does not send requests to the client during a call: it answers the call
 //! with `resultType: "input_required"`, `inputRequests` (key → `{method, params}`, each one of
 //! `elicitation/create`, `sampling/createMessage`, `roots/list`) and an opaque `requestState`.
-//! The worker asks the caller each request in turn through [`crate::relay`], exactly as if the
+//! The worker asks the caller each request in turn through [`super::relay`], exactly as if the
 //! upstream had sent it on the call's stream (the frontend asks the agent on either surface),
 //! collects the answers by key, and sends the call again with `inputResponses` and the
 //! `requestState` as received: a new JSON-RPC id each round, at most [`MAX_INPUT_ROUNDS`]
@@ -19,7 +19,7 @@ use rmcp::model::{ErrorCode, ErrorData, ServerResult};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::relay::{InputKey, Relay, RelayTo};
+use crate::upstream::relay::{InputKey, Relay, RelayTo};
 
 /// Rounds of answers one call may take (the official SDKs' default): an upstream that keeps
 /// asking after that is ended with an error rather than holding the caller to its timeout.
@@ -183,7 +183,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::relay::Relayed;
+    use crate::upstream::relay::Relayed;
 
     const STATE: &str = "upstream-secret-state";
 
