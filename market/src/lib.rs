@@ -9,6 +9,10 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod pin;
 pub mod plan;
+pub mod registry;
+pub mod server_json;
+pub mod source;
 
 pub use error::MarketError;
