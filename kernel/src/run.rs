@@ -70,6 +70,7 @@ pub async fn run_until(
     let endpoint = transport::kernel_endpoint(&state_dir);
     let incoming = transport::bind_granting(&endpoint, config.pipe_grant.as_ref())?;
     let svc = service::Service { k: k.clone() };
+    let market = crate::market::MarketService::open(&state_dir)?;
     let mut shutdown_rx = k.shutdown.subscribe();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
@@ -77,6 +78,7 @@ pub async fn run_until(
                 KernelServer::new(svc)
                     .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REQUEST_BYTES),
             )
+            .add_service(tutti_proto::kernel::market_server::MarketServer::new(market))
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = shutdown_rx.wait_for(|s| *s).await;
             }),

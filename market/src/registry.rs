@@ -328,6 +328,43 @@ impl Client {
         }
     }
 
+    /// Whether a remote MCP server asks for an OAuth login: it answers an unauthenticated
+    /// `initialize` with 401 and names protected-resource metadata (`WWW-Authenticate:
+    /// resource_metadata=…`, or the RFC 9728 well-known document exists). Unreachable: no.
+    pub async fn wants_oauth(&self, url: &str) -> bool {
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "tutti", "version": env!("CARGO_PKG_VERSION")}}});
+        let Ok(resp) = self
+            .http
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+        else {
+            return false;
+        };
+        if resp.status() != reqwest::StatusCode::UNAUTHORIZED {
+            return false;
+        }
+        let named = resp
+            .headers()
+            .get_all("www-authenticate")
+            .iter()
+            .any(|v| v.to_str().is_ok_and(|v| v.contains("resource_metadata")));
+        if named {
+            return true;
+        }
+        let Ok(mut well_known) = url::Url::parse(url) else {
+            return false;
+        };
+        let path = well_known.path().trim_end_matches('/').to_owned();
+        well_known.set_path(&format!("/.well-known/oauth-protected-resource{path}"));
+        well_known.set_query(None);
+        matches!(self.http.get(well_known).send().await, Ok(r) if r.status().is_success())
+    }
+
     /// `GET` a JSON answer: `Ok(None)` on 404.
     async fn get(&self, registry: &Registry, url: url::Url) -> Result<Option<Value>, MarketError> {
         let unreachable = |reason: String| MarketError::RegistryUnreachable {

@@ -615,5 +615,4 @@ pub fn normalise_key(segment: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "server_json_tests.rs"]
 mod tests;
