@@ -78,7 +78,9 @@ pub async fn run_until(
                 KernelServer::new(svc)
                     .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REQUEST_BYTES),
             )
-            .add_service(tutti_proto::kernel::market_server::MarketServer::new(market))
+            .add_service(tutti_proto::kernel::market_server::MarketServer::new(
+                market,
+            ))
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = shutdown_rx.wait_for(|s| *s).await;
             }),

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 use tutti_proto::kernel::{
     AvailableConnector, AvailableReply, ConnectRequest, Empty, InstallPlan, InstallReply,
-    InstallRequest, KeyRequest, ProbeReply, ProbeRequest,
+    InstallRequest, KeyRequest, ProbeReply, ProbeRequest, StageReply,
 };
 
 use crate::args::{ConnectArgs, InstallArgs, KeyArg, ProbeArgs};
@@ -21,16 +21,30 @@ use crate::output::{emit, first_line, json_line, note, one_line, shell_join, tab
 // === install ===
 
 pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitCode, CliError> {
-    let dir = absolute_dir(&args.dir)?;
+    if super::market::is_market_source(&args.source) {
+        return super::market::install(state_dir, &args).await;
+    }
+    let dir = absolute_dir(Path::new(&args.source))?;
+    let mut kernel = Kernel::connect(state_dir).await?;
+    install_release(&mut kernel, &dir, &args, None).await
+}
+
+/// Installs a release folder: the plan, the confirmation (with what a market source adds,
+/// `staged`), the trust step, the install.
+pub(super) async fn install_release(
+    kernel: &mut Kernel,
+    dir: &Path,
+    args: &InstallArgs,
+    staged: Option<&StageReply>,
+) -> Result<ExitCode, CliError> {
     let mut request = InstallRequest {
         source_dir: dir.display().to_string(),
-        allow_commands: args.allow_commands,
-        allow_env: args.allow_env,
+        allow_commands: args.allow_commands.clone(),
+        allow_env: args.allow_env.clone(),
         allow_skill_findings: args.allow_skill_findings,
         trust_updates: args.trust_updates,
         ..Default::default()
     };
-    let mut kernel = Kernel::connect(state_dir).await?;
     let plan = kernel
         .client
         .plan_install(request.clone())
@@ -44,10 +58,13 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         return Ok(ExitCode::FAILURE);
     }
     note(confirmation(&plan, Verb::Install).trim_end());
+    if let Some(staged) = staged {
+        note(super::market::confirmation(staged).trim_end());
+    }
     if !args.yes {
         confirm(Verb::Install)?;
     }
-    if args.probe && !probe_before_install(&mut kernel, &plan, &request).await? {
+    if args.probe && !probe_before_install(kernel, &plan, &request).await? {
         return Ok(ExitCode::FAILURE);
     }
     // SPEC §12: the install is bound to the content just confirmed.
