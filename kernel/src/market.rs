@@ -178,9 +178,6 @@ fn read_list(path: &Path) -> Result<Registries, KernelError> {
 
 fn market_status(e: MarketError) -> Status {
     match e {
-        MarketError::RegistryUnreachable { .. } | MarketError::RegistryAnswer { .. } => {
-            Status::unavailable(e.to_string())
-        }
         MarketError::NoSuchServer { .. } | MarketError::NoSuchVersion { .. } => {
             Status::not_found(e.to_string())
         }
