@@ -48,7 +48,12 @@ fn load(args: &Args) -> anyhow::Result<Vec<Value>> {
             entries.push(serde_json::from_str::<Value>(&text)?);
         }
     }
-    entries.sort_by_key(|e| (e["server"]["name"].to_string(), e["server"]["version"].to_string()));
+    entries.sort_by_key(|e| {
+        (
+            e["server"]["name"].to_string(),
+            e["server"]["version"].to_string(),
+        )
+    });
     Ok(entries)
 }
 
@@ -56,13 +61,19 @@ async fn list(
     State(cat): State<Arc<Catalogue>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Json<Value> {
-    let search = q.get("search").map(|s| s.to_lowercase()).unwrap_or_default();
+    let search = q
+        .get("search")
+        .map(|s| s.to_lowercase())
+        .unwrap_or_default();
     let latest_only = q.get("version").is_some_and(|v| v == "latest");
     let matching: Vec<&Value> = cat
         .entries
         .iter()
         .filter(|e| {
-            let name = e["server"]["name"].as_str().unwrap_or_default().to_lowercase();
+            let name = e["server"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_lowercase();
             search.split_whitespace().all(|w| name.contains(w)) && (!latest_only || is_latest(e))
         })
         .collect();
@@ -89,7 +100,10 @@ async fn version(
                     || (version == "latest" && is_latest(e)))
         })
         .map(|e| Json(e.clone()))
-        .ok_or((StatusCode::NOT_FOUND, Json(json!({"error": "Server not found"}))))
+        .ok_or((
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "Server not found"})),
+        ))
 }
 
 #[tokio::main(flavor = "current_thread")]
