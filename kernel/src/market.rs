@@ -14,7 +14,7 @@ use tutti_market::registry::{self, Client, Registries};
 use tutti_market::server_json::{self, Choices, ReleasePlan};
 use tutti_market::source::{self, Source};
 use tutti_proto::kernel as pb;
-use tutti_proto::kernel::market_server::Market;
+use tutti_proto::kernel::market_server::{Market, MarketServer};
 
 use crate::error::KernelError;
 
@@ -330,6 +330,11 @@ impl Market for MarketService {
         }
         Ok(Response::new(pb::Empty {}))
     }
+}
+
+/// The service as the kernel's gRPC server adds it (beside `Kernel`, on the same socket).
+pub fn server(state: &Path) -> Result<MarketServer<MarketService>, KernelError> {
+    Ok(MarketServer::new(MarketService::open(state)?))
 }
 
 fn new_staging_dir(state: &Path) -> Result<PathBuf, Status> {

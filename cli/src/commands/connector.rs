@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 use tutti_proto::kernel::{
     AvailableConnector, AvailableReply, ConnectRequest, Empty, InstallPlan, InstallReply,
-    InstallRequest, KeyRequest, ProbeReply, ProbeRequest, StageReply,
+    InstallRequest, KeyRequest, ProbeReply, ProbeRequest,
 };
 
 use crate::args::{ConnectArgs, InstallArgs, KeyArg, ProbeArgs};
@@ -21,21 +21,18 @@ use crate::output::{emit, first_line, json_line, note, one_line, shell_join, tab
 // === install ===
 
 pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitCode, CliError> {
-    if super::market::is_market_source(&args.source) {
-        return super::market::install(state_dir, &args).await;
-    }
     let dir = absolute_dir(Path::new(&args.source))?;
     let mut kernel = Kernel::connect(state_dir).await?;
     install_release(&mut kernel, &dir, &args, None).await
 }
 
-/// Installs a release folder: the plan, the confirmation (with what a market source adds,
-/// `staged`), the trust step, the install.
+/// Installs a release folder: the plan, the confirmation (and what a market source adds to
+/// it, `extra`), the trust step, the install.
 pub(super) async fn install_release(
     kernel: &mut Kernel,
     dir: &Path,
     args: &InstallArgs,
-    staged: Option<&StageReply>,
+    extra: Option<&str>,
 ) -> Result<ExitCode, CliError> {
     let mut request = InstallRequest {
         source_dir: dir.display().to_string(),
@@ -58,8 +55,8 @@ pub(super) async fn install_release(
         return Ok(ExitCode::FAILURE);
     }
     note(confirmation(&plan, Verb::Install).trim_end());
-    if let Some(staged) = staged {
-        note(super::market::confirmation(staged).trim_end());
+    if let Some(extra) = extra {
+        note(extra.trim_end());
     }
     if !args.yes {
         confirm(Verb::Install)?;

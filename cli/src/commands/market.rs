@@ -176,7 +176,9 @@ pub(super) async fn install(state_dir: &Path, args: &InstallArgs) -> Result<Exit
         emit(&json_line(&StagedJson::from(&staged))?)?;
     }
     let dir = std::path::PathBuf::from(&staged.staging_dir);
-    let outcome = super::connector::install_release(&mut kernel, &dir, args, Some(&staged)).await;
+    let outcome =
+        super::connector::install_release(&mut kernel, &dir, args, Some(&confirmation(&staged)))
+            .await;
     let discard = DiscardRequest {
         staging_dir: staged.staging_dir.clone(),
     };
@@ -220,7 +222,7 @@ fn stage_request(args: &InstallArgs) -> Result<StageRequest, CliError> {
 }
 
 /// What a market source adds to the install confirmation (SPEC §17).
-pub(super) fn confirmation(s: &StageReply) -> String {
+fn confirmation(s: &StageReply) -> String {
     let mut out = format!("  source: {}\n", visible(&s.source));
     out.push_str(&format!("  resolved version: {}\n", visible(&s.version)));
     out.push_str(&format!(

@@ -29,6 +29,9 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
         Command::Status(a) if a.watch => watch::run(state_dir, a.json).await,
         Command::Status(a) => status::run(state_dir, a.json).await,
         Command::Connector(c) => match c {
+            ConnectorCommand::Install(a) if market::is_market_source(&a.source) => {
+                market::install(state_dir, &a).await
+            }
             ConnectorCommand::Install(a) => connector::install(state_dir, a).await,
             ConnectorCommand::Uninstall(a) => connector::uninstall(state_dir, a).await,
             ConnectorCommand::Connect(a) => connector::connect(state_dir, a).await,
