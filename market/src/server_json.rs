@@ -470,12 +470,12 @@ fn substitute(
         let name = &rest[start + 1..start + len];
         out.push_str(&rest[..start]);
         let value = match (choices.set.get(name), vars.get(name)) {
-            (Some(v), _) => v.clone(),
-            (None, Some(var)) if var.is_secret => {
+            (_, Some(var)) if var.is_secret => {
                 return Err(MarketError::ServerJson(format!(
                     "{what}: variable {name} is a secret inside a value, which connector.json cannot hold; choose another entry with --package N or --remote N"
                 )));
             }
+            (Some(v), _) => v.clone(),
             (None, Some(var)) => match (&var.default, var.is_required) {
                 (Some(d), _) => d.clone(),
                 (None, true) => {
