@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tutti_tests::oauth::OAuthServer;
 use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, bin, free_port, repo_root};
 
 const READY: Duration = Duration::from_secs(30);
@@ -280,9 +281,7 @@ async fn a_server_json_file_installs_with_its_secret_header_given_later() {
     let doc = json!({"name": "io.example/Keyed Remote", "description": "A keyed remote", "version": "3.0.0",
         "remotes": [{"type": "streamable-http", "url": remote.url,
             "headers": [{"name": "X-Api-Key", "isSecret": true, "isRequired": true}]}]});
-    let path = rt.root().join("server.json");
-    std::fs::write(&path, doc.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let path = path.display().to_string();
+    let path = write_document(&rt, &doc);
     let secret = "market-secret-value-4711";
     let leaked = rt.tutti(&[
         "connector",
@@ -323,6 +322,30 @@ async fn a_server_json_file_installs_with_its_secret_header_given_later() {
     let leaks = tutti_tests::secret_scan::file_leaks(&[secret], &files);
     assert!(leaks.is_empty(), "the secret value leaked: {leaks:?}");
     assert!(!confirmation.contains(secret));
+}
+
+/// A `server.json` in the test's folder; its absolute path.
+fn write_document(rt: &Runtime, doc: &Value) -> String {
+    let path = rt.root().join("server.json");
+    std::fs::write(&path, doc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    path.display().to_string()
+}
+
+#[test]
+fn a_remote_that_asks_for_a_login_installs_as_an_oauth_connector() {
+    let (rt, _registry, remote) = market();
+    let server = OAuthServer::start(&remote.url, &[], &[], &rt.root().join("provider.stderr"));
+    let doc = json!({"name": "io.example/guarded", "description": "Behind a login",
+        "version": "1.0.0", "remotes": [{"type": "streamable-http", "url": server.mcp_url}]});
+    let path = write_document(&rt, &doc);
+    let out = rt.tutti(&["connector", "install", &path, "--yes"]);
+    let confirmation = text(&out.stderr);
+    assert!(out.status.success(), "{confirmation}");
+    assert!(
+        confirmation.contains("login: OAuth; a browser login follows"),
+        "the 401 with protected-resource metadata makes it auth.kind oauth:\n{confirmation}"
+    );
+    rt.wait_status("guarded", "auth_required", READY);
 }
 
 #[test]

@@ -236,11 +236,16 @@ fn secrets_never_come_from_set_nor_go_on_argv() {
         "packageArguments": [{"type": "named", "name": "--token", "isSecret": true}]}]}),
     );
     assert!(err(&argv, &Choices::default()).contains("never go on a command line"));
-    let inside = doc(json!({"packages": [{"registryType": "npm", "identifier": "w",
+    let inside = doc(
+        json!({"packages": [{"registryType": "npm", "identifier": "w",
         "packageArguments": [{"type": "named", "name": "--url", "value": "https://{token}@x",
-            "variables": {"token": {"isSecret": true}}}]}]}));
+            "variables": {"token": {"isSecret": true}}}]}]}),
+    );
     let e = err(&inside, &set(&[("token", "s3cr3t-value")]));
-    assert!(e.contains("variable token is a secret") && !e.contains("s3cr3t"), "{e}");
+    assert!(
+        e.contains("variable token is a secret") && !e.contains("s3cr3t"),
+        "{e}"
+    );
 }
 
 #[test]
