@@ -2,6 +2,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(
         [
             "tutti/kernel/v1/kernel.proto",
+            "tutti/kernel/v1/market.proto",
             "tutti/worker/v1/worker.proto",
         ],
         ["."],

@@ -46,6 +46,9 @@ pub enum Command {
     /// Run the kernel under the system's service manager (systemd, launchd, Windows services)
     #[command(subcommand)]
     Service(ServiceCommand),
+    /// List, add and remove the MCP registries that search and install ask
+    #[command(subcommand)]
+    Registry(RegistryCommand),
     /// Serve a local web page for connectors, tools, sessions and activity (127.0.0.1 only)
     Console(ConsoleArgs),
 }
@@ -102,8 +105,11 @@ pub struct JsonFlag {
 
 #[derive(Debug, Subcommand)]
 pub enum ConnectorCommand {
-    /// Validate and install (or upgrade) a connector release directory
+    /// Install (or upgrade) a connector: a release directory, a server.json, registry:NAME,
+    /// npm:PACKAGE, pypi:PACKAGE, an .mcpb bundle or oci:IMAGE
     Install(InstallArgs),
+    /// Search the configured MCP registries
+    Search(SearchArgs),
     /// Remove a connector: routes, shims, worker and secrets
     Uninstall(KeyArg),
     /// Store a connector's secret values and make it routable
@@ -122,9 +128,13 @@ pub enum ConnectorCommand {
 
 #[derive(Debug, Args)]
 pub struct InstallArgs {
-    /// The release directory (holding connector.json)
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
+    /// A release directory (holding connector.json), ./x/server.json,
+    /// registry:NAME[@VERSION], npm:PACKAGE[@VERSION], pypi:PACKAGE[@VERSION], ./x.mcpb,
+    /// mcpb:URL#sha256=HEX or oci:IMAGE[:TAG]
+    #[arg(value_name = "SOURCE")]
+    pub source: String,
+    #[command(flatten)]
+    pub market: MarketInstallArgs,
     /// Confirm non-interactively
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -150,6 +160,77 @@ pub struct InstallArgs {
     /// (handshake, tools/list, schema check); install only if that passes
     #[arg(long)]
     pub probe: bool,
+}
+
+/// How a market source (SPEC §17) becomes a release.
+#[derive(Debug, Args, Default)]
+pub struct MarketInstallArgs {
+    /// A value for an input of the server.json: a variable, an argument or a non-secret
+    /// environment variable (repeatable)
+    #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_setting)]
+    pub set: Vec<(String, String)>,
+    /// Use the server.json's packages[N] (counted from 0)
+    #[arg(long, value_name = "N", conflicts_with = "remote")]
+    pub package: Option<u32>,
+    /// Use the server.json's remotes[N] (counted from 0)
+    #[arg(long, value_name = "N")]
+    pub remote: Option<u32>,
+    /// The connector key [default: from the server's name]
+    #[arg(long, value_name = "K")]
+    pub key: Option<String>,
+    /// Run npm install scripts while pinning (off by default)
+    #[arg(long)]
+    pub allow_scripts: bool,
+    /// Accept PyPI source distributions while pinning (wheels only by default)
+    #[arg(long)]
+    pub allow_sdist: bool,
+}
+
+fn parse_setting(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("{s:?} is not NAME=VALUE")),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// Words to look for in server names
+    #[arg(value_name = "WORDS", required = true)]
+    pub words: Vec<String>,
+    /// Ask only this registry (see `tutti registry list`)
+    #[arg(long, value_name = "NAME")]
+    pub registry: Option<String>,
+    /// Print a JSON array instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RegistryCommand {
+    /// List the registries, in the order they are asked
+    List(JsonFlag),
+    /// Add a registry (https://, or http:// to a loopback address)
+    Add(RegistryAddArgs),
+    /// Remove a registry (the official one too)
+    Remove(RegistryNameArg),
+}
+
+#[derive(Debug, Args)]
+pub struct RegistryAddArgs {
+    /// A name for it: lowercase letters, digits and '-'
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Its base URL (the API is under /v0.1/)
+    #[arg(value_name = "URL")]
+    pub url: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RegistryNameArg {
+    /// The registry's name
+    #[arg(value_name = "NAME")]
+    pub name: String,
 }
 
 #[derive(Debug, Args)]
@@ -423,7 +504,7 @@ mod tests {
         .ok();
         match cli.map(|c| c.command) {
             Some(Command::Connector(ConnectorCommand::Install(a))) => {
-                assert_eq!(a.dir, PathBuf::from("rel"));
+                assert_eq!(a.source, "rel");
                 assert!(a.yes);
                 assert!(!a.json);
                 assert_eq!(a.allow_commands, ["node", "uvx"]);

@@ -80,6 +80,10 @@ pub enum CliError {
     )]
     NotADirectory { path: PathBuf },
 
+    /// A market step refused (SPEC §17), its one line as the market wrote it.
+    #[error("{0}")]
+    Market(String),
+
     #[error("confirmation needed; re-run with --yes to install non-interactively")]
     ConfirmationNeeded,
 

@@ -6,6 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::kernel::market_client::MarketClient;
 use tutti_proto::tonic::transport::Channel;
 use tutti_proto::transport::{self, TransportError};
 
@@ -14,7 +15,16 @@ use crate::error::CliError;
 /// A connected kernel client, plus the state dir for error messages.
 pub(crate) struct Kernel {
     pub(crate) client: KernelClient<Channel>,
+    channel: Channel,
     state_dir: PathBuf,
+}
+
+impl Kernel {
+    /// The kernel's `Market` service (SPEC §17), on the same connection.
+    pub(crate) fn market(&self) -> MarketClient<Channel> {
+        MarketClient::new(self.channel.clone())
+            .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REPLY_BYTES)
+    }
 }
 
 impl Kernel {
@@ -24,8 +34,9 @@ impl Kernel {
         match transport::connect(&endpoint).await {
             Ok(channel) => Ok(Self {
                 // Replies grow with the connectors installed (`available`, `status`).
-                client: KernelClient::new(channel)
+                client: KernelClient::new(channel.clone())
                     .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REPLY_BYTES),
+                channel,
                 state_dir: state_dir.to_path_buf(),
             }),
             Err(err) => Err(connect_error(state_dir, &endpoint.to_string(), &err)),

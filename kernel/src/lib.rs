@@ -13,6 +13,7 @@ mod figures;
 mod housekeeping;
 mod lifecycle;
 mod manifest;
+mod market;
 mod naming;
 mod notify;
 mod oauth;

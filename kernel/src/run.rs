@@ -69,14 +69,14 @@ pub async fn run_until(
 
     let endpoint = transport::kernel_endpoint(&state_dir);
     let incoming = transport::bind_granting(&endpoint, config.pipe_grant.as_ref())?;
-    let svc = service::Service { k: k.clone() };
     let mut shutdown_rx = k.shutdown.subscribe();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(
-                KernelServer::new(svc)
+                KernelServer::new(service::Service { k: k.clone() })
                     .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REQUEST_BYTES),
             )
+            .add_service(crate::market::server(&state_dir)?)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = shutdown_rx.wait_for(|s| *s).await;
             }),

@@ -12,5 +12,8 @@ pub mod error;
 pub mod lock;
 pub mod pin;
 pub mod plan;
+pub mod registry;
+pub mod server_json;
+pub mod source;
 
 pub use error::MarketError;

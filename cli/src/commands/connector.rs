@@ -21,16 +21,27 @@ use crate::output::{emit, first_line, json_line, note, one_line, shell_join, tab
 // === install ===
 
 pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitCode, CliError> {
-    let dir = absolute_dir(&args.dir)?;
+    let dir = absolute_dir(Path::new(&args.source))?;
+    let mut kernel = Kernel::connect(state_dir).await?;
+    install_release(&mut kernel, &dir, &args, None).await
+}
+
+/// Installs a release folder: the plan, the confirmation (and what a market source adds to
+/// it, `extra`), the trust step, the install.
+pub(super) async fn install_release(
+    kernel: &mut Kernel,
+    dir: &Path,
+    args: &InstallArgs,
+    extra: Option<&str>,
+) -> Result<ExitCode, CliError> {
     let mut request = InstallRequest {
         source_dir: dir.display().to_string(),
-        allow_commands: args.allow_commands,
-        allow_env: args.allow_env,
+        allow_commands: args.allow_commands.clone(),
+        allow_env: args.allow_env.clone(),
         allow_skill_findings: args.allow_skill_findings,
         trust_updates: args.trust_updates,
         ..Default::default()
     };
-    let mut kernel = Kernel::connect(state_dir).await?;
     let plan = kernel
         .client
         .plan_install(request.clone())
@@ -44,10 +55,13 @@ pub(crate) async fn install(state_dir: &Path, args: InstallArgs) -> Result<ExitC
         return Ok(ExitCode::FAILURE);
     }
     note(confirmation(&plan, Verb::Install).trim_end());
+    if let Some(extra) = extra {
+        note(extra.trim_end());
+    }
     if !args.yes {
         confirm(Verb::Install)?;
     }
-    if args.probe && !probe_before_install(&mut kernel, &plan, &request).await? {
+    if args.probe && !probe_before_install(kernel, &plan, &request).await? {
         return Ok(ExitCode::FAILURE);
     }
     // SPEC §12: the install is bound to the content just confirmed.

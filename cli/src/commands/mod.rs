@@ -12,6 +12,7 @@ pub(crate) mod doctor;
 mod down;
 pub(crate) mod login;
 pub(crate) mod logs;
+mod market;
 pub(crate) mod review;
 pub(crate) mod service;
 pub(crate) mod session;
@@ -28,6 +29,9 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
         Command::Status(a) if a.watch => watch::run(state_dir, a.json).await,
         Command::Status(a) => status::run(state_dir, a.json).await,
         Command::Connector(c) => match c {
+            ConnectorCommand::Install(a) if market::is_market_source(&a.source) => {
+                market::install(state_dir, &a).await
+            }
             ConnectorCommand::Install(a) => connector::install(state_dir, a).await,
             ConnectorCommand::Uninstall(a) => connector::uninstall(state_dir, a).await,
             ConnectorCommand::Connect(a) => connector::connect(state_dir, a).await,
@@ -36,7 +40,9 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ConnectorCommand::Available(a) => connector::available(state_dir, a.json).await,
             ConnectorCommand::Review(a) => review::review(state_dir, a).await,
             ConnectorCommand::Approve(a) => review::approve(state_dir, a).await,
+            ConnectorCommand::Search(a) => market::search(state_dir, a).await,
         },
+        Command::Registry(r) => market::registry(state_dir, r).await,
         Command::Logs(a) => logs::run(state_dir, a).await,
         Command::Doctor(a) => doctor::run(state_dir, a.json).await,
         Command::Session(s) => match s {

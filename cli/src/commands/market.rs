@@ -1,0 +1,272 @@
+//! The connector market's commands (SPEC §17): `tutti registry list|add|remove`,
+//! `tutti connector search`, and `tutti connector install` of a market source, which the
+//! kernel stages as a release folder that the folder install then confirms and installs.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde::Serialize;
+use tutti_market::source::{self, Source};
+use tutti_proto::kernel::{
+    DiscardRequest, Empty, MarketRegistry, RemoveRegistryRequest, SearchRequest, StageReply,
+    StageRequest,
+};
+
+use crate::args::{InstallArgs, RegistryCommand, SearchArgs};
+use crate::error::CliError;
+use crate::kernel::Kernel;
+use crate::output::{emit, json_line, note, one_line, table, visible};
+
+/// Whether an install argument is a market source rather than a release folder.
+pub(super) fn is_market_source(arg: &str) -> bool {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    !matches!(source::parse(arg, &cwd), Ok(Source::Folder(_)))
+}
+
+// === registry ===
+
+pub(crate) async fn registry(state_dir: &Path, cmd: RegistryCommand) -> Result<ExitCode, CliError> {
+    let kernel = Kernel::connect(state_dir).await?;
+    let mut market = kernel.market();
+    match cmd {
+        RegistryCommand::List(a) => {
+            let reply = market
+                .list_registries(Empty {})
+                .await
+                .map_err(|s| kernel.error(s))?
+                .into_inner();
+            let list: Vec<RegistryJson<'_>> = reply
+                .registries
+                .iter()
+                .map(|r| RegistryJson {
+                    name: &r.name,
+                    url: &r.url,
+                })
+                .collect();
+            if a.json {
+                emit(&json_line(&list)?)?;
+            } else {
+                let rows: Vec<Vec<String>> = list
+                    .iter()
+                    .map(|r| vec![r.name.to_owned(), visible(r.url)])
+                    .collect();
+                emit(&table(&["NAME", "URL"], &rows))?;
+                if reply.from_env {
+                    note(
+                        "tutti: these registries come from TUTTI_REGISTRIES in the kernel's environment",
+                    );
+                }
+            }
+        }
+        RegistryCommand::Add(a) => {
+            let request = MarketRegistry {
+                name: a.name.clone(),
+                url: a.url.clone(),
+            };
+            market
+                .add_registry(request)
+                .await
+                .map_err(|s| kernel.error(s))?;
+            emit(&format!(
+                "added registry {} ({})\n",
+                a.name,
+                visible(&a.url)
+            ))?;
+        }
+        RegistryCommand::Remove(a) => {
+            let request = RemoveRegistryRequest {
+                name: a.name.clone(),
+            };
+            market
+                .remove_registry(request)
+                .await
+                .map_err(|s| kernel.error(s))?;
+            emit(&format!("removed registry {}\n", a.name))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct RegistryJson<'a> {
+    name: &'a str,
+    url: &'a str,
+}
+
+// === search ===
+
+#[derive(Serialize)]
+struct HitJson<'a> {
+    name: &'a str,
+    version: &'a str,
+    description: &'a str,
+    transport: &'a str,
+    packages: &'a [String],
+    registry: &'a str,
+    status: &'a str,
+}
+
+pub(crate) async fn search(state_dir: &Path, args: SearchArgs) -> Result<ExitCode, CliError> {
+    let kernel = Kernel::connect(state_dir).await?;
+    let request = SearchRequest {
+        words: args.words.join(" "),
+        registry: args.registry.unwrap_or_default(),
+    };
+    let reply = kernel
+        .market()
+        .search(request)
+        .await
+        .map_err(|s| kernel.error(s))?
+        .into_inner();
+    let hits: Vec<HitJson<'_>> = reply
+        .servers
+        .iter()
+        .map(|h| HitJson {
+            name: &h.name,
+            version: &h.version,
+            description: &h.description,
+            transport: &h.transport,
+            packages: &h.package_kinds,
+            registry: &h.registry,
+            status: &h.status,
+        })
+        .collect();
+    if args.json {
+        emit(&json_line(&hits)?)?;
+    } else if hits.is_empty() {
+        note("tutti: no server matches; try fewer or other words");
+    } else {
+        let rows: Vec<Vec<String>> = hits
+            .iter()
+            .map(|h| {
+                vec![
+                    visible(h.name),
+                    visible(h.version),
+                    visible(h.transport),
+                    visible(&h.packages.join(", ")),
+                    visible(&one_line(h.description, 80)),
+                ]
+            })
+            .collect();
+        emit(&table(
+            &["NAME", "VERSION", "TRANSPORT", "PACKAGES", "DESCRIPTION"],
+            &rows,
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// === install ===
+
+/// `install` of a market source: the kernel stages the release, the folder install confirms
+/// and installs it, and the staged folder goes whatever happened.
+pub(super) async fn install(state_dir: &Path, args: &InstallArgs) -> Result<ExitCode, CliError> {
+    let request = stage_request(args)?;
+    let mut kernel = Kernel::connect(state_dir).await?;
+    let mut market = kernel.market();
+    let staged = market
+        .stage_install(request)
+        .await
+        .map_err(|s| kernel.error(s))?
+        .into_inner();
+    for warning in &staged.warnings {
+        note(&format!("tutti: {}", visible(warning)));
+    }
+    if args.json {
+        emit(&json_line(&StagedJson::from(&staged))?)?;
+    }
+    let dir = std::path::PathBuf::from(&staged.staging_dir);
+    let outcome =
+        super::connector::install_release(&mut kernel, &dir, args, Some(&confirmation(&staged)))
+            .await;
+    let discard = DiscardRequest {
+        staging_dir: staged.staging_dir.clone(),
+    };
+    if let Err(status) = market.discard_staged(discard).await {
+        tracing::warn!(error = %status.message(), "the staged release was not removed");
+    }
+    outcome
+}
+
+fn stage_request(args: &InstallArgs) -> Result<StageRequest, CliError> {
+    let m = &args.market;
+    let index = |n: Option<u32>| n.map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX));
+    let mut request = StageRequest {
+        source: args.source.clone(),
+        set: m.set.iter().cloned().collect(),
+        package_index: index(m.package),
+        remote_index: index(m.remote),
+        key: m.key.clone().unwrap_or_default(),
+        allow_scripts: m.allow_scripts,
+        allow_sdist: m.allow_sdist,
+        ..Default::default()
+    };
+    let cwd = std::env::current_dir().map_err(|e| CliError::io("resolve", Path::new("."), e))?;
+    match source::parse(&args.source, &cwd).map_err(|e| CliError::Market(e.to_string()))? {
+        Source::ServerJson(path) => {
+            request.server_json =
+                std::fs::read(&path).map_err(|e| CliError::io("read", &path, e))?;
+            request.source_label = args.source.clone();
+            request.source.clear();
+        }
+        Source::Package(tutti_market::plan::PackageRef::Mcpb {
+            location,
+            sha256: None,
+        }) => {
+            // A local bundle: the kernel reads it by its absolute path.
+            request.source = location;
+        }
+        _ => {}
+    }
+    Ok(request)
+}
+
+/// What a market source adds to the install confirmation (SPEC §17).
+fn confirmation(s: &StageReply) -> String {
+    let mut out = format!("  source: {}\n", visible(&s.source));
+    out.push_str(&format!("  resolved version: {}\n", visible(&s.version)));
+    out.push_str(&format!(
+        "  artefacts: {} ({} bytes)\n",
+        s.artefacts, s.total_bytes
+    ));
+    let scripts = match (s.scripts.is_empty(), s.scripts_allowed) {
+        (true, true) => "allowed (none ran)".to_owned(),
+        (true, false) => "refused".to_owned(),
+        (false, true) => format!("allowed: {}", visible(&s.scripts.join(", "))),
+        (false, false) => format!("refused: {}", visible(&s.scripts.join(", "))),
+    };
+    out.push_str(&format!("  install scripts: {scripts}\n"));
+    if !s.secret_names.is_empty() {
+        out.push_str(&format!(
+            "  secrets asked for after the install: {}\n",
+            s.secret_names.join(", ")
+        ));
+    }
+    out
+}
+
+/// The progress event a market install prints with `--json` before the install's result.
+#[derive(Serialize)]
+struct StagedJson<'a> {
+    event: &'static str,
+    source: &'a str,
+    version: &'a str,
+    artefacts: u32,
+    bytes: u64,
+    secrets: &'a [String],
+    warnings: &'a [String],
+}
+
+impl<'a> From<&'a StageReply> for StagedJson<'a> {
+    fn from(s: &'a StageReply) -> Self {
+        Self {
+            event: "staged",
+            source: &s.source,
+            version: &s.version,
+            artefacts: s.artefacts,
+            bytes: s.total_bytes,
+            secrets: &s.secret_names,
+            warnings: &s.warnings,
+        }
+    }
+}
