@@ -6,17 +6,17 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
-use crate::beyond::{self, List};
-use crate::call;
-use crate::era::{META_SERVER_INFO, Revision, server_info};
-use crate::headers::{self, HeaderProblem};
-use crate::listen;
+use crate::call::execute;
+use crate::catalog::beyond::{self, List};
+use crate::era::shared::{
+    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, list_tools, target_param,
+};
+use crate::era::tables::{META_SERVER_INFO, Revision, server_info};
+use crate::http::headers::{self, HeaderProblem};
+use crate::http::listen;
 use crate::rpc::{
     self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RpcError,
     UNSUPPORTED_VERSION,
-};
-use crate::shared::{
-    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, list_tools, target_param,
 };
 
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -130,8 +130,8 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         "server/discover" => Ok(discover(&ctx.app).await),
         "tools/list" => {
             let extra = cacheable_fields(Map::new(), TOOLS_TTL_MS);
-            if crate::search::listing(&ctx).await {
-                return crate::search::list_response(&id, extra);
+            if crate::catalog::search::listing(&ctx).await {
+                return crate::catalog::search::list_response(&id, extra);
             }
             match list_tools(&ctx.app, params.as_ref(), Revision::V2026_07_28, extra).await {
                 Ok(page) => return page.respond(&id),
@@ -192,16 +192,16 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
 async fn skills_answer(ctx: &Ctx, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
     let skills = &ctx.app.skills;
     let fields = if method == "skills/list" {
-        Ok(crate::skills::list(skills).await)
+        Ok(crate::catalog::skills::list(skills).await)
     } else {
-        crate::skills::get(skills, params).await
+        crate::catalog::skills::get(skills, params).await
     };
     fields.map(|fields| cacheable(fields, SKILLS_TTL_MS))
 }
 
 /// Whether a `prompts/get` is relayed: its upstream may ask this client during it.
 fn prompt_relays(ctx: &Ctx, params: &Option<Value>) -> bool {
-    crate::prompt_relay::modern_relays(ctx, params.as_ref())
+    crate::call::prompt_relay::modern_relays(ctx, params.as_ref())
 }
 
 /// A relayed `prompts/get`: `Mcp-Name` carries `params.name` (SEP-2243), then the
@@ -212,7 +212,7 @@ async fn prompt(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     {
         return bad(id, e);
     }
-    crate::prompt_relay::modern(ctx, id, params).await
+    crate::call::prompt_relay::modern(ctx, id, params).await
 }
 
 /// `prompts/get` or `resources/read`, in this era's form.
@@ -243,21 +243,21 @@ async fn discover(app: &crate::app::App) -> Value {
 async fn relayed_call(
     ctx: &Ctx,
     id: &Value,
-    tool: std::sync::Arc<crate::routes::Tool>,
+    tool: std::sync::Arc<crate::catalog::routes::Tool>,
     mut params: Option<Value>,
-    caps: crate::clients::Caps,
+    caps: crate::session::clients::Caps,
     progress: Option<Value>,
     confirm: bool,
 ) -> Response {
-    use crate::relay;
+    use crate::call::relay;
     let token = ctx.token_key;
-    let streams = crate::progress::accepts_event_stream(&ctx.headers);
+    let streams = crate::call::progress::accepts_event_stream(&ctx.headers);
     let log_level = params
         .as_ref()
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
         .and_then(Value::as_str)
-        .and_then(crate::clients::level_rank)
+        .and_then(crate::session::clients::level_rank)
         .filter(|_| streams);
     let running = match params.as_ref().filter(|p| p.get("requestState").is_some()) {
         Some(p) => match relay::resume_modern(&ctx.app, &token, &tool.name, p) {
@@ -306,7 +306,7 @@ fn own_answers(params: Option<&Value>) -> Option<&Value> {
 /// the first mismatch, described for the client.
 fn check_param_headers(
     ctx: &Ctx,
-    tool: &crate::routes::Tool,
+    tool: &crate::catalog::routes::Tool,
     params: Option<&Value>,
 ) -> Result<(), String> {
     let arguments = params.and_then(|p| p.get("arguments"));
@@ -332,7 +332,7 @@ fn check_param_headers(
 }
 
 async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
-    let name = match call::tool_name(params.as_ref()) {
+    let name = match execute::tool_name(params.as_ref()) {
         Ok(name) => name,
         Err(e) => return rpc::answer_response(id, Err(e)),
     };
@@ -341,36 +341,38 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     }
     // Through `tutti_call_tool` the request's headers describe that call, not the inner one:
     // `Mcp-Param-*` headers are checked for direct calls only.
-    let (tool, params, direct) = match crate::search::route(ctx, name, params.as_ref()).await {
-        crate::search::Routed::Direct => match call::resolve(&ctx.app, name).await {
+    let (tool, params, direct) = match crate::catalog::search::route(ctx, name, params.as_ref())
+        .await
+    {
+        crate::catalog::search::Routed::Direct => match execute::resolve(&ctx.app, name).await {
             Ok(tool) => (tool, params, true),
             Err(e) => return rpc::answer_response(id, Err(e)),
         },
-        crate::search::Routed::Answer(answer) => {
-            return call::call_response(id, answer.map(|r| r.in_era(Revision::V2026_07_28)));
+        crate::catalog::search::Routed::Answer(answer) => {
+            return execute::call_response(id, answer.map(|r| r.in_era(Revision::V2026_07_28)));
         }
-        crate::search::Routed::Call { tool, params } => (tool, params, false),
+        crate::catalog::search::Routed::Call { tool, params } => (tool, params, false),
     };
     if direct && let Err(problem) = check_param_headers(ctx, &tool, params.as_ref()) {
         return bad(id, mismatch(problem));
     }
-    let progress = crate::progress::requested(params.as_ref(), &ctx.headers);
+    let progress = crate::call::progress::requested(params.as_ref(), &ctx.headers);
     let meta = params.as_ref().and_then(|p| p.get("_meta"));
-    let caps = crate::clients::Caps::from_json(
+    let caps = crate::session::clients::Caps::from_json(
         meta.and_then(|m| m.get("io.modelcontextprotocol/clientCapabilities")),
     );
     let resuming = params
         .as_ref()
         .is_some_and(|p| p.get("requestState").is_some());
     // A retry resumes a call that was confirmed (or asked) when it started.
-    let confirm = !resuming && crate::confirm::required(&ctx.identity, &tool);
+    let confirm = !resuming && crate::call::confirm::required(&ctx.identity, &tool);
     if confirm && !caps.elicitation {
-        let refused = crate::confirm::not_asked(ctx, &tool, Revision::V2026_07_28);
-        return call::call_response(id, refused);
+        let refused = crate::call::confirm::not_asked(ctx, &tool, Revision::V2026_07_28);
+        return execute::call_response(id, refused);
     }
     // 2026-07-28: log messages only when the request names a level, on its event stream.
     let wants_logs = meta.is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some())
-        && crate::progress::accepts_event_stream(&ctx.headers);
+        && crate::call::progress::accepts_event_stream(&ctx.headers);
     // A client's own inputResponses go to the upstream on the relaying stream.
     let answers = own_answers(params.as_ref()).is_some();
     if confirm || caps.any() || resuming || wants_logs || answers {
@@ -380,30 +382,30 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     if let Some(token) = progress {
         let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
         // The call runs inside the stream: closing it cancels the worker call.
-        return crate::progress::respond(id.clone(), token, move |sink| async move {
-            let refusing = call::Streaming::Refusing(Some(sink));
-            call::execute(&app, &identity, &tool, arguments, None, refusing)
+        return crate::call::progress::respond(id.clone(), token, move |sink| async move {
+            let refusing = execute::Streaming::Refusing(Some(sink));
+            execute::execute(&app, &identity, &tool, arguments, None, refusing)
                 .await
                 .map(|r| r.in_era(Revision::V2026_07_28))
         })
         .await;
     }
     // Dropping this future (the client closed the stream) cancels the worker call.
-    let answer = call::execute(
+    let answer = execute::execute(
         &ctx.app,
         &ctx.identity,
         &tool,
         arguments,
         None,
-        call::Streaming::Refusing(None),
+        execute::Streaming::Refusing(None),
     )
     .await
     .map(|r| r.in_era(Revision::V2026_07_28));
     match answer {
         // SPEC §11 / 2026-07-28: a missing client capability is HTTP 400.
-        Err(e) if e.code == crate::relay::MISSING_CAPABILITY => {
+        Err(e) if e.code == crate::call::relay::MISSING_CAPABILITY => {
             rpc::error_response(axum::http::StatusCode::BAD_REQUEST, id, &e)
         }
-        answer => call::call_response(id, answer),
+        answer => execute::call_response(id, answer),
     }
 }

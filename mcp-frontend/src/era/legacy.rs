@@ -5,14 +5,14 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
-use crate::beyond::{self, List};
-use crate::call;
-use crate::era::{Revision, server_info};
-use crate::progress;
+use crate::call::execute;
+use crate::call::progress;
+use crate::catalog::beyond::{self, List};
+use crate::catalog::search;
+use crate::catalog::skills;
+use crate::era::shared::{Ctx, PROTOCOL_VERSION_HEADER, list_tools};
+use crate::era::tables::{Revision, server_info};
 use crate::rpc::{self, METHOD_NOT_FOUND, Message, RESOURCE_NOT_FOUND, RpcError, SERVER_ERROR};
-use crate::search;
-use crate::shared::{Ctx, PROTOCOL_VERSION_HEADER, list_tools};
-use crate::skills;
 
 /// Versions this surface speaks; the first is the one offered when the client's is unknown.
 pub(crate) const VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2025-11-25"];
@@ -42,7 +42,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
     match message {
         Message::Response { id, answer } => {
             let token = ctx.token_key;
-            if !crate::relay::answer_legacy(&ctx.app, token, &id, answer) {
+            if !crate::call::relay::answer_legacy(&ctx.app, token, &id, answer) {
                 tracing::debug!("a client response names no request waiting for one");
             }
             rpc::accepted()
@@ -60,7 +60,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             let answer = match method.as_str() {
                 "initialize" => {
                     let capabilities = params.as_ref().and_then(|p| p.get("capabilities"));
-                    let caps = crate::clients::Caps::from_json(capabilities);
+                    let caps = crate::session::clients::Caps::from_json(capabilities);
                     let token = ctx.token_key;
                     ctx.app.clients.set_caps(token, caps);
                     Ok(initialize(&ctx.app, params.as_ref()).await)
@@ -78,8 +78,8 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                 }
                 "tools/call" => return tools_call(ctx, id, params).await,
                 // The upstream may ask this client during it.
-                "prompts/get" if crate::prompt_relay::legacy_relays(&ctx) => {
-                    return crate::prompt_relay::legacy(ctx, id, params).await;
+                "prompts/get" if crate::call::prompt_relay::legacy_relays(&ctx) => {
+                    return crate::call::prompt_relay::legacy(ctx, id, params).await;
                 }
                 "skills/list" => Ok(Value::Object(skills::list(&ctx.app.skills).await)),
                 "skills/get" => skills::get(&ctx.app.skills, params.as_ref())
@@ -120,7 +120,7 @@ async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
         Some(v) if VERSIONS.contains(&v) => v,
         _ => VERSIONS[0],
     };
-    let mut capabilities = match crate::get_stream::legacy_capabilities() {
+    let mut capabilities = match crate::http::get_stream::legacy_capabilities() {
         Value::Object(caps) => caps,
         _ => Map::new(),
     };
@@ -146,17 +146,17 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
     let key = ctx.token_key;
     let client = ctx.app.clients.state(&key);
-    let confirm = crate::confirm::required(&ctx.identity, &tool);
+    let confirm = crate::call::confirm::required(&ctx.identity, &tool);
     if confirm && !(client.caps.elicitation && progress::accepts_event_stream(&ctx.headers)) {
         drop(pending);
-        return call::call_response(&id, crate::confirm::not_asked(&ctx, &tool, revision));
+        return execute::call_response(&id, crate::call::confirm::not_asked(&ctx, &tool, revision));
     }
     if (confirm || client.caps.any() || client.log_level.is_some())
         && progress::accepts_event_stream(&ctx.headers)
     {
         // The client may be asked something or sent log messages during the call: answered
         // as an event stream.
-        let running = crate::relay::start(crate::relay::Start {
+        let running = crate::call::relay::start(crate::call::relay::Start {
             app: ctx.app.clone(),
             who: ctx.identity.clone(),
             tool,
@@ -169,21 +169,21 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
             confirm,
             input_responses: None,
         });
-        let answering = crate::relay::Answering {
+        let answering = crate::call::relay::Answering {
             app: ctx.app.clone(),
             token: key,
             id,
-            era: crate::relay::Era::Legacy,
+            era: crate::call::relay::Era::Legacy,
             progress,
             log_level: client.log_level,
             streams: true,
             caps: client.caps,
             _hold: Some(Box::new(pending)),
         };
-        return crate::relay::respond(answering, running).await;
+        return crate::call::relay::respond(answering, running).await;
     }
     let Some(token) = progress else {
-        let answer = call::execute(
+        let answer = execute::execute(
             &ctx.app,
             &ctx.identity,
             &tool,
@@ -194,12 +194,12 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
         .await
         .map(|r| r.in_era(revision));
         drop(pending);
-        return call::call_response(&id, answer);
+        return execute::call_response(&id, answer);
     };
     let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
     progress::respond(id, token, move |sink| async move {
         let _pending = pending;
-        call::execute(
+        execute::execute(
             &app,
             &identity,
             &tool,
@@ -220,12 +220,15 @@ async fn call_target(
     id: &Value,
     params: Option<Value>,
     revision: Revision,
-) -> Result<(std::sync::Arc<crate::routes::Tool>, Option<Value>), Response> {
-    let (tool, params) = match call::tool_name(params.as_ref()) {
+) -> Result<(std::sync::Arc<crate::catalog::routes::Tool>, Option<Value>), Response> {
+    let (tool, params) = match execute::tool_name(params.as_ref()) {
         Ok(name) => match search::route(ctx, name, params.as_ref()).await {
-            search::Routed::Direct => (call::resolve(&ctx.app, name).await, params),
+            search::Routed::Direct => (execute::resolve(&ctx.app, name).await, params),
             search::Routed::Answer(answer) => {
-                return Err(call::call_response(id, answer.map(|r| r.in_era(revision))));
+                return Err(execute::call_response(
+                    id,
+                    answer.map(|r| r.in_era(revision)),
+                ));
             }
             search::Routed::Call { tool, params } => (Ok(tool), params),
         },
@@ -233,14 +236,14 @@ async fn call_target(
     };
     match tool {
         Ok(tool) => Ok((tool, params)),
-        Err(e) => Err(call::call_response(id, Err(e))),
+        Err(e) => Err(execute::call_response(id, Err(e))),
     }
 }
 
 /// `logging/setLevel`: log messages of this token's calls at or above `level` from now on.
 fn set_level(ctx: &Ctx, params: Option<&Value>) -> Result<Value, RpcError> {
     let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
-    let Some(rank) = level.and_then(crate::clients::level_rank) else {
+    let Some(rank) = level.and_then(crate::session::clients::level_rank) else {
         return Err(RpcError::new(
             crate::rpc::INVALID_PARAMS,
             "Invalid params: level must be one of debug, info, notice, warning, error, \

@@ -14,16 +14,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tutti_proto::worker::{CallToolRequest, CancelRequest, call_tool_reply};
 
 use crate::app::App;
-use crate::audit::Outcome;
 use crate::backend::{Backend, Identity};
-use crate::body::Chunks;
-use crate::era::{self, Piece, RawMembers, Revision};
+use crate::call::validate;
+use crate::catalog::routes::{Fenced, Lookup, Tool};
+use crate::era::tables::{self, Piece, RawMembers, Revision};
 use crate::error::Error;
-use crate::routes::{Fenced, Lookup, Tool};
+use crate::http::body::Chunks;
+use crate::observe::audit::Outcome;
 use crate::rpc::{
     self, INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError, routes_not_ready,
 };
-use crate::validate;
 
 /// What the worker's answer means (`CallError.reason` and code, tutti.worker.v1).
 fn outcome_of_worker_error(reason: &str, code: i64) -> Outcome {
@@ -60,7 +60,7 @@ pub(crate) struct RelayStream {
     /// Set to the worker call's id once it is made.
     pub(crate) call_id: Arc<std::sync::OnceLock<String>>,
     /// The relayed requests' kinds and outcomes, for the call's audit record.
-    pub(crate) relayed: Arc<crate::audit::Relayed>,
+    pub(crate) relayed: Arc<crate::observe::audit::Relayed>,
     /// A 2026-07-28 client's own `inputResponses` sent without a `requestState`, as JSON:
     /// the worker gives them to a 2026-07-28 upstream with the first round.
     pub(crate) input_responses: Option<String>,
@@ -78,11 +78,11 @@ impl From<Option<mpsc::Sender<String>>> for Streaming {
 /// A `CallToolResult` as the worker sent it: JSON text checked (in one pass) to be one object,
 /// its top-level members located (key and the byte range of the value's text), and written to
 /// the client as it is or with only the top-level members its era needs changed
-/// ([`CallResult::in_era`], [`crate::era`]). Never parsed into a tree and serialized again:
+/// ([`CallResult::in_era`], [`crate::era::tables`]). Never parsed into a tree and serialized again:
 /// for a 1 MiB result that round trip was most of the frontend's work
 /// (docs/PERFORMANCE.md), and every value keeps its exact text (key order, number spelling,
 /// integers beyond 2^53). The text is the slice of the worker's frame it came in, and goes
-/// into the response body as slices of it ([`crate::body`]).
+/// into the response body as slices of it ([`crate::http::body`]).
 #[derive(Debug)]
 pub(crate) struct CallResult {
     /// Exactly one JSON object (surrounding whitespace allowed), UTF-8.
@@ -135,12 +135,12 @@ impl CallResult {
         self.is_error
     }
 
-    /// The form the client's era gets (the table in [`crate::era`]): only the top-level
+    /// The form the client's era gets (the table in [`crate::era::tables`]): only the top-level
     /// members that era needs changed are changed, every other member is written as it came.
     pub(crate) fn in_era(self, revision: Revision) -> Self {
         let pieces = {
             let keys: Vec<&str> = self.members.iter().map(|(key, _)| key.as_str()).collect();
-            era::result_pieces(revision, &keys, |i| self.member_text(i))
+            tables::result_pieces(revision, &keys, |i| self.member_text(i))
         };
         Self { pieces, ..self }
     }
@@ -168,7 +168,7 @@ impl CallResult {
             match piece {
                 Piece::Kept(i) => {
                     if let Some((key, range)) = self.members.get(*i) {
-                        out.extend(era::quoted(key).as_bytes());
+                        out.extend(tables::quoted(key).as_bytes());
                         out.push(b':');
                         out.append(&self.text.slice(range.clone()));
                     }
@@ -297,7 +297,7 @@ pub(crate) fn tool_name(params: Option<&Value>) -> Result<&str, RpcError> {
 /// error.
 pub(crate) fn call_response(id: &Value, answer: Result<CallResult, RpcError>) -> Response {
     match call_chunks(id, &answer) {
-        Ok(chunks) => crate::body::chunks_response(StatusCode::OK, chunks),
+        Ok(chunks) => crate::http::body::chunks_response(StatusCode::OK, chunks),
         Err(e) => rpc::unserializable(&e),
     }
 }
@@ -387,7 +387,7 @@ struct AuditGuard<'a> {
     tool: &'a Tool,
     started: Instant,
     done: bool,
-    relayed: Option<Arc<crate::audit::Relayed>>,
+    relayed: Option<Arc<crate::observe::audit::Relayed>>,
 }
 
 impl AuditGuard<'_> {
@@ -457,7 +457,7 @@ pub(crate) async fn execute(
             return ended.0;
         }
     };
-    let span = crate::otel::start(&tool.otel);
+    let span = crate::observe::otel::start(&tool.otel);
     let meta_json = span.as_ref().map(|s| s.meta_json()).unwrap_or_default();
     let ended = execute_call(app, tool, arguments, cancelled, streaming, meta_json).await;
     permit.finish(ended.1.circuit_verdict());
@@ -759,7 +759,7 @@ fn map_call_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::era::META_SERVER_INFO;
+    use crate::era::tables::META_SERVER_INFO;
     use serde::Serialize;
     use tutti_proto::worker::{CallError, CallToolReply};
 
@@ -895,7 +895,7 @@ mod tests {
     }
 
     fn ours() -> Value {
-        json!({"io.modelcontextprotocol/serverInfo": era::server_info()})
+        json!({"io.modelcontextprotocol/serverInfo": tables::server_info()})
     }
 
     #[test]
@@ -959,7 +959,7 @@ mod tests {
             written(Revision::V2026_07_28),
             format!(
                 r#"{{"resultType":"complete","content":{content},"structuredContent":{structured},"isError":false,"_meta":{{"ui/resourceUri":"ui://x","n":1.0,"io.modelcontextprotocol/serverInfo":{}}}}}"#,
-                era::server_info()
+                tables::server_info()
             )
         );
         // A legacy result that has nothing to lose is written exactly as it came.
@@ -1052,7 +1052,7 @@ mod tests {
             )),
             format!(
                 r#"{{"jsonrpc":"2.0","id":"a","result":{{"resultType":"complete","content":[],"_meta":{{"{META_SERVER_INFO}":{}}}}}}}"#,
-                era::server_info()
+                tables::server_info()
             )
         );
         assert_eq!(
@@ -1062,7 +1062,7 @@ mod tests {
             )),
             format!(
                 r#"{{"jsonrpc":"2.0","id":1,"result":{{"resultType":"complete","_meta":{{"{META_SERVER_INFO}":{}}}}}}}"#,
-                era::server_info()
+                tables::server_info()
             )
         );
         // The legacy form of a result with nothing to lose is its text as it came; a field

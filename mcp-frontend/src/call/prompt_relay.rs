@@ -2,7 +2,7 @@
 //! upstream's `elicitation/create`, `sampling/createMessage` and `roots/list` (a 2025-era
 //! upstream's requests on the request's stream, a 2026-07-28 upstream's `input_required`
 //! rounds) reach the client exactly as during a `tools/call`, through the same machinery
-//! ([`crate::relay`]): the worker call is `CallToolStream` with `method: "prompts/get"`, the
+//! ([`crate::call::relay`]): the worker call is `CallToolStream` with `method: "prompts/get"`, the
 //! legacy client gets SSE requests on the `prompts/get` response stream, the modern client an
 //! `input_required` result with a `requestState` of this frontend's own, bound to the token
 //! and to [`parked_name`] (a tool call's state never resumes a prompt, nor the reverse).
@@ -19,12 +19,12 @@ use axum::response::Response;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::beyond;
-use crate::clients::Caps;
-use crate::progress::accepts_event_stream;
-use crate::relay::{self, Answering, Era, Running};
+use crate::call::progress::accepts_event_stream;
+use crate::call::relay::{self, Answering, Era, Running};
+use crate::catalog::beyond;
+use crate::era::shared::Ctx;
 use crate::rpc;
-use crate::shared::Ctx;
+use crate::session::clients::Caps;
 
 /// `_meta` key of the modern request's log level.
 const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
@@ -96,7 +96,7 @@ pub(crate) async fn modern(ctx: &Ctx, id: &Value, params: Option<Value>) -> Resp
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(LOG_LEVEL))
         .and_then(Value::as_str)
-        .and_then(crate::clients::level_rank)
+        .and_then(crate::session::clients::level_rank)
         .filter(|_| streams);
     let caps = modern_caps(params.as_ref());
     let resumed = params.as_ref().filter(|p| p.get("requestState").is_some());

@@ -15,9 +15,9 @@ use base64::Engine;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::audit::Relayed;
+use crate::observe::audit::Relayed;
 
-pub(crate) use crate::sessions::TokenKey;
+pub(crate) use crate::session::sessions::TokenKey;
 
 /// The client capabilities that let a client answer an upstream's requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -11,10 +11,10 @@ use serde_json::{Map, Value};
 
 use crate::app::App;
 use crate::backend::Identity;
-use crate::era::Revision;
-use crate::routes::{CursorError, Page};
+use crate::catalog::routes::{CursorError, Page};
+use crate::era::tables::Revision;
 use crate::rpc::{self, INVALID_PARAMS, RpcError, routes_not_ready};
-use crate::sessions::Ticket;
+use crate::session::sessions::Ticket;
 
 /// The protocol version of the modern surface.
 pub(crate) const MODERN_VERSION: &str = "2026-07-28";
@@ -27,7 +27,7 @@ pub(crate) struct Ctx {
     pub(crate) identity: Identity,
     pub(crate) token: String,
     /// The token's SHA-256, computed once per request (`sessions::token_key`).
-    pub(crate) token_key: crate::sessions::TokenKey,
+    pub(crate) token_key: crate::session::sessions::TokenKey,
     /// The session cache's epoch read before the token was verified (it moves with every
     /// revocation or resync, so a listen stream opened meanwhile checks the token again).
     pub(crate) ticket: Ticket,

@@ -21,19 +21,19 @@ use tutti_proto::worker::{
 };
 
 use crate::app::App;
-use crate::audit::{Audited, Outcome, Relayed};
 use crate::backend::{Forward, Identity};
-use crate::call::{
+use crate::call::execute::{
     CallResult, CancelGuard, DEADLINE_GRACE, RelayStream, cancelled_error, fence_outcome,
     fenced_mid_call, malformed_result, timed_out, tutti, unavailable, until_cancelled,
     until_fenced, with_tutti,
 };
-use crate::catalog::{Entry, Resolved};
-use crate::era::{META_SERVER_INFO, server_info};
+use crate::catalog::compiled::{Entry, Resolved};
+use crate::catalog::routes::{Connector, RouteTable};
+use crate::era::tables::{META_SERVER_INFO, server_info};
 use crate::error::Error;
-use crate::notify::Note;
-use crate::routes::{Connector, RouteTable};
+use crate::observe::audit::{Audited, Outcome, Relayed};
 use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, RpcError, routes_not_ready};
+use crate::session::notify::Note;
 
 /// A list beyond tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +72,7 @@ pub(crate) async fn declare(app: &App, capabilities: &mut Map<String, Value>) {
         .entry("extensions")
         .or_insert_with(|| json!({}));
     if let Some(extensions) = extensions.as_object_mut() {
-        extensions.insert(crate::skills::EXTENSION.into(), json!({}));
+        extensions.insert(crate::catalog::skills::EXTENSION.into(), json!({}));
     }
     capabilities.entry("resources").or_insert_with(|| json!({}));
     let completions = app
@@ -93,7 +93,7 @@ pub(crate) async fn list(app: &App, list: List) -> Result<Map<String, Value>, Rp
         List::Prompts => catalog.prompts().cloned().collect(),
         List::Resources => {
             let mut items: Vec<Value> = catalog.resources().cloned().collect();
-            items.extend(crate::skills::list_resources(&app.skills).await);
+            items.extend(crate::catalog::skills::list_resources(&app.skills).await);
             items
         }
         List::Templates => catalog.templates().cloned().collect(),
@@ -309,8 +309,8 @@ pub(crate) async fn read_resource(
     not_found: i64,
 ) -> Result<Value, RpcError> {
     // `skill://` URIs are the skills extension's (SPEC §11), served from the live releases.
-    if let Some(uri) = crate::skills::skill_uri(params.as_ref())
-        && let Some(answer) = crate::skills::read(&app.skills, uri, not_found).await
+    if let Some(uri) = crate::catalog::skills::skill_uri(params.as_ref())
+        && let Some(answer) = crate::catalog::skills::read(&app.skills, uri, not_found).await
     {
         return answer.map(Value::Object);
     }

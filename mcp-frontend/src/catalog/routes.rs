@@ -19,9 +19,9 @@ use tutti_proto::kernel::{
     ConnectorRemoved, ConnectorRoute, RouteEvent, RoutedTool, SessionsRevoked, route_event,
 };
 
-use crate::catalog::{self, Catalog};
-use crate::era::{self, Revision};
-use crate::validate::{self, ParamHeader};
+use crate::call::validate::{self, ParamHeader};
+use crate::catalog::compiled::{self, Catalog};
+use crate::era::tables::{self, Revision};
 
 /// Default call timeout when the route carries none (SPEC §3 `timeouts.callMs`).
 const DEFAULT_CALL_TIMEOUT_MS: u32 = 60_000;
@@ -62,10 +62,10 @@ pub(crate) struct Connector {
     pub(crate) timeout_ms: u32,
     pub(crate) fence: Fence,
     /// The circuit breaker's settings (SPEC §12).
-    pub(crate) circuit: crate::circuit::Settings,
+    pub(crate) circuit: crate::call::circuit::Settings,
 }
 
-impl catalog::Owner for Connector {
+impl compiled::Owner for Connector {
     fn key(&self) -> &str {
         &self.key
     }
@@ -88,7 +88,7 @@ pub(crate) struct Tool {
     /// `low` | `medium` | `high`, computed by the kernel at commit (for the audit record).
     pub(crate) risk: String,
     /// The names as OpenTelemetry attributes (used only with export on).
-    pub(crate) otel: crate::otel::ToolNames,
+    pub(crate) otel: crate::observe::otel::ToolNames,
 }
 
 /// Why a remembered name is not routable any more.
@@ -262,7 +262,7 @@ pub(crate) enum Effect {
 struct Compiled {
     connector: Arc<Connector>,
     tools: Vec<Arc<Tool>>,
-    part: catalog::Part<Connector>,
+    part: compiled::Part<Connector>,
 }
 
 /// The mutable side, owned by the watcher task.
@@ -403,7 +403,7 @@ impl RouteState {
                 route.call_timeout_ms
             },
             fence,
-            circuit: crate::circuit::Settings::from_route(
+            circuit: crate::call::circuit::Settings::from_route(
                 route.circuit_failures,
                 route.circuit_window_ms,
                 route.circuit_open_ms,
@@ -419,7 +419,7 @@ impl RouteState {
             .iter()
             .filter_map(|routed| compile_tool(route, display_name, &connector, routed))
             .collect();
-        let part = catalog::Part::compile(route, &connector);
+        let part = compiled::Part::compile(route, &connector);
         Some(Compiled {
             connector,
             tools,
@@ -572,7 +572,7 @@ fn compile_tool(
         validator,
         param_headers: validate::param_headers(&input_schema),
         risk: routed.risk.clone(),
-        otel: crate::otel::ToolNames::new(&connector.key, &routed.name),
+        otel: crate::observe::otel::ToolNames::new(&connector.key, &routed.name),
     }))
 }
 
@@ -626,7 +626,7 @@ fn for_each_revision(tool: &Map<String, Value>) -> Result<[Arc<RawValue>; 3], se
     let shown = |revision: Revision| -> Result<Arc<RawValue>, serde_json::Error> {
         let fields: Map<String, Value> = tool
             .iter()
-            .filter(|(field, _)| era::tool_defines(revision, field))
+            .filter(|(field, _)| tables::tool_defines(revision, field))
             .map(|(field, value)| (field.clone(), value.clone()))
             .collect();
         Ok(Arc::from(serde_json::value::to_raw_value(&fields)?))

@@ -18,7 +18,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use crate::app::App;
 use crate::backend::Identity;
-use crate::clients::TokenKey;
+use crate::session::clients::TokenKey;
 
 /// SPEC §11 asks for a keep-alive at least every 15 s (as for `subscriptions/listen`).
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
@@ -58,7 +58,7 @@ struct Stream {
     end: watch::Receiver<bool>,
     pushed: mpsc::Receiver<Value>,
     /// Prompts/resources list changes and this identity's resource updates (`notify.rs`).
-    events: crate::notify::Events,
+    events: crate::session::notify::Events,
     keep_alive: Interval,
     _registration: Registration,
 }
@@ -70,7 +70,7 @@ pub(crate) async fn open(
     identity: Identity,
     token: &str,
     key: TokenKey,
-    ticket_at_start: crate::sessions::Ticket,
+    ticket_at_start: crate::session::sessions::Ticket,
 ) -> Response {
     let mut tools = app.tools_version.subscribe();
     tools.borrow_and_update();
