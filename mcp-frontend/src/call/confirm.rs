@@ -21,7 +21,7 @@ use tutti_proto::redact::escape_hidden;
 
 use crate::app::App;
 use crate::backend::Identity;
-use crate::call::execute::CallResult;
+use crate::call::result::CallResult;
 use crate::catalog::routes::{Connector, Tool};
 use crate::observe::audit::{Outcome, Relayed};
 use crate::rpc::{INTERNAL_ERROR, RpcError};

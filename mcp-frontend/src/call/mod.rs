@@ -4,8 +4,10 @@
 
 pub(crate) mod circuit;
 pub(crate) mod confirm;
+pub(crate) mod ending;
 pub(crate) mod execute;
 pub(crate) mod progress;
 pub(crate) mod prompt_relay;
 pub(crate) mod relay;
+pub(crate) mod result;
 pub(crate) mod validate;

@@ -37,7 +37,8 @@ use tutti_proto::worker::{
 use crate::app::App;
 use crate::backend::{Identity, WorkerEvent};
 use crate::call::confirm::{self, Decision};
-use crate::call::execute::{self, CallResult, RelayStream, Streaming};
+use crate::call::execute::{self, RelayStream, Streaming};
+use crate::call::result::{self, CallResult};
 use crate::catalog::routes::{Connector, Tool};
 use crate::era::tables::Revision;
 use crate::observe::audit::Relayed;
@@ -353,7 +354,7 @@ impl Driver {
     }
 
     fn final_message(&self, answer: &Result<CallResult, RpcError>, status: StatusCode) -> Out {
-        match execute::call_message(&self.a.id, answer) {
+        match result::call_message(&self.a.id, answer) {
             Ok(bytes) => Out::Final(bytes, status),
             Err(e) => Out::Final(
                 serde_json::to_vec(&rpc::error_body(

@@ -12,21 +12,19 @@
 //! client's era).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
-use tutti_proto::worker::{
-    CallToolReply, CallToolRequest, CancelRequest, ForwardRequest, call_tool_reply,
-};
+use tutti_proto::worker::{CallToolReply, CallToolRequest, ForwardRequest, call_tool_reply};
 
 use crate::app::App;
 use crate::backend::{Forward, Identity};
-use crate::call::execute::{
-    CallResult, CancelGuard, DEADLINE_GRACE, RelayStream, cancelled_error, fence_outcome,
-    fenced_mid_call, malformed_result, timed_out, tutti, unavailable, until_cancelled,
-    until_fenced, with_tutti,
+use crate::call::ending::{
+    Flight, in_flight, malformed_result, timed_out, tutti, unavailable, with_tutti,
 };
+use crate::call::execute::RelayStream;
+use crate::call::result::CallResult;
 use crate::catalog::compiled::{Entry, Resolved};
 use crate::catalog::routes::{Connector, RouteTable};
 use crate::era::tables::{META_SERVER_INFO, server_info};
@@ -584,7 +582,7 @@ async fn forward(
 
 async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Value>) -> Ended {
     let connector = &target.entry.connector;
-    let (key, generation) = (connector.key.as_str(), connector.generation);
+    let generation = connector.generation;
     let mut fence = connector.fence.subscribe();
     if fence.borrow_and_update().is_fenced() {
         // Fenced between resolution and now: nothing was sent upstream.
@@ -614,33 +612,15 @@ async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Valu
             (cancelled, reply)
         }
     };
-    let mut guard = CancelGuard {
-        backend: app.backend.clone(),
-        endpoint: connector.endpoint.clone(),
-        request: Some(CancelRequest {
-            generation,
-            call_id,
-        }),
+    let flight = Flight {
+        app,
+        connector,
+        call_id,
+        fence,
+        cancelled,
+        what: &target.entry.name,
     };
-    let deadline = Duration::from_millis(u64::from(connector.timeout_ms)) + DEADLINE_GRACE;
-    tokio::select! {
-        biased;
-        reply = reply => {
-            guard.disarm();
-            map_reply(target, reply)
-        }
-        why = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), fence_outcome(why)),
-        () = until_cancelled(cancelled) => (
-            Err(cancelled_error(key, generation)),
-            Outcome::Cancelled,
-        ),
-        () = tokio::time::sleep(deadline) => (
-            Err(timed_out(key, generation, &format!(
-                "{} did not answer within {} ms", target.entry.name, connector.timeout_ms
-            ))),
-            Outcome::Timeout,
-        ),
-    }
+    in_flight(flight, reply, |reply| map_reply(target, reply)).await
 }
 
 /// The worker request of a relayed `prompts/get` (`params`: its upstream name and arguments).

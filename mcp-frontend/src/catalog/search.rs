@@ -23,7 +23,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tutti_proto::kernel::ToolsMode;
 
-use crate::call::execute::{self, CallResult};
+use crate::call::execute;
+use crate::call::result::CallResult;
 use crate::call::validate;
 use crate::catalog::routes::Tool;
 use crate::era::shared::Ctx;

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::call::execute;
 use crate::call::progress;
+use crate::call::result;
 use crate::catalog::beyond::{self, List};
 use crate::catalog::search;
 use crate::catalog::skills;
@@ -149,7 +150,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let confirm = crate::call::confirm::required(&ctx.identity, &tool);
     if confirm && !(client.caps.elicitation && progress::accepts_event_stream(&ctx.headers)) {
         drop(pending);
-        return execute::call_response(&id, crate::call::confirm::not_asked(&ctx, &tool, revision));
+        return result::call_response(&id, crate::call::confirm::not_asked(&ctx, &tool, revision));
     }
     if (confirm || client.caps.any() || client.log_level.is_some())
         && progress::accepts_event_stream(&ctx.headers)
@@ -194,7 +195,7 @@ async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
         .await
         .map(|r| r.in_era(revision));
         drop(pending);
-        return execute::call_response(&id, answer);
+        return result::call_response(&id, answer);
     };
     let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
     progress::respond(id, token, move |sink| async move {
@@ -225,7 +226,7 @@ async fn call_target(
         Ok(name) => match search::route(ctx, name, params.as_ref()).await {
             search::Routed::Direct => (execute::resolve(&ctx.app, name).await, params),
             search::Routed::Answer(answer) => {
-                return Err(execute::call_response(
+                return Err(result::call_response(
                     id,
                     answer.map(|r| r.in_era(revision)),
                 ));
@@ -236,7 +237,7 @@ async fn call_target(
     };
     match tool {
         Ok(tool) => Ok((tool, params)),
-        Err(e) => Err(execute::call_response(id, Err(e))),
+        Err(e) => Err(result::call_response(id, Err(e))),
     }
 }
 

@@ -7,6 +7,7 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use crate::call::execute;
+use crate::call::result;
 use crate::catalog::beyond::{self, List};
 use crate::era::shared::{
     Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, list_tools, target_param,
@@ -349,7 +350,7 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
             Err(e) => return rpc::answer_response(id, Err(e)),
         },
         crate::catalog::search::Routed::Answer(answer) => {
-            return execute::call_response(id, answer.map(|r| r.in_era(Revision::V2026_07_28)));
+            return result::call_response(id, answer.map(|r| r.in_era(Revision::V2026_07_28)));
         }
         crate::catalog::search::Routed::Call { tool, params } => (tool, params, false),
     };
@@ -368,7 +369,7 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     let confirm = !resuming && crate::call::confirm::required(&ctx.identity, &tool);
     if confirm && !caps.elicitation {
         let refused = crate::call::confirm::not_asked(ctx, &tool, Revision::V2026_07_28);
-        return execute::call_response(id, refused);
+        return result::call_response(id, refused);
     }
     // 2026-07-28: log messages only when the request names a level, on its event stream.
     let wants_logs = meta.is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some())
@@ -406,6 +407,6 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
         Err(e) if e.code == crate::call::relay::MISSING_CAPABILITY => {
             rpc::error_response(axum::http::StatusCode::BAD_REQUEST, id, &e)
         }
-        answer => execute::call_response(id, answer),
+        answer => result::call_response(id, answer),
     }
 }
