@@ -6,6 +6,7 @@ pub(crate) mod circuit;
 pub(crate) mod confirm;
 pub(crate) mod ending;
 pub(crate) mod execute;
+pub(crate) mod path;
 pub(crate) mod progress;
 pub(crate) mod prompt_relay;
 pub(crate) mod relay;

@@ -10,8 +10,8 @@
 //! `notifications/cancelled`, or the client closing the answer), audited with the relayed
 //! kinds and outcomes.
 //!
-//! A `prompts/get` from a client that can answer nothing (no capability, no event stream on
-//! the legacy surface) keeps the unary forward (`beyond::get_prompt`).
+//! Whether a `prompts/get` is relayed is the call path's one decision ([`crate::call::path`]);
+//! one that is not keeps the unary forward (`beyond::get_prompt`).
 
 use std::sync::Arc;
 
@@ -19,15 +19,11 @@ use axum::response::Response;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::call::progress::accepts_event_stream;
-use crate::call::relay::{self, Answering, Era, Running};
+use crate::call::path::Caller;
+use crate::call::relay::{self, Era, Running};
 use crate::catalog::beyond;
 use crate::era::shared::Ctx;
 use crate::rpc;
-use crate::session::clients::Caps;
-
-/// `_meta` key of the modern request's log level.
-const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
 /// What a retry of a parked `prompts/get` of `prompt` is matched by (tool names cannot hold a
 /// space, so it never equals a tool's).
@@ -35,71 +31,16 @@ pub(crate) fn parked_name(prompt: &str) -> String {
     format!("prompts/get {prompt}")
 }
 
-/// Whether a legacy `prompts/get` is relayed: the client may be asked something or sent log
-/// messages, and it takes an event stream.
-pub(crate) fn legacy_relays(ctx: &Ctx) -> bool {
-    let client = ctx.app.clients.state(&ctx.token_key);
-    (client.caps.any() || client.log_level.is_some()) && accepts_event_stream(&ctx.headers)
-}
-
-/// Whether a modern `prompts/get` is relayed: it declares a capability an upstream request
-/// needs, resumes a parked one, or asks for log messages on an event stream.
-pub(crate) fn modern_relays(ctx: &Ctx, params: Option<&Value>) -> bool {
-    let meta = params.and_then(|p| p.get("_meta"));
-    params.is_some_and(|p| p.get("requestState").is_some())
-        || modern_caps(params).any()
-        || (meta.is_some_and(|m| m.get(LOG_LEVEL).is_some()) && accepts_event_stream(&ctx.headers))
-}
-
-fn modern_caps(params: Option<&Value>) -> Caps {
-    Caps::from_json(
-        params
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get("io.modelcontextprotocol/clientCapabilities")),
-    )
-}
-
-/// A legacy `prompts/get` answered as an event stream with the upstream's requests on it.
-pub(crate) async fn legacy(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
-    let prompt = match beyond::resolve_prompt(&ctx.app, params).await {
-        Ok(prompt) => prompt,
-        Err(e) => return rpc::answer_response(&id, Err(e)),
-    };
-    let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
-    let client = ctx.app.clients.state(&ctx.token_key);
-    let how = How {
-        requests: client.caps.any(),
-        logs: client.log_level.is_some(),
-        cancelled: Some(cancelled),
-        modern: false,
-    };
-    let running = start(&ctx, prompt, how);
-    let answering = Answering {
-        app: ctx.app.clone(),
-        token: ctx.token_key,
-        id,
-        era: Era::Legacy,
-        progress: None,
-        log_level: client.log_level,
-        streams: true,
-        caps: client.caps,
-        _hold: Some(Box::new(pending)),
-    };
-    relay::respond(answering, running).await
-}
-
-/// A modern `prompts/get` that may be answered `input_required`, or resumes one.
-pub(crate) async fn modern(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
-    let streams = accepts_event_stream(&ctx.headers);
-    let log_level = params
-        .as_ref()
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(LOG_LEVEL))
-        .and_then(Value::as_str)
-        .and_then(crate::session::clients::level_rank)
-        .filter(|_| streams);
-    let caps = modern_caps(params.as_ref());
-    let resumed = params.as_ref().filter(|p| p.get("requestState").is_some());
+/// A `prompts/get` the call path relays ([`crate::call::path::how_sent`]), or a modern retry
+/// that resumes one: answered by the relay as the call goes (legacy: the upstream's requests
+/// on the response's event stream; modern: `input_required` when the upstream asks).
+pub(crate) async fn relayed(
+    ctx: &Ctx,
+    id: &Value,
+    params: Option<Value>,
+    mut caller: Caller,
+) -> Response {
+    let resumed = params.as_ref().filter(|_| caller.resuming);
     let running = match resumed {
         Some(p) => {
             let name = p.get("name").and_then(Value::as_str).unwrap_or_default();
@@ -108,31 +49,20 @@ pub(crate) async fn modern(ctx: &Ctx, id: &Value, params: Option<Value>) -> Resp
         None => beyond::resolve_prompt(&ctx.app, params)
             .await
             .map(|prompt| {
+                let (requests, logs) = caller.relays();
                 let how = How {
-                    requests: true,
-                    logs: log_level.is_some(),
-                    cancelled: None,
-                    modern: true,
+                    requests,
+                    logs,
+                    cancelled: caller.cancelled(),
+                    modern: caller.era == Era::Modern,
                 };
                 start(ctx, prompt, how)
             }),
     };
-    let running = match running {
-        Ok(running) => running,
-        Err(e) => return rpc::answer_response(id, Err(e)),
-    };
-    let answering = Answering {
-        app: ctx.app.clone(),
-        token: ctx.token_key,
-        id: id.clone(),
-        era: Era::Modern,
-        progress: None,
-        log_level,
-        streams,
-        caps,
-        _hold: None,
-    };
-    relay::respond(answering, running).await
+    match running {
+        Ok(running) => relay::respond(caller.answering(ctx, id), running).await,
+        Err(e) => rpc::answer_response(id, Err(e)),
+    }
 }
 
 /// How a relayed `prompts/get` runs: what the client can take during it (`requests`, `logs`),

@@ -6,7 +6,9 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use crate::call::execute;
+use crate::call::path::{self, Caller, Cancel, Sending};
 use crate::call::progress;
+use crate::call::relay::Era;
 use crate::call::result;
 use crate::catalog::beyond::{self, List};
 use crate::catalog::search;
@@ -78,10 +80,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     }
                 }
                 "tools/call" => return tools_call(ctx, id, params).await,
-                // The upstream may ask this client during it.
-                "prompts/get" if crate::call::prompt_relay::legacy_relays(&ctx) => {
-                    return crate::call::prompt_relay::legacy(ctx, id, params).await;
-                }
+                "prompts/get" => return prompts_get(ctx, id, params).await,
                 "skills/list" => Ok(Value::Object(skills::list(&ctx.app.skills).await)),
                 "skills/get" => skills::get(&ctx.app.skills, params.as_ref())
                     .await
@@ -97,7 +96,6 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
 async fn beyond_tools(ctx: &Ctx, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
     let (app, who) = (&ctx.app, &ctx.identity);
     let answer = match method {
-        "prompts/get" => beyond::get_prompt(app, who, params).await,
         "resources/read" => beyond::read_resource(app, who, params, RESOURCE_NOT_FOUND).await,
         "completion/complete" => beyond::complete(app, who, params).await,
         "resources/subscribe" => beyond::subscribe(app, who, params, RESOURCE_NOT_FOUND).await,
@@ -133,85 +131,57 @@ async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
     })
 }
 
-/// `tools/call`: the answer as JSON, or as an event stream of the upstream's progress and then
-/// the answer when the client asked for progress (see [`progress`]). A legacy
-/// `notifications/cancelled` for `id` cancels it either way.
+/// `tools/call`, sent the way the one call path decides ([`path`]). A legacy
+/// `notifications/cancelled` for `id` cancels it however it is sent.
 async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let revision = revision(&ctx);
     let (tool, params) = match call_target(&ctx, &id, params, revision).await {
         Ok(target) => target,
         Err(answer) => return answer,
     };
-    let progress = progress::requested(params.as_ref(), &ctx.headers);
-    let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
-    let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
-    let key = ctx.token_key;
-    let client = ctx.app.clients.state(&key);
+    let mut caller = caller(&ctx, params.as_ref(), revision);
+    caller.cancel = Some(cancel(&ctx, &id));
     let confirm = crate::call::confirm::required(&ctx.identity, &tool);
-    if confirm && !(client.caps.elicitation && progress::accepts_event_stream(&ctx.headers)) {
-        drop(pending);
-        return result::call_response(&id, crate::call::confirm::not_asked(&ctx, &tool, revision));
+    path::tools_call(&ctx, &id, tool, params, caller, confirm).await
+}
+
+/// A legacy client as the call path sees it: the capabilities it declared at `initialize`,
+/// the level it set with `logging/setLevel`, and whether it takes an event stream.
+fn caller(ctx: &Ctx, params: Option<&Value>, revision: Revision) -> Caller {
+    let client = ctx.app.clients.state(&ctx.token_key);
+    Caller {
+        era: Era::Legacy,
+        revision,
+        caps: client.caps,
+        streams: progress::accepts_event_stream(&ctx.headers),
+        progress: progress::requested(params, &ctx.headers),
+        logs: client.log_level.is_some(),
+        log_level: client.log_level,
+        resuming: false,
+        own_answers: None,
+        cancel: None,
     }
-    if (confirm || client.caps.any() || client.log_level.is_some())
-        && progress::accepts_event_stream(&ctx.headers)
-    {
-        // The client may be asked something or sent log messages during the call: answered
-        // as an event stream.
-        let running = crate::call::relay::start(crate::call::relay::Start {
-            app: ctx.app.clone(),
-            who: ctx.identity.clone(),
-            tool,
-            arguments,
-            cancelled: Some(cancelled),
-            revision,
-            requests: client.caps.any(),
-            logs: client.log_level.is_some(),
-            token: key,
-            confirm,
-            input_responses: None,
-        });
-        let answering = crate::call::relay::Answering {
-            app: ctx.app.clone(),
-            token: key,
-            id,
-            era: crate::call::relay::Era::Legacy,
-            progress,
-            log_level: client.log_level,
-            streams: true,
-            caps: client.caps,
-            _hold: Some(Box::new(pending)),
-        };
-        return crate::call::relay::respond(answering, running).await;
+}
+
+/// Registers request `id` for the client's `notifications/cancelled`.
+fn cancel(ctx: &Ctx, id: &Value) -> Cancel {
+    let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, id);
+    Cancel {
+        hold: Box::new(pending),
+        cancelled: Some(cancelled),
     }
-    let Some(token) = progress else {
-        let answer = execute::execute(
-            &ctx.app,
-            &ctx.identity,
-            &tool,
-            arguments,
-            Some(cancelled),
-            None,
-        )
-        .await
-        .map(|r| r.in_era(revision));
-        drop(pending);
-        return result::call_response(&id, answer);
-    };
-    let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
-    progress::respond(id, token, move |sink| async move {
-        let _pending = pending;
-        execute::execute(
-            &app,
-            &identity,
-            &tool,
-            arguments,
-            Some(cancelled),
-            Some(sink),
-        )
-        .await
-        .map(|r| r.in_era(revision))
-    })
-    .await
+}
+
+/// `prompts/get`: relayed when the call path would relay a call of this client (its upstream
+/// may ask it something or send it log messages), else forwarded.
+async fn prompts_get(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
+    let mut caller = caller(&ctx, None, revision(&ctx));
+    if path::how_sent(&caller, false) != Sending::Relayed {
+        let answer = beyond::get_prompt(&ctx.app, &ctx.identity, params).await;
+        return rpc::answer_response(&id, answer.map(|result| beyond::in_era(result, false)));
+    }
+    caller.cancel = Some(cancel(&ctx, &id));
+    crate::call::prompt_relay::relayed(&ctx, &id, params, caller).await
 }
 
 /// The tool a `tools/call` names (directly or through `tutti_call_tool`) and its params, or
