@@ -32,7 +32,7 @@ pub(crate) struct App {
     pub(crate) stopping: watch::Sender<bool>,
     /// Audit records of calls, shipped to the kernel off the hot path.
     pub(crate) audit: crate::observe::audit::CallAudit,
-    /// Verified session tokens (hashes); see `sessions.rs` for why this is safe.
+    /// Verified session tokens (hashes); see `session/sessions.rs` for why this is safe.
     pub(crate) sessions: crate::session::sessions::SessionCache,
     /// Each connector's circuit breaker (SPEC §12).
     pub(crate) circuits: crate::call::circuit::Circuits,

@@ -7,15 +7,17 @@ use std::future::{Future, pending};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
-use tutti_proto::worker::CancelRequest;
+use tutti_proto::worker::{CallError, CallToolReply, CancelRequest, call_tool_reply};
 
 use crate::app::App;
 use crate::backend::Backend;
 use crate::catalog::routes::{Connector, Fenced};
+use crate::error::Error;
 use crate::observe::audit::Outcome;
-use crate::rpc::{INTERNAL_ERROR, REQUEST_CANCELLED, RpcError};
+use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError};
 
 /// A call's answer and how it ended.
 pub(crate) type Ended<T> = (Result<T, RpcError>, Outcome);
@@ -79,6 +81,109 @@ pub(crate) async fn in_flight<R, T>(
         }
     }
 }
+/// How a worker's reply is read (a tool call's, or a forwarded request's).
+pub(crate) struct Reading<'a, T> {
+    pub(crate) key: &'a str,
+    pub(crate) generation: u64,
+    /// The reply's own generation, when it names one, is the one its answer names.
+    pub(crate) reply_generation: bool,
+    /// What was sent, in the answers: `call` or `request`.
+    pub(crate) what: &'static str,
+    /// The -32602 answer when the worker refused the generation (given the generation).
+    pub(crate) refused: &'a dyn Fn(u64) -> RpcError,
+    /// The result text as the answer (key, generation, text).
+    pub(crate) result: fn(&str, u64, Bytes) -> Ended<T>,
+}
+
+/// The answer a worker's reply (or its failure) gives, and how the call ended.
+pub(crate) fn read_reply<T>(
+    reading: &Reading<'_, T>,
+    reply: Result<CallToolReply, Error>,
+) -> Ended<T> {
+    let (key, generation) = (reading.key, reading.generation);
+    let reply = match reply {
+        Ok(reply) => reply,
+        // The worker refused the call up front: it never reached the upstream.
+        Err(Error::WorkerFenced { .. }) => {
+            return (Err((reading.refused)(generation)), Outcome::RpcError);
+        }
+        Err(Error::WorkerTimeout { .. }) => {
+            let what = format!("the {} timed out", reading.what);
+            return (Err(timed_out(key, generation, &what)), Outcome::Timeout);
+        }
+        Err(e) => {
+            tracing::warn!(connector = key, generation, error = %e, "worker {} failed", reading.what);
+            let why = unavailable(key, generation, "unavailable", "worker unavailable");
+            return (Err(why), Outcome::Unavailable);
+        }
+    };
+    let generation = match reply.generation {
+        0 => generation,
+        named if reading.reply_generation => named,
+        _ => generation,
+    };
+    match reply.outcome {
+        Some(call_tool_reply::Outcome::ResultJson(text)) => {
+            (reading.result)(key, generation, Bytes::from(text))
+        }
+        Some(call_tool_reply::Outcome::ResultBytes(text)) => {
+            (reading.result)(key, generation, text)
+        }
+        Some(call_tool_reply::Outcome::Error(error)) => call_error(reading, generation, error),
+        None => {
+            let why = unavailable(
+                key,
+                generation,
+                "unavailable",
+                "the worker returned no outcome",
+            );
+            (Err(why), Outcome::Unavailable)
+        }
+    }
+}
+
+/// A JSON-RPC error from the upstream, or the worker's own (`CallError`).
+fn call_error<T>(reading: &Reading<'_, T>, generation: u64, error: CallError) -> Ended<T> {
+    let data = if error.data_json.is_empty() {
+        None
+    } else {
+        serde_json::from_str(&error.data_json).ok()
+    };
+    let reason = if error.reason.is_empty() {
+        "upstream_error"
+    } else {
+        error.reason.as_str()
+    };
+    let code = if error.code == 0 {
+        INTERNAL_ERROR
+    } else {
+        i64::from(error.code)
+    };
+    if reason == "fenced" && code == INVALID_PARAMS {
+        // The worker refused a call for a generation it no longer serves: the same
+        // SPEC §5 answer as a generation fenced before the call was sent.
+        return (Err((reading.refused)(generation)), Outcome::RpcError);
+    }
+    let data = with_tutti(data, tutti(reason, reading.key, generation));
+    (
+        Err(RpcError::new(code, error.message).with_data(data)),
+        outcome_of_worker_error(reason, code),
+    )
+}
+
+/// What the worker's answer means (`CallError.reason` and code, tutti.worker.v1).
+fn outcome_of_worker_error(reason: &str, code: i64) -> Outcome {
+    match reason {
+        "timeout" => Outcome::Timeout,
+        "cancelled" => Outcome::Cancelled,
+        "unavailable" => Outcome::Unavailable,
+        // Refused before it reached the upstream (-32602, list tools again) or fenced
+        // while in flight (-32603).
+        "fenced" if code != INVALID_PARAMS => Outcome::Unavailable,
+        _ => Outcome::RpcError,
+    }
+}
+
 /// The frontend's own deadline is the call timeout plus this much (the worker normally
 /// answers the timeout itself).
 pub(crate) const DEADLINE_GRACE: Duration = Duration::from_secs(2);

@@ -9,32 +9,17 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
-use tutti_proto::worker::{CallToolRequest, call_tool_reply};
+use tutti_proto::worker::CallToolRequest;
 
 use crate::app::App;
 use crate::backend::Identity;
-use crate::call::ending::{
-    self, Flight, in_flight, malformed_result, timed_out, tutti, unavailable, with_tutti,
-};
+use crate::call::ending::{self, Flight, Reading, in_flight, malformed_result, read_reply, tutti};
 use crate::call::result::CallResult;
 use crate::call::validate;
 use crate::catalog::routes::{Lookup, Tool};
 use crate::error::Error;
 use crate::observe::audit::Outcome;
 use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RpcError, routes_not_ready};
-
-/// What the worker's answer means (`CallError.reason` and code, tutti.worker.v1).
-fn outcome_of_worker_error(reason: &str, code: i64) -> Outcome {
-    match reason {
-        "timeout" => Outcome::Timeout,
-        "cancelled" => Outcome::Cancelled,
-        "unavailable" => Outcome::Unavailable,
-        // Refused before it reached the upstream (-32602, list tools again) or fenced
-        // while in flight (-32603).
-        "fenced" if code != INVALID_PARAMS => Outcome::Unavailable,
-        _ => Outcome::RpcError,
-    }
-}
 
 /// A call's answer and how it ended.
 type Ended = ending::Ended<CallResult>;
@@ -310,59 +295,16 @@ fn map_reply(
     generation: u64,
     reply: Result<tutti_proto::worker::CallToolReply, Error>,
 ) -> Ended {
-    let reply = match reply {
-        Ok(reply) => reply,
-        Err(e) => return map_worker_failure(name, key, generation, &e),
+    let refused = |generation| not_available(name, key, generation);
+    let reading = Reading {
+        key,
+        generation,
+        reply_generation: true,
+        what: "call",
+        refused: &refused,
+        result: map_result,
     };
-    let generation = if reply.generation == 0 {
-        generation
-    } else {
-        reply.generation
-    };
-    match reply.outcome {
-        Some(call_tool_reply::Outcome::ResultJson(text)) => {
-            map_result(key, generation, Bytes::from(text))
-        }
-        Some(call_tool_reply::Outcome::ResultBytes(text)) => map_result(key, generation, text),
-        Some(call_tool_reply::Outcome::Error(error)) => {
-            map_call_error(name, key, generation, error)
-        }
-        None => (
-            Err(unavailable(
-                key,
-                generation,
-                "unavailable",
-                "the worker returned no outcome",
-            )),
-            Outcome::Unavailable,
-        ),
-    }
-}
-
-/// The worker call itself failed (no reply).
-fn map_worker_failure(name: &str, key: &str, generation: u64, e: &Error) -> Ended {
-    match e {
-        // The worker refused the call up front: it never reached the upstream.
-        Error::WorkerFenced { .. } => {
-            (Err(not_available(name, key, generation)), Outcome::RpcError)
-        }
-        Error::WorkerTimeout { .. } => (
-            Err(timed_out(key, generation, "the call timed out")),
-            Outcome::Timeout,
-        ),
-        e => {
-            tracing::warn!(connector = key, generation, error = %e, "worker call failed");
-            (
-                Err(unavailable(
-                    key,
-                    generation,
-                    "unavailable",
-                    "worker unavailable",
-                )),
-                Outcome::Unavailable,
-            )
-        }
-    }
+    read_reply(&reading, reply)
 }
 
 /// The upstream's `CallToolResult` text.
@@ -380,45 +322,11 @@ fn map_result(key: &str, generation: u64, text: Bytes) -> Ended {
     }
 }
 
-/// A JSON-RPC error from the upstream, or the worker's own (`CallError`).
-fn map_call_error(
-    name: &str,
-    key: &str,
-    generation: u64,
-    error: tutti_proto::worker::CallError,
-) -> Ended {
-    let data = if error.data_json.is_empty() {
-        None
-    } else {
-        serde_json::from_str(&error.data_json).ok()
-    };
-    let reason = if error.reason.is_empty() {
-        "upstream_error"
-    } else {
-        error.reason.as_str()
-    };
-    let code = if error.code == 0 {
-        INTERNAL_ERROR
-    } else {
-        i64::from(error.code)
-    };
-    if reason == "fenced" && code == INVALID_PARAMS {
-        // The worker refused a call for a generation it no longer serves: the same
-        // SPEC §5 answer as a generation fenced before the call was sent.
-        return (Err(not_available(name, key, generation)), Outcome::RpcError);
-    }
-    (
-        Err(RpcError::new(code, error.message)
-            .with_data(with_tutti(data, tutti(reason, key, generation)))),
-        outcome_of_worker_error(reason, code),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde::Serialize;
-    use tutti_proto::worker::{CallError, CallToolReply};
+    use tutti_proto::worker::{CallError, CallToolReply, call_tool_reply};
 
     #[test]
     fn upstream_errors_keep_code_message_and_data() {

@@ -16,7 +16,7 @@ use crate::rpc::{self, RpcError};
 /// its top-level members located (key and the byte range of the value's text), and written to
 /// the client as it is or with only the top-level members its era needs changed
 /// ([`CallResult::in_era`], [`crate::era::tables`]). Never parsed into a tree and serialized again:
-/// for a 1 MiB result that round trip was most of the frontend's work
+/// for a 1 MiB result that round trip would be most of the frontend's work
 /// (docs/PERFORMANCE.md), and every value keeps its exact text (key order, number spelling,
 /// integers beyond 2^53). The text is the slice of the worker's frame it came in, and goes
 /// into the response body as slices of it ([`crate::http::body`]).
@@ -117,7 +117,7 @@ impl CallResult {
     }
 
     /// Length of the JSON text as it would be written, whitespace around an unchanged text
-    /// included (tests; the response no longer needs a capacity hint).
+    /// included (tests).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         let member_len = |i: usize| {

@@ -3,7 +3,7 @@
 //! `resources/subscribe` / `unsubscribe`.
 //!
 //! Every get, read and completion resolves at its start to an immutable binding (connector
-//! key, generation, upstream name or URI) from the route table's catalog (`catalog.rs`, which
+//! key, generation, upstream name or URI) from the route table's catalog (`catalog/compiled.rs`, which
 //! also holds the resource routing rule) and is forwarded to the worker of exactly that
 //! generation, as `tools/call` is: a generation fenced before the request was sent, or a name
 //! that vanished, is answered -32602 "not available now, list again"; fenced while in flight
@@ -14,14 +14,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
-use tutti_proto::worker::{CallToolReply, CallToolRequest, ForwardRequest, call_tool_reply};
+use tutti_proto::worker::{CallToolReply, CallToolRequest, ForwardRequest};
 
 use crate::app::App;
 use crate::backend::{Forward, Identity};
 use crate::call::ending::{
-    Flight, in_flight, malformed_result, timed_out, tutti, unavailable, with_tutti,
+    Flight, Reading, in_flight, malformed_result, read_reply, tutti, unavailable,
 };
 use crate::call::execute::RelayStream;
 use crate::call::result::CallResult;
@@ -298,7 +299,7 @@ fn resolve_uri(
     }
 }
 
-/// `resources/read`: routed by the rule of `catalog.rs`, the URI unchanged. `not_found` is
+/// `resources/read`: routed by the rule of `catalog/compiled.rs`, the URI unchanged. `not_found` is
 /// -32602 on the modern surface (SEP-2164) and -32002 on the legacy one.
 pub(crate) async fn read_resource(
     app: &App,
@@ -668,8 +669,8 @@ fn refused(target: &Target<'_>) -> RpcError {
 }
 
 /// A forwarded request's result text: it must be one JSON object.
-fn object_result(key: &str, generation: u64, text: &[u8]) -> Ended {
-    match serde_json::from_slice(text) {
+fn object_result(key: &str, generation: u64, text: Bytes) -> Ended {
+    match serde_json::from_slice(&text) {
         Ok(value @ Value::Object(_)) => (Ok(value), Outcome::Ok),
         _ => malformed_result(key, generation),
     }
@@ -677,64 +678,16 @@ fn object_result(key: &str, generation: u64, text: &[u8]) -> Ended {
 
 fn map_reply(target: &Target<'_>, reply: Result<CallToolReply, Error>) -> Ended {
     let connector = &target.entry.connector;
-    let (key, generation) = (connector.key.as_str(), connector.generation);
-    let reply = match reply {
-        Ok(reply) => reply,
-        Err(Error::WorkerFenced { .. }) => return (Err(refused(target)), Outcome::RpcError),
-        Err(Error::WorkerTimeout { .. }) => {
-            return (
-                Err(timed_out(key, generation, "the request timed out")),
-                Outcome::Timeout,
-            );
-        }
-        Err(e) => {
-            tracing::warn!(connector = key, generation, error = %e, "worker request failed");
-            let why = unavailable(key, generation, "unavailable", "worker unavailable");
-            return (Err(why), Outcome::Unavailable);
-        }
+    let refused = |_| refused(target);
+    let reading = Reading {
+        key: &connector.key,
+        generation: connector.generation,
+        reply_generation: false,
+        what: "request",
+        refused: &refused,
+        result: object_result,
     };
-    match reply.outcome {
-        Some(call_tool_reply::Outcome::ResultJson(text)) => {
-            object_result(key, generation, text.as_bytes())
-        }
-        Some(call_tool_reply::Outcome::ResultBytes(text)) => object_result(key, generation, &text),
-        Some(call_tool_reply::Outcome::Error(error)) => {
-            let code = if error.code == 0 {
-                INTERNAL_ERROR
-            } else {
-                i64::from(error.code)
-            };
-            if error.reason == "fenced" && code == INVALID_PARAMS {
-                return (Err(refused(target)), Outcome::RpcError);
-            }
-            let reason = if error.reason.is_empty() {
-                "upstream_error"
-            } else {
-                error.reason.as_str()
-            };
-            let outcome = match reason {
-                "timeout" => Outcome::Timeout,
-                "cancelled" => Outcome::Cancelled,
-                "unavailable" | "fenced" => Outcome::Unavailable,
-                _ => Outcome::RpcError,
-            };
-            let data = serde_json::from_str(&error.data_json).ok();
-            let data = with_tutti(data, tutti(reason, key, generation));
-            (
-                Err(RpcError::new(code, error.message).with_data(data)),
-                outcome,
-            )
-        }
-        None => (
-            Err(unavailable(
-                key,
-                generation,
-                "unavailable",
-                "the worker returned no outcome",
-            )),
-            Outcome::Unavailable,
-        ),
-    }
+    read_reply(&reading, reply)
 }
 
 #[cfg(test)]

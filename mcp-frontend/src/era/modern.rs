@@ -30,8 +30,8 @@ const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 const DISCOVER_TTL_MS: u64 = 3_600_000;
 /// The tool list changes whenever a connector is installed, upgraded, crashes or is
 /// removed, and listing it is local and cheap: a client without a `subscriptions/listen`
-/// stream must not keep a stale list (the Python SDK caches for `ttlMs`; with 60 s, "list
-/// tools again" after a -32602 returned the same stale list for a minute).
+/// stream must not keep a stale list (the Python SDK caches for `ttlMs`: with 60 s, a client
+/// told to list tools again after a -32602 would get the same stale list for a minute).
 const TOOLS_TTL_MS: u64 = 0;
 /// Skills change with installs, like tools: never cached.
 const SKILLS_TTL_MS: u64 = 0;
@@ -180,7 +180,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
 }
 
 /// The skills extension's own methods (`skills/list`, `skills/get`), as uncached results;
-/// its `skill://` resources are listed and read with the other resources (`beyond.rs`).
+/// its `skill://` resources are listed and read with the other resources (`catalog/beyond.rs`).
 async fn skills_answer(ctx: &Ctx, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
     let skills = &ctx.app.skills;
     let fields = if method == "skills/list" {

@@ -1,6 +1,7 @@
 //! What both surfaces (`legacy`, `modern`) share, under them: the request context, the
-//! protocol constants and `tools/list` (prompts and resources: `beyond.rs`). Depends only on the layers below (`call`'s state, `rpc`, `routes`,
-//! `era`), never on a surface or on `http`.
+//! protocol constants and `tools/list` (prompts and resources: `catalog/beyond.rs`). Depends
+//! only on the layers below (`rpc`, the route table, the era tables), never on a surface or
+//! on `http`.
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! `Accept: text/event-stream` and a live token opens a server-to-client stream for that
 //! token (the token is the session: still no `Mcp-Session-Id`). It carries
 //! `notifications/tools/list_changed` after every committed change of the tool set, the
-//! prompts/resources list changes and the token's resource updates (`notify.rs`), and
+//! prompts/resources list changes and the token's resource updates (`session/notify.rs`), and
 //! whatever [`deliver`] is given for the token (log messages, resource updates, other
 //! list_changed kinds); keep-alive comments every 10 s; it ends when the token is revoked
 //! (a reissue revokes the old token, so its stream ends too) or the runtime stops.
@@ -57,7 +57,7 @@ struct Stream {
     tools: watch::Receiver<u64>,
     end: watch::Receiver<bool>,
     pushed: mpsc::Receiver<Value>,
-    /// Prompts/resources list changes and this identity's resource updates (`notify.rs`).
+    /// Prompts/resources list changes and this identity's resource updates (`session/notify.rs`).
     events: crate::session::notify::Events,
     keep_alive: Interval,
     _registration: Registration,

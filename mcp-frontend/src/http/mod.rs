@@ -222,7 +222,7 @@ async fn read_within_timeout(
 /// The answer to a request whose token was not verified as valid: 401, or 503 when the
 /// kernel could not be asked. The connection is closed after the answer: its body may be
 /// unread (hyper would otherwise wait for it before the next request), and a connection
-/// without a valid token holds no slot longer than it must (`admission.rs`).
+/// without a valid token holds no slot longer than it must (`http/admission.rs`).
 fn rejected(verified: Result<Option<Identity>, crate::Error>) -> Response {
     let mut response = match verified {
         // Only called without a valid identity.

@@ -1,5 +1,5 @@
 //! The `WatchLogs` streams of live generations and their delivery to legacy GET streams
-//! (see `server_logs.rs` for the rule).
+//! (see `observe/server_logs.rs` for the rule).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
