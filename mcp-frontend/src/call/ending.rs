@@ -24,16 +24,39 @@ pub(crate) type Ended<T> = (Result<T, RpcError>, Outcome);
 
 /// One call sent to the worker of `connector`'s generation, as it waits for its reply.
 pub(crate) struct Flight<'a> {
-    pub(crate) app: &'a App,
-    pub(crate) connector: &'a Connector,
+    app: &'a App,
+    connector: &'a Connector,
     /// The worker call's id (what `Cancel` names).
     pub(crate) call_id: String,
-    /// The generation's fence, subscribed before the call was sent.
-    pub(crate) fence: watch::Receiver<Fenced>,
+    /// The generation's fence, subscribed before the call is sent.
+    fence: watch::Receiver<Fenced>,
     /// The client's cancellation (legacy `notifications/cancelled`), if it can cancel.
     pub(crate) cancelled: Option<oneshot::Receiver<()>>,
-    /// What the deadline's answer names (`tool <name>`, a prompt's or a resource's name).
-    pub(crate) what: &'a str,
+    /// What the deadline's answer names, in two parts (`["tool ", name]`, `["", name]`).
+    what: [&'a str; 2],
+}
+
+impl<'a> Flight<'a> {
+    /// A call about to be sent to `connector`'s generation: its fence watched and a call id
+    /// taken. `None` when the generation is fenced already (nothing may be sent upstream).
+    pub(crate) fn board(
+        app: &'a App,
+        connector: &'a Connector,
+        what: [&'a str; 2],
+    ) -> Option<Self> {
+        let mut fence = connector.fence.subscribe();
+        if fence.borrow_and_update().is_fenced() {
+            return None;
+        }
+        Some(Self {
+            app,
+            connector,
+            call_id: app.next_call_id(),
+            fence,
+            cancelled: None,
+            what,
+        })
+    }
 }
 
 /// Waits for `reply` and maps it with `map_reply`, unless the generation is fenced, the client
@@ -76,7 +99,8 @@ pub(crate) async fn in_flight<R, T>(
             Outcome::Cancelled,
         ),
         () = tokio::time::sleep(deadline) => {
-            let late = format!("{what} did not answer within {} ms", connector.timeout_ms);
+            let [prefix, name] = what;
+            let late = format!("{prefix}{name} did not answer within {} ms", connector.timeout_ms);
             (Err(timed_out(key, generation, &late)), Outcome::Timeout)
         }
     }
@@ -112,7 +136,8 @@ pub(crate) fn read_reply<T>(
             return (Err(timed_out(key, generation, &what)), Outcome::Timeout);
         }
         Err(e) => {
-            tracing::warn!(connector = key, generation, error = %e, "worker {} failed", reading.what);
+            let what = reading.what;
+            tracing::warn!(connector = key, generation, error = %e, "worker {what} failed");
             let why = unavailable(key, generation, "unavailable", "worker unavailable");
             return (Err(why), Outcome::Unavailable);
         }

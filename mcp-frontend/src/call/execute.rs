@@ -204,16 +204,13 @@ async fn execute_call(
             Err(text) => return invalid_arguments(&text),
         };
 
-    let mut fence = connector.fence.subscribe();
-    if fence.borrow_and_update().is_fenced() {
+    let Some(mut flight) = Flight::board(app, connector, ["tool ", &tool.name]) else {
         // Fenced between resolution and now: nothing was sent upstream.
-        return (
-            Err(not_available(&tool.name, key, generation)),
-            Outcome::RpcError,
-        );
-    }
-
-    let call_id = app.next_call_id();
+        let refused = not_available(&tool.name, key, generation);
+        return (Err(refused), Outcome::RpcError);
+    };
+    flight.cancelled = cancelled;
+    let call_id = flight.call_id.clone();
     let request = CallToolRequest {
         generation,
         call_id: call_id.clone(),
@@ -231,16 +228,8 @@ async fn execute_call(
         },
     };
     if let Streaming::Relay(relay) = &streaming {
-        let _ = relay.call_id.set(call_id.clone());
+        let _ = relay.call_id.set(call_id);
     }
-    let flight = Flight {
-        app,
-        connector,
-        call_id,
-        fence,
-        cancelled,
-        what: &format!("tool {}", tool.name),
-    };
     let reply = send_call(app, tool, request, streaming);
     in_flight(flight, reply, |reply| {
         map_reply(&tool.name, key, generation, reply)

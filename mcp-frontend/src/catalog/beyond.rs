@@ -3,8 +3,8 @@
 //! `resources/subscribe` / `unsubscribe`.
 //!
 //! Every get, read and completion resolves at its start to an immutable binding (connector
-//! key, generation, upstream name or URI) from the route table's catalog (`catalog/compiled.rs`, which
-//! also holds the resource routing rule) and is forwarded to the worker of exactly that
+//! key, generation, upstream name or URI) from the route table's catalog
+//! (`catalog/compiled.rs`, which also holds the resource routing rule) and is forwarded to the worker of exactly that
 //! generation, as `tools/call` is: a generation fenced before the request was sent, or a name
 //! that vanished, is answered -32602 "not available now, list again"; fenced while in flight
 //! -32603 `[MCP_UNAVAILABLE]`; past the call timeout `[MCP_TIMEOUT]`. Results pass through as
@@ -584,12 +584,11 @@ async fn forward(
 async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Value>) -> Ended {
     let connector = &target.entry.connector;
     let generation = connector.generation;
-    let mut fence = connector.fence.subscribe();
-    if fence.borrow_and_update().is_fenced() {
+    let Some(mut flight) = Flight::board(app, connector, ["", &target.entry.name]) else {
         // Fenced between resolution and now: nothing was sent upstream.
         return (Err(refused(target)), Outcome::RpcError);
-    }
-    let call_id = app.next_call_id();
+    };
+    let call_id = flight.call_id.clone();
     let (cancelled, reply) = match via {
         Via::Unary(what) => {
             let request = ForwardRequest {
@@ -613,14 +612,7 @@ async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Valu
             (cancelled, reply)
         }
     };
-    let flight = Flight {
-        app,
-        connector,
-        call_id,
-        fence,
-        cancelled,
-        what: &target.entry.name,
-    };
+    flight.cancelled = cancelled;
     in_flight(flight, reply, |reply| map_reply(target, reply)).await
 }
 
