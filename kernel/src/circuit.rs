@@ -1,6 +1,6 @@
 //! The manifest's `circuit` settings (SPEC §12): `{"failures": N, "windowMs": W,
 //! "openMs": O}`, each optional, defaults 5 failures within 30 s and 30 s open. The breaker
-//! itself runs in the frontend (`mcp-frontend/src/circuit.rs`); the kernel validates the
+//! itself runs in the frontend (`mcp-frontend/src/call/circuit.rs`); the kernel validates the
 //! settings at install and hands them on with the route.
 
 use serde_json::{Map, Value};

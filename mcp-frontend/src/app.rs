@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use crate::backend::{Backend, Identity};
-use crate::listeners::Listeners;
-use crate::routes::RouteTable;
+use crate::catalog::routes::RouteTable;
+use crate::http::listeners::Listeners;
 
 /// How long a request waits for the kernel's first route snapshot.
 const FIRST_SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
@@ -31,23 +31,23 @@ pub(crate) struct App {
     /// `true` once the frontend is stopping.
     pub(crate) stopping: watch::Sender<bool>,
     /// Audit records of calls, shipped to the kernel off the hot path.
-    pub(crate) audit: crate::audit::CallAudit,
-    /// Verified session tokens (hashes); see `sessions.rs` for why this is safe.
-    pub(crate) sessions: crate::sessions::SessionCache,
+    pub(crate) audit: crate::observe::audit::CallAudit,
+    /// Verified session tokens (hashes); see `session/sessions.rs` for why this is safe.
+    pub(crate) sessions: crate::session::sessions::SessionCache,
     /// Each connector's circuit breaker (SPEC §12).
-    pub(crate) circuits: crate::circuit::Circuits,
+    pub(crate) circuits: crate::call::circuit::Circuits,
     /// List changes and resource updates for clients, and resource subscriptions.
-    pub(crate) notifier: Arc<crate::notify::Notifier>,
+    pub(crate) notifier: Arc<crate::session::notify::Notifier>,
     /// Per-token client state, relayed requests and parked calls.
-    pub(crate) clients: crate::clients::Clients,
+    pub(crate) clients: crate::session::clients::Clients,
     /// The generations whose unclaimed log messages are followed.
-    pub(crate) server_logs: crate::server_logs::Followed,
+    pub(crate) server_logs: crate::observe::server_logs::Followed,
     /// The search index of the newest route table searched (SPEC §15).
-    pub(crate) search_index: crate::search_index::IndexCache,
+    pub(crate) search_index: crate::catalog::search_index::IndexCache,
     /// Every live generation's skills (SPEC §11 skills over MCP).
-    pub(crate) skills: crate::skills::SkillCatalogue,
+    pub(crate) skills: crate::catalog::skills::SkillCatalogue,
     /// The slots for argument checks off the request's task.
-    pub(crate) checks: crate::validate::Checks,
+    pub(crate) checks: crate::call::validate::Checks,
 }
 
 impl App {
@@ -57,8 +57,8 @@ impl App {
             .map(|d| d.as_millis())
             .unwrap_or_default();
         Self {
-            audit: crate::audit::CallAudit::start(backend.clone()),
-            circuits: crate::circuit::Circuits::start(backend.clone()),
+            audit: crate::observe::audit::CallAudit::start(backend.clone()),
+            circuits: crate::call::circuit::Circuits::start(backend.clone()),
             backend,
             page_size: page_size.max(1),
             routes: watch::channel(None).0,
@@ -68,13 +68,13 @@ impl App {
             call_seq: AtomicU64::new(0),
             call_prefix: format!("f{:x}-{:x}", std::process::id(), started),
             stopping: watch::channel(false).0,
-            sessions: crate::sessions::SessionCache::default(),
+            sessions: crate::session::sessions::SessionCache::default(),
             notifier: Arc::default(),
-            clients: crate::clients::Clients::default(),
-            server_logs: crate::server_logs::Followed::default(),
-            search_index: crate::search_index::IndexCache::default(),
-            skills: crate::skills::SkillCatalogue::default(),
-            checks: crate::validate::Checks::default(),
+            clients: crate::session::clients::Clients::default(),
+            server_logs: crate::observe::server_logs::Followed::default(),
+            search_index: crate::catalog::search_index::IndexCache::default(),
+            skills: crate::catalog::skills::SkillCatalogue::default(),
+            checks: crate::call::validate::Checks::default(),
         }
     }
 
@@ -83,7 +83,7 @@ impl App {
     pub(crate) async fn verify_session(
         &self,
         token: &str,
-        key: &crate::sessions::TokenKey,
+        key: &crate::session::sessions::TokenKey,
     ) -> Result<Option<Identity>, crate::error::Error> {
         if let Some(identity) = self.sessions.lookup(key) {
             return Ok(Some(identity));
@@ -121,7 +121,7 @@ impl App {
 
     /// The list changes a client can see, as notes.
     fn notify_changes(&self, previous: Option<&RouteTable>, table: &RouteTable, tools: bool) {
-        use crate::notify::Note;
+        use crate::session::notify::Note;
         let Some(previous) = previous else {
             return; // the first snapshot: nobody has listed anything yet
         };

@@ -2,7 +2,7 @@
 //! on a pooled local-socket connection to the worker's frame endpoint
 //! ([`tutti_proto::frames`]), instead of a gRPC call over HTTP/2.
 //!
-//! Only calls without progress, relaying or refusal take it (`call.rs` `send_call`); every
+//! Only calls without progress, relaying or refusal take it (`call/execute.rs` `send_call`); every
 //! other worker RPC, `Cancel` included, stays on gRPC. A connection carries one call at a
 //! time and goes back to its worker's pool only after a whole answer; a call dropped half-way
 //! (client cancel, fence, deadline) drops its connection, which the worker takes as the

@@ -4,50 +4,21 @@
 //!
 //! It follows the kernel's route table (`WatchRoutes`), verifies bearer tokens with the
 //! kernel (keeping verified ones in a cache whose revocations the kernel waits for, see
-//! `sessions.rs`), and sends each `tools/call` straight to the worker that owns
+//! `session/sessions.rs`), and sends each `tools/call` straight to the worker that owns
 //! the tool's generation. It never decides which generation is live.
 #![forbid(unsafe_code)]
 
-mod admission;
 mod app;
-mod audit;
 mod backend;
-mod beyond;
-mod body;
 mod call;
 mod catalog;
-mod circuit;
-mod clients;
-mod confirm;
 mod era;
 mod error;
 mod frames;
-mod get_stream;
-mod headers;
 mod http;
-mod legacy;
-mod listen;
-mod listeners;
-mod modern;
-mod notify;
-#[cfg(feature = "otel")]
-mod otel;
-#[cfg(not(feature = "otel"))]
-#[path = "otel_off.rs"]
-mod otel;
-mod progress;
-mod prompt_relay;
-mod relay;
-mod routes;
+mod observe;
 mod rpc;
-mod search;
-mod search_index;
-mod server_logs;
-mod sessions;
-mod shared;
-mod skills;
-mod unclaimed;
-mod validate;
+mod session;
 mod watcher;
 
 use std::future::Future;
@@ -211,7 +182,7 @@ async fn accept(
     http.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(header_read_timeout)
         .max_buf_size(CONNECTION_BUFFER_BYTES);
-    let admission = admission::Admission::default();
+    let admission = http::admission::Admission::default();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let stop = async move {
         // The guard it returns is dropped at once (it is not `Send`).
@@ -253,7 +224,7 @@ async fn accept(
         let service = hyper_util::service::TowerToHyperService::new(service);
         let connection =
             graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
-        tokio::spawn(admission::serve_within(slot, connection));
+        tokio::spawn(http::admission::serve_within(slot, connection));
         // The new connection's task runs before the next accept: a backlog full of a flood's
         // connections is not accepted in one burst that evicts an agent's connection before
         // its first request was even read.

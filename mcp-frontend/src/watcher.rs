@@ -11,7 +11,7 @@ use crate::backend::RouteStream;
 use crate::error::Error;
 use tutti_proto::kernel::route_event;
 
-use crate::routes::{Effect, RouteState};
+use crate::catalog::routes::{Effect, RouteState};
 
 /// How long a lost route stream may take to come back before the frontend gives up.
 const RECONNECT_WINDOW: Duration = Duration::from_secs(5);
@@ -54,9 +54,9 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                         Effect::Routes { tools_changed } => {
                             let table = state.table();
                             tracing::debug!(tools = table.len(), tools_changed, "routes updated");
-                            crate::unclaimed::follow(&app, &table);
+                            crate::observe::unclaimed::follow(&app, &table);
                             app.publish_routes(table, tools_changed);
-                            crate::beyond::resubscribe(&app);
+                            crate::catalog::beyond::resubscribe(&app);
                         }
                         Effect::Revoked(revoked) => {
                             app.sessions.revoke(&revoked);

@@ -40,8 +40,8 @@ pub(crate) struct Ticket(u64);
 /// A session token's SHA-256: how the frontend keeps and keys a token, never the token itself.
 pub(crate) type TokenKey = [u8; 32];
 
-/// The one hash of a token: computed once per request (`http.rs`) and carried in its context;
-/// the session cache and `clients.rs` key everything by it.
+/// The one hash of a token: computed once per request (`http/mod.rs`) and carried in its context;
+/// the session cache and `session/clients.rs` key everything by it.
 pub(crate) fn token_key(token: &str) -> TokenKey {
     Sha256::digest(token.as_bytes()).into()
 }

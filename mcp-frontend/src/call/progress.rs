@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use crate::call::CallResult;
+use crate::call::result::CallResult;
 use crate::rpc::{self, RpcError};
 
 /// Progress notifications of one call that may wait for a slow client; more are dropped.
@@ -91,7 +91,7 @@ async fn next_event(mut s: State) -> Option<(Bytes, State)> {
                     None => continue,
                 }
             }
-            let message = match crate::call::call_message(&s.id, &answer) {
+            let message = match crate::call::result::call_message(&s.id, &answer) {
                 Ok(message) => message,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot serialize a tools/call answer");

@@ -3,13 +3,13 @@
 //! One broadcast of [`Note`]s carries every list change (tools, prompts, resources: published
 //! by `App::publish_routes` after each committed route change) and every upstream
 //! `notifications/resources/updated`. Consumers:
-//! - the modern `subscriptions/listen` stream (`listen.rs`) filters by what it was asked for;
+//! - the modern `subscriptions/listen` stream (`http/listen.rs`) filters by what it was asked for;
 //! - the legacy GET stream (SPEC §11) takes [`Notifier::events`] for its token's identity:
 //!   JSON-RPC notification messages, list changes for everyone, resource updates only for
 //!   URIs that identity subscribed to with `resources/subscribe`.
 //!
 //! Subscriptions are per identity (the token's workspace and session), kept here; the upstream
-//! is subscribed once per URI and generation (`beyond.rs`), and each generation with a
+//! is subscribed once per URI and generation (`catalog/beyond.rs`), and each generation with a
 //! subscribed URI has one `WatchResources` stream to its worker ([`Notifier::watch`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet};

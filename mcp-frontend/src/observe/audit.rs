@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tutti_proto::kernel::CallRecord;
 
 use crate::backend::{Backend, Identity};
-use crate::routes::Tool;
+use crate::catalog::routes::Tool;
 
 /// How a call ended, as its audit record says. Decided where the answer is made (from the
 /// worker's `CallError.reason` for its answers), never parsed back out of message text.
@@ -51,8 +51,8 @@ impl Outcome {
 
     /// What the call says about its connector, for the circuit breaker (SPEC §12): only
     /// unavailability and timeouts count; an upstream's answer, even an error, means it is up.
-    pub(crate) fn circuit_verdict(self) -> crate::circuit::Verdict {
-        use crate::circuit::Verdict;
+    pub(crate) fn circuit_verdict(self) -> crate::call::circuit::Verdict {
+        use crate::call::circuit::Verdict;
         match self {
             Self::Timeout => Verdict::Failed("calls timed out ([MCP_TIMEOUT])"),
             Self::Unavailable => {
@@ -163,12 +163,12 @@ impl CallAudit {
             outcome: outcome.as_str().into(),
             error_code,
             dropped_total: self.dropped.load(Ordering::Relaxed),
-            telemetry_dropped_total: crate::otel::dropped(),
+            telemetry_dropped_total: crate::observe::otel::dropped(),
             kind: String::new(),
             relayed,
             confirmation,
         };
-        crate::otel::record(&tool.otel, started.elapsed(), outcome.as_str());
+        crate::observe::otel::record(&tool.otel, started.elapsed(), outcome.as_str());
         self.send(record);
     }
 
@@ -195,7 +195,7 @@ impl CallAudit {
             outcome: outcome.as_str().into(),
             error_code,
             dropped_total: self.dropped.load(Ordering::Relaxed),
-            telemetry_dropped_total: crate::otel::dropped(),
+            telemetry_dropped_total: crate::observe::otel::dropped(),
             kind: what.kind.to_owned(),
             relayed: what.relayed.map(|r| r.take().0).unwrap_or_default(),
             ..CallRecord::default()
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn only_unavailability_and_timeouts_count_against_the_circuit() {
-        use crate::circuit::Verdict;
+        use crate::call::circuit::Verdict;
         for o in [Outcome::Timeout, Outcome::Unavailable] {
             assert!(matches!(o.circuit_verdict(), Verdict::Failed(_)), "{o:?}");
         }

@@ -6,26 +6,32 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
-use crate::beyond::{self, List};
-use crate::call;
-use crate::era::{META_SERVER_INFO, Revision, server_info};
-use crate::headers::{self, HeaderProblem};
-use crate::listen;
+use crate::call::execute;
+use crate::call::path::{self, Caller, Sending};
+use crate::call::relay::Era;
+use crate::call::result;
+use crate::catalog::beyond::{self, List};
+use crate::era::shared::{
+    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, list_tools, target_param,
+};
+use crate::era::tables::{META_SERVER_INFO, Revision, server_info};
+use crate::http::headers::{self, HeaderProblem};
+use crate::http::listen;
 use crate::rpc::{
     self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RpcError,
     UNSUPPORTED_VERSION,
 };
-use crate::shared::{
-    Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, list_tools, target_param,
-};
+use crate::session::clients::Caps;
 
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of a request's log level.
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// Cache hints on discover and list results.
 const DISCOVER_TTL_MS: u64 = 3_600_000;
 /// The tool list changes whenever a connector is installed, upgraded, crashes or is
 /// removed, and listing it is local and cheap: a client without a `subscriptions/listen`
-/// stream must not keep a stale list (the Python SDK caches for `ttlMs`; with 60 s, "list
-/// tools again" after a -32602 returned the same stale list for a minute).
+/// stream must not keep a stale list (the Python SDK caches for `ttlMs`: with 60 s, a client
+/// told to list tools again after a -32602 would get the same stale list for a minute).
 const TOOLS_TTL_MS: u64 = 0;
 /// Skills change with installs, like tools: never cached.
 const SKILLS_TTL_MS: u64 = 0;
@@ -130,8 +136,8 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         "server/discover" => Ok(discover(&ctx.app).await),
         "tools/list" => {
             let extra = cacheable_fields(Map::new(), TOOLS_TTL_MS);
-            if crate::search::listing(&ctx).await {
-                return crate::search::list_response(&id, extra);
+            if crate::catalog::search::listing(&ctx).await {
+                return crate::catalog::search::list_response(&id, extra);
             }
             match list_tools(&ctx.app, params.as_ref(), Revision::V2026_07_28, extra).await {
                 Ok(page) => return page.respond(&id),
@@ -151,21 +157,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             )
             .await;
         }
-        "prompts/get" if prompt_relays(&ctx, &params) => return prompt(&ctx, &id, params).await,
-        "resources/read" | "prompts/get" => {
-            // `Mcp-Name` carries `params.uri` / `params.name` (SEP-2243).
-            let field = if method == "resources/read" {
-                "uri"
-            } else {
-                "name"
-            };
-            if let Ok(target) = target_param(params.as_ref(), field)
-                && let Err(e) = expect_header(&ctx, "mcp-name", "Mcp-Name", target)
-            {
-                return bad(&id, e);
-            }
-            get_or_read(&ctx, &method, params).await
-        }
+        "resources/read" | "prompts/get" => return get_or_read(&ctx, &id, &method, params).await,
         "completion/complete" => beyond::complete(&ctx.app, &ctx.identity, params)
             .await
             .map(|result| beyond::in_era(result, true)),
@@ -188,44 +180,51 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
 }
 
 /// The skills extension's own methods (`skills/list`, `skills/get`), as uncached results;
-/// its `skill://` resources are listed and read with the other resources (`beyond.rs`).
+/// its `skill://` resources are listed and read with the other resources (`catalog/beyond.rs`).
 async fn skills_answer(ctx: &Ctx, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
     let skills = &ctx.app.skills;
     let fields = if method == "skills/list" {
-        Ok(crate::skills::list(skills).await)
+        Ok(crate::catalog::skills::list(skills).await)
     } else {
-        crate::skills::get(skills, params).await
+        crate::catalog::skills::get(skills, params).await
     };
     fields.map(|fields| cacheable(fields, SKILLS_TTL_MS))
 }
 
-/// Whether a `prompts/get` is relayed: its upstream may ask this client during it.
-fn prompt_relays(ctx: &Ctx, params: &Option<Value>) -> bool {
-    crate::prompt_relay::modern_relays(ctx, params.as_ref())
+/// A `prompts/get` the call path would relay (it declares a capability an upstream request
+/// needs, resumes a parked one, or asks for log messages on an event stream): the client as
+/// it sees it, else `None`. Its progress token and own `inputResponses` are not relayed.
+fn prompt_caller(ctx: &Ctx, params: Option<&Value>) -> Option<Caller> {
+    let caller = Caller {
+        progress: None,
+        own_answers: None,
+        ..caller(ctx, params)
+    };
+    (path::how_sent(&caller, false) == Sending::Relayed).then_some(caller)
 }
 
-/// A relayed `prompts/get`: `Mcp-Name` carries `params.name` (SEP-2243), then the
-/// answer as the call goes (`input_required` when the upstream asks).
-async fn prompt(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
-    if let Ok(name) = target_param(params.as_ref(), "name")
-        && let Err(e) = expect_header(ctx, "mcp-name", "Mcp-Name", name)
+/// `prompts/get` (relayed when the call path would relay it) or `resources/read`, in this
+/// era's form. `Mcp-Name` carries `params.name` / `params.uri` (SEP-2243).
+async fn get_or_read(ctx: &Ctx, id: &Value, method: &str, params: Option<Value>) -> Response {
+    let prompt = method == "prompts/get";
+    let field = if prompt { "name" } else { "uri" };
+    if let Ok(target) = target_param(params.as_ref(), field)
+        && let Err(e) = expect_header(ctx, "mcp-name", "Mcp-Name", target)
     {
         return bad(id, e);
     }
-    crate::prompt_relay::modern(ctx, id, params).await
-}
-
-/// `prompts/get` or `resources/read`, in this era's form.
-async fn get_or_read(ctx: &Ctx, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
+    if prompt && let Some(caller) = prompt_caller(ctx, params.as_ref()) {
+        return crate::call::prompt_relay::relayed(ctx, id, params, caller).await;
+    }
     let (app, who) = (&ctx.app, &ctx.identity);
-    if method == "resources/read" {
+    let answer = if prompt {
+        beyond::get_prompt(app, who, params).await
+    } else {
         beyond::read_resource(app, who, params, INVALID_PARAMS)
             .await
             .map(beyond::with_cache_hints)
-    } else {
-        beyond::get_prompt(app, who, params).await
-    }
-    .map(|result| beyond::in_era(result, true))
+    };
+    rpc::answer_response(id, answer.map(|result| beyond::in_era(result, true)))
 }
 
 async fn discover(app: &crate::app::App) -> Value {
@@ -236,62 +235,6 @@ async fn discover(app: &crate::app::App) -> Value {
     beyond::declare(app, &mut capabilities).await;
     fields.insert("capabilities".into(), Value::Object(capabilities));
     cacheable(fields, DISCOVER_TTL_MS)
-}
-
-/// A call whose upstream (or, with `confirm`, the person's confirmation) may ask
-/// this client something: started, or resumed with the client's `inputResponses`.
-async fn relayed_call(
-    ctx: &Ctx,
-    id: &Value,
-    tool: std::sync::Arc<crate::routes::Tool>,
-    mut params: Option<Value>,
-    caps: crate::clients::Caps,
-    progress: Option<Value>,
-    confirm: bool,
-) -> Response {
-    use crate::relay;
-    let token = ctx.token_key;
-    let streams = crate::progress::accepts_event_stream(&ctx.headers);
-    let log_level = params
-        .as_ref()
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
-        .and_then(Value::as_str)
-        .and_then(crate::clients::level_rank)
-        .filter(|_| streams);
-    let running = match params.as_ref().filter(|p| p.get("requestState").is_some()) {
-        Some(p) => match relay::resume_modern(&ctx.app, &token, &tool.name, p) {
-            Ok(running) => running,
-            Err(e) => return rpc::answer_response(id, Err(e)),
-        },
-        None => relay::start(relay::Start {
-            app: ctx.app.clone(),
-            who: ctx.identity.clone(),
-            arguments: params
-                .as_mut()
-                .and_then(|p| p.get_mut("arguments").map(Value::take)),
-            tool,
-            cancelled: None,
-            revision: Revision::V2026_07_28,
-            requests: true,
-            logs: log_level.is_some(),
-            token,
-            confirm,
-            input_responses: own_answers(params.as_ref()).map(Value::to_string),
-        }),
-    };
-    let answering = relay::Answering {
-        app: ctx.app.clone(),
-        token,
-        id: id.clone(),
-        era: relay::Era::Modern,
-        progress,
-        log_level,
-        streams,
-        caps,
-        _hold: None,
-    };
-    relay::respond(answering, running).await
 }
 
 /// A call's `inputResponses` sent without a `requestState`: the client's own input to
@@ -306,7 +249,7 @@ fn own_answers(params: Option<&Value>) -> Option<&Value> {
 /// the first mismatch, described for the client.
 fn check_param_headers(
     ctx: &Ctx,
-    tool: &crate::routes::Tool,
+    tool: &crate::catalog::routes::Tool,
     params: Option<&Value>,
 ) -> Result<(), String> {
     let arguments = params.and_then(|p| p.get("arguments"));
@@ -332,7 +275,7 @@ fn check_param_headers(
 }
 
 async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
-    let name = match call::tool_name(params.as_ref()) {
+    let name = match execute::tool_name(params.as_ref()) {
         Ok(name) => name,
         Err(e) => return rpc::answer_response(id, Err(e)),
     };
@@ -341,69 +284,47 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     }
     // Through `tutti_call_tool` the request's headers describe that call, not the inner one:
     // `Mcp-Param-*` headers are checked for direct calls only.
-    let (tool, params, direct) = match crate::search::route(ctx, name, params.as_ref()).await {
-        crate::search::Routed::Direct => match call::resolve(&ctx.app, name).await {
+    let (tool, params, direct) = match crate::catalog::search::route(ctx, name, params.as_ref())
+        .await
+    {
+        crate::catalog::search::Routed::Direct => match execute::resolve(&ctx.app, name).await {
             Ok(tool) => (tool, params, true),
             Err(e) => return rpc::answer_response(id, Err(e)),
         },
-        crate::search::Routed::Answer(answer) => {
-            return call::call_response(id, answer.map(|r| r.in_era(Revision::V2026_07_28)));
+        crate::catalog::search::Routed::Answer(answer) => {
+            return result::call_response(id, answer.map(|r| r.in_era(Revision::V2026_07_28)));
         }
-        crate::search::Routed::Call { tool, params } => (tool, params, false),
+        crate::catalog::search::Routed::Call { tool, params } => (tool, params, false),
     };
     if direct && let Err(problem) = check_param_headers(ctx, &tool, params.as_ref()) {
         return bad(id, mismatch(problem));
     }
-    let progress = crate::progress::requested(params.as_ref(), &ctx.headers);
-    let meta = params.as_ref().and_then(|p| p.get("_meta"));
-    let caps = crate::clients::Caps::from_json(
-        meta.and_then(|m| m.get("io.modelcontextprotocol/clientCapabilities")),
-    );
-    let resuming = params
-        .as_ref()
-        .is_some_and(|p| p.get("requestState").is_some());
+    let caller = caller(ctx, params.as_ref());
     // A retry resumes a call that was confirmed (or asked) when it started.
-    let confirm = !resuming && crate::confirm::required(&ctx.identity, &tool);
-    if confirm && !caps.elicitation {
-        let refused = crate::confirm::not_asked(ctx, &tool, Revision::V2026_07_28);
-        return call::call_response(id, refused);
-    }
+    let confirm = !caller.resuming && crate::call::confirm::required(&ctx.identity, &tool);
+    path::tools_call(ctx, id, tool, params, caller, confirm).await
+}
+
+/// A modern client as the call path sees it: all it says is in this request (`_meta`'s
+/// capabilities and log level, a `requestState` it resumes, its own `inputResponses`).
+fn caller(ctx: &Ctx, params: Option<&Value>) -> Caller {
+    let streams = crate::call::progress::accepts_event_stream(&ctx.headers);
+    let meta = params.and_then(|p| p.get("_meta"));
     // 2026-07-28: log messages only when the request names a level, on its event stream.
-    let wants_logs = meta.is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some())
-        && crate::progress::accepts_event_stream(&ctx.headers);
-    // A client's own inputResponses go to the upstream on the relaying stream.
-    let answers = own_answers(params.as_ref()).is_some();
-    if confirm || caps.any() || resuming || wants_logs || answers {
-        return relayed_call(ctx, id, tool, params, caps, progress, confirm).await;
-    }
-    let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
-    if let Some(token) = progress {
-        let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
-        // The call runs inside the stream: closing it cancels the worker call.
-        return crate::progress::respond(id.clone(), token, move |sink| async move {
-            let refusing = call::Streaming::Refusing(Some(sink));
-            call::execute(&app, &identity, &tool, arguments, None, refusing)
-                .await
-                .map(|r| r.in_era(Revision::V2026_07_28))
-        })
-        .await;
-    }
-    // Dropping this future (the client closed the stream) cancels the worker call.
-    let answer = call::execute(
-        &ctx.app,
-        &ctx.identity,
-        &tool,
-        arguments,
-        None,
-        call::Streaming::Refusing(None),
-    )
-    .await
-    .map(|r| r.in_era(Revision::V2026_07_28));
-    match answer {
-        // SPEC §11 / 2026-07-28: a missing client capability is HTTP 400.
-        Err(e) if e.code == crate::relay::MISSING_CAPABILITY => {
-            rpc::error_response(axum::http::StatusCode::BAD_REQUEST, id, &e)
-        }
-        answer => call::call_response(id, answer),
+    let level = meta.and_then(|m| m.get(META_LOG_LEVEL)).filter(|_| streams);
+    Caller {
+        era: Era::Modern,
+        revision: Revision::V2026_07_28,
+        caps: Caps::from_json(meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES))),
+        streams,
+        progress: crate::call::progress::requested(params, &ctx.headers),
+        logs: level.is_some(),
+        log_level: level
+            .and_then(Value::as_str)
+            .and_then(crate::session::clients::level_rank),
+        resuming: params.is_some_and(|p| p.get("requestState").is_some()),
+        // A client's own inputResponses go to the upstream on the relaying stream.
+        own_answers: own_answers(params).map(Value::to_string),
+        cancel: None,
     }
 }

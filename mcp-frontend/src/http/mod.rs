@@ -1,5 +1,14 @@
 //! The HTTP edge (SPEC §5): Host, Origin and bearer checks in that order, then path, method,
-//! content type, body size, JSON-RPC framing, then era dispatch.
+//! content type, body size, JSON-RPC framing, then era dispatch. Its parts: connection caps
+//! ([`admission`]), header logic ([`headers`]), response bodies of slices ([`body`]), the
+//! legacy GET stream ([`get_stream`]) and `subscriptions/listen` ([`listen`], [`listeners`]).
+
+pub(crate) mod admission;
+pub(crate) mod body;
+pub(crate) mod get_stream;
+pub(crate) mod headers;
+pub(crate) mod listen;
+pub(crate) mod listeners;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +22,9 @@ use serde_json::{Map, Value};
 
 use crate::app::App;
 use crate::backend::Identity;
-use crate::headers;
+use crate::era::shared::{Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER};
+use crate::era::{legacy, modern};
 use crate::rpc::{self, INVALID_REQUEST, PARSE_ERROR, RpcError};
-use crate::shared::{Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER};
-use crate::{legacy, modern};
 
 /// The one MCP endpoint.
 pub(crate) const ENDPOINT_PATH: &str = "/mcp/connector";
@@ -214,7 +222,7 @@ async fn read_within_timeout(
 /// The answer to a request whose token was not verified as valid: 401, or 503 when the
 /// kernel could not be asked. The connection is closed after the answer: its body may be
 /// unread (hyper would otherwise wait for it before the next request), and a connection
-/// without a valid token holds no slot longer than it must (`admission.rs`).
+/// without a valid token holds no slot longer than it must (`http/admission.rs`).
 fn rejected(verified: Result<Option<Identity>, crate::Error>) -> Response {
     let mut response = match verified {
         // Only called without a valid identity.
@@ -266,8 +274,8 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         && is_json
         && declared_length(&parts.headers).is_some_and(|n| n <= EARLY_BODY_BYTES);
     // The token's one hash: the session cache and every per-token map key by it.
-    let key = crate::sessions::token_key(&token);
-    let proof = parts.extensions.get::<crate::admission::Proof>();
+    let key = crate::session::sessions::token_key(&token);
+    let proof = parts.extensions.get::<crate::http::admission::Proof>();
     let request = Unverified {
         token: &token,
         key: &key,
@@ -281,9 +289,9 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
     // SPEC §11: the legacy notification stream.
     if on_endpoint
         && parts.method == Method::GET
-        && crate::progress::accepts_event_stream(&parts.headers)
+        && crate::call::progress::accepts_event_stream(&parts.headers)
     {
-        return crate::get_stream::open(app, identity, &token, key, ticket).await;
+        return crate::http::get_stream::open(app, identity, &token, key, ticket).await;
     }
     // SPEC §5: the bearer check comes before everything else but Host and Origin, so an
     // unauthenticated request gets 401 on every path.
@@ -390,12 +398,12 @@ async fn authenticate(
 }
 
 /// A request's credentials before [`authenticate`] verified them, and its connection's
-/// [`Proof`](crate::admission::Proof) to redeem when they are valid.
+/// [`Proof`](crate::http::admission::Proof) to redeem when they are valid.
 struct Unverified<'a> {
     token: &'a str,
-    key: &'a crate::sessions::TokenKey,
+    key: &'a crate::session::sessions::TokenKey,
     headers: &'a HeaderMap,
-    proof: Option<&'a crate::admission::Proof>,
+    proof: Option<&'a crate::http::admission::Proof>,
 }
 
 /// The 404, 405 or 415 for a request that is not a JSON POST to the endpoint (checked after

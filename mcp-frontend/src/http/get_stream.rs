@@ -2,7 +2,7 @@
 //! `Accept: text/event-stream` and a live token opens a server-to-client stream for that
 //! token (the token is the session: still no `Mcp-Session-Id`). It carries
 //! `notifications/tools/list_changed` after every committed change of the tool set, the
-//! prompts/resources list changes and the token's resource updates (`notify.rs`), and
+//! prompts/resources list changes and the token's resource updates (`session/notify.rs`), and
 //! whatever [`deliver`] is given for the token (log messages, resource updates, other
 //! list_changed kinds); keep-alive comments every 10 s; it ends when the token is revoked
 //! (a reissue revokes the old token, so its stream ends too) or the runtime stops.
@@ -18,7 +18,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use crate::app::App;
 use crate::backend::Identity;
-use crate::clients::TokenKey;
+use crate::session::clients::TokenKey;
 
 /// SPEC §11 asks for a keep-alive at least every 15 s (as for `subscriptions/listen`).
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
@@ -57,8 +57,8 @@ struct Stream {
     tools: watch::Receiver<u64>,
     end: watch::Receiver<bool>,
     pushed: mpsc::Receiver<Value>,
-    /// Prompts/resources list changes and this identity's resource updates (`notify.rs`).
-    events: crate::notify::Events,
+    /// Prompts/resources list changes and this identity's resource updates (`session/notify.rs`).
+    events: crate::session::notify::Events,
     keep_alive: Interval,
     _registration: Registration,
 }
@@ -70,7 +70,7 @@ pub(crate) async fn open(
     identity: Identity,
     token: &str,
     key: TokenKey,
-    ticket_at_start: crate::sessions::Ticket,
+    ticket_at_start: crate::session::sessions::Ticket,
 ) -> Response {
     let mut tools = app.tools_version.subscribe();
     tools.borrow_and_update();

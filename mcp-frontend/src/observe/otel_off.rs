@@ -1,4 +1,4 @@
-//! `otel.rs` when the crate is built without its `otel` feature (to measure what the
+//! `observe/otel.rs` when the crate is built without its `otel` feature (to measure what the
 //! OpenTelemetry crates cost, docs/PERFORMANCE.md): the same calls, doing nothing.
 
 use std::time::Duration;

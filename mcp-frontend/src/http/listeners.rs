@@ -1,4 +1,4 @@
-//! The registry of open `subscriptions/listen` streams (`listen.rs` serves them): each
+//! The registry of open `subscriptions/listen` streams (`http/listen.rs` serves them): each
 //! stream's session and the switch that ends it, for revocations, resyncs and shutdown.
 
 use std::collections::HashMap;

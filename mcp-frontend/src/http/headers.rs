@@ -7,7 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
-use crate::validate::{ParamHeader, ParamKind};
+use crate::call::validate::{ParamHeader, ParamKind};
 
 /// `host[:port]` names one of the loopback hosts we answer for (the rule is shared with the
 /// console: `tutti_proto::rules::loopback`).

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, Weak};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::era::Revision;
-use crate::routes::{RouteTable, Tool};
+use crate::catalog::routes::{RouteTable, Tool};
+use crate::era::tables::Revision;
 
 /// BM25 term-frequency saturation.
 const K1: f32 = 1.2;
@@ -264,7 +264,7 @@ impl IndexCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routes::RouteState;
+    use crate::catalog::routes::RouteState;
     use tutti_proto::kernel::{ConnectorRoute, RouteEvent, RoutedTool, route_event};
 
     fn tool(name: &str, description: &str, params: &[&str]) -> RoutedTool {

@@ -6,7 +6,7 @@
 //! change that made the generation live and ending with it, and puts each message on the
 //! legacy GET streams of every token whose `logging/setLevel` admits it, tagged `<key>/…`
 //! (the same rule as a call's messages, `relay::log_params`). A token that set no level gets
-//! nothing. The streams are opened and relayed by `unclaimed.rs`; this module holds which
+//! nothing. The streams are opened and relayed by `observe/unclaimed.rs`; this module holds which
 //! generations have one.
 
 use std::collections::HashSet;

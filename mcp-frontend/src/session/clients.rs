@@ -4,7 +4,7 @@
 //! behind an `input_required` result, by `requestState`.
 //!
 //! The token is the session (SPEC §6: no `Mcp-Session-Id`), so everything is keyed by the
-//! token's SHA-256, never the token itself. Plain data: the flows are in `relay.rs`.
+//! token's SHA-256, never the token itself. Plain data: the flows are in `call/relay.rs`.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -15,9 +15,9 @@ use base64::Engine;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::audit::Relayed;
+use crate::observe::audit::Relayed;
 
-pub(crate) use crate::sessions::TokenKey;
+pub(crate) use crate::session::sessions::TokenKey;
 
 /// The client capabilities that let a client answer an upstream's requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -110,7 +110,7 @@ pub(crate) struct Parked {
     pub(crate) tool: String,
     /// By `inputRequests` key.
     pub(crate) asked: HashMap<String, AnswerTo>,
-    /// The running call (its type is `relay.rs`'s).
+    /// The running call (its type is `call/relay.rs`'s).
     pub(crate) call: Box<dyn Any + Send>,
     /// The `inputRequests` key of the person's confirmation question (`--confirm high`):
     /// its answer goes to [`Clients::confirmed`], not to a worker.

@@ -4,9 +4,9 @@
 //!
 //! The question is a frontend-originated `elicitation/create`: on the legacy surface a
 //! JSON-RPC request on the call's event stream (id `tutti-<n>`, the client's POSTed answer
-//! comes back through [`crate::relay::answer_legacy`]); on the modern surface the call's
+//! comes back through [`crate::call::relay::answer_legacy`]); on the modern surface the call's
 //! `input_required` result (`inputRequests["tutti-<n>"]`, with the relay's `requestState`;
-//! the client's retry brings the answer through [`crate::relay::resume_modern`]). It names
+//! the client's retry brings the answer through [`crate::call::relay::resume_modern`]). It names
 //! the tool, its connector and its risk, and the arguments (secret-looking keys masked, long
 //! values cut, hidden characters written out). Accept → the call runs; decline, cancel, an
 //! error answer or no answer within the tool's timeout → an `isError` result starting
@@ -20,12 +20,12 @@ use serde_json::{Value, json};
 use tutti_proto::redact::escape_hidden;
 
 use crate::app::App;
-use crate::audit::{Outcome, Relayed};
 use crate::backend::Identity;
-use crate::call::CallResult;
-use crate::clients::ConfirmWait;
-use crate::routes::{Connector, Tool};
+use crate::call::result::CallResult;
+use crate::catalog::routes::{Connector, Tool};
+use crate::observe::audit::{Outcome, Relayed};
 use crate::rpc::{INTERNAL_ERROR, RpcError};
+use crate::session::clients::ConfirmWait;
 
 /// How long the person has when the tool has no timeout of its own.
 const DEFAULT_WAIT: Duration = Duration::from_secs(60);
@@ -262,9 +262,9 @@ pub(crate) fn refused(
 
 /// The refusal for a call that must be confirmed by a client that cannot be asked.
 pub(crate) fn not_asked(
-    ctx: &crate::shared::Ctx,
+    ctx: &crate::era::shared::Ctx,
     tool: &Tool,
-    revision: crate::era::Revision,
+    revision: crate::era::tables::Revision,
 ) -> Result<CallResult, RpcError> {
     let relayed = Arc::new(Relayed::default());
     refused(&ctx.app, &ctx.identity, tool, &relayed, Decision::NotAsked).map(|r| r.in_era(revision))

@@ -3,8 +3,8 @@
 //! `resources/subscribe` / `unsubscribe`.
 //!
 //! Every get, read and completion resolves at its start to an immutable binding (connector
-//! key, generation, upstream name or URI) from the route table's catalog (`catalog.rs`, which
-//! also holds the resource routing rule) and is forwarded to the worker of exactly that
+//! key, generation, upstream name or URI) from the route table's catalog
+//! (`catalog/compiled.rs`, which also holds the resource routing rule) and is forwarded to the worker of exactly that
 //! generation, as `tools/call` is: a generation fenced before the request was sent, or a name
 //! that vanished, is answered -32602 "not available now, list again"; fenced while in flight
 //! -32603 `[MCP_UNAVAILABLE]`; past the call timeout `[MCP_TIMEOUT]`. Results pass through as
@@ -12,28 +12,27 @@
 //! client's era).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
-use tutti_proto::worker::{
-    CallToolReply, CallToolRequest, CancelRequest, ForwardRequest, call_tool_reply,
-};
+use tutti_proto::worker::{CallToolReply, CallToolRequest, ForwardRequest};
 
 use crate::app::App;
-use crate::audit::{Audited, Outcome, Relayed};
 use crate::backend::{Forward, Identity};
-use crate::call::{
-    CallResult, CancelGuard, DEADLINE_GRACE, RelayStream, cancelled_error, fence_outcome,
-    fenced_mid_call, malformed_result, timed_out, tutti, unavailable, until_cancelled,
-    until_fenced, with_tutti,
+use crate::call::ending::{
+    Flight, Reading, in_flight, malformed_result, read_reply, tutti, unavailable,
 };
-use crate::catalog::{Entry, Resolved};
-use crate::era::{META_SERVER_INFO, server_info};
+use crate::call::execute::RelayStream;
+use crate::call::result::CallResult;
+use crate::catalog::compiled::{Entry, Resolved};
+use crate::catalog::routes::{Connector, RouteTable};
+use crate::era::tables::{META_SERVER_INFO, server_info};
 use crate::error::Error;
-use crate::notify::Note;
-use crate::routes::{Connector, RouteTable};
+use crate::observe::audit::{Audited, Outcome, Relayed};
 use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, RpcError, routes_not_ready};
+use crate::session::notify::Note;
 
 /// A list beyond tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +71,7 @@ pub(crate) async fn declare(app: &App, capabilities: &mut Map<String, Value>) {
         .entry("extensions")
         .or_insert_with(|| json!({}));
     if let Some(extensions) = extensions.as_object_mut() {
-        extensions.insert(crate::skills::EXTENSION.into(), json!({}));
+        extensions.insert(crate::catalog::skills::EXTENSION.into(), json!({}));
     }
     capabilities.entry("resources").or_insert_with(|| json!({}));
     let completions = app
@@ -93,7 +92,7 @@ pub(crate) async fn list(app: &App, list: List) -> Result<Map<String, Value>, Rp
         List::Prompts => catalog.prompts().cloned().collect(),
         List::Resources => {
             let mut items: Vec<Value> = catalog.resources().cloned().collect();
-            items.extend(crate::skills::list_resources(&app.skills).await);
+            items.extend(crate::catalog::skills::list_resources(&app.skills).await);
             items
         }
         List::Templates => catalog.templates().cloned().collect(),
@@ -300,7 +299,7 @@ fn resolve_uri(
     }
 }
 
-/// `resources/read`: routed by the rule of `catalog.rs`, the URI unchanged. `not_found` is
+/// `resources/read`: routed by the rule of `catalog/compiled.rs`, the URI unchanged. `not_found` is
 /// -32602 on the modern surface (SEP-2164) and -32002 on the legacy one.
 pub(crate) async fn read_resource(
     app: &App,
@@ -309,8 +308,8 @@ pub(crate) async fn read_resource(
     not_found: i64,
 ) -> Result<Value, RpcError> {
     // `skill://` URIs are the skills extension's (SPEC §11), served from the live releases.
-    if let Some(uri) = crate::skills::skill_uri(params.as_ref())
-        && let Some(answer) = crate::skills::read(&app.skills, uri, not_found).await
+    if let Some(uri) = crate::catalog::skills::skill_uri(params.as_ref())
+        && let Some(answer) = crate::catalog::skills::read(&app.skills, uri, not_found).await
     {
         return answer.map(Value::Object);
     }
@@ -584,13 +583,12 @@ async fn forward(
 
 async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Value>) -> Ended {
     let connector = &target.entry.connector;
-    let (key, generation) = (connector.key.as_str(), connector.generation);
-    let mut fence = connector.fence.subscribe();
-    if fence.borrow_and_update().is_fenced() {
+    let generation = connector.generation;
+    let Some(mut flight) = Flight::board(app, connector, ["", &target.entry.name]) else {
         // Fenced between resolution and now: nothing was sent upstream.
         return (Err(refused(target)), Outcome::RpcError);
-    }
-    let call_id = app.next_call_id();
+    };
+    let call_id = flight.call_id.clone();
     let (cancelled, reply) = match via {
         Via::Unary(what) => {
             let request = ForwardRequest {
@@ -614,33 +612,8 @@ async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Valu
             (cancelled, reply)
         }
     };
-    let mut guard = CancelGuard {
-        backend: app.backend.clone(),
-        endpoint: connector.endpoint.clone(),
-        request: Some(CancelRequest {
-            generation,
-            call_id,
-        }),
-    };
-    let deadline = Duration::from_millis(u64::from(connector.timeout_ms)) + DEADLINE_GRACE;
-    tokio::select! {
-        biased;
-        reply = reply => {
-            guard.disarm();
-            map_reply(target, reply)
-        }
-        why = until_fenced(fence) => (Err(fenced_mid_call(key, generation)), fence_outcome(why)),
-        () = until_cancelled(cancelled) => (
-            Err(cancelled_error(key, generation)),
-            Outcome::Cancelled,
-        ),
-        () = tokio::time::sleep(deadline) => (
-            Err(timed_out(key, generation, &format!(
-                "{} did not answer within {} ms", target.entry.name, connector.timeout_ms
-            ))),
-            Outcome::Timeout,
-        ),
-    }
+    flight.cancelled = cancelled;
+    in_flight(flight, reply, |reply| map_reply(target, reply)).await
 }
 
 /// The worker request of a relayed `prompts/get` (`params`: its upstream name and arguments).
@@ -688,8 +661,8 @@ fn refused(target: &Target<'_>) -> RpcError {
 }
 
 /// A forwarded request's result text: it must be one JSON object.
-fn object_result(key: &str, generation: u64, text: &[u8]) -> Ended {
-    match serde_json::from_slice(text) {
+fn object_result(key: &str, generation: u64, text: Bytes) -> Ended {
+    match serde_json::from_slice(&text) {
         Ok(value @ Value::Object(_)) => (Ok(value), Outcome::Ok),
         _ => malformed_result(key, generation),
     }
@@ -697,64 +670,16 @@ fn object_result(key: &str, generation: u64, text: &[u8]) -> Ended {
 
 fn map_reply(target: &Target<'_>, reply: Result<CallToolReply, Error>) -> Ended {
     let connector = &target.entry.connector;
-    let (key, generation) = (connector.key.as_str(), connector.generation);
-    let reply = match reply {
-        Ok(reply) => reply,
-        Err(Error::WorkerFenced { .. }) => return (Err(refused(target)), Outcome::RpcError),
-        Err(Error::WorkerTimeout { .. }) => {
-            return (
-                Err(timed_out(key, generation, "the request timed out")),
-                Outcome::Timeout,
-            );
-        }
-        Err(e) => {
-            tracing::warn!(connector = key, generation, error = %e, "worker request failed");
-            let why = unavailable(key, generation, "unavailable", "worker unavailable");
-            return (Err(why), Outcome::Unavailable);
-        }
+    let refused = |_| refused(target);
+    let reading = Reading {
+        key: &connector.key,
+        generation: connector.generation,
+        reply_generation: false,
+        what: "request",
+        refused: &refused,
+        result: object_result,
     };
-    match reply.outcome {
-        Some(call_tool_reply::Outcome::ResultJson(text)) => {
-            object_result(key, generation, text.as_bytes())
-        }
-        Some(call_tool_reply::Outcome::ResultBytes(text)) => object_result(key, generation, &text),
-        Some(call_tool_reply::Outcome::Error(error)) => {
-            let code = if error.code == 0 {
-                INTERNAL_ERROR
-            } else {
-                i64::from(error.code)
-            };
-            if error.reason == "fenced" && code == INVALID_PARAMS {
-                return (Err(refused(target)), Outcome::RpcError);
-            }
-            let reason = if error.reason.is_empty() {
-                "upstream_error"
-            } else {
-                error.reason.as_str()
-            };
-            let outcome = match reason {
-                "timeout" => Outcome::Timeout,
-                "cancelled" => Outcome::Cancelled,
-                "unavailable" | "fenced" => Outcome::Unavailable,
-                _ => Outcome::RpcError,
-            };
-            let data = serde_json::from_str(&error.data_json).ok();
-            let data = with_tutti(data, tutti(reason, key, generation));
-            (
-                Err(RpcError::new(code, error.message).with_data(data)),
-                outcome,
-            )
-        }
-        None => (
-            Err(unavailable(
-                key,
-                generation,
-                "unavailable",
-                "the worker returned no outcome",
-            )),
-            Outcome::Unavailable,
-        ),
-    }
+    read_reply(&reading, reply)
 }
 
 #[cfg(test)]

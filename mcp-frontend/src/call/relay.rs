@@ -35,14 +35,15 @@ use tutti_proto::worker::{
 };
 
 use crate::app::App;
-use crate::audit::Relayed;
 use crate::backend::{Identity, WorkerEvent};
-use crate::call::{self, CallResult, RelayStream, Streaming};
-use crate::clients::{AnswerTo, Caps, Parked, TokenKey, level_rank};
-use crate::confirm::{self, Decision};
-use crate::era::Revision;
-use crate::routes::{Connector, Tool};
+use crate::call::confirm::{self, Decision};
+use crate::call::execute::{self, RelayStream, Streaming};
+use crate::call::result::{self, CallResult};
+use crate::catalog::routes::{Connector, Tool};
+use crate::era::tables::Revision;
+use crate::observe::audit::Relayed;
 use crate::rpc::{self, INTERNAL_ERROR, INVALID_PARAMS, RpcError};
+use crate::session::clients::{AnswerTo, Caps, Parked, TokenKey, level_rank};
 
 /// Steps of one call that may wait for a slow client.
 const BUFFER: usize = 64;
@@ -82,7 +83,7 @@ pub(crate) struct Running {
     /// The connector generation that serves the call.
     connector: Arc<Connector>,
     /// What a retry must name to resume the call once parked: the tool's local name, or
-    /// [`crate::prompt_relay::parked_name`] of a prompt.
+    /// [`crate::call::prompt_relay::parked_name`] of a prompt.
     name: String,
     call_id: Arc<OnceLock<String>>,
     relayed: Arc<Relayed>,
@@ -116,7 +117,7 @@ pub(crate) struct Start {
     pub(crate) logs: bool,
     /// Whose client the call came from.
     pub(crate) token: TokenKey,
-    /// The person confirms the call first (`--confirm high`, [`crate::confirm`]).
+    /// The person confirms the call first (`--confirm high`, [`crate::call::confirm`]).
     pub(crate) confirm: bool,
     /// The client's own `inputResponses` without a `requestState`
     /// ([`RelayStream::input_responses`]).
@@ -142,7 +143,7 @@ pub(crate) fn start(s: Start) -> Running {
             {
                 return refused.map(|r| r.in_era(s.revision));
             }
-            let call = call::execute(
+            let call = execute::execute(
                 &s.app,
                 &s.who,
                 &s.tool,
@@ -333,7 +334,7 @@ impl Driver {
                 Some(Step::Confirm(id, params)) => return Some(self.confirm(id, params)),
                 Some(Step::Event(WorkerEvent::Progress(note))) => {
                     if let Some(token) = &self.a.progress
-                        && let Some(event) = crate::progress::progress_event(token, &note)
+                        && let Some(event) = crate::call::progress::progress_event(token, &note)
                     {
                         return Some(Out::Note(event));
                     }
@@ -353,7 +354,7 @@ impl Driver {
     }
 
     fn final_message(&self, answer: &Result<CallResult, RpcError>, status: StatusCode) -> Out {
-        match call::call_message(&self.a.id, answer) {
+        match result::call_message(&self.a.id, answer) {
             Ok(bytes) => Out::Final(bytes, status),
             Err(e) => Out::Final(
                 serde_json::to_vec(&rpc::error_body(

@@ -1,6 +1,7 @@
 //! What both surfaces (`legacy`, `modern`) share, under them: the request context, the
-//! protocol constants and `tools/list` (prompts and resources: `beyond.rs`). Depends only on the layers below (`call`'s state, `rpc`, `routes`,
-//! `era`), never on a surface or on `http`.
+//! protocol constants and `tools/list` (prompts and resources: `catalog/beyond.rs`). Depends
+//! only on the layers below (`rpc`, the route table, the era tables), never on a surface or
+//! on `http`.
 
 use std::sync::Arc;
 
@@ -11,10 +12,10 @@ use serde_json::{Map, Value};
 
 use crate::app::App;
 use crate::backend::Identity;
-use crate::era::Revision;
-use crate::routes::{CursorError, Page};
+use crate::catalog::routes::{CursorError, Page};
+use crate::era::tables::Revision;
 use crate::rpc::{self, INVALID_PARAMS, RpcError, routes_not_ready};
-use crate::sessions::Ticket;
+use crate::session::sessions::Ticket;
 
 /// The protocol version of the modern surface.
 pub(crate) const MODERN_VERSION: &str = "2026-07-28";
@@ -27,7 +28,7 @@ pub(crate) struct Ctx {
     pub(crate) identity: Identity,
     pub(crate) token: String,
     /// The token's SHA-256, computed once per request (`sessions::token_key`).
-    pub(crate) token_key: crate::sessions::TokenKey,
+    pub(crate) token_key: crate::session::sessions::TokenKey,
     /// The session cache's epoch read before the token was verified (it moves with every
     /// revocation or resync, so a listen stream opened meanwhile checks the token again).
     pub(crate) ticket: Ticket,

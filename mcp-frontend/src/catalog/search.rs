@@ -2,7 +2,7 @@
 //! [`AUTO_THRESHOLD`] tools) lists two tools instead of the full set:
 //!
 //! - `tutti_search_tools` ranks the live tools for a keyword query
-//!   ([`crate::search_index`]) or fetches exact names with `select:a,b`;
+//!   ([`crate::catalog::search_index`]) or fetches exact names with `select:a,b`;
 //! - `tutti_call_tool` calls one of them by name. It resolves the name exactly as a direct
 //!   `tools/call` does and hands the surface that binding and the inner arguments, so the
 //!   call takes the direct call's path from there: validation, fencing, risk, audit under
@@ -23,11 +23,12 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tutti_proto::kernel::ToolsMode;
 
-use crate::call::{self, CallResult};
-use crate::routes::Tool;
+use crate::call::execute;
+use crate::call::result::CallResult;
+use crate::call::validate;
+use crate::catalog::routes::Tool;
+use crate::era::shared::Ctx;
 use crate::rpc::{self, INTERNAL_ERROR, RpcError};
-use crate::shared::Ctx;
-use crate::validate;
 
 pub(crate) const SEARCH_TOOL: &str = "tutti_search_tools";
 pub(crate) const CALL_TOOL: &str = "tutti_call_tool";
@@ -181,7 +182,7 @@ pub(crate) async fn route(ctx: &Ctx, name: &str, params: Option<&Value>) -> Rout
         return Routed::Answer(text_result(&text, true));
     }
     let inner = arguments.get("name").and_then(Value::as_str).unwrap_or("");
-    match call::resolve(&ctx.app, inner).await {
+    match execute::resolve(&ctx.app, inner).await {
         Ok(tool) => {
             let mut inner_params = Map::new();
             if let Some(inner_arguments) = arguments.get("arguments") {

@@ -16,7 +16,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use crate::app::App;
 use crate::backend::Identity;
-use crate::notify::Note;
+use crate::session::notify::Note;
 
 /// How often a keep-alive comment is sent. SPEC §5 asks for one at least every 15 s; 10 s
 /// leaves room for a busy machine and for clients whose read timeout is the 15 s itself.
@@ -67,7 +67,7 @@ pub(crate) async fn open(
     app: Arc<App>,
     identity: Identity,
     token: &str,
-    ticket_at_start: crate::sessions::Ticket,
+    ticket_at_start: crate::session::sessions::Ticket,
     id: Value,
     params: Option<&Value>,
 ) -> Response {
@@ -182,7 +182,7 @@ struct Wants {
     uris: std::collections::BTreeSet<String>,
     /// `uris` registered with the notifier, so that a new generation of their connector is
     /// subscribed again while this stream is open.
-    _registered: Option<crate::notify::ListenGuard>,
+    _registered: Option<crate::session::notify::ListenGuard>,
 }
 
 impl Wants {
@@ -205,7 +205,7 @@ impl Wants {
             .map(Vec::as_slice)
             .unwrap_or_default();
         for uri in uris.iter().filter_map(Value::as_str) {
-            let subscribed = crate::beyond::ensure_upstream_subscription(
+            let subscribed = crate::catalog::beyond::ensure_upstream_subscription(
                 app,
                 who,
                 uri,
@@ -265,7 +265,7 @@ fn final_result(id: &Value) -> Value {
         "id": id,
         "result": {"resultType": "complete", "_meta": {
             SUBSCRIPTION_ID: id,
-            crate::era::META_SERVER_INFO: crate::era::server_info(),
+            crate::era::tables::META_SERVER_INFO: crate::era::tables::server_info(),
         }},
     })
 }

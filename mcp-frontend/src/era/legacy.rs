@@ -5,14 +5,17 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
-use crate::beyond::{self, List};
-use crate::call;
-use crate::era::{Revision, server_info};
-use crate::progress;
+use crate::call::execute;
+use crate::call::path::{self, Caller, Cancel, Sending};
+use crate::call::progress;
+use crate::call::relay::Era;
+use crate::call::result;
+use crate::catalog::beyond::{self, List};
+use crate::catalog::search;
+use crate::catalog::skills;
+use crate::era::shared::{Ctx, PROTOCOL_VERSION_HEADER, list_tools};
+use crate::era::tables::{Revision, server_info};
 use crate::rpc::{self, METHOD_NOT_FOUND, Message, RESOURCE_NOT_FOUND, RpcError, SERVER_ERROR};
-use crate::search;
-use crate::shared::{Ctx, PROTOCOL_VERSION_HEADER, list_tools};
-use crate::skills;
 
 /// Versions this surface speaks; the first is the one offered when the client's is unknown.
 pub(crate) const VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2025-11-25"];
@@ -42,7 +45,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
     match message {
         Message::Response { id, answer } => {
             let token = ctx.token_key;
-            if !crate::relay::answer_legacy(&ctx.app, token, &id, answer) {
+            if !crate::call::relay::answer_legacy(&ctx.app, token, &id, answer) {
                 tracing::debug!("a client response names no request waiting for one");
             }
             rpc::accepted()
@@ -60,7 +63,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
             let answer = match method.as_str() {
                 "initialize" => {
                     let capabilities = params.as_ref().and_then(|p| p.get("capabilities"));
-                    let caps = crate::clients::Caps::from_json(capabilities);
+                    let caps = crate::session::clients::Caps::from_json(capabilities);
                     let token = ctx.token_key;
                     ctx.app.clients.set_caps(token, caps);
                     Ok(initialize(&ctx.app, params.as_ref()).await)
@@ -77,10 +80,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
                     }
                 }
                 "tools/call" => return tools_call(ctx, id, params).await,
-                // The upstream may ask this client during it.
-                "prompts/get" if crate::prompt_relay::legacy_relays(&ctx) => {
-                    return crate::prompt_relay::legacy(ctx, id, params).await;
-                }
+                "prompts/get" => return prompts_get(ctx, id, params).await,
                 "skills/list" => Ok(Value::Object(skills::list(&ctx.app.skills).await)),
                 "skills/get" => skills::get(&ctx.app.skills, params.as_ref())
                     .await
@@ -96,7 +96,6 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
 async fn beyond_tools(ctx: &Ctx, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
     let (app, who) = (&ctx.app, &ctx.identity);
     let answer = match method {
-        "prompts/get" => beyond::get_prompt(app, who, params).await,
         "resources/read" => beyond::read_resource(app, who, params, RESOURCE_NOT_FOUND).await,
         "completion/complete" => beyond::complete(app, who, params).await,
         "resources/subscribe" => beyond::subscribe(app, who, params, RESOURCE_NOT_FOUND).await,
@@ -120,7 +119,7 @@ async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
         Some(v) if VERSIONS.contains(&v) => v,
         _ => VERSIONS[0],
     };
-    let mut capabilities = match crate::get_stream::legacy_capabilities() {
+    let mut capabilities = match crate::http::get_stream::legacy_capabilities() {
         Value::Object(caps) => caps,
         _ => Map::new(),
     };
@@ -132,85 +131,57 @@ async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
     })
 }
 
-/// `tools/call`: the answer as JSON, or as an event stream of the upstream's progress and then
-/// the answer when the client asked for progress (see [`progress`]). A legacy
-/// `notifications/cancelled` for `id` cancels it either way.
+/// `tools/call`, sent the way the one call path decides ([`path`]). A legacy
+/// `notifications/cancelled` for `id` cancels it however it is sent.
 async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let revision = revision(&ctx);
     let (tool, params) = match call_target(&ctx, &id, params, revision).await {
         Ok(target) => target,
         Err(answer) => return answer,
     };
-    let progress = progress::requested(params.as_ref(), &ctx.headers);
-    let arguments = params.and_then(|mut p| p.get_mut("arguments").map(Value::take));
-    let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, &id);
-    let key = ctx.token_key;
-    let client = ctx.app.clients.state(&key);
-    let confirm = crate::confirm::required(&ctx.identity, &tool);
-    if confirm && !(client.caps.elicitation && progress::accepts_event_stream(&ctx.headers)) {
-        drop(pending);
-        return call::call_response(&id, crate::confirm::not_asked(&ctx, &tool, revision));
+    let mut caller = caller(&ctx, params.as_ref(), revision);
+    caller.cancel = Some(cancel(&ctx, &id));
+    let confirm = crate::call::confirm::required(&ctx.identity, &tool);
+    path::tools_call(&ctx, &id, tool, params, caller, confirm).await
+}
+
+/// A legacy client as the call path sees it: the capabilities it declared at `initialize`,
+/// the level it set with `logging/setLevel`, and whether it takes an event stream.
+fn caller(ctx: &Ctx, params: Option<&Value>, revision: Revision) -> Caller {
+    let client = ctx.app.clients.state(&ctx.token_key);
+    Caller {
+        era: Era::Legacy,
+        revision,
+        caps: client.caps,
+        streams: progress::accepts_event_stream(&ctx.headers),
+        progress: progress::requested(params, &ctx.headers),
+        logs: client.log_level.is_some(),
+        log_level: client.log_level,
+        resuming: false,
+        own_answers: None,
+        cancel: None,
     }
-    if (confirm || client.caps.any() || client.log_level.is_some())
-        && progress::accepts_event_stream(&ctx.headers)
-    {
-        // The client may be asked something or sent log messages during the call: answered
-        // as an event stream.
-        let running = crate::relay::start(crate::relay::Start {
-            app: ctx.app.clone(),
-            who: ctx.identity.clone(),
-            tool,
-            arguments,
-            cancelled: Some(cancelled),
-            revision,
-            requests: client.caps.any(),
-            logs: client.log_level.is_some(),
-            token: key,
-            confirm,
-            input_responses: None,
-        });
-        let answering = crate::relay::Answering {
-            app: ctx.app.clone(),
-            token: key,
-            id,
-            era: crate::relay::Era::Legacy,
-            progress,
-            log_level: client.log_level,
-            streams: true,
-            caps: client.caps,
-            _hold: Some(Box::new(pending)),
-        };
-        return crate::relay::respond(answering, running).await;
+}
+
+/// Registers request `id` for the client's `notifications/cancelled`.
+fn cancel(ctx: &Ctx, id: &Value) -> Cancel {
+    let (pending, cancelled) = ctx.app.register_pending(&ctx.identity, id);
+    Cancel {
+        hold: Box::new(pending),
+        cancelled: Some(cancelled),
     }
-    let Some(token) = progress else {
-        let answer = call::execute(
-            &ctx.app,
-            &ctx.identity,
-            &tool,
-            arguments,
-            Some(cancelled),
-            None,
-        )
-        .await
-        .map(|r| r.in_era(revision));
-        drop(pending);
-        return call::call_response(&id, answer);
-    };
-    let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
-    progress::respond(id, token, move |sink| async move {
-        let _pending = pending;
-        call::execute(
-            &app,
-            &identity,
-            &tool,
-            arguments,
-            Some(cancelled),
-            Some(sink),
-        )
-        .await
-        .map(|r| r.in_era(revision))
-    })
-    .await
+}
+
+/// `prompts/get`: relayed when the call path would relay a call of this client (its upstream
+/// may ask it something or send it log messages), else forwarded.
+async fn prompts_get(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
+    let mut caller = caller(&ctx, None, revision(&ctx));
+    if path::how_sent(&caller, false) != Sending::Relayed {
+        let answer = beyond::get_prompt(&ctx.app, &ctx.identity, params).await;
+        return rpc::answer_response(&id, answer.map(|result| beyond::in_era(result, false)));
+    }
+    caller.cancel = Some(cancel(&ctx, &id));
+    crate::call::prompt_relay::relayed(&ctx, &id, params, caller).await
 }
 
 /// The tool a `tools/call` names (directly or through `tutti_call_tool`) and its params, or
@@ -220,12 +191,15 @@ async fn call_target(
     id: &Value,
     params: Option<Value>,
     revision: Revision,
-) -> Result<(std::sync::Arc<crate::routes::Tool>, Option<Value>), Response> {
-    let (tool, params) = match call::tool_name(params.as_ref()) {
+) -> Result<(std::sync::Arc<crate::catalog::routes::Tool>, Option<Value>), Response> {
+    let (tool, params) = match execute::tool_name(params.as_ref()) {
         Ok(name) => match search::route(ctx, name, params.as_ref()).await {
-            search::Routed::Direct => (call::resolve(&ctx.app, name).await, params),
+            search::Routed::Direct => (execute::resolve(&ctx.app, name).await, params),
             search::Routed::Answer(answer) => {
-                return Err(call::call_response(id, answer.map(|r| r.in_era(revision))));
+                return Err(result::call_response(
+                    id,
+                    answer.map(|r| r.in_era(revision)),
+                ));
             }
             search::Routed::Call { tool, params } => (Ok(tool), params),
         },
@@ -233,14 +207,14 @@ async fn call_target(
     };
     match tool {
         Ok(tool) => Ok((tool, params)),
-        Err(e) => Err(call::call_response(id, Err(e))),
+        Err(e) => Err(result::call_response(id, Err(e))),
     }
 }
 
 /// `logging/setLevel`: log messages of this token's calls at or above `level` from now on.
 fn set_level(ctx: &Ctx, params: Option<&Value>) -> Result<Value, RpcError> {
     let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
-    let Some(rank) = level.and_then(crate::clients::level_rank) else {
+    let Some(rank) = level.and_then(crate::session::clients::level_rank) else {
         return Err(RpcError::new(
             crate::rpc::INVALID_PARAMS,
             "Invalid params: level must be one of debug, info, notice, warning, error, \

@@ -1,5 +1,5 @@
 //! The `WatchLogs` streams of live generations and their delivery to legacy GET streams
-//! (see `server_logs.rs` for the rule).
+//! (see `observe/server_logs.rs` for the rule).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use futures_util::StreamExt as _;
 use serde_json::json;
 
 use crate::app::App;
-use crate::routes::{Connector, RouteTable};
+use crate::catalog::routes::{Connector, RouteTable};
 
 /// After a route change: a `WatchLogs` stream for every live generation that has none yet.
 pub(crate) fn follow(app: &Arc<App>, table: &RouteTable) {
@@ -47,10 +47,10 @@ async fn relay(app: Arc<App>, connector: Arc<Connector>) {
 /// Puts one message of connector `key` on the GET streams of the tokens whose level admits it.
 fn deliver(app: &App, key: &str, note: &str) {
     for (token, level) in app.clients.log_listeners() {
-        if let Some(params) = crate::relay::log_params(key, note, level) {
+        if let Some(params) = crate::call::relay::log_params(key, note, level) {
             let message =
                 json!({"jsonrpc": "2.0", "method": "notifications/message", "params": params});
-            crate::get_stream::deliver(app, &token, &message);
+            crate::http::get_stream::deliver(app, &token, &message);
         }
     }
 }

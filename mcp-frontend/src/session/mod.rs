@@ -1,0 +1,7 @@
+//! Who is calling: the verified-session cache ([`sessions`]), each token's client state
+//! ([`clients`]: capabilities, log level, parked calls, waiting questions) and resource
+//! subscriptions ([`notify`]).
+
+pub(crate) mod clients;
+pub(crate) mod notify;
+pub(crate) mod sessions;
