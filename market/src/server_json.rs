@@ -231,13 +231,25 @@ pub fn compose(plan: &ReleasePlan, pinned: Option<&Pinned>) -> Result<Value, Mar
     if !env.is_empty() {
         mcp["env"] = Value::Object(env);
     }
+    add_secrets(mcp, &pinned.secrets);
     // A one-package source without a version: the version is the one pinned.
-    if manifest["version"] == ""
-        && let Some(first) = pinned.artefacts.first()
-    {
-        manifest["version"] = json!(first.version);
+    if manifest["version"] == "" && !pinned.version.is_empty() {
+        manifest["version"] = json!(pinned.version);
     }
     Ok(manifest)
+}
+
+/// Adds the secret names a pinned launch needs (a bundle's sensitive settings) to `mcp.secrets`.
+fn add_secrets(mcp: &mut Value, extra: &[String]) {
+    let mut names: Vec<Value> = mcp["secrets"].as_array().cloned().unwrap_or_default();
+    for name in extra {
+        if !names.iter().any(|n| n == name) {
+            names.push(json!(name));
+        }
+    }
+    if !names.is_empty() {
+        mcp["secrets"] = Value::Array(names);
+    }
 }
 
 enum Chosen<'a> {

@@ -32,6 +32,8 @@ fn pinned(command: &str, args: &[&str]) -> Pinned {
         artefacts: Vec::new(),
         interpreter: None,
         scripts: Vec::new(),
+        version: "1.0.0".into(),
+        secrets: Vec::new(),
     }
 }
 
