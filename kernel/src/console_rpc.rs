@@ -29,7 +29,7 @@ pub fn check_unchanged(inner: &Inner, key: &str, expected_sha256: &str) -> Resul
 }
 
 /// The live sessions, sorted by workspace and session.
-pub fn list_sessions(tokens: &crate::tokens::TokenTable) -> pb::ListSessionsReply {
+pub fn list_sessions(tokens: &crate::sessions::tokens::TokenTable) -> pb::ListSessionsReply {
     pb::ListSessionsReply {
         sessions: tokens
             .list()

@@ -9,7 +9,7 @@ use tutti_proto::kernel as pb;
 use crate::audit::Event;
 use crate::circuit::CircuitSeen;
 use crate::lifecycle::{Input, Msg};
-use crate::pin;
+use crate::release::pin;
 use crate::state::{Kernel, lock};
 
 fn not_installed(key: &str) -> Status {

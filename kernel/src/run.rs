@@ -3,9 +3,11 @@
 //! [`Config`], [`run`] and [`run_until`].
 
 use crate::error::KernelError;
+use crate::release::manifest;
+use crate::sessions::revocation;
+use crate::supervisor::services;
 use crate::{
-    demo, housekeeping, lifecycle, manifest, notify, paths, registry, revocation, secrets, service,
-    services, state, supervisor,
+    demo, housekeeping, lifecycle, notify, paths, registry, secrets, service, state, supervisor,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -57,7 +59,7 @@ pub async fn run_until(
     let (registry, manifests, broken) = load_connectors(&paths)?;
     let keys: Vec<String> = manifests.keys().cloned().collect();
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
-    let export = crate::otel::observe(&k);
+    let export = crate::telemetry::otel::observe(&k);
     for (key, err) in broken {
         let why = format!(
             "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
@@ -112,7 +114,7 @@ pub async fn run_until(
     let _ = std::fs::remove_file(endpoint.as_str());
     // The frontend is gone: its URL must not outlive it for a reader of run/.
     let _ = std::fs::remove_file(paths.frontend_json());
-    crate::otel::finish_export(export).await;
+    crate::telemetry::otel::finish_export(export).await;
     tracing::info!("kernel stopped");
     Ok(())
 }

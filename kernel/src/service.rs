@@ -15,9 +15,9 @@ use tutti_proto::kernel::kernel_server::Kernel as KernelRpc;
 
 use crate::audit::Event;
 use crate::lifecycle::{Input, Msg, ReportKind};
-use crate::manifest::{self, Manifest, Mcp};
 use crate::registry::{AuthState, Installed};
-use crate::revocation::{Revocation, revoke};
+use crate::release::manifest::{self, Manifest, Mcp};
+use crate::sessions::revocation::{Revocation, revoke};
 use crate::state::{Credentials, Kernel, Status as CStatus, lock, sha256};
 use crate::supervisor::{start_actor, step_now};
 use crate::toolset::{OfferedTool, validate};
@@ -173,8 +173,8 @@ impl Service {
                     &self.k.base_env,
                 ) {
                     Ok(l) => {
-                        let owner = crate::allowlist::owner_allowed();
-                        let rules = crate::allowlist::Rules {
+                        let owner = crate::release::allowlist::owner_allowed();
+                        let rules = crate::release::allowlist::Rules {
                             release: release_dir,
                             source: Some(src),
                             runtime_dir: &self.k.paths.libexec,
@@ -182,7 +182,7 @@ impl Service {
                             install_allowed: &req.allow_commands,
                             path_var: self.k.path_var(),
                         };
-                        if let Err(p) = crate::allowlist::check(&l.program, &rules) {
+                        if let Err(p) = crate::release::allowlist::check(&l.program, &rules) {
                             reply.problems.push(p);
                         }
                         reply.argv = std::iter::once(l.program.to_string_lossy().into_owned())
@@ -206,7 +206,7 @@ impl Service {
             Some(Mcp::Http { url, auth }) => {
                 reply.transport = pb::Transport::Http.label().into();
                 reply.url = url.clone();
-                reply.oauth_login = matches!(auth, crate::manifest::Auth::Oauth(_));
+                reply.oauth_login = matches!(auth, crate::release::manifest::Auth::Oauth(_));
             }
             None => {}
         }
@@ -306,7 +306,7 @@ fn scan_skills(
     reply: &mut pb::InstallPlan,
 ) {
     let dirs: Vec<String> = manifest.skills.iter().map(|s| s.dir.clone()).collect();
-    match crate::skillscan::scan_release(src, &dirs) {
+    match crate::skills::scan::scan_release(src, &dirs) {
         Ok(findings) => {
             if !findings.is_empty() && !req.allow_skill_findings {
                 reply.problems.extend(findings.iter().cloned());
@@ -499,7 +499,7 @@ impl KernelRpc for Service {
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
         // An OAuth login is revoked at the server before its tokens are deleted (SPEC §10).
-        crate::oauth::revoke(&self.k, &key).await;
+        crate::connect::oauth::revoke(&self.k, &key).await;
         self.k.secrets.delete(&key);
         // Off the kernel's one runtime thread: a release can hold many files.
         let releases = self.k.paths.releases().join(&key);
@@ -612,7 +612,7 @@ impl KernelRpc for Service {
                 .save_registry(&mut inner)
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
-        crate::oauth::revoke(&self.k, &key).await;
+        crate::connect::oauth::revoke(&self.k, &key).await;
         self.k.secrets.delete(&key);
         self.k.audit.record(Event::Disconnect {
             connector: key.clone(),
@@ -630,7 +630,7 @@ impl KernelRpc for Service {
             let m = inner.manifests.get(key);
             let c = inner.conns.get(key);
             let live = inner.table.live(key);
-            let oauth = m.and_then(crate::oauth_record::oauth_of).is_some();
+            let oauth = m.and_then(crate::connect::oauth_record::oauth_of).is_some();
             let mut s = pb::ConnectorStatus {
                 key: key.clone(),
                 name: m.map(|m| m.name.clone()).unwrap_or_default(),
@@ -646,11 +646,11 @@ impl KernelRpc for Service {
                 reinitializations: c.map_or(0, |c| c.life.reinitializations()),
                 oauth,
                 token_expires_unix_ms: if oauth {
-                    crate::oauth::expiry(&self.k, key)
+                    crate::connect::oauth::expiry(&self.k, key)
                 } else {
                     0
                 },
-                oauth_account: crate::oauth::account(&self.k, key),
+                oauth_account: crate::connect::oauth::account(&self.k, key),
                 last_error: c
                     .map(|c| {
                         let (error, note) = (c.life.last_error(), c.life.upgrade_note());
@@ -781,9 +781,9 @@ impl KernelRpc for Service {
         let url = lock(&self.k.frontend_url).clone().ok_or_else(|| {
             Status::unavailable("the MCP frontend is not running yet; try again in a moment")
         })?;
-        let token =
-            crate::tokens::new_token().map_err(|e| Status::internal(format!("random: {e}")))?;
-        let id = crate::tokens::SessionId {
+        let token = crate::sessions::tokens::new_token()
+            .map_err(|e| Status::internal(format!("random: {e}")))?;
+        let id = crate::sessions::tokens::SessionId {
             workspace: req.workspace.clone(),
             session: req.session.clone(),
         };
@@ -828,7 +828,7 @@ impl KernelRpc for Service {
                 "give --workspace and --session, or --all",
             ));
         }
-        let id = crate::tokens::SessionId {
+        let id = crate::sessions::tokens::SessionId {
             workspace: req.workspace.clone(),
             session: req.session.clone(),
         };
@@ -853,7 +853,7 @@ impl KernelRpc for Service {
         &self,
         req: Request<pb::ProbeRequest>,
     ) -> Result<Response<pb::ProbeReply>, Status> {
-        crate::probe::probe(&self.k, req.into_inner())
+        crate::supervisor::probe::probe(&self.k, req.into_inner())
             .await
             .map(Response::new)
     }
@@ -1033,7 +1033,7 @@ impl KernelRpc for Service {
                 && slot.token_hash == sha256(&req.worker_token)
             {
                 let offered = offered_tools(&req.tools);
-                crate::probe::finish(
+                crate::supervisor::probe::finish(
                     slot,
                     &offered,
                     offer_size_problem(&req),
@@ -1102,7 +1102,7 @@ impl KernelRpc for Service {
                     req.kind(),
                     pb::WorkerReportKind::StartFailed | pb::WorkerReportKind::AuthFailed
                 ) {
-                    crate::probe::fail(slot, req.message.clone());
+                    crate::supervisor::probe::fail(slot, req.message.clone());
                 }
                 return Ok(Response::new(pb::Empty {}));
             }
@@ -1120,7 +1120,7 @@ impl KernelRpc for Service {
             inner.actors.get(&req.key).cloned()
         };
         if req.kind() == pb::WorkerReportKind::AuthRequired {
-            crate::oauth::step_up(&self.k, &req.key, &req.scope);
+            crate::connect::oauth::step_up(&self.k, &req.key, &req.scope);
         }
         if let Some(a) = actor {
             let _ = a.send(Msg::step(Input::Report {
@@ -1255,7 +1255,7 @@ impl KernelRpc for Service {
         &self,
         req: Request<pb::BeginLoginRequest>,
     ) -> Result<Response<pb::BeginLoginReply>, Status> {
-        crate::oauth::begin(&self.k, req.into_inner())
+        crate::connect::oauth::begin(&self.k, req.into_inner())
             .await
             .map(Response::new)
     }
@@ -1267,7 +1267,7 @@ impl KernelRpc for Service {
         let _admin = self.k.admin.lock().await;
         let req = req.into_inner();
         let key = req.key.clone();
-        crate::oauth::complete(&self.k, req).await?;
+        crate::connect::oauth::complete(&self.k, req).await?;
         self.reload(&key);
         Ok(Response::new(pb::Empty {}))
     }
@@ -1283,7 +1283,7 @@ impl KernelRpc for Service {
             req.generation,
             &req.worker_token,
         )?;
-        crate::oauth::refresh(&self.k, &req.key, &req.rejected)
+        crate::connect::oauth::refresh(&self.k, &req.key, &req.rejected)
             .await
             .map(Response::new)
     }

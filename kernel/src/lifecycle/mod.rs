@@ -21,8 +21,8 @@ use tutti_proto::kernel::WorkerReportKind as WireReportKind;
 
 use crate::audit::Event;
 use crate::catalog::Candidate;
-use crate::pin::{self, Pin};
-use crate::restart::{Decision, RestartPolicy, RestartTracker};
+use crate::release::pin::{self, Pin};
+use crate::supervisor::restart::{Decision, RestartPolicy, RestartTracker};
 
 /// How long a superseded generation may finish its calls after an update commits.
 pub const UPDATE_DRAIN: Duration = Duration::from_secs(10);

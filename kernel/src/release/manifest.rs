@@ -185,7 +185,7 @@ pub fn launch_problems(
 }
 
 /// The loader and interpreter-injection variables (SPEC §12,
-/// [`crate::allowlist::injection_variable`]) of `mcp.env` and of the secret names, one line
+/// [`crate::release::allowlist::injection_variable`]) of `mcp.env` and of the secret names, one line
 /// each, except those the install allows with `--allow-env NAME`.
 pub fn injection_problems(m: &Manifest, allowed: &[String]) -> Vec<String> {
     let mut fields: Vec<(String, &str)> = Vec::new();
@@ -208,9 +208,9 @@ pub fn injection_problems(m: &Manifest, allowed: &[String]) -> Vec<String> {
     }
     fields
         .into_iter()
-        .filter(|(_, name)| !crate::allowlist::env_allowed(name, allowed))
+        .filter(|(_, name)| !crate::release::allowlist::env_allowed(name, allowed))
         .filter_map(|(field, name)| {
-            let row = crate::allowlist::injection_variable(name)?;
+            let row = crate::release::allowlist::injection_variable(name)?;
             Some(format!(
                 "connector.json: {field}: {name} is a loader or interpreter-injection variable ({}: the program could run code from outside the release); to allow it, install with --allow-env {name}",
                 row.what
@@ -867,7 +867,7 @@ pub fn stdio_launch_from(
 /// the same file in `release`, which is where it runs (the kernel's hashed copy); one whose
 /// `..` lead out of the release comes back as its real path. Any other absolute path, and
 /// the program PATH gives for a bare name, come back as they are: the launch allowlist
-/// judges them by their real path ([`crate::allowlist::check`]), and they run by the path
+/// judges them by their real path ([`crate::release::allowlist::check`]), and they run by the path
 /// the person confirmed (a multi-call binary behind a link still sees its name).
 fn resolve_command(
     cmd: &str,
@@ -877,11 +877,11 @@ fn resolve_command(
 ) -> Result<PathBuf, String> {
     let cmd_path = Path::new(cmd);
     if !cmd_path.is_absolute() {
-        return crate::spawn::resolve_program(cmd, path_var);
+        return crate::supervisor::spawn::resolve_program(cmd, path_var);
     }
     let Ok(rest) = cmd_path.strip_prefix(release) else {
         // Runs as written; the allowlist judges its real path.
-        return crate::spawn::resolve_program(cmd, path_var);
+        return crate::supervisor::spawn::resolve_program(cmd, path_var);
     };
     let real = std::fs::canonicalize(files.join(rest))
         .map_err(|_| format!("{cmd:?} does not exist in the release"))?;
