@@ -3,13 +3,16 @@
 #![deny(unsafe_code)]
 
 mod audit;
+mod calls;
 mod catalog;
 mod circuit;
 mod connect;
-mod console_rpc;
 mod demo;
 mod error;
+mod grpc;
+mod guards;
 mod housekeeping;
+mod install;
 mod lifecycle;
 mod naming;
 mod notify;
@@ -20,16 +23,19 @@ mod review;
 mod risk;
 mod run;
 mod secrets;
-mod service;
 mod sessions;
+mod shims;
 mod skills;
 mod state;
+mod status;
 mod supervisor;
 mod table;
 mod telemetry;
 mod toolset;
+mod watch;
 #[cfg(windows)]
 mod winservice;
+mod workers;
 
 pub use error::KernelError;
 pub use housekeeping::open_log;

@@ -59,6 +59,20 @@ pub trait Spawner: Send + Sync + 'static {
     }
 }
 
+/// Makes the connector's actor look at its registry entry again (after an install, a
+/// connect, a login), starting the actor if it has none.
+pub fn reload(k: &Arc<Kernel>, key: &str) {
+    let tx = lock(&k.inner).actors.get(key).cloned();
+    match tx {
+        Some(tx) => {
+            let _ = tx.send(Msg::step(Input::Reload));
+        }
+        None => {
+            start_actor(k, key);
+        }
+    }
+}
+
 /// Starts the actor of `key` with the real spawner and registers its mailbox.
 pub fn start_actor(k: &Arc<Kernel>, key: &str) -> mpsc::UnboundedSender<Msg> {
     start_actor_with(k, key, Arc::new(ProcessSpawner))
