@@ -1,6 +1,6 @@
 //! The kernel's side of pinned definitions and of the circuit breaker (SPEC §12): `tutti
 //! connector review` and `approve`, and the frontend's circuit reports. The decisions are
-//! elsewhere (`pin.rs`, `lifecycle.rs`; the breaker itself is the frontend's `circuit.rs`);
+//! elsewhere (`release/pin.rs`, `lifecycle/`; the breaker itself is the frontend's `circuit.rs`);
 //! this module is what the `Admin` and `Routes` adapters call.
 
 use tonic::Status;

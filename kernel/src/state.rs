@@ -45,7 +45,7 @@ pub struct LiveRelease {
 
 /// Per connector: its lifecycle and what the kernel counts or checks beside it.
 pub struct ConnState {
-    /// Status, live and candidate generations, restart history (`lifecycle.rs`).
+    /// Status, live and candidate generations, restart history (`lifecycle/`).
     pub life: Connector,
     pub non_json_lines: u64,
     /// Identities of the workers not stopped yet: their RPCs are checked against these.
@@ -120,7 +120,7 @@ pub struct Kernel {
     /// state another is half-way through changing (an uninstall deleting the release an
     /// install just copied, a disconnect racing a connect's reload).
     pub admin: tokio::sync::Mutex<()>,
-    /// OAuth logins in progress and the refresh turns (SPEC §10, `oauth.rs`).
+    /// OAuth logins in progress and the refresh turns (SPEC §10, `connect/oauth.rs`).
     pub oauth: crate::connect::oauth_record::Logins,
 }
 

@@ -309,7 +309,7 @@ impl Connector {
         out.push(Effect::Answer(Ok(())));
     }
 
-    /// Pinning (SPEC §12, `pin.rs`): what of an offer commits. The release's first offer (or
+    /// Pinning (SPEC §12, `release/pin.rs`): what of an offer commits. The release's first offer (or
     /// any offer when updates are trusted) commits whole and is pinned; one that only removes
     /// entries commits whole; one that adds or changes entries is held, and the pinned
     /// definitions of the tools still offered serve meanwhile. The flag is true when that is

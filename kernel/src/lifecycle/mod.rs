@@ -6,7 +6,7 @@
 //! were refused, and its restart history. [`Connector::step`] takes one [`Input`] and the
 //! [`Facts`] of the moment (clock, the installed release as the registry has it, fresh
 //! generation numbers) and returns the [`Effect`]s to carry out, in order. It does no I/O:
-//! the supervisor (`supervisor.rs`) interprets the effects, and the unit tests below are
+//! the supervisor (`supervisor/`) interprets the effects, and the unit tests beside it are
 //! tables of inputs → effects.
 //!
 //! Every status change goes through [`Connector::set_status`]; every commit is one

@@ -1,6 +1,6 @@
 //! Supervision of connectors: one actor task per installed connector owns its worker
-//! processes and interprets the effects of its lifecycle (`lifecycle.rs`), which decides
-//! everything else. The frontend and the shim manager are supervised by `services.rs`.
+//! processes and interprets the effects of its lifecycle (`lifecycle/`), which decides
+//! everything else. The frontend and the shim manager are supervised by `services`.
 
 pub(crate) mod probe;
 pub(crate) mod restart;
