@@ -20,12 +20,8 @@ use tonic::{Request, Response, Status};
 use tutti_proto::kernel::route_event::Event;
 use tutti_proto::kernel::routes_server::{Routes, RoutesServer};
 use tutti_proto::kernel::{
-    AvailableReply, ConnectRequest, ConnectorRemoved, ConnectorRoute, Empty, InstallPlan,
-    InstallReply, InstallRequest, IssueSessionReply, IssueSessionRequest, KeyRequest,
-    OfferToolsReply, OfferToolsRequest, ProbeReply, ProbeRequest, RegisterWorkerReply,
-    RegisterWorkerRequest, ResolveShimReply, RevokeSessionReply, RevokeSessionRequest, RouteEvent,
-    RouteSnapshot, RuntimeShutdown, StatusReply, VerifySessionReply, VerifySessionRequest,
-    WatchRoutesRequest, WorkerReport,
+    ConnectorRemoved, ConnectorRoute, Empty, KeyRequest, ResolveShimReply, RouteEvent,
+    RouteSnapshot, RuntimeShutdown, VerifySessionReply, VerifySessionRequest, WatchRoutesRequest,
 };
 use tutti_proto::transport;
 

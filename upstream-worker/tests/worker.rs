@@ -197,10 +197,6 @@ struct FakeKernel {
 
 type Res<T> = Result<Response<T>, Status>;
 
-fn nope<T>() -> Res<T> {
-    Err(Status::unimplemented("not in the fake kernel"))
-}
-
 #[tonic::async_trait]
 impl Workers for FakeKernel {
     async fn register_worker(
