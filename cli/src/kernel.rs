@@ -5,8 +5,9 @@ use std::error::Error as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::kernel::admin_client::AdminClient;
 use tutti_proto::kernel::market_client::MarketClient;
+use tutti_proto::kernel::routes_client::RoutesClient;
 use tutti_proto::tonic::transport::Channel;
 use tutti_proto::transport::{self, TransportError};
 
@@ -14,7 +15,8 @@ use crate::error::CliError;
 
 /// A connected kernel client, plus the state dir for error messages.
 pub(crate) struct Kernel {
-    pub(crate) client: KernelClient<Channel>,
+    pub(crate) client: AdminClient<Channel>,
+    pub(crate) routes: RoutesClient<Channel>,
     channel: Channel,
     state_dir: PathBuf,
 }
@@ -34,7 +36,9 @@ impl Kernel {
         match transport::connect(&endpoint).await {
             Ok(channel) => Ok(Self {
                 // Replies grow with the connectors installed (`available`, `status`).
-                client: KernelClient::new(channel.clone())
+                client: AdminClient::new(channel.clone())
+                    .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REPLY_BYTES),
+                routes: RoutesClient::new(channel.clone())
                     .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REPLY_BYTES),
                 channel,
                 state_dir: state_dir.to_path_buf(),
@@ -53,7 +57,7 @@ impl Kernel {
 /// Masks text shown from the runtime's logs with every secret value the running kernel knows
 /// now (`RedactText`; the values never leave the kernel). Without a kernel, or once it stops
 /// answering, text is shown as the runtime wrote it (each process masks what it logs).
-pub(crate) struct LogMask(Option<KernelClient<Channel>>);
+pub(crate) struct LogMask(Option<AdminClient<Channel>>);
 
 impl LogMask {
     pub(crate) async fn connect(state_dir: &Path) -> Self {

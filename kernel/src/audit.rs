@@ -50,8 +50,8 @@ impl Audit {
     /// Queues one record; adds the time.
     pub fn record(&self, event: Event) {
         match &event {
-            Event::Fence { connector, .. } => crate::otel_counts::fence(connector),
-            Event::Commit { connector, .. } => crate::otel_counts::commit(connector),
+            Event::Fence { connector, .. } => crate::telemetry::otel_counts::fence(connector),
+            Event::Commit { connector, .. } => crate::telemetry::otel_counts::commit(connector),
             _ => {}
         }
         if self.tx.try_send(event.record(&now_rfc3339())).is_err() {

@@ -57,9 +57,9 @@ pub struct Installed {
     /// (`--allow-skill-findings`, SPEC §12), one `file:line: what` line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skill_findings: Vec<String>,
-    /// The pinned definitions (SPEC §12, `pin.rs`) of the release that committed last.
+    /// The pinned definitions (SPEC §12, `release/pin.rs`) of the release that committed last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pin: Option<crate::pin::Pin>,
+    pub pin: Option<crate::release::pin::Pin>,
     /// `install --trust-updates`: offers commit without review.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trust_updates: bool,

@@ -1,22 +1,17 @@
 //! The kernel's side of pinned definitions and of the circuit breaker (SPEC §12): `tutti
 //! connector review` and `approve`, and the frontend's circuit reports. The decisions are
-//! elsewhere (`pin.rs`, `lifecycle.rs`; the breaker itself is the frontend's `circuit.rs`);
-//! this module answers the RPCs that `service.rs` delegates to it.
+//! elsewhere (`release/pin.rs`, `lifecycle/`; the breaker itself is the frontend's `circuit.rs`);
+//! this module is what the `Admin` and `Routes` adapters call.
 
 use tonic::Status;
 use tutti_proto::kernel as pb;
 
 use crate::audit::Event;
 use crate::circuit::CircuitSeen;
+use crate::guards::not_installed;
 use crate::lifecycle::{Input, Msg};
-use crate::pin;
+use crate::release::pin;
 use crate::state::{Kernel, lock};
-
-fn not_installed(key: &str) -> Status {
-    Status::not_found(format!(
-        "connector {key:?} is not installed (see `tutti connector available`)"
-    ))
-}
 
 /// The difference between the pin and the offer that awaits review (`awaiting: false` and
 /// no entries when nothing does).
@@ -77,6 +72,7 @@ pub fn review(k: &Kernel, key: &str) -> Result<pb::ReviewReply, Status> {
 
 /// Commits the held offer of `key` and pins it (the connector's actor decides).
 pub async fn approve(k: &Kernel, key: &str, expected: Option<String>) -> Result<(), Status> {
+    let _turn = k.admin.lock().await;
     let actor = {
         let inner = lock(&k.inner);
         if !inner.registry.connectors.contains_key(key) {

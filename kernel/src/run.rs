@@ -3,15 +3,14 @@
 //! [`Config`], [`run`] and [`run_until`].
 
 use crate::error::KernelError;
-use crate::{
-    demo, housekeeping, lifecycle, manifest, notify, paths, registry, revocation, secrets, service,
-    services, state, supervisor,
-};
+use crate::release::manifest;
+use crate::sessions::revocation;
+use crate::supervisor::services;
+use crate::{demo, housekeeping, lifecycle, notify, paths, registry, secrets, state, supervisor};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tutti_proto::kernel::kernel_server::KernelServer;
 use tutti_proto::rules::timing;
 use tutti_proto::transport;
 
@@ -57,7 +56,7 @@ pub async fn run_until(
     let (registry, manifests, broken) = load_connectors(&paths)?;
     let keys: Vec<String> = manifests.keys().cloned().collect();
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
-    let export = crate::otel::observe(&k);
+    let export = crate::telemetry::otel::observe(&k);
     for (key, err) in broken {
         let why = format!(
             "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
@@ -70,17 +69,12 @@ pub async fn run_until(
     let endpoint = transport::kernel_endpoint(&state_dir);
     let incoming = transport::bind_granting(&endpoint, config.pipe_grant.as_ref())?;
     let mut shutdown_rx = k.shutdown.subscribe();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(
-                KernelServer::new(service::Service { k: k.clone() })
-                    .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REQUEST_BYTES),
-            )
-            .add_service(crate::market::server(&state_dir)?)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = shutdown_rx.wait_for(|s| *s).await;
-            }),
-    );
+    let server = tokio::spawn(crate::grpc::router(&k, &state_dir)?.serve_with_incoming_shutdown(
+        incoming,
+        async move {
+            let _ = shutdown_rx.wait_for(|s| *s).await;
+        },
+    ));
     tracing::info!(state_dir = %state_dir.display(), boot_epoch = k.boot_epoch, "kernel listening on {endpoint}");
 
     let frontend = tokio::spawn(services::supervise(k.clone(), services::Role::Frontend));
@@ -112,7 +106,7 @@ pub async fn run_until(
     let _ = std::fs::remove_file(endpoint.as_str());
     // The frontend is gone: its URL must not outlive it for a reader of run/.
     let _ = std::fs::remove_file(paths.frontend_json());
-    crate::otel::finish_export(export).await;
+    crate::telemetry::otel::finish_export(export).await;
     tracing::info!("kernel stopped");
     Ok(())
 }
@@ -220,7 +214,6 @@ fn acquire_lock(paths: &paths::Paths) -> Result<std::fs::File, KernelError> {
 }
 
 async fn install_demo(k: &Arc<Kernel>) -> Vec<String> {
-    use tutti_proto::kernel::kernel_server::Kernel as _;
     let dirs = match demo::write_releases(&k.paths.state, &k.paths.libexec) {
         Ok(d) => d,
         Err(e) => {
@@ -229,17 +222,14 @@ async fn install_demo(k: &Arc<Kernel>) -> Vec<String> {
             return Vec::new();
         }
     };
-    let svc = service::Service { k: k.clone() };
     let mut keys = Vec::new();
     for dir in dirs {
-        let req = tutti_proto::kernel::InstallRequest {
-            source_dir: dir.to_string_lossy().into_owned(),
-            allow_commands: Vec::new(),
-            allow_env: Vec::new(),
+        let req = crate::install::Install {
+            folder: dir.clone(),
             ..Default::default()
         };
-        match svc.install(tonic::Request::new(req)).await {
-            Ok(r) => keys.push(r.into_inner().key),
+        match crate::install::install(k, req).await {
+            Ok(r) => keys.push(r.key),
             Err(e) => eprintln!(
                 "tutti: demo install of {} failed: {}",
                 dir.display(),

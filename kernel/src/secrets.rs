@@ -30,7 +30,7 @@ struct Summary {
 
 impl Summary {
     fn of(stored: &BTreeMap<String, String>) -> Summary {
-        let rec = crate::oauth_record::record(stored);
+        let rec = crate::connect::oauth_record::record(stored);
         Summary {
             token_expires_unix_ms: rec
                 .grant
@@ -43,7 +43,7 @@ impl Summary {
                 .filter(|_| !rec.needs_login)
                 .and_then(|g| g.account.as_ref()?.display().map(str::to_owned))
                 .unwrap_or_default(),
-            values: crate::oauth_record::secret_values(stored),
+            values: crate::connect::oauth_record::secret_values(stored),
             present: stored
                 .iter()
                 .filter(|(_, v)| !v.is_empty())
@@ -201,7 +201,7 @@ impl SecretStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oauth_record::LOGIN;
+    use crate::connect::oauth_record::LOGIN;
 
     fn login(expires_unix_ms: i64, needs_login: bool) -> BTreeMap<String, String> {
         let record = serde_json::json!({

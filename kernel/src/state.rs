@@ -15,12 +15,12 @@ use tutti_proto::redact::worth_masking;
 use tutti_proto::rules::child_env;
 
 use crate::lifecycle::{Connector, Msg};
-use crate::manifest::{Auth, Manifest, Mcp};
 use crate::paths::Paths;
 use crate::registry::{AuthState, Installed, Registry};
+use crate::release::manifest::{Auth, Manifest, Mcp};
 use crate::secrets::SecretStore;
+use crate::sessions::tokens::TokenTable;
 use crate::table::{Change, GenerationTable, Route};
-use crate::tokens::TokenTable;
 
 pub use crate::lifecycle::Status;
 
@@ -45,7 +45,7 @@ pub struct LiveRelease {
 
 /// Per connector: its lifecycle and what the kernel counts or checks beside it.
 pub struct ConnState {
-    /// Status, live and candidate generations, restart history (`lifecycle.rs`).
+    /// Status, live and candidate generations, restart history (`lifecycle/`).
     pub life: Connector,
     pub non_json_lines: u64,
     /// Identities of the workers not stopped yet: their RPCs are checked against these.
@@ -110,18 +110,18 @@ pub struct Kernel {
     pub base_env: BTreeMap<String, String>,
     pub audit: crate::audit::Audit,
     /// Per-connector tools/call figures over the last 5 minutes (`status`, SPEC §14).
-    pub figures: crate::figures::CallFigures,
+    pub figures: crate::telemetry::figures::CallFigures,
     /// Spans the frontend and the workers dropped from their OpenTelemetry export queues.
-    pub telemetry_drops: crate::telemetry_drops::TelemetryDrops,
+    pub telemetry_drops: crate::telemetry::drops::TelemetryDrops,
     /// Route watchers that cache verified sessions; revocations wait for their confirmation.
-    pub session_caches: Arc<crate::session_caches::SessionCaches>,
+    pub session_caches: Arc<crate::sessions::caches::SessionCaches>,
     /// Held for the whole of every command that changes what is installed or connected
     /// (install, uninstall, connect, disconnect): they take turns, so one never acts on
     /// state another is half-way through changing (an uninstall deleting the release an
     /// install just copied, a disconnect racing a connect's reload).
     pub admin: tokio::sync::Mutex<()>,
-    /// OAuth logins in progress and the refresh turns (SPEC §10, `oauth.rs`).
-    pub oauth: crate::oauth_record::Logins,
+    /// OAuth logins in progress and the refresh turns (SPEC §10, `connect/oauth.rs`).
+    pub oauth: crate::connect::oauth_record::Logins,
 }
 
 /// How many generation numbers one registry write reserves.
@@ -292,8 +292,8 @@ impl Kernel {
             return AuthState::Required;
         }
         let stored = self.secrets.load(key);
-        let logged_in = crate::oauth_record::oauth_of(manifest).is_none()
-            || crate::oauth_record::record(&stored).logged_in();
+        let logged_in = crate::connect::oauth_record::oauth_of(manifest).is_none()
+            || crate::connect::oauth_record::record(&stored).logged_in();
         if logged_in
             && manifest
                 .secret_names()
@@ -334,7 +334,7 @@ impl Kernel {
             Credentials::Stored => self.secrets.load(key),
             Credentials::Withheld => Default::default(),
         };
-        let redact = worth_masking(crate::oauth_record::secret_values(&secrets));
+        let redact = worth_masking(crate::connect::oauth_record::secret_values(&secrets));
         let log_path = self.paths.connector_log(key).to_string_lossy().into_owned();
         match &manifest.mcp {
             Some(Mcp::Stdio {
@@ -344,7 +344,7 @@ impl Kernel {
                 env,
                 secrets: names,
             }) => {
-                let launch = crate::manifest::stdio_launch(
+                let launch = crate::release::manifest::stdio_launch(
                     command,
                     args,
                     cwd,
@@ -380,7 +380,7 @@ impl Kernel {
                 url: url.clone(),
                 headers: auth_headers(auth, &secrets),
                 oauth: matches!(auth, Auth::Oauth(_)),
-                oauth_expires_unix_ms: crate::oauth_record::record(&secrets)
+                oauth_expires_unix_ms: crate::connect::oauth_record::record(&secrets)
                     .grant
                     .map_or(0, |g| g.expires_unix_ms),
                 start_timeout_ms: manifest.start_ms,
@@ -418,8 +418,8 @@ impl Kernel {
                 .map(|e| e.allow_commands.clone())
                 .unwrap_or_default()
         };
-        let owner = crate::allowlist::owner_allowed();
-        let rules = crate::allowlist::Rules {
+        let owner = crate::release::allowlist::owner_allowed();
+        let rules = crate::release::allowlist::Rules {
             release: release_dir,
             source: None,
             runtime_dir: &self.paths.libexec,
@@ -427,7 +427,7 @@ impl Kernel {
             install_allowed: &install_allowed,
             path_var: self.path_var(),
         };
-        crate::allowlist::check(std::path::Path::new(&launch.command), &rules)
+        crate::release::allowlist::check(std::path::Path::new(&launch.command), &rules)
     }
 
     /// A generation of `release_dir` committed: if it is an upgrade's, the upgrade is now
@@ -447,7 +447,7 @@ impl Kernel {
 
     /// Records the pin of `key` (SPEC §12) in the registry, if the pin's release is the
     /// installed one (an upgrade installed meanwhile starts a pin of its own).
-    pub fn store_pin(&self, inner: &mut Inner, key: &str, pin: crate::pin::Pin) {
+    pub fn store_pin(&self, inner: &mut Inner, key: &str, pin: crate::release::pin::Pin) {
         let Some(entry) = inner.registry.connectors.get_mut(key) else {
             return;
         };
@@ -474,7 +474,7 @@ impl Kernel {
         let previous = entry.previous.as_deref()?.clone();
         let manifest = match inner.live_releases.get(key) {
             Some(live) if live.release_dir == previous.release_dir => live.manifest.clone(),
-            _ => match crate::manifest::load(&previous.release_dir) {
+            _ => match crate::release::manifest::load(&previous.release_dir) {
                 Ok(m) => m,
                 Err(problems) => {
                     tracing::error!(key, problems = %problems.join("; "),
@@ -610,7 +610,7 @@ fn auth_headers(
             }
         }
         Auth::Oauth(_) => {
-            let record = crate::oauth_record::record(secrets);
+            let record = crate::connect::oauth_record::record(secrets);
             if let Some(token) = record.grant.as_ref().and_then(|g| g.access_token()) {
                 headers.insert("Authorization".to_string(), format!("Bearer {token}"));
             }

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use tonic::transport::Channel;
-use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::kernel::routes_client::RoutesClient;
 use tutti_proto::kernel::{
     AckRoutesRequest, CallRecord, RouteEvent, ToolsMode, VerifySessionRequest, WatchRoutesRequest,
 };
@@ -233,7 +233,7 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// The production backend: gRPC over the runtime's local sockets.
 pub(crate) struct GrpcBackend {
     kernel_endpoint: LocalEndpoint,
-    kernel: tokio::sync::Mutex<Option<KernelClient<Channel>>>,
+    kernel: tokio::sync::Mutex<Option<RoutesClient<Channel>>>,
     /// One client per worker endpoint, on its own HTTP/2 connection without tonic's channel
     /// queue (per-call path); built once when the connection opens.
     workers: Mutex<HashMap<String, WorkerClient<transport::Connection>>>,
@@ -257,7 +257,7 @@ impl GrpcBackend {
         }
     }
 
-    async fn kernel(&self) -> Result<KernelClient<Channel>, Error> {
+    async fn kernel(&self) -> Result<RoutesClient<Channel>, Error> {
         let mut slot = self.kernel.lock().await;
         if let Some(client) = slot.as_ref() {
             return Ok(client.clone());
@@ -267,7 +267,7 @@ impl GrpcBackend {
             .map_err(|e| Error::KernelUnavailable {
                 detail: e.to_string(),
             })?;
-        let client = KernelClient::new(channel)
+        let client = RoutesClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         *slot = Some(client.clone());

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status};
 use tutti_mcp_frontend::{Config, run};
-use tutti_proto::kernel::kernel_server::{Kernel, KernelServer};
+use tutti_proto::kernel::routes_server::{Routes, RoutesServer};
 use tutti_proto::kernel::*;
 use tutti_proto::transport;
 use tutti_proto::worker::worker_server::{Worker, WorkerServer};
@@ -40,37 +40,7 @@ fn no<T>() -> Reply<T> {
 }
 
 #[tonic::async_trait]
-impl Kernel for FakeKernel {
-    async fn plan_install(&self, _: Request<InstallRequest>) -> Reply<InstallPlan> {
-        no()
-    }
-    async fn install(&self, _: Request<InstallRequest>) -> Reply<InstallReply> {
-        no()
-    }
-    async fn uninstall(&self, _: Request<KeyRequest>) -> Reply<Empty> {
-        no()
-    }
-    async fn connect_connector(&self, _: Request<ConnectRequest>) -> Reply<Empty> {
-        no()
-    }
-    async fn disconnect_connector(&self, _: Request<KeyRequest>) -> Reply<Empty> {
-        no()
-    }
-    async fn status(&self, _: Request<Empty>) -> Reply<StatusReply> {
-        no()
-    }
-    async fn available(&self, _: Request<Empty>) -> Reply<AvailableReply> {
-        no()
-    }
-    async fn issue_session(&self, _: Request<IssueSessionRequest>) -> Reply<IssueSessionReply> {
-        no()
-    }
-    async fn revoke_session(&self, _: Request<RevokeSessionRequest>) -> Reply<RevokeSessionReply> {
-        no()
-    }
-    async fn probe(&self, _: Request<ProbeRequest>) -> Reply<ProbeReply> {
-        no()
-    }
+impl Routes for FakeKernel {
     async fn verify_session(
         &self,
         request: Request<VerifySessionRequest>,
@@ -106,65 +76,17 @@ impl Kernel for FakeKernel {
         let _ = self.acks.send(request.into_inner());
         Ok(Response::new(Empty {}))
     }
-    async fn register_worker(
-        &self,
-        _: Request<RegisterWorkerRequest>,
-    ) -> Reply<RegisterWorkerReply> {
-        no()
-    }
-    async fn offer_tools(&self, _: Request<OfferToolsRequest>) -> Reply<OfferToolsReply> {
-        no()
-    }
-    async fn report_worker(&self, _: Request<WorkerReport>) -> Reply<Empty> {
-        no()
-    }
     async fn record_calls(&self, _: Request<tonic::Streaming<CallRecord>>) -> Reply<Empty> {
         Err(Status::unimplemented("RecordCalls"))
     }
     async fn resolve_shim(&self, _: Request<KeyRequest>) -> Reply<ResolveShimReply> {
         no()
     }
-
-    async fn review_changes(
-        &self,
-        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
-    ) -> Result<tonic::Response<tutti_proto::kernel::ReviewReply>, tonic::Status> {
-        Err(tonic::Status::unimplemented("ReviewChanges"))
-    }
-    async fn approve_changes(
-        &self,
-        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
-    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
-        Err(tonic::Status::unimplemented("ApproveChanges"))
-    }
     async fn report_circuit(
         &self,
         _: tonic::Request<tutti_proto::kernel::CircuitReport>,
     ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
         Err(tonic::Status::unimplemented("ReportCircuit"))
-    }
-    async fn list_sessions(&self, _: Request<Empty>) -> Reply<ListSessionsReply> {
-        no()
-    }
-
-    async fn begin_login(&self, _: Request<BeginLoginRequest>) -> Reply<BeginLoginReply> {
-        Err(Status::unimplemented("begin_login"))
-    }
-    async fn complete_login(&self, _: Request<CompleteLoginRequest>) -> Reply<Empty> {
-        Err(Status::unimplemented("complete_login"))
-    }
-    async fn refresh_worker_token(
-        &self,
-        _: Request<RefreshWorkerTokenRequest>,
-    ) -> Reply<RefreshWorkerTokenReply> {
-        Err(Status::unimplemented("refresh_worker_token"))
-    }
-
-    async fn redact_text(
-        &self,
-        _: Request<tutti_proto::kernel::RedactTextRequest>,
-    ) -> Reply<tutti_proto::kernel::RedactTextReply> {
-        Err(Status::unimplemented("redact_text"))
     }
 }
 
@@ -327,7 +249,7 @@ impl Harness {
         let incoming = transport::bind(&transport::kernel_endpoint(&state)).expect("bind kernel");
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(KernelServer::new(kernel))
+                .add_service(RoutesServer::new(kernel))
                 .serve_with_incoming(incoming),
         );
         let (calls_tx, calls) = mpsc::unbounded_channel();

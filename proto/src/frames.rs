@@ -83,7 +83,7 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
 }
 
 /// The field number of `CallToolReply.result_bytes` (worker.proto).
-pub const RESULT_BYTES_TAG: u32 = 490;
+pub const RESULT_BYTES_TAG: u32 = 4;
 
 /// Writes a [`Kind::Reply`] frame. A result in `result_bytes` does not go through `buf`: the
 /// frame header, the reply's other fields and the result field's key and length are encoded

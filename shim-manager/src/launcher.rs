@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tonic::Code;
-use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::kernel::routes_client::RoutesClient;
 use tutti_proto::kernel::{KeyRequest, ResolveShimReply};
 use tutti_proto::transport;
 
@@ -146,7 +146,7 @@ async fn lookup(state_dir: &Path, key: &str) -> Lookup {
     };
     match tokio::time::timeout(
         RESOLVE_TIMEOUT,
-        KernelClient::new(channel).resolve_shim(request),
+        RoutesClient::new(channel).resolve_shim(request),
     )
     .await
     {

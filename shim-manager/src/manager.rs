@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tonic::Streaming;
-use tutti_proto::kernel::kernel_client::KernelClient;
 use tutti_proto::kernel::route_event::Event;
+use tutti_proto::kernel::routes_client::RoutesClient;
 use tutti_proto::kernel::{RouteEvent, WatchRoutesRequest};
 use tutti_proto::transport::{self, LocalEndpoint};
 
@@ -141,7 +141,7 @@ impl Manager {
         let channel = transport::connect(&self.endpoint)
             .await
             .map_err(|e| e.to_string())?;
-        let reply = KernelClient::new(channel)
+        let reply = RoutesClient::new(channel)
             // A snapshot holds every connector's tools.
             .max_decoding_message_size(tutti_proto::limits::MAX_KERNEL_REPLY_BYTES)
             .watch_routes(WatchRoutesRequest::default())

@@ -17,15 +17,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status};
-use tutti_proto::kernel::kernel_server::{Kernel, KernelServer};
 use tutti_proto::kernel::route_event::Event;
+use tutti_proto::kernel::routes_server::{Routes, RoutesServer};
 use tutti_proto::kernel::{
-    AvailableReply, ConnectRequest, ConnectorRemoved, ConnectorRoute, Empty, InstallPlan,
-    InstallReply, InstallRequest, IssueSessionReply, IssueSessionRequest, KeyRequest,
-    OfferToolsReply, OfferToolsRequest, ProbeReply, ProbeRequest, RegisterWorkerReply,
-    RegisterWorkerRequest, ResolveShimReply, RevokeSessionReply, RevokeSessionRequest, RouteEvent,
-    RouteSnapshot, RuntimeShutdown, StatusReply, VerifySessionReply, VerifySessionRequest,
-    WatchRoutesRequest, WorkerReport,
+    ConnectorRemoved, ConnectorRoute, Empty, KeyRequest, ResolveShimReply, RouteEvent,
+    RouteSnapshot, RuntimeShutdown, VerifySessionReply, VerifySessionRequest, WatchRoutesRequest,
 };
 use tutti_proto::transport;
 
@@ -170,52 +166,7 @@ fn unimplemented<T>(name: &str) -> Result<Response<T>, Status> {
 }
 
 #[tonic::async_trait]
-impl Kernel for FakeKernel {
-    async fn plan_install(
-        &self,
-        _: Request<InstallRequest>,
-    ) -> Result<Response<InstallPlan>, Status> {
-        unimplemented("PlanInstall")
-    }
-    async fn install(&self, _: Request<InstallRequest>) -> Result<Response<InstallReply>, Status> {
-        unimplemented("Install")
-    }
-    async fn uninstall(&self, _: Request<KeyRequest>) -> Result<Response<Empty>, Status> {
-        unimplemented("Uninstall")
-    }
-    async fn connect_connector(
-        &self,
-        _: Request<ConnectRequest>,
-    ) -> Result<Response<Empty>, Status> {
-        unimplemented("ConnectConnector")
-    }
-    async fn disconnect_connector(
-        &self,
-        _: Request<KeyRequest>,
-    ) -> Result<Response<Empty>, Status> {
-        unimplemented("DisconnectConnector")
-    }
-    async fn status(&self, _: Request<Empty>) -> Result<Response<StatusReply>, Status> {
-        unimplemented("Status")
-    }
-    async fn available(&self, _: Request<Empty>) -> Result<Response<AvailableReply>, Status> {
-        unimplemented("Available")
-    }
-    async fn issue_session(
-        &self,
-        _: Request<IssueSessionRequest>,
-    ) -> Result<Response<IssueSessionReply>, Status> {
-        unimplemented("IssueSession")
-    }
-    async fn revoke_session(
-        &self,
-        _: Request<RevokeSessionRequest>,
-    ) -> Result<Response<RevokeSessionReply>, Status> {
-        unimplemented("RevokeSession")
-    }
-    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeReply>, Status> {
-        unimplemented("Probe")
-    }
+impl Routes for FakeKernel {
     async fn verify_session(
         &self,
         _: Request<VerifySessionRequest>,
@@ -252,22 +203,6 @@ impl Kernel for FakeKernel {
         self.connections.send_modify(|c| *c += 1);
         Ok(Response::new(UnboundedReceiverStream::new(rx)))
     }
-
-    async fn register_worker(
-        &self,
-        _: Request<RegisterWorkerRequest>,
-    ) -> Result<Response<RegisterWorkerReply>, Status> {
-        unimplemented("RegisterWorker")
-    }
-    async fn offer_tools(
-        &self,
-        _: Request<OfferToolsRequest>,
-    ) -> Result<Response<OfferToolsReply>, Status> {
-        unimplemented("OfferTools")
-    }
-    async fn report_worker(&self, _: Request<WorkerReport>) -> Result<Response<Empty>, Status> {
-        unimplemented("ReportWorker")
-    }
     async fn record_calls(
         &self,
         _: Request<tonic::Streaming<tutti_proto::kernel::CallRecord>>,
@@ -288,58 +223,11 @@ impl Kernel for FakeKernel {
             })),
         }
     }
-
-    async fn review_changes(
-        &self,
-        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
-    ) -> Result<tonic::Response<tutti_proto::kernel::ReviewReply>, tonic::Status> {
-        Err(tonic::Status::unimplemented("ReviewChanges"))
-    }
-    async fn approve_changes(
-        &self,
-        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
-    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
-        Err(tonic::Status::unimplemented("ApproveChanges"))
-    }
     async fn report_circuit(
         &self,
         _: tonic::Request<tutti_proto::kernel::CircuitReport>,
     ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
         Err(tonic::Status::unimplemented("ReportCircuit"))
-    }
-    async fn list_sessions(
-        &self,
-        _: Request<Empty>,
-    ) -> Result<Response<tutti_proto::kernel::ListSessionsReply>, Status> {
-        unimplemented("ListSessions")
-    }
-
-    async fn begin_login(
-        &self,
-        _: Request<tutti_proto::kernel::BeginLoginRequest>,
-    ) -> Result<Response<tutti_proto::kernel::BeginLoginReply>, Status> {
-        Err(Status::unimplemented("begin_login"))
-    }
-
-    async fn complete_login(
-        &self,
-        _: Request<tutti_proto::kernel::CompleteLoginRequest>,
-    ) -> Result<Response<Empty>, Status> {
-        Err(Status::unimplemented("complete_login"))
-    }
-
-    async fn refresh_worker_token(
-        &self,
-        _: Request<tutti_proto::kernel::RefreshWorkerTokenRequest>,
-    ) -> Result<Response<tutti_proto::kernel::RefreshWorkerTokenReply>, Status> {
-        Err(Status::unimplemented("refresh_worker_token"))
-    }
-
-    async fn redact_text(
-        &self,
-        _: Request<tutti_proto::kernel::RedactTextRequest>,
-    ) -> Result<Response<tutti_proto::kernel::RedactTextReply>, Status> {
-        Err(Status::unimplemented("redact_text"))
     }
 }
 
@@ -353,7 +241,7 @@ impl KernelHandle {
     fn start(state_dir: &Path, fake: FakeKernel) -> Self {
         transport::run_dir(state_dir).expect("run dir");
         let incoming = transport::bind(&transport::kernel_endpoint(state_dir)).expect("bind");
-        let service = KernelServer::new(fake.clone());
+        let service = RoutesServer::new(fake.clone());
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(service)

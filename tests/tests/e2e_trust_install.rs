@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tutti_proto::kernel::InstallRequest;
-use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::kernel::admin_client::AdminClient;
 use tutti_tests::{Runtime, RuntimeOptions, fixture_connector};
 
 const READY: Duration = Duration::from_secs(20);
@@ -28,12 +28,12 @@ fn install_request(dir: &Path, expected_sha256: &str) -> InstallRequest {
 }
 
 /// The kernel's control plane, as the CLI reaches it.
-async fn kernel(rt: &Runtime) -> KernelClient<tutti_proto::tonic::transport::Channel> {
+async fn kernel(rt: &Runtime) -> AdminClient<tutti_proto::tonic::transport::Channel> {
     let endpoint = tutti_proto::transport::kernel_endpoint(rt.state_dir());
     let channel = tutti_proto::transport::connect(&endpoint)
         .await
         .unwrap_or_else(|e| panic!("cannot reach the kernel at {endpoint}: {e:?}"));
-    KernelClient::new(channel)
+    AdminClient::new(channel)
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
-use tutti_proto::kernel::kernel_server::{Kernel, KernelServer};
+use tutti_proto::kernel::workers_server::{Workers, WorkersServer};
 use tutti_proto::kernel::{self as k, LaunchSpec};
 use tutti_proto::transport;
 use tutti_proto::worker::worker_client::WorkerClient;
@@ -197,61 +197,8 @@ struct FakeKernel {
 
 type Res<T> = Result<Response<T>, Status>;
 
-fn nope<T>() -> Res<T> {
-    Err(Status::unimplemented("not in the fake kernel"))
-}
-
 #[tonic::async_trait]
-impl Kernel for FakeKernel {
-    async fn plan_install(&self, _: Request<k::InstallRequest>) -> Res<k::InstallPlan> {
-        nope()
-    }
-    async fn install(&self, _: Request<k::InstallRequest>) -> Res<k::InstallReply> {
-        nope()
-    }
-    async fn uninstall(&self, _: Request<k::KeyRequest>) -> Res<k::Empty> {
-        nope()
-    }
-    async fn connect_connector(&self, _: Request<k::ConnectRequest>) -> Res<k::Empty> {
-        nope()
-    }
-    async fn disconnect_connector(&self, _: Request<k::KeyRequest>) -> Res<k::Empty> {
-        nope()
-    }
-    async fn status(&self, _: Request<k::Empty>) -> Res<k::StatusReply> {
-        nope()
-    }
-    async fn available(&self, _: Request<k::Empty>) -> Res<k::AvailableReply> {
-        nope()
-    }
-    async fn issue_session(&self, _: Request<k::IssueSessionRequest>) -> Res<k::IssueSessionReply> {
-        nope()
-    }
-    async fn revoke_session(
-        &self,
-        _: Request<k::RevokeSessionRequest>,
-    ) -> Res<k::RevokeSessionReply> {
-        nope()
-    }
-    async fn probe(&self, _: Request<k::ProbeRequest>) -> Res<k::ProbeReply> {
-        nope()
-    }
-    async fn verify_session(
-        &self,
-        _: Request<k::VerifySessionRequest>,
-    ) -> Res<k::VerifySessionReply> {
-        nope()
-    }
-    type WatchRoutesStream = tokio_stream::Empty<Result<k::RouteEvent, Status>>;
-    async fn watch_routes(
-        &self,
-        _: Request<k::WatchRoutesRequest>,
-    ) -> Res<Self::WatchRoutesStream> {
-        nope()
-    }
-    async fn ack_routes(&self, _: Request<k::AckRoutesRequest>) -> Res<k::Empty> {
-        nope()
-    }
+impl Workers for FakeKernel {
     async fn register_worker(
         &self,
         request: Request<k::RegisterWorkerRequest>,
@@ -280,50 +227,11 @@ impl Kernel for FakeKernel {
         let _ = self.seen.send(Seen::Report(request.into_inner()));
         Ok(Response::new(k::Empty {}))
     }
-    async fn record_calls(&self, _: Request<tonic::Streaming<k::CallRecord>>) -> Res<k::Empty> {
-        Err(Status::unimplemented("RecordCalls"))
-    }
-    async fn resolve_shim(&self, _: Request<k::KeyRequest>) -> Res<k::ResolveShimReply> {
-        nope()
-    }
-
-    async fn review_changes(
-        &self,
-        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
-    ) -> Result<tonic::Response<tutti_proto::kernel::ReviewReply>, tonic::Status> {
-        Err(tonic::Status::unimplemented("ReviewChanges"))
-    }
-    async fn approve_changes(
-        &self,
-        _: tonic::Request<tutti_proto::kernel::KeyRequest>,
-    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
-        Err(tonic::Status::unimplemented("ApproveChanges"))
-    }
-    async fn report_circuit(
-        &self,
-        _: tonic::Request<tutti_proto::kernel::CircuitReport>,
-    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
-        Err(tonic::Status::unimplemented("ReportCircuit"))
-    }
-    async fn list_sessions(&self, _: Request<k::Empty>) -> Res<k::ListSessionsReply> {
-        nope()
-    }
-
-    async fn begin_login(&self, _: Request<k::BeginLoginRequest>) -> Res<k::BeginLoginReply> {
-        Err(Status::unimplemented("begin_login"))
-    }
-    async fn complete_login(&self, _: Request<k::CompleteLoginRequest>) -> Res<k::Empty> {
-        Err(Status::unimplemented("complete_login"))
-    }
     async fn refresh_worker_token(
         &self,
         _: Request<k::RefreshWorkerTokenRequest>,
     ) -> Res<k::RefreshWorkerTokenReply> {
         Err(Status::unimplemented("refresh_worker_token"))
-    }
-
-    async fn redact_text(&self, _: Request<k::RedactTextRequest>) -> Res<k::RedactTextReply> {
-        Err(Status::unimplemented("redact_text"))
     }
 }
 
@@ -408,7 +316,7 @@ impl Harness {
         };
         let kernel = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
-                .add_service(KernelServer::new(fake))
+                .add_service(WorkersServer::new(fake))
                 .serve_with_incoming(incoming)
                 .await;
         });
@@ -1062,7 +970,7 @@ async fn worker_and_upstream_end_when_the_parent_goes() -> TestResult {
     };
     let kernel = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
-            .add_service(KernelServer::new(fake))
+            .add_service(WorkersServer::new(fake))
             .serve_with_incoming(incoming)
             .await;
     });

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use axum::http::StatusCode;
 use futures_util::StreamExt;
 use tutti_proto::kernel as pb;
-use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::kernel::admin_client::AdminClient;
 use tutti_proto::tonic::transport::Channel;
 
 use crate::error::CliError;
@@ -74,7 +74,7 @@ pub(crate) async fn kernel(state_dir: &Path) -> Result<Kernel, Problem> {
 }
 
 /// The kernel's gRPC client, as [`call`] lends it.
-pub(crate) type Client = KernelClient<Channel>;
+pub(crate) type Client = AdminClient<Channel>;
 
 /// One RPC on a fresh connection to the kernel: its reply, or what the page says instead.
 pub(crate) async fn call<T>(
@@ -128,7 +128,7 @@ pub(crate) async fn route(
         caches_sessions: false,
     };
     let mut stream = k
-        .client
+        .routes
         .watch_routes(request)
         .await
         .map_err(|s| rpc(state_dir, &k, s))?
@@ -162,7 +162,7 @@ pub(crate) async fn watch_kernel(state_dir: PathBuf) {
                 watcher_id: watcher_id(),
                 caches_sessions: false,
             };
-            if let Ok(stream) = k.client.watch_routes(request).await {
+            if let Ok(stream) = k.routes.watch_routes(request).await {
                 let mut stream = stream.into_inner();
                 while let Some(Ok(event)) = stream.next().await {
                     if matches!(event.event, Some(pb::route_event::Event::Shutdown(_))) {

@@ -20,7 +20,7 @@ pub(crate) async fn events(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let routes = match link::kernel(&c.state_dir).await {
         Ok(mut k) => k
-            .client
+            .routes
             .watch_routes(pb::WatchRoutesRequest {
                 watcher_id: watcher_id(),
                 caches_sessions: false,

@@ -4,8 +4,13 @@
 
 use serde_json::json;
 
-use super::*;
+use std::time::Duration;
+
+use super::connector::*;
+use super::vocabulary::*;
+use crate::audit::Event;
 use crate::catalog::{Candidate, Catalog};
+use crate::release::pin::{self, Pin};
 use crate::toolset::{Risk, ValidTool};
 
 fn candidate(tools: Vec<ValidTool>) -> Candidate {

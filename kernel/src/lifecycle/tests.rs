@@ -2,7 +2,11 @@
 //! then one input (`when`), and checks the effects of that input and the status after it.
 //! Generation numbers are drawn 1, 2, 3…; the clock starts at 0 and moves only by `T(ms)`.
 
-use super::*;
+use std::time::Duration;
+
+use super::connector::*;
+use super::vocabulary::*;
+use crate::audit::Event;
 
 const KEY: &str = "k";
 const CONNECT: &str = "tutti connector connect k --from-env TOKEN";
@@ -577,7 +581,7 @@ fn a_crash_loop_and_a_quoted_stderr_line_say_where_to_look_next() {
         "{}",
         h.c.last_error()
     );
-    let quoted = super::with_next_steps(
+    let quoted = super::connector::with_next_steps(
         KEY,
         "upstream did not start: exited (exit status: 1); stderr: npm error 404 Not Found - GET x"
             .into(),

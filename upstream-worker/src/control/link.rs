@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::transport::Channel;
-use tutti_proto::kernel::kernel_client::KernelClient;
+use tutti_proto::kernel::workers_client::WorkersClient;
 use tutti_proto::kernel::{
     LaunchSpec, OfferToolsReply, OfferToolsRequest, OfferedPrompt, OfferedResource, OfferedTool,
     RefreshWorkerTokenRequest, RegisterWorkerRequest, WorkerReport, WorkerReportKind,
@@ -24,7 +24,7 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(15);
 /// Who we are, for every kernel RPC (the token proves the spawn; it is never logged).
 #[derive(Clone)]
 pub(crate) struct KernelLink {
-    client: KernelClient<Channel>,
+    client: WorkersClient<Channel>,
     key: String,
     generation: u64,
     token: String,
@@ -44,7 +44,7 @@ impl KernelLink {
             .await
             .map_err(WorkerError::KernelConnect)?;
         Ok(Self {
-            client: KernelClient::new(channel),
+            client: WorkersClient::new(channel),
             key: key.to_owned(),
             generation,
             token: token.to_owned(),

@@ -202,7 +202,7 @@ fn entry_target(entry: &str, path_var: &str) -> Option<PathBuf> {
     if p.is_absolute() {
         real(p)
     } else if p.components().count() == 1 {
-        crate::spawn::resolve_program(entry, path_var)
+        crate::supervisor::spawn::resolve_program(entry, path_var)
             .ok()
             .and_then(|found| real(&found))
     } else {

@@ -1,6 +1,12 @@
 //! Supervision of connectors: one actor task per installed connector owns its worker
-//! processes and interprets the effects of its lifecycle (`lifecycle.rs`), which decides
-//! everything else. The frontend and the shim manager are supervised by `services.rs`.
+//! processes and interprets the effects of its lifecycle (`lifecycle/`), which decides
+//! everything else. The frontend and the shim manager are supervised by `services`.
+
+pub(crate) mod probe;
+pub(crate) mod restart;
+pub(crate) mod services;
+#[allow(unsafe_code)]
+pub(crate) mod spawn;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -12,8 +18,8 @@ use tutti_proto::transport;
 use tutti_proto::worker as wpb;
 
 use crate::lifecycle::{self, Effect, Facts, Input, Msg, View};
-use crate::spawn::{self, ChildSpec};
 use crate::state::{ConnState, Inner, Kernel, LiveRelease, Pending, lock, sha256, unix_ms};
+use spawn::ChildSpec;
 
 /// How long calls in flight may take to finish when the runtime shuts down (SPEC §4 "drain
 /// calls"); what still runs then is answered `[MCP_UNAVAILABLE]` and cancelled upstream.
@@ -50,6 +56,20 @@ pub trait Spawner: Send + Sync + 'static {
     /// says (SPEC §12). Runs on the blocking pool before every spawn.
     fn verify_release(&self, release: &std::path::Path, sha: &str) -> Result<(), String> {
         crate::release::verify_copy(release, sha)
+    }
+}
+
+/// Makes the connector's actor look at its registry entry again (after an install, a
+/// connect, a login), starting the actor if it has none.
+pub fn reload(k: &Arc<Kernel>, key: &str) {
+    let tx = lock(&k.inner).actors.get(key).cloned();
+    match tx {
+        Some(tx) => {
+            let _ = tx.send(Msg::step(Input::Reload));
+        }
+        None => {
+            start_actor(k, key);
+        }
     }
 }
 
@@ -118,7 +138,7 @@ fn view(k: &Kernel, inner: &Inner, key: &str) -> Option<View> {
     let names = m.secret_names();
     // Only a connector that waits for credentials shows which, from what the secret store
     // keeps in memory (updated by every connect, disconnect, login and refresh): no file read.
-    let oauth = crate::oauth_record::oauth_of(m).is_some();
+    let oauth = crate::connect::oauth_record::oauth_of(m).is_some();
     let auth_hint = if auth_ready {
         String::new()
     } else if oauth && !k.secrets.logged_in(key) {
@@ -281,8 +301,8 @@ impl Actor {
         release_dir: std::path::PathBuf,
     ) -> Result<String, String> {
         self.k.reserve_generation(inner, generation);
-        let token =
-            crate::tokens::new_token().map_err(|e| format!("cannot draw random bytes: {e}"))?;
+        let token = crate::sessions::tokens::new_token()
+            .map_err(|e| format!("cannot draw random bytes: {e}"))?;
         let Some(manifest) = inner.manifests.get(&self.key).cloned() else {
             return Err("the installed manifest is gone".into());
         };
@@ -598,7 +618,7 @@ mod tests {
         );
         let manifests = [(
             "k".to_string(),
-            crate::manifest::load(&release).expect("valid manifest"),
+            crate::release::manifest::load(&release).expect("valid manifest"),
         )]
         .into();
         let paths = crate::paths::Paths {

@@ -11,10 +11,10 @@ use tonic::Status;
 use tutti_proto::kernel as pb;
 use tutti_proto::rules::child_env;
 
-use crate::manifest::{self, Manifest};
 use crate::naming::local_name;
-use crate::spawn::{self, ChildSpec};
+use crate::release::manifest::{self, Manifest};
 use crate::state::{Credentials, Kernel, ProbeSlot, lock, sha256};
+use crate::supervisor::spawn::{self, ChildSpec};
 use crate::toolset::{OfferedTool, validate};
 
 /// The manifest and release directory a probe of `target` (a release directory or an
@@ -69,7 +69,8 @@ pub async fn probe(k: &Arc<Kernel>, req: pb::ProbeRequest) -> Result<pb::ProbeRe
         .map_err(Status::failed_precondition)?;
     check_command(k, &req, &release, &launch, is_installed_release)?;
     let generation = k.next_generation();
-    let token = crate::tokens::new_token().map_err(|e| Status::internal(e.to_string()))?;
+    let token =
+        crate::sessions::tokens::new_token().map_err(|e| Status::internal(e.to_string()))?;
     let (tx, rx) = oneshot::channel();
     let key = manifest.key.clone();
     let start_ms = manifest.start_ms;
@@ -127,8 +128,8 @@ fn check_command(
     is_installed_release: bool,
 ) -> Result<(), Status> {
     if launch.transport() == pb::Transport::Stdio {
-        let owner = crate::allowlist::owner_allowed();
-        let rules = crate::allowlist::Rules {
+        let owner = crate::release::allowlist::owner_allowed();
+        let rules = crate::release::allowlist::Rules {
             release,
             source: None,
             runtime_dir: &k.paths.libexec,
@@ -136,14 +137,16 @@ fn check_command(
             install_allowed: &req.allow_commands,
             path_var: k.path_var(),
         };
-        crate::allowlist::check(std::path::Path::new(&launch.command), &rules).or_else(|e| {
-            // An installed connector was allowed at install time.
-            if is_installed_release {
-                Ok(())
-            } else {
-                Err(Status::failed_precondition(e))
-            }
-        })?;
+        crate::release::allowlist::check(std::path::Path::new(&launch.command), &rules).or_else(
+            |e| {
+                // An installed connector was allowed at install time.
+                if is_installed_release {
+                    Ok(())
+                } else {
+                    Err(Status::failed_precondition(e))
+                }
+            },
+        )?;
     }
     Ok(())
 }

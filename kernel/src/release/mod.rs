@@ -1,5 +1,9 @@
 //! Content-addressed release copies: `releases/<key>/<sha256>/`.
 
+pub(crate) mod allowlist;
+pub(crate) mod manifest;
+pub(crate) mod pin;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 

@@ -360,7 +360,7 @@ mod imp {
         use std::time::{Duration, Instant};
 
         use super::{adopt, configure, jobs};
-        use crate::spawn::{ChildSpec, spawn, stop_group};
+        use crate::supervisor::spawn::{ChildSpec, spawn, stop_group};
 
         const HELPER: &str = "TUTTI_SPAWN_TEST_HELPER";
         const FILE: &str = "TUTTI_SPAWN_TEST_FILE";

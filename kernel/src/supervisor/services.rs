@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tutti_proto::rules::{child_env, timing};
 
-use crate::restart::{Decision, RestartPolicy, RestartTracker};
-use crate::spawn::{self, ChildSpec};
 use crate::state::{Kernel, lock};
+use crate::supervisor::restart::{Decision, RestartPolicy, RestartTracker};
+use crate::supervisor::spawn::{self, ChildSpec};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Role {

@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tutti_oauth::{Grant, RegisteredClient};
 
-use crate::manifest::{Auth, Manifest, Mcp, OauthSettings};
+use crate::release::manifest::{Auth, Manifest, Mcp, OauthSettings};
 
 /// The secrets entry of an OAuth connector's login (`:` never appears in a declared name).
 pub const LOGIN: &str = "oauth:login";

@@ -27,8 +27,8 @@ use tutti_proto::telemetry::{self, opentelemetry};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableCounter, ObservableGauge};
 
-use crate::otel_counts::CONNECTOR;
 use crate::state::{Kernel, lock};
+use crate::telemetry::otel_counts::CONNECTOR;
 
 /// Restarts, open circuits, live sessions, audit drops, telemetry drops: kept alive with the
 /// process (their callbacks read the kernel).
@@ -59,7 +59,7 @@ pub fn observe(k: &Arc<Kernel>) -> Export {
     let Some(t) = telemetry::get() else {
         return Export(None);
     };
-    crate::otel_counts::init(&t.meter);
+    crate::telemetry::otel_counts::init(&t.meter);
     let weak = Arc::downgrade(k);
     let _ = OBSERVED.get_or_init(|| {
         let (restarts, circuits, sessions, audit) = observed(&t.meter, &weak);

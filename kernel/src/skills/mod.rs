@@ -1,5 +1,7 @@
 //! `SKILL.md` front matter: `name`, `description`, optional `title`.
 
+pub(crate) mod scan;
+
 use std::path::Path;
 
 #[derive(Debug, serde::Deserialize)]

@@ -1,13 +1,13 @@
 //! The revocation sequence (SPEC §4), in one place for a re-issue, `tutti session revoke` and
 //! the runtime shutdown: under the state lock the token (or every token) is dropped and a
 //! `SessionsRevoked` event published; then it waits until every session cache has confirmed
-//! that event, or was stopped ([`crate::session_caches::SessionCaches::settle`]). A revocation
+//! that event, or was stopped ([`crate::sessions::caches::SessionCaches::settle`]). A revocation
 //! therefore holds for every request that starts after this returns.
 
 use tutti_proto::kernel as pb;
 
+use crate::sessions::tokens::SessionId;
 use crate::state::{Kernel, lock};
-use crate::tokens::SessionId;
 
 /// What to revoke.
 pub enum Revocation<'a> {

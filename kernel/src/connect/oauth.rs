@@ -13,7 +13,7 @@ use tutti_proto::kernel as pb;
 use tutti_proto::rules::token_refresh::refresh_margin_ms;
 
 use crate::audit::Event;
-use crate::oauth_record::{LOGIN, Record, oauth_of, record};
+use crate::connect::oauth_record::{LOGIN, Record, oauth_of, record};
 use crate::state::{Kernel, lock};
 
 /// A login not completed within this is forgotten (the CLI gives up after 5 minutes).
@@ -295,7 +295,7 @@ pub fn account(k: &Kernel, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oauth_record::secret_values;
+    use crate::connect::oauth_record::secret_values;
 
     #[test]
     fn only_our_loopback_callback_is_a_redirect() {
