@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tutti_proto::kernel::kernel_server::KernelServer;
-use tutti_proto::rules::timing;
 use tutti_proto::transport;
+use tutti_rules::timing;
 
 use crate::state::{Kernel, lock};
 

@@ -76,7 +76,7 @@ fn install_launchd(paths: &ServicePaths, args: &ServiceInstallArgs) -> Result<Ex
     }
     let path = launchd_plist_path(&env)?;
     // launchd opens the log files but does not create their directory.
-    let logs = Path::new(&paths.state_dir).join("logs");
+    let logs = tutti_rules::state_dir::layout::logs(Path::new(&paths.state_dir));
     std::fs::create_dir_all(&logs).map_err(|e| CliError::io("create directory", &logs, e))?;
     write_definition(&path, &plist)?;
     emit(&format!("wrote {}\n", path.display()))?;
@@ -142,7 +142,7 @@ fn installing_user_sid(print: bool) -> Result<Option<String>, CliError> {
 
 fn service_paths(state_dir: &Path) -> Result<ServicePaths, CliError> {
     let kernel = super::up::locate_kernel(
-        std::env::var_os(tutti_proto::rules::sibling::LIBEXEC_ENV),
+        std::env::var_os(tutti_rules::sibling::LIBEXEC_ENV),
         std::env::current_exe().ok(),
     )?;
     let kernel = std::path::absolute(&kernel).map_err(|e| CliError::io("resolve", &kernel, e))?;
