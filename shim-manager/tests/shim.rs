@@ -564,10 +564,10 @@ async fn assert_snapshot_published(fx: &Fixture, shim: &Path) {
         0o755
     );
     assert_eq!(
-        std::fs::metadata(&shim).expect("shim").permissions().mode() & 0o777,
+        std::fs::metadata(shim).expect("shim").permissions().mode() & 0o777,
         0o755
     );
-    let content = std::fs::read_to_string(&shim).expect("shim text");
+    let content = std::fs::read_to_string(shim).expect("shim text");
     let want = format!(
         "#!{} tutti-shim:v1:demo:{}\n",
         Path::new(env!("CARGO_BIN_EXE_tutti-shim")).display(),
@@ -578,7 +578,7 @@ async fn assert_snapshot_published(fx: &Fixture, shim: &Path) {
 
 /// Exec: the shim's pid is the entrypoint's, and SIGTERM reaches it.
 async fn assert_exec_keeps_pid_and_signals(shim: &Path) {
-    let mut child = Command::new(&shim)
+    let mut child = Command::new(shim)
         .env("FIXTURE_MODE", "wait")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -620,7 +620,7 @@ async fn assert_removal_fences_copies(
     copy: &Path,
     marker: &Path,
 ) {
-    std::fs::copy(&shim, &copy).expect("copy shim");
+    std::fs::copy(shim, copy).expect("copy shim");
     fake.set_resolve(
         "demo",
         ResolveShimReply {
@@ -632,9 +632,9 @@ async fn assert_removal_fences_copies(
     fake.removed("demo", 1);
     wait_until("shim removed", WITHIN, || !shim.exists()).await;
     let ran = run_shim(
-        &copy,
+        copy,
         &tricky_args(),
-        &[("FIXTURE_MARKER", &marker)],
+        &[("FIXTURE_MARKER", marker)],
         &fx.root,
         b"",
     )
