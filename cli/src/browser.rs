@@ -51,7 +51,7 @@ fn remove_later(page: Page, bound: Duration) -> Opened {
 
 /// `<state>/run/open`.
 fn page_dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("run").join("open")
+    tutti_rules::state_dir::layout::run(state_dir).join("open")
 }
 
 /// Only `http://` and `https://` URLs are handed on (a page that redirects elsewhere, e.g. to
@@ -100,7 +100,7 @@ impl Page {
         let page = Page(dir.join(format!("{name}.html")));
         let failed = |e: std::io::Error| format!("cannot write {}: {e}", page.0.display());
         let mut file =
-            tutti_proto::rules::atomic_file::create_new(&page.0, Some(0o600)).map_err(failed)?;
+            tutti_rules::atomic_file::create_new(&page.0, Some(0o600)).map_err(failed)?;
         std::io::Write::write_all(&mut file, redirect_page(url).as_bytes()).map_err(failed)?;
         Ok(page)
     }

@@ -5,7 +5,7 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use tutti_proto::rules::atomic_file;
+use tutti_rules::atomic_file;
 
 /// Replaces `path` with `contents` ([`atomic_file::write`]: temp file created with `mode` on
 /// Unix whatever the umask, fsync, rename, fsync of the directory), creating the parent

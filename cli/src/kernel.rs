@@ -83,7 +83,7 @@ impl LogMask {
 /// The `tutti up` that serves `state_dir`: plain when it is the dir `tutti up` picks by
 /// itself (`TUTTI_STATE_DIR` or the platform default), else with `--state-dir`.
 pub(crate) fn up_command(state_dir: &Path) -> String {
-    let default = tutti_proto::state_dir::from_env().and_then(|d| std::path::absolute(d).ok());
+    let default = tutti_rules::state_dir::from_env().and_then(|d| std::path::absolute(d).ok());
     if default.as_deref() == Some(state_dir) {
         "tutti up".to_owned()
     } else {
@@ -151,7 +151,7 @@ pub(crate) fn status_error(state_dir: &Path, status: tonic::Status) -> CliError 
         format!(
             "the kernel refused the request ({}); see {} for details",
             status.code().description(),
-            state_dir.join("logs").join("kernel.log").display()
+            tutti_rules::state_dir::layout::kernel_log(state_dir).display()
         )
     } else {
         status.message().to_owned()

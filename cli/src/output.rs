@@ -44,10 +44,10 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 
 /// Whether `c` must not reach a terminal as it is: a control character (C0, DEL, C1), a
 /// Unicode format character (category Cf: U+202E, U+2066, U+200B, U+FEFF…) or a
-/// line/paragraph separator. The rule is `tutti_proto::redact::is_hidden`, shared with the
+/// line/paragraph separator. The rule is `tutti_rules::redact::is_hidden`, shared with the
 /// connector logs.
 pub(crate) fn needs_escape(c: char) -> bool {
-    tutti_proto::redact::is_hidden(c)
+    tutti_rules::redact::is_hidden(c)
 }
 
 /// `text` with every control and format character written out (`\x1b`, `\r`, `\n`, `\t`,

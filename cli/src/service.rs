@@ -120,7 +120,7 @@ WantedBy={wanted_by}
 ",
         rw = systemd_word(&paths.state_dir, false),
         // Longer than the kernel's own graceful-shutdown bound (SPEC §4 drains first).
-        stop_secs = tutti_proto::rules::timing::SERVICE_MANAGER_STOP.as_secs(),
+        stop_secs = tutti_rules::timing::SERVICE_MANAGER_STOP.as_secs(),
     )
 }
 

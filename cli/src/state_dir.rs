@@ -25,8 +25,8 @@ fn pick(flag: Option<&Path>, env: impl Fn(&str) -> Option<OsString>) -> Result<P
         }
         return Ok(dir.to_path_buf());
     }
-    // The same rule every other binary uses (tutti_proto::state_dir), so they all meet.
-    tutti_proto::state_dir::resolve(env).ok_or_else(|| CliError::NoStateDir {
+    // The same rule every other binary uses (tutti_rules::state_dir), so they all meet.
+    tutti_rules::state_dir::resolve(env).ok_or_else(|| CliError::NoStateDir {
         reason: NO_DEFAULT.to_owned(),
     })
 }

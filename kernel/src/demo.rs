@@ -8,9 +8,7 @@ use serde_json::json;
 
 /// Writes the demo release directories under `<state>/demo/` and returns them.
 pub fn write_releases(state: &Path, libexec: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let server = libexec.join(tutti_proto::rules::sibling::file_name(
-        "tutti-fixture-server",
-    ));
+    let server = libexec.join(tutti_rules::sibling::file_name("tutti-fixture-server"));
     if !server.is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,

@@ -71,7 +71,7 @@ fn main() -> ExitCode {
     init_tracing(&state_dir);
     tutti_kernel::adopt_orphans();
     // The kernel holds a descriptor per child pipe, log file, socket and gRPC connection.
-    tutti_proto::rlimit::raise_open_files_limit();
+    tutti_os::rlimit::raise_open_files_limit();
     let config = tutti_kernel::Config {
         state_dir,
         demo: args.demo,
@@ -80,11 +80,7 @@ fn main() -> ExitCode {
     // OpenTelemetry metrics, only with OTEL_EXPORTER_OTLP_* set (SPEC §14): exported by a
     // task of the kernel's runtime (`run_until`), the last values when the kernel stops.
     #[cfg(feature = "otel")]
-    tutti_proto::telemetry::init_with(
-        "tutti-kernel",
-        "kernel",
-        tutti_proto::telemetry::Signals::Metrics,
-    );
+    tutti_telemetry::init_with("tutti-kernel", "kernel", tutti_telemetry::Signals::Metrics);
     if args.service {
         run_service(config)
     } else {
@@ -141,7 +137,7 @@ fn run_service(_config: tutti_kernel::Config) -> ExitCode {
 /// with `TUTTI_LOG_FORMAT=json`.
 fn init_tracing(state_dir: &std::path::Path) {
     use tracing_subscriber::prelude::*;
-    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
+    let json = tutti_rules::log_format::LogFormat::from_env().is_json();
     let filter = || {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
@@ -171,7 +167,7 @@ fn init_tracing(state_dir: &std::path::Path) {
     };
     tracing_subscriber::registry()
         // Dependencies' events that carry codes or tokens stay off whatever RUST_LOG says.
-        .with(tutti_proto::rules::log_filter::secret_free())
+        .with(tutti_rules::log_filter::secret_free())
         .with(stderr_layer)
         .with(file_layer)
         .init();

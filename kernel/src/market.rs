@@ -66,7 +66,7 @@ impl MarketService {
         let bytes =
             serde_json::to_vec_pretty(&next).map_err(|e| Status::internal(e.to_string()))?;
         let path = list_path(&self.state);
-        tutti_proto::rules::atomic_file::write(&path, &bytes, Some(0o600))
+        tutti_rules::atomic_file::write(&path, &bytes, Some(0o600))
             .map_err(|e| Status::internal(format!("{}: {e}", path.display())))?;
         *guard = next;
         Ok(())

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tutti_proto::rules::sibling;
+use tutti_rules::sibling;
 
 #[derive(Clone, Debug)]
 pub struct Paths {
@@ -12,29 +12,29 @@ pub struct Paths {
 
 impl Paths {
     pub fn registry(&self) -> PathBuf {
-        self.state.join("registry.json")
+        tutti_rules::state_dir::layout::registry(&self.state)
     }
     pub fn releases(&self) -> PathBuf {
-        self.state.join("releases")
+        tutti_rules::state_dir::layout::releases(&self.state)
     }
     pub fn bin(&self) -> PathBuf {
-        self.state.join("bin")
+        tutti_rules::state_dir::layout::bin(&self.state)
     }
     /// The stable skills root the shim manager maintains (`<state>/skills/<skill name>/`).
     pub fn skills(&self) -> PathBuf {
-        self.state.join("skills")
+        tutti_rules::state_dir::layout::skills(&self.state)
     }
     pub fn run(&self) -> PathBuf {
-        self.state.join("run")
+        tutti_rules::state_dir::layout::run(&self.state)
     }
     pub fn logs(&self) -> PathBuf {
-        self.state.join("logs")
+        tutti_rules::state_dir::layout::logs(&self.state)
     }
     pub fn frontend_json(&self) -> PathBuf {
-        self.run().join("frontend.json")
+        tutti_rules::state_dir::layout::frontend_json(&self.state)
     }
     pub fn connector_log(&self, key: &str) -> PathBuf {
-        self.logs().join(format!("connector-{key}.log"))
+        tutti_rules::state_dir::layout::connector_log(&self.state, key)
     }
     pub fn sibling(&self, name: &str) -> PathBuf {
         self.libexec.join(sibling::file_name(name))
@@ -43,7 +43,7 @@ impl Paths {
 
 /// `TUTTI_STATE_DIR`, else the platform default (shared by every binary).
 pub fn default_state_dir() -> Option<PathBuf> {
-    tutti_proto::state_dir::from_env()
+    tutti_rules::state_dir::from_env()
 }
 
 /// The binaries the kernel starts; they must sit in one directory.

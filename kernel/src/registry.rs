@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tutti_proto::rules::atomic_file;
+use tutti_rules::atomic_file;
 
 use crate::error::KernelError;
 

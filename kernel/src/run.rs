@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tutti_proto::rules::timing;
 use tutti_proto::transport;
+use tutti_rules::timing;
 
 use crate::state::{Kernel, lock};
 

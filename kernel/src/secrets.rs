@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tutti_proto::redact::{Redactor, worth_masking};
+use tutti_rules::redact::{Redactor, worth_masking};
 
 use crate::error::KernelError;
 use crate::registry::write_private;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc, watch};
 use tutti_proto::kernel as pb;
-use tutti_proto::redact::worth_masking;
-use tutti_proto::rules::child_env;
+use tutti_rules::child_env;
+use tutti_rules::redact::worth_masking;
 
 use crate::lifecycle::{Connector, Msg};
 use crate::paths::Paths;
@@ -312,7 +312,7 @@ impl Kernel {
     }
 
     /// A function that masks every stored secret value (the shared rule of
-    /// `tutti_proto::redact`: longest first, multi-line values line by line), for callers
+    /// `tutti_rules::redact`: longest first, multi-line values line by line), for callers
     /// that redact many texts in a row (`status`). The secret store keeps the redactor,
     /// rebuilt when secrets change; no file is read here.
     pub fn redactor(&self) -> impl Fn(&str) -> String + use<> {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 pub use crate::risk::Risk;
 use serde_json::Value;
-use tutti_proto::rules::{mcp_header, schema_pattern};
+use tutti_rules::{mcp_header, schema_pattern};
 
 use crate::naming::local_name;
 

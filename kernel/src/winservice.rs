@@ -23,7 +23,7 @@ pub const SERVICE_NAME: &str = "tutti-kernel";
 const SERVICE_TYPE: ServiceType = ServiceType::OWN_PROCESS;
 /// What the SCM is told to expect for the graceful shutdown (longer than the kernel's own
 /// bound, `timing::KERNEL_STOP_BOUND`).
-const STOP_WAIT_HINT: Duration = tutti_proto::rules::timing::SERVICE_MANAGER_STOP;
+const STOP_WAIT_HINT: Duration = tutti_rules::timing::SERVICE_MANAGER_STOP;
 /// Exit code reported when the kernel itself failed (details are in `logs/kernel.log`).
 const FAILED_EXIT_CODE: u32 = 1;
 

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tutti_proto::rules::{atomic_file, timing};
+use tutti_rules::{atomic_file, timing};
 
 pub use backend::{Backend, Forward, Identity, ResourceUpdates, RouteStream};
 pub use error::Error;
@@ -84,7 +84,7 @@ impl Default for ServeOptions {
 /// (`Ok`), or until the kernel's route stream is lost for good (`Err`).
 pub async fn run(config: Config) -> Result<(), Error> {
     // Every client connection holds a descriptor.
-    tutti_proto::rlimit::raise_open_files_limit();
+    tutti_os::rlimit::raise_open_files_limit();
     let listener = match inherited_listener()? {
         Some(listener) => listener,
         None => bind(config.port).await?,

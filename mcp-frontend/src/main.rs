@@ -1,15 +1,12 @@
 #![forbid(unsafe_code)]
 //! `tutti-mcp-frontend --state-dir D --port P`: started and supervised by the kernel.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::layer::SubscriberExt as _;
-use tracing_subscriber::util::SubscriberInitExt as _;
 use tutti_mcp_frontend::{Config, DEFAULT_PAGE_SIZE};
 
 /// The local MCP server named `connector` (started by tutti-kernel).
@@ -28,7 +25,7 @@ struct Args {
 }
 
 fn default_state_dir() -> anyhow::Result<PathBuf> {
-    tutti_proto::state_dir::from_env()
+    tutti_rules::state_dir::from_env()
         .context("cannot find a state directory: pass --state-dir or set TUTTI_STATE_DIR")
 }
 
@@ -39,24 +36,14 @@ fn default_state_dir() -> anyhow::Result<PathBuf> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(!json && std::io::stderr().is_terminal())
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        );
-    // TUTTI_LOG_FORMAT=json: one JSON object per line.
-    // Dependencies' events that carry codes or tokens stay off whatever the filter says.
-    let secret_free = tutti_proto::rules::log_filter::secret_free();
-    if json {
-        logs.json().finish().with(secret_free).init();
-    } else {
-        logs.finish().with(secret_free).init();
-    }
+    // Stderr, text or TUTTI_LOG_FORMAT=json, dependencies' secret-carrying events off.
+    tutti_rules::log_format::init_stderr(
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        true,
+    );
     // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
     #[cfg(feature = "otel")]
-    let telemetry = tutti_proto::telemetry::init("tutti-mcp-frontend", "frontend")
+    let telemetry = tutti_telemetry::init("tutti-mcp-frontend", "frontend")
         .map(|t| (t, tokio::spawn(t.exporting())));
     let outcome = start(args).await;
     #[cfg(feature = "otel")]

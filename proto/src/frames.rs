@@ -24,8 +24,8 @@ use crate::worker::{CallError, CallToolReply, call_tool_reply};
 
 /// The frontend's switch: `grpc` sends every tool call over gRPC, `frames` (the default)
 /// sends plain calls as frames where the worker has a frame endpoint. Passed from the
-/// kernel's environment to the frontend (`rules::child_env`).
-pub const DATA_PLANE_ENV: &str = "TUTTI_DATA_PLANE";
+/// kernel's environment to the frontend ([`tutti_rules::child_env`], where it is spelled).
+pub const DATA_PLANE_ENV: &str = tutti_rules::child_env::DATA_PLANE_ENV;
 
 /// Largest frame body (the gRPC hop's message limit).
 pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;

@@ -1,29 +1,18 @@
 //! The only crate that knows the wire format: the generated gRPC code of
-//! `tutti.kernel.v1` and `tutti.worker.v1`, and the local-socket transport they run on
-//! (a Unix domain socket file in the owner-only `run/` directory, or a named pipe on Windows),
-//! plus the few rules every process shares (state directory, connector keys, secret masking
-//! and log escaping, message and tool-set size limits, the open-files limit, Windows jobs, and
-//! [`rules`]: atomic files, sibling binaries, child environments, `x-mcp-header`, the shutdown
-//! timing chain).
-#![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call),
-// memory (one commented glibc call) and job and winuser (Windows FFI, each call commented)
+//! `tutti.kernel.v1` and `tutti.worker.v1`, the local-socket transport they run on (a Unix
+//! domain socket file in the owner-only `run/` directory, or a named pipe on Windows, with who
+//! may open it), the frame data plane, and the limits of the wire (message and tool-set
+//! sizes, connector keys that name socket files).
+#![deny(unsafe_code)] // allowed only in transport::uds (one commented registration call) and
+// winuser (Windows FFI, each call commented)
 
 pub mod codec;
 pub mod frames;
-#[cfg(windows)]
-pub mod job;
 pub mod key;
 mod labels;
 pub mod limits;
-pub mod memory;
 pub mod pipe_access;
-pub mod redact;
 mod redacted;
-pub mod rlimit;
-pub mod rules;
-pub mod state_dir;
-#[cfg(feature = "otel")]
-pub mod telemetry;
 pub mod transport;
 #[cfg(windows)]
 pub mod winuser;

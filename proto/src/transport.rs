@@ -69,7 +69,7 @@ impl std::fmt::Display for LocalEndpoint {
 
 /// `<state>/run`, created owner-only (0700 on Unix).
 pub fn run_dir(state_dir: &Path) -> Result<PathBuf, TransportError> {
-    let dir = state_dir.join("run");
+    let dir = tutti_rules::state_dir::layout::run(state_dir);
     imp::create_private_dir(&dir).map_err(|source| TransportError::RunDir {
         path: dir.clone(),
         source,

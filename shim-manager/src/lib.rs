@@ -17,7 +17,7 @@ mod table;
 
 use std::path::PathBuf;
 
-use tutti_proto::rules::sibling::Libexec;
+use tutti_rules::sibling::Libexec;
 
 pub use error::Error;
 pub use launcher::shim_main;
@@ -28,7 +28,7 @@ pub struct Config {
     /// The runtime's state directory (`--state-dir`); shims go to `<state_dir>/bin`.
     pub state_dir: PathBuf,
     /// Where the `tutti-shim` launcher lives (`TUTTI_LIBEXEC_DIR`); `None` means next to the
-    /// current executable, then next to the file it links to (`tutti_proto::rules::sibling`).
+    /// current executable, then next to the file it links to (`tutti_rules::sibling`).
     pub libexec_dir: Option<PathBuf>,
 }
 
@@ -53,11 +53,11 @@ pub async fn run(config: Config) -> Result<(), Error> {
         path: launcher.clone(),
         source,
     })?;
-    let bin_dir = state_dir.join("bin");
+    let bin_dir = tutti_rules::state_dir::layout::bin(&state_dir);
     tracing::info!(bin = %bin_dir.display(), launcher = %launcher.display(), "shim manager starting");
     let publisher = publish::Publisher::new(bin_dir, launcher, &state_dir)?;
     let endpoint = tutti_proto::transport::kernel_endpoint(&state_dir);
-    let skills = skills_root::SkillsRoot::new(state_dir.join("skills"));
+    let skills = skills_root::SkillsRoot::new(tutti_rules::state_dir::layout::skills(&state_dir));
     manager::Manager::new(endpoint, publisher, skills)
         .run()
         .await

@@ -6,8 +6,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::layer::SubscriberExt as _;
-use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// Publishes `tutti-connector-<key>` shims for the connectors the kernel routes.
 #[derive(Parser, Debug)]
@@ -19,21 +17,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(!json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        );
-    // TUTTI_LOG_FORMAT=json: one JSON object per line.
-    // Dependencies' events that carry codes or tokens stay off whatever the filter says.
-    let secret_free = tutti_proto::rules::log_filter::secret_free();
-    if json {
-        logs.json().finish().with(secret_free).init();
-    } else {
-        logs.finish().with(secret_free).init();
-    }
+    // Stderr, text or TUTTI_LOG_FORMAT=json, dependencies' secret-carrying events off.
+    tutti_rules::log_format::init_stderr(
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        true,
+    );
     let args = Args::parse();
     match start(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -48,11 +36,11 @@ fn start(args: Args) -> anyhow::Result<()> {
     // `state_dir::from_env` is TUTTI_STATE_DIR, else the platform default (SPEC §2).
     let state_dir = args
         .state_dir
-        .or_else(tutti_proto::state_dir::from_env)
+        .or_else(tutti_rules::state_dir::from_env)
         .context("no --state-dir, no TUTTI_STATE_DIR and no home directory")?;
     let config = tutti_shim_manager::Config {
         state_dir,
-        libexec_dir: std::env::var_os(tutti_proto::rules::sibling::LIBEXEC_ENV)
+        libexec_dir: std::env::var_os(tutti_rules::sibling::LIBEXEC_ENV)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from),
     };

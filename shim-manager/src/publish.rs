@@ -1,13 +1,13 @@
 //! Writes and removes shims in `<state>/bin`. Every write is atomic: a temp file in `bin/`
 //! (named `.tutti-connector-<key>.<pid>-<n>.tmp`, so it is never on PATH under a shim name),
-//! made executable, then renamed over the shim (`tutti_proto::rules::atomic_file`).
+//! made executable, then renamed over the shim (`tutti_rules::atomic_file`).
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use tutti_proto::rules::atomic_file;
+use tutti_rules::atomic_file;
 
 use crate::Error;
 use crate::shimfile::{self, Rendered, SHIM_PREFIX, Style};

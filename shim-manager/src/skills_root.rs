@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 
 use tutti_proto::kernel::route_event::Event;
 use tutti_proto::kernel::{ConnectorRoute, RouteEvent};
-use tutti_proto::rules::atomic_file;
-use tutti_proto::rules::release_path::slashed;
+use tutti_rules::atomic_file;
+use tutti_rules::release_path::slashed;
 
 /// One skill of a live generation: its directory in the release copy and the files of it
 /// that are part of the release (relative, `/`-separated; the install scanned them).

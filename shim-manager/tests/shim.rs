@@ -434,26 +434,8 @@ async fn assert_echo_run(fx: &Fixture, program: &Path) {
     assert!(marker.exists(), "the entrypoint ran");
 }
 
-// === tests ===
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shims_follow_routes_run_entrypoints_and_fence() {
-    let fx = Fixture::new();
-    std::fs::create_dir_all(&fx.bin).expect("bin");
-    std::fs::write(fx.shim("stale"), "#!/bin/false\n").expect("stale shim");
-    std::fs::write(fx.bin.join(".tutti-connector-stale.shim"), "x").expect("stale sidecar");
-    std::fs::write(fx.bin.join("someone-elses-tool"), "keep me").expect("unrelated");
-
-    let fake = FakeKernel::new();
-    fake.seed(route("demo", 1, true));
-    fake.seed(route("mcponly", 1, false));
-    fake.set_resolve("demo", fx.live(1));
-    let kernel = KernelHandle::start(&fx.state, fake.clone());
-    let mut manager = fx.start_manager(&libexec_dir());
-    fake.wait_connections(1).await;
-
-    // Snapshot: the cli connector's shim appears; stale ones go; others stay.
-    let shim = fx.shim("demo");
+/// Snapshot: the cli connector's shim appears; stale ones go; others stay.
+async fn assert_snapshot_published(fx: &Fixture, shim: &Path) {
     wait_until("shim published from the snapshot", WITHIN, || shim.exists()).await;
     wait_until("stale shims swept", WITHIN, || {
         !fx.shim("stale").exists() && !fx.bin.join(".tutti-connector-stale.shim").exists()
@@ -470,22 +452,21 @@ async fn shims_follow_routes_run_entrypoints_and_fence() {
         0o755
     );
     assert_eq!(
-        std::fs::metadata(&shim).expect("shim").permissions().mode() & 0o777,
+        std::fs::metadata(shim).expect("shim").permissions().mode() & 0o777,
         0o755
     );
-    let content = std::fs::read_to_string(&shim).expect("shim text");
+    let content = std::fs::read_to_string(shim).expect("shim text");
     let want = format!(
         "#!{} tutti-shim:v1:demo:{}\n",
         Path::new(env!("CARGO_BIN_EXE_tutti-shim")).display(),
         fx.state.display()
     );
     assert!(content.starts_with(&want), "{content:?} vs {want:?}");
+}
 
-    // Running it: args, stdin, stdout/stderr, exit code, env, cwd.
-    assert_echo_run(&fx, &shim).await;
-
-    // Exec: the shim's pid is the entrypoint's, and SIGTERM reaches it.
-    let mut child = Command::new(&shim)
+/// Exec: the shim's pid is the entrypoint's, and SIGTERM reaches it.
+async fn assert_exec_keeps_pid_and_signals(shim: &Path) {
+    let mut child = Command::new(shim)
         .env("FIXTURE_MODE", "wait")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -517,10 +498,17 @@ async fn shims_follow_routes_run_entrypoints_and_fence() {
     assert_eq!(after.as_deref(), Some("got SIGTERM"));
     let status = child.wait().await.expect("wait");
     assert_eq!(status.code(), Some(42));
+}
 
-    // Removal: the shim goes; a copy taken before runs nothing and exits 69.
-    let copy = fx.root.join("copy-of-shim");
-    std::fs::copy(&shim, &copy).expect("copy shim");
+/// Removal: the shim goes; a copy taken before runs nothing and exits 69.
+async fn assert_removal_fences_copies(
+    fx: &Fixture,
+    fake: &FakeKernel,
+    shim: &Path,
+    copy: &Path,
+    marker: &Path,
+) {
+    std::fs::copy(shim, copy).expect("copy shim");
     fake.set_resolve(
         "demo",
         ResolveShimReply {
@@ -531,11 +519,10 @@ async fn shims_follow_routes_run_entrypoints_and_fence() {
     );
     fake.removed("demo", 1);
     wait_until("shim removed", WITHIN, || !shim.exists()).await;
-    let marker = fx.root.join("marker-removed");
     let ran = run_shim(
-        &copy,
+        copy,
         &tricky_args(),
-        &[("FIXTURE_MARKER", &marker)],
+        &[("FIXTURE_MARKER", marker)],
         &fx.root,
         b"",
     )
@@ -547,8 +534,10 @@ async fn shims_follow_routes_run_entrypoints_and_fence() {
     );
     assert!(ran.stdout.is_empty());
     assert!(!marker.exists(), "the entrypoint must not run");
+}
 
-    // Generations: a removal for an older generation leaves a newer shim alone.
+/// Generations: a removal for an older generation leaves a newer shim alone.
+async fn assert_generations_order_removals(fx: &Fixture, fake: &FakeKernel, shim: &Path) {
     fake.set_resolve("demo", fx.live(3));
     fake.upsert(route("demo", 3, true));
     wait_until("shim republished for generation 3", WITHIN, || {
@@ -570,6 +559,36 @@ async fn shims_follow_routes_run_entrypoints_and_fence() {
         !shim.exists()
     })
     .await;
+}
+
+// === tests ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shims_follow_routes_run_entrypoints_and_fence() {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(&fx.bin).expect("bin");
+    std::fs::write(fx.shim("stale"), "#!/bin/false\n").expect("stale shim");
+    std::fs::write(fx.bin.join(".tutti-connector-stale.shim"), "x").expect("stale sidecar");
+    std::fs::write(fx.bin.join("someone-elses-tool"), "keep me").expect("unrelated");
+
+    let fake = FakeKernel::new();
+    fake.seed(route("demo", 1, true));
+    fake.seed(route("mcponly", 1, false));
+    fake.set_resolve("demo", fx.live(1));
+    let kernel = KernelHandle::start(&fx.state, fake.clone());
+    let mut manager = fx.start_manager(&libexec_dir());
+    fake.wait_connections(1).await;
+
+    let shim = fx.shim("demo");
+    assert_snapshot_published(&fx, &shim).await;
+    // Running it: args, stdin, stdout/stderr, exit code, env, cwd.
+    assert_echo_run(&fx, &shim).await;
+
+    assert_exec_keeps_pid_and_signals(&shim).await;
+    let copy = fx.root.join("copy-of-shim");
+    let marker = fx.root.join("marker-removed");
+    assert_removal_fences_copies(&fx, &fake, &shim, &copy, &marker).await;
+    assert_generations_order_removals(&fx, &fake, &shim).await;
 
     // Kernel gone: the shim says so and runs nothing.
     kernel.stop().await;

@@ -1,6 +1,6 @@
 //! The shared rules, end to end over the real binaries: the one sibling-binary rule
-//! (`tutti_proto::rules::sibling`) and the one worker environment
-//! (`tutti_proto::rules::child_env`) hold for every process that uses them.
+//! (`tutti_rules::sibling`) and the one worker environment
+//! (`tutti_rules::child_env`) hold for every process that uses them.
 #![cfg(unix)]
 
 use std::time::Duration;

@@ -30,9 +30,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tutti_proto::kernel::WorkerReportKind;
-use tutti_proto::rules::child_env::{WORKER_GENERATION, WORKER_KEY, WORKER_TOKEN};
 use tutti_proto::transport as ipc;
 use tutti_proto::worker::worker_server::WorkerServer;
+use tutti_rules::child_env::{WORKER_GENERATION, WORKER_KEY, WORKER_TOKEN};
 
 use crate::control::KernelLink;
 use crate::serve::{Event, FrameServer, Shared, WorkerService};
@@ -72,7 +72,7 @@ impl std::fmt::Debug for Config {
 
 impl Config {
     /// Reads `TUTTI_WORKER_KEY`, `TUTTI_WORKER_GENERATION` (decimal) and `TUTTI_WORKER_TOKEN`
-    /// (set by the kernel: `tutti_proto::rules::child_env::worker`).
+    /// (set by the kernel: `tutti_rules::child_env::worker`).
     pub fn from_env(state_dir: PathBuf) -> Result<Self, WorkerError> {
         Self::from_vars(state_dir, |name| std::env::var(name).ok())
     }

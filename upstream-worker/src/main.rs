@@ -82,7 +82,7 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
-    let Some(state_dir) = state_dir.or_else(tutti_proto::state_dir::from_env) else {
+    let Some(state_dir) = state_dir.or_else(tutti_rules::state_dir::from_env) else {
         tracing::error!("no state directory: pass --state-dir or set TUTTI_STATE_DIR");
         return ExitCode::FAILURE;
     };
@@ -118,7 +118,7 @@ fn main() -> ExitCode {
     runtime.spawn(kill_group_on_sigterm());
     // OpenTelemetry export, only with OTEL_EXPORTER_OTLP_* set (SPEC §14).
     #[cfg(feature = "otel")]
-    let telemetry = tutti_proto::telemetry::init("tutti-upstream-worker", "worker")
+    let telemetry = tutti_telemetry::init("tutti-upstream-worker", "worker")
         .map(|t| (t, runtime.spawn(t.exporting())));
     let outcome = runtime.block_on(run(config));
     #[cfg(feature = "otel")]
@@ -141,7 +141,7 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr (the kernel points it at `logs/connector-<key>.log`), with every secret
 /// value masked. Dependencies' events that carry codes, tokens or raw upstream messages are
-/// capped whatever `RUST_LOG` says (`tutti_proto::rules::log_filter`).
+/// capped whatever `RUST_LOG` says (`tutti_rules::log_filter`).
 ///
 /// `RUST_LOG` is read as `target=level` directives (`Targets`), not as a full `EnvFilter`:
 /// span and field filters are not needed here, and `EnvFilter` compiles its directives with
@@ -167,7 +167,7 @@ fn init_tracing() {
     // in the registry and a clone per spawned send.
     // TUTTI_LOG_FORMAT=json: one JSON object per line (the writer then masks secrets in
     // their JSON-escaped form too, and escapes hidden characters the JSON way).
-    let json = tutti_proto::rules::log_format::LogFormat::from_env().is_json();
+    let json = tutti_rules::log_format::LogFormat::from_env().is_json();
     let text = (!json).then(|| {
         tracing_subscriber::fmt::layer()
             .with_writer(RedactingStderr)
@@ -180,7 +180,7 @@ fn init_tracing() {
             .json()
     });
     tracing_subscriber::registry()
-        .with(tutti_proto::rules::log_filter::secret_free())
+        .with(tutti_rules::log_filter::secret_free())
         .with(filter)
         .with(text)
         .with(json)

@@ -1,5 +1,5 @@
 //! The worker's OpenTelemetry span per tools/call (SPEC §14, through
-//! `tutti_proto::telemetry`; on only with `OTEL_EXPORTER_OTLP_*`): a child of the frontend's
+//! `tutti_telemetry`; on only with `OTEL_EXPORTER_OTLP_*`): a child of the frontend's
 //! span named by the request's `_meta.traceparent`, and the upstream request's
 //! `_meta.traceparent` then names this span (same trace). With export off the `_meta` goes on
 //! unchanged. Attributes are names only (connector key, upstream tool name, outcome).
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rmcp::model::JsonObject;
 use tutti_proto::kernel::WorkerReportKind;
-use tutti_proto::telemetry::{self, opentelemetry, opentelemetry_sdk};
+use tutti_telemetry::{self as telemetry, opentelemetry, opentelemetry_sdk};
 
 use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};

@@ -332,10 +332,10 @@ mod imp {
 
     /// The upstream starts suspended: [`contain`] puts it in its job, then lets it run.
     pub(super) fn harden(cmd: &mut Command) {
-        cmd.creation_flags(tutti_proto::job::SUSPENDED);
+        cmd.creation_flags(tutti_os::job::SUSPENDED);
     }
 
-    pub(super) struct Containment(Option<tutti_proto::job::KillOnCloseJob>);
+    pub(super) struct Containment(Option<tutti_os::job::KillOnCloseJob>);
 
     impl Containment {
         pub(super) fn end_tree(&self) {
@@ -352,7 +352,7 @@ mod imp {
     /// job it still runs (the worker's job, held by the kernel, ends its tree with the
     /// worker); if it cannot be resumed its job ends it, and the handshake reports it gone.
     pub(super) fn contain(child: &Child) -> Containment {
-        let job = tutti_proto::job::KillOnCloseJob::new().and_then(|job| {
+        let job = tutti_os::job::KillOnCloseJob::new().and_then(|job| {
             job.assign(child)?;
             Ok(job)
         });
@@ -366,7 +366,7 @@ mod imp {
                 None
             }
         };
-        if let Err(e) = tutti_proto::job::resume(child) {
+        if let Err(e) = tutti_os::job::resume(child) {
             tracing::error!(error = %e, "cannot resume the upstream after putting it in its job");
             if let Some(job) = &job {
                 let _ = job.terminate(1);

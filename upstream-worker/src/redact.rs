@@ -1,7 +1,7 @@
 //! Secret redaction for everything the worker writes to its log (its stderr, which the kernel
 //! points at `logs/connector-<key>.log`): upstream stderr, garbage stdout lines, error messages.
 //!
-//! The masking rule itself is shared with the kernel (`tutti_proto::redact`). A process-wide
+//! The masking rule itself is shared with the kernel (`tutti_rules::redact`). A process-wide
 //! instance ([`install_for_log`], then every OAuth access token the worker receives,
 //! [`learn`]) also backs the tracing writer ([`RedactingStderr`]), so even a message we did
 //! not anticipate is redacted once the kernel has told us what to hide, and
@@ -13,7 +13,7 @@ use std::io::{self, Write};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use tracing_subscriber::fmt::MakeWriter;
-pub(crate) use tutti_proto::redact::{Redactor, escape_hidden, trim_line_end, truncate_chars};
+pub(crate) use tutti_rules::redact::{Redactor, escape_hidden, trim_line_end, truncate_chars};
 
 /// `value` with every secret value in its strings (and member names) replaced by `***`.
 pub(crate) fn redact_json(redactor: &Redactor, value: serde_json::Value) -> serde_json::Value {
@@ -72,7 +72,7 @@ static CURRENT: RwLock<Option<Arc<Redactor>>> = RwLock::new(None);
 
 /// Whether this process logs JSON lines (`TUTTI_LOG_FORMAT=json`), read once.
 pub(crate) fn json_logs() -> bool {
-    *JSON_LOGS.get_or_init(|| tutti_proto::rules::log_format::LogFormat::from_env().is_json())
+    *JSON_LOGS.get_or_init(|| tutti_rules::log_format::LogFormat::from_env().is_json())
 }
 
 /// Sets the values the kernel listed in `LaunchSpec.redact` (one worker process serves one
@@ -86,7 +86,7 @@ pub(crate) fn install_for_log(values: &[String]) {
 /// Adds a token received from the kernel (an OAuth access token, first or renewed) to the
 /// process-wide redactor; called before the token is used.
 pub(crate) fn learn(token: &str) {
-    if token.len() < tutti_proto::redact::MIN_SECRET {
+    if token.len() < tutti_rules::redact::MIN_SECRET {
         return;
     }
     let mut known = KNOWN.lock().unwrap_or_else(PoisonError::into_inner);
@@ -115,7 +115,7 @@ pub(crate) fn current() -> Arc<Redactor> {
 fn rebuild(known: &Known) {
     let values: Vec<String> = known.listed.iter().chain(&known.learned).cloned().collect();
     let extra = if json_logs() {
-        tutti_proto::redact::json_forms(&values)
+        tutti_rules::redact::json_forms(&values)
     } else {
         Vec::new()
     };
@@ -152,7 +152,7 @@ impl Write for RedactingWriter {
             true => text,
         };
         let shown = if json_logs() {
-            tutti_proto::redact::escape_hidden_json(&text, &['\n'])
+            tutti_rules::redact::escape_hidden_json(&text, &['\n'])
         } else {
             escape_hidden(&text, &['\n', '\t'])
         };

@@ -171,6 +171,14 @@ fn confirmation(plan: &InstallPlan, verb: Verb) -> String {
     if !plan.sha256.is_empty() {
         out.push_str(&format!("  sha256: {}\n", visible(&plan.sha256)));
     }
+    push_launch(&mut out, plan);
+    push_secrets_and_grants(&mut out, plan);
+    push_verb(&mut out, plan, verb);
+    out
+}
+
+/// What the connector runs: its command line and environment, or its URL and login.
+fn push_launch(out: &mut String, plan: &InstallPlan) {
     match plan.transport.as_str() {
         "stdio" => {
             out.push_str(&format!("  runs: {}\n", shell_join(&plan.argv)));
@@ -194,6 +202,10 @@ fn confirmation(plan: &InstallPlan, verb: Verb) -> String {
         }
         _ => {}
     }
+}
+
+/// The secrets it needs and what it is allowed beyond the plain run.
+fn push_secrets_and_grants(out: &mut String, plan: &InstallPlan) {
     if plan.secret_names.is_empty() {
         out.push_str("  secrets: none\n");
     } else {
@@ -234,6 +246,10 @@ fn confirmation(plan: &InstallPlan, verb: Verb) -> String {
             visible(&one_line(finding, 512))
         ));
     }
+}
+
+/// What confirming does: probe, reinstall or upgrade.
+fn push_verb(out: &mut String, plan: &InstallPlan, verb: Verb) {
     if verb == Verb::Probe {
         out.push_str("  probe: runs it once to list its tools, installs nothing\n");
     } else if plan.same_release {
@@ -244,7 +260,6 @@ fn confirmation(plan: &InstallPlan, verb: Verb) -> String {
             visible(&plan.upgrades_version)
         ));
     }
-    out
 }
 
 /// What a confirmation is for: installing a release, or probing a release directory (which

@@ -174,9 +174,9 @@ fn permissions(state_dir: &Path) -> Check {
         let me = nix::unistd::getuid().as_raw();
         let dirs = [
             (state_dir.to_path_buf(), 0o022),
-            (state_dir.join("run"), 0o077),
-            (state_dir.join("secrets"), 0o077),
-            (state_dir.join("logs"), 0o077),
+            (tutti_rules::state_dir::layout::run(state_dir), 0o077),
+            (tutti_rules::state_dir::layout::secrets(state_dir), 0o077),
+            (tutti_rules::state_dir::layout::logs(state_dir), 0o077),
         ];
         for (dir, forbidden) in dirs {
             let Ok(meta) = std::fs::symlink_metadata(&dir) else {
@@ -236,7 +236,7 @@ fn socket_length(state_dir: &Path) -> Check {
             Level::Fail,
             format!(
                 "sockets under {} need {longest} bytes, over the system's limit of {SOCKET_PATH_MAX}",
-                state_dir.join("run").display()
+                tutti_rules::state_dir::layout::run(state_dir).display()
             ),
         )
         .fix(format!(
@@ -254,7 +254,7 @@ fn socket_length(state_dir: &Path) -> Check {
 /// Agents find the `tutti-connector-<key>` shims through PATH.
 fn bin_on_path(state_dir: &Path, env: &Env) -> Check {
     const NAME: &str = "bin dir on PATH";
-    let bin = state_dir.join("bin");
+    let bin = tutti_rules::state_dir::layout::bin(state_dir);
     let same = |p: &Path| {
         p == bin || matches!((p.canonicalize(), bin.canonicalize()), (Ok(a), Ok(b)) if a == b)
     };
@@ -415,10 +415,11 @@ fn agent_configs(env: &Env, live: Option<&str>) -> Vec<Check> {
 /// `registry.json`) must still be there.
 fn launch_commands(state_dir: &Path, env: &Env) -> Vec<Check> {
     const NAME: &str = "launch commands";
-    let registry: Value = std::fs::read_to_string(state_dir.join("registry.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
+    let registry: Value =
+        std::fs::read_to_string(tutti_rules::state_dir::layout::registry(state_dir))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null);
     let mut checks = Vec::new();
     let mut present = 0;
     for (key, c) in registry["connectors"].as_object().into_iter().flatten() {
@@ -476,7 +477,7 @@ fn clock(state_dir: &Path) -> Check {
     let now = SystemTime::now();
     let written = [
         std::env::current_exe().ok(),
-        Some(state_dir.join("registry.json")),
+        Some(tutti_rules::state_dir::layout::registry(state_dir)),
     ];
     let newest = written
         .into_iter()

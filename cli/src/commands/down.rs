@@ -14,10 +14,10 @@ use crate::output;
 
 /// How long `down` waits: the kernel's own bound for a graceful stop (calls in flight drain
 /// for up to 10 s), plus a margin.
-const WAIT: Duration = tutti_proto::rules::timing::KERNEL_STOP_BOUND;
+const WAIT: Duration = tutti_rules::timing::KERNEL_STOP_BOUND;
 
 pub(crate) fn run(state_dir: &Path) -> Result<ExitCode, CliError> {
-    let lock = state_dir.join("run").join("kernel.lock");
+    let lock = tutti_rules::state_dir::layout::kernel_lock(state_dir);
     let Some(pid) = running_kernel(&lock) else {
         output::note(&format!(
             "tutti is not running for state dir {}; nothing to stop",

@@ -79,20 +79,7 @@ pub(crate) async fn run(
         .into_inner();
     tutti_oauth::check_authorization_url(&begun.authorization_url)
         .map_err(|e| login_error(key, e.to_string()))?;
-    let page = (!no_browser)
-        .then(|| crate::browser::open(state_dir, &begun.authorization_url))
-        .and_then(|opened| {
-            opened
-                .map_err(|reason| eprintln!("tutti: cannot open a browser ({reason})"))
-                .ok()
-        });
-    if page.is_none() {
-        eprintln!("open this URL in a browser to log in to {key}:");
-        // To the person's terminal only: the state in it is on no command line.
-        eprintln!("{}", begun.authorization_url);
-    } else {
-        eprintln!("opened the login page of {key} in your browser");
-    }
+    let page = show_login_page(state_dir, key, &begun.authorization_url, no_browser);
     eprintln!("waiting for the login on 127.0.0.1:{port} (at most 5 minutes; Ctrl-C cancels)");
     let callback = tokio::select! {
         got = tokio::time::timeout(LOGIN_BOUND, callback(&listener, &begun.state)) => match got {
@@ -118,6 +105,41 @@ pub(crate) async fn run(
         .map_err(|s| kernel.error(s))?;
     eprintln!("waiting for {key} to start");
     let (status, account) = settled_status(kernel, key).await?;
+    report_connected(key, &status, &account, json)
+}
+
+/// Opens the login page in a browser (unless `--no-browser` or none opens), else prints its
+/// URL; the page is kept open until the login is received.
+fn show_login_page(
+    state_dir: &Path,
+    key: &str,
+    url: &str,
+    no_browser: bool,
+) -> Option<crate::browser::Opened> {
+    let page = (!no_browser)
+        .then(|| crate::browser::open(state_dir, url))
+        .and_then(|opened| {
+            opened
+                .map_err(|reason| eprintln!("tutti: cannot open a browser ({reason})"))
+                .ok()
+        });
+    if page.is_none() {
+        eprintln!("open this URL in a browser to log in to {key}:");
+        // To the person's terminal only: the state in it is on no command line.
+        eprintln!("{url}");
+    } else {
+        eprintln!("opened the login page of {key} in your browser");
+    }
+    page
+}
+
+/// The connected line (or the contract's JSON) and the exit code: success once ready.
+fn report_connected(
+    key: &str,
+    status: &str,
+    account: &str,
+    json: bool,
+) -> Result<ExitCode, CliError> {
     let line = if json {
         // The contract's `{"key","status"}`; the account goes with the progress lines.
         if !account.is_empty() {

@@ -98,13 +98,13 @@ fn missing(path: &Path, key: Option<&str>, e: std::io::Error) -> CliError {
 
 /// `logs/kernel.log`, or `logs/connector-<key>.log` for a well-formed key.
 fn log_path(state_dir: &Path, key: Option<&str>) -> Result<PathBuf, CliError> {
-    let logs = state_dir.join("logs");
+    use tutti_rules::state_dir::layout;
     match key {
-        None => Ok(logs.join("kernel.log")),
-        Some(k) if tutti_proto::key::is_valid(k) => Ok(logs.join(format!("connector-{k}.log"))),
+        None => Ok(layout::kernel_log(state_dir)),
+        Some(k) if tutti_proto::key::is_valid(k) => Ok(layout::connector_log(state_dir, k)),
         Some(k) => Err(CliError::NoConnectorLog {
             key: k.to_owned(),
-            dir: logs,
+            dir: layout::logs(state_dir),
         }),
     }
 }

@@ -31,82 +31,92 @@ pub(crate) fn install(state_dir: &Path, args: ServiceInstallArgs) -> Result<Exit
     }
     let paths = service_paths(state_dir)?;
     match platform {
-        Platform::Linux => {
-            let unit = render_systemd_unit(&paths, args.user);
-            if args.print {
-                emit(&unit)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let path = systemd_unit_path(args.user, &env)?;
-            write_definition(&path, &unit)?;
-            emit(&format!("wrote {}\n", path.display()))?;
-            let commands = systemd_enable_commands(args.user);
-            if args.enable {
-                for c in &commands {
-                    run_tool("systemctl", c)?;
-                }
-                emit(&format!("enabled and started {SERVICE_NAME}\n"))?;
-            } else {
-                let lines: Vec<String> = commands
-                    .iter()
-                    .map(|c| format!("systemctl {}", shell_join(c)))
-                    .collect();
-                emit(&format!("enable it with: {}\n", lines.join(" && ")))?;
-            }
+        Platform::Linux => install_systemd(&paths, &args),
+        Platform::Macos => install_launchd(&paths, &args),
+        Platform::Windows => install_windows(&paths, &args),
+    }
+}
+
+/// A systemd unit, system-wide or `--user`; `--enable` enables and starts it.
+fn install_systemd(paths: &ServicePaths, args: &ServiceInstallArgs) -> Result<ExitCode, CliError> {
+    let unit = render_systemd_unit(paths, args.user);
+    if args.print {
+        emit(&unit)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let path = systemd_unit_path(args.user, &env)?;
+    write_definition(&path, &unit)?;
+    emit(&format!("wrote {}\n", path.display()))?;
+    let commands = systemd_enable_commands(args.user);
+    if args.enable {
+        for c in &commands {
+            run_tool("systemctl", c)?;
         }
-        Platform::Macos => {
-            if args.user {
-                // A launchd agent is always per user; accept --user as a no-op.
-                tracing::debug!("--user is implied for launchd agents");
-            }
-            let plist = render_launchd_plist(&paths);
-            if args.print {
-                emit(&plist)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let path = launchd_plist_path(&env)?;
-            // launchd opens the log files but does not create their directory.
-            let logs = Path::new(&paths.state_dir).join("logs");
-            std::fs::create_dir_all(&logs)
-                .map_err(|e| CliError::io("create directory", &logs, e))?;
-            write_definition(&path, &plist)?;
-            emit(&format!("wrote {}\n", path.display()))?;
-            let bootstrap = launchctl_bootstrap_args(&path)?;
-            if args.enable {
-                run_tool("launchctl", &bootstrap)?;
-                emit(&format!("loaded {LAUNCHD_LABEL}\n"))?;
-            } else {
-                emit(&format!(
-                    "enable it with: launchctl bootstrap gui/$UID {}\n",
-                    shell_join(&[path.display().to_string()])
-                ))?;
-            }
-        }
-        Platform::Windows => {
-            if args.user {
-                return Err(CliError::UserScopeUnsupported {
-                    what: "Windows services",
-                });
-            }
-            let grant = installing_user_sid(args.print)?;
-            let create = service::windows_create_args(&paths, grant.as_deref());
-            if args.print {
-                emit(&format!("{}\n", service::windows_command_line(&create)))?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            run_tool("sc.exe", &create)?;
-            emit(&format!("registered the Windows service {SERVICE_NAME}\n"))?;
-            let start = vec!["start".to_owned(), SERVICE_NAME.to_owned()];
-            if args.enable {
-                run_tool("sc.exe", &start)?;
-                emit(&format!("started {SERVICE_NAME}\n"))?;
-            } else {
-                emit(&format!(
-                    "start it with: {}\n",
-                    service::windows_command_line(&start)
-                ))?;
-            }
-        }
+        emit(&format!("enabled and started {SERVICE_NAME}\n"))?;
+    } else {
+        let lines: Vec<String> = commands
+            .iter()
+            .map(|c| format!("systemctl {}", shell_join(c)))
+            .collect();
+        emit(&format!("enable it with: {}\n", lines.join(" && ")))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A launchd agent of the user; `--enable` bootstraps it.
+fn install_launchd(paths: &ServicePaths, args: &ServiceInstallArgs) -> Result<ExitCode, CliError> {
+    if args.user {
+        // A launchd agent is always per user; accept --user as a no-op.
+        tracing::debug!("--user is implied for launchd agents");
+    }
+    let plist = render_launchd_plist(paths);
+    if args.print {
+        emit(&plist)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let path = launchd_plist_path(&env)?;
+    // launchd opens the log files but does not create their directory.
+    let logs = tutti_rules::state_dir::layout::logs(Path::new(&paths.state_dir));
+    std::fs::create_dir_all(&logs).map_err(|e| CliError::io("create directory", &logs, e))?;
+    write_definition(&path, &plist)?;
+    emit(&format!("wrote {}\n", path.display()))?;
+    let bootstrap = launchctl_bootstrap_args(&path)?;
+    if args.enable {
+        run_tool("launchctl", &bootstrap)?;
+        emit(&format!("loaded {LAUNCHD_LABEL}\n"))?;
+    } else {
+        emit(&format!(
+            "enable it with: launchctl bootstrap gui/$UID {}\n",
+            shell_join(&[path.display().to_string()])
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A Windows service (no per-user scope); `--enable` starts it.
+fn install_windows(paths: &ServicePaths, args: &ServiceInstallArgs) -> Result<ExitCode, CliError> {
+    if args.user {
+        return Err(CliError::UserScopeUnsupported {
+            what: "Windows services",
+        });
+    }
+    let grant = installing_user_sid(args.print)?;
+    let create = service::windows_create_args(paths, grant.as_deref());
+    if args.print {
+        emit(&format!("{}\n", service::windows_command_line(&create)))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    run_tool("sc.exe", &create)?;
+    emit(&format!("registered the Windows service {SERVICE_NAME}\n"))?;
+    let start = vec!["start".to_owned(), SERVICE_NAME.to_owned()];
+    if args.enable {
+        run_tool("sc.exe", &start)?;
+        emit(&format!("started {SERVICE_NAME}\n"))?;
+    } else {
+        emit(&format!(
+            "start it with: {}\n",
+            service::windows_command_line(&start)
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -132,7 +142,7 @@ fn installing_user_sid(print: bool) -> Result<Option<String>, CliError> {
 
 fn service_paths(state_dir: &Path) -> Result<ServicePaths, CliError> {
     let kernel = super::up::locate_kernel(
-        std::env::var_os(tutti_proto::rules::sibling::LIBEXEC_ENV),
+        std::env::var_os(tutti_rules::sibling::LIBEXEC_ENV),
         std::env::current_exe().ok(),
     )?;
     let kernel = std::path::absolute(&kernel).map_err(|e| CliError::io("resolve", &kernel, e))?;

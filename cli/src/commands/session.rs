@@ -337,6 +337,24 @@ mod tests {
         assert!(matches!(acp_gate_file(dir.path()), AcpGate::Refuse(_)));
     }
 
+    /// `tutti session issue w s` in `format`, with the given `--acp-initialize` and `--codex-home`.
+    fn issue_args(
+        format: Format,
+        acp_initialize: Option<std::path::PathBuf>,
+        codex_home: Option<std::path::PathBuf>,
+    ) -> IssueArgs {
+        IssueArgs {
+            workspace: "w".into(),
+            session: "s".into(),
+            format,
+            tools: crate::args::ToolsArg::All,
+            confirm: None,
+            acp_initialize,
+            codex_home,
+            json: false,
+        }
+    }
+
     /// The ACP refusal and the flag checks never reach the kernel: with no kernel running,
     /// they still succeed (or fail with their own message, not "no kernel").
     #[tokio::test]
@@ -348,65 +366,33 @@ mod tests {
             r#"{"agentCapabilities":{"mcpCapabilities":{"http":false}}}"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let args = IssueArgs {
-            workspace: "w".into(),
-            session: "s".into(),
-            format: Format::Acp,
-            tools: crate::args::ToolsArg::All,
-            confirm: None,
-            acp_initialize: Some(no.clone()),
-            codex_home: None,
-            json: false,
-        };
-        let got = issue(dir.path(), args).await;
+        let got = issue(dir.path(), issue_args(Format::Acp, Some(no.clone()), None)).await;
         assert!(
             matches!(got, Ok(code) if code == ExitCode::SUCCESS),
             "{got:?}"
         );
         // An unreadable file is a refusal too, not an error.
-        let args = IssueArgs {
-            workspace: "w".into(),
-            session: "s".into(),
-            format: Format::Acp,
-            tools: crate::args::ToolsArg::All,
-            confirm: None,
-            acp_initialize: Some(dir.path().join("missing.json")),
-            codex_home: None,
-            json: false,
-        };
-        let got = issue(dir.path(), args).await;
+        let got = issue(
+            dir.path(),
+            issue_args(Format::Acp, Some(dir.path().join("missing.json")), None),
+        )
+        .await;
         assert!(
             matches!(got, Ok(code) if code == ExitCode::SUCCESS),
             "{got:?}"
         );
 
-        let args = IssueArgs {
-            workspace: "w".into(),
-            session: "s".into(),
-            format: Format::Runtime,
-            tools: crate::args::ToolsArg::All,
-            confirm: None,
-            acp_initialize: Some(no),
-            codex_home: None,
-            json: false,
-        };
-        let got = issue(dir.path(), args).await;
+        let got = issue(dir.path(), issue_args(Format::Runtime, Some(no), None)).await;
         assert!(
             matches!(got, Err(CliError::FlagNotForFormat { .. })),
             "{got:?}"
         );
 
-        let args = IssueArgs {
-            workspace: "w".into(),
-            session: "s".into(),
-            format: Format::Claude,
-            tools: crate::args::ToolsArg::All,
-            confirm: None,
-            acp_initialize: None,
-            codex_home: Some(dir.path().to_path_buf()),
-            json: false,
-        };
-        let got = issue(dir.path(), args).await;
+        let got = issue(
+            dir.path(),
+            issue_args(Format::Claude, None, Some(dir.path().to_path_buf())),
+        )
+        .await;
         assert!(
             matches!(got, Err(CliError::FlagNotForFormat { .. })),
             "{got:?}"
@@ -419,17 +405,7 @@ mod tests {
             r#"{"agentCapabilities":{"mcpCapabilities":{"http":true}}}"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let args = IssueArgs {
-            workspace: "w".into(),
-            session: "s".into(),
-            format: Format::Acp,
-            tools: crate::args::ToolsArg::All,
-            confirm: None,
-            acp_initialize: Some(yes),
-            codex_home: None,
-            json: false,
-        };
-        let got = issue(dir.path(), args).await;
+        let got = issue(dir.path(), issue_args(Format::Acp, Some(yes), None)).await;
         assert!(matches!(got, Err(CliError::NoKernel { .. })), "{got:?}");
     }
 }

@@ -312,39 +312,7 @@ fn render_table_with(reply: &StatusReply, state_dir: &Path, spark: bool) -> Stri
         out.push_str("no connectors installed (add one with `tutti connector install DIR`)\n");
         return out;
     }
-    let rows: Vec<Vec<String>> = sorted(reply)
-        .into_iter()
-        .map(|c| {
-            vec![
-                c.key.clone(),
-                c.version.clone(),
-                if c.generation == 0 {
-                    "-".to_owned()
-                } else {
-                    c.generation.to_string()
-                },
-                status_cell(c),
-                c.tool_count.to_string(),
-                c.restarts.to_string(),
-                format!("{}/{}/{}", c.risk_low, c.risk_medium, c.risk_high),
-                calls_cell(c),
-                latency_cell(
-                    c.call_figures.as_ref().map_or(0, |f| f.calls),
-                    c.call_figures.as_ref().map_or(0, |f| f.p50_us),
-                ),
-                latency_cell(
-                    c.call_figures.as_ref().map_or(0, |f| f.calls),
-                    c.call_figures.as_ref().map_or(0, |f| f.p99_us),
-                ),
-                if c.last_error.is_empty() {
-                    "-".to_owned()
-                } else {
-                    // The last column runs on: the end of an error is often its fix.
-                    one_line(&c.last_error, 600)
-                },
-            ]
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = sorted(reply).into_iter().map(table_row).collect();
     out.push_str(&table(
         &[
             "KEY",
@@ -377,6 +345,38 @@ fn render_table_with(reply: &StatusReply, state_dir: &Path, spark: bool) -> Stri
     }
     out.push_str(&render_clashes(reply));
     out
+}
+
+/// One connector's row of the status table, in the order of the header.
+fn table_row(c: &ConnectorStatus) -> Vec<String> {
+    vec![
+        c.key.clone(),
+        c.version.clone(),
+        if c.generation == 0 {
+            "-".to_owned()
+        } else {
+            c.generation.to_string()
+        },
+        status_cell(c),
+        c.tool_count.to_string(),
+        c.restarts.to_string(),
+        format!("{}/{}/{}", c.risk_low, c.risk_medium, c.risk_high),
+        calls_cell(c),
+        latency_cell(
+            c.call_figures.as_ref().map_or(0, |f| f.calls),
+            c.call_figures.as_ref().map_or(0, |f| f.p50_us),
+        ),
+        latency_cell(
+            c.call_figures.as_ref().map_or(0, |f| f.calls),
+            c.call_figures.as_ref().map_or(0, |f| f.p99_us),
+        ),
+        if c.last_error.is_empty() {
+            "-".to_owned()
+        } else {
+            // The last column runs on: the end of an error is often its fix.
+            one_line(&c.last_error, 600)
+        },
+    ]
 }
 
 /// One line per resource URI (or template) that several connectors claim.

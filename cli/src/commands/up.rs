@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tutti_proto::rules::sibling::{LIBEXEC_ENV, Libexec};
+use tutti_rules::sibling::{LIBEXEC_ENV, Libexec};
 
 use crate::error::CliError;
 

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
-use tutti_proto::rules::loopback;
+use tutti_rules::loopback;
 
 /// What every handler shares (here, beside the access tables it holds, so that every
 /// module of the console depends on this one and none on the console's root).

@@ -69,7 +69,7 @@ pub(crate) async fn events(
     Query(filter): Query<Filter>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::channel(256);
-    let path = c.state_dir.join("logs").join("audit.jsonl");
+    let path = tutti_rules::state_dir::layout::audit_log(&c.state_dir);
     tokio::spawn(tail(path, filter, tx));
     Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default())
 }

@@ -160,7 +160,7 @@ pub(crate) async fn confirm_approve(
 /// masks them once more with the kernel's values, [`LogMask`]).
 fn log_tail(state_dir: &std::path::Path, key: &str) -> String {
     use std::io::{Read, Seek, SeekFrom};
-    let path = state_dir.join("logs").join(format!("connector-{key}.log"));
+    let path = tutti_rules::state_dir::layout::connector_log(state_dir, key);
     let Ok(mut file) = std::fs::File::open(&path) else {
         return "(no log yet)".into();
     };

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tonic::Status;
 use tutti_oauth::{ClientSettings, Grant, OAuthError};
 use tutti_proto::kernel as pb;
-use tutti_proto::rules::token_refresh::refresh_margin_ms;
+use tutti_rules::token_refresh::refresh_margin_ms;
 
 use crate::audit::Event;
 use crate::connect::oauth_record::{LOGIN, Record, oauth_of, record};

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use tutti_proto::rules::atomic_file;
+use tutti_rules::atomic_file;
 
 /// Regular files of the release, sorted, relative. Symlinks and special files are refused
 /// so the copy is exactly what was hashed.
@@ -234,7 +234,7 @@ pub fn files_under(listed: &[PathBuf], dir: &Path) -> Vec<String> {
     listed
         .iter()
         .filter_map(|f| f.strip_prefix(&dir).ok())
-        .map(tutti_proto::rules::release_path::slashed)
+        .map(tutti_rules::release_path::slashed)
         .filter(|rel| !rel.is_empty())
         .collect()
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// How long a revocation waits for the caches to confirm before the holder is stopped.
-pub const ACK_TIMEOUT: Duration = tutti_proto::rules::timing::REVOCATION_ACK;
+pub const ACK_TIMEOUT: Duration = tutti_rules::timing::REVOCATION_ACK;
 
 /// Live caching watchers: watcher id → (highest revision it has confirmed, registration).
 pub struct SessionCaches {

@@ -155,8 +155,8 @@ pub fn scan_text(file: &str, text: &str) -> Vec<String> {
 
 /// `text` cut to [`QUOTE_CHARS`] with its hidden characters written out, for a finding.
 fn quoted(text: &str) -> String {
-    let cut = tutti_proto::redact::truncate_chars(text, QUOTE_CHARS);
-    tutti_proto::redact::escape_hidden(&cut, &[]).into_owned()
+    let cut = tutti_rules::redact::truncate_chars(text, QUOTE_CHARS);
+    tutti_rules::redact::escape_hidden(&cut, &[]).into_owned()
 }
 
 /// The line (from 1) of the byte offset `at` of `text`.
@@ -294,7 +294,7 @@ fn control_name(c: char) -> Option<&'static str> {
 /// A character that is not seen: a control or format character, a tag character, a
 /// variation selector.
 fn hidden(c: char) -> bool {
-    tutti_proto::redact::is_hidden(c) || is_tag(c) || variation_byte(c).is_some()
+    tutti_rules::redact::is_hidden(c) || is_tag(c) || variation_byte(c).is_some()
 }
 
 /// One word of the text as the phrase scan compares it, with the line it is on.

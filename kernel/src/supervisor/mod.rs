@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
-use tutti_proto::rules::{child_env, timing};
 use tutti_proto::transport;
 use tutti_proto::worker as wpb;
+use tutti_rules::{child_env, timing};
 
 use crate::lifecycle::{self, Effect, Facts, Input, Msg, View};
 use crate::state::{ConnState, Inner, Kernel, LiveRelease, Pending, lock, sha256, unix_ms};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tonic::Status;
 use tutti_proto::kernel as pb;
-use tutti_proto::rules::child_env;
+use tutti_rules::child_env;
 
 use crate::naming::local_name;
 use crate::release::manifest::{self, Manifest};

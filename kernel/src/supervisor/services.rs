@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
-use tutti_proto::rules::{child_env, timing};
+use tutti_rules::{child_env, timing};
 
 use crate::state::{Kernel, lock};
 use crate::supervisor::restart::{Decision, RestartPolicy, RestartTracker};

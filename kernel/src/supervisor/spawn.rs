@@ -249,7 +249,7 @@ mod imp {
     use std::path::PathBuf;
     use std::sync::Mutex;
 
-    use tutti_proto::job::{self, KillOnCloseJob};
+    use tutti_os::job::{self, KillOnCloseJob};
 
     /// Default `PATHEXT` when the variable is unset.
     const DEFAULT_PATHEXT: &str = ".COM;.EXE;.BAT;.CMD";

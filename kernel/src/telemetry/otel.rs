@@ -1,5 +1,5 @@
 //! The kernel's OpenTelemetry metrics (SPEC §14: restarts, fences, commits, open circuits,
-//! live sessions, audit drops), through `tutti_proto::telemetry` (metrics only; on only with
+//! live sessions, audit drops), through `tutti_telemetry` (metrics only; on only with
 //! `OTEL_EXPORTER_OTLP_*`, else every function here is a no-op and nothing is built).
 //!
 //! - `tutti.worker.restarts` (counter, by connector): worker exits the kernel restarted after,
@@ -22,7 +22,7 @@
 
 use std::sync::{Arc, OnceLock, Weak};
 
-use tutti_proto::telemetry::{self, opentelemetry};
+use tutti_telemetry::{self as telemetry, opentelemetry};
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableCounter, ObservableGauge};
@@ -42,7 +42,7 @@ type Observed = (
 
 static OBSERVED: OnceLock<Observed> = OnceLock::new();
 
-/// The export loop on the kernel's runtime, with export on (see `tutti_proto::telemetry`).
+/// The export loop on the kernel's runtime, with export on (see `tutti_telemetry`).
 pub struct Export(Option<tokio::task::JoinHandle<()>>);
 
 /// The last export as the kernel stops, bounded by `telemetry::SHUTDOWN_BUDGET`.

@@ -5,8 +5,8 @@
 
 use std::sync::OnceLock;
 
-use tutti_proto::telemetry::opentelemetry::KeyValue;
-use tutti_proto::telemetry::opentelemetry::metrics::{Counter, Meter};
+use tutti_telemetry::opentelemetry::KeyValue;
+use tutti_telemetry::opentelemetry::metrics::{Counter, Meter};
 
 /// The attribute naming a connector (the same as the frontend's and the worker's).
 pub const CONNECTOR: &str = "tutti.connector";

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_proto::redact::escape_hidden;
+use tutti_rules::redact::escape_hidden;
 
 use crate::app::App;
 use crate::backend::Identity;
@@ -118,7 +118,7 @@ fn masked(value: &Value) -> Value {
             map.iter()
                 .map(|(k, v)| {
                     let v = if secret_key(k) {
-                        json!(tutti_proto::redact::MASK)
+                        json!(tutti_rules::redact::MASK)
                     } else {
                         masked(v)
                     };
@@ -142,7 +142,7 @@ fn shown_arguments(arguments: Option<&Value>) -> String {
     let mut out = String::from("Arguments:");
     for (key, value) in map.iter().take(MAX_ARGUMENTS) {
         let value = if secret_key(key) {
-            tutti_proto::redact::MASK.to_owned()
+            tutti_rules::redact::MASK.to_owned()
         } else {
             shown_value(&masked(value))
         };
@@ -156,7 +156,7 @@ fn shown_arguments(arguments: Option<&Value>) -> String {
 
 fn shown_value(value: &Value) -> String {
     let text = value.to_string();
-    let cut = tutti_proto::redact::truncate_chars(&text, MAX_VALUE_CHARS);
+    let cut = tutti_rules::redact::truncate_chars(&text, MAX_VALUE_CHARS);
     escape_hidden(&cut, &[]).into_owned()
 }
 

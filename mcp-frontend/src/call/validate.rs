@@ -17,7 +17,7 @@ use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{JsonType, ValidationError, Validator};
 use serde_json::Value;
 use tokio::sync::Semaphore;
-use tutti_proto::rules::{mcp_header, schema_pattern};
+use tutti_rules::{mcp_header, schema_pattern};
 
 /// At most this many lines in one `invalid_arguments` text.
 const MAX_ERROR_LINES: usize = 10;
@@ -81,7 +81,7 @@ impl Checks {
         {
             self.unreleased.store(0, Ordering::Relaxed);
             drop(tokio::task::spawn_blocking(
-                tutti_proto::memory::release_free_memory,
+                tutti_os::memory::release_free_memory,
             ));
         }
     }
@@ -400,7 +400,7 @@ fn describe_build_error(error: &ValidationError<'_>) -> String {
 
 /// The JSON type an `x-mcp-header` parameter declares (no or another `type`: compared by
 /// its JSON text).
-pub(crate) use tutti_proto::rules::mcp_header::ParamKind;
+pub(crate) use tutti_rules::mcp_header::ParamKind;
 
 /// One `Mcp-Param-<name>` header a tool's schema declares with `x-mcp-header`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tutti_proto::kernel::{ConnectorRoute, RouteEvent, route_event};
-use tutti_proto::rules::release_path::slashed;
+use tutti_rules::release_path::slashed;
 
 use crate::rpc::{INTERNAL_ERROR, INVALID_PARAMS, RpcError};
 

@@ -255,7 +255,7 @@ fn check_param_headers(
     let arguments = params.and_then(|p| p.get("arguments"));
     for param in &tool.param_headers {
         // The display name is only built for an error (this loop runs on every call).
-        let display = || tutti_proto::rules::mcp_header::display_name(&param.name);
+        let display = || tutti_rules::mcp_header::display_name(&param.name);
         let body = headers::argument_at(arguments, &param.path);
         let problem = match (headers::decoded(&ctx.headers, &param.header), body) {
             (Err(HeaderProblem::Missing), None) => None,

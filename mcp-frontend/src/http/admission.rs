@@ -9,7 +9,7 @@
 //!
 //! A proven connection (an agent's keep-alive connection) holds its slot only while it is open.
 //! When a flood of connections has ended, the memory it used is given back to the system
-//! ([`tutti_proto::memory::release_free_memory`]).
+//! ([`tutti_os::memory::release_free_memory`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -129,7 +129,7 @@ impl Drop for Slot {
             tracing::debug!("a flood of connections ended; releasing free memory");
             // Trimming walks the heap: off the frontend's one thread.
             drop(tokio::task::spawn_blocking(
-                tutti_proto::memory::release_free_memory,
+                tutti_os::memory::release_free_memory,
             ));
         }
     }

@@ -10,9 +10,9 @@ use serde_json::Value;
 use crate::call::validate::{ParamHeader, ParamKind};
 
 /// `host[:port]` names one of the loopback hosts we answer for (the rule is shared with the
-/// console: `tutti_proto::rules::loopback`).
+/// console: `tutti_rules::loopback`).
 pub(crate) fn is_loopback_authority(authority: &str) -> bool {
-    tutti_proto::rules::loopback::is_loopback_authority(authority)
+    tutti_rules::loopback::is_loopback_authority(authority)
 }
 
 /// The `Host` header names a loopback host (any port). A missing header fails.
@@ -33,7 +33,7 @@ pub(crate) fn origin_allowed(headers: &HeaderMap) -> bool {
         (None, _) => true,
         (Some(value), None) => value
             .to_str()
-            .is_ok_and(tutti_proto::rules::loopback::is_loopback_origin),
+            .is_ok_and(tutti_rules::loopback::is_loopback_origin),
         _ => false,
     }
 }

@@ -1,5 +1,5 @@
 //! The frontend's OpenTelemetry span and metrics per tools/call (SPEC §14), through
-//! `tutti_proto::telemetry` (on only with `OTEL_EXPORTER_OTLP_*`). The span's W3C context
+//! `tutti_telemetry` (on only with `OTEL_EXPORTER_OTLP_*`). The span's W3C context
 //! travels to the worker in `CallToolRequest.meta_json` (`{"traceparent": …}`), where the
 //! worker's span becomes its child and the upstream request's `_meta.traceparent` names that.
 //! Attributes are names only: connector key, local tool name, outcome; never arguments,
@@ -8,7 +8,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tutti_proto::telemetry::{self, opentelemetry, opentelemetry_sdk};
+use tutti_telemetry::{self as telemetry, opentelemetry, opentelemetry_sdk};
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};

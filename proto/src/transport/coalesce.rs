@@ -257,6 +257,27 @@ mod tests {
         writer.await.expect("writer task");
     }
 
+    /// The (type, stream id) of each HTTP/2 frame in one write: a 9-byte head (length u24,
+    /// type, flags, stream id u31), then the payload.
+    fn http2_frames(bytes: &[u8]) -> Vec<(u8, u32)> {
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while at + 9 <= bytes.len() {
+            let len = usize::from(bytes[at]) << 16
+                | usize::from(bytes[at + 1]) << 8
+                | usize::from(bytes[at + 2]);
+            let stream = u32::from_be_bytes([
+                bytes[at + 5] & 0x7f,
+                bytes[at + 6],
+                bytes[at + 7],
+                bytes[at + 8],
+            ]);
+            frames.push((bytes[at + 3], stream));
+            at += 9 + len;
+        }
+        frames
+    }
+
     /// The wrapper on the path it was made for: a unary gRPC call through tonic and hyper's
     /// HTTP/2 client sends the request's HEADERS and DATA frames in one write. Without the
     /// wrapper the same call takes two (the reason it exists).
@@ -304,29 +325,10 @@ mod tests {
         }
         client.cancel(cancel()).await.expect("second call");
 
-        // HTTP/2 frames: 9-byte head (length u24, type, flags, stream id u31), then payload.
         let writes = writes.lock().map(|w| w.clone()).unwrap_or_default();
-        let frames_of = |bytes: &[u8]| {
-            let mut frames = Vec::new();
-            let mut at = 0;
-            while at + 9 <= bytes.len() {
-                let len = usize::from(bytes[at]) << 16
-                    | usize::from(bytes[at + 1]) << 8
-                    | usize::from(bytes[at + 2]);
-                let stream = u32::from_be_bytes([
-                    bytes[at + 5] & 0x7f,
-                    bytes[at + 6],
-                    bytes[at + 7],
-                    bytes[at + 8],
-                ]);
-                frames.push((bytes[at + 3], stream));
-                at += 9 + len;
-            }
-            frames
-        };
         let carrying_the_request: Vec<Vec<(u8, u32)>> = writes
             .iter()
-            .map(|w| frames_of(w))
+            .map(|w| http2_frames(w))
             .filter(|frames| frames.iter().any(|(_, stream)| *stream != 0))
             .collect();
         assert_eq!(

@@ -1,14 +1,14 @@
 //! The access token of an OAuth upstream (SPEC §10). The kernel holds the login and does the
 //! refresh (one at a time per connector, rotation stored under `secrets/`); this is the
 //! worker's copy of the current access token: renewed before it expires (the margin scales
-//! with the token's lifetime, `tutti_proto::rules::token_refresh`) and once after a 401, by
+//! with the token's lifetime, `tutti_rules::token_refresh`) and once after a 401, by
 //! asking the kernel (`RefreshWorkerToken`, through the [`Refresher`] the worker gives). Every
 //! token is added to the log's redactor before it is used.
 
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
-use tutti_proto::rules::token_refresh::refresh_margin_ms;
+use tutti_rules::token_refresh::refresh_margin_ms;
 
 /// Asks the kernel for a fresh token; the argument is the token the upstream refused (empty
 /// for a renewal before expiry). `Err` is the reason, without any token.

@@ -83,7 +83,7 @@ impl CallResults {
         if self.lock().is_empty() {
             return None;
         }
-        let (id, range, tool_result) = result_in(tutti_proto::redact::trim_line_end(buf))?;
+        let (id, range, tool_result) = result_in(tutti_rules::redact::trim_line_end(buf))?;
         self.keep(&id, tool_result, || {
             Bytes::from(std::mem::take(buf)).slice(range)
         })

@@ -378,7 +378,7 @@ pub(super) fn parse_http(m: &Map<String, Value>, p: &mut Problems) -> Mcp {
     };
     if let Auth::Header { header, .. } = &auth
         && !header.is_empty()
-        && !tutti_proto::rules::mcp_header::is_token(header)
+        && !tutti_rules::mcp_header::is_token(header)
     {
         p.push(
             "mcp.auth.header",

@@ -2,6 +2,8 @@
 //! the wire format (no protobuf, no gRPC): these are plain functions and constants over
 //! paths, environments, durations, strings and JSON Schema documents.
 //!
+//! - [`state_dir`]: where a runtime lives (`TUTTI_STATE_DIR`, else the platform default);
+//! - [`redact`]: secret masking and log escaping;
 //! - [`atomic_file`]: replacing a file atomically (temp file, fsync, rename, fsync the directory);
 //! - [`sibling`]: finding the runtime's other binaries (`TUTTI_LIBEXEC_DIR`, else next to the
 //!   running executable, then next to the file it links to);
@@ -15,14 +17,18 @@
 //! - [`log_filter`]: the dependencies' log events that carry codes or tokens, off everywhere;
 //! - [`token_refresh`]: how long before expiry an OAuth access token is renewed.
 
+#![forbid(unsafe_code)]
+
 pub mod atomic_file;
 pub mod child_env;
 pub mod log_filter;
 pub mod log_format;
 pub mod loopback;
 pub mod mcp_header;
+pub mod redact;
 pub mod release_path;
 pub mod schema_pattern;
 pub mod sibling;
+pub mod state_dir;
 pub mod timing;
 pub mod token_refresh;

@@ -9,8 +9,8 @@
 //! | [`ChildKind::Worker`] (`tutti-upstream-worker`, also for `tutti connector probe`) | `PATH HOME TMPDIR` | `PATH SystemRoot TEMP` | `TUTTI_WORKER_LOG` → `RUST_LOG`, `TUTTI_LOG_FORMAT` |
 //! | [`ChildKind::Service`] (`tutti-mcp-frontend`, `tutti-shim-manager`) | `PATH HOME` | `PATH SystemRoot` | `TUTTI_LIBEXEC_DIR`, `RUST_LOG`, `TUTTI_DATA_PLANE`, `TUTTI_LOG_FORMAT` |
 //!
-//! Workers and services also get the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`
-//! and the others listed in the arrays below): export is configured once, for `tutti up`.
+//! Workers and services also get the OpenTelemetry variables ([`OTEL`]): export is
+//! configured once, for `tutti up`.
 //!
 //! `PATH` is always set: when the kernel has none, [`DEFAULT_PATH`].
 //! A worker's identity ([`WORKER_KEY`], [`WORKER_GENERATION`], [`WORKER_TOKEN`]) comes from
@@ -25,6 +25,10 @@ pub const WORKER_KEY: &str = "TUTTI_WORKER_KEY";
 pub const WORKER_GENERATION: &str = "TUTTI_WORKER_GENERATION";
 /// The one-time token a worker proves itself with (never in argv).
 pub const WORKER_TOKEN: &str = "TUTTI_WORKER_TOKEN";
+
+/// The frontend's data-plane switch (`grpc` or `frames`, the default), passed from the
+/// kernel's environment to the frontend; the wire's side of it is `tutti_proto::frames`.
+pub const DATA_PLANE_ENV: &str = "TUTTI_DATA_PLANE";
 
 /// What a child process is; each kind has its own allowlist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +63,20 @@ const UPSTREAM: &[Var] = &[
     same("PATHEXT"),
 ];
 
+/// The OpenTelemetry variables, for workers and services: export is configured once, for
+/// `tutti up`.
+pub const OTEL: &[Var] = &[
+    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_BSP_SCHEDULE_DELAY"),
+    same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_METRIC_EXPORT_INTERVAL"),
+    same("OTEL_RESOURCE_ATTRIBUTES"),
+];
+
 const WORKER_LOG: Var = Var {
     name: "RUST_LOG",
     from: "TUTTI_WORKER_LOG",
@@ -70,15 +88,6 @@ const WORKER: &[Var] = &[
     same("TMPDIR"),
     WORKER_LOG,
     same(super::log_format::ENV),
-    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_HEADERS"),
-    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
-    same("OTEL_BSP_SCHEDULE_DELAY"),
-    same("OTEL_BSP_MAX_QUEUE_SIZE"),
-    same("OTEL_METRIC_EXPORT_INTERVAL"),
-    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 // SystemRoot: without it Winsock cannot load its providers (HTTP upstreams, the kernel socket).
 #[cfg(windows)]
@@ -88,15 +97,6 @@ const WORKER: &[Var] = &[
     same("TEMP"),
     WORKER_LOG,
     same(super::log_format::ENV),
-    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_HEADERS"),
-    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
-    same("OTEL_BSP_SCHEDULE_DELAY"),
-    same("OTEL_BSP_MAX_QUEUE_SIZE"),
-    same("OTEL_METRIC_EXPORT_INTERVAL"),
-    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 
 #[cfg(not(windows))]
@@ -105,17 +105,8 @@ const SERVICE: &[Var] = &[
     same("HOME"),
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
-    same(crate::frames::DATA_PLANE_ENV),
+    same(DATA_PLANE_ENV),
     same(super::log_format::ENV),
-    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_HEADERS"),
-    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
-    same("OTEL_BSP_SCHEDULE_DELAY"),
-    same("OTEL_BSP_MAX_QUEUE_SIZE"),
-    same("OTEL_METRIC_EXPORT_INTERVAL"),
-    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 #[cfg(windows)]
 const SERVICE: &[Var] = &[
@@ -123,26 +114,18 @@ const SERVICE: &[Var] = &[
     same("SystemRoot"),
     same(super::sibling::LIBEXEC_ENV),
     same("RUST_LOG"),
-    same(crate::frames::DATA_PLANE_ENV),
+    same(DATA_PLANE_ENV),
     same(super::log_format::ENV),
-    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_HEADERS"),
-    same("OTEL_EXPORTER_OTLP_TIMEOUT"),
-    same("OTEL_BSP_SCHEDULE_DELAY"),
-    same("OTEL_BSP_MAX_QUEUE_SIZE"),
-    same("OTEL_METRIC_EXPORT_INTERVAL"),
-    same("OTEL_RESOURCE_ATTRIBUTES"),
 ];
 
 /// The allowlist of `kind` on this platform.
-pub fn allowlist(kind: ChildKind) -> &'static [Var] {
-    match kind {
-        ChildKind::Upstream => UPSTREAM,
-        ChildKind::Worker => WORKER,
-        ChildKind::Service => SERVICE,
-    }
+pub fn allowlist(kind: ChildKind) -> impl Iterator<Item = &'static Var> {
+    let (base, otel): (&[Var], &[Var]) = match kind {
+        ChildKind::Upstream => (UPSTREAM, &[]),
+        ChildKind::Worker => (WORKER, OTEL),
+        ChildKind::Service => (SERVICE, OTEL),
+    };
+    base.iter().chain(otel)
 }
 
 /// The inherited part of a `kind` child's environment, read through `parent` (the kernel
@@ -152,7 +135,6 @@ pub fn inherited(
     parent: impl Fn(&str) -> Option<String>,
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = allowlist(kind)
-        .iter()
         .filter_map(|v| parent(v.from).map(|value| (v.name.to_owned(), value)))
         .collect();
     if !env.iter().any(|(n, _)| n == "PATH") {
@@ -252,10 +234,7 @@ mod tests {
         for kind in [ChildKind::Upstream, ChildKind::Worker, ChildKind::Service] {
             let env = inherited(kind, &p);
             for (name, value) in &env {
-                assert!(
-                    allowlist(kind).iter().any(|v| v.name == name),
-                    "{kind:?}: {name}"
-                );
+                assert!(allowlist(kind).any(|v| v.name == name), "{kind:?}: {name}");
                 assert_ne!(value, "do-not-leak");
                 assert_ne!(value, "/tmp/evil.so");
             }

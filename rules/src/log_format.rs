@@ -36,6 +36,29 @@ impl LogFormat {
     }
 }
 
+/// The logs of a process that logs to stderr only (the CLI, the frontend, the shim manager):
+/// `filter` decides what is logged, colours only in text on a terminal, one JSON object per
+/// line with [`ENV`]`=json`, the event's target shown when `show_target`. The dependencies'
+/// events that carry codes or tokens stay off whatever the filter says
+/// ([`crate::log_filter::secret_free`]).
+pub fn init_stderr(filter: tracing_subscriber::EnvFilter, show_target: bool) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let json = LogFormat::from_env().is_json();
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(!json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .with_target(show_target);
+    let secret_free = crate::log_filter::secret_free();
+    if json {
+        logs.json().finish().with(secret_free).init();
+    } else {
+        logs.finish().with(secret_free).init();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

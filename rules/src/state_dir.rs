@@ -30,6 +30,60 @@ pub fn resolve(env: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     }
 }
 
+/// The state directory's layout (SPEC §2), named once for every process.
+pub mod layout {
+    use std::path::{Path, PathBuf};
+
+    /// `run/`: sockets, the kernel lock, `frontend.json` (owner-only).
+    pub fn run(state: &Path) -> PathBuf {
+        state.join("run")
+    }
+    /// `logs/`: the kernel's, the connectors' and the audit log (owner-only).
+    pub fn logs(state: &Path) -> PathBuf {
+        state.join("logs")
+    }
+    /// `secrets/`: the only place secrets are stored (owner-only).
+    pub fn secrets(state: &Path) -> PathBuf {
+        state.join("secrets")
+    }
+    /// `bin/`: the connectors' shims.
+    pub fn bin(state: &Path) -> PathBuf {
+        state.join("bin")
+    }
+    /// `releases/`: the installed releases, one directory each.
+    pub fn releases(state: &Path) -> PathBuf {
+        state.join("releases")
+    }
+    /// `skills/`: the stable skills root the shim manager keeps.
+    pub fn skills(state: &Path) -> PathBuf {
+        state.join("skills")
+    }
+    /// `registry.json`: what is installed.
+    pub fn registry(state: &Path) -> PathBuf {
+        state.join("registry.json")
+    }
+    /// `run/kernel.lock`: held by the running kernel.
+    pub fn kernel_lock(state: &Path) -> PathBuf {
+        run(state).join("kernel.lock")
+    }
+    /// `run/frontend.json`: where the frontend listens.
+    pub fn frontend_json(state: &Path) -> PathBuf {
+        run(state).join("frontend.json")
+    }
+    /// `logs/kernel.log`.
+    pub fn kernel_log(state: &Path) -> PathBuf {
+        logs(state).join("kernel.log")
+    }
+    /// `logs/audit.jsonl`.
+    pub fn audit_log(state: &Path) -> PathBuf {
+        logs(state).join("audit.jsonl")
+    }
+    /// `logs/connector-<key>.log`.
+    pub fn connector_log(state: &Path, key: &str) -> PathBuf {
+        logs(state).join(format!("connector-{key}.log"))
+    }
+}
+
 #[cfg(all(test, unix, not(target_os = "macos")))]
 mod tests {
     use super::*;

@@ -21,6 +21,8 @@
 //! call's thread (once per batch of 512 spans or per metric interval). At exit the last
 //! export gets [`SHUTDOWN_BUDGET`], never an export timeout.
 
+#![forbid(unsafe_code)]
+
 mod health;
 mod queue;
 
@@ -147,7 +149,23 @@ pub fn dropped() -> u64 {
     get().map_or(0, Telemetry::dropped_spans)
 }
 
-fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<Telemetry, String> {
+/// Why export could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error(
+        "cannot build the OTLP {signal} exporter ({source}); check the OTEL_EXPORTER_OTLP_* variables"
+    )]
+    Exporter {
+        signal: &'static str,
+        source: opentelemetry_otlp::ExporterBuildError,
+    },
+}
+
+fn build(
+    service: &'static str,
+    role: &'static str,
+    signals: Signals,
+) -> Result<Telemetry, TelemetryError> {
     let resource = Resource::builder()
         .with_service_name(service)
         .with_attributes([
@@ -161,7 +179,10 @@ fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<
         .with_http()
         .with_protocol(Protocol::HttpBinary)
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| TelemetryError::Exporter {
+            signal: "metric",
+            source,
+        })?;
     let dropped = Arc::new(AtomicU64::new(0));
     let mut tracer_provider = SdkTracerProvider::builder().with_resource(resource.clone());
     let mut spans = None;
@@ -170,7 +191,10 @@ fn build(service: &'static str, role: &'static str, signals: Signals) -> Result<
             .with_http()
             .with_protocol(Protocol::HttpBinary)
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(|source| TelemetryError::Exporter {
+                signal: "span",
+                source,
+            })?;
         exporter.set_resource(&resource);
         let queue = queue::SpanQueue::new(QueueConfig::from_env(), dropped.clone());
         tracer_provider = tracer_provider.with_span_processor(queue::QueueProcessor(queue.clone()));
