@@ -48,6 +48,25 @@ pub enum Command {
     Service(ServiceCommand),
     /// Serve a local web page for connectors, tools, sessions and activity (127.0.0.1 only)
     Console(ConsoleArgs),
+    /// Serve MCP over stdio for clients that launch servers as commands: a bridge to the
+    /// runtime's frontend with a session token of its own
+    McpStdio(McpStdioArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpStdioArgs {
+    /// Workspace the session belongs to [default: the current directory]
+    #[arg(long, value_name = "W")]
+    pub workspace: Option<String>,
+    /// Session id [default: mcp-stdio-<pid>]
+    #[arg(long, value_name = "S")]
+    pub session: Option<String>,
+    /// What the session's tools/list holds (as `session issue --tools`)
+    #[arg(long, value_enum, default_value_t = ToolsArg::All)]
+    pub tools: ToolsArg,
+    /// Ask the person before each call of a tool at this risk level (as `session issue`)
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub confirm: Option<ConfirmArg>,
 }
 
 #[derive(Debug, Args)]

@@ -43,6 +43,9 @@ pub enum CliError {
         reason: String,
     },
 
+    #[error("the stdio bridge cannot start: {reason}; check `tutti status`")]
+    Bridge { reason: String },
+
     /// A gRPC status from the kernel: its message is already user-facing.
     #[error("{message}")]
     Kernel { code: tonic::Code, message: String },

@@ -8,6 +8,7 @@
 
 mod args;
 mod binding;
+mod bridge;
 mod browser;
 mod commands;
 mod console;

@@ -49,5 +49,6 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ServiceCommand::Status(a) => service::status(state_dir, a).await,
         },
         Command::Console(a) => crate::console::run(state_dir, a).await,
+        Command::McpStdio(a) => crate::bridge::run(state_dir, a).await,
     }
 }

@@ -1,0 +1,203 @@
+//! The stdio bridge (`tutti mcp-stdio`, SPEC §18) with the official Python SDK's stdio client
+//! (mcp 2.3.0): it lists and calls tools, gets progress, answers an upstream's elicitation,
+//! hears a list change after an install, and goes on across a kernel restart (`tutti down`,
+//! then `tutti up`) without noticing; with no runtime, `initialize` gets an error naming
+//! `tutti up`.
+#![cfg(unix)]
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tutti_tests::{
+    PySdk, Runtime, RuntimeOptions, Server, bin, everything_http_manifest, fixture_connector,
+    result_texts,
+};
+
+const READY: Duration = Duration::from_secs(30);
+
+/// Runs the bridge as its client would, then steps through what the test asks for: each
+/// step waits for the file `<root>/go-<step>` the test creates.
+const PY_CLIENT: &str = r#"
+import asyncio, os, sys
+import mcp_types as types
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from sdk_prelude import out, dump, run
+
+async def wait_go(root, step):
+    while not os.path.exists(os.path.join(root, "go-" + step)):
+        await asyncio.sleep(0.05)
+
+async def main():
+    mode, tutti, state, root = sys.argv[1:5]
+    params = StdioServerParameters(command=tutti, args=[
+        "--state-dir", state, "mcp-stdio", "--workspace", "w", "--session", "bridge-" + mode])
+
+    async def on_message(m):
+        method = getattr(m, "method", None)
+        if method:
+            out(event="note", method=method)
+
+    async def on_elicit(ctx, params):
+        out(event="asked", message=params.message)
+        return types.ElicitResult(action="accept", content={
+            "name": "Ada Lovelace", "check": True, "firstLine": "It was a dark night.",
+            "email": "ada@example.com", "homepage": "https://example.com",
+            "birthdate": "1815-12-10", "integer": 7, "number": 1.5, "untitledSingleSelectEnum": "Option 1"})
+
+    async with Client(params, mode=mode, message_handler=on_message, elicitation_callback=on_elicit) as c:
+        out(event="connected", protocolVersion=str(c.protocol_version))
+        tools = (await c.list_tools()).tools
+        out(event="listed", tools=sorted(t.name for t in tools))
+        r = await c.call_tool("fx_echo", {"message": "over the bridge"})
+        out(event="called", result=dump(r))
+        seen = []
+        async def on_progress(progress, total, message):
+            seen.append(progress)
+        r = await c.call_tool("fx_tool_with_progress", {}, progress_callback=on_progress)
+        out(event="progress", progress=seen, result=dump(r))
+        r = await c.call_tool("ev_trigger-elicitation-request", {})
+        out(event="elicited", result=dump(r))
+        await wait_go(root, "restarted")
+        r = await c.call_tool("fx_echo", {"message": "after the restart"})
+        out(event="called-again", result=dump(r))
+
+run(main)
+"#;
+
+fn runtime_with_connectors() -> (Runtime, Server) {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let (server, url) = Server::everything_http(rt.root(), "everything.stderr", READY);
+    rt.install_ok(&everything_http_manifest("ev", &url), &[]);
+    rt.install_ok(
+        &fixture_connector("fx", &["--tools", "echo,conformance"]),
+        &[],
+    );
+    rt.wait_status("ev", "ready", READY);
+    rt.wait_status("fx", "ready", READY);
+    (rt, server)
+}
+
+fn bridge_client(rt: &Runtime, mode: &str) -> PySdk {
+    let tutti = bin("tutti").display().to_string();
+    let state = rt.state_dir().display().to_string();
+    let root = rt.root().display().to_string();
+    let stderr = rt.root().join(format!("bridge-{mode}.stderr"));
+    PySdk::spawn_inline(
+        rt.root(),
+        "bridge_client.py",
+        PY_CLIENT,
+        &[mode, &tutti, &state, &root],
+        "",
+        stderr,
+    )
+}
+
+fn next_event(py: &PySdk, event: &str) -> Value {
+    py.until(event, Duration::from_secs(90), |v| v["event"] == event)
+}
+
+/// The calls before the restart: list, call, progress, elicitation.
+fn lists_calls_and_answers(py: &PySdk, mode: &str) {
+    let listed = next_event(py, "listed");
+    let tools = listed["tools"].to_string();
+    assert!(
+        tools.contains("\"fx_echo\"") && tools.contains("\"ev_echo\""),
+        "mode={mode}: {listed}"
+    );
+    let called = next_event(py, "called");
+    assert!(
+        result_texts(&called["result"]).contains("over the bridge"),
+        "mode={mode}: {called}"
+    );
+    let progress = next_event(py, "progress");
+    assert!(
+        progress["progress"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty()),
+        "mode={mode}: no progress over the bridge: {progress}"
+    );
+    let elicited = next_event(py, "elicited");
+    let text = result_texts(&elicited["result"]);
+    assert!(
+        text.contains("Ada Lovelace") && text.contains("accept"),
+        "mode={mode}: the upstream did not get the client's answer: {text}"
+    );
+}
+
+/// `tutti down`, then `tutti up` on the same state dir; the client's next call must work.
+fn restart_and_call_again(rt: &mut Runtime, py: &PySdk, mode: &str) {
+    rt.tutti_ok(&["down"]);
+    rt.stop();
+    rt.restart();
+    rt.wait_status("fx", "ready", READY);
+    std::fs::write(rt.root().join("go-restarted"), b"")
+        .unwrap_or_else(|e| panic!("cannot write the go file: {e}"));
+    let again = next_event(py, "called-again");
+    assert!(
+        result_texts(&again["result"]).contains("after the restart"),
+        "mode={mode}: {again}"
+    );
+    assert_ne!(again["result"]["isError"], true, "mode={mode}: {again}");
+}
+
+#[test]
+fn the_python_sdk_over_the_stdio_bridge_in_2025_06_18_mode_hears_changes_and_outlives_a_restart() {
+    let (mut rt, _everything) = runtime_with_connectors();
+    let py = bridge_client(&rt, "legacy");
+    let connected = next_event(&py, "connected");
+    assert!(
+        connected["protocolVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("2025-")),
+        "{connected}"
+    );
+    lists_calls_and_answers(&py, "legacy");
+    rt.install_ok(&fixture_connector("late", &["--tools", "echo"]), &[]);
+    py.until("list_changed after an install", READY, |v| {
+        v["event"] == "note" && v["method"] == "notifications/tools/list_changed"
+    });
+    restart_and_call_again(&mut rt, &py, "legacy");
+}
+
+#[test]
+fn the_python_sdk_over_the_stdio_bridge_in_2026_07_28_mode_calls_and_outlives_a_restart() {
+    let (mut rt, _everything) = runtime_with_connectors();
+    let py = bridge_client(&rt, "2026-07-28");
+    let connected = next_event(&py, "connected");
+    assert_eq!(connected["protocolVersion"], "2026-07-28", "{connected}");
+    lists_calls_and_answers(&py, "2026-07-28");
+    restart_and_call_again(&mut rt, &py, "2026-07-28");
+}
+
+#[test]
+fn without_a_runtime_initialize_gets_an_error_naming_tutti_up_and_the_bridge_exits() {
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let mut child = Command::new(bin("tutti"))
+        .arg("--state-dir")
+        .arg(root.path().join("state"))
+        .arg("mcp-stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run tutti mcp-stdio: {e}"));
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    writeln!(stdin, "{initialize}").unwrap_or_else(|e| panic!("write: {e}"));
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap_or_else(|e| panic!("read: {e}"));
+    let answer: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(answer["id"], 1, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("tutti up"), "{answer}");
+    let status = child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(!status.success(), "the bridge should exit non-zero");
+}
