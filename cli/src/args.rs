@@ -269,6 +269,15 @@ impl ToolsArg {
     }
 }
 
+/// `--via` of `session issue` (SPEC §6, §18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Via {
+    /// The frontend's URL with a bearer token
+    Http,
+    /// A command that runs `tutti mcp-stdio`
+    Stdio,
+}
+
 /// `--confirm` of `session issue` (SPEC §12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ConfirmArg {
@@ -303,6 +312,10 @@ pub struct IssueArgs {
     /// Merge the table into DIR/config.toml (formats codex, tutti)
     #[arg(long, value_name = "DIR")]
     pub codex_home: Option<PathBuf>,
+    /// How the agent reaches the runtime: a URL and a token, or a command that runs the
+    /// stdio bridge (`tutti mcp-stdio`; no token is issued and the entry survives restarts)
+    #[arg(long, value_enum, default_value_t = Via::Http)]
+    pub via: Via,
     /// The binding is JSON already (formats runtime, acp, claude); accepted for scripts that
     /// pass --json to every command
     #[arg(long)]

@@ -8,6 +8,7 @@
 
 mod args;
 mod binding;
+mod binding_stdio;
 mod bridge;
 mod browser;
 mod commands;

@@ -10,6 +10,7 @@ mod console_rpc;
 mod demo;
 mod error;
 mod figures;
+mod frontend_port;
 mod housekeeping;
 mod lifecycle;
 mod manifest;

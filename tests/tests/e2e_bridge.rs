@@ -20,7 +20,7 @@ const READY: Duration = Duration::from_secs(30);
 /// Runs the bridge as its client would, then steps through what the test asks for: each
 /// step waits for the file `<root>/go-<step>` the test creates.
 const PY_CLIENT: &str = r#"
-import asyncio, os, sys
+import asyncio, json, os, sys
 import mcp_types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -31,9 +31,8 @@ async def wait_go(root, step):
         await asyncio.sleep(0.05)
 
 async def main():
-    mode, tutti, state, root = sys.argv[1:5]
-    params = StdioServerParameters(command=tutti, args=[
-        "--state-dir", state, "mcp-stdio", "--workspace", "w", "--session", "bridge-" + mode])
+    mode, entry, root = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    params = StdioServerParameters(command=entry["command"], args=entry["args"])
 
     async def on_message(m):
         method = getattr(m, "method", None)
@@ -80,16 +79,40 @@ fn runtime_with_connectors() -> (Runtime, Server) {
     (rt, server)
 }
 
+/// The entry `session issue --via stdio --format claude` writes: a command, no token.
+fn stdio_entry(rt: &Runtime, session: &str) -> Value {
+    let text = rt.tutti_ok(&[
+        "session",
+        "issue",
+        "--workspace",
+        "w",
+        "--session",
+        session,
+        "--via",
+        "stdio",
+        "--format",
+        "claude",
+    ]);
+    assert!(
+        !text.contains("tts_"),
+        "a stdio binding holds no token: {text}"
+    );
+    let binding: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let entry = binding["mcpServers"]["connector"].clone();
+    assert_eq!(entry["type"], "stdio", "{binding}");
+    assert_eq!(entry["args"][0], "mcp-stdio", "{binding}");
+    entry
+}
+
 fn bridge_client(rt: &Runtime, mode: &str) -> PySdk {
-    let tutti = bin("tutti").display().to_string();
-    let state = rt.state_dir().display().to_string();
+    let entry = stdio_entry(rt, &format!("bridge-{mode}")).to_string();
     let root = rt.root().display().to_string();
     let stderr = rt.root().join(format!("bridge-{mode}.stderr"));
     PySdk::spawn_inline(
         rt.root(),
         "bridge_client.py",
         PY_CLIENT,
-        &[mode, &tutti, &state, &root],
+        &[mode, &entry, &root],
         "",
         stderr,
     )
@@ -200,4 +223,37 @@ fn without_a_runtime_initialize_gets_an_error_naming_tutti_up_and_the_bridge_exi
     assert!(message.contains("tutti up"), "{answer}");
     let status = child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
     assert!(!status.success(), "the bridge should exit non-zero");
+}
+
+#[test]
+fn the_frontend_keeps_its_port_across_restarts_and_moves_when_it_is_taken() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let first = rt.frontend_url().to_owned();
+    rt.stop();
+    rt.restart();
+    assert_eq!(
+        rt.frontend_url(),
+        first,
+        "a later `tutti up` reuses the last port"
+    );
+    let port: u16 = first
+        .trim_start_matches("http://127.0.0.1:")
+        .split('/')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {first}"));
+    rt.stop();
+    let _holder = std::net::TcpListener::bind(("127.0.0.1", port))
+        .unwrap_or_else(|e| panic!("cannot hold port {port}: {e}"));
+    rt.restart();
+    assert_ne!(
+        rt.frontend_url(),
+        first,
+        "the port is taken: the frontend moves"
+    );
+    let log = rt.log("kernel.log");
+    assert!(
+        log.contains("last port is taken"),
+        "the kernel says so: {log}"
+    );
 }

@@ -8,8 +8,9 @@ use serde::Serialize;
 use toml_edit::DocumentMut;
 use tutti_proto::kernel::{IssueSessionRequest, RevokeSessionRequest};
 
-use crate::args::{Format, IssueArgs, RevokeArgs};
+use crate::args::{Format, IssueArgs, RevokeArgs, Via};
 use crate::binding::{self, AcpGate, Binding};
+use crate::binding_stdio::{self, Launch};
 use crate::error::CliError;
 use crate::fsutil;
 use crate::kernel::Kernel;
@@ -87,6 +88,10 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
         None => None,
     };
 
+    if args.via == Via::Stdio {
+        return issue_stdio(state_dir, &args, codex);
+    }
+
     let mut kernel = Kernel::connect(state_dir).await?;
     let reply = kernel
         .client
@@ -110,6 +115,38 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
         ));
     }
     emit(&binding::render(&binding, args.format)?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--via stdio`: the entry runs the stdio bridge; no token is issued or printed.
+fn issue_stdio(
+    state_dir: &Path,
+    args: &IssueArgs,
+    codex: Option<CodexConfig>,
+) -> Result<ExitCode, CliError> {
+    let state_dir =
+        std::path::absolute(state_dir).map_err(|e| CliError::io("resolve", state_dir, e))?;
+    let launch = Launch::new(
+        &state_dir,
+        &args.workspace,
+        &args.session,
+        args.tools,
+        args.confirm,
+    )?;
+    if let Some(mut config) = codex {
+        binding_stdio::merge_codex(&mut config.doc, &launch).map_err(|()| {
+            CliError::CodexMcpServers {
+                path: config.path.clone(),
+            }
+        })?;
+        config.write()?;
+        note(&format!(
+            "tutti: updated {} ([mcp_servers.{}])",
+            config.path.display(),
+            binding::SERVER_NAME
+        ));
+    }
+    emit(&binding_stdio::render(&launch, args.format, &state_dir)?)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -154,6 +191,10 @@ impl CodexConfig {
         binding::merge_codex(&mut self.doc, binding).map_err(|()| CliError::CodexMcpServers {
             path: self.path.clone(),
         })?;
+        self.write()
+    }
+
+    fn write(&self) -> Result<(), CliError> {
         fsutil::write_atomic(&self.path, self.doc.to_string().as_bytes(), 0o600)
             .map_err(|e| CliError::io("write", &self.path, e))
     }
@@ -356,6 +397,7 @@ mod tests {
             confirm: None,
             acp_initialize: Some(no.clone()),
             codex_home: None,
+            via: crate::args::Via::Http,
             json: false,
         };
         let got = issue(dir.path(), args).await;
@@ -372,6 +414,7 @@ mod tests {
             confirm: None,
             acp_initialize: Some(dir.path().join("missing.json")),
             codex_home: None,
+            via: crate::args::Via::Http,
             json: false,
         };
         let got = issue(dir.path(), args).await;
@@ -388,6 +431,7 @@ mod tests {
             confirm: None,
             acp_initialize: Some(no),
             codex_home: None,
+            via: crate::args::Via::Http,
             json: false,
         };
         let got = issue(dir.path(), args).await;
@@ -404,6 +448,7 @@ mod tests {
             confirm: None,
             acp_initialize: None,
             codex_home: Some(dir.path().to_path_buf()),
+            via: crate::args::Via::Http,
             json: false,
         };
         let got = issue(dir.path(), args).await;
@@ -427,6 +472,7 @@ mod tests {
             confirm: None,
             acp_initialize: Some(yes),
             codex_home: None,
+            via: crate::args::Via::Http,
             json: false,
         };
         let got = issue(dir.path(), args).await;
