@@ -137,6 +137,37 @@ pub enum ConnectorCommand {
     Review(KeyArg),
     /// Commit the definitions that await review and pin them
     Approve(KeyArg),
+    /// Turn the MCP servers of your clients' configs (Claude, Cursor, VS Code, Codex,
+    /// Windsurf, Gemini) into connectors
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// A client (claude-desktop, claude-code, cursor, vscode, codex, windsurf, gemini) or a
+    /// JSON/TOML file in one of their shapes (repeatable) [default: every client found]
+    #[arg(long = "from", value_name = "CLIENT|FILE")]
+    pub from: Vec<String>,
+    /// Only the entries with these names
+    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+    pub only: Vec<String>,
+    /// Confirm non-interactively
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Then replace the imported entries in each file with one entry that runs the stdio
+    /// bridge (a backup is written next to the file)
+    #[arg(long)]
+    pub rewrite: bool,
+    /// Run npx/uvx/docker entries as written instead of pinning them (status shows unpinned)
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Take the value of a ${input:…}/${env:…} reference NAME from the environment variable
+    /// NAME (repeatable)
+    #[arg(long = "from-env", value_name = "NAME")]
+    pub from_env: Vec<String>,
+    /// Restore a client's file (or FILE) as it was before --rewrite
+    #[arg(long, value_name = "CLIENT|FILE", conflicts_with_all = ["from", "only", "rewrite", "no_pin"])]
+    pub undo: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -15,6 +15,7 @@ mod commands;
 mod console;
 mod error;
 mod fsutil;
+mod import;
 mod kernel;
 mod output;
 mod service;

@@ -36,6 +36,7 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ConnectorCommand::Available(a) => connector::available(state_dir, a.json).await,
             ConnectorCommand::Review(a) => review::review(state_dir, a).await,
             ConnectorCommand::Approve(a) => review::approve(state_dir, a).await,
+            ConnectorCommand::Import(a) => crate::import::run(state_dir, a).await,
         },
         Command::Logs(a) => logs::run(state_dir, a).await,
         Command::Doctor(a) => doctor::run(state_dir, a.json).await,

@@ -114,6 +114,9 @@ struct ConnectorJson {
     /// An OAuth connector: the account its login belongs to, where the server said which.
     #[serde(skip_serializing_if = "Option::is_none")]
     oauth_account: Option<String>,
+    /// Imported with `--no-pin`: its command runs as written (SPEC §18).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    unpinned: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -216,6 +219,7 @@ impl StatusJson {
                         None
                     },
                     oauth_account: non_empty(&c.oauth_account),
+                    unpinned: crate::import::unpinned(state_dir, &c.key, &c.sha256),
                 })
                 .collect(),
             resource_clashes: reply
@@ -252,6 +256,15 @@ fn status_cell(c: &ConnectorStatus) -> String {
         cell.push_str(&format!(" (circuit {})", c.circuit.replace('_', "-")));
     }
     cell
+}
+
+/// ` (unpinned)` for a connector imported with `--no-pin` (SPEC §18).
+fn unpinned_mark(state_dir: &Path, c: &ConnectorStatus) -> &'static str {
+    if crate::import::unpinned(state_dir, &c.key, &c.sha256) {
+        " (unpinned)"
+    } else {
+        ""
+    }
 }
 
 /// A latency for the table: `850µs`, `12.3ms`, `4.20s`; `-` without calls.
@@ -323,7 +336,7 @@ fn render_table_with(reply: &StatusReply, state_dir: &Path, spark: bool) -> Stri
                 } else {
                     c.generation.to_string()
                 },
-                status_cell(c),
+                status_cell(c) + unpinned_mark(state_dir, c),
                 c.tool_count.to_string(),
                 c.restarts.to_string(),
                 format!("{}/{}/{}", c.risk_low, c.risk_medium, c.risk_high),
