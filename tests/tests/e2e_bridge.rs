@@ -59,6 +59,9 @@ async def main():
         out(event="progress", progress=seen, result=dump(r))
         r = await c.call_tool("ev_trigger-elicitation-request", {})
         out(event="elicited", result=dump(r))
+        if mode != "legacy":
+            r = await c.call_tool("fx_param_header", {"region": "eu-west"})
+            out(event="param-header", result=dump(r))
         await wait_go(root, "restarted")
         r = await c.call_tool("fx_echo", {"message": "after the restart"})
         out(event="called-again", result=dump(r))
@@ -71,7 +74,7 @@ fn runtime_with_connectors() -> (Runtime, Server) {
     let (server, url) = Server::everything_http(rt.root(), "everything.stderr", READY);
     rt.install_ok(&everything_http_manifest("ev", &url), &[]);
     rt.install_ok(
-        &fixture_connector("fx", &["--tools", "echo,conformance"]),
+        &fixture_connector("fx", &["--tools", "echo,conformance,param_header"]),
         &[],
     );
     rt.wait_status("ev", "ready", READY);
@@ -192,6 +195,12 @@ fn the_python_sdk_over_the_stdio_bridge_in_2026_07_28_mode_calls_and_outlives_a_
     let connected = next_event(&py, "connected");
     assert_eq!(connected["protocolVersion"], "2026-07-28", "{connected}");
     lists_calls_and_answers(&py, "2026-07-28");
+    // The tool declares `x-mcp-header`: the bridge adds the `Mcp-Param-Region` header.
+    let param = next_event(&py, "param-header");
+    assert!(
+        result_texts(&param["result"]).contains("eu-west"),
+        "{param}"
+    );
     restart_and_call_again(&mut rt, &py, "2026-07-28");
 }
 

@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use futures_util::StreamExt as _;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 use tokio::sync::mpsc::UnboundedSender;
@@ -24,6 +24,8 @@ pub(super) struct Peek {
     pub(super) modern_version: Option<String>,
     /// `Mcp-Name` of a 2026-07-28 request (`params.name` or `params.uri`).
     pub(super) name: Option<String>,
+    /// `Mcp-Param-*` headers of a 2026-07-28 `tools/call` (name, value).
+    pub(super) params: Vec<(String, String)>,
 }
 
 impl Peek {
@@ -55,6 +57,7 @@ impl Peek {
             method,
             modern_version,
             name,
+            params: Vec::new(),
         }
     }
 }
@@ -87,6 +90,12 @@ pub(super) fn headers(target: &Target, peek: &Peek) -> HeaderMap {
         }
         if let Some(name) = &peek.name {
             put("mcp-name", name);
+        }
+        for (name, value) in &peek.params {
+            let name = HeaderName::from_bytes(name.as_bytes());
+            if let (Ok(name), Ok(value)) = (name, HeaderValue::from_str(&header_value(value))) {
+                h.insert(name, value);
+            }
         }
         return h;
     }

@@ -9,6 +9,7 @@ use tokio::sync::{Mutex, RwLock};
 use tutti_proto::kernel::{Empty, IssueSessionRequest, RevokeSessionRequest};
 
 use super::http::{self, Peek, Target};
+use super::params::ParamHeaders;
 use crate::error::CliError;
 use crate::kernel::Kernel;
 
@@ -40,6 +41,8 @@ pub(super) struct Link {
     state_dir: PathBuf,
     request: IssueSessionRequest,
     pub(super) http: reqwest::Client,
+    /// The `x-mcp-header` declarations of the listed tools (2026-07-28).
+    pub(super) params: ParamHeaders,
     current: RwLock<Current>,
     renewing: Mutex<()>,
     /// The client's `initialize` line, replayed for a new token (2025-06-18 only).
@@ -64,6 +67,7 @@ impl Link {
             state_dir: state_dir.to_path_buf(),
             request,
             http,
+            params: ParamHeaders::default(),
             current: RwLock::new(Current {
                 target,
                 kernel_pid,

@@ -10,6 +10,7 @@
 
 mod http;
 mod link;
+mod params;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -85,8 +86,12 @@ async fn write_stdout(mut rx: UnboundedReceiver<String>) {
 /// Sends one client message to the frontend and its answer back; across a kernel restart,
 /// sends it again with the new token.
 async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
-    let peek = Peek::of(&line);
+    let mut peek = Peek::of(&line);
     let initialize = peek.method.as_deref() == Some("initialize");
+    let modern = peek.modern_version.is_some();
+    if modern && peek.method.as_deref() == Some("tools/call") {
+        peek.params = link.params.for_call(&line);
+    }
     loop {
         let current = link.current().await;
         let target = &current.target;
@@ -98,7 +103,10 @@ async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
             Ok(response) if response.status() != reqwest::StatusCode::UNAUTHORIZED => {
                 let session = http::session_of(&response);
                 let answer = http::relay(response, &peek, &out).await;
-                if initialize && peek.modern_version.is_none() {
+                if modern && peek.method.as_deref() == Some("tools/list") {
+                    link.params.learn(&answer);
+                }
+                if initialize && !modern {
                     link.initialized(&line, current.epoch, session, &answer)
                         .await;
                     tokio::spawn(listen(link.clone(), current.epoch, out.clone()));
