@@ -8,9 +8,12 @@ use std::sync::Mutex;
 use serde_json::Value;
 use tutti_proto::rules::mcp_header;
 
-/// Tool name → (header name, argument path) for every declared parameter header.
+/// A declared header: its name (after `Mcp-Param-`) and the argument path of its value.
+type Declared = (String, Vec<String>);
+
+/// Tool name → every parameter header it declares.
 #[derive(Default)]
-pub(super) struct ParamHeaders(Mutex<HashMap<String, Vec<(String, Vec<String>)>>>);
+pub(super) struct ParamHeaders(Mutex<HashMap<String, Vec<Declared>>>);
 
 impl ParamHeaders {
     /// Records the declarations of every tool in `tools/list` answer lines.
