@@ -190,3 +190,74 @@ pub(crate) fn write(dir: &Path, built: &Built, record: &Value) -> Result<(), Cli
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(headers: &[(&str, &str)]) -> Entry {
+        Entry {
+            name: "remote".into(),
+            launch: Launch::Http {
+                url: "https://mcp.example.com/mcp".into(),
+                headers: headers
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_bearer_header_becomes_bearer_auth_with_its_value_in_secrets_only() {
+        let built = build(
+            &http(&[("Authorization", "Bearer s3cr3t")]),
+            "remote",
+            "cursor",
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let manifest = built.manifest.to_string();
+        assert!(!manifest.contains("s3cr3t"), "{manifest}");
+        assert_eq!(
+            built.manifest["mcp"]["auth"],
+            json!({"kind": "bearer", "secret": "AUTHORIZATION"})
+        );
+        assert_eq!(
+            built.secrets.get("AUTHORIZATION").map(String::as_str),
+            Some("s3cr3t")
+        );
+        let keyed = build(
+            &http(&[("X-Api-Key", "${input:key}")]),
+            "remote",
+            "vscode",
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(keyed.manifest["mcp"]["auth"]["header"], "X-Api-Key");
+        assert_eq!(keyed.pending, ["X_API_KEY"]);
+        assert!(build(&http(&[("Accept", "text/plain")]), "remote", "x", &[]).is_err());
+    }
+
+    #[test]
+    fn credential_env_values_move_to_secrets_and_package_launchers_are_known() {
+        let e = Entry {
+            name: "gh".into(),
+            launch: Launch::Stdio {
+                command: "npx".into(),
+                args: vec!["-y".into(), "server-github".into()],
+                cwd: None,
+                env: [("GITHUB_TOKEN", "ghp_x"), ("LOG_LEVEL", "warn")]
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            },
+        };
+        assert!(runs_a_package(&e));
+        let built = build(&e, "gh", "claude-desktop", &[]).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(built.manifest["mcp"]["env"], json!({"LOG_LEVEL": "warn"}));
+        assert_eq!(built.manifest["mcp"]["secrets"], json!(["GITHUB_TOKEN"]));
+        assert!(!built.manifest.to_string().contains("ghp_x"));
+        assert_eq!(built.allow.as_deref(), Some("npx"));
+    }
+}
