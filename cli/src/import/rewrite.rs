@@ -64,8 +64,9 @@ fn rewrite_toml(text: &str, names: &[String], launch: &Launch) -> Result<String,
 type Object = IndexMap<String, Box<RawValue>>;
 
 fn rewrite_json(text: &str, names: &[String], launch: &Launch) -> Result<String, String> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut top: Object = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    // Comments of a JSONC file do not survive (the backup keeps them).
+    let text = sources::plain_json(text);
+    let mut top: Object = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     let field = if top.contains_key("servers") && !top.contains_key("mcpServers") {
         "servers"
     } else {

@@ -131,7 +131,7 @@ fn read(client: &str, path: &Path) -> Result<Source, CliError> {
         entry::from_toml(&doc)
     } else {
         let doc: serde_json::Value =
-            serde_json::from_str(strip_bom(&text)).map_err(|e| bad(e.to_string()))?;
+            serde_json::from_str(&plain_json(&text)).map_err(|e| bad(e.to_string()))?;
         entry::from_json(&doc)
     };
     Ok(Source {
@@ -143,6 +143,65 @@ fn read(client: &str, path: &Path) -> Result<Source, CliError> {
     })
 }
 
-fn strip_bom(text: &str) -> &str {
-    text.strip_prefix('\u{feff}').unwrap_or(text)
+/// JSON as VS Code and other editors write it (JSONC): a BOM, `//` and `/* */` comments and
+/// trailing commas removed, strings untouched.
+pub(crate) fn plain_json(text: &str) -> String {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                '\\' => out.extend(chars.next()),
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_string = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => while chars.next_if(|n| *n != '\n').is_some() {},
+            ('/', Some('*')) => {
+                chars.next();
+                let mut last = ' ';
+                while let Some(n) = chars.next() {
+                    if last == '*' && n == '/' {
+                        break;
+                    }
+                    last = n;
+                }
+            }
+            (']' | '}', _) => {
+                let kept = out.trim_end().len();
+                if out[..kept].ends_with(',') {
+                    out.truncate(kept - 1);
+                }
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_and_trailing_commas_go_and_strings_stay() {
+        let text = "\u{feff}{\n  // a comment\n  \"a\": \"x // not a comment\", /* b */\n  \"c\": [1, 2,],\n}";
+        let plain = plain_json(text);
+        let v: serde_json::Value =
+            serde_json::from_str(&plain).unwrap_or_else(|e| panic!("{e}: {plain}"));
+        assert_eq!(
+            v,
+            serde_json::json!({"a": "x // not a comment", "c": [1, 2]})
+        );
+    }
 }
