@@ -232,8 +232,14 @@ async fn install_all(kernel: &mut Kernel, planned: &[Planned], yes: bool) -> Res
         } else {
             "not needed (runs the program named)"
         };
+        let allows = p
+            .built
+            .allow
+            .as_ref()
+            .map(|program| format!("; allows the program PATH finds for {}", visible(program)))
+            .unwrap_or_default();
         note(&format!(
-            "  secrets moved: {}; pinning: {pinning}",
+            "  secrets moved: {}; pinning: {pinning}{allows}",
             if moved.is_empty() {
                 "none".to_owned()
             } else {

@@ -169,7 +169,7 @@ pub(crate) fn plain_json(text: &str) -> String {
             ('/', Some('*')) => {
                 chars.next();
                 let mut last = ' ';
-                while let Some(n) = chars.next() {
+                for n in chars.by_ref() {
                     if last == '*' && n == '/' {
                         break;
                     }
