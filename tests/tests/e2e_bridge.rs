@@ -266,3 +266,88 @@ fn the_frontend_keeps_its_port_across_restarts_and_moves_when_it_is_taken() {
         "the kernel says so: {log}"
     );
 }
+
+/// A bridge spoken to line by line: its stdin, and its stdout lines as JSON.
+struct RawBridge {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl RawBridge {
+    fn start(rt: &Runtime, session: &str) -> RawBridge {
+        let mut cmd = rt.tutti_cmd(&["mcp-stdio", "--workspace", "w", "--session", session]);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run tutti mcp-stdio: {e}"));
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+        RawBridge {
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// Sends `message`; the next line when it is a request.
+    fn send(&mut self, message: &Value) -> Option<Value> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .unwrap_or_else(|| panic!("stdin closed"));
+        writeln!(stdin, "{message}").unwrap_or_else(|e| panic!("write: {e}"));
+        message.get("id")?;
+        let line = self.lines.next()?.unwrap_or_else(|e| panic!("read: {e}"));
+        Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
+    }
+}
+
+#[test]
+fn a_revoked_bridge_session_stays_revoked_and_closing_stdin_revokes_the_token() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(&fixture_connector("fx", &["--tools", "echo"]), &[]);
+    rt.wait_status("fx", "ready", READY);
+    let mut bridge = RawBridge::start(&rt, "raw");
+    let init = bridge.send(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}),
+    );
+    assert!(init.is_some_and(|v| v["result"]["protocolVersion"] == "2025-06-18"));
+    bridge.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let listed = bridge.send(&list).unwrap_or_default();
+    assert_eq!(listed["result"]["tools"][0]["name"], "fx_echo", "{listed}");
+
+    rt.tutti_ok(&["session", "revoke", "--workspace", "w", "--session", "raw"]);
+    let refused = bridge.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    let refused = refused.unwrap_or_default();
+    assert_eq!(refused["id"], 3, "{refused}");
+    assert!(
+        refused.get("error").is_some(),
+        "a revoked session must not be renewed: {refused}"
+    );
+    drop(bridge);
+
+    let mut second = RawBridge::start(&rt, "closing");
+    second.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}));
+    second.stdin = None;
+    let status = second.child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(status.success(), "the bridge exits 0 when stdin closes");
+    let left = rt.tutti_ok(&[
+        "session",
+        "revoke",
+        "--workspace",
+        "w",
+        "--session",
+        "closing",
+        "--json",
+    ]);
+    assert!(
+        left.contains("\"revoked\":0"),
+        "stdin's end revoked the token: {left}"
+    );
+}

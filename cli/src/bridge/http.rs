@@ -157,9 +157,33 @@ pub(super) async fn relay(
         return written;
     }
     let body = response.text().await.unwrap_or_default();
-    let line = if serde_json::from_str::<Value>(&body).is_ok_and(|v| v.get("jsonrpc").is_some()) {
-        one_line(&body)
-    } else if let Some(id) = peek.id.as_ref().filter(|_| !status.is_success()) {
+    let parsed = serde_json::from_str::<Value>(&body)
+        .ok()
+        .filter(|v| v.get("jsonrpc").is_some());
+    let line = match (parsed, peek.id.as_ref()) {
+        // An HTTP-level refusal (401, 404, …) answers with `id: null`: the client's request
+        // gets it under its own id, or it would wait for an answer forever.
+        (Some(mut error), Some(id)) if error["id"].is_null() && error.get("error").is_some() => {
+            error["id"] = id.clone();
+            error.to_string()
+        }
+        (Some(_), _) => one_line(&body),
+        _ => return relay_refusal(status, &body, peek, out, written),
+    };
+    let _ = out.send(line.clone());
+    written.push(line);
+    written
+}
+
+/// A non-JSON-RPC answer to a request: a JSON-RPC error naming the HTTP status.
+fn relay_refusal(
+    status: reqwest::StatusCode,
+    body: &str,
+    peek: &Peek,
+    out: &UnboundedSender<String>,
+    mut written: Vec<String>,
+) -> Vec<String> {
+    let line = if let Some(id) = peek.id.as_ref().filter(|_| !status.is_success()) {
         let message = format!(
             "the Tutti frontend answered HTTP {status}: {}",
             body.chars().take(200).collect::<String>().trim()

@@ -110,11 +110,14 @@ impl Link {
         let deadline = Instant::now() + COMEBACK;
         loop {
             if let Ok(mut kernel) = Kernel::connect(&self.state_dir).await {
+                // The same kernel: its tokens (and revocations) stand. Unknown: ask again.
                 let pid = kernel_pid(&mut kernel).await;
                 if pid == Some(seen.kernel_pid) {
                     return Renewal::Current(now);
                 }
-                if let Ok((target, kernel_pid)) = issue(&self.state_dir, &self.request).await {
+                if pid.is_some()
+                    && let Ok((target, kernel_pid)) = issue(&self.state_dir, &self.request).await
+                {
                     let mut next = Current {
                         target,
                         kernel_pid,
