@@ -51,6 +51,25 @@ pub enum Command {
     Registry(RegistryCommand),
     /// Serve a local web page for connectors, tools, sessions and activity (127.0.0.1 only)
     Console(ConsoleArgs),
+    /// Serve MCP over stdio for clients that launch servers as commands: a bridge to the
+    /// runtime's frontend with a session token of its own
+    McpStdio(McpStdioArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpStdioArgs {
+    /// Workspace the session belongs to [default: the current directory]
+    #[arg(long, value_name = "W")]
+    pub workspace: Option<String>,
+    /// Session id [default: mcp-stdio-<pid>]
+    #[arg(long, value_name = "S")]
+    pub session: Option<String>,
+    /// What the session's tools/list holds (as `session issue --tools`)
+    #[arg(long, value_enum, default_value_t = ToolsArg::All)]
+    pub tools: ToolsArg,
+    /// Ask the person before each call of a tool at this risk level (as `session issue`)
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub confirm: Option<ConfirmArg>,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +143,37 @@ pub enum ConnectorCommand {
     Review(KeyArg),
     /// Commit the definitions that await review and pin them
     Approve(KeyArg),
+    /// Turn the MCP servers of your clients' configs (Claude, Cursor, VS Code, Codex,
+    /// Windsurf, Gemini) into connectors
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// A client (claude-desktop, claude-code, cursor, vscode, codex, windsurf, gemini) or a
+    /// JSON/TOML file in one of their shapes (repeatable) [default: every client found]
+    #[arg(long = "from", value_name = "CLIENT|FILE")]
+    pub from: Vec<String>,
+    /// Only the entries with these names
+    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+    pub only: Vec<String>,
+    /// Confirm non-interactively
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Then replace the imported entries in each file with one entry that runs the stdio
+    /// bridge (a backup is written next to the file)
+    #[arg(long)]
+    pub rewrite: bool,
+    /// Run npx/uvx/docker entries as written instead of pinning them (status shows unpinned)
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Take the value of a ${input:…}/${env:…} reference NAME from the environment variable
+    /// NAME (repeatable)
+    #[arg(long = "from-env", value_name = "NAME")]
+    pub from_env: Vec<String>,
+    /// Restore a client's file (or FILE) as it was before --rewrite
+    #[arg(long, value_name = "CLIENT|FILE", conflicts_with_all = ["from", "only", "rewrite", "no_pin"])]
+    pub undo: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -331,6 +381,15 @@ impl ToolsArg {
     }
 }
 
+/// `--via` of `session issue` (SPEC §6, §18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Via {
+    /// The frontend's URL with a bearer token
+    Http,
+    /// A command that runs `tutti mcp-stdio`
+    Stdio,
+}
+
 /// `--confirm` of `session issue` (SPEC §12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ConfirmArg {
@@ -365,6 +424,10 @@ pub struct IssueArgs {
     /// Merge the table into DIR/config.toml (formats codex, tutti)
     #[arg(long, value_name = "DIR")]
     pub codex_home: Option<PathBuf>,
+    /// How the agent reaches the runtime: a URL and a token, or a command that runs the
+    /// stdio bridge (`tutti mcp-stdio`; no token is issued and the entry survives restarts)
+    #[arg(long, value_enum, default_value_t = Via::Http)]
+    pub via: Via,
     /// The binding is JSON already (formats runtime, acp, claude); accepted for scripts that
     /// pass --json to every command
     #[arg(long)]

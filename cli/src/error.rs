@@ -43,6 +43,20 @@ pub enum CliError {
         reason: String,
     },
 
+    #[error("the stdio bridge cannot start: {reason}; check `tutti status`")]
+    Bridge { reason: String },
+
+    #[error("{what} is neither a client nor a file; name one of {known}, or a JSON/TOML file")]
+    ImportSource { what: String, known: String },
+
+    #[error("cannot read the MCP servers of {}: {reason}; fix the file or leave it out with --from", path.display())]
+    ImportFile { path: PathBuf, reason: String },
+
+    #[error(
+        "nothing to undo for {what}: no backup from `tutti connector import --rewrite` was found"
+    )]
+    NothingToUndo { what: String },
+
     /// A gRPC status from the kernel: its message is already user-facing.
     #[error("{message}")]
     Kernel { code: tonic::Code, message: String },

@@ -8,11 +8,14 @@
 
 mod args;
 mod binding;
+mod binding_stdio;
+mod bridge;
 mod browser;
 mod commands;
 mod console;
 mod error;
 mod fsutil;
+mod import;
 mod kernel;
 mod output;
 mod service;

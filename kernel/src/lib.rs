@@ -9,6 +9,7 @@ mod circuit;
 mod connect;
 mod demo;
 mod error;
+mod frontend_port;
 mod grpc;
 mod guards;
 mod housekeeping;

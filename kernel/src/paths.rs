@@ -33,6 +33,10 @@ impl Paths {
     pub fn frontend_json(&self) -> PathBuf {
         tutti_rules::state_dir::layout::frontend_json(&self.state)
     }
+    /// The port the frontend last listened on (kept across `tutti up` restarts).
+    pub fn frontend_port(&self) -> PathBuf {
+        self.run().join("frontend.port")
+    }
     pub fn connector_log(&self, key: &str) -> PathBuf {
         tutti_rules::state_dir::layout::connector_log(&self.state, key)
     }

@@ -157,7 +157,7 @@ fn absolute_dir(dir: &Path) -> Result<PathBuf, CliError> {
 /// What will run, shown before the trust step (to stderr).
 /// Every field is shown with its control characters written out (`visible`, `shell_join`):
 /// a manifest must not be able to rewrite what the person confirming sees.
-fn confirmation(plan: &InstallPlan, verb: Verb) -> String {
+pub(crate) fn confirmation(plan: &InstallPlan, verb: Verb) -> String {
     let mut out = format!(
         "{} connector {} {} ({})\n",
         verb.heading(),
@@ -265,7 +265,7 @@ fn push_verb(out: &mut String, plan: &InstallPlan, verb: Verb) {
 /// What a confirmation is for: installing a release, or probing a release directory (which
 /// runs its upstream just the same, SPEC §12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verb {
+pub(crate) enum Verb {
     Install,
     Probe,
 }
@@ -280,7 +280,7 @@ impl Verb {
 }
 
 /// The trust step without `--yes`: ask on a terminal, refuse otherwise.
-fn confirm(verb: Verb) -> Result<(), CliError> {
+pub(crate) fn confirm(verb: Verb) -> Result<(), CliError> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         return Err(match verb {

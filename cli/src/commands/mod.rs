@@ -41,6 +41,7 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ConnectorCommand::Review(a) => review::review(state_dir, a).await,
             ConnectorCommand::Approve(a) => review::approve(state_dir, a).await,
             ConnectorCommand::Search(a) => market::search(state_dir, a).await,
+            ConnectorCommand::Import(a) => crate::import::run(state_dir, a).await,
         },
         Command::Registry(r) => market::registry(state_dir, r).await,
         Command::Logs(a) => logs::run(state_dir, a).await,
@@ -55,5 +56,6 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ServiceCommand::Status(a) => service::status(state_dir, a).await,
         },
         Command::Console(a) => crate::console::run(state_dir, a).await,
+        Command::McpStdio(a) => crate::bridge::run(state_dir, a).await,
     }
 }

@@ -8,8 +8,9 @@ use serde::Serialize;
 use toml_edit::DocumentMut;
 use tutti_proto::kernel::{IssueSessionRequest, RevokeSessionRequest};
 
-use crate::args::{Format, IssueArgs, RevokeArgs};
+use crate::args::{Format, IssueArgs, RevokeArgs, Via};
 use crate::binding::{self, AcpGate, Binding};
+use crate::binding_stdio::{self, Launch};
 use crate::error::CliError;
 use crate::fsutil;
 use crate::kernel::Kernel;
@@ -87,6 +88,10 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
         None => None,
     };
 
+    if args.via == Via::Stdio {
+        return issue_stdio(state_dir, &args, codex);
+    }
+
     let mut kernel = Kernel::connect(state_dir).await?;
     let reply = kernel
         .client
@@ -110,6 +115,38 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
         ));
     }
     emit(&binding::render(&binding, args.format)?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--via stdio`: the entry runs the stdio bridge; no token is issued or printed.
+fn issue_stdio(
+    state_dir: &Path,
+    args: &IssueArgs,
+    codex: Option<CodexConfig>,
+) -> Result<ExitCode, CliError> {
+    let state_dir =
+        std::path::absolute(state_dir).map_err(|e| CliError::io("resolve", state_dir, e))?;
+    let launch = Launch::new(
+        &state_dir,
+        &args.workspace,
+        &args.session,
+        args.tools,
+        args.confirm,
+    )?;
+    if let Some(mut config) = codex {
+        binding_stdio::merge_codex(&mut config.doc, &launch).map_err(|()| {
+            CliError::CodexMcpServers {
+                path: config.path.clone(),
+            }
+        })?;
+        config.write()?;
+        note(&format!(
+            "tutti: updated {} ([mcp_servers.{}])",
+            config.path.display(),
+            binding::SERVER_NAME
+        ));
+    }
+    emit(&binding_stdio::render(&launch, args.format, &state_dir)?)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -154,6 +191,10 @@ impl CodexConfig {
         binding::merge_codex(&mut self.doc, binding).map_err(|()| CliError::CodexMcpServers {
             path: self.path.clone(),
         })?;
+        self.write()
+    }
+
+    fn write(&self) -> Result<(), CliError> {
         fsutil::write_atomic(&self.path, self.doc.to_string().as_bytes(), 0o600)
             .map_err(|e| CliError::io("write", &self.path, e))
     }
@@ -351,6 +392,7 @@ mod tests {
             confirm: None,
             acp_initialize,
             codex_home,
+            via: crate::args::Via::Http,
             json: false,
         }
     }

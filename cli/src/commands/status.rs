@@ -114,6 +114,9 @@ struct ConnectorJson {
     /// An OAuth connector: the account its login belongs to, where the server said which.
     #[serde(skip_serializing_if = "Option::is_none")]
     oauth_account: Option<String>,
+    /// Imported with `--no-pin`: its command runs as written (SPEC §18).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    unpinned: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -216,6 +219,7 @@ impl StatusJson {
                         None
                     },
                     oauth_account: non_empty(&c.oauth_account),
+                    unpinned: crate::import::unpinned(state_dir, &c.key, &c.sha256),
                 })
                 .collect(),
             resource_clashes: reply
@@ -252,6 +256,15 @@ fn status_cell(c: &ConnectorStatus) -> String {
         cell.push_str(&format!(" (circuit {})", c.circuit.replace('_', "-")));
     }
     cell
+}
+
+/// ` (unpinned)` for a connector imported with `--no-pin` (SPEC §18).
+fn unpinned_mark(state_dir: &Path, c: &ConnectorStatus) -> &'static str {
+    if crate::import::unpinned(state_dir, &c.key, &c.sha256) {
+        " (unpinned)"
+    } else {
+        ""
+    }
 }
 
 /// A latency for the table: `850µs`, `12.3ms`, `4.20s`; `-` without calls.
@@ -312,7 +325,10 @@ fn render_table_with(reply: &StatusReply, state_dir: &Path, spark: bool) -> Stri
         out.push_str("no connectors installed (add one with `tutti connector install DIR`)\n");
         return out;
     }
-    let rows: Vec<Vec<String>> = sorted(reply).into_iter().map(table_row).collect();
+    let rows: Vec<Vec<String>> = sorted(reply)
+        .into_iter()
+        .map(|c| table_row(c, state_dir))
+        .collect();
     out.push_str(&table(
         &[
             "KEY",
@@ -348,7 +364,7 @@ fn render_table_with(reply: &StatusReply, state_dir: &Path, spark: bool) -> Stri
 }
 
 /// One connector's row of the status table, in the order of the header.
-fn table_row(c: &ConnectorStatus) -> Vec<String> {
+fn table_row(c: &ConnectorStatus, state_dir: &Path) -> Vec<String> {
     vec![
         c.key.clone(),
         c.version.clone(),
@@ -357,7 +373,7 @@ fn table_row(c: &ConnectorStatus) -> Vec<String> {
         } else {
             c.generation.to_string()
         },
-        status_cell(c),
+        status_cell(c) + unpinned_mark(state_dir, c),
         c.tool_count.to_string(),
         c.restarts.to_string(),
         format!("{}/{}/{}", c.risk_low, c.risk_medium, c.risk_high),

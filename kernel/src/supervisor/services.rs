@@ -50,7 +50,10 @@ struct FrontendInfo {
 pub async fn supervise(k: Arc<Kernel>, role: Role) {
     let mut shutdown = k.shutdown.subscribe();
     let mut restarts = Restarts::default();
-    let mut port: u16 = 0;
+    let mut port: u16 = match role {
+        Role::Frontend => crate::frontend_port::initial(&k.paths),
+        Role::ShimManager => 0,
+    };
     let mut socket: Option<std::net::TcpListener> = None; // bound once, kept for good
     let mut fence_requests = fence_requests(&k, role);
     loop {
@@ -62,6 +65,8 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             Ok(args) => args,
             Err(e) => {
                 tracing::error!(port, error = %e, "cannot bind the frontend's port on 127.0.0.1");
+                // The last port was taken meanwhile: any free port next.
+                port = 0;
                 if !pause(Duration::from_secs(2), &mut fence_requests, &mut shutdown).await {
                     return;
                 }
@@ -194,6 +199,7 @@ async fn learn_frontend_url(k: Arc<Kernel>, pid: u32) {
             && info.pid == pid
         {
             *lock(&k.frontend_url) = Some(info.url);
+            crate::frontend_port::record(&k.paths, info.port);
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;

@@ -1,0 +1,207 @@
+//! The bridge's session with the runtime: its token (asked of the kernel over the local
+//! socket), the kernel that issued it, and a fresh token (with the client's `initialize`
+//! replayed) when that kernel was replaced.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Mutex, RwLock};
+use tutti_proto::kernel::{Empty, IssueSessionRequest, RevokeSessionRequest};
+
+use super::http::{self, Peek, Target};
+use super::params::ParamHeaders;
+use crate::error::CliError;
+use crate::kernel::Kernel;
+
+/// How long a message waits for a runtime that went away to come back.
+pub(super) const COMEBACK: Duration = Duration::from_secs(90);
+const RETRY_PAUSE: Duration = Duration::from_millis(300);
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// One token's lifetime: the kernel that issued it and a counter that grows per token.
+#[derive(Clone, Debug)]
+pub(super) struct Current {
+    pub(super) target: Target,
+    kernel_pid: u32,
+    pub(super) epoch: u64,
+}
+
+/// The outcome of [`Link::renew`].
+pub(super) enum Renewal {
+    /// This call replaced the token (and replayed `initialize`).
+    Renewed(Current),
+    /// Another message's call did already, or the same kernel still runs (the frontend
+    /// restarted on its own, or the token was revoked): this is the session to use.
+    Current(Current),
+    /// No runtime came back in time; the line says so.
+    Gone(String),
+}
+
+pub(super) struct Link {
+    state_dir: PathBuf,
+    request: IssueSessionRequest,
+    pub(super) http: reqwest::Client,
+    /// The `x-mcp-header` declarations of the listed tools (2026-07-28).
+    pub(super) params: ParamHeaders,
+    current: RwLock<Current>,
+    renewing: Mutex<()>,
+    /// The client's `initialize` line, replayed for a new token (2025-06-18 only).
+    initialize: std::sync::Mutex<Option<String>>,
+}
+
+impl Link {
+    /// Asks the kernel of `state_dir` for a token.
+    pub(super) async fn open(
+        state_dir: &Path,
+        request: IssueSessionRequest,
+    ) -> Result<Link, CliError> {
+        let (target, kernel_pid) = issue(state_dir, &request).await?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| CliError::Bridge {
+                reason: e.to_string(),
+            })?;
+        Ok(Link {
+            state_dir: state_dir.to_path_buf(),
+            request,
+            http,
+            params: ParamHeaders::default(),
+            current: RwLock::new(Current {
+                target,
+                kernel_pid,
+                epoch: 0,
+            }),
+            renewing: Mutex::new(()),
+            initialize: std::sync::Mutex::new(None),
+        })
+    }
+
+    pub(super) async fn current(&self) -> Current {
+        self.current.read().await.clone()
+    }
+
+    /// Records the client's `initialize` and what its answer settled.
+    pub(super) async fn initialized(
+        &self,
+        line: &str,
+        epoch: u64,
+        session: Option<String>,
+        answer: &[String],
+    ) {
+        if let Ok(mut init) = self.initialize.lock() {
+            *init = Some(line.to_owned());
+        }
+        let mut current = self.current.write().await;
+        if current.epoch == epoch {
+            http::settle(&mut current.target, session, answer);
+        }
+    }
+
+    /// After a failure seen with `seen`: waits for a kernel; a new token (and the client's
+    /// `initialize` replayed) when it is not the one that issued `seen`'s.
+    pub(super) async fn renew(&self, seen: &Current) -> Renewal {
+        let _one_at_a_time = self.renewing.lock().await;
+        let now = self.current().await;
+        if now.epoch != seen.epoch {
+            return Renewal::Current(now);
+        }
+        let deadline = Instant::now() + COMEBACK;
+        loop {
+            if let Ok(mut kernel) = Kernel::connect(&self.state_dir).await {
+                // The same kernel: its tokens (and revocations) stand. Unknown: ask again.
+                let pid = kernel_pid(&mut kernel).await;
+                if pid == Some(seen.kernel_pid) {
+                    return Renewal::Current(now);
+                }
+                if pid.is_some()
+                    && let Ok((target, kernel_pid)) = issue(&self.state_dir, &self.request).await
+                {
+                    let mut next = Current {
+                        target,
+                        kernel_pid,
+                        epoch: seen.epoch + 1,
+                    };
+                    self.replay(&mut next.target).await;
+                    *self.current.write().await = next.clone();
+                    return Renewal::Renewed(next);
+                }
+            }
+            if Instant::now() > deadline {
+                return Renewal::Gone(format!(
+                    "the Tutti runtime stopped and did not come back within {} s; start it with `{}`",
+                    COMEBACK.as_secs(),
+                    crate::kernel::up_command(&self.state_dir)
+                ));
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// Replays the client's `initialize` and `notifications/initialized` for a new token;
+    /// the answers are the bridge's own (the client had its answer).
+    async fn replay(&self, target: &mut Target) {
+        let Some(line) = self.initialize.lock().ok().and_then(|i| i.clone()) else {
+            return;
+        };
+        target.session_id = None;
+        target.legacy_version = None;
+        let peek = Peek::of(&line);
+        let post = self
+            .http
+            .post(&target.url)
+            .headers(http::headers(target, &peek));
+        let Ok(response) = post.body(line).send().await else {
+            return;
+        };
+        let session = http::session_of(&response);
+        let (sink, _drop) = tokio::sync::mpsc::unbounded_channel();
+        let answer = http::relay(response, &peek, &sink).await;
+        http::settle(target, session, &answer);
+        let headers = http::headers(target, &Peek::default());
+        let _ = self
+            .http
+            .post(&target.url)
+            .headers(headers)
+            .body(INITIALIZED)
+            .send()
+            .await;
+    }
+
+    /// Revokes this bridge's token (stdin closed).
+    pub(super) async fn revoke(&self) {
+        if let Ok(mut kernel) = Kernel::connect(&self.state_dir).await {
+            let request = RevokeSessionRequest {
+                workspace: self.request.workspace.clone(),
+                session: self.request.session.clone(),
+                all: false,
+            };
+            let _ = kernel.client.revoke_session(request).await;
+        }
+    }
+}
+
+async fn kernel_pid(kernel: &mut Kernel) -> Option<u32> {
+    let reply = kernel.client.status(Empty {}).await.ok()?;
+    Some(reply.into_inner().kernel_pid)
+}
+
+/// A token from the kernel of `state_dir`, and that kernel's pid.
+async fn issue(state_dir: &Path, request: &IssueSessionRequest) -> Result<(Target, u32), CliError> {
+    let mut kernel = Kernel::connect(state_dir).await?;
+    let pid = kernel_pid(&mut kernel).await.unwrap_or(0);
+    let reply = kernel
+        .client
+        .issue_session(request.clone())
+        .await
+        .map_err(|status| kernel.error(status))?
+        .into_inner();
+    let target = Target {
+        url: reply.url,
+        token: reply.token,
+        session_id: None,
+        legacy_version: None,
+    };
+    Ok((target, pid))
+}

@@ -1,0 +1,173 @@
+//! `tutti mcp-stdio` (SPEC §18): an MCP server over stdio for clients that launch their
+//! servers as commands. It asks the kernel for a session token over the local socket (never
+//! on an argv), then carries every line of stdin to the frontend as an HTTP POST, unchanged,
+//! and every message of the answers (JSON or event streams) back to stdout, one per line.
+//! For a 2025-06-18 client it also opens the notification stream after `initialize`; a
+//! 2026-07-28 client's `subscriptions/listen` is a request like any other. When the kernel is
+//! replaced (tokens end with it) the bridge takes a new token, replays the client's
+//! `initialize`, and sends the message again: the client does not notice. Closing stdin
+//! revokes the token.
+
+mod http;
+mod link;
+mod params;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tutti_proto::kernel::IssueSessionRequest;
+
+use crate::args::{ConfirmArg, McpStdioArgs};
+use crate::error::CliError;
+use http::Peek;
+use link::{Current, Link, Renewal};
+
+/// JSON-RPC code of the bridge's own errors (implementation-defined server error).
+const BRIDGE_ERROR: i64 = -32000;
+
+pub(crate) async fn run(state_dir: &Path, args: McpStdioArgs) -> Result<ExitCode, CliError> {
+    let (out, rx) = mpsc::unbounded_channel::<String>();
+    let writer = tokio::spawn(write_stdout(rx));
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let request = IssueSessionRequest {
+        workspace: args.workspace.unwrap_or_else(default_workspace),
+        session: args
+            .session
+            .unwrap_or_else(|| format!("mcp-stdio-{}", std::process::id())),
+        tools: args.tools.wire().into(),
+        confirm_high: args.confirm == Some(ConfirmArg::High),
+    };
+    let link = match Link::open(state_dir, request).await {
+        Ok(link) => Arc::new(link),
+        Err(err) => {
+            // Answer the client's first request (its `initialize`) with the reason, then exit.
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(id) = Peek::of(&line).id {
+                    let _ = out.send(http::rpc_error(&id, BRIDGE_ERROR, &err.to_string()));
+                    break;
+                }
+            }
+            drop(out);
+            let _ = writer.await;
+            return Err(err);
+        }
+    };
+    while let Ok(Some(line)) = lines.next_line().await {
+        if !line.trim().is_empty() {
+            tokio::spawn(forward(link.clone(), line, out.clone()));
+        }
+    }
+    link.revoke().await;
+    drop(out);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The workspace a bridge files its session under by default: the directory it runs in.
+fn default_workspace() -> String {
+    std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|_| "mcp-stdio".to_owned())
+}
+
+async fn write_stdout(mut rx: UnboundedReceiver<String>) {
+    let mut stdout = tokio::io::stdout();
+    while let Some(mut line) = rx.recv().await {
+        line.push('\n');
+        if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends one client message to the frontend and its answer back; across a kernel restart,
+/// sends it again with the new token.
+async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
+    let mut peek = Peek::of(&line);
+    let initialize = peek.method.as_deref() == Some("initialize");
+    let modern = peek.modern_version.is_some();
+    if modern && peek.method.as_deref() == Some("tools/call") {
+        peek.params = link.params.for_call(&line);
+    }
+    loop {
+        let current = link.current().await;
+        let target = &current.target;
+        let post = link
+            .http
+            .post(&target.url)
+            .headers(http::headers(target, &peek));
+        let failure = match post.body(line.clone()).send().await {
+            Ok(response) if response.status() != reqwest::StatusCode::UNAUTHORIZED => {
+                let session = http::session_of(&response);
+                let answer = http::relay(response, &peek, &out).await;
+                if modern && peek.method.as_deref() == Some("tools/list") {
+                    link.params.learn(&answer);
+                }
+                if initialize && !modern {
+                    link.initialized(&line, current.epoch, session, &answer)
+                        .await;
+                    tokio::spawn(listen(link.clone(), current.epoch, out.clone()));
+                }
+                return;
+            }
+            Ok(unauthorized) => Some(unauthorized),
+            Err(_) => None,
+        };
+        match link.renew(&current).await {
+            Renewal::Renewed(next) => spawn_listen(&link, &next, &out),
+            Renewal::Current(next) if next.epoch != current.epoch => {}
+            // Same kernel: a 401 means the token was revoked, so the answer stands; a
+            // frontend that is not there yet is waited for.
+            Renewal::Current(_) => match failure {
+                Some(unauthorized) => {
+                    http::relay(unauthorized, &peek, &out).await;
+                    return;
+                }
+                None => tokio::time::sleep(Duration::from_millis(300)).await,
+            },
+            Renewal::Gone(reason) => {
+                if let Some(id) = &peek.id {
+                    let _ = out.send(http::rpc_error(id, BRIDGE_ERROR, &reason));
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// A renewed 2025-06-18 session gets its notification stream again.
+fn spawn_listen(link: &Arc<Link>, next: &Current, out: &UnboundedSender<String>) {
+    if next.target.legacy_version.is_some() {
+        tokio::spawn(listen(link.clone(), next.epoch, out.clone()));
+    }
+}
+
+/// The 2025-06-18 notification stream of token `epoch`, relayed until the token is replaced
+/// or revoked; when it ends because the runtime went away, the session is renewed.
+async fn listen(link: Arc<Link>, epoch: u64, out: UnboundedSender<String>) {
+    let mut failures = 0u32;
+    loop {
+        let current = link.current().await;
+        if current.epoch != epoch || current.target.legacy_version.is_none() {
+            return;
+        }
+        match http::open_stream(&link.http, &current.target).await {
+            Ok(response) if response.status().is_success() => {
+                failures = 0;
+                http::relay(response, &Peek::default(), &out).await;
+            }
+            // No stream for this session (revoked, or not offered): nothing to relay.
+            Ok(_) if failures > 0 => return,
+            Ok(_) | Err(_) => failures += 1,
+        }
+        match link.renew(&current).await {
+            Renewal::Renewed(next) => return spawn_listen(&link, &next, &out),
+            Renewal::Current(next) if next.epoch != epoch => return,
+            Renewal::Current(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Renewal::Gone(_) => return,
+        }
+    }
+}

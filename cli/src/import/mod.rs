@@ -1,0 +1,339 @@
+//! `tutti connector import` (SPEC §18): MCP server entries from the clients' config files
+//! become connectors. Each entry is built as a release folder in a staging dir, every one is
+//! planned by the kernel, one confirmation covers them all, and each is installed through
+//! the ordinary install path (then `connect` stores the credentials it moved into secrets).
+//! Entries already installed (same launch) are skipped; `--rewrite` then points the client at
+//! the stdio bridge; `--undo CLIENT` restores the file.
+
+mod entry;
+mod release;
+mod rewrite;
+mod sources;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+use tutti_proto::kernel::{ConnectRequest, Empty, InstallPlan, InstallRequest};
+
+use crate::args::{ImportArgs, ToolsArg};
+use crate::binding_stdio::Launch as BridgeLaunch;
+use crate::commands::connector::{Verb, confirm, confirmation};
+use crate::error::CliError;
+use crate::kernel::Kernel;
+use crate::output::{emit, note, visible};
+use entry::Entry;
+use sources::Source;
+
+/// Whether the installed release `key`/`sha256` was imported unpinned (`--no-pin`).
+pub(crate) fn unpinned(state_dir: &Path, key: &str, sha256: &str) -> bool {
+    let record = state_dir
+        .join("releases")
+        .join(key)
+        .join(sha256)
+        .join(release::IMPORT_RECORD);
+    std::fs::read(record)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .is_some_and(|r| r["unpinned"] == true)
+}
+
+/// One connector to create.
+struct Planned {
+    key: String,
+    source: usize,
+    entry_name: String,
+    built: release::Built,
+    unpinned: bool,
+    request: InstallRequest,
+    plan: InstallPlan,
+}
+
+/// What the installed connectors already are: keys and launches.
+struct Installed {
+    keys: BTreeSet<String>,
+    launches: Vec<Value>,
+}
+
+pub(crate) async fn run(state_dir: &Path, args: ImportArgs) -> Result<ExitCode, CliError> {
+    let cwd = std::env::current_dir().map_err(|e| CliError::io("read", Path::new("."), e))?;
+    if let Some(what) = &args.undo {
+        for path in rewrite::undo(what, &cwd)? {
+            emit(&format!("restored {}\n", path.display()))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let sources = sources::gather(&args.from, &cwd)?;
+    let mut kernel = Kernel::connect(state_dir).await?;
+    let mut installed = installed(&mut kernel, state_dir).await?;
+    let staging = Staging::new()?;
+    let mut imported: Vec<Vec<String>> = vec![Vec::new(); sources.len()];
+    let mut planned = Vec::new();
+    for (index, source) in sources.iter().enumerate() {
+        for problem in &source.problems {
+            note(&format!(
+                "tutti: {}: {}",
+                source.path.display(),
+                visible(problem)
+            ));
+        }
+        for e in source.entries.iter().filter(|e| wanted(&args.only, e)) {
+            if installed
+                .launches
+                .contains(&release::fingerprint_of(&e.launch))
+            {
+                note(&format!(
+                    "tutti: {}: already imported (same launch); skipped",
+                    e.name
+                ));
+                imported[index].push(e.name.clone());
+                continue;
+            }
+            if release::runs_a_package(e) && !args.no_pin {
+                note(&format!(
+                    "tutti: {}: pinning of npx/uvx/docker entries is not available yet; pass --no-pin to run the command as written",
+                    e.name
+                ));
+                continue;
+            }
+            let key = unique_key(&e.name, &mut installed.keys);
+            let p = plan(&mut kernel, &staging, source, index, e, &key, &args).await?;
+            if let Some(p) = p {
+                installed.launches.push(release::fingerprint_of(&e.launch));
+                planned.push(p);
+            }
+        }
+    }
+    install_all(&mut kernel, &planned, args.yes).await?;
+    for p in &planned {
+        imported[p.source].push(p.entry_name.clone());
+    }
+    if args.rewrite {
+        rewrite_all(state_dir, &sources, &imported)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn wanted(only: &[String], e: &Entry) -> bool {
+    only.is_empty() || only.iter().any(|n| n == &e.name)
+}
+
+/// A key free among `taken` (suffixed `-2`, `-3`, … on a collision, which is reported).
+fn unique_key(name: &str, taken: &mut BTreeSet<String>) -> String {
+    let base = entry::key_of(name);
+    let mut key = base.clone();
+    let mut n = 2;
+    while taken.contains(&key) {
+        let suffix = format!("-{n}");
+        let mut stem = base.clone();
+        stem.truncate(24 - suffix.len());
+        key = format!("{}{suffix}", stem.trim_end_matches('-'));
+        n += 1;
+    }
+    if key != base {
+        note(&format!(
+            "tutti: {name}: key {base} is taken; it becomes {key}"
+        ));
+    }
+    taken.insert(key.clone());
+    key
+}
+
+async fn installed(kernel: &mut Kernel, state_dir: &Path) -> Result<Installed, CliError> {
+    let reply = kernel
+        .client
+        .status(Empty {})
+        .await
+        .map_err(|s| kernel.error(s))?
+        .into_inner();
+    let mut out = Installed {
+        keys: BTreeSet::new(),
+        launches: Vec::new(),
+    };
+    for c in reply.connectors {
+        let manifest = state_dir
+            .join("releases")
+            .join(&c.key)
+            .join(&c.sha256)
+            .join("connector.json");
+        let launch = std::fs::read(&manifest)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|m| release::fingerprint_of_manifest(&m));
+        out.launches.extend(launch);
+        out.keys.insert(c.key);
+    }
+    Ok(out)
+}
+
+/// Builds `e`'s release in the staging dir and asks the kernel for its install plan;
+/// `None` (after the problems, one line each) when it cannot be installed.
+async fn plan(
+    kernel: &mut Kernel,
+    staging: &Staging,
+    source: &Source,
+    index: usize,
+    e: &Entry,
+    key: &str,
+    args: &ImportArgs,
+) -> Result<Option<Planned>, CliError> {
+    let origin = format!("{} {}", source.client, source.path.display());
+    let built = match release::build(e, key, &origin, &args.from_env) {
+        Ok(built) => built,
+        Err(reason) => {
+            note(&format!("tutti: {}: {}; skipped", e.name, visible(&reason)));
+            return Ok(None);
+        }
+    };
+    let dir = staging.0.join(key);
+    let unpinned = release::runs_a_package(e);
+    let record = json!({"client": source.client, "entry": e.name, "unpinned": unpinned});
+    release::write(&dir, &built, &record)?;
+    let request = InstallRequest {
+        source_dir: dir.display().to_string(),
+        allow_commands: built.allow.iter().cloned().collect(),
+        ..Default::default()
+    };
+    let plan = kernel
+        .client
+        .plan_install(request.clone())
+        .await
+        .map_err(|s| kernel.error(s))?
+        .into_inner();
+    if !plan.problems.is_empty() {
+        for problem in &plan.problems {
+            note(&format!("tutti: {}: {}; skipped", e.name, visible(problem)));
+        }
+        return Ok(None);
+    }
+    Ok(Some(Planned {
+        key: key.to_owned(),
+        source: index,
+        entry_name: e.name.clone(),
+        built,
+        unpinned,
+        request,
+        plan,
+    }))
+}
+
+/// One confirmation for every planned connector, then each install and its secrets.
+async fn install_all(kernel: &mut Kernel, planned: &[Planned], yes: bool) -> Result<(), CliError> {
+    if planned.is_empty() {
+        note("tutti: nothing new to import");
+        return Ok(());
+    }
+    for p in planned {
+        note(confirmation(&p.plan, Verb::Install).trim_end());
+        let moved: Vec<&str> = p.built.secrets.keys().map(String::as_str).collect();
+        let pinning = if p.unpinned {
+            "not pinned (--no-pin: runs as written)"
+        } else {
+            "not needed (runs the program named)"
+        };
+        let allows = p
+            .built
+            .allow
+            .as_ref()
+            .map(|program| format!("; allows the program PATH finds for {}", visible(program)))
+            .unwrap_or_default();
+        note(&format!(
+            "  secrets moved: {}; pinning: {pinning}{allows}",
+            if moved.is_empty() {
+                "none".to_owned()
+            } else {
+                moved.join(", ")
+            }
+        ));
+    }
+    if !yes {
+        confirm(Verb::Install)?;
+    }
+    for p in planned {
+        let mut request = p.request.clone();
+        request.expected_sha256 = p.plan.sha256.clone();
+        let reply = kernel
+            .client
+            .install(request)
+            .await
+            .map_err(|s| kernel.error(s))?
+            .into_inner();
+        if !p.built.secrets.is_empty() {
+            let request = ConnectRequest {
+                key: p.key.clone(),
+                secrets: p.built.secrets.clone().into_iter().collect(),
+                ..ConnectRequest::default()
+            };
+            kernel
+                .client
+                .connect_connector(request)
+                .await
+                .map_err(|s| kernel.error(s))?;
+        }
+        emit(&format!(
+            "imported {} as {} ({})\n",
+            visible(&p.entry_name),
+            p.key,
+            reply.status
+        ))?;
+        for name in &p.built.pending {
+            emit(&format!(
+                "  {} needs {name}: tutti connector connect {} --from-env {name}\n",
+                p.key, p.key
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+fn rewrite_all(
+    state_dir: &Path,
+    sources: &[Source],
+    imported: &[Vec<String>],
+) -> Result<(), CliError> {
+    let state_dir =
+        std::path::absolute(state_dir).map_err(|e| CliError::io("resolve", state_dir, e))?;
+    for (source, names) in sources.iter().zip(imported) {
+        if names.is_empty() {
+            continue;
+        }
+        let launch = BridgeLaunch::new(
+            &state_dir,
+            &source.client,
+            &source.client,
+            ToolsArg::All,
+            None,
+        )?;
+        rewrite::apply(source, names, &launch)?;
+        emit(&format!(
+            "rewrote {} (backup {}; undo with `tutti connector import --undo {}`)\n",
+            source.path.display(),
+            rewrite::backup_of(&source.path).display(),
+            if source.client == "file" {
+                source.path.display().to_string()
+            } else {
+                source.client.clone()
+            }
+        ))?;
+    }
+    Ok(())
+}
+
+/// The staging dir of the releases being built; removed afterwards.
+struct Staging(PathBuf);
+
+impl Staging {
+    fn new() -> Result<Staging, CliError> {
+        let dir = std::env::temp_dir().join(format!("tutti-import-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| CliError::io("create", &dir, e))?;
+        Ok(Staging(dir))
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

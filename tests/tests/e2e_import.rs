@@ -1,0 +1,218 @@
+//! `tutti connector import` (SPEC §18) over the real runtime: the config files of every
+//! client (`tests/fixtures/import/`, each citing where its shape comes from) placed at their
+//! Linux paths under a fresh HOME become connectors of the fixture server; credentials move
+//! into `secrets/` and appear nowhere else; a key collision gets a suffix; an `npx` entry is
+//! refused until `--no-pin`, then runs as written and `status` marks it unpinned; a second
+//! import skips what is there; `--rewrite` points each file at the stdio bridge (TOML
+//! comments kept) and `--undo` restores the original bytes.
+#![cfg(unix)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::Value;
+use tutti_tests::secret_scan::{Scan, leaks};
+use tutti_tests::{Runtime, RuntimeOptions, repo_root};
+
+const READY: Duration = Duration::from_secs(30);
+const SECRET: &str = "sk-live-import-Q7vX93kLpZ";
+
+/// Fixture file → where its client keeps it (under HOME, or the project for `.mcp.json`).
+const PLACES: &[(&str, &str, &str)] = &[
+    (
+        "claude-desktop",
+        "claude_desktop_config.json",
+        ".config/Claude/claude_desktop_config.json",
+    ),
+    ("claude-code", "claude.json", ".claude.json"),
+    ("cursor", "cursor_mcp.json", ".cursor/mcp.json"),
+    ("vscode", "vscode_mcp.json", ".config/Code/User/mcp.json"),
+    ("codex", "codex_config.toml", ".codex/config.toml"),
+    (
+        "windsurf",
+        "windsurf_mcp_config.json",
+        ".codeium/windsurf/mcp_config.json",
+    ),
+    ("gemini", "gemini_settings.json", ".gemini/settings.json"),
+];
+
+/// Writes every fixture to its place with the fixture server's path and the secret filled
+/// in; `npx` is a link to the fixture server (a package launcher by name). The originals.
+fn place_fixtures(rt: &Runtime, home: &Path) -> Vec<(String, PathBuf, Vec<u8>)> {
+    let fixture = rt.private_fixture();
+    let npx = rt.root().join("launchers").join("npx");
+    std::fs::create_dir_all(npx.parent().unwrap_or(home)).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(&fixture, &npx).unwrap_or_else(|e| panic!("{e}"));
+    let mut placed = Vec::new();
+    for (client, name, place) in PLACES {
+        let src = repo_root().join("tests/fixtures/import").join(name);
+        let text = std::fs::read_to_string(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let text = text
+            .replace("@FIXTURE@", &fixture.display().to_string())
+            .replace("@NPX@", &npx.display().to_string())
+            .replace("@SECRET@", SECRET);
+        let dest = home.join(place);
+        std::fs::create_dir_all(dest.parent().unwrap_or(home)).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&dest, &text).unwrap_or_else(|e| panic!("{e}"));
+        placed.push(((*client).to_owned(), dest, text.into_bytes()));
+    }
+    placed
+}
+
+fn import(rt: &Runtime, home: &Path, args: &[&str]) -> Output {
+    let project = rt.root().join("project");
+    std::fs::create_dir_all(&project).unwrap_or_else(|e| panic!("{e}"));
+    let mut cmd = rt.tutti_cmd(&[&["connector", "import"], args].concat());
+    cmd.env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("CODEX_HOME")
+        .current_dir(project);
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("tutti connector import: {e}"));
+    assert!(
+        out.status.success(),
+        "import {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The first import: every client's entries, the npx one refused for want of pinning.
+fn first_import(rt: &Runtime, home: &Path) -> Output {
+    let out = import(rt, home, &["--yes"]);
+    let said = text(&out);
+    assert!(
+        said.contains(
+            "everything: pinning of npx/uvx/docker entries is not available yet; pass --no-pin"
+        ),
+        "{said}"
+    );
+    assert!(
+        said.contains("key echo is taken; it becomes echo-2"),
+        "{said}"
+    );
+    for key in [
+        "echo",
+        "echo-2",
+        "code-add",
+        "project-echo",
+        "cursor-echo",
+        "codex-echo",
+        "gemini-echo",
+    ] {
+        rt.wait_status(key, "ready", READY);
+    }
+    // A `${input:…}` reference becomes a secret to give later.
+    rt.wait_status("vscode-echo", "auth_required", READY);
+    assert!(
+        said.contains("tutti connector connect vscode-echo --from-env API_KEY"),
+        "{said}"
+    );
+    assert!(rt.connector_status("everything").is_none(), "{said}");
+    out
+}
+
+/// The second import: the rest skipped as already imported, the npx entry unpinned, every
+/// file rewritten to the bridge.
+fn second_import(rt: &Runtime, home: &Path) -> Output {
+    let out = import(rt, home, &["--yes", "--no-pin", "--rewrite"]);
+    let said = text(&out);
+    assert!(
+        said.contains("cursor-echo: already imported (same launch); skipped"),
+        "{said}"
+    );
+    let everything = rt.wait_status("everything", "ready", READY);
+    assert_eq!(everything["unpinned"], true, "{everything}");
+    let status = rt.tutti_ok(&["status"]);
+    assert!(status.contains("(unpinned)"), "{status}");
+    out
+}
+
+fn assert_rewritten(placed: &[(String, PathBuf, Vec<u8>)]) {
+    for (client, path, original) in placed {
+        let now = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(now.contains("mcp-stdio"), "{client}: {now}");
+        assert!(
+            !now.contains(SECRET),
+            "{client}: a secret stayed in the rewritten file"
+        );
+        let backup = std::fs::read(format!("{}.tutti-backup", path.display())).unwrap_or_default();
+        assert_eq!(
+            &backup, original,
+            "{client}: the backup holds the original bytes"
+        );
+    }
+    let codex = &placed
+        .iter()
+        .find(|p| p.0 == "codex")
+        .unwrap_or_else(|| panic!("codex"))
+        .1;
+    let toml = std::fs::read_to_string(codex).unwrap_or_default();
+    for comment in [
+        "# Codex CLI, $CODEX_HOME/config.toml",
+        "# the model this person uses",
+        "# a setting after the servers",
+    ] {
+        assert!(toml.contains(comment), "comment lost: {comment}\n{toml}");
+    }
+    assert!(!toml.contains("codex-echo"), "{toml}");
+}
+
+#[test]
+fn every_clients_servers_become_connectors_without_leaking_a_secret_and_rewrite_undoes() {
+    let rt = Runtime::start(RuntimeOptions::default());
+    let home = rt.root().join("home");
+    let placed = place_fixtures(&rt, &home);
+    let first = first_import(&rt, &home);
+    let second = second_import(&rt, &home);
+    assert_rewritten(&placed);
+
+    let scan = Scan {
+        outputs: [("first", &first), ("second", &second)]
+            .iter()
+            .flat_map(|(what, o)| {
+                [
+                    (format!("{what} stdout"), o.stdout.clone()),
+                    (format!("{what} stderr"), o.stderr.clone()),
+                ]
+            })
+            .collect(),
+        ..Scan::default()
+    };
+    let found = leaks(&[SECRET], rt.state_dir(), &scan);
+    assert!(found.is_empty(), "the secret leaked to: {found:?}");
+    let stored: Vec<PathBuf> = {
+        let mut files = Vec::new();
+        tutti_tests::secret_scan::files_under(&rt.state_dir().join("secrets"), &[], &mut files);
+        files
+    };
+    assert!(
+        !tutti_tests::secret_scan::file_leaks(&[SECRET], &stored).is_empty(),
+        "the moved credential is in secrets/"
+    );
+
+    for (client, path, original) in &placed {
+        let out = import(&rt, &home, &["--undo", client]);
+        assert!(text(&out).contains("restored"), "{client}");
+        assert_eq!(
+            &std::fs::read(path).unwrap_or_default(),
+            original,
+            "{client}: undo"
+        );
+    }
+    let registry: Value = serde_json::from_slice(
+        &std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    assert!(!registry.to_string().contains(SECRET));
+}
