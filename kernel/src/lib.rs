@@ -41,6 +41,7 @@ mod secrets;
 mod service;
 mod services;
 mod session_caches;
+pub mod sim;
 mod skills;
 mod skillscan;
 #[allow(unsafe_code)]
