@@ -62,6 +62,12 @@ impl Before {
         if resets {
             a.shadow.tracker.reset();
         }
+        if let Input::StartTimeout(g) = input
+            && a.shadow.candidate == Some(*g)
+        {
+            // Given up: past its start deadline it must never serve.
+            w.fenced.insert(*g);
+        }
         Before {
             table_live,
             live: a.shadow.live,

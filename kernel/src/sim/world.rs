@@ -246,8 +246,9 @@ impl World {
         )
     }
 
+    /// A report passes the identity check of `ReportWorker` (`service.rs`) first.
     fn report(&mut self, c: usize, pick: usize, kind: u8) -> Result<(), String> {
-        let Some(g) = self.pick(c, pick) else {
+        let Some(g) = self.pick(c, pick).filter(|g| self.identities.contains(g)) else {
             return Ok(());
         };
         let kind = match kind {
