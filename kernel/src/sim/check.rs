@@ -1,25 +1,15 @@
 //! The invariants, checked around every lifecycle step (`Before`) and after every action
 //! (`state`), and at shutdown (`quiescent`).
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::KEYS;
+use super::action::KEYS;
 use super::world::World;
 use crate::catalog::Candidate;
 use crate::lifecycle::{Effect, Input, Status};
-use crate::restart::{Decision, RestartPolicy, RestartTracker};
-
-/// What the checks follow of one actor: its live generation and candidate (as the effects
-/// show them), a restart tracker fed the same exits, and when each worker started.
-#[derive(Debug, Default)]
-pub struct Shadow {
-    live: Option<u64>,
-    candidate: Option<u64>,
-    tracker: RestartTracker,
-    started: BTreeMap<u64, Duration>,
-}
+use crate::restart::{Decision, RestartPolicy};
 
 /// The world as one input found it.
 pub struct Before {
@@ -275,10 +265,57 @@ impl Before {
     }
 }
 
-/// After every action: the table, the statuses, the pins and the workers agree.
-pub fn state(w: &mut World) -> Result<(), String> {
-    for c in 0..KEYS.len() {
-        let key = KEYS[c];
+impl World {
+    /// Steps the actor of `c` with `input` and the inputs its effects answer with, as the
+    /// supervisor's `handle` does; a spawn failure is heard after it.
+    pub fn deliver(&mut self, c: usize, input: Input) -> Result<(), String> {
+        let mut queue = VecDeque::from([input]);
+        let mut later = VecDeque::new();
+        while let Some(input) = queue.pop_front() {
+            if !self.actors.contains_key(&c) {
+                return Ok(());
+            }
+            let mut before = Before::take(self, c, &input);
+            let drawn = std::cell::Cell::new(self.next_gen);
+            let mut draw = || drawn.replace(drawn.get() + 1);
+            let mut facts = self.facts(c, &mut draw);
+            let Some(actor) = self.actors.get_mut(&c) else {
+                return Ok(());
+            };
+            let effects = actor.life.step(input.clone(), &mut facts);
+            self.next_gen = drawn.get();
+            self.stats.inputs += 1;
+            for e in effects.iter() {
+                before.effect(self, c, &input, e)?;
+                self.apply(c, e.clone(), &mut queue, &mut later);
+            }
+            before.after(self, c, &input, &effects)?;
+        }
+        while let Some((g, detail)) = later.pop_front() {
+            self.deliver(
+                c,
+                Input::Exited {
+                    generation: g,
+                    detail,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// After every action: the table, the statuses, the pins and the workers agree.
+    pub fn check_state(&mut self) -> Result<(), String> {
+        state(self)
+    }
+
+    /// At shutdown nothing runs and no identity is left.
+    pub fn quiescent(&self) -> Result<(), String> {
+        quiescent(self)
+    }
+}
+
+fn state(w: &mut World) -> Result<(), String> {
+    for (c, key) in KEYS.iter().copied().enumerate() {
         let live = w
             .table
             .live(key)
@@ -359,8 +396,7 @@ fn leaks(w: &World) -> Result<(), String> {
     Ok(())
 }
 
-/// At shutdown nothing runs and no identity is left.
-pub fn quiescent(w: &World) -> Result<(), String> {
+fn quiescent(w: &World) -> Result<(), String> {
     if let Some(g) = w.procs.keys().next() {
         return Err(format!("leaked worker: {g} still runs after shutdown"));
     }

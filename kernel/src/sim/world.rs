@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::check::{Before, Shadow};
-use super::{Action, KEYS, Summary};
+use super::action::{Action, KEYS, Summary};
 use crate::catalog::Candidate;
 use crate::lifecycle::{Connector, Effect, Facts, Input, ReportKind, View};
 use crate::pin::Pin;
+use crate::restart::RestartTracker;
 use crate::table::{GenerationTable, Route};
 use crate::toolset::{Risk, ValidTool};
 
@@ -38,6 +38,16 @@ pub struct Proc {
     pub release: PathBuf,
     /// When it is asked to stop: the time it is gone.
     pub stop_at: Option<Duration>,
+}
+
+/// What the checks follow of one actor: its live generation and candidate (as the effects
+/// show them), a restart tracker fed the same exits, and when each worker started.
+#[derive(Debug, Default)]
+pub struct Shadow {
+    pub live: Option<u64>,
+    pub candidate: Option<u64>,
+    pub tracker: RestartTracker,
+    pub started: BTreeMap<u64, Duration>,
 }
 
 /// A lifecycle actor (one per installed connector) and what the checks shadow of it.
@@ -133,7 +143,7 @@ impl World {
             Action::Advance { ms } => self.advance(Duration::from_millis(ms))?,
             Action::Shutdown => self.shutdown()?,
         }
-        super::check::state(self)
+        self.check_state()
     }
 
     /// A release is installed (an upgrade when one is already), then the actor reloads.
@@ -343,7 +353,7 @@ impl World {
         for c in cs {
             self.stop_actor(c, "shutdown")?;
         }
-        super::check::quiescent(self)?;
+        self.quiescent()?;
         self.table = GenerationTable::new();
         self.live_release.clear();
         let installed: Vec<usize> = self.registry.keys().copied().collect();
@@ -360,10 +370,23 @@ impl World {
         for c in cs {
             self.stop_actor(c, "shutdown")?;
         }
-        super::check::quiescent(self)
+        self.quiescent()
     }
 
-    /// The facts of now for `c`.
+    /// What `c`'s lifecycle sees now; `draw` hands out generation numbers.
+    pub fn facts<'a>(&self, c: usize, draw: &'a mut dyn FnMut() -> u64) -> Facts<'a> {
+        let now = self.now;
+        Facts {
+            installed: self.view(c),
+            table_live: self.table.live(KEYS[c]).is_some(),
+            next_generation: draw,
+            jitter: f64::from(now.subsec_nanos() % 1000) / 1000.0,
+            unix_ms: 1_000_000 + now.as_millis() as i64,
+            now,
+        }
+    }
+
+    /// The registry's view of `c`.
     pub fn view(&self, c: usize) -> Option<View> {
         let e = self.registry.get(&c)?;
         Some(View {
@@ -382,63 +405,13 @@ impl World {
         })
     }
 
-    /// Steps the actor of `c` with `input` and the inputs its effects answer with, as the
-    /// supervisor's `handle` does; a spawn failure is heard after it.
-    pub fn deliver(&mut self, c: usize, input: Input) -> Result<(), String> {
-        let mut queue = VecDeque::from([input]);
-        let mut later = VecDeque::new();
-        while let Some(input) = queue.pop_front() {
-            if !self.actors.contains_key(&c) {
-                return Ok(());
-            }
-            let mut before = Before::take(self, c, &input);
-            let installed = self.view(c);
-            let table_live = self.table.live(KEYS[c]).is_some();
-            let mut next = self.next_gen;
-            let mut draw = || {
-                next += 1;
-                next - 1
-            };
-            let mut facts = Facts {
-                now: self.now,
-                unix_ms: 1_000_000 + self.now.as_millis() as i64,
-                jitter: f64::from(self.now.subsec_nanos() % 1000) / 1000.0,
-                installed,
-                table_live,
-                next_generation: &mut draw,
-            };
-            let Some(actor) = self.actors.get_mut(&c) else {
-                return Ok(());
-            };
-            let effects = actor.life.step(input.clone(), &mut facts);
-            self.next_gen = next;
-            self.stats.inputs += 1;
-            for e in effects.iter() {
-                before.effect(self, c, &input, e)?;
-                self.apply(c, e.clone(), &mut queue, &mut later);
-            }
-            before.after(self, c, &input, &effects)?;
-        }
-        while let Some((g, detail)) = later.pop_front() {
-            self.deliver(
-                c,
-                Input::Exited {
-                    generation: g,
-                    detail,
-                },
-            )?;
-        }
-        Ok(())
-    }
-
-    fn apply(
+    pub fn apply(
         &mut self,
         c: usize,
         effect: Effect,
         queue: &mut VecDeque<Input>,
         later: &mut VecDeque<(u64, String)>,
     ) {
-        let key = KEYS[c];
         match effect {
             Effect::Spawn {
                 generation,
@@ -471,13 +444,7 @@ impl World {
                 }
             }
             Effect::StopAll { .. } => {
-                let gone: Vec<u64> = self
-                    .procs
-                    .iter()
-                    .filter(|(_, p)| p.c == c)
-                    .map(|(g, _)| *g)
-                    .collect();
-                for g in gone {
+                for g in self.workers_of(c) {
                     self.procs.remove(&g);
                     self.fenced.insert(g);
                 }
@@ -487,29 +454,12 @@ impl World {
                 self.fenced.insert(generation);
             }
             Effect::ForgetAll => {
-                let mine: Vec<u64> = self
-                    .procs
-                    .iter()
-                    .filter(|(_, p)| p.c == c)
-                    .map(|(g, _)| *g)
-                    .collect();
-                for g in mine {
+                for g in self.workers_of(c) {
                     self.identities.remove(&g);
                     self.fenced.insert(g);
                 }
             }
-            Effect::Fence { generation, reason } => {
-                let now = self.now;
-                let change = match generation {
-                    Some(g) => self.table.fence(key, g, &reason, now),
-                    None => self.table.remove(key, &reason, now),
-                };
-                if let Some((_, crate::table::Change::Removed { generation, .. })) = change {
-                    self.stats.fences += 1;
-                    self.fenced.insert(generation);
-                    self.live_release.remove(&c);
-                }
-            }
+            Effect::Fence { generation, reason } => self.fence(c, generation, &reason),
             Effect::Commit {
                 generation,
                 tools,
@@ -532,6 +482,26 @@ impl World {
                 }
             }
             Effect::Audit(_) | Effect::Answer(_) => {}
+        }
+    }
+
+    /// The generations of `c`'s running workers.
+    fn workers_of(&self, c: usize) -> Vec<u64> {
+        let mine = self.procs.iter().filter(|(_, p)| p.c == c);
+        mine.map(|(g, _)| *g).collect()
+    }
+
+    /// `Kernel::fence`: the generation (or whatever is live) leaves the table.
+    fn fence(&mut self, c: usize, generation: Option<u64>, reason: &str) {
+        let (key, now) = (KEYS[c], self.now);
+        let change = match generation {
+            Some(g) => self.table.fence(key, g, reason, now),
+            None => self.table.remove(key, reason, now),
+        };
+        if let Some((_, crate::table::Change::Removed { generation, .. })) = change {
+            self.stats.fences += 1;
+            self.fenced.insert(generation);
+            self.live_release.remove(&c);
         }
     }
 
