@@ -27,6 +27,7 @@ mod run;
 mod secrets;
 mod sessions;
 mod shims;
+pub mod sim;
 mod skills;
 mod state;
 mod status;

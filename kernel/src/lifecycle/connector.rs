@@ -396,6 +396,18 @@ impl Connector {
             .get(&g)
             .filter(|r| !r.revoked && self.live == Some(g))
             .map(|r| r.release.clone());
+        // While an upgrade is installed the registry keeps no pin for the serving release
+        // (`Kernel::store_pin`): an approval now would serve definitions no pin records.
+        let installed = f.installed.as_ref().map(|v| v.release.clone());
+        if release.is_some() && release != installed {
+            self.held = Some(held);
+            let error = format!(
+                "an upgrade of {} is being installed; approve once `tutti status` shows it settled",
+                self.key
+            );
+            out.push(Effect::Answer(Err(error)));
+            return;
+        }
         let Some(release) = release.filter(|_| f.installed.is_some()) else {
             self.held = Some(held);
             let error = format!(

@@ -57,6 +57,10 @@ impl Connector {
         f: &mut Facts<'_>,
         out: &mut Vec<Effect>,
     ) {
+        if self.running.get(&g).is_none_or(|r| r.revoked) {
+            // Sent before its identity was revoked, heard after: it changes nothing.
+            return;
+        }
         let upgrade_pending = f.installed.as_ref().is_some_and(|v| v.upgrade_pending);
         match kind {
             ReportKind::AuthFailed if self.candidate == Some(g) && upgrade_pending => {

@@ -306,3 +306,22 @@ fn an_upgrade_starts_a_new_pin() {
     ))));
     assert_eq!(committed(&effects), Some(rug_pull()));
 }
+
+#[test]
+fn approve_while_an_upgrade_is_installed_is_refused_and_the_change_stays_held() {
+    let mut h = H::pinned();
+    h.step(offer(1, rug_pull()));
+    h.v.release = "/r/v2".into();
+    h.v.upgrade_pending = true;
+    let effects = h.step(Input::Approve { expected: None });
+    assert!(
+        matches!(effects.as_slice(), [Effect::Answer(Err(e))] if e.contains("upgrade of k is being installed")),
+        "{effects:?}"
+    );
+    assert!(h.c.held().is_some(), "still held for review");
+    // The upgrade was abandoned: the pinned release is installed again and approval works.
+    h.v.release = "/r/v1".into();
+    h.v.upgrade_pending = false;
+    let approved = h.step(Input::Approve { expected: None });
+    assert_eq!(committed(&approved), Some(rug_pull()));
+}

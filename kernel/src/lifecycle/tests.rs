@@ -417,6 +417,9 @@ table! {
         [reload(), I(offer(1)), reload()] when report(2, ReportKind::AuthRequired, "the login expired (invalid_grant)") =>
         [fence_all("upstream refused the credentials"), forget(1), stop(1, 2000), forget(2), stop(2, 2000)]
         AuthRequired, "the login expired (invalid_grant); run `tutti connector connect k --from-env TOKEN` again";
+    report_of_a_revoked_generation_changes_nothing:
+        [reload(), I(offer(1)), reload(), I(offer(2))] when report(1, ReportKind::AuthRequired, "403") =>
+        [] Ready;
     exit_after_oauth_login_needed_is_not_restarted:
         [reload(), I(report(1, ReportKind::AuthRequired, "403"))] when exited(1) => [forget(1)] AuthRequired;
     exit_after_auth_failure_is_not_restarted:
