@@ -6,6 +6,8 @@
 //! Needs `cargo build --workspace --bins` and `scripts/install-test-tools` (Node 22 and
 //! oidc-provider in `.tools/`); a missing tool fails the test with the way to install it.
 
+mod browser_handoff;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};

@@ -2,6 +2,8 @@
 //! (fed by calls of the official Python SDK client), `status --watch`, `tutti logs`,
 //! `TUTTI_LOG_FORMAT=json` and `tutti doctor`.
 
+mod telemetry_drops;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

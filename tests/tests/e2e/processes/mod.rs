@@ -7,6 +7,8 @@
 //!
 //! The chaos test prints its random seed; rerun a sequence with `TUTTI_CHAOS_SEED=<n>`.
 
+mod hardening;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
