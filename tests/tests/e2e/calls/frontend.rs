@@ -752,7 +752,7 @@ async fn status_codes_on_the_wire() {
         "loopback Origin"
     );
     // 405 for other methods, with Allow: POST (GET only opens the legacy notification
-    // stream when it accepts `text/event-stream`, SPEC §11: e2e_relay.rs).
+    // stream when it accepts `text/event-stream`, SPEC §11: e2e/relay/mod.rs).
     for method in [
         reqwest::Method::GET,
         reqwest::Method::DELETE,
