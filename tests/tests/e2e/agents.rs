@@ -681,13 +681,48 @@ fn shutdown_removes_every_shim() {
 
 // === skills ===
 
+/// One line of the refusal names the skill file and, after it, the problem.
+fn assert_line_names_the_problem(case: &str, stderr: &str, problem: &str) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("skills/broken/SKILL.md"))
+        .unwrap_or_else(|| panic!("{case}: no line names skills/broken/SKILL.md:\n{stderr}"));
+    let after_file = line
+        .split_once("skills/broken/SKILL.md")
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    assert!(
+        after_file.contains(problem),
+        "{case}: the line does not name the problem ({problem}): {line}"
+    );
+}
+
+/// Nothing written: no registry entry, no release dir, not listed anywhere.
+fn assert_nothing_written(rt: &Runtime, case: &str, registry_before: &[u8]) {
+    assert_eq!(
+        std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default(),
+        registry_before,
+        "{case}: registry.json changed"
+    );
+    assert!(
+        !rt.state_dir().join("releases").join("badskill").exists(),
+        "{case}: a release dir was written"
+    );
+    assert!(
+        rt.connector_status("badskill").is_none(),
+        "{case}: in status"
+    );
+    let available = rt.tutti_ok(&["connector", "available", "--json"]);
+    assert!(!available.contains("badskill"), "{case}: {available}");
+    assert!(!shim(rt, "badskill").exists(), "{case}: shim published");
+}
+
 /// A bad SKILL.md refuses the install with a line naming the file and the problem, and
 /// nothing is written.
 #[test]
 fn bad_skill_refuses_the_install_and_writes_nothing() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let registry = rt.state_dir().join("registry.json");
-    let registry_before = std::fs::read(&registry).unwrap_or_default();
+    let registry_before = std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default();
     let cases: [(&str, Option<&str>, &str); 6] = [
         ("no front matter", Some("# Just a title\n"), "front matter"),
         (
@@ -731,36 +766,8 @@ fn bad_skill_refuses_the_install_and_writes_nothing() {
         let out = rt.install_dir(&manifest, &files);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{case}: install succeeded: {stderr}");
-        let line = stderr
-            .lines()
-            .find(|l| l.contains("skills/broken/SKILL.md"))
-            .unwrap_or_else(|| panic!("{case}: no line names skills/broken/SKILL.md:\n{stderr}"));
-        let after_file = line
-            .split_once("skills/broken/SKILL.md")
-            .map(|(_, rest)| rest)
-            .unwrap_or_default();
-        assert!(
-            after_file.contains(problem),
-            "{case}: the line does not name the problem ({problem}): {line}"
-        );
-
-        // Nothing written: no registry entry, no release dir, not listed anywhere.
-        assert_eq!(
-            std::fs::read(&registry).unwrap_or_default(),
-            registry_before,
-            "{case}: registry.json changed"
-        );
-        assert!(
-            !rt.state_dir().join("releases").join("badskill").exists(),
-            "{case}: a release dir was written"
-        );
-        assert!(
-            rt.connector_status("badskill").is_none(),
-            "{case}: in status"
-        );
-        let available = rt.tutti_ok(&["connector", "available", "--json"]);
-        assert!(!available.contains("badskill"), "{case}: {available}");
-        assert!(!shim(&rt, "badskill").exists(), "{case}: shim published");
+        assert_line_names_the_problem(case, &stderr, problem);
+        assert_nothing_written(&rt, case, &registry_before);
     }
 
     // The same release with a good SKILL.md installs (the refusals were about the skill).
@@ -861,6 +868,50 @@ fn schema_errors(validator: &jsonschema::Validator, instance: &Value) -> Vec<Str
         .collect()
 }
 
+/// Nothing private, in the JSON or in the table.
+fn assert_nothing_private(rt: &Runtime, token: &str, text: &str) {
+    let table = rt.tutti_ok(&["connector", "available"]);
+    for key in ["locked", "notes", "tool"] {
+        assert!(table.contains(key), "the table lists {key}:\n{table}");
+    }
+    let state = rt.state_dir().to_string_lossy().into_owned();
+    let root = rt.root().to_string_lossy().into_owned();
+    let releases = rt.state_dir().join("releases");
+    let release = release_dir(rt, "tool").to_string_lossy().into_owned();
+    let forbidden = [
+        ("the token", token),
+        ("the token prefix", "tts_"),
+        ("the secret value", SECRET),
+        ("the loopback address", "127.0.0.1"),
+        ("a URL scheme", "http"),
+        ("the state dir", state.as_str()),
+        ("the temporary root", root.as_str()),
+        ("a release path", release.as_str()),
+        ("the releases dir", &*releases.to_string_lossy()),
+        ("a release path fragment", "releases/"),
+    ];
+    for (output, label) in [(text, "available --json"), (table.as_str(), "available")] {
+        for (what, needle) in forbidden {
+            assert!(
+                !output.contains(needle),
+                "`tutti connector {label}` contains {what} ({needle:?}):\n{output}"
+            );
+        }
+    }
+    // The frontend port is not there either.
+    let port = rt
+        .frontend_url()
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!port.is_empty());
+    assert!(
+        !text.contains(&port),
+        "available --json contains the port {port}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn available_matches_spec_and_leaks_nothing() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -938,47 +989,7 @@ async fn available_matches_spec_and_leaks_nothing() {
         "{text}"
     );
 
-    // Nothing private, in the JSON or in the table.
-    let table = rt.tutti_ok(&["connector", "available"]);
-    for key in ["locked", "notes", "tool"] {
-        assert!(table.contains(key), "the table lists {key}:\n{table}");
-    }
-    let state = rt.state_dir().to_string_lossy().into_owned();
-    let root = rt.root().to_string_lossy().into_owned();
-    let releases = rt.state_dir().join("releases");
-    let release = release_dir(&rt, "tool").to_string_lossy().into_owned();
-    let forbidden = [
-        ("the token", token.as_str()),
-        ("the token prefix", "tts_"),
-        ("the secret value", SECRET),
-        ("the loopback address", "127.0.0.1"),
-        ("a URL scheme", "http"),
-        ("the state dir", state.as_str()),
-        ("the temporary root", root.as_str()),
-        ("a release path", release.as_str()),
-        ("the releases dir", &*releases.to_string_lossy()),
-        ("a release path fragment", "releases/"),
-    ];
-    for (output, label) in [(&text, "available --json"), (&table, "available")] {
-        for (what, needle) in forbidden {
-            assert!(
-                !output.contains(needle),
-                "`tutti connector {label}` contains {what} ({needle:?}):\n{output}"
-            );
-        }
-    }
-    // The frontend port is not there either.
-    let port = rt
-        .frontend_url()
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next())
-        .unwrap_or_default()
-        .to_owned();
-    assert!(!port.is_empty());
-    assert!(
-        !text.contains(&port),
-        "available --json contains the port {port}"
-    );
+    assert_nothing_private(&rt, &token, &text);
 }
 
 // === bindings ===
@@ -1220,6 +1231,38 @@ async fn acp_gate_binds_only_http_capable_agents_and_issues_no_token_otherwise()
     }
 }
 
+/// The unrelated settings are intact, formatting and comments included.
+fn assert_unrelated_settings_intact(
+    doc: &DocumentMut,
+    original: &DocumentMut,
+    before: &str,
+    written: &str,
+) {
+    assert_eq!(
+        doc["model"].to_string(),
+        original["model"].to_string(),
+        "[model]:\n{written}"
+    );
+    assert_eq!(
+        doc["mcp_servers"]["x"].to_string(),
+        original["mcp_servers"]["x"].to_string(),
+        "[mcp_servers.x]:\n{written}"
+    );
+    for line in before.lines().filter(|l| !l.is_empty()) {
+        assert!(
+            written.lines().any(|w| w == line),
+            "line {line:?} lost:\n{written}"
+        );
+    }
+    let top: BTreeSet<&str> = doc.iter().map(|(k, _)| k).collect();
+    assert_eq!(top, BTreeSet::from(["model", "mcp_servers"]), "{written}");
+    let servers: BTreeSet<&str> = doc["mcp_servers"]
+        .as_table_like()
+        .map(|t| t.iter().map(|(k, _)| k).collect())
+        .unwrap_or_default();
+    assert_eq!(servers, BTreeSet::from(["x", "connector"]), "{written}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn codex_home_merge_keeps_everything_else() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -1259,30 +1302,7 @@ async fn codex_home_merge_keeps_everything_else() {
         "the file and stdout carry one binding"
     );
 
-    // The unrelated settings are intact, formatting and comments included.
-    assert_eq!(
-        doc["model"].to_string(),
-        original["model"].to_string(),
-        "[model]:\n{written}"
-    );
-    assert_eq!(
-        doc["mcp_servers"]["x"].to_string(),
-        original["mcp_servers"]["x"].to_string(),
-        "[mcp_servers.x]:\n{written}"
-    );
-    for line in before.lines().filter(|l| !l.is_empty()) {
-        assert!(
-            written.lines().any(|w| w == line),
-            "line {line:?} lost:\n{written}"
-        );
-    }
-    let top: BTreeSet<&str> = doc.iter().map(|(k, _)| k).collect();
-    assert_eq!(top, BTreeSet::from(["model", "mcp_servers"]), "{written}");
-    let servers: BTreeSet<&str> = doc["mcp_servers"]
-        .as_table_like()
-        .map(|t| t.iter().map(|(k, _)| k).collect())
-        .unwrap_or_default();
-    assert_eq!(servers, BTreeSet::from(["x", "connector"]), "{written}");
+    assert_unrelated_settings_intact(&doc, &original, before, &written);
     assert_token_works(&url, &token, "the merged token").await;
 
     // Merging again (a new token) replaces only the connector table.

@@ -335,26 +335,11 @@ async fn python_mcp_server_over_streamable_http_works_in_both_eras() {
 
 // === credentials ===
 
-#[tokio::test(flavor = "multi_thread")]
-async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    let right = format!("right-{}", random_hex());
-    let wrong = format!("wrong-{}", random_hex());
-    let fixture = FixtureAt::start(
-        free_port(),
-        &["--tools", "echo", "--require-bearer", &right],
-    );
-    let url = format!("http://127.0.0.1:{}/mcp", fixture.port);
-
-    // Another connector that must not be disturbed by anything below.
-    let other = rt.private_fixture_connector("other", &["--tools", "echo"]);
-    rt.install_ok(&other, &[]);
-    rt.wait_status("other", "ready", READY);
-    let other_before = worker_of(&rt, "other");
-
+/// No secret yet: auth_required, and nothing of it is routable.
+fn install_without_its_secret_is_auth_required(rt: &mut Runtime, url: &str) {
     // No secret yet: auth_required, and nothing of it is routable.
     let out = rt.install_dir(
-        &http_connector("remote", &url, Some(bearer("API_TOKEN"))),
+        &http_connector("remote", url, Some(bearer("API_TOKEN"))),
         &[],
     );
     let (stdout, stderr) = lines_of(&out);
@@ -376,22 +361,22 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
         remote["interfaces"][0]["status"], "auth_required",
         "{available}"
     );
+}
 
-    let token = rt.issue_token("ws", "auth");
-    let [legacy, modern] = clients(&rt, &token).await;
-    let names = tool_names(&legacy.list_tools().await);
-    assert!(names.contains("other_echo"), "{names:?}");
-    assert!(!names.iter().any(|n| n.starts_with("remote_")), "{names:?}");
-
-    // A wrong secret: the upstream answers 401 → auth_failed, with the way out in the status.
-    rt.connect_from_env("remote", "API_TOKEN", &wrong);
+/// A wrong secret: the upstream answers 401 → auth_failed, with the way out in the status.
+async fn a_wrong_secret_is_auth_failed_without_a_restart_loop(
+    rt: &Runtime,
+    modern: &Mcp,
+    wrong: &str,
+) {
+    rt.connect_from_env("remote", "API_TOKEN", wrong);
     let failed = rt.wait_status("remote", "auth_failed", READY);
     let last_error = failed["lastError"].as_str().unwrap_or("");
     assert!(
         last_error.contains("tutti connector connect remote"),
         "lastError does not say to connect again: {failed}"
     );
-    assert!(!last_error.contains(&wrong), "{failed}");
+    assert!(!last_error.contains(wrong), "{failed}");
     let text = rt.tutti_ok(&["status"]);
     assert!(
         text.contains("auth_failed") && text.contains("tutti connector connect remote"),
@@ -407,6 +392,34 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
         rt.workers().iter().all(|w| w.key != "remote"),
         "a worker of remote still runs after auth_failed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let right = format!("right-{}", random_hex());
+    let wrong = format!("wrong-{}", random_hex());
+    let fixture = FixtureAt::start(
+        free_port(),
+        &["--tools", "echo", "--require-bearer", &right],
+    );
+    let url = format!("http://127.0.0.1:{}/mcp", fixture.port);
+
+    // Another connector that must not be disturbed by anything below.
+    let other = rt.private_fixture_connector("other", &["--tools", "echo"]);
+    rt.install_ok(&other, &[]);
+    rt.wait_status("other", "ready", READY);
+    let other_before = worker_of(&rt, "other");
+
+    install_without_its_secret_is_auth_required(&mut rt, &url);
+
+    let token = rt.issue_token("ws", "auth");
+    let [legacy, modern] = clients(&rt, &token).await;
+    let names = tool_names(&legacy.list_tools().await);
+    assert!(names.contains("other_echo"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("remote_")), "{names:?}");
+
+    a_wrong_secret_is_auth_failed_without_a_restart_loop(&rt, &modern, &wrong).await;
 
     // The right secret: ready, routable in both eras.
     rt.connect_from_env("remote", "API_TOKEN", &right);
@@ -863,6 +876,64 @@ async fn secret_values_appear_nowhere_but_secrets() {
 
 // === launch hygiene ===
 
+/// The upstream's environment is exactly the declared set, and it runs in `<release>/work`.
+async fn assert_exact_environment_and_cwd(
+    mcp: &Mcp,
+    expected: &BTreeMap<String, String>,
+    release: &Path,
+) {
+    let result = mcp.call_tool_ok("envy_env", json!({})).await;
+    let report: Value = serde_json::from_str(&result_texts(&result))
+        .unwrap_or_else(|e| panic!("the env tool's text is not JSON ({e}): {result}"));
+    let got: BTreeMap<String, String> = report["env"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        &got,
+        expected,
+        "{:?}: the upstream's environment is not exactly the declared set",
+        mcp.era()
+    );
+    let cwd = PathBuf::from(report["cwd"].as_str().unwrap_or(""));
+    let want = release.join("work");
+    assert_eq!(
+        cwd.canonicalize().ok(),
+        want.canonicalize().ok(),
+        "the upstream runs in {} instead of {}",
+        cwd.display(),
+        want.display()
+    );
+}
+
+/// Installs and connects `envy` from another working directory with marker variables set,
+/// which the upstream must not see; returns the API key given.
+fn install_and_connect_from(rt: &mut Runtime, manifest: &Value, caller_cwd: &Path) -> String {
+    let dir = rt.write_release(manifest, &[("work/marker.txt", b"marker\n")]);
+    let dir = dir.to_string_lossy().into_owned();
+    let out = rt
+        .tutti_cmd(&["connector", "install", &dir, "--yes"])
+        .current_dir(caller_cwd)
+        .env("TUTTI_E2E_INSTALL_MARKER", "from the install command")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run tutti connector install: {e}"));
+    assert!(out.status.success(), "install: {:?}", lines_of(&out));
+    let api_key = format!("key-{}", random_hex());
+    let out = rt
+        .tutti_cmd(&["connector", "connect", "envy", "--from-env", "API_KEY"])
+        .current_dir(caller_cwd)
+        .env("API_KEY", &api_key)
+        .env("TUTTI_E2E_CONNECT_MARKER", "from the connect command")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
+    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    api_key
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn stdio_upstream_gets_exactly_the_declared_environment_and_cwd() {
     let scratch = tempfile::Builder::new()
@@ -904,24 +975,8 @@ async fn stdio_upstream_gets_exactly_the_declared_environment_and_cwd() {
         "PLAIN": "plain value",
     });
     manifest["mcp"]["secrets"] = json!(["API_KEY"]);
-    let dir = rt.write_release(&manifest, &[("work/marker.txt", b"marker\n")]);
-    let dir = dir.to_string_lossy().into_owned();
-    let out = rt
-        .tutti_cmd(&["connector", "install", &dir, "--yes"])
-        .current_dir(&caller_cwd)
-        .env("TUTTI_E2E_INSTALL_MARKER", "from the install command")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector install: {e}"));
-    assert!(out.status.success(), "install: {:?}", lines_of(&out));
-    let api_key = format!("key-{}", random_hex());
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "envy", "--from-env", "API_KEY"])
-        .current_dir(&caller_cwd)
-        .env("API_KEY", &api_key)
-        .env("TUTTI_E2E_CONNECT_MARKER", "from the connect command")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
-    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    let api_key = install_and_connect_from(&mut rt, &manifest, &caller_cwd);
+
     rt.wait_status("envy", "ready", READY);
 
     let releases = rt.state_dir().join("releases").join("envy");
@@ -945,32 +1000,7 @@ async fn stdio_upstream_gets_exactly_the_declared_environment_and_cwd() {
 
     let token = rt.issue_token("ws", "env");
     for mcp in clients(&rt, &token).await {
-        let result = mcp.call_tool_ok("envy_env", json!({})).await;
-        let report: Value = serde_json::from_str(&result_texts(&result))
-            .unwrap_or_else(|e| panic!("the env tool's text is not JSON ({e}): {result}"));
-        let got: BTreeMap<String, String> = report["env"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        assert_eq!(
-            got,
-            expected,
-            "{:?}: the upstream's environment is not exactly the declared set",
-            mcp.era()
-        );
-        let cwd = PathBuf::from(report["cwd"].as_str().unwrap_or(""));
-        let want = release.join("work");
-        assert_eq!(
-            cwd.canonicalize().ok(),
-            want.canonicalize().ok(),
-            "the upstream runs in {} instead of {}",
-            cwd.display(),
-            want.display()
-        );
+        assert_exact_environment_and_cwd(&mcp, &expected, &release).await;
     }
     // Also true of the live process itself.
     let fixture = rt.private_fixture().to_string_lossy().into_owned();
@@ -1174,30 +1204,16 @@ fn a_probed_folder_claiming_an_installed_key_gets_no_stored_credentials() {
     assert!(!stdout.contains(&right) && !stderr.contains(&right));
 }
 
-#[test]
-fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    let record = rt.root().join("probe-record.jsonl");
-    let record_s = record.to_string_lossy().into_owned();
-    let manifest = rt.private_fixture_connector(
-        "probed",
-        &["--tools", "echo,add", "--bad-schema", "--record", &record_s],
-    );
-    let dir = rt.write_release(&manifest, &[]);
-    let dir_s = dir.to_string_lossy().into_owned();
-    let registry = rt.state_dir().join("registry.json");
-    let registry_before = std::fs::read(&registry).unwrap_or_default();
-
-    // probe DIR --json
-    let (out, probe) = probe_json(&rt, &dir_s);
+/// `probe DIR --json`: both names of every tool and the one schema problem.
+fn assert_probe_names_tools_and_the_problem(probe: &Value) {
     assert_eq!(probe["key"], "probed", "{probe}");
     assert_eq!(
-        probe_tool_names(&probe, "upstreamName"),
+        probe_tool_names(probe, "upstreamName"),
         BTreeSet::from(["echo", "add", "bad_schema"].map(str::to_owned)),
         "{probe}"
     );
     assert_eq!(
-        probe_tool_names(&probe, "localName"),
+        probe_tool_names(probe, "localName"),
         BTreeSet::from(["probed_echo", "probed_add", "probed_bad_schema"].map(str::to_owned)),
         "{probe}"
     );
@@ -1214,6 +1230,53 @@ fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
         problems[0].contains("bad_schema") && problems[0].contains("inputSchema"),
         "{probe}"
     );
+}
+
+/// Nothing installed by a probe; the probed upstream is gone; no tool was called.
+fn assert_probe_left_nothing(
+    rt: &Runtime,
+    registry_before: &[u8],
+    record: &std::path::Path,
+    record_s: &str,
+) {
+    assert_eq!(
+        std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default(),
+        registry_before
+    );
+    assert!(rt.connector_status("probed").is_none());
+    assert!(!rt.state_dir().join("releases").join("probed").exists());
+    let left = proc_tree::live_matching(&[record_s]);
+    let left = proc_tree::wait_gone(&left, Duration::from_secs(10));
+    assert!(
+        left.is_empty(),
+        "probe left:\n{}",
+        proc_tree::describe(&left)
+    );
+    let methods = recorded_methods(record);
+    assert!(methods.iter().any(|m| m == "tools/list"), "{methods:?}");
+    assert!(
+        methods.iter().filter(|m| *m == "initialize").count() == 2,
+        "two probes, two handshakes: {methods:?}"
+    );
+    assert!(!methods.iter().any(|m| m == "tools/call"), "{methods:?}");
+}
+
+#[test]
+fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let record = rt.root().join("probe-record.jsonl");
+    let record_s = record.to_string_lossy().into_owned();
+    let manifest = rt.private_fixture_connector(
+        "probed",
+        &["--tools", "echo,add", "--bad-schema", "--record", &record_s],
+    );
+    let dir = rt.write_release(&manifest, &[]);
+    let dir_s = dir.to_string_lossy().into_owned();
+    let registry_before = std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default();
+
+    // probe DIR --json
+    let (out, probe) = probe_json(&rt, &dir_s);
+    assert_probe_names_tools_and_the_problem(&probe);
     assert!(!out.status.success(), "a probe with problems exits 0");
 
     // The table form: tools on stdout, one line per problem on stderr.
@@ -1229,28 +1292,7 @@ fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
         "no problem line on stderr:\n{stderr}"
     );
 
-    // Nothing installed by a probe; the probed upstream is gone; no tool was called.
-    assert_eq!(
-        std::fs::read(&registry).unwrap_or_default(),
-        registry_before
-    );
-    assert!(rt.connector_status("probed").is_none());
-    assert!(!rt.state_dir().join("releases").join("probed").exists());
-    let left = proc_tree::live_matching(&[&record_s]);
-    let left = proc_tree::wait_gone(&left, Duration::from_secs(10));
-    assert!(
-        left.is_empty(),
-        "probe left:\n{}",
-        proc_tree::describe(&left)
-    );
-    let methods = recorded_methods(&record);
-    assert!(methods.iter().any(|m| m == "tools/list"), "{methods:?}");
-    assert!(
-        methods.iter().filter(|m| *m == "initialize").count() == 2,
-        "two probes, two handshakes: {methods:?}"
-    );
-    assert!(!methods.iter().any(|m| m == "tools/call"), "{methods:?}");
-
+    assert_probe_left_nothing(&rt, &registry_before, &record, &record_s);
     // probe KEY of an installed connector (its bad schema keeps it from committing).
     rt.install_ok(&manifest, &[]);
     let failed = rt.wait_status("probed", "failed", READY);

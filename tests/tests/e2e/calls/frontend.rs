@@ -1013,6 +1013,18 @@ async fn error_rows_on_the_wire() {
     );
 }
 
+/// The tool names on one `tools/list` page.
+fn page_tool_names(page: &Value) -> Vec<String> {
+    page["result"]["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pagination_is_stable_and_a_stale_cursor_is_refused() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -1032,16 +1044,7 @@ async fn pagination_is_stable_and_a_stale_cursor_is_refused() {
             cursor.is_string(),
             "{era:?}: 1202 tools need more than one page"
         );
-        let names = |page: &Value| -> Vec<String> {
-            page["result"]["tools"]
-                .as_array()
-                .map(|t| {
-                    t.iter()
-                        .filter_map(|t| t["name"].as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let names = page_tool_names;
         // Every tool exactly once, sorted by name, across the pages.
         let all: Vec<String> = mcp
             .list_tools()

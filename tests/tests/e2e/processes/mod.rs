@@ -199,6 +199,47 @@ struct Kill {
     dead_at: Instant,
 }
 
+/// What one chaos call's reply means: no answer in time, an error, an echo, or who answered.
+fn outcome_of(
+    reply: Result<(u16, reqwest::header::HeaderMap, Value), tokio::time::error::Elapsed>,
+    echo: bool,
+) -> Outcome {
+    match reply {
+        Err(_) => Outcome::Hang,
+        Ok((200, _, body)) => {
+            if let Some(err) = body.get("error") {
+                Outcome::RpcError {
+                    code: err["code"].as_i64().unwrap_or(0),
+                    message: err["message"].as_str().unwrap_or("").to_owned(),
+                }
+            } else if echo {
+                Outcome::Echo(
+                    body["result"]["content"][0]["text"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                )
+            } else {
+                let who = who_answered(&body["result"]);
+                match (who["pid"].as_u64(), who["ppid"].as_u64()) {
+                    (Some(pid), Some(ppid)) => Outcome::Who {
+                        pid: pid as u32,
+                        ppid: ppid as u32,
+                    },
+                    _ => Outcome::Http {
+                        status: 200,
+                        body: body.to_string(),
+                    },
+                }
+            }
+        }
+        Ok((status, _, body)) => Outcome::Http {
+            status,
+            body: body.to_string(),
+        },
+    }
+}
+
 async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> Vec<Call> {
     let mcp = Mcp::legacy(&url, &token);
     mcp.initialize().await;
@@ -234,40 +275,7 @@ async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> V
             None => tokio::time::timeout(CALL_LIMIT, mcp.call_tool(&tool, args)).await,
         };
         let end = Instant::now();
-        let outcome = match reply {
-            Err(_) => Outcome::Hang,
-            Ok((200, _, body)) => {
-                if let Some(err) = body.get("error") {
-                    Outcome::RpcError {
-                        code: err["code"].as_i64().unwrap_or(0),
-                        message: err["message"].as_str().unwrap_or("").to_owned(),
-                    }
-                } else if echo {
-                    Outcome::Echo(
-                        body["result"]["content"][0]["text"]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_owned(),
-                    )
-                } else {
-                    let who = who_answered(&body["result"]);
-                    match (who["pid"].as_u64(), who["ppid"].as_u64()) {
-                        (Some(pid), Some(ppid)) => Outcome::Who {
-                            pid: pid as u32,
-                            ppid: ppid as u32,
-                        },
-                        _ => Outcome::Http {
-                            status: 200,
-                            body: body.to_string(),
-                        },
-                    }
-                }
-            }
-            Ok((status, _, body)) => Outcome::Http {
-                status,
-                body: body.to_string(),
-            },
-        };
+        let outcome = outcome_of(reply, echo);
         if let Outcome::Echo(text) = &outcome {
             assert_eq!(text, &message, "echo answered another call's message");
         }
@@ -655,6 +663,35 @@ async fn no_orphans_after_kernel_sigkill() {
 // ---------------------------------------------------------------------------------------
 // crash loop
 
+/// Calls `good_echo` every 20 ms until `stop`: how many answered right, and what failed.
+async fn echo_until_stopped(
+    url: String,
+    token: String,
+    stop: Arc<AtomicBool>,
+) -> (usize, Vec<String>) {
+    let mcp = Mcp::legacy(&url, &token);
+    mcp.initialize().await;
+    let mut ok = 0usize;
+    let mut failures = Vec::new();
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let message = format!("still here {i}");
+        let reply = tokio::time::timeout(
+            CALL_LIMIT,
+            mcp.call_tool("good_echo", json!({"message": message})),
+        )
+        .await;
+        match reply {
+            Ok((200, _, body)) if body["result"]["content"][0]["text"] == json!(message) => ok += 1,
+            Ok((status, _, body)) => failures.push(format!("HTTP {status}: {body}")),
+            Err(_) => failures.push("timed out".to_owned()),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (ok, failures)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn crash_loop_is_reported_while_other_connectors_keep_working() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -668,37 +705,7 @@ async fn crash_loop_is_reported_while_other_connectors_keep_working() {
     let url = rt.frontend_url().to_owned();
 
     let stop = Arc::new(AtomicBool::new(false));
-    let caller = {
-        let stop = stop.clone();
-        let (url, token) = (url.clone(), token.clone());
-        tokio::spawn(async move {
-            let mcp = Mcp::legacy(&url, &token);
-            mcp.initialize().await;
-            let mut ok = 0usize;
-            let mut failures = Vec::new();
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                i += 1;
-                let message = format!("still here {i}");
-                let reply = tokio::time::timeout(
-                    CALL_LIMIT,
-                    mcp.call_tool("good_echo", json!({"message": message})),
-                )
-                .await;
-                match reply {
-                    Ok((200, _, body))
-                        if body["result"]["content"][0]["text"] == json!(message) =>
-                    {
-                        ok += 1
-                    }
-                    Ok((status, _, body)) => failures.push(format!("HTTP {status}: {body}")),
-                    Err(_) => failures.push("timed out".to_owned()),
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (ok, failures)
-        })
-    };
+    let caller = tokio::spawn(echo_until_stopped(url, token, stop.clone()));
 
     let started = Instant::now();
     rt.install_ok(
@@ -757,99 +764,20 @@ async fn crash_loop_is_reported_while_other_connectors_keep_working() {
 // ---------------------------------------------------------------------------------------
 // atomic update
 
-#[tokio::test(flavor = "multi_thread")]
-async fn upgrades_switch_the_tool_set_atomically_and_drain_the_old_generation() {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    rt.install_ok(
-        &rt.private_fixture_connector("other", &["--tools", "echo"]),
-        &[],
-    );
-    rt.install_ok(
-        &rt.private_fixture_connector("upd", &["--tools", "echo,add,sleep"]),
-        &[],
-    );
-    rt.wait_status("other", "ready", READY);
-    let first = rt.wait_status("upd", "ready", READY);
-    let token = rt.issue_token("atomic", "s");
-    let url = rt.frontend_url().to_owned();
-
-    let releases: [&[&str]; 3] = [
-        &["upd_add", "upd_echo", "upd_sleep"],
-        &["upd_echo", "upd_whoami"],
-        &["upd_add", "upd_echo"],
-    ];
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let lister = {
-        let stop = stop.clone();
-        let (url, token) = (url.clone(), token.clone());
-        tokio::spawn(async move {
-            let mcp = Mcp::legacy(&url, &token);
-            mcp.initialize().await;
-            let mut lists: Vec<Vec<Value>> = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                lists.push(mcp.list_tools().await);
-            }
-            lists
-        })
-    };
-
-    // A call in flight on the first generation when the upgrade commits: it finishes.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let in_flight = {
-        let (url, token) = (url.clone(), token.clone());
-        tokio::spawn(async move {
-            let mcp = Mcp::legacy(&url, &token);
-            let started = Instant::now();
-            let reply = mcp.call_tool("upd_sleep", json!({"ms": 2000})).await;
-            (reply, started.elapsed())
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-
-    let mut last = generation(&first);
-    for (args, expected) in [("echo,whoami", releases[1]), ("echo,add", releases[2])] {
-        rt.install_ok(
-            &rt.private_fixture_connector("upd", &["--tools", args]),
-            &[],
-        );
-        let entry = rt.wait_connector("upd", READY, "the new generation", |c| {
-            c["status"] == "ready" && generation(c) > last
-        });
-        last = generation(&entry);
-        assert_eq!(
-            entry["toolCount"].as_u64(),
-            Some(expected.len() as u64),
-            "{entry}"
-        );
-        // Only the new generation's worker stays: the old one drains (the 2 s call) and
-        // exits then, not at the end of the kernel's 10 s grace period.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let upd: Vec<_> = rt
-                .workers()
-                .into_iter()
-                .filter(|w| w.key == "upd")
-                .collect();
-            if upd.len() == 1 && upd[0].generation == last {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the old worker did not exit within 5 s of the upgrade although its calls \
-                 were drained: {upd:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        // Let the lister see this release for a while.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+/// Lists the tools again and again until `stop`: every listing seen.
+async fn list_until_stopped(url: String, token: String, stop: Arc<AtomicBool>) -> Vec<Vec<Value>> {
+    let mcp = Mcp::legacy(&url, &token);
+    mcp.initialize().await;
+    let mut lists: Vec<Vec<Value>> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        lists.push(mcp.list_tools().await);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let lists = lister
-        .await
-        .unwrap_or_else(|e| panic!("the lister panicked: {e}"));
+    lists
+}
 
+/// Every listing shows exactly one release's tools of `upd` (never a mix), never an older one
+/// after a newer one, other connectors' tools throughout, and every release at least once.
+fn assert_each_list_one_release_in_order(lists: &[Vec<Value>], releases: &[&[&str]; 3]) {
     let mut stage = 0usize;
     let mut seen_stage = [0usize; 3];
     for (i, tools) in lists.iter().enumerate() {
@@ -896,6 +824,94 @@ async fn upgrades_switch_the_tool_set_atomically_and_drain_the_old_generation() 
         seen_stage.iter().all(|n| *n > 0),
         "the lister did not see every release: {seen_stage:?}"
     );
+}
+
+/// Only the new generation's worker stays: the old one drains (the 2 s call) and
+/// exits then, not at the end of the kernel's 10 s grace period.
+async fn wait_only_the_new_worker(rt: &Runtime, last: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let upd: Vec<_> = rt
+            .workers()
+            .into_iter()
+            .filter(|w| w.key == "upd")
+            .collect();
+        if upd.len() == 1 && upd[0].generation == last {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old worker did not exit within 5 s of the upgrade although its calls \
+             were drained: {upd:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upgrades_switch_the_tool_set_atomically_and_drain_the_old_generation() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("other", &["--tools", "echo"]),
+        &[],
+    );
+    rt.install_ok(
+        &rt.private_fixture_connector("upd", &["--tools", "echo,add,sleep"]),
+        &[],
+    );
+    rt.wait_status("other", "ready", READY);
+    let first = rt.wait_status("upd", "ready", READY);
+    let token = rt.issue_token("atomic", "s");
+    let url = rt.frontend_url().to_owned();
+
+    let releases: [&[&str]; 3] = [
+        &["upd_add", "upd_echo", "upd_sleep"],
+        &["upd_echo", "upd_whoami"],
+        &["upd_add", "upd_echo"],
+    ];
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let lister = tokio::spawn(list_until_stopped(url.clone(), token.clone(), stop.clone()));
+
+    // A call in flight on the first generation when the upgrade commits: it finishes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let in_flight = {
+        let (url, token) = (url.clone(), token.clone());
+        tokio::spawn(async move {
+            let mcp = Mcp::legacy(&url, &token);
+            let started = Instant::now();
+            let reply = mcp.call_tool("upd_sleep", json!({"ms": 2000})).await;
+            (reply, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut last = generation(&first);
+    for (args, expected) in [("echo,whoami", releases[1]), ("echo,add", releases[2])] {
+        rt.install_ok(
+            &rt.private_fixture_connector("upd", &["--tools", args]),
+            &[],
+        );
+        let entry = rt.wait_connector("upd", READY, "the new generation", |c| {
+            c["status"] == "ready" && generation(c) > last
+        });
+        last = generation(&entry);
+        assert_eq!(
+            entry["toolCount"].as_u64(),
+            Some(expected.len() as u64),
+            "{entry}"
+        );
+        wait_only_the_new_worker(&rt, last).await;
+        // Let the lister see this release for a while.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let lists = lister
+        .await
+        .unwrap_or_else(|e| panic!("the lister panicked: {e}"));
+
+    assert_each_list_one_release_in_order(&lists, &releases);
     let ((status, _, body), took) = in_flight
         .await
         .unwrap_or_else(|e| panic!("the in-flight call panicked: {e}"));
@@ -909,6 +925,30 @@ async fn upgrades_switch_the_tool_set_atomically_and_drain_the_old_generation() 
 
 // ---------------------------------------------------------------------------------------
 // refused candidates
+
+/// The refused release never became the current one: the registry names the live release,
+/// so neither a worker crash nor a kernel restart brings the refused one back.
+fn assert_registry_names_the_live_release(rt: &Runtime) {
+    let registry: Value = serde_json::from_slice(
+        &std::fs::read(rt.state_dir().join("registry.json")).expect("registry.json"),
+    )
+    .expect("registry.json parses");
+    let entry = &registry["connectors"]["cand"];
+    assert!(entry.get("previous").is_none(), "{entry}");
+    let current: Value = serde_json::from_slice(
+        &std::fs::read(
+            std::path::Path::new(entry["releaseDir"].as_str().unwrap_or_default())
+                .join("connector.json"),
+        )
+        .expect("the current release's connector.json"),
+    )
+    .expect("connector.json parses");
+    assert_eq!(
+        current["mcp"]["args"],
+        json!(["--tools", "echo"]),
+        "the registry's current release is not the live one: {entry}"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_candidate_leaves_the_live_generation_and_says_why() {
@@ -973,27 +1013,7 @@ async fn a_refused_candidate_leaves_the_live_generation_and_says_why() {
         assert_eq!(echo["content"][0]["text"], json!(flag));
     }
 
-    // The refused release never became the current one: the registry names the live release,
-    // so neither a worker crash nor a kernel restart brings the refused one back.
-    let registry: Value = serde_json::from_slice(
-        &std::fs::read(rt.state_dir().join("registry.json")).expect("registry.json"),
-    )
-    .expect("registry.json parses");
-    let entry = &registry["connectors"]["cand"];
-    assert!(entry.get("previous").is_none(), "{entry}");
-    let current: Value = serde_json::from_slice(
-        &std::fs::read(
-            std::path::Path::new(entry["releaseDir"].as_str().unwrap_or_default())
-                .join("connector.json"),
-        )
-        .expect("the current release's connector.json"),
-    )
-    .expect("connector.json parses");
-    assert_eq!(
-        current["mcp"]["args"],
-        json!(["--tools", "echo"]),
-        "the registry's current release is not the live one: {entry}"
-    );
+    assert_registry_names_the_live_release(&rt);
     let worker = rt
         .workers()
         .into_iter()
