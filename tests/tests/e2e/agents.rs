@@ -499,6 +499,106 @@ fn codex_table_token(what: &str, doc: &DocumentMut, url: &str) -> String {
 
 // === shims ===
 
+/// Passthrough: argv verbatim, stdin, the declared secret and the caller's environment and cwd,
+/// stderr apart, the exit status, and the entrypoint's own pid (exec).
+fn assert_passthrough(tool: &Path, cwd: &Path, marker: &Path) {
+    let args = tricky_args();
+    let stdin = "line one\nzwei \u{2713}\n\0binary\u{ff}\n".as_bytes();
+    let ran = run(shim_cmd(tool, &args, cwd, marker), stdin);
+    assert_eq!(ran.status.code(), Some(7), "stderr: {}", ran.stderr);
+    assert_eq!(ran.stderr, "to stderr v1\n", "stderr stays separate");
+    let report = report_of(&ran);
+    let want_args: Vec<String> = args.iter().map(|a| hex(a.as_encoded_bytes())).collect();
+    assert_eq!(report["args"], json!(want_args), "argv verbatim");
+    assert_eq!(report["stdin"], json!(hex(stdin)), "stdin piped through");
+    assert_eq!(report["api_token"], json!(SECRET), "declared secret in env");
+    assert_eq!(report["key"], json!("tool"), "TUTTI_CONNECTOR_KEY");
+    assert_eq!(report["caller"], json!("from the caller"), "caller's env");
+    assert_eq!(report["cwd"], json!(cwd.to_string_lossy()), "caller's cwd");
+    assert_eq!(report["version"], json!("v1"));
+    assert_eq!(
+        report["pid"],
+        json!(ran.pid),
+        "exec: the shim's pid is the entrypoint's"
+    );
+    assert_eq!(std::fs::read_to_string(marker).unwrap_or_default(), "v1\n");
+}
+
+/// --- SIGTERM to the shim's pid reaches the entrypoint ---
+fn sigterm_reaches_the_entrypoint(tool: &Path) {
+    let mut child = Command::new(tool)
+        .env("TOOL_MODE", "wait")
+        .env_remove("TOOL_MARKER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run the shim: {e}"));
+    let pid = child.id();
+    let lines = Lines::of(
+        child
+            .stdout
+            .take()
+            .unwrap_or_else(|| panic!("no stdout pipe")),
+    );
+    assert_eq!(lines.next("entrypoint ready"), format!("ready {pid}"));
+    signal(pid, Signal::SIGTERM);
+    assert_eq!(lines.next("SIGTERM handled"), "got SIGTERM");
+    let out = wait_child(child, "shim in wait mode");
+    assert_eq!(
+        out.status.code(),
+        Some(43),
+        "exit status is the entrypoint's"
+    );
+}
+
+/// --- upgrade: the shim runs the new release's entrypoint, and never disappears ---
+fn upgrade_runs_the_new_entrypoint_and_keeps_the_shim(
+    rt: &mut Runtime,
+    tool: &Path,
+    cwd: &Path,
+    marker: &Path,
+) {
+    let before = rt
+        .connector_status("tool")
+        .and_then(|c| c["generation"].as_u64())
+        .unwrap_or(0);
+    assert!(before > 0, "tool has a live generation");
+    let vanished = Arc::new(AtomicBool::new(false));
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = {
+        let (tool, vanished, watching) = (tool.to_path_buf(), vanished.clone(), watching.clone());
+        std::thread::spawn(move || {
+            while watching.load(Ordering::SeqCst) {
+                if !tool.exists() {
+                    vanished.store(true, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    install_tool(rt, "2.0.0", "v2");
+    rt.wait_connector("tool", READY, "version 2.0.0 live", |c| {
+        c["version"] == "2.0.0"
+            && c["status"] == "ready"
+            && c["generation"].as_u64().is_some_and(|g| g > before)
+    });
+    let ran = run(shim_cmd(tool, &[], cwd, marker), b"");
+    watching.store(false, Ordering::SeqCst);
+    let _ = watcher.join();
+    assert_eq!(ran.status.code(), Some(7), "stderr: {}", ran.stderr);
+    assert_eq!(
+        report_of(&ran)["version"],
+        json!("v2"),
+        "the new entrypoint"
+    );
+    assert_eq!(ran.stderr, "to stderr v2\n");
+    assert!(
+        !vanished.load(Ordering::SeqCst),
+        "the shim disappeared during the upgrade"
+    );
+}
+
 /// Shims appear on connect, pass everything through, follow an upgrade, and disappear on
 /// disconnect and uninstall; a stale copy exits 69 and runs nothing.
 #[test]
@@ -524,92 +624,11 @@ fn shims_follow_the_connector_and_pass_everything_through() {
     let cwd = root.join("caller cwd \u{fc}");
     std::fs::create_dir_all(&cwd).unwrap_or_else(|e| panic!("{e}"));
     let marker = root.join("marker-pass");
-    let args = tricky_args();
-    let stdin = "line one\nzwei \u{2713}\n\0binary\u{ff}\n".as_bytes();
-    let ran = run(shim_cmd(&tool, &args, &cwd, &marker), stdin);
-    assert_eq!(ran.status.code(), Some(7), "stderr: {}", ran.stderr);
-    assert_eq!(ran.stderr, "to stderr v1\n", "stderr stays separate");
-    let report = report_of(&ran);
-    let want_args: Vec<String> = args.iter().map(|a| hex(a.as_encoded_bytes())).collect();
-    assert_eq!(report["args"], json!(want_args), "argv verbatim");
-    assert_eq!(report["stdin"], json!(hex(stdin)), "stdin piped through");
-    assert_eq!(report["api_token"], json!(SECRET), "declared secret in env");
-    assert_eq!(report["key"], json!("tool"), "TUTTI_CONNECTOR_KEY");
-    assert_eq!(report["caller"], json!("from the caller"), "caller's env");
-    assert_eq!(report["cwd"], json!(cwd.to_string_lossy()), "caller's cwd");
-    assert_eq!(report["version"], json!("v1"));
-    assert_eq!(
-        report["pid"],
-        json!(ran.pid),
-        "exec: the shim's pid is the entrypoint's"
-    );
-    assert_eq!(std::fs::read_to_string(&marker).unwrap_or_default(), "v1\n");
+    assert_passthrough(&tool, &cwd, &marker);
 
-    // --- SIGTERM to the shim's pid reaches the entrypoint ---
-    let mut child = Command::new(&tool)
-        .env("TOOL_MODE", "wait")
-        .env_remove("TOOL_MARKER")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run the shim: {e}"));
-    let pid = child.id();
-    let lines = Lines::of(
-        child
-            .stdout
-            .take()
-            .unwrap_or_else(|| panic!("no stdout pipe")),
-    );
-    assert_eq!(lines.next("entrypoint ready"), format!("ready {pid}"));
-    signal(pid, Signal::SIGTERM);
-    assert_eq!(lines.next("SIGTERM handled"), "got SIGTERM");
-    let out = wait_child(child, "shim in wait mode");
-    assert_eq!(
-        out.status.code(),
-        Some(43),
-        "exit status is the entrypoint's"
-    );
+    sigterm_reaches_the_entrypoint(&tool);
 
-    // --- upgrade: the shim runs the new release's entrypoint, and never disappears ---
-    let before = rt
-        .connector_status("tool")
-        .and_then(|c| c["generation"].as_u64())
-        .unwrap_or(0);
-    assert!(before > 0, "tool has a live generation");
-    let vanished = Arc::new(AtomicBool::new(false));
-    let watching = Arc::new(AtomicBool::new(true));
-    let watcher = {
-        let (tool, vanished, watching) = (tool.clone(), vanished.clone(), watching.clone());
-        std::thread::spawn(move || {
-            while watching.load(Ordering::SeqCst) {
-                if !tool.exists() {
-                    vanished.store(true, Ordering::SeqCst);
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-    };
-    install_tool(&mut rt, "2.0.0", "v2");
-    rt.wait_connector("tool", READY, "version 2.0.0 live", |c| {
-        c["version"] == "2.0.0"
-            && c["status"] == "ready"
-            && c["generation"].as_u64().is_some_and(|g| g > before)
-    });
-    let ran = run(shim_cmd(&tool, &[], &cwd, &marker), b"");
-    watching.store(false, Ordering::SeqCst);
-    let _ = watcher.join();
-    assert_eq!(ran.status.code(), Some(7), "stderr: {}", ran.stderr);
-    assert_eq!(
-        report_of(&ran)["version"],
-        json!("v2"),
-        "the new entrypoint"
-    );
-    assert_eq!(ran.stderr, "to stderr v2\n");
-    assert!(
-        !vanished.load(Ordering::SeqCst),
-        "the shim disappeared during the upgrade"
-    );
+    upgrade_runs_the_new_entrypoint_and_keeps_the_shim(&mut rt, &tool, &cwd, &marker);
 
     // --- disconnect: gone within one second; a copy says why ---
     let copies = root.join("copies");
@@ -994,6 +1013,94 @@ async fn available_matches_spec_and_leaks_nothing() {
 
 // === bindings ===
 
+/// One stable skills root, kept by the shim manager: the skills of the
+/// ready connectors, each as the live release's copy; the locked connector's is absent.
+fn assert_one_stable_skills_root(rt: &Runtime, v: &Value) {
+    let root = rt.state_dir().join("skills");
+    assert_eq!(
+        v["skillRoots"],
+        json!([root.to_string_lossy()]),
+        "skillRoots = the one stable skills root"
+    );
+    for (key, name) in [("notes", "notes-basics"), ("tool", "tool-workflow")] {
+        let published = root.join(name).join("SKILL.md");
+        let release = release_dir(rt, key)
+            .join("skills")
+            .join(name)
+            .join("SKILL.md");
+        wait_until(&format!("{name} under the skills root"), RUN, || {
+            std::fs::read(&published).ok() == std::fs::read(&release).ok()
+        });
+    }
+    assert!(
+        !root.join("locked-help").exists(),
+        "a connector that is not ready has no skills under the root"
+    );
+}
+
+/// `--format acp`: exactly the ACP shape; its token.
+fn acp_binding_token(rt: &Runtime, url: &str) -> String {
+    // acp
+    let (out, _) = issue(rt, "s-acp", "acp", &[]);
+    let v = parse_json("--format acp", &out);
+    let token = bearer_of(
+        "acp",
+        v["mcpServers"][0]["headers"][0]["value"]
+            .as_str()
+            .unwrap_or_default(),
+    );
+    assert_eq!(
+        v,
+        json!({"mcpServers": [{
+            "name": "connector",
+            "type": "http",
+            "url": url,
+            "headers": [{"name": "Authorization", "value": format!("Bearer {token}")}]
+        }]})
+    );
+    token
+}
+
+/// `--format claude`: exactly Claude Code's `.mcp.json` shape; its token.
+fn claude_binding_token(rt: &Runtime, url: &str) -> String {
+    // claude
+    let (out, _) = issue(rt, "s-claude", "claude", &[]);
+    let v = parse_json("--format claude", &out);
+    let token = bearer_of(
+        "claude",
+        v["mcpServers"]["connector"]["headers"]["Authorization"]
+            .as_str()
+            .unwrap_or_default(),
+    );
+    assert_eq!(
+        v,
+        json!({"mcpServers": {"connector": {
+            "type": "http",
+            "url": url,
+            "headers": {"Authorization": format!("Bearer {token}")}
+        }}})
+    );
+    token
+}
+
+/// codex and tutti: the same TOML table, nothing else
+fn codex_and_tutti_binding_tokens(rt: &Runtime, url: &str) -> [String; 2] {
+    ["codex", "tutti"].map(|format| {
+        let (out, _) = issue(rt, &format!("s-{format}"), format, &[]);
+        let doc: DocumentMut = out
+            .parse()
+            .unwrap_or_else(|e| panic!("--format {format} is not TOML ({e}):\n{out}"));
+        let top: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
+        assert_eq!(top, ["mcp_servers"], "--format {format}:\n{out}");
+        let servers: Vec<&str> = doc["mcp_servers"]
+            .as_table_like()
+            .map(|t| t.iter().map(|(k, _)| k).collect())
+            .unwrap_or_default();
+        assert_eq!(servers, ["connector"], "--format {format}:\n{out}");
+        codex_table_token(format, &doc, url)
+    })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_binding_format_matches_spec_and_its_token_works() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -1011,28 +1118,8 @@ async fn every_binding_format_matches_spec_and_its_token_works() {
             .as_str()
             .unwrap_or_default(),
     );
-    // One stable skills root, kept by the shim manager: the skills of the
-    // ready connectors, each as the live release's copy; the locked connector's is absent.
-    let root = rt.state_dir().join("skills");
-    assert_eq!(
-        v["skillRoots"],
-        json!([root.to_string_lossy()]),
-        "skillRoots = the one stable skills root"
-    );
-    for (key, name) in [("notes", "notes-basics"), ("tool", "tool-workflow")] {
-        let published = root.join(name).join("SKILL.md");
-        let release = release_dir(&rt, key)
-            .join("skills")
-            .join(name)
-            .join("SKILL.md");
-        wait_until(&format!("{name} under the skills root"), RUN, || {
-            std::fs::read(&published).ok() == std::fs::read(&release).ok()
-        });
-    }
-    assert!(
-        !root.join("locked-help").exists(),
-        "a connector that is not ready has no skills under the root"
-    );
+    assert_one_stable_skills_root(&rt, &v);
+
     assert_eq!(
         v,
         json!({
@@ -1066,60 +1153,11 @@ async fn every_binding_format_matches_spec_and_its_token_works() {
     assert_eq!(v["path"], json!([bin_dir]), "the default format is runtime");
     tokens.insert(token);
 
-    // acp
-    let (out, _) = issue(&rt, "s-acp", "acp", &[]);
-    let v = parse_json("--format acp", &out);
-    let token = bearer_of(
-        "acp",
-        v["mcpServers"][0]["headers"][0]["value"]
-            .as_str()
-            .unwrap_or_default(),
-    );
-    assert_eq!(
-        v,
-        json!({"mcpServers": [{
-            "name": "connector",
-            "type": "http",
-            "url": url,
-            "headers": [{"name": "Authorization", "value": format!("Bearer {token}")}]
-        }]})
-    );
-    tokens.insert(token);
+    tokens.insert(acp_binding_token(&rt, &url));
 
-    // claude
-    let (out, _) = issue(&rt, "s-claude", "claude", &[]);
-    let v = parse_json("--format claude", &out);
-    let token = bearer_of(
-        "claude",
-        v["mcpServers"]["connector"]["headers"]["Authorization"]
-            .as_str()
-            .unwrap_or_default(),
-    );
-    assert_eq!(
-        v,
-        json!({"mcpServers": {"connector": {
-            "type": "http",
-            "url": url,
-            "headers": {"Authorization": format!("Bearer {token}")}
-        }}})
-    );
-    tokens.insert(token);
+    tokens.insert(claude_binding_token(&rt, &url));
 
-    // codex and tutti: the same TOML table, nothing else
-    for format in ["codex", "tutti"] {
-        let (out, _) = issue(&rt, &format!("s-{format}"), format, &[]);
-        let doc: DocumentMut = out
-            .parse()
-            .unwrap_or_else(|e| panic!("--format {format} is not TOML ({e}):\n{out}"));
-        let top: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
-        assert_eq!(top, ["mcp_servers"], "--format {format}:\n{out}");
-        let servers: Vec<&str> = doc["mcp_servers"]
-            .as_table_like()
-            .map(|t| t.iter().map(|(k, _)| k).collect())
-            .unwrap_or_default();
-        assert_eq!(servers, ["connector"], "--format {format}:\n{out}");
-        tokens.insert(codex_table_token(format, &doc, &url));
-    }
+    tokens.extend(codex_and_tutti_binding_tokens(&rt, &url));
 
     // Every token is distinct and works against the frontend; a made-up one does not.
     assert_eq!(tokens.len(), 6, "{tokens:?}");
