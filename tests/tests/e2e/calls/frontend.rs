@@ -832,86 +832,68 @@ async fn status_codes_on_the_wire() {
     assert_eq!(error_of(&body)["code"], -32020, "{body}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn error_rows_on_the_wire() {
-    let (mut rt, token, _) = runtime_with("fx", "echo,rpc_error");
-    let slow_record = rt.root().join("slow.jsonl");
-    install_recorded(
-        &mut rt,
-        "slow",
-        "sleep",
-        &slow_record,
-        Some(("timeouts", json!({"callMs": 300}))),
+/// The rows of one era: an unknown tool, the upstream's JSON-RPC error, `timeouts.callMs`
+/// exceeded (and the upstream call cancelled).
+async fn unknown_tool_upstream_error_and_timeout_rows(mcp: &Mcp, slow_record: &Path) {
+    let era = mcp.era();
+    // Unknown tool: -32602 "Unknown tool: <name>".
+    let (status, _, body) = mcp.call_tool("fx_nope", json!({})).await;
+    assert_eq!(status, 200, "{era:?}");
+    let e = error_of(&body);
+    assert_eq!(
+        (e["code"].clone(), e["message"].clone()),
+        (json!(-32602), json!("Unknown tool: fx_nope")),
+        "{era:?}"
     );
-    rt.install_ok(
-        &fixture_connector("dies", &["--tools", "echo", "--exit-after-calls", "0"]),
-        &[],
+    tutti_data(&body, "unknown_tool");
+    // The upstream's JSON-RPC error: same code and message, its data kept.
+    let (_, _, body) = mcp.call_tool("fx_rpc_error", json!({})).await;
+    let e = error_of(&body);
+    assert_eq!(e["code"], -32001, "{era:?}: {body}");
+    assert_eq!(e["message"], "fixture rpc error", "{era:?}: {body}");
+    assert_eq!(e["data"]["detail"], "x", "{era:?}: {body}");
+    assert_tutti(&body, "upstream_error", "fx");
+    // timeouts.callMs exceeded: -32603 [MCP_TIMEOUT], and the upstream call is cancelled.
+    let earlier: Vec<Value> = tool_calls(slow_record)
+        .iter()
+        .map(|c| c["id"].clone())
+        .collect();
+    let started = Instant::now();
+    let (_, _, body) = mcp.call_tool("slow_sleep", json!({"ms": 30_000})).await;
+    let took = started.elapsed();
+    let e = error_of(&body);
+    assert_eq!(e["code"], -32603, "{era:?}: {body}");
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("[MCP_TIMEOUT] slow: ")),
+        "{era:?}: {body}"
     );
-    rt.wait_status("dies", "ready", READY);
-    let url = rt.frontend_url().to_owned();
+    assert_tutti(&body, "timeout", "slow");
+    assert!(
+        took >= Duration::from_millis(300) && took <= Duration::from_millis(300) + AT_ONCE,
+        "{era:?}: the timeout took {took:?} (callMs 300)"
+    );
+    let call = tokio::task::block_in_place(|| {
+        wait_recorded(slow_record, "the timed-out call", |m| {
+            m["method"] == "tools/call" && !earlier.contains(&m["id"])
+        })
+    });
+    tokio::task::block_in_place(|| {
+        wait_recorded(
+            slow_record,
+            "notifications/cancelled of the timed-out call",
+            |m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call["id"],
+        )
+    });
+}
 
-    for mcp in [Mcp::legacy(&url, &token), Mcp::modern(&url, &token)] {
-        let era = mcp.era();
-        // Unknown tool: -32602 "Unknown tool: <name>".
-        let (status, _, body) = mcp.call_tool("fx_nope", json!({})).await;
-        assert_eq!(status, 200, "{era:?}");
-        let e = error_of(&body);
-        assert_eq!(
-            (e["code"].clone(), e["message"].clone()),
-            (json!(-32602), json!("Unknown tool: fx_nope")),
-            "{era:?}"
-        );
-        tutti_data(&body, "unknown_tool");
-        // The upstream's JSON-RPC error: same code and message, its data kept.
-        let (_, _, body) = mcp.call_tool("fx_rpc_error", json!({})).await;
-        let e = error_of(&body);
-        assert_eq!(e["code"], -32001, "{era:?}: {body}");
-        assert_eq!(e["message"], "fixture rpc error", "{era:?}: {body}");
-        assert_eq!(e["data"]["detail"], "x", "{era:?}: {body}");
-        assert_tutti(&body, "upstream_error", "fx");
-        // timeouts.callMs exceeded: -32603 [MCP_TIMEOUT], and the upstream call is cancelled.
-        let earlier: Vec<Value> = tool_calls(&slow_record)
-            .iter()
-            .map(|c| c["id"].clone())
-            .collect();
-        let started = Instant::now();
-        let (_, _, body) = mcp.call_tool("slow_sleep", json!({"ms": 30_000})).await;
-        let took = started.elapsed();
-        let e = error_of(&body);
-        assert_eq!(e["code"], -32603, "{era:?}: {body}");
-        assert!(
-            e["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("[MCP_TIMEOUT] slow: ")),
-            "{era:?}: {body}"
-        );
-        assert_tutti(&body, "timeout", "slow");
-        assert!(
-            took >= Duration::from_millis(300) && took <= Duration::from_millis(300) + AT_ONCE,
-            "{era:?}: the timeout took {took:?} (callMs 300)"
-        );
-        let call = tokio::task::block_in_place(|| {
-            wait_recorded(&slow_record, "the timed-out call", |m| {
-                m["method"] == "tools/call" && !earlier.contains(&m["id"])
-            })
-        });
-        tokio::task::block_in_place(|| {
-            wait_recorded(
-                &slow_record,
-                "notifications/cancelled of the timed-out call",
-                |m| {
-                    m["method"] == "notifications/cancelled"
-                        && m["params"]["requestId"] == call["id"]
-                },
-            )
-        });
-    }
-
-    // Uninstalled while a call is in flight: the call ends at once with [MCP_UNAVAILABLE]
-    // (fenced), and the name then says "not available now; list tools again" (-32602).
+/// Uninstalled while a call is in flight: the call ends at once with [MCP_UNAVAILABLE]
+/// (fenced), and the name then says "not available now; list tools again" (-32602).
+async fn fenced_rows(rt: &mut Runtime, url: &str, token: &str) {
     let gone_record = rt.root().join("gone.jsonl");
-    install_recorded(&mut rt, "gone", "sleep", &gone_record, None);
-    let caller = Mcp::modern(&url, &token);
+    install_recorded(rt, "gone", "sleep", &gone_record, None);
+    let caller = Mcp::modern(url, token);
     let in_flight =
         tokio::spawn(async move { caller.call_tool("gone_sleep", json!({"ms": 60_000})).await });
     tokio::task::block_in_place(|| {
@@ -940,7 +922,7 @@ async fn error_rows_on_the_wire() {
         "{body}"
     );
     assert_tutti(&body, "fenced", "gone");
-    let legacy = Mcp::legacy(&url, &token);
+    let legacy = Mcp::legacy(url, token);
     let (_, _, body) = legacy.call_tool("gone_sleep", json!({"ms": 1})).await;
     let e = error_of(&body);
     assert_eq!(e["code"], -32602, "{body}");
@@ -950,11 +932,13 @@ async fn error_rows_on_the_wire() {
         "{body}"
     );
     assert_tutti(&body, "fenced", "gone");
+}
 
-    // The worker process dies mid-call (SIGKILL): -32603 [MCP_UNAVAILABLE] at once.
+/// The worker process dies mid-call (SIGKILL): -32603 [MCP_UNAVAILABLE] at once.
+async fn worker_death_row(rt: &mut Runtime, url: &str, token: &str) {
     let sl_record = rt.root().join("sl.jsonl");
-    install_recorded(&mut rt, "sl", "sleep", &sl_record, None);
-    let caller = Mcp::legacy(&url, &token);
+    install_recorded(rt, "sl", "sleep", &sl_record, None);
+    let caller = Mcp::legacy(url, token);
     let in_flight =
         tokio::spawn(async move { caller.call_tool("sl_sleep", json!({"ms": 60_000})).await });
     tokio::task::block_in_place(|| {
@@ -992,6 +976,34 @@ async fn error_rows_on_the_wire() {
         "error.data.tutti.reason of {body}"
     );
     assert_tutti(&body, reason.as_str().unwrap_or_default(), "sl");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn error_rows_on_the_wire() {
+    let (mut rt, token, _) = runtime_with("fx", "echo,rpc_error");
+    let slow_record = rt.root().join("slow.jsonl");
+    install_recorded(
+        &mut rt,
+        "slow",
+        "sleep",
+        &slow_record,
+        Some(("timeouts", json!({"callMs": 300}))),
+    );
+    rt.install_ok(
+        &fixture_connector("dies", &["--tools", "echo", "--exit-after-calls", "0"]),
+        &[],
+    );
+    rt.wait_status("dies", "ready", READY);
+    let url = rt.frontend_url().to_owned();
+
+    for mcp in [Mcp::legacy(&url, &token), Mcp::modern(&url, &token)] {
+        unknown_tool_upstream_error_and_timeout_rows(&mcp, &slow_record).await;
+    }
+
+    fenced_rows(&mut rt, &url, &token).await;
+
+    worker_death_row(&mut rt, &url, &token).await;
+    let legacy = Mcp::legacy(&url, &token);
 
     // The worker's upstream dies mid-call: -32603 [MCP_UNAVAILABLE] at once.
     let started = Instant::now();
