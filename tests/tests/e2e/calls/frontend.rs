@@ -710,32 +710,31 @@ fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> Option<&'a
 
 const PING: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn status_codes_on_the_wire() {
-    let (rt, token, _) = runtime_with("fx", "echo");
-    let url = rt.frontend_url().to_owned();
-    let mcp = Mcp::legacy(&url, &token);
-    let no_session_no_cors = |headers: &reqwest::header::HeaderMap, what: &str| {
+/// An answer without a session id and without CORS headers.
+fn assert_no_session_no_cors(headers: &reqwest::header::HeaderMap, what: &str) {
+    assert!(
+        header(headers, "mcp-session-id").is_none(),
+        "{what}: Mcp-Session-Id"
+    );
+    for (name, _) in headers {
         assert!(
-            header(headers, "mcp-session-id").is_none(),
-            "{what}: Mcp-Session-Id"
+            !name.as_str().starts_with("access-control-"),
+            "{what}: CORS header {name}"
         );
-        for (name, _) in headers {
-            assert!(
-                !name.as_str().starts_with("access-control-"),
-                "{what}: CORS header {name}"
-            );
-        }
-    };
+    }
+}
 
+/// The HTTP rows: 401 without a valid token, 403 for a foreign Host or Origin, 405 for other
+/// methods, 404 for other paths, 415 for another content type, 413 over 4 MiB.
+async fn http_status_rows(url: &str, token: &str, mcp: &Mcp) {
     // 401 without a token or with an unknown one, with WWW-Authenticate: Bearer.
     for bad in ["", "tts_not-a-live-token"] {
-        let (status, headers, _) = Mcp::legacy(&url, bad).post_raw(PING.to_vec(), &[]).await;
+        let (status, headers, _) = Mcp::legacy(url, bad).post_raw(PING.to_vec(), &[]).await;
         assert_eq!(status, 401, "token {bad:?}");
         assert_eq!(header(&headers, "www-authenticate"), Some("Bearer"));
     }
     // 403 for a foreign Host or Origin (checked before the token).
-    let (status, _, _) = Mcp::legacy(&url, "")
+    let (status, _, _) = Mcp::legacy(url, "")
         .post_raw(PING.to_vec(), &[h("Host", "evil.example.com")])
         .await;
     assert_eq!(status, 403, "foreign Host");
@@ -764,7 +763,7 @@ async fn status_codes_on_the_wire() {
         assert_eq!(header(&headers, "allow"), Some("POST"), "{method}");
     }
     // 404 for other paths.
-    let other = Mcp::legacy(&url.replace("/mcp/connector", "/mcp/other"), &token);
+    let other = Mcp::legacy(&url.replace("/mcp/connector", "/mcp/other"), token);
     let (status, _, _) = other.post_raw(PING.to_vec(), &[]).await;
     assert_eq!(status, 404);
     // 415 for another content type.
@@ -778,6 +777,16 @@ async fn status_codes_on_the_wire() {
     big.extend_from_slice(br#""}}"#);
     let (status, _, _) = mcp.post_raw(big, &[]).await;
     assert_eq!(status, 413);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_codes_on_the_wire() {
+    let (rt, token, _) = runtime_with("fx", "echo");
+    let url = rt.frontend_url().to_owned();
+    let mcp = Mcp::legacy(&url, &token);
+
+    http_status_rows(&url, &token, &mcp).await;
+
     // 400 / -32600 for a batch, 400 / -32700 (id null) for a parse error.
     let (status, headers, body) = mcp
         .post_raw(
@@ -787,7 +796,7 @@ async fn status_codes_on_the_wire() {
         .await;
     assert_eq!(status, 400);
     assert_eq!(error_of(&body)["code"], -32600, "{body}");
-    no_session_no_cors(&headers, "batch");
+    assert_no_session_no_cors(&headers, "batch");
     let (status, _, body) = mcp.post_raw(b"{\"jsonrpc\": \"2.0\", ".to_vec(), &[]).await;
     assert_eq!(status, 400);
     assert_eq!(error_of(&body)["code"], -32700, "{body}");
@@ -799,7 +808,7 @@ async fn status_codes_on_the_wire() {
     // 202 and no body for notifications, in both eras.
     let (status, headers, body) = mcp.notify("notifications/initialized", Value::Null).await;
     assert_eq!((status, body), (202, Value::Null));
-    no_session_no_cors(&headers, "notification");
+    assert_no_session_no_cors(&headers, "notification");
     let modern = Mcp::modern(&url, &token);
     let (status, _, body) = modern
         .notify("notifications/cancelled", json!({"requestId": 99}))
@@ -810,7 +819,7 @@ async fn status_codes_on_the_wire() {
     assert_eq!(init["protocolVersion"], LEGACY_VERSION);
     let (status, headers, _) = mcp.request("initialize", json!({"protocolVersion": LEGACY_VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})).await;
     assert_eq!(status, 200);
-    no_session_no_cors(&headers, "initialize");
+    assert_no_session_no_cors(&headers, "initialize");
     let (status, _, _) = mcp
         .post_raw(PING.to_vec(), &[h("MCP-Protocol-Version", "1999-01-01")])
         .await;
