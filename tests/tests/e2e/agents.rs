@@ -1167,6 +1167,39 @@ async fn every_binding_format_matches_spec_and_its_token_works() {
     assert_eq!(tools_list_status(&url, "tts_not-a-real-token").await, 401);
 }
 
+/// A refusal: `{"mcpServers":[]}`, exit 0, a reason on stderr, no token anywhere.
+fn assert_refused_without_a_token(rt: &Runtime, what: &str, file: &str) {
+    let out = rt.tutti(&[
+        "session",
+        "issue",
+        "--workspace",
+        "w",
+        "--session",
+        "s-acp",
+        "--format",
+        "acp",
+        "--acp-initialize",
+        file,
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: exit 0 expected; stderr: {stderr}"
+    );
+    assert_eq!(
+        parse_json(what, &stdout),
+        json!({"mcpServers": []}),
+        "{what}: {stdout}"
+    );
+    assert!(!stderr.trim().is_empty(), "{what}: no reason on stderr");
+    assert!(
+        !stdout.contains("tts_") && !stderr.contains("tts_"),
+        "{what}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn acp_gate_binds_only_http_capable_agents_and_issues_no_token_otherwise() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -1236,35 +1269,8 @@ async fn acp_gate_binds_only_http_capable_agents_and_issues_no_token_otherwise()
         ("no such file", absent),
         ("a directory", a_directory),
     ] {
-        let out = rt.tutti(&[
-            "session",
-            "issue",
-            "--workspace",
-            "w",
-            "--session",
-            "s-acp",
-            "--format",
-            "acp",
-            "--acp-initialize",
-            &file,
-        ]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{what}: exit 0 expected; stderr: {stderr}"
-        );
-        assert_eq!(
-            parse_json(what, &stdout),
-            json!({"mcpServers": []}),
-            "{what}: {stdout}"
-        );
-        assert!(!stderr.trim().is_empty(), "{what}: no reason on stderr");
-        assert!(
-            !stdout.contains("tts_") && !stderr.contains("tts_"),
-            "{what}"
-        );
+        assert_refused_without_a_token(&rt, what, &file);
+
         assert_token_works(&url, &bound, &format!("after the refusal ({what})")).await;
     }
 }
