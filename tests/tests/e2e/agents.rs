@@ -1038,13 +1038,13 @@ fn assert_one_stable_skills_root(rt: &Runtime, v: &Value) {
     );
 }
 
-/// `--format acp`: exactly the ACP shape; its token.
-fn acp_binding_token(rt: &Runtime, url: &str) -> String {
-    // acp
-    let (out, _) = issue(rt, "s-acp", "acp", &[]);
-    let v = parse_json("--format acp", &out);
+/// `--format acp` (with `args`) for `session`: exactly the ACP shape; its token.
+fn acp_binding_token(rt: &Runtime, url: &str, session: &str, args: &[&str]) -> String {
+    let (out, _) = issue(rt, session, "acp", args);
+    let what = format!("--format acp {args:?}");
+    let v = parse_json(&what, &out);
     let token = bearer_of(
-        "acp",
+        &what,
         v["mcpServers"][0]["headers"][0]["value"]
             .as_str()
             .unwrap_or_default(),
@@ -1063,7 +1063,6 @@ fn acp_binding_token(rt: &Runtime, url: &str) -> String {
 
 /// `--format claude`: exactly Claude Code's `.mcp.json` shape; its token.
 fn claude_binding_token(rt: &Runtime, url: &str) -> String {
-    // claude
     let (out, _) = issue(rt, "s-claude", "claude", &[]);
     let v = parse_json("--format claude", &out);
     let token = bearer_of(
@@ -1153,7 +1152,7 @@ async fn every_binding_format_matches_spec_and_its_token_works() {
     assert_eq!(v["path"], json!([bin_dir]), "the default format is runtime");
     tokens.insert(token);
 
-    tokens.insert(acp_binding_token(&rt, &url));
+    tokens.insert(acp_binding_token(&rt, &url, "s-acp", &[]));
 
     tokens.insert(claude_binding_token(&rt, &url));
 
@@ -1223,23 +1222,7 @@ async fn acp_gate_binds_only_http_capable_agents_and_issues_no_token_otherwise()
         "yes.json",
         r#"{"protocolVersion":1,"agentCapabilities":{"loadSession":true,"mcpCapabilities":{"http":true,"sse":false}}}"#,
     );
-    let (out, _) = issue(&rt, "s-acp", "acp", &["--acp-initialize", &yes]);
-    let v = parse_json("acp bound", &out);
-    let bound = bearer_of(
-        "acp bound",
-        v["mcpServers"][0]["headers"][0]["value"]
-            .as_str()
-            .unwrap_or_default(),
-    );
-    assert_eq!(
-        v,
-        json!({"mcpServers": [{
-            "name": "connector",
-            "type": "http",
-            "url": url,
-            "headers": [{"name": "Authorization", "value": format!("Bearer {bound}")}]
-        }]})
-    );
+    let bound = acp_binding_token(&rt, &url, "s-acp", &["--acp-initialize", &yes]);
     assert_token_works(&url, &bound, "ACP-bound token").await;
     assert_eq!(
         tools_list_status(&url, &first).await,
