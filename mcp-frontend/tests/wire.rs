@@ -710,7 +710,7 @@ const OTHER_PATHS: [&str; 4] = [
 
 /// An oversized body is drained and answered 413, repeatedly on one client (the drain ends;
 /// it never hangs). The connection-reset race the drain prevents shows up against the real
-/// binary (tests/tests/e2e_frontend.rs `status_codes_on_the_wire`), not reliably in-process.
+/// binary (tests/tests/e2e/calls/frontend.rs `status_codes_on_the_wire`), not reliably in-process.
 #[tokio::test]
 async fn oversized_bodies_always_get_413() {
     let h = start().await;

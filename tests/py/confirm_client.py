@@ -1,4 +1,4 @@
-"""The person's side of the confirmed-call tests (tests/tests/e2e_confirm*.rs): the official
+"""The person's side of the confirmed-call tests (tests/tests/e2e/calls/confirm*.rs): the official
 Python SDK client (mcp 2.3.0) calls `fx_destroy` once and answers the question it is asked.
 
 Usage: confirm_client.py ANSWER URL MODE [ARGUMENTS]   (token in TUTTI_TEST_TOKEN)

@@ -1,4 +1,4 @@
-"""A 2026-07-28 upstream for the era-hygiene tests (tests/tests/e2e_era_hygiene.rs).
+"""A 2026-07-28 upstream for the era-hygiene tests (tests/tests/e2e/calls/era_hygiene.rs).
 
 The Python `mcp` SDK's dual-era `MCPServer` (mcp 2.3.0): it answers a modern request with
 `resultType` and `_meta["io.modelcontextprotocol/serverInfo"]` naming itself, which must

@@ -1,5 +1,5 @@
 """The Python `mcp` 2.3.0 client against server-everything through the runtime, in one session
-(tests/tests/e2e_sdk_everything.rs, "Python SDK client, both eras, against
+(tests/tests/e2e/catalog/sdk_everything.rs, "Python SDK client, both eras, against
 server-everything as an upstream").
 
 Prints one JSON object per line, one per step, `event` naming the step:

@@ -1,5 +1,5 @@
 """The Python `mcp` 2.3.0 client in 2025-06-18 (legacy) mode with the runtime's GET stream
-(tests/tests/e2e_live_list_sdk.rs, "live list for legacy clients").
+(tests/tests/e2e/catalog/live_list_sdk.rs, "live list for legacy clients").
 
 The SDK's own GET stream code runs through `token_session.py` (the token is the session; the
 SDK's placeholder session id never reaches the wire).

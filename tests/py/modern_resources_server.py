@@ -1,4 +1,4 @@
-"""A 2026-07-28 upstream with a resource that changes (tests/tests/e2e_beyond_rest.rs).
+"""A 2026-07-28 upstream with a resource that changes (tests/tests/e2e/catalog/beyond_rest.rs).
 
 The Python `mcp` SDK's `MCPServer` (mcp 2.3.0): on the 2026-07-28 wire there is no
 `resources/subscribe`; a client subscribes to `note://counter` with `subscriptions/listen`

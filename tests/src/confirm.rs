@@ -1,4 +1,4 @@
-//! The setup the confirmed-call tests share (`e2e_confirm*.rs`, SPEC §12): a runtime with the
+//! The setup the confirmed-call tests share (`e2e/calls/confirm*.rs`, SPEC §12): a runtime with the
 //! fixture connector `fx` (`destroy` is high risk, `echo` low) recording every message it
 //! gets, `--confirm` tokens, what reached the upstream, the audit's decisions, and the
 //! person's side: `tests/py/confirm_client.py`, the Python SDK client that answers.

@@ -1,6 +1,6 @@
 //! The secret scan of the end-to-end tests (SPEC §9): where any of a set of secret values
 //! shows up outside `secrets/`: files, captured outputs, the argv and the environment of
-//! processes. `e2e_upstreams` scans static secrets with it, the OAuth tests
+//! processes. `e2e/upstreams.rs` scans static secrets with it, the OAuth tests
 //! tokens, client secrets and authorization codes.
 
 use std::path::{Path, PathBuf};

@@ -20,8 +20,13 @@ pub fn repo_root() -> PathBuf {
 
 /// The directory holding the workspace's built binaries: `TUTTI_BIN_DIR`, else the directory
 /// of the running test executable's parent when it is cargo's `deps/`, else
-/// `<repo>/target/debug` (`CARGO_TARGET_DIR` honoured).
+/// `<repo>/target/debug` (`CARGO_TARGET_DIR` honoured). Located once per process.
 pub fn bin_dir() -> PathBuf {
+    static BIN_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN_DIR.get_or_init(locate_bin_dir).clone()
+}
+
+fn locate_bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("TUTTI_BIN_DIR") {
         return PathBuf::from(dir);
     }

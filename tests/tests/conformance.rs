@@ -144,6 +144,107 @@ fn run_suite(node: &Path, suite: &Path, url: &str, revision: &str, out_dir: &Pat
     summary.to_owned()
 }
 
+/// The proxy adds the token and nothing else: without it the frontend refuses, through it
+/// the same request is served, and a foreign Host still gets 403 through the proxy.
+async fn assert_the_proxy_adds_only_the_token(rt: &Runtime, proxy: &AuthProxy) {
+    let list = |mcp: Mcp| async move { mcp.request("tools/list", json!({})).await };
+    let (status, _, _) = list(Mcp::legacy(rt.frontend_url(), "")).await;
+    assert_eq!(status, 401, "the frontend must require the bearer token");
+    let (status, _, body) = list(Mcp::legacy(&proxy.url(), "")).await;
+    assert_eq!(status, 200, "through the proxy: {body}");
+    assert!(
+        body["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "test_simple_text")),
+        "{body}"
+    );
+    let evil = Mcp::legacy(&proxy.url(), "");
+    let (status, _, _) = evil
+        .post_raw(
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec(),
+            &[("Host".to_owned(), "evil.example.com".to_owned())],
+        )
+        .await;
+    assert_eq!(status, 403, "the proxy must preserve Host");
+}
+
+/// The results table of one requirement set, each expected failure with its reason.
+fn report_rows(
+    report: &mut String,
+    revision: &str,
+    rows: &[(String, usize, usize, usize)],
+    baseline: &[(String, String)],
+    unscored: &[String],
+) {
+    report.push_str(&format!("\n### `--requirements {revision}`\n\n"));
+    report.push_str("| scenario | checks passed / failed / warnings | result | reason |\n");
+    report.push_str("|---|---|---|---|\n");
+    for (scenario, ok, failed, warned) in rows {
+        let reasons: Vec<String> = baseline
+            .iter()
+            .filter_map(|(entry, reason)| {
+                if entry == scenario {
+                    Some(reason.clone())
+                } else {
+                    let check = entry.strip_prefix(&format!("{scenario}:"))?;
+                    Some(format!("`{check}`: {reason}"))
+                }
+            })
+            .collect();
+        let (result, reason) = if unscored.contains(scenario) {
+            let result = if failed + warned == 0 {
+                "pass (not scored)"
+            } else {
+                "fail (not scored)"
+            };
+            (result, String::new())
+        } else if failed + warned == 0 {
+            ("pass", String::new())
+        } else {
+            ("expected failure", reasons.join("; "))
+        };
+        report.push_str(&format!(
+            "| {scenario} | {ok} / {failed} / {warned} | {result} | {reason} |\n"
+        ));
+    }
+}
+
+/// The `test` connector really was a 2026-07-28 upstream: discovered, never initialized,
+/// subscribed to with `subscriptions/listen`, and given inputResponses by key.
+fn assert_the_upstream_was_spoken_to_as_2026_07_28(record: &Path) {
+    let sent = std::fs::read_to_string(record).unwrap_or_default();
+    let methods: Vec<Value> = sent
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let sent_method = |m: &str| methods.iter().any(|v| v["method"] == m);
+    assert!(sent_method("server/discover"), "no server/discover: {sent}");
+    assert!(!sent_method("initialize"), "the upstream was initialized");
+    assert!(
+        sent_method("subscriptions/listen"),
+        "no subscriptions/listen"
+    );
+    assert!(
+        methods
+            .iter()
+            .any(|v| v["params"]["inputResponses"]["user_name"].is_object()),
+        "no inputResponses by the upstream's key user_name"
+    );
+}
+
+/// Every expected failure is explained in the docs.
+fn assert_every_expected_failure_is_explained(baseline: &[(String, String)]) {
+    let docs = repo_root().join("docs").join("CONFORMANCE.md");
+    let docs_text = std::fs::read_to_string(&docs)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", docs.display()));
+    for (entry, _) in baseline {
+        assert!(
+            docs_text.contains(entry.as_str()),
+            "docs/CONFORMANCE.md does not explain the expected failure {entry}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_suite_passes_both_requirement_sets() {
     let node = require_node22();
@@ -173,27 +274,7 @@ async fn conformance_suite_passes_both_requirement_sets() {
     let token = rt.issue_token("conformance", "suite");
     let proxy = AuthProxy::start(rt.frontend_url(), &token);
 
-    // The proxy adds the token and nothing else: without it the frontend refuses, through it
-    // the same request is served, and a foreign Host still gets 403 through the proxy.
-    let list = |mcp: Mcp| async move { mcp.request("tools/list", json!({})).await };
-    let (status, _, _) = list(Mcp::legacy(rt.frontend_url(), "")).await;
-    assert_eq!(status, 401, "the frontend must require the bearer token");
-    let (status, _, body) = list(Mcp::legacy(&proxy.url(), "")).await;
-    assert_eq!(status, 200, "through the proxy: {body}");
-    assert!(
-        body["result"]["tools"]
-            .as_array()
-            .is_some_and(|t| t.iter().any(|t| t["name"] == "test_simple_text")),
-        "{body}"
-    );
-    let evil = Mcp::legacy(&proxy.url(), "");
-    let (status, _, _) = evil
-        .post_raw(
-            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec(),
-            &[("Host".to_owned(), "evil.example.com".to_owned())],
-        )
-        .await;
-    assert_eq!(status, 403, "the proxy must preserve Host");
+    assert_the_proxy_adds_only_the_token(&rt, &proxy).await;
 
     let mut report = String::new();
     for revision in REVISIONS {
@@ -219,74 +300,18 @@ async fn conformance_suite_passes_both_requirement_sets() {
             );
         }
         let unscored = not_scored(&suite, revision);
-        report.push_str(&format!("\n### `--requirements {revision}`\n\n"));
-        report.push_str("| scenario | checks passed / failed / warnings | result | reason |\n");
-        report.push_str("|---|---|---|---|\n");
-        for (scenario, ok, failed, warned) in &rows {
-            let reasons: Vec<String> = baseline
-                .iter()
-                .filter_map(|(entry, reason)| {
-                    if entry == scenario {
-                        Some(reason.clone())
-                    } else {
-                        let check = entry.strip_prefix(&format!("{scenario}:"))?;
-                        Some(format!("`{check}`: {reason}"))
-                    }
-                })
-                .collect();
-            let (result, reason) = if unscored.contains(scenario) {
-                let result = if failed + warned == 0 {
-                    "pass (not scored)"
-                } else {
-                    "fail (not scored)"
-                };
-                (result, String::new())
-            } else if failed + warned == 0 {
-                ("pass", String::new())
-            } else {
-                ("expected failure", reasons.join("; "))
-            };
-            report.push_str(&format!(
-                "| {scenario} | {ok} / {failed} / {warned} | {result} | {reason} |\n"
-            ));
-        }
+        report_rows(&mut report, revision, &rows, &baseline, &unscored);
+
         eprintln!("{summary}");
     }
-    // The `test` connector really was a 2026-07-28 upstream: discovered, never initialized,
-    // subscribed to with `subscriptions/listen`, and given inputResponses by key.
-    let sent = std::fs::read_to_string(&record).unwrap_or_default();
-    let methods: Vec<Value> = sent
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .collect();
-    let sent_method = |m: &str| methods.iter().any(|v| v["method"] == m);
-    assert!(sent_method("server/discover"), "no server/discover: {sent}");
-    assert!(!sent_method("initialize"), "the upstream was initialized");
-    assert!(
-        sent_method("subscriptions/listen"),
-        "no subscriptions/listen"
-    );
-    assert!(
-        methods
-            .iter()
-            .any(|v| v["params"]["inputResponses"]["user_name"].is_object()),
-        "no inputResponses by the upstream's key user_name"
-    );
+    assert_the_upstream_was_spoken_to_as_2026_07_28(&record);
 
     // The per-run table (for docs/CONFORMANCE.md); `--nocapture` shows it.
     println!("{report}");
     let _ = std::fs::write(rt.root().join("conformance-results.md"), &report);
 
-    // Every expected failure is explained in the docs.
-    let docs = repo_root().join("docs").join("CONFORMANCE.md");
-    let docs_text = std::fs::read_to_string(&docs)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", docs.display()));
-    for (entry, _) in &baseline {
-        assert!(
-            docs_text.contains(entry.as_str()),
-            "docs/CONFORMANCE.md does not explain the expected failure {entry}"
-        );
-    }
+    assert_every_expected_failure_is_explained(&baseline);
+
     drop(proxy);
 }
 

@@ -208,6 +208,61 @@ async fn rich_def(mcp: &Mcp, version: Option<&str>) -> Value {
         .unwrap_or_else(|| panic!("rich_rich_def is not listed: {list}"))
 }
 
+/// The worker declares exactly the client capabilities it serves: roots, sampling and
+/// elicitation are relayed to the calling client (SPEC §11).
+fn assert_client_capabilities_declared(record: &std::path::Path) {
+    let file = std::fs::File::open(record)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", record.display()));
+    let initialize = BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
+        .find(|m| m["method"] == "initialize")
+        .unwrap_or_else(|| panic!("the fixture recorded no initialize"));
+    assert_eq!(
+        initialize["params"]["capabilities"],
+        json!({"elicitation": {"form": {}, "url": {}}, "roots": {}, "sampling": {}}),
+        "{initialize}"
+    );
+}
+
+/// A re-listing after the upstream's list_changed offers the definitions as sent too.
+async fn relisted_after_list_changed(
+    legacy: &Mcp,
+    common: &dyn Fn(&Value, &str),
+    execution: &Value,
+) {
+    legacy
+        .call_tool_ok("rich_trigger_tool_change", json!({}))
+        .await;
+    let deadline = Instant::now() + READY;
+    loop {
+        let header = [("MCP-Protocol-Version", "2025-11-25")];
+        let list = result_of(
+            "tools/list",
+            legacy
+                .request_with_headers("tools/list", json!({}), &header)
+                .await,
+        );
+        let tools = list["tools"].as_array().cloned().unwrap_or_default();
+        if tools.iter().any(|t| t["name"] == "rich_changed_1") {
+            let tool = tools
+                .iter()
+                .find(|t| t["name"] == "rich_rich_def")
+                .cloned()
+                .unwrap_or_default();
+            common(&tool, "2025-11-25 after list_changed");
+            assert_eq!(&tool["execution"], execution, "after list_changed: {tool}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the changed tool set never arrived: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -277,52 +332,9 @@ async fn a_rich_definition_is_listed_with_every_field_its_revision_defines() {
     assert_eq!(tool["icons"], icons, "2026-07-28: {tool}");
     assert!(tool.get("execution").is_none(), "2026-07-28: {tool}");
 
-    // A re-listing after the upstream's list_changed offers the definitions as sent too.
-    legacy
-        .call_tool_ok("rich_trigger_tool_change", json!({}))
-        .await;
-    let deadline = Instant::now() + READY;
-    loop {
-        let header = [("MCP-Protocol-Version", "2025-11-25")];
-        let list = result_of(
-            "tools/list",
-            legacy
-                .request_with_headers("tools/list", json!({}), &header)
-                .await,
-        );
-        let tools = list["tools"].as_array().cloned().unwrap_or_default();
-        if tools.iter().any(|t| t["name"] == "rich_changed_1") {
-            let tool = tools
-                .iter()
-                .find(|t| t["name"] == "rich_rich_def")
-                .cloned()
-                .unwrap_or_default();
-            common(&tool, "2025-11-25 after list_changed");
-            assert_eq!(tool["execution"], execution, "after list_changed: {tool}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the changed tool set never arrived: {list}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    relisted_after_list_changed(&legacy, &common, &execution).await;
 
-    // The worker declares exactly the client capabilities it serves: roots, sampling and
-    // elicitation are relayed to the calling client (SPEC §11).
-    let file = std::fs::File::open(&record)
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", record.display()));
-    let initialize = BufReader::new(file)
-        .lines()
-        .map_while(Result::ok)
-        .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
-        .find(|m| m["method"] == "initialize")
-        .unwrap_or_else(|| panic!("the fixture recorded no initialize"));
-    assert_eq!(
-        initialize["params"]["capabilities"],
-        json!({"elicitation": {"form": {}, "url": {}}, "roots": {}, "sampling": {}}),
-        "{initialize}"
-    );
+    assert_client_capabilities_declared(&record);
 }
 
 /// The same definitions through an HTTP upstream (JSON bodies and an event stream): the

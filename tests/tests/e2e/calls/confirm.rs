@@ -78,7 +78,11 @@ fn high_risk_calls_are_confirmed_by_the_person_and_every_decision_is_audited() {
     );
     assert_ne!(ran["result"]["isError"], true, "{ran}");
     assert_eq!(fx.upstream_calls(), 2);
+    assert_each_decision_audited(&fx);
+}
 
+/// The audit log holds the four calls' decisions in order.
+fn assert_each_decision_audited(fx: &RiskyFixture) {
     let records = fx.destroy_records(4);
     let decisions: Vec<(&str, &str)> = records
         .iter()

@@ -1,6 +1,8 @@
 //! Smoke test of the e2e harness itself: a real `tutti up`, one fixture connector, one call
 //! through the frontend in each era.
 
+mod fixture;
+
 use std::time::Duration;
 
 use serde_json::json;

@@ -255,7 +255,7 @@ async fn frontend_refuses_missing_token_foreign_host_and_get() {
     assert_eq!(status, 403, "Host: evil.example: {reply}");
 
     // SPEC §11: a GET that accepts `text/event-stream` opens the legacy notification stream
-    // (e2e_relay.rs); any other GET stays 405.
+    // (e2e/relay/mod.rs); any other GET stays 405.
     let json_only = [("Accept".to_owned(), "application/json".to_owned())];
     let (status, headers, reply) = ok.send_method(reqwest::Method::GET, &json_only).await;
     assert_eq!(status, 405, "GET: {reply}");

@@ -2,6 +2,8 @@
 //! (fed by calls of the official Python SDK client), `status --watch`, `tutti logs`,
 //! `TUTTI_LOG_FORMAT=json` and `tutti doctor`.
 
+mod telemetry_drops;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -428,6 +430,52 @@ fn tree(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64, Option<std::time
     out
 }
 
+/// Clean: nothing fails; the binding and PATH are seen; nothing is written; `--json` agrees.
+fn assert_doctor_clean(rt: &Runtime, place: &AgentPlace, bin: &std::path::Path, token: &str) {
+    let before = (
+        tree(&place.home),
+        tree(&place.project),
+        tree(&rt.state_dir().join("run")),
+    );
+    let (ok, out, err) = doctor(rt.state_dir(), place, &path_with(bin), false);
+    assert!(ok, "{out}{err}");
+    assert!(!out.contains("FAIL"), "{out}");
+    for name in [
+        "kernel",
+        "state dir permissions",
+        "socket path length",
+        "bin dir on PATH",
+        "launch commands",
+        "clock",
+    ] {
+        assert!(line_of(&out, name).starts_with("OK "), "{name}: {out}");
+    }
+    assert!(line_of(&out, "service").starts_with("WARN"), "{out}");
+    let agent = line_of(&out, "agent config");
+    assert!(
+        agent.starts_with("OK ") && agent.contains("points at the live URL"),
+        "{out}"
+    );
+    assert!(!out.contains(token), "doctor never prints the token");
+    let after = (
+        tree(&place.home),
+        tree(&place.project),
+        tree(&rt.state_dir().join("run")),
+    );
+    assert_eq!(before, after, "doctor wrote nothing");
+
+    // --json: the same checks.
+    let (ok, out, _) = doctor(rt.state_dir(), place, &path_with(bin), true);
+    let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    assert!(ok && v["ok"] == true, "{out}");
+    assert!(
+        v["checks"]
+            .as_array()
+            .is_some_and(|c| c.iter().all(|c| c["level"] != "fail")),
+        "{out}"
+    );
+}
+
 #[test]
 fn doctor_is_clean_in_a_bound_environment_and_names_a_stale_mcp_json_and_a_missing_path() {
     let (rt, _token) = runtime_with_fixture(RuntimeOptions::default());
@@ -451,49 +499,7 @@ fn doctor_is_clean_in_a_bound_environment_and_names_a_stale_mcp_json_and_a_missi
     std::fs::write(place.project.join(".mcp.json"), &binding).unwrap_or_else(|e| panic!("{e}"));
     let bin = rt.state_dir().join("bin");
 
-    // Clean: nothing fails; the binding and PATH are seen; nothing is written.
-    let before = (
-        tree(&place.home),
-        tree(&place.project),
-        tree(&rt.state_dir().join("run")),
-    );
-    let (ok, out, err) = doctor(rt.state_dir(), &place, &path_with(&bin), false);
-    assert!(ok, "{out}{err}");
-    assert!(!out.contains("FAIL"), "{out}");
-    for name in [
-        "kernel",
-        "state dir permissions",
-        "socket path length",
-        "bin dir on PATH",
-        "launch commands",
-        "clock",
-    ] {
-        assert!(line_of(&out, name).starts_with("OK "), "{name}: {out}");
-    }
-    assert!(line_of(&out, "service").starts_with("WARN"), "{out}");
-    let agent = line_of(&out, "agent config");
-    assert!(
-        agent.starts_with("OK ") && agent.contains("points at the live URL"),
-        "{out}"
-    );
-    assert!(!out.contains(&token), "doctor never prints the token");
-    let after = (
-        tree(&place.home),
-        tree(&place.project),
-        tree(&rt.state_dir().join("run")),
-    );
-    assert_eq!(before, after, "doctor wrote nothing");
-
-    // --json: the same checks.
-    let (ok, out, _) = doctor(rt.state_dir(), &place, &path_with(&bin), true);
-    let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
-    assert!(ok && v["ok"] == true, "{out}");
-    assert!(
-        v["checks"]
-            .as_array()
-            .is_some_and(|c| c.iter().all(|c| c["level"] != "fail")),
-        "{out}"
-    );
+    assert_doctor_clean(&rt, &place, &bin, &token);
 
     // Broken 1: the bin dir is not on PATH.
     let (ok, out, _) = doctor(
@@ -711,6 +717,53 @@ fn otel_env(endpoint: &str) -> Vec<(String, String)> {
     ]
 }
 
+/// A frontend span and its worker child, per call; the upstream received the same trace in
+/// `_meta.traceparent`, naming the worker's span.
+fn assert_spans_linked_and_the_trace_sent_upstream(
+    receiver: &OtlpReceiver,
+    record: &std::path::Path,
+) {
+    wait_until(
+        "linked frontend and worker spans",
+        Duration::from_secs(20),
+        || linked_spans(&receiver.captured()).is_some(),
+        || {
+            format!(
+                "{:?}",
+                receiver
+                    .captured()
+                    .spans()
+                    .iter()
+                    .map(|(s, sp)| (s.clone(), sp["name"].clone()))
+                    .collect::<Vec<_>>()
+            )
+        },
+    );
+    let (parent, child) =
+        linked_spans(&receiver.captured()).unwrap_or_else(|| panic!("no linked spans"));
+    // The upstream received the same trace in `_meta.traceparent`, naming the worker's span.
+    let want = format!(
+        "00-{}-{}-",
+        parent["traceId"].as_str().unwrap_or("?"),
+        child["spanId"].as_str().unwrap_or("?")
+    );
+    let seen: Vec<String> = std::fs::read_to_string(record)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["method"] == "tools/call")
+        .filter_map(|m| {
+            m["params"]["_meta"]["traceparent"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert!(
+        seen.iter().any(|t| t.starts_with(&want)),
+        "want {want}…, the upstream saw {seen:?}"
+    );
+}
+
 #[test]
 fn otel_export_links_the_frontend_and_worker_spans_and_the_upstream_sees_the_trace() {
     let receiver = OtlpReceiver::start(0);
@@ -743,46 +796,7 @@ fn otel_export_links_the_frontend_and_worker_spans_and_the_upstream_sees_the_tra
     let lines = python_calls(&rt, &token, &Value::Array(calls));
     assert_eq!(lines.len(), 3, "{lines:?}");
 
-    // A frontend span and its worker child, per call.
-    wait_until(
-        "linked frontend and worker spans",
-        Duration::from_secs(20),
-        || linked_spans(&receiver.captured()).is_some(),
-        || {
-            format!(
-                "{:?}",
-                receiver
-                    .captured()
-                    .spans()
-                    .iter()
-                    .map(|(s, sp)| (s.clone(), sp["name"].clone()))
-                    .collect::<Vec<_>>()
-            )
-        },
-    );
-    let (parent, child) =
-        linked_spans(&receiver.captured()).unwrap_or_else(|| panic!("no linked spans"));
-    // The upstream received the same trace in `_meta.traceparent`, naming the worker's span.
-    let want = format!(
-        "00-{}-{}-",
-        parent["traceId"].as_str().unwrap_or("?"),
-        child["spanId"].as_str().unwrap_or("?")
-    );
-    let seen: Vec<String> = std::fs::read_to_string(&record)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["method"] == "tools/call")
-        .filter_map(|m| {
-            m["params"]["_meta"]["traceparent"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .collect();
-    assert!(
-        seen.iter().any(|t| t.starts_with(&want)),
-        "want {want}…, the upstream saw {seen:?}"
-    );
+    assert_spans_linked_and_the_trace_sent_upstream(&receiver, &record);
 
     // Metrics with the call counts.
     wait_until(

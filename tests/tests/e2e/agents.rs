@@ -499,6 +499,106 @@ fn codex_table_token(what: &str, doc: &DocumentMut, url: &str) -> String {
 
 // === shims ===
 
+/// Passthrough: argv verbatim, stdin, the declared secret and the caller's environment and cwd,
+/// stderr apart, the exit status, and the entrypoint's own pid (exec).
+fn assert_passthrough(tool: &Path, cwd: &Path, marker: &Path) {
+    let args = tricky_args();
+    let stdin = "line one\nzwei \u{2713}\n\0binary\u{ff}\n".as_bytes();
+    let ran = run(shim_cmd(tool, &args, cwd, marker), stdin);
+    assert_eq!(ran.status.code(), Some(7), "stderr: {}", ran.stderr);
+    assert_eq!(ran.stderr, "to stderr v1\n", "stderr stays separate");
+    let report = report_of(&ran);
+    let want_args: Vec<String> = args.iter().map(|a| hex(a.as_encoded_bytes())).collect();
+    assert_eq!(report["args"], json!(want_args), "argv verbatim");
+    assert_eq!(report["stdin"], json!(hex(stdin)), "stdin piped through");
+    assert_eq!(report["api_token"], json!(SECRET), "declared secret in env");
+    assert_eq!(report["key"], json!("tool"), "TUTTI_CONNECTOR_KEY");
+    assert_eq!(report["caller"], json!("from the caller"), "caller's env");
+    assert_eq!(report["cwd"], json!(cwd.to_string_lossy()), "caller's cwd");
+    assert_eq!(report["version"], json!("v1"));
+    assert_eq!(
+        report["pid"],
+        json!(ran.pid),
+        "exec: the shim's pid is the entrypoint's"
+    );
+    assert_eq!(std::fs::read_to_string(marker).unwrap_or_default(), "v1\n");
+}
+
+/// --- SIGTERM to the shim's pid reaches the entrypoint ---
+fn sigterm_reaches_the_entrypoint(tool: &Path) {
+    let mut child = Command::new(tool)
+        .env("TOOL_MODE", "wait")
+        .env_remove("TOOL_MARKER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run the shim: {e}"));
+    let pid = child.id();
+    let lines = Lines::of(
+        child
+            .stdout
+            .take()
+            .unwrap_or_else(|| panic!("no stdout pipe")),
+    );
+    assert_eq!(lines.next("entrypoint ready"), format!("ready {pid}"));
+    signal(pid, Signal::SIGTERM);
+    assert_eq!(lines.next("SIGTERM handled"), "got SIGTERM");
+    let out = wait_child(child, "shim in wait mode");
+    assert_eq!(
+        out.status.code(),
+        Some(43),
+        "exit status is the entrypoint's"
+    );
+}
+
+/// --- upgrade: the shim runs the new release's entrypoint, and never disappears ---
+fn upgrade_runs_the_new_entrypoint_and_keeps_the_shim(
+    rt: &mut Runtime,
+    tool: &Path,
+    cwd: &Path,
+    marker: &Path,
+) {
+    let before = rt
+        .connector_status("tool")
+        .and_then(|c| c["generation"].as_u64())
+        .unwrap_or(0);
+    assert!(before > 0, "tool has a live generation");
+    let vanished = Arc::new(AtomicBool::new(false));
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = {
+        let (tool, vanished, watching) = (tool.to_path_buf(), vanished.clone(), watching.clone());
+        std::thread::spawn(move || {
+            while watching.load(Ordering::SeqCst) {
+                if !tool.exists() {
+                    vanished.store(true, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    install_tool(rt, "2.0.0", "v2");
+    rt.wait_connector("tool", READY, "version 2.0.0 live", |c| {
+        c["version"] == "2.0.0"
+            && c["status"] == "ready"
+            && c["generation"].as_u64().is_some_and(|g| g > before)
+    });
+    let ran = run(shim_cmd(tool, &[], cwd, marker), b"");
+    watching.store(false, Ordering::SeqCst);
+    let _ = watcher.join();
+    assert_eq!(ran.status.code(), Some(7), "stderr: {}", ran.stderr);
+    assert_eq!(
+        report_of(&ran)["version"],
+        json!("v2"),
+        "the new entrypoint"
+    );
+    assert_eq!(ran.stderr, "to stderr v2\n");
+    assert!(
+        !vanished.load(Ordering::SeqCst),
+        "the shim disappeared during the upgrade"
+    );
+}
+
 /// Shims appear on connect, pass everything through, follow an upgrade, and disappear on
 /// disconnect and uninstall; a stale copy exits 69 and runs nothing.
 #[test]
@@ -524,92 +624,11 @@ fn shims_follow_the_connector_and_pass_everything_through() {
     let cwd = root.join("caller cwd \u{fc}");
     std::fs::create_dir_all(&cwd).unwrap_or_else(|e| panic!("{e}"));
     let marker = root.join("marker-pass");
-    let args = tricky_args();
-    let stdin = "line one\nzwei \u{2713}\n\0binary\u{ff}\n".as_bytes();
-    let ran = run(shim_cmd(&tool, &args, &cwd, &marker), stdin);
-    assert_eq!(ran.status.code(), Some(7), "stderr: {}", ran.stderr);
-    assert_eq!(ran.stderr, "to stderr v1\n", "stderr stays separate");
-    let report = report_of(&ran);
-    let want_args: Vec<String> = args.iter().map(|a| hex(a.as_encoded_bytes())).collect();
-    assert_eq!(report["args"], json!(want_args), "argv verbatim");
-    assert_eq!(report["stdin"], json!(hex(stdin)), "stdin piped through");
-    assert_eq!(report["api_token"], json!(SECRET), "declared secret in env");
-    assert_eq!(report["key"], json!("tool"), "TUTTI_CONNECTOR_KEY");
-    assert_eq!(report["caller"], json!("from the caller"), "caller's env");
-    assert_eq!(report["cwd"], json!(cwd.to_string_lossy()), "caller's cwd");
-    assert_eq!(report["version"], json!("v1"));
-    assert_eq!(
-        report["pid"],
-        json!(ran.pid),
-        "exec: the shim's pid is the entrypoint's"
-    );
-    assert_eq!(std::fs::read_to_string(&marker).unwrap_or_default(), "v1\n");
+    assert_passthrough(&tool, &cwd, &marker);
 
-    // --- SIGTERM to the shim's pid reaches the entrypoint ---
-    let mut child = Command::new(&tool)
-        .env("TOOL_MODE", "wait")
-        .env_remove("TOOL_MARKER")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run the shim: {e}"));
-    let pid = child.id();
-    let lines = Lines::of(
-        child
-            .stdout
-            .take()
-            .unwrap_or_else(|| panic!("no stdout pipe")),
-    );
-    assert_eq!(lines.next("entrypoint ready"), format!("ready {pid}"));
-    signal(pid, Signal::SIGTERM);
-    assert_eq!(lines.next("SIGTERM handled"), "got SIGTERM");
-    let out = wait_child(child, "shim in wait mode");
-    assert_eq!(
-        out.status.code(),
-        Some(43),
-        "exit status is the entrypoint's"
-    );
+    sigterm_reaches_the_entrypoint(&tool);
 
-    // --- upgrade: the shim runs the new release's entrypoint, and never disappears ---
-    let before = rt
-        .connector_status("tool")
-        .and_then(|c| c["generation"].as_u64())
-        .unwrap_or(0);
-    assert!(before > 0, "tool has a live generation");
-    let vanished = Arc::new(AtomicBool::new(false));
-    let watching = Arc::new(AtomicBool::new(true));
-    let watcher = {
-        let (tool, vanished, watching) = (tool.clone(), vanished.clone(), watching.clone());
-        std::thread::spawn(move || {
-            while watching.load(Ordering::SeqCst) {
-                if !tool.exists() {
-                    vanished.store(true, Ordering::SeqCst);
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-    };
-    install_tool(&mut rt, "2.0.0", "v2");
-    rt.wait_connector("tool", READY, "version 2.0.0 live", |c| {
-        c["version"] == "2.0.0"
-            && c["status"] == "ready"
-            && c["generation"].as_u64().is_some_and(|g| g > before)
-    });
-    let ran = run(shim_cmd(&tool, &[], &cwd, &marker), b"");
-    watching.store(false, Ordering::SeqCst);
-    let _ = watcher.join();
-    assert_eq!(ran.status.code(), Some(7), "stderr: {}", ran.stderr);
-    assert_eq!(
-        report_of(&ran)["version"],
-        json!("v2"),
-        "the new entrypoint"
-    );
-    assert_eq!(ran.stderr, "to stderr v2\n");
-    assert!(
-        !vanished.load(Ordering::SeqCst),
-        "the shim disappeared during the upgrade"
-    );
+    upgrade_runs_the_new_entrypoint_and_keeps_the_shim(&mut rt, &tool, &cwd, &marker);
 
     // --- disconnect: gone within one second; a copy says why ---
     let copies = root.join("copies");
@@ -681,13 +700,48 @@ fn shutdown_removes_every_shim() {
 
 // === skills ===
 
+/// One line of the refusal names the skill file and, after it, the problem.
+fn assert_line_names_the_problem(case: &str, stderr: &str, problem: &str) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("skills/broken/SKILL.md"))
+        .unwrap_or_else(|| panic!("{case}: no line names skills/broken/SKILL.md:\n{stderr}"));
+    let after_file = line
+        .split_once("skills/broken/SKILL.md")
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    assert!(
+        after_file.contains(problem),
+        "{case}: the line does not name the problem ({problem}): {line}"
+    );
+}
+
+/// Nothing written: no registry entry, no release dir, not listed anywhere.
+fn assert_nothing_written(rt: &Runtime, case: &str, registry_before: &[u8]) {
+    assert_eq!(
+        std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default(),
+        registry_before,
+        "{case}: registry.json changed"
+    );
+    assert!(
+        !rt.state_dir().join("releases").join("badskill").exists(),
+        "{case}: a release dir was written"
+    );
+    assert!(
+        rt.connector_status("badskill").is_none(),
+        "{case}: in status"
+    );
+    let available = rt.tutti_ok(&["connector", "available", "--json"]);
+    assert!(!available.contains("badskill"), "{case}: {available}");
+    assert!(!shim(rt, "badskill").exists(), "{case}: shim published");
+}
+
 /// A bad SKILL.md refuses the install with a line naming the file and the problem, and
 /// nothing is written.
 #[test]
 fn bad_skill_refuses_the_install_and_writes_nothing() {
     let mut rt = Runtime::start(RuntimeOptions::default());
-    let registry = rt.state_dir().join("registry.json");
-    let registry_before = std::fs::read(&registry).unwrap_or_default();
+    let registry_before = std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default();
     let cases: [(&str, Option<&str>, &str); 6] = [
         ("no front matter", Some("# Just a title\n"), "front matter"),
         (
@@ -731,36 +785,8 @@ fn bad_skill_refuses_the_install_and_writes_nothing() {
         let out = rt.install_dir(&manifest, &files);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{case}: install succeeded: {stderr}");
-        let line = stderr
-            .lines()
-            .find(|l| l.contains("skills/broken/SKILL.md"))
-            .unwrap_or_else(|| panic!("{case}: no line names skills/broken/SKILL.md:\n{stderr}"));
-        let after_file = line
-            .split_once("skills/broken/SKILL.md")
-            .map(|(_, rest)| rest)
-            .unwrap_or_default();
-        assert!(
-            after_file.contains(problem),
-            "{case}: the line does not name the problem ({problem}): {line}"
-        );
-
-        // Nothing written: no registry entry, no release dir, not listed anywhere.
-        assert_eq!(
-            std::fs::read(&registry).unwrap_or_default(),
-            registry_before,
-            "{case}: registry.json changed"
-        );
-        assert!(
-            !rt.state_dir().join("releases").join("badskill").exists(),
-            "{case}: a release dir was written"
-        );
-        assert!(
-            rt.connector_status("badskill").is_none(),
-            "{case}: in status"
-        );
-        let available = rt.tutti_ok(&["connector", "available", "--json"]);
-        assert!(!available.contains("badskill"), "{case}: {available}");
-        assert!(!shim(&rt, "badskill").exists(), "{case}: shim published");
+        assert_line_names_the_problem(case, &stderr, problem);
+        assert_nothing_written(&rt, case, &registry_before);
     }
 
     // The same release with a good SKILL.md installs (the refusals were about the skill).
@@ -861,6 +887,50 @@ fn schema_errors(validator: &jsonschema::Validator, instance: &Value) -> Vec<Str
         .collect()
 }
 
+/// Nothing private, in the JSON or in the table.
+fn assert_nothing_private(rt: &Runtime, token: &str, text: &str) {
+    let table = rt.tutti_ok(&["connector", "available"]);
+    for key in ["locked", "notes", "tool"] {
+        assert!(table.contains(key), "the table lists {key}:\n{table}");
+    }
+    let state = rt.state_dir().to_string_lossy().into_owned();
+    let root = rt.root().to_string_lossy().into_owned();
+    let releases = rt.state_dir().join("releases");
+    let release = release_dir(rt, "tool").to_string_lossy().into_owned();
+    let forbidden = [
+        ("the token", token),
+        ("the token prefix", "tts_"),
+        ("the secret value", SECRET),
+        ("the loopback address", "127.0.0.1"),
+        ("a URL scheme", "http"),
+        ("the state dir", state.as_str()),
+        ("the temporary root", root.as_str()),
+        ("a release path", release.as_str()),
+        ("the releases dir", &*releases.to_string_lossy()),
+        ("a release path fragment", "releases/"),
+    ];
+    for (output, label) in [(text, "available --json"), (table.as_str(), "available")] {
+        for (what, needle) in forbidden {
+            assert!(
+                !output.contains(needle),
+                "`tutti connector {label}` contains {what} ({needle:?}):\n{output}"
+            );
+        }
+    }
+    // The frontend port is not there either.
+    let port = rt
+        .frontend_url()
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!port.is_empty());
+    assert!(
+        !text.contains(&port),
+        "available --json contains the port {port}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn available_matches_spec_and_leaks_nothing() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -938,50 +1008,97 @@ async fn available_matches_spec_and_leaks_nothing() {
         "{text}"
     );
 
-    // Nothing private, in the JSON or in the table.
-    let table = rt.tutti_ok(&["connector", "available"]);
-    for key in ["locked", "notes", "tool"] {
-        assert!(table.contains(key), "the table lists {key}:\n{table}");
-    }
-    let state = rt.state_dir().to_string_lossy().into_owned();
-    let root = rt.root().to_string_lossy().into_owned();
-    let releases = rt.state_dir().join("releases");
-    let release = release_dir(&rt, "tool").to_string_lossy().into_owned();
-    let forbidden = [
-        ("the token", token.as_str()),
-        ("the token prefix", "tts_"),
-        ("the secret value", SECRET),
-        ("the loopback address", "127.0.0.1"),
-        ("a URL scheme", "http"),
-        ("the state dir", state.as_str()),
-        ("the temporary root", root.as_str()),
-        ("a release path", release.as_str()),
-        ("the releases dir", &*releases.to_string_lossy()),
-        ("a release path fragment", "releases/"),
-    ];
-    for (output, label) in [(&text, "available --json"), (&table, "available")] {
-        for (what, needle) in forbidden {
-            assert!(
-                !output.contains(needle),
-                "`tutti connector {label}` contains {what} ({needle:?}):\n{output}"
-            );
-        }
-    }
-    // The frontend port is not there either.
-    let port = rt
-        .frontend_url()
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next())
-        .unwrap_or_default()
-        .to_owned();
-    assert!(!port.is_empty());
-    assert!(
-        !text.contains(&port),
-        "available --json contains the port {port}"
-    );
+    assert_nothing_private(&rt, &token, &text);
 }
 
 // === bindings ===
+
+/// One stable skills root, kept by the shim manager: the skills of the
+/// ready connectors, each as the live release's copy; the locked connector's is absent.
+fn assert_one_stable_skills_root(rt: &Runtime, v: &Value) {
+    let root = rt.state_dir().join("skills");
+    assert_eq!(
+        v["skillRoots"],
+        json!([root.to_string_lossy()]),
+        "skillRoots = the one stable skills root"
+    );
+    for (key, name) in [("notes", "notes-basics"), ("tool", "tool-workflow")] {
+        let published = root.join(name).join("SKILL.md");
+        let release = release_dir(rt, key)
+            .join("skills")
+            .join(name)
+            .join("SKILL.md");
+        wait_until(&format!("{name} under the skills root"), RUN, || {
+            std::fs::read(&published).ok() == std::fs::read(&release).ok()
+        });
+    }
+    assert!(
+        !root.join("locked-help").exists(),
+        "a connector that is not ready has no skills under the root"
+    );
+}
+
+/// `--format acp` (with `args`) for `session`: exactly the ACP shape; its token.
+fn acp_binding_token(rt: &Runtime, url: &str, session: &str, args: &[&str]) -> String {
+    let (out, _) = issue(rt, session, "acp", args);
+    let what = format!("--format acp {args:?}");
+    let v = parse_json(&what, &out);
+    let token = bearer_of(
+        &what,
+        v["mcpServers"][0]["headers"][0]["value"]
+            .as_str()
+            .unwrap_or_default(),
+    );
+    assert_eq!(
+        v,
+        json!({"mcpServers": [{
+            "name": "connector",
+            "type": "http",
+            "url": url,
+            "headers": [{"name": "Authorization", "value": format!("Bearer {token}")}]
+        }]})
+    );
+    token
+}
+
+/// `--format claude`: exactly Claude Code's `.mcp.json` shape; its token.
+fn claude_binding_token(rt: &Runtime, url: &str) -> String {
+    let (out, _) = issue(rt, "s-claude", "claude", &[]);
+    let v = parse_json("--format claude", &out);
+    let token = bearer_of(
+        "claude",
+        v["mcpServers"]["connector"]["headers"]["Authorization"]
+            .as_str()
+            .unwrap_or_default(),
+    );
+    assert_eq!(
+        v,
+        json!({"mcpServers": {"connector": {
+            "type": "http",
+            "url": url,
+            "headers": {"Authorization": format!("Bearer {token}")}
+        }}})
+    );
+    token
+}
+
+/// codex and tutti: the same TOML table, nothing else
+fn codex_and_tutti_binding_tokens(rt: &Runtime, url: &str) -> [String; 2] {
+    ["codex", "tutti"].map(|format| {
+        let (out, _) = issue(rt, &format!("s-{format}"), format, &[]);
+        let doc: DocumentMut = out
+            .parse()
+            .unwrap_or_else(|e| panic!("--format {format} is not TOML ({e}):\n{out}"));
+        let top: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
+        assert_eq!(top, ["mcp_servers"], "--format {format}:\n{out}");
+        let servers: Vec<&str> = doc["mcp_servers"]
+            .as_table_like()
+            .map(|t| t.iter().map(|(k, _)| k).collect())
+            .unwrap_or_default();
+        assert_eq!(servers, ["connector"], "--format {format}:\n{out}");
+        codex_table_token(format, &doc, url)
+    })
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_binding_format_matches_spec_and_its_token_works() {
@@ -1000,28 +1117,8 @@ async fn every_binding_format_matches_spec_and_its_token_works() {
             .as_str()
             .unwrap_or_default(),
     );
-    // One stable skills root, kept by the shim manager: the skills of the
-    // ready connectors, each as the live release's copy; the locked connector's is absent.
-    let root = rt.state_dir().join("skills");
-    assert_eq!(
-        v["skillRoots"],
-        json!([root.to_string_lossy()]),
-        "skillRoots = the one stable skills root"
-    );
-    for (key, name) in [("notes", "notes-basics"), ("tool", "tool-workflow")] {
-        let published = root.join(name).join("SKILL.md");
-        let release = release_dir(&rt, key)
-            .join("skills")
-            .join(name)
-            .join("SKILL.md");
-        wait_until(&format!("{name} under the skills root"), RUN, || {
-            std::fs::read(&published).ok() == std::fs::read(&release).ok()
-        });
-    }
-    assert!(
-        !root.join("locked-help").exists(),
-        "a connector that is not ready has no skills under the root"
-    );
+    assert_one_stable_skills_root(&rt, &v);
+
     assert_eq!(
         v,
         json!({
@@ -1055,60 +1152,11 @@ async fn every_binding_format_matches_spec_and_its_token_works() {
     assert_eq!(v["path"], json!([bin_dir]), "the default format is runtime");
     tokens.insert(token);
 
-    // acp
-    let (out, _) = issue(&rt, "s-acp", "acp", &[]);
-    let v = parse_json("--format acp", &out);
-    let token = bearer_of(
-        "acp",
-        v["mcpServers"][0]["headers"][0]["value"]
-            .as_str()
-            .unwrap_or_default(),
-    );
-    assert_eq!(
-        v,
-        json!({"mcpServers": [{
-            "name": "connector",
-            "type": "http",
-            "url": url,
-            "headers": [{"name": "Authorization", "value": format!("Bearer {token}")}]
-        }]})
-    );
-    tokens.insert(token);
+    tokens.insert(acp_binding_token(&rt, &url, "s-acp", &[]));
 
-    // claude
-    let (out, _) = issue(&rt, "s-claude", "claude", &[]);
-    let v = parse_json("--format claude", &out);
-    let token = bearer_of(
-        "claude",
-        v["mcpServers"]["connector"]["headers"]["Authorization"]
-            .as_str()
-            .unwrap_or_default(),
-    );
-    assert_eq!(
-        v,
-        json!({"mcpServers": {"connector": {
-            "type": "http",
-            "url": url,
-            "headers": {"Authorization": format!("Bearer {token}")}
-        }}})
-    );
-    tokens.insert(token);
+    tokens.insert(claude_binding_token(&rt, &url));
 
-    // codex and tutti: the same TOML table, nothing else
-    for format in ["codex", "tutti"] {
-        let (out, _) = issue(&rt, &format!("s-{format}"), format, &[]);
-        let doc: DocumentMut = out
-            .parse()
-            .unwrap_or_else(|e| panic!("--format {format} is not TOML ({e}):\n{out}"));
-        let top: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
-        assert_eq!(top, ["mcp_servers"], "--format {format}:\n{out}");
-        let servers: Vec<&str> = doc["mcp_servers"]
-            .as_table_like()
-            .map(|t| t.iter().map(|(k, _)| k).collect())
-            .unwrap_or_default();
-        assert_eq!(servers, ["connector"], "--format {format}:\n{out}");
-        tokens.insert(codex_table_token(format, &doc, &url));
-    }
+    tokens.extend(codex_and_tutti_binding_tokens(&rt, &url));
 
     // Every token is distinct and works against the frontend; a made-up one does not.
     assert_eq!(tokens.len(), 6, "{tokens:?}");
@@ -1116,6 +1164,39 @@ async fn every_binding_format_matches_spec_and_its_token_works() {
         assert_token_works(&url, token, "issued token").await;
     }
     assert_eq!(tools_list_status(&url, "tts_not-a-real-token").await, 401);
+}
+
+/// A refusal: `{"mcpServers":[]}`, exit 0, a reason on stderr, no token anywhere.
+fn assert_refused_without_a_token(rt: &Runtime, what: &str, file: &str) {
+    let out = rt.tutti(&[
+        "session",
+        "issue",
+        "--workspace",
+        "w",
+        "--session",
+        "s-acp",
+        "--format",
+        "acp",
+        "--acp-initialize",
+        file,
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: exit 0 expected; stderr: {stderr}"
+    );
+    assert_eq!(
+        parse_json(what, &stdout),
+        json!({"mcpServers": []}),
+        "{what}: {stdout}"
+    );
+    assert!(!stderr.trim().is_empty(), "{what}: no reason on stderr");
+    assert!(
+        !stdout.contains("tts_") && !stderr.contains("tts_"),
+        "{what}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1141,23 +1222,7 @@ async fn acp_gate_binds_only_http_capable_agents_and_issues_no_token_otherwise()
         "yes.json",
         r#"{"protocolVersion":1,"agentCapabilities":{"loadSession":true,"mcpCapabilities":{"http":true,"sse":false}}}"#,
     );
-    let (out, _) = issue(&rt, "s-acp", "acp", &["--acp-initialize", &yes]);
-    let v = parse_json("acp bound", &out);
-    let bound = bearer_of(
-        "acp bound",
-        v["mcpServers"][0]["headers"][0]["value"]
-            .as_str()
-            .unwrap_or_default(),
-    );
-    assert_eq!(
-        v,
-        json!({"mcpServers": [{
-            "name": "connector",
-            "type": "http",
-            "url": url,
-            "headers": [{"name": "Authorization", "value": format!("Bearer {bound}")}]
-        }]})
-    );
+    let bound = acp_binding_token(&rt, &url, "s-acp", &["--acp-initialize", &yes]);
     assert_token_works(&url, &bound, "ACP-bound token").await;
     assert_eq!(
         tools_list_status(&url, &first).await,
@@ -1187,37 +1252,42 @@ async fn acp_gate_binds_only_http_capable_agents_and_issues_no_token_otherwise()
         ("no such file", absent),
         ("a directory", a_directory),
     ] {
-        let out = rt.tutti(&[
-            "session",
-            "issue",
-            "--workspace",
-            "w",
-            "--session",
-            "s-acp",
-            "--format",
-            "acp",
-            "--acp-initialize",
-            &file,
-        ]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{what}: exit 0 expected; stderr: {stderr}"
-        );
-        assert_eq!(
-            parse_json(what, &stdout),
-            json!({"mcpServers": []}),
-            "{what}: {stdout}"
-        );
-        assert!(!stderr.trim().is_empty(), "{what}: no reason on stderr");
-        assert!(
-            !stdout.contains("tts_") && !stderr.contains("tts_"),
-            "{what}"
-        );
+        assert_refused_without_a_token(&rt, what, &file);
+
         assert_token_works(&url, &bound, &format!("after the refusal ({what})")).await;
     }
+}
+
+/// The unrelated settings are intact, formatting and comments included.
+fn assert_unrelated_settings_intact(
+    doc: &DocumentMut,
+    original: &DocumentMut,
+    before: &str,
+    written: &str,
+) {
+    assert_eq!(
+        doc["model"].to_string(),
+        original["model"].to_string(),
+        "[model]:\n{written}"
+    );
+    assert_eq!(
+        doc["mcp_servers"]["x"].to_string(),
+        original["mcp_servers"]["x"].to_string(),
+        "[mcp_servers.x]:\n{written}"
+    );
+    for line in before.lines().filter(|l| !l.is_empty()) {
+        assert!(
+            written.lines().any(|w| w == line),
+            "line {line:?} lost:\n{written}"
+        );
+    }
+    let top: BTreeSet<&str> = doc.iter().map(|(k, _)| k).collect();
+    assert_eq!(top, BTreeSet::from(["model", "mcp_servers"]), "{written}");
+    let servers: BTreeSet<&str> = doc["mcp_servers"]
+        .as_table_like()
+        .map(|t| t.iter().map(|(k, _)| k).collect())
+        .unwrap_or_default();
+    assert_eq!(servers, BTreeSet::from(["x", "connector"]), "{written}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1259,30 +1329,7 @@ async fn codex_home_merge_keeps_everything_else() {
         "the file and stdout carry one binding"
     );
 
-    // The unrelated settings are intact, formatting and comments included.
-    assert_eq!(
-        doc["model"].to_string(),
-        original["model"].to_string(),
-        "[model]:\n{written}"
-    );
-    assert_eq!(
-        doc["mcp_servers"]["x"].to_string(),
-        original["mcp_servers"]["x"].to_string(),
-        "[mcp_servers.x]:\n{written}"
-    );
-    for line in before.lines().filter(|l| !l.is_empty()) {
-        assert!(
-            written.lines().any(|w| w == line),
-            "line {line:?} lost:\n{written}"
-        );
-    }
-    let top: BTreeSet<&str> = doc.iter().map(|(k, _)| k).collect();
-    assert_eq!(top, BTreeSet::from(["model", "mcp_servers"]), "{written}");
-    let servers: BTreeSet<&str> = doc["mcp_servers"]
-        .as_table_like()
-        .map(|t| t.iter().map(|(k, _)| k).collect())
-        .unwrap_or_default();
-    assert_eq!(servers, BTreeSet::from(["x", "connector"]), "{written}");
+    assert_unrelated_settings_intact(&doc, &original, before, &written);
     assert_token_works(&url, &token, "the merged token").await;
 
     // Merging again (a new token) replaces only the connector table.

@@ -161,6 +161,98 @@ fn wait_audit(rt: &Runtime, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<
     }
 }
 
+/// The launch (argv, environment names, cwd), the commit and the session records.
+fn assert_launch_commit_and_session_records(lines: &[Value]) {
+    let find = |event: &str| {
+        lines
+            .iter()
+            .find(|e| e["event"] == event)
+            .unwrap_or_else(|| panic!("no {event} record in {lines:#?}"))
+            .clone()
+    };
+    let launch = find("launch");
+    assert_eq!(launch["connector"], json!("aud"));
+    assert!(
+        launch["argv"][0]
+            .as_str()
+            .is_some_and(|a| a.ends_with("tutti-fixture-server")),
+        "{launch}"
+    );
+    let env: Vec<&str> = launch["env"]
+        .as_array()
+        .expect("env names")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        env.contains(&"AUD_KEY") && env.contains(&"PATH"),
+        "env names: {env:?}"
+    );
+    assert!(
+        launch["cwd"]
+            .as_str()
+            .is_some_and(|c| c.contains("releases/aud")),
+        "{launch}"
+    );
+    let commit = find("commit");
+    assert_eq!(commit["generation"], launch["generation"]);
+    assert_eq!(commit["tools"], json!(4));
+    let issue = find("session_issue");
+    assert_eq!(
+        (issue["workspace"].as_str(), issue["session"].as_str()),
+        (Some("ws-audit"), Some("s-audit"))
+    );
+    let revoke = find("session_revoke");
+    assert_eq!(revoke["revoked"], json!(1));
+}
+
+/// One call record per outcome, each naming workspace, session, connector, tool, risk and
+/// duration; every record has its time.
+fn assert_call_records(lines: &[Value]) {
+    let calls: Vec<&Value> = lines.iter().filter(|e| e["event"] == "call").collect();
+    let outcomes: Vec<&str> = calls.iter().filter_map(|e| e["outcome"].as_str()).collect();
+    for want in [
+        "ok",
+        "tool_error",
+        "invalid_arguments",
+        "rpc_error",
+        "timeout",
+        "cancelled",
+    ] {
+        assert!(
+            outcomes.contains(&want),
+            "no {want} call record in {outcomes:?}"
+        );
+    }
+    for c in &calls {
+        assert_eq!(c["workspace"], json!("ws-audit"), "{c}");
+        assert_eq!(c["session"], json!("s-audit"), "{c}");
+        assert_eq!(c["connector"], json!("aud"), "{c}");
+        assert!(
+            c["tool"].as_str().is_some_and(|t| t.starts_with("aud_")),
+            "{c}"
+        );
+        assert!(
+            c["risk"]
+                .as_str()
+                .is_some_and(|r| ["low", "medium", "high"].contains(&r)),
+            "{c}"
+        );
+        assert!(c["durationUs"].as_u64().is_some(), "{c}");
+    }
+    let rpc = calls
+        .iter()
+        .find(|c| c["outcome"] == "rpc_error")
+        .expect("rpc_error record");
+    assert_eq!(rpc["errorCode"], json!(-32001));
+    for e in lines {
+        assert!(
+            e["time"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "record without time: {e}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn audit_log_records_launches_commits_fences_and_sessions_without_values() {
     const SECRET: &str = "Audit-S3cret-9f2c41";
@@ -225,89 +317,8 @@ async fn audit_log_records_launches_commits_fences_and_sessions_without_values()
             .any(|e| e["event"] == "fence" && e["reason"] == "uninstalled")
             && l.iter().filter(|e| e["event"] == "call").count() >= 6
     });
-    let find = |event: &str| {
-        lines
-            .iter()
-            .find(|e| e["event"] == event)
-            .unwrap_or_else(|| panic!("no {event} record in {lines:#?}"))
-            .clone()
-    };
-    let launch = find("launch");
-    assert_eq!(launch["connector"], json!("aud"));
-    assert!(
-        launch["argv"][0]
-            .as_str()
-            .is_some_and(|a| a.ends_with("tutti-fixture-server")),
-        "{launch}"
-    );
-    let env: Vec<&str> = launch["env"]
-        .as_array()
-        .expect("env names")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(
-        env.contains(&"AUD_KEY") && env.contains(&"PATH"),
-        "env names: {env:?}"
-    );
-    assert!(
-        launch["cwd"]
-            .as_str()
-            .is_some_and(|c| c.contains("releases/aud")),
-        "{launch}"
-    );
-    let commit = find("commit");
-    assert_eq!(commit["generation"], launch["generation"]);
-    assert_eq!(commit["tools"], json!(4));
-    let issue = find("session_issue");
-    assert_eq!(
-        (issue["workspace"].as_str(), issue["session"].as_str()),
-        (Some("ws-audit"), Some("s-audit"))
-    );
-    let revoke = find("session_revoke");
-    assert_eq!(revoke["revoked"], json!(1));
-    let calls: Vec<&Value> = lines.iter().filter(|e| e["event"] == "call").collect();
-    let outcomes: Vec<&str> = calls.iter().filter_map(|e| e["outcome"].as_str()).collect();
-    for want in [
-        "ok",
-        "tool_error",
-        "invalid_arguments",
-        "rpc_error",
-        "timeout",
-        "cancelled",
-    ] {
-        assert!(
-            outcomes.contains(&want),
-            "no {want} call record in {outcomes:?}"
-        );
-    }
-    for c in &calls {
-        assert_eq!(c["workspace"], json!("ws-audit"), "{c}");
-        assert_eq!(c["session"], json!("s-audit"), "{c}");
-        assert_eq!(c["connector"], json!("aud"), "{c}");
-        assert!(
-            c["tool"].as_str().is_some_and(|t| t.starts_with("aud_")),
-            "{c}"
-        );
-        assert!(
-            c["risk"]
-                .as_str()
-                .is_some_and(|r| ["low", "medium", "high"].contains(&r)),
-            "{c}"
-        );
-        assert!(c["durationUs"].as_u64().is_some(), "{c}");
-    }
-    let rpc = calls
-        .iter()
-        .find(|c| c["outcome"] == "rpc_error")
-        .expect("rpc_error record");
-    assert_eq!(rpc["errorCode"], json!(-32001));
-    for e in &lines {
-        assert!(
-            e["time"].as_str().is_some_and(|t| t.ends_with('Z')),
-            "record without time: {e}"
-        );
-    }
+    assert_launch_commit_and_session_records(&lines);
+    assert_call_records(&lines);
     let raw = std::fs::read_to_string(rt.state_dir().join("logs/audit.jsonl")).expect("audit");
     for needle in [SECRET, ARG, token.as_str(), "tts_"] {
         assert!(!raw.contains(needle), "audit.jsonl contains {needle:?}");

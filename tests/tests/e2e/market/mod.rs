@@ -5,6 +5,8 @@
 //! nothing behind, and no secret value shows up in the state, the logs or the confirmation.
 #![cfg(unix)]
 
+mod import;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;

@@ -297,6 +297,18 @@ fn lower_soft_descriptor_limit() {
     }
 }
 
+/// The kernel (`tutti up` execs it) and the frontend raised their soft limit to the hard one.
+fn assert_descriptor_limits_raised(rt: &Runtime) {
+    let frontend = frontend_info(rt.state_dir()).map(|(_, pid)| pid);
+    for (what, pid) in [("kernel", rt.pid()), ("frontend", frontend)] {
+        let limit = pid.and_then(open_files_limit);
+        assert!(
+            limit.as_ref().is_some_and(|(soft, hard)| soft == hard),
+            "the {what}'s descriptor limit (soft, hard) is {limit:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn slow_bodies_without_a_token_are_closed_and_agents_keep_their_latency() {
     lower_soft_descriptor_limit();
@@ -310,15 +322,7 @@ async fn slow_bodies_without_a_token_are_closed_and_agents_keep_their_latency() 
     let Some((port, _)) = frontend_info(rt.state_dir()) else {
         panic!("no run/frontend.json\n{}", rt.diagnostics());
     };
-    // The kernel (`tutti up` execs it) and the frontend raised their soft limit to the hard one.
-    let frontend = frontend_info(rt.state_dir()).map(|(_, pid)| pid);
-    for (what, pid) in [("kernel", rt.pid()), ("frontend", frontend)] {
-        let limit = pid.and_then(open_files_limit);
-        assert!(
-            limit.as_ref().is_some_and(|(soft, hard)| soft == hard),
-            "the {what}'s descriptor limit (soft, hard) is {limit:?}"
-        );
-    }
+    assert_descriptor_limits_raised(&rt);
     let mcp = Mcp::legacy(rt.frontend_url(), &token);
     mcp.initialize().await;
     let before = median_latency(&mcp, "sb", 30).await;

@@ -6,6 +6,8 @@
 //! Needs `cargo build --workspace --bins` and `scripts/install-test-tools` (Node 22 and
 //! oidc-provider in `.tools/`); a missing tool fails the test with the way to install it.
 
+mod browser_handoff;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
@@ -177,22 +179,10 @@ fn secrets_file(rt: &Runtime, key: &str) -> PathBuf {
 
 // === install to use ===
 
-#[tokio::test(flavor = "multi_thread")]
-async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill() {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    // Access tokens live 8 s; the worker renews them when 5 s are left.
-    let remote = Remote::start(&rt, &["--ttl", "8"]);
-    let server = &remote.server;
-    rt.install_ok(&oauth_connector("remote", &server.mcp_url, json!({})), &[]);
-    let waiting = rt.wait_status("remote", "auth_required", READY);
-    assert!(
-        waiting["lastError"]
-            .as_str()
-            .is_some_and(|e| e.contains("tutti connector connect remote")),
-        "{waiting}"
-    );
-
-    let (url, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
+/// `connect` logs in with PKCE (S256), the resource and its scope; status shows the expiry
+/// and the account.
+async fn log_in_with_pkce_and_the_resource(rt: &Runtime, server: &OAuthServer) {
+    let (url, _, (ok, stdout, stderr)) = log_in(rt, "remote").await;
     assert!(ok, "connect failed: {stdout}{stderr}");
     let printed: Value = serde_json::from_str(stdout.trim()).unwrap_or_default();
     assert_eq!(
@@ -223,7 +213,25 @@ async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill()
         ready["oauthAccount"], "alice",
         "status shows no account: {ready}"
     );
-    assert_eq!(audit_events(&rt, "oauth_login", "remote").len(), 1);
+    assert_eq!(audit_events(rt, "oauth_login", "remote").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oauth_connector_from_install_to_use_survives_expiry_and_a_kernel_kill() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // Access tokens live 8 s; the worker renews them when 5 s are left.
+    let remote = Remote::start(&rt, &["--ttl", "8"]);
+    let server = &remote.server;
+    rt.install_ok(&oauth_connector("remote", &server.mcp_url, json!({})), &[]);
+    let waiting = rt.wait_status("remote", "auth_required", READY);
+    assert!(
+        waiting["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("tutti connector connect remote")),
+        "{waiting}"
+    );
+
+    log_in_with_pkce_and_the_resource(&rt, server).await;
 
     // Tools listed and called through the runtime.
     let mcp = client(&rt).await;
@@ -574,6 +582,26 @@ fn run_kept(
     stdout
 }
 
+/// Calls, a renewal before expiry, a renewal after a 401: every token seen is a needle.
+async fn calls_through_renewals(rt: &Runtime, server: &OAuthServer, needles: &mut Vec<String>) {
+    let mcp = client(rt).await;
+    echo(&mcp, "remote", "one").await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    echo(&mcp, "remote", "two").await;
+    needles.extend(stored_tokens(rt, "remote"));
+    server.drop_access_tokens().await;
+    echo(&mcp, "remote", "three").await;
+    needles.extend(stored_tokens(rt, "remote"));
+    assert!(audit_events(rt, "oauth_refresh", "remote").len() >= 2);
+    needles.sort();
+    needles.dedup();
+    assert!(
+        needles.len() >= 6,
+        "too few values to look for: {}",
+        needles.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn oauth_tokens_codes_and_client_secrets_appear_nowhere_but_secrets() {
     let client_secret = format!("cs-{}-{}", random_hex(), random_hex());
@@ -615,23 +643,7 @@ async fn oauth_tokens_codes_and_client_secrets_appear_nowhere_but_secrets() {
     rt.wait_status("remote", "ready", READY);
     needles.extend(stored_tokens(&rt, "remote"));
 
-    // Calls, a renewal before expiry, a renewal after a 401: every token seen is a needle.
-    let mcp = client(&rt).await;
-    echo(&mcp, "remote", "one").await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    echo(&mcp, "remote", "two").await;
-    needles.extend(stored_tokens(&rt, "remote"));
-    server.drop_access_tokens().await;
-    echo(&mcp, "remote", "three").await;
-    needles.extend(stored_tokens(&rt, "remote"));
-    assert!(audit_events(&rt, "oauth_refresh", "remote").len() >= 2);
-    needles.sort();
-    needles.dedup();
-    assert!(
-        needles.len() >= 6,
-        "too few values to look for: {}",
-        needles.len()
-    );
+    calls_through_renewals(&rt, server, &mut needles).await;
     for args in [
         &["status"][..],
         &["status", "--json"],

@@ -114,29 +114,11 @@ fn pinned_hash(state: &Path) -> String {
         .to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_rug_pull_is_held_shown_and_committed_only_when_approved() {
-    let (rt, token) = tokio::task::block_in_place(|| held_rug_pull(&[]));
-    let before = tokio::task::block_in_place(|| pinned_hash(rt.state_dir()));
-    assert!(before.starts_with("sha256:"), "pinned at install: {before}");
-    let entry = tokio::task::block_in_place(|| wait_held(&rt));
-    assert_eq!(entry["status"], "ready", "{entry}");
-
-    // The agent keeps the pinned set.
-    let tools = tokio::task::block_in_place(|| python_tools(&rt, &token));
-    assert_eq!(
-        tools,
-        json!({"rp_add": "Adds two integers", "rp_echo": ECHO_DESCRIPTION}),
-        "the pinned definitions serve"
-    );
-    let table = tokio::task::block_in_place(|| rt.tutti_ok(&["status"]));
-    assert!(table.contains("changes await review"), "{table}");
-
-    // Review shows exactly the change.
-    let review: Value = serde_json::from_str(&tokio::task::block_in_place(|| {
-        rt.tutti_ok(&["connector", "review", "rp", "--json"])
-    }))
-    .unwrap_or(Value::Null);
+/// Review shows exactly the change: `echo`'s description and the added `exfiltrate`.
+fn assert_review_shows_the_change(rt: &Runtime) {
+    let review: Value =
+        serde_json::from_str(&rt.tutti_ok(&["connector", "review", "rp", "--json"]))
+            .unwrap_or(Value::Null);
     assert_eq!(review["awaiting"], true, "{review}");
     assert_eq!(review["removed"], json!([]), "{review}");
     let added: Vec<&Value> = review["added"].as_array().into_iter().flatten().collect();
@@ -157,7 +139,7 @@ async fn a_rug_pull_is_held_shown_and_committed_only_when_approved() {
         ]}),
         "only the description changed: {review}"
     );
-    let text = tokio::task::block_in_place(|| rt.tutti_ok(&["connector", "review", "rp"]));
+    let text = rt.tutti_ok(&["connector", "review", "rp"]);
     assert!(text.contains("changed tool echo"), "{text}");
     assert!(text.contains(&format!("- {ECHO_DESCRIPTION}")), "{text}");
     assert!(
@@ -165,6 +147,27 @@ async fn a_rug_pull_is_held_shown_and_committed_only_when_approved() {
         "{text}"
     );
     assert!(text.contains("added tool exfiltrate"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rug_pull_is_held_shown_and_committed_only_when_approved() {
+    let (rt, token) = tokio::task::block_in_place(|| held_rug_pull(&[]));
+    let before = tokio::task::block_in_place(|| pinned_hash(rt.state_dir()));
+    assert!(before.starts_with("sha256:"), "pinned at install: {before}");
+    let entry = tokio::task::block_in_place(|| wait_held(&rt));
+    assert_eq!(entry["status"], "ready", "{entry}");
+
+    // The agent keeps the pinned set.
+    let tools = tokio::task::block_in_place(|| python_tools(&rt, &token));
+    assert_eq!(
+        tools,
+        json!({"rp_add": "Adds two integers", "rp_echo": ECHO_DESCRIPTION}),
+        "the pinned definitions serve"
+    );
+    let table = tokio::task::block_in_place(|| rt.tutti_ok(&["status"]));
+    assert!(table.contains("changes await review"), "{table}");
+
+    tokio::task::block_in_place(|| assert_review_shows_the_change(&rt));
 
     // A listener hears of the approval within 1 s.
     let modern = Mcp::modern(rt.frontend_url(), &token);

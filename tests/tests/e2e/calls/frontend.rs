@@ -710,32 +710,31 @@ fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> Option<&'a
 
 const PING: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn status_codes_on_the_wire() {
-    let (rt, token, _) = runtime_with("fx", "echo");
-    let url = rt.frontend_url().to_owned();
-    let mcp = Mcp::legacy(&url, &token);
-    let no_session_no_cors = |headers: &reqwest::header::HeaderMap, what: &str| {
+/// An answer without a session id and without CORS headers.
+fn assert_no_session_no_cors(headers: &reqwest::header::HeaderMap, what: &str) {
+    assert!(
+        header(headers, "mcp-session-id").is_none(),
+        "{what}: Mcp-Session-Id"
+    );
+    for (name, _) in headers {
         assert!(
-            header(headers, "mcp-session-id").is_none(),
-            "{what}: Mcp-Session-Id"
+            !name.as_str().starts_with("access-control-"),
+            "{what}: CORS header {name}"
         );
-        for (name, _) in headers {
-            assert!(
-                !name.as_str().starts_with("access-control-"),
-                "{what}: CORS header {name}"
-            );
-        }
-    };
+    }
+}
 
+/// The HTTP rows: 401 without a valid token, 403 for a foreign Host or Origin, 405 for other
+/// methods, 404 for other paths, 415 for another content type, 413 over 4 MiB.
+async fn http_status_rows(url: &str, token: &str, mcp: &Mcp) {
     // 401 without a token or with an unknown one, with WWW-Authenticate: Bearer.
     for bad in ["", "tts_not-a-live-token"] {
-        let (status, headers, _) = Mcp::legacy(&url, bad).post_raw(PING.to_vec(), &[]).await;
+        let (status, headers, _) = Mcp::legacy(url, bad).post_raw(PING.to_vec(), &[]).await;
         assert_eq!(status, 401, "token {bad:?}");
         assert_eq!(header(&headers, "www-authenticate"), Some("Bearer"));
     }
     // 403 for a foreign Host or Origin (checked before the token).
-    let (status, _, _) = Mcp::legacy(&url, "")
+    let (status, _, _) = Mcp::legacy(url, "")
         .post_raw(PING.to_vec(), &[h("Host", "evil.example.com")])
         .await;
     assert_eq!(status, 403, "foreign Host");
@@ -752,7 +751,7 @@ async fn status_codes_on_the_wire() {
         "loopback Origin"
     );
     // 405 for other methods, with Allow: POST (GET only opens the legacy notification
-    // stream when it accepts `text/event-stream`, SPEC §11: e2e_relay.rs).
+    // stream when it accepts `text/event-stream`, SPEC §11: e2e/relay/mod.rs).
     for method in [
         reqwest::Method::GET,
         reqwest::Method::DELETE,
@@ -764,7 +763,7 @@ async fn status_codes_on_the_wire() {
         assert_eq!(header(&headers, "allow"), Some("POST"), "{method}");
     }
     // 404 for other paths.
-    let other = Mcp::legacy(&url.replace("/mcp/connector", "/mcp/other"), &token);
+    let other = Mcp::legacy(&url.replace("/mcp/connector", "/mcp/other"), token);
     let (status, _, _) = other.post_raw(PING.to_vec(), &[]).await;
     assert_eq!(status, 404);
     // 415 for another content type.
@@ -778,6 +777,16 @@ async fn status_codes_on_the_wire() {
     big.extend_from_slice(br#""}}"#);
     let (status, _, _) = mcp.post_raw(big, &[]).await;
     assert_eq!(status, 413);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_codes_on_the_wire() {
+    let (rt, token, _) = runtime_with("fx", "echo");
+    let url = rt.frontend_url().to_owned();
+    let mcp = Mcp::legacy(&url, &token);
+
+    http_status_rows(&url, &token, &mcp).await;
+
     // 400 / -32600 for a batch, 400 / -32700 (id null) for a parse error.
     let (status, headers, body) = mcp
         .post_raw(
@@ -787,7 +796,7 @@ async fn status_codes_on_the_wire() {
         .await;
     assert_eq!(status, 400);
     assert_eq!(error_of(&body)["code"], -32600, "{body}");
-    no_session_no_cors(&headers, "batch");
+    assert_no_session_no_cors(&headers, "batch");
     let (status, _, body) = mcp.post_raw(b"{\"jsonrpc\": \"2.0\", ".to_vec(), &[]).await;
     assert_eq!(status, 400);
     assert_eq!(error_of(&body)["code"], -32700, "{body}");
@@ -799,7 +808,7 @@ async fn status_codes_on_the_wire() {
     // 202 and no body for notifications, in both eras.
     let (status, headers, body) = mcp.notify("notifications/initialized", Value::Null).await;
     assert_eq!((status, body), (202, Value::Null));
-    no_session_no_cors(&headers, "notification");
+    assert_no_session_no_cors(&headers, "notification");
     let modern = Mcp::modern(&url, &token);
     let (status, _, body) = modern
         .notify("notifications/cancelled", json!({"requestId": 99}))
@@ -810,7 +819,7 @@ async fn status_codes_on_the_wire() {
     assert_eq!(init["protocolVersion"], LEGACY_VERSION);
     let (status, headers, _) = mcp.request("initialize", json!({"protocolVersion": LEGACY_VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})).await;
     assert_eq!(status, 200);
-    no_session_no_cors(&headers, "initialize");
+    assert_no_session_no_cors(&headers, "initialize");
     let (status, _, _) = mcp
         .post_raw(PING.to_vec(), &[h("MCP-Protocol-Version", "1999-01-01")])
         .await;
@@ -832,86 +841,68 @@ async fn status_codes_on_the_wire() {
     assert_eq!(error_of(&body)["code"], -32020, "{body}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn error_rows_on_the_wire() {
-    let (mut rt, token, _) = runtime_with("fx", "echo,rpc_error");
-    let slow_record = rt.root().join("slow.jsonl");
-    install_recorded(
-        &mut rt,
-        "slow",
-        "sleep",
-        &slow_record,
-        Some(("timeouts", json!({"callMs": 300}))),
+/// The rows of one era: an unknown tool, the upstream's JSON-RPC error, `timeouts.callMs`
+/// exceeded (and the upstream call cancelled).
+async fn unknown_tool_upstream_error_and_timeout_rows(mcp: &Mcp, slow_record: &Path) {
+    let era = mcp.era();
+    // Unknown tool: -32602 "Unknown tool: <name>".
+    let (status, _, body) = mcp.call_tool("fx_nope", json!({})).await;
+    assert_eq!(status, 200, "{era:?}");
+    let e = error_of(&body);
+    assert_eq!(
+        (e["code"].clone(), e["message"].clone()),
+        (json!(-32602), json!("Unknown tool: fx_nope")),
+        "{era:?}"
     );
-    rt.install_ok(
-        &fixture_connector("dies", &["--tools", "echo", "--exit-after-calls", "0"]),
-        &[],
+    tutti_data(&body, "unknown_tool");
+    // The upstream's JSON-RPC error: same code and message, its data kept.
+    let (_, _, body) = mcp.call_tool("fx_rpc_error", json!({})).await;
+    let e = error_of(&body);
+    assert_eq!(e["code"], -32001, "{era:?}: {body}");
+    assert_eq!(e["message"], "fixture rpc error", "{era:?}: {body}");
+    assert_eq!(e["data"]["detail"], "x", "{era:?}: {body}");
+    assert_tutti(&body, "upstream_error", "fx");
+    // timeouts.callMs exceeded: -32603 [MCP_TIMEOUT], and the upstream call is cancelled.
+    let earlier: Vec<Value> = tool_calls(slow_record)
+        .iter()
+        .map(|c| c["id"].clone())
+        .collect();
+    let started = Instant::now();
+    let (_, _, body) = mcp.call_tool("slow_sleep", json!({"ms": 30_000})).await;
+    let took = started.elapsed();
+    let e = error_of(&body);
+    assert_eq!(e["code"], -32603, "{era:?}: {body}");
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("[MCP_TIMEOUT] slow: ")),
+        "{era:?}: {body}"
     );
-    rt.wait_status("dies", "ready", READY);
-    let url = rt.frontend_url().to_owned();
+    assert_tutti(&body, "timeout", "slow");
+    assert!(
+        took >= Duration::from_millis(300) && took <= Duration::from_millis(300) + AT_ONCE,
+        "{era:?}: the timeout took {took:?} (callMs 300)"
+    );
+    let call = tokio::task::block_in_place(|| {
+        wait_recorded(slow_record, "the timed-out call", |m| {
+            m["method"] == "tools/call" && !earlier.contains(&m["id"])
+        })
+    });
+    tokio::task::block_in_place(|| {
+        wait_recorded(
+            slow_record,
+            "notifications/cancelled of the timed-out call",
+            |m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call["id"],
+        )
+    });
+}
 
-    for mcp in [Mcp::legacy(&url, &token), Mcp::modern(&url, &token)] {
-        let era = mcp.era();
-        // Unknown tool: -32602 "Unknown tool: <name>".
-        let (status, _, body) = mcp.call_tool("fx_nope", json!({})).await;
-        assert_eq!(status, 200, "{era:?}");
-        let e = error_of(&body);
-        assert_eq!(
-            (e["code"].clone(), e["message"].clone()),
-            (json!(-32602), json!("Unknown tool: fx_nope")),
-            "{era:?}"
-        );
-        tutti_data(&body, "unknown_tool");
-        // The upstream's JSON-RPC error: same code and message, its data kept.
-        let (_, _, body) = mcp.call_tool("fx_rpc_error", json!({})).await;
-        let e = error_of(&body);
-        assert_eq!(e["code"], -32001, "{era:?}: {body}");
-        assert_eq!(e["message"], "fixture rpc error", "{era:?}: {body}");
-        assert_eq!(e["data"]["detail"], "x", "{era:?}: {body}");
-        assert_tutti(&body, "upstream_error", "fx");
-        // timeouts.callMs exceeded: -32603 [MCP_TIMEOUT], and the upstream call is cancelled.
-        let earlier: Vec<Value> = tool_calls(&slow_record)
-            .iter()
-            .map(|c| c["id"].clone())
-            .collect();
-        let started = Instant::now();
-        let (_, _, body) = mcp.call_tool("slow_sleep", json!({"ms": 30_000})).await;
-        let took = started.elapsed();
-        let e = error_of(&body);
-        assert_eq!(e["code"], -32603, "{era:?}: {body}");
-        assert!(
-            e["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("[MCP_TIMEOUT] slow: ")),
-            "{era:?}: {body}"
-        );
-        assert_tutti(&body, "timeout", "slow");
-        assert!(
-            took >= Duration::from_millis(300) && took <= Duration::from_millis(300) + AT_ONCE,
-            "{era:?}: the timeout took {took:?} (callMs 300)"
-        );
-        let call = tokio::task::block_in_place(|| {
-            wait_recorded(&slow_record, "the timed-out call", |m| {
-                m["method"] == "tools/call" && !earlier.contains(&m["id"])
-            })
-        });
-        tokio::task::block_in_place(|| {
-            wait_recorded(
-                &slow_record,
-                "notifications/cancelled of the timed-out call",
-                |m| {
-                    m["method"] == "notifications/cancelled"
-                        && m["params"]["requestId"] == call["id"]
-                },
-            )
-        });
-    }
-
-    // Uninstalled while a call is in flight: the call ends at once with [MCP_UNAVAILABLE]
-    // (fenced), and the name then says "not available now; list tools again" (-32602).
+/// Uninstalled while a call is in flight: the call ends at once with [MCP_UNAVAILABLE]
+/// (fenced), and the name then says "not available now; list tools again" (-32602).
+async fn fenced_rows(rt: &mut Runtime, url: &str, token: &str) {
     let gone_record = rt.root().join("gone.jsonl");
-    install_recorded(&mut rt, "gone", "sleep", &gone_record, None);
-    let caller = Mcp::modern(&url, &token);
+    install_recorded(rt, "gone", "sleep", &gone_record, None);
+    let caller = Mcp::modern(url, token);
     let in_flight =
         tokio::spawn(async move { caller.call_tool("gone_sleep", json!({"ms": 60_000})).await });
     tokio::task::block_in_place(|| {
@@ -940,7 +931,7 @@ async fn error_rows_on_the_wire() {
         "{body}"
     );
     assert_tutti(&body, "fenced", "gone");
-    let legacy = Mcp::legacy(&url, &token);
+    let legacy = Mcp::legacy(url, token);
     let (_, _, body) = legacy.call_tool("gone_sleep", json!({"ms": 1})).await;
     let e = error_of(&body);
     assert_eq!(e["code"], -32602, "{body}");
@@ -950,11 +941,13 @@ async fn error_rows_on_the_wire() {
         "{body}"
     );
     assert_tutti(&body, "fenced", "gone");
+}
 
-    // The worker process dies mid-call (SIGKILL): -32603 [MCP_UNAVAILABLE] at once.
+/// The worker process dies mid-call (SIGKILL): -32603 [MCP_UNAVAILABLE] at once.
+async fn worker_death_row(rt: &mut Runtime, url: &str, token: &str) {
     let sl_record = rt.root().join("sl.jsonl");
-    install_recorded(&mut rt, "sl", "sleep", &sl_record, None);
-    let caller = Mcp::legacy(&url, &token);
+    install_recorded(rt, "sl", "sleep", &sl_record, None);
+    let caller = Mcp::legacy(url, token);
     let in_flight =
         tokio::spawn(async move { caller.call_tool("sl_sleep", json!({"ms": 60_000})).await });
     tokio::task::block_in_place(|| {
@@ -992,6 +985,34 @@ async fn error_rows_on_the_wire() {
         "error.data.tutti.reason of {body}"
     );
     assert_tutti(&body, reason.as_str().unwrap_or_default(), "sl");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn error_rows_on_the_wire() {
+    let (mut rt, token, _) = runtime_with("fx", "echo,rpc_error");
+    let slow_record = rt.root().join("slow.jsonl");
+    install_recorded(
+        &mut rt,
+        "slow",
+        "sleep",
+        &slow_record,
+        Some(("timeouts", json!({"callMs": 300}))),
+    );
+    rt.install_ok(
+        &fixture_connector("dies", &["--tools", "echo", "--exit-after-calls", "0"]),
+        &[],
+    );
+    rt.wait_status("dies", "ready", READY);
+    let url = rt.frontend_url().to_owned();
+
+    for mcp in [Mcp::legacy(&url, &token), Mcp::modern(&url, &token)] {
+        unknown_tool_upstream_error_and_timeout_rows(&mcp, &slow_record).await;
+    }
+
+    fenced_rows(&mut rt, &url, &token).await;
+
+    worker_death_row(&mut rt, &url, &token).await;
+    let legacy = Mcp::legacy(&url, &token);
 
     // The worker's upstream dies mid-call: -32603 [MCP_UNAVAILABLE] at once.
     let started = Instant::now();
@@ -1013,6 +1034,18 @@ async fn error_rows_on_the_wire() {
     );
 }
 
+/// The tool names on one `tools/list` page.
+fn page_tool_names(page: &Value) -> Vec<String> {
+    page["result"]["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pagination_is_stable_and_a_stale_cursor_is_refused() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -1032,16 +1065,7 @@ async fn pagination_is_stable_and_a_stale_cursor_is_refused() {
             cursor.is_string(),
             "{era:?}: 1202 tools need more than one page"
         );
-        let names = |page: &Value| -> Vec<String> {
-            page["result"]["tools"]
-                .as_array()
-                .map(|t| {
-                    t.iter()
-                        .filter_map(|t| t["name"].as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let names = page_tool_names;
         // Every tool exactly once, sorted by name, across the pages.
         let all: Vec<String> = mcp
             .list_tools()

@@ -335,26 +335,11 @@ async fn python_mcp_server_over_streamable_http_works_in_both_eras() {
 
 // === credentials ===
 
-#[tokio::test(flavor = "multi_thread")]
-async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    let right = format!("right-{}", random_hex());
-    let wrong = format!("wrong-{}", random_hex());
-    let fixture = FixtureAt::start(
-        free_port(),
-        &["--tools", "echo", "--require-bearer", &right],
-    );
-    let url = format!("http://127.0.0.1:{}/mcp", fixture.port);
-
-    // Another connector that must not be disturbed by anything below.
-    let other = rt.private_fixture_connector("other", &["--tools", "echo"]);
-    rt.install_ok(&other, &[]);
-    rt.wait_status("other", "ready", READY);
-    let other_before = worker_of(&rt, "other");
-
+/// No secret yet: auth_required, and nothing of it is routable.
+fn install_without_its_secret_is_auth_required(rt: &mut Runtime, url: &str) {
     // No secret yet: auth_required, and nothing of it is routable.
     let out = rt.install_dir(
-        &http_connector("remote", &url, Some(bearer("API_TOKEN"))),
+        &http_connector("remote", url, Some(bearer("API_TOKEN"))),
         &[],
     );
     let (stdout, stderr) = lines_of(&out);
@@ -376,22 +361,22 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
         remote["interfaces"][0]["status"], "auth_required",
         "{available}"
     );
+}
 
-    let token = rt.issue_token("ws", "auth");
-    let [legacy, modern] = clients(&rt, &token).await;
-    let names = tool_names(&legacy.list_tools().await);
-    assert!(names.contains("other_echo"), "{names:?}");
-    assert!(!names.iter().any(|n| n.starts_with("remote_")), "{names:?}");
-
-    // A wrong secret: the upstream answers 401 → auth_failed, with the way out in the status.
-    rt.connect_from_env("remote", "API_TOKEN", &wrong);
+/// A wrong secret: the upstream answers 401 → auth_failed, with the way out in the status.
+async fn a_wrong_secret_is_auth_failed_without_a_restart_loop(
+    rt: &Runtime,
+    modern: &Mcp,
+    wrong: &str,
+) {
+    rt.connect_from_env("remote", "API_TOKEN", wrong);
     let failed = rt.wait_status("remote", "auth_failed", READY);
     let last_error = failed["lastError"].as_str().unwrap_or("");
     assert!(
         last_error.contains("tutti connector connect remote"),
         "lastError does not say to connect again: {failed}"
     );
-    assert!(!last_error.contains(&wrong), "{failed}");
+    assert!(!last_error.contains(wrong), "{failed}");
     let text = rt.tutti_ok(&["status"]);
     assert!(
         text.contains("auth_failed") && text.contains("tutti connector connect remote"),
@@ -407,6 +392,34 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
         rt.workers().iter().all(|w| w.key != "remote"),
         "a worker of remote still runs after auth_failed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let right = format!("right-{}", random_hex());
+    let wrong = format!("wrong-{}", random_hex());
+    let fixture = FixtureAt::start(
+        free_port(),
+        &["--tools", "echo", "--require-bearer", &right],
+    );
+    let url = format!("http://127.0.0.1:{}/mcp", fixture.port);
+
+    // Another connector that must not be disturbed by anything below.
+    let other = rt.private_fixture_connector("other", &["--tools", "echo"]);
+    rt.install_ok(&other, &[]);
+    rt.wait_status("other", "ready", READY);
+    let other_before = worker_of(&rt, "other");
+
+    install_without_its_secret_is_auth_required(&mut rt, &url);
+
+    let token = rt.issue_token("ws", "auth");
+    let [legacy, modern] = clients(&rt, &token).await;
+    let names = tool_names(&legacy.list_tools().await);
+    assert!(names.contains("other_echo"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("remote_")), "{names:?}");
+
+    a_wrong_secret_is_auth_failed_without_a_restart_loop(&rt, &modern, &wrong).await;
 
     // The right secret: ready, routable in both eras.
     rt.connect_from_env("remote", "API_TOKEN", &right);
@@ -451,6 +464,72 @@ async fn bearer_upstream_goes_from_auth_required_to_auth_failed_to_ready() {
     drop(fixture);
 }
 
+/// A call to a vanished upstream fails at once with [MCP_UNAVAILABLE], never hangs.
+async fn assert_unavailable_at_once(legacy: &Mcp) {
+    let t0 = Instant::now();
+    let (status, _, body) = legacy
+        .call_tool("remote_echo", json!({"message": "nobody home"}))
+        .await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "a call to a vanished upstream took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["error"]["code"], -32603, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("[MCP_UNAVAILABLE] remote")),
+        "{body}"
+    );
+}
+
+/// Once the upstream is back, so is the connector: a call answers again.
+async fn wait_answered_again(rt: &Runtime, modern: &Mcp) {
+    let deadline = Instant::now() + READY;
+    loop {
+        let (_, _, body) = modern
+            .call_tool("remote_echo", json!({"message": "back again"}))
+            .await;
+        if result_texts(&body["result"]) == "back again" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the connector did not recover after its upstream came back: {body}\n{}",
+            rt.log_tail("connector-remote.log", 30)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Refused credentials (401): auth_failed, routes removed, and the status says how to get out.
+async fn assert_refused_credentials_are_auth_failed(rt: &Runtime, legacy: &Mcp, modern: &Mcp) {
+    let (status, _, body) = legacy
+        .call_tool("remote_echo", json!({"message": "refused"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.get("error").is_some() || body["result"]["isError"] == json!(true),
+        "a call with refused credentials succeeded: {body}"
+    );
+    let failed = rt.wait_status("remote", "auth_failed", READY);
+    assert!(
+        failed["lastError"]
+            .as_str()
+            .unwrap_or("")
+            .contains("tutti connector connect remote"),
+        "{failed}"
+    );
+    let names = tool_names(&modern.list_tools().await);
+    assert!(!names.iter().any(|n| n.starts_with("remote_")), "{names:?}");
+    let (_, _, body) = modern
+        .call_tool("remote_echo", json!({"message": "gone"}))
+        .await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn remote_upstream_restarts_large_results_and_revoked_credentials() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -458,17 +537,8 @@ async fn remote_upstream_restarts_large_results_and_revoked_credentials() {
     let url = format!("http://127.0.0.1:{port}/mcp");
     let first = format!("first-{}", random_hex());
     let second = format!("second-{}", random_hex());
-    let args = |token: &str| -> Vec<String> {
-        ["--tools", "echo,big", "--require-bearer", token]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect()
-    };
-    let start = |token: &str| {
-        let a = args(token);
-        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
-        FixtureAt::start(port, &refs)
-    };
+    let start =
+        |token: &str| FixtureAt::start(port, &["--tools", "echo,big", "--require-bearer", token]);
     let mut fixture = start(&first);
     rt.install_ok(
         &http_connector("remote", &url, Some(bearer("API_TOKEN"))),
@@ -516,67 +586,18 @@ async fn remote_upstream_restarts_large_results_and_revoked_credentials() {
     // The remote server goes away: a call fails at once with [MCP_UNAVAILABLE], never hangs;
     // once it is back, so is the connector.
     drop(fixture);
-    let t0 = Instant::now();
-    let (status, _, body) = legacy
-        .call_tool("remote_echo", json!({"message": "nobody home"}))
-        .await;
-    assert!(
-        t0.elapsed() < Duration::from_secs(10),
-        "a call to a vanished upstream took {:?}",
-        t0.elapsed()
-    );
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["error"]["code"], -32603, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("[MCP_UNAVAILABLE] remote")),
-        "{body}"
-    );
+    assert_unavailable_at_once(&legacy).await;
+
     fixture = start(&first);
-    let deadline = Instant::now() + READY;
-    loop {
-        let (_, _, body) = modern
-            .call_tool("remote_echo", json!({"message": "back again"}))
-            .await;
-        if result_texts(&body["result"]) == "back again" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the connector did not recover after its upstream came back: {body}\n{}",
-            rt.log_tail("connector-remote.log", 30)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_answered_again(&rt, &modern).await;
+
     rt.wait_status("remote", "ready", READY);
 
     // The remote server now refuses our credentials (401): auth_failed, routes removed, and
     // the status says how to get out of it.
     drop(fixture);
     fixture = start(&second);
-    let (status, _, body) = legacy
-        .call_tool("remote_echo", json!({"message": "refused"}))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    assert!(
-        body.get("error").is_some() || body["result"]["isError"] == json!(true),
-        "a call with refused credentials succeeded: {body}"
-    );
-    let failed = rt.wait_status("remote", "auth_failed", READY);
-    assert!(
-        failed["lastError"]
-            .as_str()
-            .unwrap_or("")
-            .contains("tutti connector connect remote"),
-        "{failed}"
-    );
-    let names = tool_names(&modern.list_tools().await);
-    assert!(!names.iter().any(|n| n.starts_with("remote_")), "{names:?}");
-    let (_, _, body) = modern
-        .call_tool("remote_echo", json!({"message": "gone"}))
-        .await;
-    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert_refused_credentials_are_auth_failed(&rt, &legacy, &modern).await;
 
     // New credentials: ready again.
     rt.connect_from_env("remote", "API_TOKEN", &second);
@@ -664,6 +685,164 @@ impl Transcript {
     }
 }
 
+/// ... connect: a wrong value first (auth_failed), then the right ones, one from stdin.
+fn connect_wrong_then_right(
+    t: &mut Transcript,
+    rt: &Runtime,
+    env: &[(&str, &str)],
+    wrong_secret: &str,
+    stdio_secret: &str,
+) {
+    t.ok(
+        rt,
+        &["connector", "connect", "remote", "--from-env", "API_TOKEN"],
+        &[("API_TOKEN", wrong_secret)],
+        b"",
+    );
+    let failed = t.wait(rt, "remote", "auth_failed", |c| {
+        c["status"] == "auth_failed"
+    });
+    assert!(
+        failed["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("tutti connector connect remote")),
+        "{failed}"
+    );
+    t.ok(
+        rt,
+        &["connector", "connect", "remote", "--from-env", "API_TOKEN"],
+        env,
+        b"",
+    );
+    let stdin = format!("{stdio_secret}\n");
+    t.ok(
+        rt,
+        &["connector", "connect", "leaky", "--stdin", "LEAKY_TOKEN"],
+        env,
+        stdin.as_bytes(),
+    );
+    t.wait(rt, "leaky", "ready", |c| c["status"] == "ready");
+    t.wait(rt, "remote", "ready", |c| c["status"] == "ready");
+}
+
+/// ... calls in both eras ...
+async fn calls_in_both_eras_carry_no_secret(rt: &Runtime, needles: &[&str]) {
+    let token = rt.issue_token("ws", "secrets");
+    for mcp in clients(rt, &token).await {
+        for key in ["leaky", "remote"] {
+            let result = mcp
+                .call_tool_ok(&format!("{key}_echo"), json!({"message": "ping"}))
+                .await;
+            assert_eq!(result_texts(&result), "ping", "{result}");
+        }
+        // An invalid call's error text must not carry anything either.
+        let (_, _, body) = mcp.call_tool("leaky_echo", json!({"message": 5})).await;
+        let body = body.to_string();
+        assert!(
+            !needles
+                .iter()
+                .any(|n| secret_scan::contains(body.as_bytes(), n)),
+            "{body}"
+        );
+    }
+}
+
+/// ... status, available, probe (key and dir) ...
+fn status_available_and_probes(
+    t: &mut Transcript,
+    rt: &Runtime,
+    env: &[(&str, &str)],
+    leaky_dir: &str,
+) {
+    t.ok(rt, &["status"], &[], b"");
+    t.ok(rt, &["status", "--json"], &[], b"");
+    t.ok(rt, &["connector", "available"], &[], b"");
+    t.ok(rt, &["connector", "available", "--json"], &[], b"");
+    t.ok(rt, &["connector", "probe", "leaky"], env, b"");
+    t.ok(rt, &["connector", "probe", "leaky", "--json"], env, b"");
+    t.ok(rt, &["connector", "probe", "remote"], env, b"");
+    t.ok(
+        rt,
+        &["connector", "probe", leaky_dir, "--json", "--yes"],
+        env,
+        b"",
+    );
+}
+
+/// The upstream did print the value to stderr, and the log shows *** in its place.
+fn assert_masked_in_the_log_and_stored(
+    state: &Path,
+    secrets_dir: &Path,
+    [stdio_core, http_core, wrong_core]: [&str; 3],
+) {
+    let log =
+        std::fs::read_to_string(state.join("logs").join("connector-leaky.log")).unwrap_or_default();
+    assert!(
+        log.lines().any(|l| l.trim_end() == "LEAKY_TOKEN=***"),
+        "the env dump is not in connector-leaky.log with *** for the value:\n{log}"
+    );
+
+    // The values are where they belong.
+    let mut secret_files = Vec::new();
+    secret_scan::files_under(secrets_dir, &[], &mut secret_files);
+    let stored: Vec<u8> = secret_files
+        .iter()
+        .flat_map(|f| std::fs::read(f).unwrap_or_default())
+        .collect();
+    assert!(
+        secret_scan::contains(&stored, stdio_core) && secret_scan::contains(&stored, http_core),
+        "the secrets are not stored under secrets/"
+    );
+    assert!(
+        !secret_scan::contains(&stored, wrong_core),
+        "the replaced value is still stored"
+    );
+}
+
+/// install (the caller's environment holds the values already) ...
+fn install_both(t: &mut Transcript, rt: &mut Runtime, url: &str, env: &[(&str, &str)]) -> String {
+    let mut leaky = rt.private_fixture_connector("leaky", &["--tools", "echo", "--stderr-env"]);
+    leaky["mcp"]["secrets"] = json!(["LEAKY_TOKEN"]);
+    let leaky_dir = rt.write_release(&leaky, &[]);
+    let leaky_dir = leaky_dir.to_string_lossy().into_owned();
+    let remote_dir = rt.write_release(
+        &http_connector("remote", url, Some(bearer("API_TOKEN"))),
+        &[],
+    );
+    let remote_dir = remote_dir.to_string_lossy().into_owned();
+    t.ok(rt, &["connector", "install", &leaky_dir, "--yes"], env, b"");
+    t.ok(
+        rt,
+        &["connector", "install", &remote_dir, "--yes"],
+        env,
+        b"",
+    );
+    t.wait(rt, "leaky", "auth_required", |c| {
+        c["status"] == "auth_required"
+    });
+    leaky_dir
+}
+
+/// Every file of the stopped state dir except secrets/, and the runtime's stdout/stderr.
+fn files_to_scan(state: &Path, secrets_dir: &Path, root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    secret_scan::files_under(state, &[secrets_dir.to_path_buf()], &mut files);
+    files.push(root.join("up.stdout"));
+    files.push(root.join("up.stderr"));
+    assert!(
+        files.iter().any(|f| f.ends_with("logs/kernel.log"))
+            && files
+                .iter()
+                .any(|f| f.ends_with("logs/connector-leaky.log"))
+            && files
+                .iter()
+                .any(|f| f.ends_with("logs/connector-remote.log"))
+            && files.iter().any(|f| f.ends_with("registry.json")),
+        "the state dir lacks expected files: {files:?}"
+    );
+    files
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn secret_values_appear_nowhere_but_secrets() {
     // Each value has its own random core: any output holding a core holds (part of) that
@@ -684,102 +863,17 @@ async fn secret_values_appear_nowhere_but_secrets() {
     );
     let url = format!("http://127.0.0.1:{}/mcp", remote_server.port);
 
-    // install (the caller's environment holds the values already) ...
-    let mut leaky = rt.private_fixture_connector("leaky", &["--tools", "echo", "--stderr-env"]);
-    leaky["mcp"]["secrets"] = json!(["LEAKY_TOKEN"]);
-    let leaky_dir = rt.write_release(&leaky, &[]);
-    let leaky_dir = leaky_dir.to_string_lossy().into_owned();
-    let remote_dir = rt.write_release(
-        &http_connector("remote", &url, Some(bearer("API_TOKEN"))),
-        &[],
-    );
-    let remote_dir = remote_dir.to_string_lossy().into_owned();
     let env = [
         ("LEAKY_TOKEN", stdio_secret.as_str()),
         ("API_TOKEN", http_secret.as_str()),
     ];
-    t.ok(
-        &rt,
-        &["connector", "install", &leaky_dir, "--yes"],
-        &env,
-        b"",
-    );
-    t.ok(
-        &rt,
-        &["connector", "install", &remote_dir, "--yes"],
-        &env,
-        b"",
-    );
-    t.wait(&rt, "leaky", "auth_required", |c| {
-        c["status"] == "auth_required"
-    });
+    let leaky_dir = install_both(&mut t, &mut rt, &url, &env);
 
-    // ... connect: a wrong value first (auth_failed), then the right ones, one from stdin.
-    t.ok(
-        &rt,
-        &["connector", "connect", "remote", "--from-env", "API_TOKEN"],
-        &[("API_TOKEN", wrong_secret.as_str())],
-        b"",
-    );
-    let failed = t.wait(&rt, "remote", "auth_failed", |c| {
-        c["status"] == "auth_failed"
-    });
-    assert!(
-        failed["lastError"]
-            .as_str()
-            .is_some_and(|e| e.contains("tutti connector connect remote")),
-        "{failed}"
-    );
-    t.ok(
-        &rt,
-        &["connector", "connect", "remote", "--from-env", "API_TOKEN"],
-        &env,
-        b"",
-    );
-    let stdin = format!("{stdio_secret}\n");
-    t.ok(
-        &rt,
-        &["connector", "connect", "leaky", "--stdin", "LEAKY_TOKEN"],
-        &env,
-        stdin.as_bytes(),
-    );
-    t.wait(&rt, "leaky", "ready", |c| c["status"] == "ready");
-    t.wait(&rt, "remote", "ready", |c| c["status"] == "ready");
+    connect_wrong_then_right(&mut t, &rt, &env, &wrong_secret, &stdio_secret);
 
-    // ... calls in both eras ...
-    let token = rt.issue_token("ws", "secrets");
-    for mcp in clients(&rt, &token).await {
-        for key in ["leaky", "remote"] {
-            let result = mcp
-                .call_tool_ok(&format!("{key}_echo"), json!({"message": "ping"}))
-                .await;
-            assert_eq!(result_texts(&result), "ping", "{result}");
-        }
-        // An invalid call's error text must not carry anything either.
-        let (_, _, body) = mcp.call_tool("leaky_echo", json!({"message": 5})).await;
-        let body = body.to_string();
-        assert!(
-            !needles
-                .iter()
-                .any(|n| secret_scan::contains(body.as_bytes(), n)),
-            "{body}"
-        );
-    }
+    calls_in_both_eras_carry_no_secret(&rt, &needles).await;
 
-    // ... status, available, probe (key and dir) ...
-    t.ok(&rt, &["status"], &[], b"");
-    t.ok(&rt, &["status", "--json"], &[], b"");
-    t.ok(&rt, &["connector", "available"], &[], b"");
-    t.ok(&rt, &["connector", "available", "--json"], &[], b"");
-    t.ok(&rt, &["connector", "probe", "leaky"], &env, b"");
-    t.ok(&rt, &["connector", "probe", "leaky", "--json"], &env, b"");
-    t.ok(&rt, &["connector", "probe", "remote"], &env, b"");
-    t.ok(
-        &rt,
-        &["connector", "probe", &leaky_dir, "--json", "--yes"],
-        &env,
-        b"",
-    );
+    status_available_and_probes(&mut t, &rt, &env, &leaky_dir);
 
     // ... and a crash: SIGKILL the worker; the kernel restarts it (the new upstream dumps its
     // environment again).
@@ -811,21 +905,8 @@ async fn secret_values_appear_nowhere_but_secrets() {
     let secrets_dir = state.join("secrets");
     assert!(secrets_dir.is_dir(), "no secrets/ in {}", state.display());
     rt.stop();
-    let mut files = Vec::new();
-    secret_scan::files_under(&state, std::slice::from_ref(&secrets_dir), &mut files);
-    files.push(root.join("up.stdout"));
-    files.push(root.join("up.stderr"));
-    assert!(
-        files.iter().any(|f| f.ends_with("logs/kernel.log"))
-            && files
-                .iter()
-                .any(|f| f.ends_with("logs/connector-leaky.log"))
-            && files
-                .iter()
-                .any(|f| f.ends_with("logs/connector-remote.log"))
-            && files.iter().any(|f| f.ends_with("registry.json")),
-        "the state dir lacks expected files: {files:?}"
-    );
+    let files = files_to_scan(&state, &secrets_dir, &root);
+
     leaks.extend(secret_scan::file_leaks(&needles, &files));
     leaks.extend(secret_scan::output_leaks(&needles, &t.runs));
     assert!(t.runs.len() >= 15, "only {} commands ran", t.runs.len());
@@ -835,33 +916,74 @@ async fn secret_values_appear_nowhere_but_secrets() {
         leaks.join("\n")
     );
 
-    // The upstream did print the value to stderr, and the log shows *** in its place.
-    let log =
-        std::fs::read_to_string(state.join("logs").join("connector-leaky.log")).unwrap_or_default();
-    assert!(
-        log.lines().any(|l| l.trim_end() == "LEAKY_TOKEN=***"),
-        "the env dump is not in connector-leaky.log with *** for the value:\n{log}"
+    assert_masked_in_the_log_and_stored(
+        &state,
+        &secrets_dir,
+        [&stdio_core, &http_core, &wrong_core],
     );
 
-    // The values are where they belong.
-    let mut secret_files = Vec::new();
-    secret_scan::files_under(&secrets_dir, &[], &mut secret_files);
-    let stored: Vec<u8> = secret_files
-        .iter()
-        .flat_map(|f| std::fs::read(f).unwrap_or_default())
-        .collect();
-    assert!(
-        secret_scan::contains(&stored, &stdio_core) && secret_scan::contains(&stored, &http_core),
-        "the secrets are not stored under secrets/"
-    );
-    assert!(
-        !secret_scan::contains(&stored, &wrong_core),
-        "the replaced value is still stored"
-    );
     drop(remote_server);
 }
 
 // === launch hygiene ===
+
+/// The upstream's environment is exactly the declared set, and it runs in `<release>/work`.
+async fn assert_exact_environment_and_cwd(
+    mcp: &Mcp,
+    expected: &BTreeMap<String, String>,
+    release: &Path,
+) {
+    let result = mcp.call_tool_ok("envy_env", json!({})).await;
+    let report: Value = serde_json::from_str(&result_texts(&result))
+        .unwrap_or_else(|e| panic!("the env tool's text is not JSON ({e}): {result}"));
+    let got: BTreeMap<String, String> = report["env"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        &got,
+        expected,
+        "{:?}: the upstream's environment is not exactly the declared set",
+        mcp.era()
+    );
+    let cwd = PathBuf::from(report["cwd"].as_str().unwrap_or(""));
+    let want = release.join("work");
+    assert_eq!(
+        cwd.canonicalize().ok(),
+        want.canonicalize().ok(),
+        "the upstream runs in {} instead of {}",
+        cwd.display(),
+        want.display()
+    );
+}
+
+/// Installs and connects `envy` from another working directory with marker variables set,
+/// which the upstream must not see; returns the API key given.
+fn install_and_connect_from(rt: &mut Runtime, manifest: &Value, caller_cwd: &Path) -> String {
+    let dir = rt.write_release(manifest, &[("work/marker.txt", b"marker\n")]);
+    let dir = dir.to_string_lossy().into_owned();
+    let out = rt
+        .tutti_cmd(&["connector", "install", &dir, "--yes"])
+        .current_dir(caller_cwd)
+        .env("TUTTI_E2E_INSTALL_MARKER", "from the install command")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run tutti connector install: {e}"));
+    assert!(out.status.success(), "install: {:?}", lines_of(&out));
+    let api_key = format!("key-{}", random_hex());
+    let out = rt
+        .tutti_cmd(&["connector", "connect", "envy", "--from-env", "API_KEY"])
+        .current_dir(caller_cwd)
+        .env("API_KEY", &api_key)
+        .env("TUTTI_E2E_CONNECT_MARKER", "from the connect command")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
+    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    api_key
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stdio_upstream_gets_exactly_the_declared_environment_and_cwd() {
@@ -904,24 +1026,8 @@ async fn stdio_upstream_gets_exactly_the_declared_environment_and_cwd() {
         "PLAIN": "plain value",
     });
     manifest["mcp"]["secrets"] = json!(["API_KEY"]);
-    let dir = rt.write_release(&manifest, &[("work/marker.txt", b"marker\n")]);
-    let dir = dir.to_string_lossy().into_owned();
-    let out = rt
-        .tutti_cmd(&["connector", "install", &dir, "--yes"])
-        .current_dir(&caller_cwd)
-        .env("TUTTI_E2E_INSTALL_MARKER", "from the install command")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector install: {e}"));
-    assert!(out.status.success(), "install: {:?}", lines_of(&out));
-    let api_key = format!("key-{}", random_hex());
-    let out = rt
-        .tutti_cmd(&["connector", "connect", "envy", "--from-env", "API_KEY"])
-        .current_dir(&caller_cwd)
-        .env("API_KEY", &api_key)
-        .env("TUTTI_E2E_CONNECT_MARKER", "from the connect command")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tutti connector connect: {e}"));
-    assert!(out.status.success(), "connect: {:?}", lines_of(&out));
+    let api_key = install_and_connect_from(&mut rt, &manifest, &caller_cwd);
+
     rt.wait_status("envy", "ready", READY);
 
     let releases = rt.state_dir().join("releases").join("envy");
@@ -945,32 +1051,7 @@ async fn stdio_upstream_gets_exactly_the_declared_environment_and_cwd() {
 
     let token = rt.issue_token("ws", "env");
     for mcp in clients(&rt, &token).await {
-        let result = mcp.call_tool_ok("envy_env", json!({})).await;
-        let report: Value = serde_json::from_str(&result_texts(&result))
-            .unwrap_or_else(|e| panic!("the env tool's text is not JSON ({e}): {result}"));
-        let got: BTreeMap<String, String> = report["env"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        assert_eq!(
-            got,
-            expected,
-            "{:?}: the upstream's environment is not exactly the declared set",
-            mcp.era()
-        );
-        let cwd = PathBuf::from(report["cwd"].as_str().unwrap_or(""));
-        let want = release.join("work");
-        assert_eq!(
-            cwd.canonicalize().ok(),
-            want.canonicalize().ok(),
-            "the upstream runs in {} instead of {}",
-            cwd.display(),
-            want.display()
-        );
+        assert_exact_environment_and_cwd(&mcp, &expected, &release).await;
     }
     // Also true of the live process itself.
     let fixture = rt.private_fixture().to_string_lossy().into_owned();
@@ -983,6 +1064,86 @@ async fn stdio_upstream_gets_exactly_the_declared_environment_and_cwd() {
         cwd.and_then(|c| c.canonicalize().ok()),
         release.join("work").canonicalize().ok()
     );
+}
+
+/// The banner's three lines are counted and logged; the other connector counts none.
+fn assert_banner_lines_counted_and_logged(rt: &Runtime) {
+    let counted = rt.wait_connector("banner", READY, "nonJsonStdoutLines >= 3", |c| {
+        c["nonJsonStdoutLines"].as_u64().unwrap_or(0) >= 3
+    });
+    assert_eq!(counted["status"], "ready", "{counted}");
+    assert_eq!(counted["restarts"], 0, "{counted}");
+    let log = rt.log("connector-banner.log");
+    for i in 0..3 {
+        assert!(
+            log.contains(&format!("fixture banner line {i}")),
+            "banner line {i} is not logged:\n{log}"
+        );
+    }
+    let steady_status = rt.connector_status("steady").unwrap_or_default();
+    assert_eq!(steady_status["nonJsonStdoutLines"], 0, "{steady_status}");
+}
+
+/// A probe of it ends after startMs as well, with one line saying so.
+fn assert_probe_ends_after_start_ms(rt: &Runtime) {
+    let t0 = Instant::now();
+    let out = rt.tutti(&["connector", "probe", "hang"]);
+    let probe_took = t0.elapsed();
+    let (_, stderr) = lines_of(&out);
+    assert!(
+        !out.status.success(),
+        "the probe of a hanging upstream succeeded"
+    );
+    assert!(
+        probe_took < Duration::from_secs(10),
+        "the probe took {probe_took:?}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("1000 ms") && stderr.contains("startMs"),
+        "the probe does not say why it failed: {stderr}"
+    );
+}
+
+/// The handshake was given up after startMs, not before and not much later, while status and
+/// the other connectors answered; the error names startMs; nothing of it is listed.
+async fn assert_gave_up_after_start_ms(
+    ended: (Duration, Value),
+    calls: usize,
+    slowest_status: Duration,
+    legacy: &Mcp,
+) {
+    let (elapsed, entry) = ended;
+    assert!(
+        elapsed >= Duration::from_millis(1000),
+        "failed after {elapsed:?}, before startMs: {entry}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "took {elapsed:?} to give up on a 1000 ms startMs: {entry}"
+    );
+    assert!(calls >= 2, "only {calls} calls ran while the upstream hung");
+    assert!(
+        slowest_status < Duration::from_secs(2),
+        "`tutti status` took {slowest_status:?} while an upstream hung"
+    );
+    let status = entry["status"].as_str().unwrap_or("");
+    assert!(
+        ["restarting", "crash_loop", "failed"].contains(&status),
+        "unexpected status of a hanging upstream: {entry}"
+    );
+    let last_error = entry["lastError"].as_str().unwrap_or("");
+    assert!(
+        last_error.contains("1000 ms") && last_error.contains("startMs"),
+        "lastError does not say the handshake exceeded startMs: {entry}"
+    );
+    assert!(
+        !last_error.starts_with("exited"),
+        "lastError blames the upstream's exit rather than the timeout: {entry}"
+    );
+    assert_eq!(entry["generation"], Value::Null, "{entry}");
+    let names = tool_names(&legacy.list_tools().await);
+    assert!(!names.iter().any(|n| n.starts_with("hang_")), "{names:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1003,20 +1164,7 @@ async fn banner_lines_are_counted_and_a_hanging_handshake_ends_after_start_ms() 
             .await;
         assert_eq!(result_texts(&result), "after the banner", "{result}");
     }
-    let counted = rt.wait_connector("banner", READY, "nonJsonStdoutLines >= 3", |c| {
-        c["nonJsonStdoutLines"].as_u64().unwrap_or(0) >= 3
-    });
-    assert_eq!(counted["status"], "ready", "{counted}");
-    assert_eq!(counted["restarts"], 0, "{counted}");
-    let log = rt.log("connector-banner.log");
-    for i in 0..3 {
-        assert!(
-            log.contains(&format!("fixture banner line {i}")),
-            "banner line {i} is not logged:\n{log}"
-        );
-    }
-    let steady_status = rt.connector_status("steady").unwrap_or_default();
-    assert_eq!(steady_status["nonJsonStdoutLines"], 0, "{steady_status}");
+    assert_banner_lines_counted_and_logged(&rt);
 
     // An upstream that never answers the handshake, with startMs = 1000.
     let mut hang = rt.private_fixture_connector("hang", &["--hang-at-start"]);
@@ -1056,37 +1204,8 @@ async fn banner_lines_are_counted_and_a_hanging_handshake_ends_after_start_ms() 
             "the hanging upstream shows no error after 20 s: {entry}"
         );
     };
-    let (elapsed, entry) = ended;
-    assert!(
-        elapsed >= Duration::from_millis(1000),
-        "failed after {elapsed:?}, before startMs: {entry}"
-    );
-    assert!(
-        elapsed < Duration::from_secs(10),
-        "took {elapsed:?} to give up on a 1000 ms startMs: {entry}"
-    );
-    assert!(calls >= 2, "only {calls} calls ran while the upstream hung");
-    assert!(
-        slowest_status < Duration::from_secs(2),
-        "`tutti status` took {slowest_status:?} while an upstream hung"
-    );
-    let status = entry["status"].as_str().unwrap_or("");
-    assert!(
-        ["restarting", "crash_loop", "failed"].contains(&status),
-        "unexpected status of a hanging upstream: {entry}"
-    );
-    let last_error = entry["lastError"].as_str().unwrap_or("");
-    assert!(
-        last_error.contains("1000 ms") && last_error.contains("startMs"),
-        "lastError does not say the handshake exceeded startMs: {entry}"
-    );
-    assert!(
-        !last_error.starts_with("exited"),
-        "lastError blames the upstream's exit rather than the timeout: {entry}"
-    );
-    assert_eq!(entry["generation"], Value::Null, "{entry}");
-    let names = tool_names(&legacy.list_tools().await);
-    assert!(!names.iter().any(|n| n.starts_with("hang_")), "{names:?}");
+    assert_gave_up_after_start_ms(ended, calls, slowest_status, &legacy).await;
+
     // The hung upstream was stopped.
     let first = first_upstream.unwrap_or_else(|| panic!("never saw the hanging upstream"));
     let survivors = proc_tree::wait_gone(&[first], Duration::from_secs(10));
@@ -1095,24 +1214,7 @@ async fn banner_lines_are_counted_and_a_hanging_handshake_ends_after_start_ms() 
         "the hanging upstream still runs:\n{}",
         proc_tree::describe(&survivors)
     );
-    // A probe of it ends after startMs as well, with one line saying so.
-    let t0 = Instant::now();
-    let out = rt.tutti(&["connector", "probe", "hang"]);
-    let probe_took = t0.elapsed();
-    let (_, stderr) = lines_of(&out);
-    assert!(
-        !out.status.success(),
-        "the probe of a hanging upstream succeeded"
-    );
-    assert!(
-        probe_took < Duration::from_secs(10),
-        "the probe took {probe_took:?}"
-    );
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("1000 ms") && stderr.contains("startMs"),
-        "the probe does not say why it failed: {stderr}"
-    );
+    assert_probe_ends_after_start_ms(&rt);
 
     // And the runtime still answers everything else.
     let result = legacy
@@ -1174,30 +1276,16 @@ fn a_probed_folder_claiming_an_installed_key_gets_no_stored_credentials() {
     assert!(!stdout.contains(&right) && !stderr.contains(&right));
 }
 
-#[test]
-fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    let record = rt.root().join("probe-record.jsonl");
-    let record_s = record.to_string_lossy().into_owned();
-    let manifest = rt.private_fixture_connector(
-        "probed",
-        &["--tools", "echo,add", "--bad-schema", "--record", &record_s],
-    );
-    let dir = rt.write_release(&manifest, &[]);
-    let dir_s = dir.to_string_lossy().into_owned();
-    let registry = rt.state_dir().join("registry.json");
-    let registry_before = std::fs::read(&registry).unwrap_or_default();
-
-    // probe DIR --json
-    let (out, probe) = probe_json(&rt, &dir_s);
+/// `probe DIR --json`: both names of every tool and the one schema problem.
+fn assert_probe_names_tools_and_the_problem(probe: &Value) {
     assert_eq!(probe["key"], "probed", "{probe}");
     assert_eq!(
-        probe_tool_names(&probe, "upstreamName"),
+        probe_tool_names(probe, "upstreamName"),
         BTreeSet::from(["echo", "add", "bad_schema"].map(str::to_owned)),
         "{probe}"
     );
     assert_eq!(
-        probe_tool_names(&probe, "localName"),
+        probe_tool_names(probe, "localName"),
         BTreeSet::from(["probed_echo", "probed_add", "probed_bad_schema"].map(str::to_owned)),
         "{probe}"
     );
@@ -1214,6 +1302,53 @@ fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
         problems[0].contains("bad_schema") && problems[0].contains("inputSchema"),
         "{probe}"
     );
+}
+
+/// Nothing installed by a probe; the probed upstream is gone; no tool was called.
+fn assert_probe_left_nothing(
+    rt: &Runtime,
+    registry_before: &[u8],
+    record: &std::path::Path,
+    record_s: &str,
+) {
+    assert_eq!(
+        std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default(),
+        registry_before
+    );
+    assert!(rt.connector_status("probed").is_none());
+    assert!(!rt.state_dir().join("releases").join("probed").exists());
+    let left = proc_tree::live_matching(&[record_s]);
+    let left = proc_tree::wait_gone(&left, Duration::from_secs(10));
+    assert!(
+        left.is_empty(),
+        "probe left:\n{}",
+        proc_tree::describe(&left)
+    );
+    let methods = recorded_methods(record);
+    assert!(methods.iter().any(|m| m == "tools/list"), "{methods:?}");
+    assert!(
+        methods.iter().filter(|m| *m == "initialize").count() == 2,
+        "two probes, two handshakes: {methods:?}"
+    );
+    assert!(!methods.iter().any(|m| m == "tools/call"), "{methods:?}");
+}
+
+#[test]
+fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let record = rt.root().join("probe-record.jsonl");
+    let record_s = record.to_string_lossy().into_owned();
+    let manifest = rt.private_fixture_connector(
+        "probed",
+        &["--tools", "echo,add", "--bad-schema", "--record", &record_s],
+    );
+    let dir = rt.write_release(&manifest, &[]);
+    let dir_s = dir.to_string_lossy().into_owned();
+    let registry_before = std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default();
+
+    // probe DIR --json
+    let (out, probe) = probe_json(&rt, &dir_s);
+    assert_probe_names_tools_and_the_problem(&probe);
     assert!(!out.status.success(), "a probe with problems exits 0");
 
     // The table form: tools on stdout, one line per problem on stderr.
@@ -1229,28 +1364,7 @@ fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
         "no problem line on stderr:\n{stderr}"
     );
 
-    // Nothing installed by a probe; the probed upstream is gone; no tool was called.
-    assert_eq!(
-        std::fs::read(&registry).unwrap_or_default(),
-        registry_before
-    );
-    assert!(rt.connector_status("probed").is_none());
-    assert!(!rt.state_dir().join("releases").join("probed").exists());
-    let left = proc_tree::live_matching(&[&record_s]);
-    let left = proc_tree::wait_gone(&left, Duration::from_secs(10));
-    assert!(
-        left.is_empty(),
-        "probe left:\n{}",
-        proc_tree::describe(&left)
-    );
-    let methods = recorded_methods(&record);
-    assert!(methods.iter().any(|m| m == "tools/list"), "{methods:?}");
-    assert!(
-        methods.iter().filter(|m| *m == "initialize").count() == 2,
-        "two probes, two handshakes: {methods:?}"
-    );
-    assert!(!methods.iter().any(|m| m == "tools/call"), "{methods:?}");
-
+    assert_probe_left_nothing(&rt, &registry_before, &record, &record_s);
     // probe KEY of an installed connector (its bad schema keeps it from committing).
     rt.install_ok(&manifest, &[]);
     let failed = rt.wait_status("probed", "failed", READY);
@@ -1280,6 +1394,59 @@ fn probe_lists_tools_and_schema_problems_and_calls_nothing() {
 
 // === install trust step ===
 
+/// The install confirmation shows the exact argv, the cwd and the secret names, never a value.
+fn assert_plan_shown(what: &str, out: &Output, argv: &str, state: &str, api_value: &str) {
+    let (stdout, stderr) = lines_of(out);
+    let all = format!("{stdout}{stderr}");
+    assert!(
+        all.lines().any(|l| l.trim() == format!("runs: {argv}")),
+        "{what}: the exact argv is not shown:\n{all}"
+    );
+    assert!(
+        all.lines().any(|l| l.trim() == format!("in:   {state}")),
+        "{what}: the cwd is not shown:\n{all}"
+    );
+    assert!(
+        all.contains("API_KEY") && all.contains("OTHER_KEY"),
+        "{what}: the secret names are not shown:\n{all}"
+    );
+    assert!(!all.contains(api_value), "{what}: a secret value is shown");
+}
+
+/// An http connector shows its URL and secret name.
+fn an_http_connector_shows_its_url_and_secret_name(rt: &mut Runtime) {
+    let url = "http://127.0.0.1:9/mcp";
+    let dir = rt.write_release(
+        &http_connector("remote", url, Some(bearer("API_TOKEN"))),
+        &[],
+    );
+    let dir = dir.to_string_lossy().into_owned();
+    let out = rt.tutti(&["connector", "install", &dir]);
+    assert!(!out.status.success(), "installed without confirmation");
+    let (stdout, stderr) = lines_of(&out);
+    let all = format!("{stdout}{stderr}");
+    assert!(
+        all.lines().any(|l| l.trim() == format!("url:  {url}")),
+        "the URL is not shown:\n{all}"
+    );
+    assert!(all.contains("API_TOKEN"), "{all}");
+    assert!(rt.connector_status("remote").is_none());
+}
+
+/// Refused: nothing written, nothing ran.
+fn assert_nothing_installed_or_run(rt: &Runtime, registry_before: &[u8], state: &str) {
+    assert_eq!(
+        std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default(),
+        registry_before
+    );
+    assert!(!rt.state_dir().join("releases").join("trusted").exists());
+    assert!(rt.connector_status("trusted").is_none());
+    assert!(
+        proc_tree::live_matching(&[&format!("{state}/calls.jsonl")]).is_empty(),
+        "something ran before the trust step"
+    );
+}
+
 #[test]
 fn install_confirmation_shows_the_exact_launch_and_secret_names_only() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -1294,35 +1461,11 @@ fn install_confirmation_shows_the_exact_launch_and_secret_names_only() {
     let dir = rt.write_release(&manifest, &[]);
     let dir = dir.to_string_lossy().into_owned();
     let fixture = rt.private_fixture().to_string_lossy().into_owned();
-    let argv = [
-        fixture.as_str(),
-        "--tools",
-        "echo",
-        "--record",
-        &format!("{state}/calls.jsonl"),
-    ]
-    .join(" ");
+    let argv = format!("{fixture} --tools echo --record {state}/calls.jsonl");
     let api_value = format!("value-{}", random_hex());
-    let registry = rt.state_dir().join("registry.json");
-    let registry_before = std::fs::read(&registry).unwrap_or_default();
-
-    let check_plan = |what: &str, out: &Output| {
-        let (stdout, stderr) = lines_of(out);
-        let all = format!("{stdout}{stderr}");
-        assert!(
-            all.lines().any(|l| l.trim() == format!("runs: {argv}")),
-            "{what}: the exact argv is not shown:\n{all}"
-        );
-        assert!(
-            all.lines().any(|l| l.trim() == format!("in:   {state}")),
-            "{what}: the cwd is not shown:\n{all}"
-        );
-        assert!(
-            all.contains("API_KEY") && all.contains("OTHER_KEY"),
-            "{what}: the secret names are not shown:\n{all}"
-        );
-        assert!(!all.contains(&api_value), "{what}: a secret value is shown");
-    };
+    let registry_before = std::fs::read(rt.state_dir().join("registry.json")).unwrap_or_default();
+    let check_plan =
+        |what: &str, out: &Output| assert_plan_shown(what, out, &argv, &state, &api_value);
 
     // Without --yes and with stdin not a terminal: refused, nothing written.
     let out = rt
@@ -1337,16 +1480,7 @@ fn install_confirmation_shows_the_exact_launch_and_secret_names_only() {
         stderr.contains("--yes"),
         "the refusal does not mention --yes:\n{stderr}"
     );
-    assert_eq!(
-        std::fs::read(&registry).unwrap_or_default(),
-        registry_before
-    );
-    assert!(!rt.state_dir().join("releases").join("trusted").exists());
-    assert!(rt.connector_status("trusted").is_none());
-    assert!(
-        proc_tree::live_matching(&[&format!("{state}/calls.jsonl")]).is_empty(),
-        "something ran before the trust step"
-    );
+    assert_nothing_installed_or_run(&rt, &registry_before, &state);
 
     // With --yes: the same plan, installed (waiting for its secrets).
     let out = rt
@@ -1386,23 +1520,7 @@ fn install_confirmation_shows_the_exact_launch_and_secret_names_only() {
         "the running upstream differs from the plan"
     );
 
-    // An http connector shows its URL and secret name.
-    let url = "http://127.0.0.1:9/mcp";
-    let dir = rt.write_release(
-        &http_connector("remote", url, Some(bearer("API_TOKEN"))),
-        &[],
-    );
-    let dir = dir.to_string_lossy().into_owned();
-    let out = rt.tutti(&["connector", "install", &dir]);
-    assert!(!out.status.success(), "installed without confirmation");
-    let (stdout, stderr) = lines_of(&out);
-    let all = format!("{stdout}{stderr}");
-    assert!(
-        all.lines().any(|l| l.trim() == format!("url:  {url}")),
-        "the URL is not shown:\n{all}"
-    );
-    assert!(all.contains("API_TOKEN"), "{all}");
-    assert!(rt.connector_status("remote").is_none());
+    an_http_connector_shows_its_url_and_secret_name(&mut rt);
 }
 
 #[tokio::test(flavor = "multi_thread")]

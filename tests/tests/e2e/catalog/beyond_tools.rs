@@ -164,6 +164,12 @@ fn names(items: &Value, field: &str) -> Vec<String> {
 
 /// What both eras must see of server-everything's prompts, resources and templates.
 fn assert_everything(out: &Value, mode: &str) {
+    assert_prompts(out, mode);
+    assert_resources(out, mode);
+}
+
+/// The prompts listed with their `_meta`, and two of them got.
+fn assert_prompts(out: &Value, mode: &str) {
     let prompts = names(&out["prompts"], "name");
     for want in [
         "everything_simple-prompt",
@@ -198,7 +204,10 @@ fn assert_everything(out: &Value, mode: &str) {
         "{mode}: {}",
         out["args"]
     );
+}
 
+/// Resources, templates, their contents, completion and the unknown names.
+fn assert_resources(out: &Value, mode: &str) {
     let resources = out["resources"].as_array().cloned().unwrap_or_default();
     assert!(!resources.is_empty(), "{mode}: no resources");
     for r in &resources {
@@ -428,6 +437,32 @@ async fn a_uri_two_connectors_claim_is_served_by_neither_and_status_shows_it() {
     assert_eq!(rt.status_json()["resourceClashes"], json!([]));
 }
 
+/// A prompt and a resource of the removed generation fail as a tool call of it does.
+async fn assert_answered_like_tools_call(mcp: &Mcp) {
+    let tool = error_of(
+        "tools/call",
+        &mcp.call_tool("fx_echo", json!({"message": "x"})).await,
+    );
+    let prompt = error_of(
+        "prompts/get",
+        &mcp.request("prompts/get", json!({"name": "fx_hello"}))
+            .await,
+    );
+    let resource = error_of("resources/read", &read(mcp, "fx://doc").await);
+    for (what, e) in [("prompt", &prompt), ("resource", &resource)] {
+        assert_eq!(e["code"], tool["code"], "{what}: {e} vs tool {tool}");
+        assert_eq!(
+            e["data"]["tutti"], tool["data"]["tutti"],
+            "{what}: {e} vs {tool}"
+        );
+        let message = e["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains("not available now") && message.contains("again"),
+            "{what}: {e}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn prompts_and_resources_of_a_removed_generation_answer_like_tools_call() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -488,28 +523,7 @@ async fn prompts_and_resources_of_a_removed_generation_answer_like_tools_call() 
     );
 
     for mcp in [&legacy, &modern] {
-        let tool = error_of(
-            "tools/call",
-            &mcp.call_tool("fx_echo", json!({"message": "x"})).await,
-        );
-        let prompt = error_of(
-            "prompts/get",
-            &mcp.request("prompts/get", json!({"name": "fx_hello"}))
-                .await,
-        );
-        let resource = error_of("resources/read", &read(mcp, "fx://doc").await);
-        for (what, e) in [("prompt", &prompt), ("resource", &resource)] {
-            assert_eq!(e["code"], tool["code"], "{what}: {e} vs tool {tool}");
-            assert_eq!(
-                e["data"]["tutti"], tool["data"]["tutti"],
-                "{what}: {e} vs {tool}"
-            );
-            let message = e["message"].as_str().unwrap_or("");
-            assert!(
-                message.contains("not available now") && message.contains("again"),
-                "{what}: {e}"
-            );
-        }
+        assert_answered_like_tools_call(mcp).await;
     }
     let audit = rt.audit_lines();
     assert!(

@@ -7,6 +7,8 @@
 //!
 //! The chaos test prints its random seed; rerun a sequence with `TUTTI_CHAOS_SEED=<n>`.
 
+mod hardening;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -197,6 +199,47 @@ struct Kill {
     dead_at: Instant,
 }
 
+/// What one chaos call's reply means: no answer in time, an error, an echo, or who answered.
+fn outcome_of(
+    reply: Result<(u16, reqwest::header::HeaderMap, Value), tokio::time::error::Elapsed>,
+    echo: bool,
+) -> Outcome {
+    match reply {
+        Err(_) => Outcome::Hang,
+        Ok((200, _, body)) => {
+            if let Some(err) = body.get("error") {
+                Outcome::RpcError {
+                    code: err["code"].as_i64().unwrap_or(0),
+                    message: err["message"].as_str().unwrap_or("").to_owned(),
+                }
+            } else if echo {
+                Outcome::Echo(
+                    body["result"]["content"][0]["text"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                )
+            } else {
+                let who = who_answered(&body["result"]);
+                match (who["pid"].as_u64(), who["ppid"].as_u64()) {
+                    (Some(pid), Some(ppid)) => Outcome::Who {
+                        pid: pid as u32,
+                        ppid: ppid as u32,
+                    },
+                    _ => Outcome::Http {
+                        status: 200,
+                        body: body.to_string(),
+                    },
+                }
+            }
+        }
+        Ok((status, _, body)) => Outcome::Http {
+            status,
+            body: body.to_string(),
+        },
+    }
+}
+
 async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> Vec<Call> {
     let mcp = Mcp::legacy(&url, &token);
     mcp.initialize().await;
@@ -232,40 +275,7 @@ async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> V
             None => tokio::time::timeout(CALL_LIMIT, mcp.call_tool(&tool, args)).await,
         };
         let end = Instant::now();
-        let outcome = match reply {
-            Err(_) => Outcome::Hang,
-            Ok((200, _, body)) => {
-                if let Some(err) = body.get("error") {
-                    Outcome::RpcError {
-                        code: err["code"].as_i64().unwrap_or(0),
-                        message: err["message"].as_str().unwrap_or("").to_owned(),
-                    }
-                } else if echo {
-                    Outcome::Echo(
-                        body["result"]["content"][0]["text"]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_owned(),
-                    )
-                } else {
-                    let who = who_answered(&body["result"]);
-                    match (who["pid"].as_u64(), who["ppid"].as_u64()) {
-                        (Some(pid), Some(ppid)) => Outcome::Who {
-                            pid: pid as u32,
-                            ppid: ppid as u32,
-                        },
-                        _ => Outcome::Http {
-                            status: 200,
-                            body: body.to_string(),
-                        },
-                    }
-                }
-            }
-            Ok((status, _, body)) => Outcome::Http {
-                status,
-                body: body.to_string(),
-            },
-        };
+        let outcome = outcome_of(reply, echo);
         if let Outcome::Echo(text) = &outcome {
             assert_eq!(text, &message, "echo answered another call's message");
         }
@@ -280,9 +290,8 @@ async fn chaos_client(url: String, token: String, n: usize, until: Instant) -> V
     calls
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn chaos_worker_kills_never_hang_misroute_or_outlive_their_fence() {
-    let mut rt = Runtime::start(RuntimeOptions::default());
+/// The chaos connectors, each with tools, a prompt and a resource, ready.
+fn install_chaos_connectors(rt: &mut Runtime) {
     for key in CHAOS_KEYS {
         let doc = format!("{key}://doc");
         let mut m = rt.private_fixture_connector(
@@ -302,44 +311,34 @@ async fn chaos_worker_kills_never_hang_misroute_or_outlive_their_fence() {
     for key in CHAOS_KEYS {
         rt.wait_status(key, "ready", READY);
     }
-    let token = rt.issue_token("chaos", "clients");
-    let url = rt.frontend_url().to_owned();
-    let all_tools: Vec<String> = {
-        let mut v: Vec<String> = CHAOS_KEYS
-            .iter()
-            .flat_map(|k| [format!("{k}_echo"), format!("{k}_whoami")])
-            .collect();
-        v.sort();
-        v
-    };
+}
 
-    let start = Instant::now();
-    let until = start + CHAOS_RUN;
-    let clients: Vec<_> = (0..4)
-        .map(|n| tokio::spawn(chaos_client(url.clone(), token.clone(), n, until)))
-        .collect();
-
-    // Every worker pid ever seen -> (key, generation), sampled every 20 ms until the
-    // clients are done.
-    let seen: Arc<Mutex<HashMap<u32, (String, u64)>>> = Arc::default();
-    let scanning = Arc::new(AtomicBool::new(true));
-    let scanner = {
-        let (seen, scanning) = (seen.clone(), scanning.clone());
-        let state = rt.state_dir().to_path_buf();
-        std::thread::spawn(move || {
-            while scanning.load(Ordering::Relaxed) {
-                let ws = Runtime::workers_in(&state);
-                if let Ok(mut m) = seen.lock() {
-                    for w in ws {
-                        m.entry(w.pid).or_insert((w.key, w.generation));
-                    }
+/// Records every worker pid seen in `state` with its key and generation, every 20 ms, until
+/// `scanning` is cleared.
+fn scan_workers(
+    state: std::path::PathBuf,
+    seen: Arc<Mutex<HashMap<u32, (String, u64)>>>,
+    scanning: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while scanning.load(Ordering::Relaxed) {
+            let ws = Runtime::workers_in(&state);
+            if let Ok(mut m) = seen.lock() {
+                for w in ws {
+                    m.entry(w.pid).or_insert((w.key, w.generation));
                 }
-                std::thread::sleep(Duration::from_millis(20));
             }
-        })
-    };
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
 
-    // The killer runs here, on the test's own thread (the clients run on tokio's workers).
+/// SIGKILLs a random worker every 0.7 to 1.3 s until `until`; each kill, once the process is gone.
+fn kill_random_workers(
+    rt: &Runtime,
+    seen: &Mutex<HashMap<u32, (String, u64)>>,
+    until: Instant,
+) -> Vec<Kill> {
     let mut rng = Rng::seeded();
     let mut kills: Vec<Kill> = Vec::new();
     loop {
@@ -370,12 +369,148 @@ async fn chaos_worker_kills_never_hang_misroute_or_outlive_their_fence() {
             dead_at: Instant::now(),
         });
     }
-    let last_kill = kills.last().map(|k| k.dead_at).unwrap_or(start);
+    kills
+}
 
-    // Within 2 s of the last kill, every tool is listed again.
-    let lister = Mcp::legacy(&url, &token);
+/// Upstreams of killed workers were swept with them, and nothing is left after the stop.
+fn assert_nothing_left(
+    rt: &mut Runtime,
+    kills: &[Kill],
+    upstream_pids: &BTreeMap<u32, u32>,
+    seen: &HashMap<u32, (String, u64)>,
+) {
+    let killed: BTreeSet<u32> = kills.iter().map(|k| k.pid).collect();
+    let orphans: Vec<u32> = upstream_pids
+        .iter()
+        .filter(|(_, ppid)| killed.contains(ppid))
+        .map(|(pid, _)| *pid)
+        .collect();
+    let left = proc_tree::wait_gone(&orphans, Duration::from_secs(3));
+    assert!(
+        left.is_empty(),
+        "upstreams of killed workers are still alive:\n{}",
+        proc_tree::describe(&left)
+    );
+
+    // No orphan at the end.
+    let set = rt.process_set();
+    let status = rt
+        .stop()
+        .unwrap_or_else(|| panic!("`tutti up` could not be waited for"));
+    assert!(
+        status.success(),
+        "`tutti up` exited with {status} after SIGTERM"
+    );
+    let mut everything: Vec<u32> = set;
+    everything.extend(upstream_pids.keys());
+    everything.extend(seen.keys());
+    let left = proc_tree::wait_gone(&everything, Duration::from_secs(5));
+    assert!(
+        left.is_empty() && rt.process_set().is_empty(),
+        "left behind after the stop:\n{}\n{}",
+        proc_tree::describe(&left),
+        proc_tree::describe(&rt.process_set())
+    );
+}
+
+/// What the chaos calls came to: the problems found, the answers, the error classes, the
+/// slowest call, and which upstream pid (with its parent) answered.
+#[derive(Default)]
+struct Verdicts {
+    problems: Vec<String>,
+    answered: usize,
+    errors: BTreeMap<String, usize>,
+    slowest: Duration,
+    upstream_pids: BTreeMap<u32, u32>,
+}
+
+/// Judges every call: no hang, no HTTP error, only "unavailable" errors, every answer from a
+/// worker of the called connector that was not killed before the call started.
+fn judge(
+    calls: &[Call],
+    seen: &HashMap<u32, (String, u64)>,
+    kills: &[Kill],
+    start: Instant,
+) -> Verdicts {
+    let mut v = Verdicts::default();
+    for c in calls {
+        v.slowest = v.slowest.max(c.end - c.start);
+        match &c.outcome {
+            Outcome::Hang => v.problems.push(format!(
+                "{} did not return within {CALL_LIMIT:?} (started {:?} into the run)",
+                c.tool,
+                c.start - start
+            )),
+            Outcome::Http { status, body } => v
+                .problems
+                .push(format!("{}: HTTP {status}: {body}", c.tool)),
+            Outcome::RpcError { code, message } => {
+                let unavailable = *code == -32603 && message.starts_with("[MCP_UNAVAILABLE]");
+                let gone = *code == -32602 && message.contains("not available");
+                if !(unavailable || gone) {
+                    v.problems.push(format!(
+                        "{}: unexpected JSON-RPC error {code} {message}",
+                        c.tool
+                    ));
+                }
+                let class = message.split(':').next().unwrap_or("").to_owned();
+                *v.errors.entry(format!("{code} {class}")).or_default() += 1;
+            }
+            Outcome::Echo(_) => v.answered += 1,
+            Outcome::Who { pid, ppid } => {
+                v.answered += 1;
+                v.upstream_pids.insert(*pid, *ppid);
+                let Some((key, generation)) = seen.get(ppid) else {
+                    v.problems.push(format!(
+                        "{} was v.answered by pid {pid} whose parent {ppid} is not a worker of this runtime",
+                        c.tool
+                    ));
+                    continue;
+                };
+                if key != c.key {
+                    v.problems.push(format!(
+                        "{} was v.answered by a worker of {key} (generation {generation})",
+                        c.tool
+                    ));
+                }
+                for k in kills
+                    .iter()
+                    .filter(|k| k.key == c.key && k.dead_at < c.start)
+                {
+                    if k.generation >= *generation {
+                        v.problems.push(format!(
+                            "{} started {:?} after generation {} (pid {}) was killed, yet generation {generation} (worker {ppid}) v.answered it",
+                            c.tool,
+                            c.start - k.dead_at,
+                            k.generation,
+                            k.pid
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Lists the tools until every chaos tool is back (at most 10 s after the last kill): the time.
+async fn wait_every_tool_listed(
+    rt: &Runtime,
+    url: &str,
+    token: &str,
+    last_kill: Instant,
+) -> Instant {
+    let all_tools: Vec<String> = {
+        let mut v: Vec<String> = CHAOS_KEYS
+            .iter()
+            .flat_map(|k| [format!("{k}_echo"), format!("{k}_whoami")])
+            .collect();
+        v.sort();
+        v
+    };
+    let lister = Mcp::legacy(url, token);
     lister.initialize().await;
-    let back = loop {
+    loop {
         let names = {
             let mut n = tool_names(&lister.list_tools().await);
             n.sort();
@@ -391,9 +526,11 @@ async fn chaos_worker_kills_never_hang_misroute_or_outlive_their_fence() {
             rt.diagnostics()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let recovery = back.saturating_duration_since(last_kill);
+    }
+}
 
+/// Every call the chaos clients made.
+async fn calls_of(clients: Vec<tokio::task::JoinHandle<Vec<Call>>>) -> Vec<Call> {
     let mut calls = Vec::new();
     for c in clients {
         calls.extend(
@@ -401,73 +538,49 @@ async fn chaos_worker_kills_never_hang_misroute_or_outlive_their_fence() {
                 .unwrap_or_else(|e| panic!("a chaos client panicked: {e}")),
         );
     }
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_worker_kills_never_hang_misroute_or_outlive_their_fence() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    install_chaos_connectors(&mut rt);
+
+    let token = rt.issue_token("chaos", "clients");
+    let url = rt.frontend_url().to_owned();
+    let start = Instant::now();
+    let until = start + CHAOS_RUN;
+    let clients: Vec<_> = (0..4)
+        .map(|n| tokio::spawn(chaos_client(url.clone(), token.clone(), n, until)))
+        .collect();
+
+    // Every worker pid ever seen -> (key, generation), sampled every 20 ms until the
+    // clients are done.
+    let seen: Arc<Mutex<HashMap<u32, (String, u64)>>> = Arc::default();
+    let scanning = Arc::new(AtomicBool::new(true));
+    let scanner = scan_workers(rt.state_dir().to_path_buf(), seen.clone(), scanning.clone());
+
+    // The killer runs here, on the test's own thread (the clients run on tokio's workers).
+    let kills = kill_random_workers(&rt, &seen, until);
+
+    let last_kill = kills.last().map(|k| k.dead_at).unwrap_or(start);
+
+    let back = wait_every_tool_listed(&rt, &url, &token, last_kill).await;
+    let recovery = back.saturating_duration_since(last_kill);
+
+    let calls = calls_of(clients).await;
     scanning.store(false, Ordering::Relaxed);
     let _ = scanner.join();
     let seen: HashMap<u32, (String, u64)> = seen.lock().map(|m| m.clone()).unwrap_or_default();
 
     // --- verdicts ---
-    let mut problems = Vec::new();
-    let mut answered = 0usize;
-    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
-    let mut slowest = Duration::ZERO;
-    let mut upstream_pids: BTreeMap<u32, u32> = BTreeMap::new();
-    for c in &calls {
-        slowest = slowest.max(c.end - c.start);
-        match &c.outcome {
-            Outcome::Hang => problems.push(format!(
-                "{} did not return within {CALL_LIMIT:?} (started {:?} into the run)",
-                c.tool,
-                c.start - start
-            )),
-            Outcome::Http { status, body } => {
-                problems.push(format!("{}: HTTP {status}: {body}", c.tool))
-            }
-            Outcome::RpcError { code, message } => {
-                let unavailable = *code == -32603 && message.starts_with("[MCP_UNAVAILABLE]");
-                let gone = *code == -32602 && message.contains("not available");
-                if !(unavailable || gone) {
-                    problems.push(format!(
-                        "{}: unexpected JSON-RPC error {code} {message}",
-                        c.tool
-                    ));
-                }
-                let class = message.split(':').next().unwrap_or("").to_owned();
-                *errors.entry(format!("{code} {class}")).or_default() += 1;
-            }
-            Outcome::Echo(_) => answered += 1,
-            Outcome::Who { pid, ppid } => {
-                answered += 1;
-                upstream_pids.insert(*pid, *ppid);
-                let Some((key, generation)) = seen.get(ppid) else {
-                    problems.push(format!(
-                        "{} was answered by pid {pid} whose parent {ppid} is not a worker of this runtime",
-                        c.tool
-                    ));
-                    continue;
-                };
-                if key != c.key {
-                    problems.push(format!(
-                        "{} was answered by a worker of {key} (generation {generation})",
-                        c.tool
-                    ));
-                }
-                for k in kills
-                    .iter()
-                    .filter(|k| k.key == c.key && k.dead_at < c.start)
-                {
-                    if k.generation >= *generation {
-                        problems.push(format!(
-                            "{} started {:?} after generation {} (pid {}) was killed, yet generation {generation} (worker {ppid}) answered it",
-                            c.tool,
-                            c.start - k.dead_at,
-                            k.generation,
-                            k.pid
-                        ));
-                    }
-                }
-            }
-        }
-    }
+    let Verdicts {
+        problems,
+        answered,
+        errors,
+        slowest,
+        upstream_pids,
+    } = judge(&calls, &seen, &kills, start);
     eprintln!(
         "chaos: {} calls, {answered} answered, errors {errors:?}, {} kills, slowest call {slowest:?}, recovery {recovery:?}",
         calls.len(),
@@ -506,39 +619,7 @@ async fn chaos_worker_kills_never_hang_misroute_or_outlive_their_fence() {
         assert_eq!(entry["status"], json!("ready"), "{entry}");
     }
 
-    // Upstreams of killed workers were swept with them.
-    let killed: BTreeSet<u32> = kills.iter().map(|k| k.pid).collect();
-    let orphans: Vec<u32> = upstream_pids
-        .iter()
-        .filter(|(_, ppid)| killed.contains(ppid))
-        .map(|(pid, _)| *pid)
-        .collect();
-    let left = proc_tree::wait_gone(&orphans, Duration::from_secs(3));
-    assert!(
-        left.is_empty(),
-        "upstreams of killed workers are still alive:\n{}",
-        proc_tree::describe(&left)
-    );
-
-    // No orphan at the end.
-    let set = rt.process_set();
-    let status = rt
-        .stop()
-        .unwrap_or_else(|| panic!("`tutti up` could not be waited for"));
-    assert!(
-        status.success(),
-        "`tutti up` exited with {status} after SIGTERM"
-    );
-    let mut everything: Vec<u32> = set;
-    everything.extend(upstream_pids.keys());
-    everything.extend(seen.keys());
-    let left = proc_tree::wait_gone(&everything, Duration::from_secs(5));
-    assert!(
-        left.is_empty() && rt.process_set().is_empty(),
-        "left behind after the stop:\n{}\n{}",
-        proc_tree::describe(&left),
-        proc_tree::describe(&rt.process_set())
-    );
+    assert_nothing_left(&mut rt, &kills, &upstream_pids, &seen);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -653,6 +734,35 @@ async fn no_orphans_after_kernel_sigkill() {
 // ---------------------------------------------------------------------------------------
 // crash loop
 
+/// Calls `good_echo` every 20 ms until `stop`: how many answered right, and what failed.
+async fn echo_until_stopped(
+    url: String,
+    token: String,
+    stop: Arc<AtomicBool>,
+) -> (usize, Vec<String>) {
+    let mcp = Mcp::legacy(&url, &token);
+    mcp.initialize().await;
+    let mut ok = 0usize;
+    let mut failures = Vec::new();
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let message = format!("still here {i}");
+        let reply = tokio::time::timeout(
+            CALL_LIMIT,
+            mcp.call_tool("good_echo", json!({"message": message})),
+        )
+        .await;
+        match reply {
+            Ok((200, _, body)) if body["result"]["content"][0]["text"] == json!(message) => ok += 1,
+            Ok((status, _, body)) => failures.push(format!("HTTP {status}: {body}")),
+            Err(_) => failures.push("timed out".to_owned()),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (ok, failures)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn crash_loop_is_reported_while_other_connectors_keep_working() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -666,37 +776,7 @@ async fn crash_loop_is_reported_while_other_connectors_keep_working() {
     let url = rt.frontend_url().to_owned();
 
     let stop = Arc::new(AtomicBool::new(false));
-    let caller = {
-        let stop = stop.clone();
-        let (url, token) = (url.clone(), token.clone());
-        tokio::spawn(async move {
-            let mcp = Mcp::legacy(&url, &token);
-            mcp.initialize().await;
-            let mut ok = 0usize;
-            let mut failures = Vec::new();
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                i += 1;
-                let message = format!("still here {i}");
-                let reply = tokio::time::timeout(
-                    CALL_LIMIT,
-                    mcp.call_tool("good_echo", json!({"message": message})),
-                )
-                .await;
-                match reply {
-                    Ok((200, _, body))
-                        if body["result"]["content"][0]["text"] == json!(message) =>
-                    {
-                        ok += 1
-                    }
-                    Ok((status, _, body)) => failures.push(format!("HTTP {status}: {body}")),
-                    Err(_) => failures.push("timed out".to_owned()),
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (ok, failures)
-        })
-    };
+    let caller = tokio::spawn(echo_until_stopped(url, token, stop.clone()));
 
     let started = Instant::now();
     rt.install_ok(
@@ -755,99 +835,20 @@ async fn crash_loop_is_reported_while_other_connectors_keep_working() {
 // ---------------------------------------------------------------------------------------
 // atomic update
 
-#[tokio::test(flavor = "multi_thread")]
-async fn upgrades_switch_the_tool_set_atomically_and_drain_the_old_generation() {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    rt.install_ok(
-        &rt.private_fixture_connector("other", &["--tools", "echo"]),
-        &[],
-    );
-    rt.install_ok(
-        &rt.private_fixture_connector("upd", &["--tools", "echo,add,sleep"]),
-        &[],
-    );
-    rt.wait_status("other", "ready", READY);
-    let first = rt.wait_status("upd", "ready", READY);
-    let token = rt.issue_token("atomic", "s");
-    let url = rt.frontend_url().to_owned();
-
-    let releases: [&[&str]; 3] = [
-        &["upd_add", "upd_echo", "upd_sleep"],
-        &["upd_echo", "upd_whoami"],
-        &["upd_add", "upd_echo"],
-    ];
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let lister = {
-        let stop = stop.clone();
-        let (url, token) = (url.clone(), token.clone());
-        tokio::spawn(async move {
-            let mcp = Mcp::legacy(&url, &token);
-            mcp.initialize().await;
-            let mut lists: Vec<Vec<Value>> = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                lists.push(mcp.list_tools().await);
-            }
-            lists
-        })
-    };
-
-    // A call in flight on the first generation when the upgrade commits: it finishes.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let in_flight = {
-        let (url, token) = (url.clone(), token.clone());
-        tokio::spawn(async move {
-            let mcp = Mcp::legacy(&url, &token);
-            let started = Instant::now();
-            let reply = mcp.call_tool("upd_sleep", json!({"ms": 2000})).await;
-            (reply, started.elapsed())
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-
-    let mut last = generation(&first);
-    for (args, expected) in [("echo,whoami", releases[1]), ("echo,add", releases[2])] {
-        rt.install_ok(
-            &rt.private_fixture_connector("upd", &["--tools", args]),
-            &[],
-        );
-        let entry = rt.wait_connector("upd", READY, "the new generation", |c| {
-            c["status"] == "ready" && generation(c) > last
-        });
-        last = generation(&entry);
-        assert_eq!(
-            entry["toolCount"].as_u64(),
-            Some(expected.len() as u64),
-            "{entry}"
-        );
-        // Only the new generation's worker stays: the old one drains (the 2 s call) and
-        // exits then, not at the end of the kernel's 10 s grace period.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let upd: Vec<_> = rt
-                .workers()
-                .into_iter()
-                .filter(|w| w.key == "upd")
-                .collect();
-            if upd.len() == 1 && upd[0].generation == last {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the old worker did not exit within 5 s of the upgrade although its calls \
-                 were drained: {upd:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        // Let the lister see this release for a while.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+/// Lists the tools again and again until `stop`: every listing seen.
+async fn list_until_stopped(url: String, token: String, stop: Arc<AtomicBool>) -> Vec<Vec<Value>> {
+    let mcp = Mcp::legacy(&url, &token);
+    mcp.initialize().await;
+    let mut lists: Vec<Vec<Value>> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        lists.push(mcp.list_tools().await);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let lists = lister
-        .await
-        .unwrap_or_else(|e| panic!("the lister panicked: {e}"));
+    lists
+}
 
+/// Every listing shows exactly one release's tools of `upd` (never a mix), never an older one
+/// after a newer one, other connectors' tools throughout, and every release at least once.
+fn assert_each_list_one_release_in_order(lists: &[Vec<Value>], releases: &[&[&str]; 3]) {
     let mut stage = 0usize;
     let mut seen_stage = [0usize; 3];
     for (i, tools) in lists.iter().enumerate() {
@@ -894,6 +895,94 @@ async fn upgrades_switch_the_tool_set_atomically_and_drain_the_old_generation() 
         seen_stage.iter().all(|n| *n > 0),
         "the lister did not see every release: {seen_stage:?}"
     );
+}
+
+/// Only the new generation's worker stays: the old one drains (the 2 s call) and
+/// exits then, not at the end of the kernel's 10 s grace period.
+async fn wait_only_the_new_worker(rt: &Runtime, last: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let upd: Vec<_> = rt
+            .workers()
+            .into_iter()
+            .filter(|w| w.key == "upd")
+            .collect();
+        if upd.len() == 1 && upd[0].generation == last {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old worker did not exit within 5 s of the upgrade although its calls \
+             were drained: {upd:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upgrades_switch_the_tool_set_atomically_and_drain_the_old_generation() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(
+        &rt.private_fixture_connector("other", &["--tools", "echo"]),
+        &[],
+    );
+    rt.install_ok(
+        &rt.private_fixture_connector("upd", &["--tools", "echo,add,sleep"]),
+        &[],
+    );
+    rt.wait_status("other", "ready", READY);
+    let first = rt.wait_status("upd", "ready", READY);
+    let token = rt.issue_token("atomic", "s");
+    let url = rt.frontend_url().to_owned();
+
+    let releases: [&[&str]; 3] = [
+        &["upd_add", "upd_echo", "upd_sleep"],
+        &["upd_echo", "upd_whoami"],
+        &["upd_add", "upd_echo"],
+    ];
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let lister = tokio::spawn(list_until_stopped(url.clone(), token.clone(), stop.clone()));
+
+    // A call in flight on the first generation when the upgrade commits: it finishes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let in_flight = {
+        let (url, token) = (url.clone(), token.clone());
+        tokio::spawn(async move {
+            let mcp = Mcp::legacy(&url, &token);
+            let started = Instant::now();
+            let reply = mcp.call_tool("upd_sleep", json!({"ms": 2000})).await;
+            (reply, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut last = generation(&first);
+    for (args, expected) in [("echo,whoami", releases[1]), ("echo,add", releases[2])] {
+        rt.install_ok(
+            &rt.private_fixture_connector("upd", &["--tools", args]),
+            &[],
+        );
+        let entry = rt.wait_connector("upd", READY, "the new generation", |c| {
+            c["status"] == "ready" && generation(c) > last
+        });
+        last = generation(&entry);
+        assert_eq!(
+            entry["toolCount"].as_u64(),
+            Some(expected.len() as u64),
+            "{entry}"
+        );
+        wait_only_the_new_worker(&rt, last).await;
+        // Let the lister see this release for a while.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let lists = lister
+        .await
+        .unwrap_or_else(|e| panic!("the lister panicked: {e}"));
+
+    assert_each_list_one_release_in_order(&lists, &releases);
     let ((status, _, body), took) = in_flight
         .await
         .unwrap_or_else(|e| panic!("the in-flight call panicked: {e}"));
@@ -907,6 +996,30 @@ async fn upgrades_switch_the_tool_set_atomically_and_drain_the_old_generation() 
 
 // ---------------------------------------------------------------------------------------
 // refused candidates
+
+/// The refused release never became the current one: the registry names the live release,
+/// so neither a worker crash nor a kernel restart brings the refused one back.
+fn assert_registry_names_the_live_release(rt: &Runtime) {
+    let registry: Value = serde_json::from_slice(
+        &std::fs::read(rt.state_dir().join("registry.json")).expect("registry.json"),
+    )
+    .expect("registry.json parses");
+    let entry = &registry["connectors"]["cand"];
+    assert!(entry.get("previous").is_none(), "{entry}");
+    let current: Value = serde_json::from_slice(
+        &std::fs::read(
+            std::path::Path::new(entry["releaseDir"].as_str().unwrap_or_default())
+                .join("connector.json"),
+        )
+        .expect("the current release's connector.json"),
+    )
+    .expect("connector.json parses");
+    assert_eq!(
+        current["mcp"]["args"],
+        json!(["--tools", "echo"]),
+        "the registry's current release is not the live one: {entry}"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_candidate_leaves_the_live_generation_and_says_why() {
@@ -971,27 +1084,7 @@ async fn a_refused_candidate_leaves_the_live_generation_and_says_why() {
         assert_eq!(echo["content"][0]["text"], json!(flag));
     }
 
-    // The refused release never became the current one: the registry names the live release,
-    // so neither a worker crash nor a kernel restart brings the refused one back.
-    let registry: Value = serde_json::from_slice(
-        &std::fs::read(rt.state_dir().join("registry.json")).expect("registry.json"),
-    )
-    .expect("registry.json parses");
-    let entry = &registry["connectors"]["cand"];
-    assert!(entry.get("previous").is_none(), "{entry}");
-    let current: Value = serde_json::from_slice(
-        &std::fs::read(
-            std::path::Path::new(entry["releaseDir"].as_str().unwrap_or_default())
-                .join("connector.json"),
-        )
-        .expect("the current release's connector.json"),
-    )
-    .expect("connector.json parses");
-    assert_eq!(
-        current["mcp"]["args"],
-        json!(["--tools", "echo"]),
-        "the registry's current release is not the live one: {entry}"
-    );
+    assert_registry_names_the_live_release(&rt);
     let worker = rt
         .workers()
         .into_iter()

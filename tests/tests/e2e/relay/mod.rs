@@ -5,6 +5,11 @@
 //! client asked for them, tagged `<key>/…`; a client without the capability gets what SPEC
 //! §11 says; the call's audit record names the relayed kinds and outcomes.
 
+mod input_response_keys;
+mod modern_upstream;
+mod own_input_responses;
+mod prompts;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};

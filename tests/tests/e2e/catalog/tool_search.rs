@@ -145,6 +145,56 @@ fn text(call: &Value) -> &str {
         .unwrap_or_default()
 }
 
+/// The audit log names the real tool and the search session.
+fn assert_audit_names_the_real_tool(rt: &Runtime) {
+    let audit = rt.audit_lines();
+    let of = |tool: &str, outcome: &str| {
+        audit.iter().any(|r| {
+            r["event"] == "call"
+                && r["tool"] == tool
+                && r["session"] == "searcher"
+                && r["outcome"] == outcome
+                && r["connector"] == "fx"
+        })
+    };
+    assert!(of("fx_echo", "ok"), "audit: {audit:?}");
+    assert!(of("fx_tool_0123", "invalid_arguments"), "audit: {audit:?}");
+    assert!(
+        !audit
+            .iter()
+            .any(|r| r["tool"].as_str().is_some_and(|t| t.starts_with("tutti_"))),
+        "the search tools are not connector calls: {audit:?}"
+    );
+}
+
+/// After an uninstall: the direct call's error text, inside an isError result.
+fn after_an_uninstall_the_direct_error_inside_a_result(rt: &Runtime, search: &str, direct: &str) {
+    rt.tutti_ok(&["connector", "uninstall", "fx"]);
+    for mode in ["legacy", "auto"] {
+        let call = json!([["call", "fx_echo", {"message": "hi"}]]);
+        let direct_error = python(rt, direct, mode, &call);
+        let message = direct_error[0]["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("direct call after uninstall: {}", direct_error[0]))
+            .to_owned();
+        assert!(message.contains("not available"), "{message}");
+        let ops = json!([
+            ["call", "tutti_call_tool", {"name": "fx_echo", "arguments": {"message": "hi"}}],
+            ["call", "tutti_call_tool", {"name": "fx_never_was", "arguments": {}}],
+            ["call", "tutti_search_tools", {"query": "echo"}],
+        ]);
+        let got = python(rt, search, mode, &ops);
+        assert_eq!(got[0]["result"]["isError"], true, "{}", got[0]);
+        assert_eq!(text(&got[0]), message, "{mode}");
+        assert_eq!(
+            got[0]["result"]["_meta"]["tutti/error"]["data"]["tutti"]["connector"],
+            "fx"
+        );
+        assert_eq!(text(&got[1]), "Unknown tool: fx_never_was");
+        assert!(found(&got[2]).is_empty(), "{}", got[2]);
+    }
+}
+
 #[test]
 fn python_sdk_search_session_finds_calls_and_is_fenced_like_a_direct_one() {
     let mut rt = Runtime::start(RuntimeOptions::default());
@@ -222,51 +272,8 @@ fn python_sdk_search_session_finds_calls_and_is_fenced_like_a_direct_one() {
         assert!(text(&got[6]).starts_with("invalid_arguments: /limit"));
     }
 
-    // The audit log names the real tool and the search session.
-    let audit = rt.audit_lines();
-    let of = |tool: &str, outcome: &str| {
-        audit.iter().any(|r| {
-            r["event"] == "call"
-                && r["tool"] == tool
-                && r["session"] == "searcher"
-                && r["outcome"] == outcome
-                && r["connector"] == "fx"
-        })
-    };
-    assert!(of("fx_echo", "ok"), "audit: {audit:?}");
-    assert!(of("fx_tool_0123", "invalid_arguments"), "audit: {audit:?}");
-    assert!(
-        !audit
-            .iter()
-            .any(|r| r["tool"].as_str().is_some_and(|t| t.starts_with("tutti_"))),
-        "the search tools are not connector calls: {audit:?}"
-    );
-
-    // After an uninstall: the direct call's error text, inside an isError result.
-    rt.tutti_ok(&["connector", "uninstall", "fx"]);
-    for mode in ["legacy", "auto"] {
-        let call = json!([["call", "fx_echo", {"message": "hi"}]]);
-        let direct_error = python(&rt, &direct, mode, &call);
-        let message = direct_error[0]["error"]["message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("direct call after uninstall: {}", direct_error[0]))
-            .to_owned();
-        assert!(message.contains("not available"), "{message}");
-        let ops = json!([
-            ["call", "tutti_call_tool", {"name": "fx_echo", "arguments": {"message": "hi"}}],
-            ["call", "tutti_call_tool", {"name": "fx_never_was", "arguments": {}}],
-            ["call", "tutti_search_tools", {"query": "echo"}],
-        ]);
-        let got = python(&rt, &search, mode, &ops);
-        assert_eq!(got[0]["result"]["isError"], true, "{}", got[0]);
-        assert_eq!(text(&got[0]), message, "{mode}");
-        assert_eq!(
-            got[0]["result"]["_meta"]["tutti/error"]["data"]["tutti"]["connector"],
-            "fx"
-        );
-        assert_eq!(text(&got[1]), "Unknown tool: fx_never_was");
-        assert!(found(&got[2]).is_empty(), "{}", got[2]);
-    }
+    assert_audit_names_the_real_tool(&rt);
+    after_an_uninstall_the_direct_error_inside_a_result(&rt, &search, &direct);
 }
 
 async fn listed_names(url: &str, token: &str) -> Vec<String> {
