@@ -549,20 +549,7 @@ fn secret_name(header: &Input, name: &str) -> String {
         Some(var) if header.variables.len() == 1 => var.as_str(),
         _ => name,
     };
-    let mut out: String = from
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if out.starts_with(|c: char| c.is_ascii_digit()) || out.is_empty() {
-        out.insert_str(0, "SECRET_");
-    }
-    out
+    tutti_rules::secret_name::from_any(from)
 }
 
 /// `--set` never carries a secret's value: those are given with `connect`.

@@ -225,20 +225,7 @@ pub(crate) fn key_of(name: &str) -> String {
 
 /// A secret name (an environment variable name) from a header name or an input id.
 pub(crate) fn secret_name(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if out.starts_with(|c: char| c.is_ascii_digit()) || out.is_empty() {
-        out.insert(0, 'S');
-    }
-    out
+    tutti_rules::secret_name::from_any(name)
 }
 
 #[cfg(test)]

@@ -285,17 +285,7 @@ fn launch(manifest: &serde_json::Value, location: &str) -> Result<Launch, Market
         .keys()
         .filter(|k| sensitive(k) && !secret_entries.contains(*k))
     {
-        let secret: String = key
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_uppercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        secrets.push(secret);
+        secrets.push(tutti_rules::secret_name::from_any(key));
     }
     secrets.sort();
     secrets.dedup();
