@@ -784,17 +784,7 @@ mod bench {
             (System::FloorVerify, floor_verify.pids()),
             (System::FloorStack, floor_stack.pids()),
         ];
-        let _hub = match hub {
-            Ok((hub, client)) => {
-                rows.push(EchoRow::new(System::Hub, Via::Hub(client), n));
-                pids.push((System::Hub, vec![hub.proc.pid()]));
-                Some(hub)
-            }
-            Err(e) => {
-                not_measured.push((System::Hub, format!("{e:#}")));
-                None
-            }
-        };
+        let _hub = hub_row(hub, n, &mut rows, &mut pids, &mut not_measured);
         match &gateway {
             Ok((proc, url, session)) => {
                 rows.push(EchoRow::new(
@@ -814,6 +804,28 @@ mod bench {
         report_planes(r, &mut calls);
         report_echo(r, calls, &not_measured);
         Ok(())
+    }
+
+    /// mcp-hub's echo row and its process, or why it is not measured; the hub lives as long as
+    /// the result.
+    fn hub_row(
+        hub: Result<(systems::Hub, systems::SseClient)>,
+        n: usize,
+        rows: &mut Vec<EchoRow>,
+        pids: &mut Vec<(System, Vec<u32>)>,
+        not_measured: &mut Vec<(System, String)>,
+    ) -> Option<systems::Hub> {
+        match hub {
+            Ok((hub, client)) => {
+                rows.push(EchoRow::new(System::Hub, Via::Hub(client), n));
+                pids.push((System::Hub, vec![hub.proc.pid()]));
+                Some(hub)
+            }
+            Err(e) => {
+                not_measured.push((System::Hub, format!("{e:#}")));
+                None
+            }
+        }
     }
 
     /// One more runtime per data plane (`TUTTI_DATA_PLANE=grpc`, `=frames`), each
@@ -926,64 +938,20 @@ mod bench {
             "  CPU per call, floor with check hop (front · worker · verifier)",
         );
         let (fs50, fs_total) = report_floor_stack(r, &mut calls, f50, floor_total);
+        let base = Baselines {
+            direct50: d50,
+            direct99: d99,
+            floor50: f50,
+            floor_verify50: fv50,
+            floor_stack50: fs50,
+        };
         let mut own = vec![
             ("floor", f50.saturating_sub(t50)),
             ("floor + check hop", fv50.saturating_sub(t50)),
             ("floor on the stack", fs50.saturating_sub(t50)),
         ];
         for era in [Era::Legacy, Era::Modern] {
-            let v = calls
-                .take(|r| matches!(r.via, Via::Runtime(e, false) if e.name() == era.name()))
-                .unwrap_or_default();
-            let (p50, _, p99, s) = summary(v);
-            r.row(
-                &format!("tools/call echo via runtime, {} era", era.name()),
-                s,
-            );
-            let (add50, add99) = (p50.saturating_sub(d50), p99.saturating_sub(d99));
-            r.row(
-                &format!("  added latency over direct, {}", era.name()),
-                format!("p50 +{} · p99 +{}", fmt_us(add50), fmt_us(add99)),
-            );
-            r.row(
-                &format!(
-                    "  p50 as a ratio to the floor · to the floor with check hop · to direct, {}",
-                    era.name()
-                ),
-                format!(
-                    "{:.2}× · {:.2}× · {:.2}×",
-                    ratio(p50, f50),
-                    ratio(p50, fv50),
-                    ratio(p50, d50)
-                ),
-            );
-            r.row(
-                &format!(
-                    "  p50 as a ratio to the floor on the runtime's stack, {}",
-                    era.name()
-                ),
-                format!(
-                    "{:.2}× ({} / {})",
-                    ratio(p50, fs50),
-                    fmt_us(p50),
-                    fmt_us(fs50)
-                ),
-            );
-            r.target(
-                &format!("p50 ≤ 1.3 × the floor's ({})", era.name()),
-                format!(
-                    "{:.2}× ({} / {})",
-                    ratio(p50, f50),
-                    fmt_us(p50),
-                    fmt_us(f50)
-                ),
-                ratio(p50, f50) <= 1.3,
-            );
-            r.target(
-                &format!("added p99 ≤ 1 ms ({})", era.name()),
-                fmt_us(add99),
-                add99 <= Duration::from_millis(1),
-            );
+            let p50 = report_era(r, &mut calls, era, &base);
             own.push((
                 if let Era::Legacy = era {
                     "runtime legacy"
@@ -1002,6 +970,93 @@ mod bench {
             "  added latency over direct, progress requested",
             format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
         );
+        report_runtime_cpu(r, &calls, floor_total, fs_total);
+        report_peers(r, &mut calls, not_measured, d50, t50, own);
+    }
+
+    /// The p50s (and the direct p99) the runtime's echo rows are compared with.
+    #[derive(Clone, Copy)]
+    struct Baselines {
+        direct50: Duration,
+        direct99: Duration,
+        floor50: Duration,
+        floor_verify50: Duration,
+        floor_stack50: Duration,
+    }
+
+    /// One era's echo row, its added latency and ratios, and the latency targets judged on
+    /// them; returns its p50.
+    fn report_era(r: &mut Report, calls: &mut EchoRows, era: Era, base: &Baselines) -> Duration {
+        let Baselines {
+            direct50: d50,
+            direct99: d99,
+            floor50: f50,
+            floor_verify50: fv50,
+            floor_stack50: fs50,
+        } = *base;
+        let v = calls
+            .take(|r| matches!(r.via, Via::Runtime(e, false) if e.name() == era.name()))
+            .unwrap_or_default();
+        let (p50, _, p99, s) = summary(v);
+        r.row(
+            &format!("tools/call echo via runtime, {} era", era.name()),
+            s,
+        );
+        let (add50, add99) = (p50.saturating_sub(d50), p99.saturating_sub(d99));
+        r.row(
+            &format!("  added latency over direct, {}", era.name()),
+            format!("p50 +{} · p99 +{}", fmt_us(add50), fmt_us(add99)),
+        );
+        r.row(
+            &format!(
+                "  p50 as a ratio to the floor · to the floor with check hop · to direct, {}",
+                era.name()
+            ),
+            format!(
+                "{:.2}× · {:.2}× · {:.2}×",
+                ratio(p50, f50),
+                ratio(p50, fv50),
+                ratio(p50, d50)
+            ),
+        );
+        r.row(
+            &format!(
+                "  p50 as a ratio to the floor on the runtime's stack, {}",
+                era.name()
+            ),
+            format!(
+                "{:.2}× ({} / {})",
+                ratio(p50, fs50),
+                fmt_us(p50),
+                fmt_us(fs50)
+            ),
+        );
+        r.target(
+            &format!("p50 ≤ 1.3 × the floor's ({})", era.name()),
+            format!(
+                "{:.2}× ({} / {})",
+                ratio(p50, f50),
+                fmt_us(p50),
+                fmt_us(f50)
+            ),
+            ratio(p50, f50) <= 1.3,
+        );
+        r.target(
+            &format!("added p99 ≤ 1 ms ({})", era.name()),
+            fmt_us(add99),
+            add99 <= Duration::from_millis(1),
+        );
+        p50
+    }
+
+    /// The runtime's CPU per call, and as ratios to the floor's (`floor_total`) and to the
+    /// floor on the runtime's stack (`fs_total`).
+    fn report_runtime_cpu(
+        r: &mut Report,
+        calls: &EchoRows,
+        floor_total: Option<Duration>,
+        fs_total: Option<Duration>,
+    ) {
         let (rt_cpu, _) = calls.cpu(System::Runtime);
         r.row(
             "  CPU per call (frontend · worker · kernel)",
@@ -1027,7 +1082,6 @@ mod bench {
                 ),
             );
         }
-        report_peers(r, &mut calls, not_measured, d50, t50, own);
     }
 
     /// A system's echo row and its CPU-per-call row (`cpu_label`); its p50 and its CPU per
