@@ -2143,29 +2143,9 @@ mod bench {
     }
 
     fn write_doc(path: &std::path::Path, r: &Report, smoke: bool) -> Result<()> {
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown CPU".into());
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0);
-        let date = Command::new("date")
-            .arg("-u")
-            .arg("+%Y-%m-%d %H:%M UTC")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
         let mut s = String::new();
         s.push_str("# Benchmarks\n\nProduced by (one line; run it on a quiet machine):\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools && TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md\n```\n\n");
-        s.push_str(&format!(
-            "Machine: {cores} cores, {cpu}{}. Date: {date}.\n\n",
-            idle_polling()
-        ));
+        s.push_str(&machine());
         s.push_str(
             "How: the direct baseline writes JSON-RPC lines to the fixture upstream's stdin and \
              reads its replies (blocking, one process). The runtime and peer rows send the same \
@@ -2205,21 +2185,7 @@ mod bench {
              `tutti up` to ready: five starts on fresh state directories after one untimed \
              start.\n\n",
         );
-        s.push_str("| measurement | result |\n|---|---|\n");
-        for (what, value) in &r.rows {
-            s.push_str(&format!("| {} | {} |\n", what.trim(), value));
-        }
-        s.push_str("\n## Targets\n\n| target | measured | verdict |\n|---|---|---|\n");
-        for (what, measured, met) in &r.targets {
-            s.push_str(&format!(
-                "| {what} | {measured} | {} |\n",
-                match (smoke, *met) {
-                    (true, _) => "not judged (smoke run)",
-                    (false, true) => "met",
-                    (false, false) => "**missed**",
-                }
-            ));
-        }
+        s.push_str(&tables(r, smoke));
         if guest_halt_polling_off() {
             s.push_str(
                 "\nGuest halt polling is off on this machine (`guest_halt_poll_ns` 0, the Linux \
@@ -2238,6 +2204,52 @@ mod bench {
             s.push_str(&old[at..]);
         }
         std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// The document's machine line: cores, CPU model, idle polling and the date.
+    fn machine() -> String {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown CPU".into());
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0);
+        let date = Command::new("date")
+            .arg("-u")
+            .arg("+%Y-%m-%d %H:%M UTC")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        format!(
+            "Machine: {cores} cores, {cpu}{}. Date: {date}.\n\n",
+            idle_polling()
+        )
+    }
+
+    /// The document's two tables: the measurements, and the targets with their verdicts.
+    fn tables(r: &Report, smoke: bool) -> String {
+        let mut s = String::new();
+        s.push_str("| measurement | result |\n|---|---|\n");
+        for (what, value) in &r.rows {
+            s.push_str(&format!("| {} | {} |\n", what.trim(), value));
+        }
+        s.push_str("\n## Targets\n\n| target | measured | verdict |\n|---|---|---|\n");
+        for (what, measured, met) in &r.targets {
+            s.push_str(&format!(
+                "| {what} | {measured} | {} |\n",
+                match (smoke, *met) {
+                    (true, _) => "not judged (smoke run)",
+                    (false, true) => "met",
+                    (false, false) => "**missed**",
+                }
+            ));
+        }
+        s
     }
 
     /// The heading of the section `--tool-search` owns in BENCHMARKS.md.
