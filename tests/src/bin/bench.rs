@@ -130,6 +130,51 @@ mod bench {
         if args.big_only {
             return big_only(args.calls.unwrap_or(if args.smoke { 5 } else { 300 }));
         }
+        let scale = scale(&args);
+        let mut r = Report::default();
+
+        let up_ready = up_ready_times()?;
+        let (mut rt, url, token, client) = start_runtime()?;
+        report_up(&mut r, &up_ready);
+
+        // 1. tools/call echo: the direct baseline (raw JSON-RPC over the fixture's stdio), the
+        // runtime (a minimal blocking HTTP/1.1 keep-alive client, the HTTP counterpart of the
+        // direct client, so the difference is the runtime's cost and not a client library's)
+        // in both eras and with a client that asks for progress (`_meta.progressToken`, as
+        // rmcp-based agents do on every request: an event-stream answer over the worker's
+        // streaming call), the architectural floor, a trivial HTTP server and the peers, all
+        // in the same interleaved rounds: on a small VM the scheduler's placement of the
+        // processes drifts over seconds and moved back-to-back rows by ±30 µs.
+        echo_section(&mut r, &rt, &url, &token, scale.calls, args.smoke).await?;
+        reqwest_row(&mut r, &client, scale.calls).await?;
+        if args.latency_only {
+            big_result_rows(&mut r, &url, &token, scale.big_calls)?;
+            rt.stop();
+            return Ok(());
+        }
+
+        load_rows(&mut r, &client, &rt, scale.load_secs).await;
+        change_rows(&mut r, &client, &mut rt, scale.kills).await?;
+        list_rows(&mut r, &client, &mut rt, &scale, args.smoke).await?;
+        // After the memory rows: see `big_result_rows`.
+        big_result_rows(&mut r, &url, &token, scale.big_calls)?;
+
+        rt.stop();
+        print_targets(&r, args.smoke);
+        if guest_halt_polling_off() {
+            println!(
+                "\nNote: guest halt polling is off here (guest_halt_poll_ns 0): every process hop \
+                 wakes a halted vCPU; see docs/PERFORMANCE.md, sixth pass."
+            );
+        }
+        if let Some(path) = args.write {
+            write_doc(&path, &r, args.smoke)?;
+        }
+        Ok(())
+    }
+
+    /// Iterations per section: a few (`--smoke`) or the full run; `--calls` per latency row.
+    fn scale(args: &Args) -> Scale {
         let scale = if args.smoke {
             Scale {
                 calls: 50,
@@ -149,12 +194,14 @@ mod bench {
                 kills: 10,
             }
         };
-        let scale = Scale {
+        Scale {
             calls: args.calls.unwrap_or(scale.calls),
             ..scale
-        };
-        let mut r = Report::default();
+        }
+    }
 
+    /// `tutti up` to ready, [`UP_STARTS`] times, sorted.
+    fn up_ready_times() -> Result<Vec<Duration>> {
         // `tutti up` to ready (a fresh state directory each time; measured before the runtime
         // below). One untimed start first: the first start after a build reads the binaries
         // from disk (one run read 393 ms against ~50 ms for every start after it).
@@ -164,7 +211,12 @@ mod bench {
             up_ready.push(time_up_to_ready()?);
         }
         up_ready.sort();
+        Ok(up_ready)
+    }
 
+    /// The runtime measured, with the bench connector ready: it, its frontend's URL, a token
+    /// and an async client.
+    fn start_runtime() -> Result<(Runtime, String, String, Client)> {
         let mut rt = Runtime::start(RuntimeOptions::default());
         let mut manifest = fixture_connector("bench", &["--tools", BENCH_TOOLS]);
         // The fault rows SIGKILL the worker on purpose, and each kill fails the calls in
@@ -176,15 +228,11 @@ mod bench {
         let token = rt.issue_token("bench", "s1");
         let url = rt.frontend_url().to_string();
         let client = Client::new(&url, &token)?;
+        Ok((rt, url, token, client))
+    }
 
-        // 1. tools/call echo: the direct baseline (raw JSON-RPC over the fixture's stdio), the
-        // runtime (a minimal blocking HTTP/1.1 keep-alive client, the HTTP counterpart of the
-        // direct client, so the difference is the runtime's cost and not a client library's)
-        // in both eras and with a client that asks for progress (`_meta.progressToken`, as
-        // rmcp-based agents do on every request: an event-stream answer over the worker's
-        // streaming call), the architectural floor, a trivial HTTP server and the peers, all
-        // in the same interleaved rounds: on a small VM the scheduler's placement of the
-        // processes drifts over seconds and moved back-to-back rows by ±30 µs.
+    /// The `tutti up` to ready row.
+    fn report_up(r: &mut Report, up_ready: &[Duration]) {
         r.row(
             "`tutti up` to ready (banner printed)",
             format!(
@@ -194,45 +242,44 @@ mod bench {
                 up_ready.len()
             ),
         );
-        echo_section(&mut r, &rt, &url, &token, scale.calls, args.smoke).await?;
-        // The same calls with an ordinary async client (reqwest on tokio), for comparison:
-        // what an agent's HTTP stack adds on top.
-        {
-            for _ in 0..WARMUP_CALLS {
-                client
-                    .call(Era::Legacy, "bench_echo", json!({"message": "x"}))
-                    .await?;
-            }
-            let mut v = Vec::with_capacity(scale.calls);
-            for _ in 0..scale.calls {
-                let t = Instant::now();
-                client
-                    .call(Era::Legacy, "bench_echo", json!({"message": "x"}))
-                    .await?;
-                v.push(t.elapsed());
-            }
-            let (_, _, _, s) = summary(v);
-            r.row("tools/call echo via runtime, legacy, reqwest client", s);
-        }
-        if args.latency_only {
-            big_result_rows(&mut r, &url, &token, scale.big_calls)?;
-            rt.stop();
-            return Ok(());
-        }
+    }
 
+    /// The same calls with an ordinary async client (reqwest on tokio), for comparison:
+    /// what an agent's HTTP stack adds on top.
+    async fn reqwest_row(r: &mut Report, client: &Client, calls: usize) -> Result<()> {
+        for _ in 0..WARMUP_CALLS {
+            client
+                .call(Era::Legacy, "bench_echo", json!({"message": "x"}))
+                .await?;
+        }
+        let mut v = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let t = Instant::now();
+            client
+                .call(Era::Legacy, "bench_echo", json!({"message": "x"}))
+                .await?;
+            v.push(t.elapsed());
+        }
+        let (_, _, _, s) = summary(v);
+        r.row("tools/call echo via runtime, legacy, reqwest client", s);
+        Ok(())
+    }
+
+    /// Throughput with 8 and 64 concurrent clients, and the processes' RSS under that load.
+    async fn load_rows(r: &mut Report, client: &Client, rt: &Runtime, load_secs: u64) {
         // 2. Throughput with 8 and 64 concurrent clients; RSS sampled under load.
         let mut rss_peak = RssPeak::default();
         for conc in [8usize, 64] {
             let (ok, err, lat) = load(
-                &client,
+                client,
                 conc,
-                Duration::from_secs(scale.load_secs),
+                Duration::from_secs(load_secs),
                 &mut rss_peak,
                 rt.state_dir(),
             )
             .await;
             let (_, _, _, s) = summary(lat);
-            let rate = ok as f64 / scale.load_secs as f64;
+            let rate = ok as f64 / load_secs as f64;
             r.row(
                 &format!("throughput, {conc} concurrent clients (legacy)"),
                 format!("{rate:.0} calls/s, {err} errors · {s}"),
@@ -272,14 +319,22 @@ mod bench {
             format!("{:.1} MiB", rss_peak.frontend as f64 / 1024.0),
             rss_peak.frontend <= 16 * 1024,
         );
+    }
 
+    /// How fast a tool-list change reaches a client: a worker's crash and a commit.
+    async fn change_rows(
+        r: &mut Report,
+        client: &Client,
+        rt: &mut Runtime,
+        kills: usize,
+    ) -> Result<()> {
         // 5 (and 4 for a fence). Crash: worker SIGKILL → first fenced error at a caller, →
         // list_changed at a listener, → tools back.
         let mut to_error = Vec::new();
         let mut to_event = Vec::new();
         let mut to_back = Vec::new();
-        for _ in 0..scale.kills {
-            let (e, ev, back) = crash_once(&client, &rt).await?;
+        for _ in 0..kills {
+            let (e, ev, back) = crash_once(client, rt).await?;
             to_error.push(e);
             to_event.push(ev);
             to_back.push(back);
@@ -297,9 +352,9 @@ mod bench {
         // 4. list_changed: a commit of a new generation → the event at a listener. Each round
         // upgrades a 40-tool connector to a release with another tool set.
         let mut to_commit_event = Vec::new();
-        for round in 0..scale.kills {
+        for round in 0..kills {
             let many = if round % 2 == 0 { "39" } else { "38" };
-            to_commit_event.push(commit_to_event(&client, &mut rt, many).await?);
+            to_commit_event.push(commit_to_event(client, rt, many).await?);
         }
         rt.tutti_ok(&["connector", "uninstall", "lc"]);
         let (_, _, commit99, s4) = summary(to_commit_event);
@@ -322,7 +377,17 @@ mod bench {
             fmt_us(changed99),
             changed99 <= Duration::from_millis(50),
         );
+        Ok(())
+    }
 
+    /// tools/list of many connectors × 40 tools, and the memory of their idle workers.
+    async fn list_rows(
+        r: &mut Report,
+        client: &Client,
+        rt: &mut Runtime,
+        scale: &Scale,
+        smoke: bool,
+    ) -> Result<()> {
         // 3. tools/list of N connectors × 40 tools.
         for i in 0..scale.connectors {
             let key = format!("m{i:02}");
@@ -372,28 +437,28 @@ mod bench {
             &format!("tools/list, {} tools (all pages, legacy)", expected),
             s,
         );
-        if !args.smoke {
+        if !smoke {
             r.target(
                 "tools/list of 2,000 tools ≤ 2 ms p50",
                 fmt_us(l50),
                 l50 <= Duration::from_millis(2),
             );
         }
+        Ok(())
+    }
 
-        // After the memory rows: see `big_result_rows`.
-        big_result_rows(&mut r, &url, &token, scale.big_calls)?;
-
-        rt.stop();
+    /// The targets, judged (or not, in a smoke run).
+    fn print_targets(r: &Report, smoke: bool) {
         println!(
             "\nTargets{}:",
-            if args.smoke {
+            if smoke {
                 " (smoke run: not judged)"
             } else {
                 ""
             }
         );
         for (what, measured, met) in &r.targets {
-            let verdict = if args.smoke {
+            let verdict = if smoke {
                 "-"
             } else if *met {
                 "met"
@@ -402,16 +467,6 @@ mod bench {
             };
             println!("  {what:<40} {measured:>12}  {verdict}");
         }
-        if guest_halt_polling_off() {
-            println!(
-                "\nNote: guest halt polling is off here (guest_halt_poll_ns 0): every process hop \
-                 wakes a halted vCPU; see docs/PERFORMANCE.md, sixth pass."
-            );
-        }
-        if let Some(path) = args.write {
-            write_doc(&path, &r, args.smoke)?;
-        }
-        Ok(())
     }
 
     // === direct baseline ===
@@ -729,17 +784,7 @@ mod bench {
             (System::FloorVerify, floor_verify.pids()),
             (System::FloorStack, floor_stack.pids()),
         ];
-        let _hub = match hub {
-            Ok((hub, client)) => {
-                rows.push(EchoRow::new(System::Hub, Via::Hub(client), n));
-                pids.push((System::Hub, vec![hub.proc.pid()]));
-                Some(hub)
-            }
-            Err(e) => {
-                not_measured.push((System::Hub, format!("{e:#}")));
-                None
-            }
-        };
+        let _hub = hub_row(hub, n, &mut rows, &mut pids, &mut not_measured);
         match &gateway {
             Ok((proc, url, session)) => {
                 rows.push(EchoRow::new(
@@ -759,6 +804,28 @@ mod bench {
         report_planes(r, &mut calls);
         report_echo(r, calls, &not_measured);
         Ok(())
+    }
+
+    /// mcp-hub's echo row and its process, or why it is not measured; the hub lives as long as
+    /// the result.
+    fn hub_row(
+        hub: Result<(systems::Hub, systems::SseClient)>,
+        n: usize,
+        rows: &mut Vec<EchoRow>,
+        pids: &mut Vec<(System, Vec<u32>)>,
+        not_measured: &mut Vec<(System, String)>,
+    ) -> Option<systems::Hub> {
+        match hub {
+            Ok((hub, client)) => {
+                rows.push(EchoRow::new(System::Hub, Via::Hub(client), n));
+                pids.push((System::Hub, vec![hub.proc.pid()]));
+                Some(hub)
+            }
+            Err(e) => {
+                not_measured.push((System::Hub, format!("{e:#}")));
+                None
+            }
+        }
     }
 
     /// One more runtime per data plane (`TUTTI_DATA_PLANE=grpc`, `=frames`), each
@@ -871,64 +938,20 @@ mod bench {
             "  CPU per call, floor with check hop (front · worker · verifier)",
         );
         let (fs50, fs_total) = report_floor_stack(r, &mut calls, f50, floor_total);
+        let base = Baselines {
+            direct50: d50,
+            direct99: d99,
+            floor50: f50,
+            floor_verify50: fv50,
+            floor_stack50: fs50,
+        };
         let mut own = vec![
             ("floor", f50.saturating_sub(t50)),
             ("floor + check hop", fv50.saturating_sub(t50)),
             ("floor on the stack", fs50.saturating_sub(t50)),
         ];
         for era in [Era::Legacy, Era::Modern] {
-            let v = calls
-                .take(|r| matches!(r.via, Via::Runtime(e, false) if e.name() == era.name()))
-                .unwrap_or_default();
-            let (p50, _, p99, s) = summary(v);
-            r.row(
-                &format!("tools/call echo via runtime, {} era", era.name()),
-                s,
-            );
-            let (add50, add99) = (p50.saturating_sub(d50), p99.saturating_sub(d99));
-            r.row(
-                &format!("  added latency over direct, {}", era.name()),
-                format!("p50 +{} · p99 +{}", fmt_us(add50), fmt_us(add99)),
-            );
-            r.row(
-                &format!(
-                    "  p50 as a ratio to the floor · to the floor with check hop · to direct, {}",
-                    era.name()
-                ),
-                format!(
-                    "{:.2}× · {:.2}× · {:.2}×",
-                    ratio(p50, f50),
-                    ratio(p50, fv50),
-                    ratio(p50, d50)
-                ),
-            );
-            r.row(
-                &format!(
-                    "  p50 as a ratio to the floor on the runtime's stack, {}",
-                    era.name()
-                ),
-                format!(
-                    "{:.2}× ({} / {})",
-                    ratio(p50, fs50),
-                    fmt_us(p50),
-                    fmt_us(fs50)
-                ),
-            );
-            r.target(
-                &format!("p50 ≤ 1.3 × the floor's ({})", era.name()),
-                format!(
-                    "{:.2}× ({} / {})",
-                    ratio(p50, f50),
-                    fmt_us(p50),
-                    fmt_us(f50)
-                ),
-                ratio(p50, f50) <= 1.3,
-            );
-            r.target(
-                &format!("added p99 ≤ 1 ms ({})", era.name()),
-                fmt_us(add99),
-                add99 <= Duration::from_millis(1),
-            );
+            let p50 = report_era(r, &mut calls, era, &base);
             own.push((
                 if let Era::Legacy = era {
                     "runtime legacy"
@@ -947,6 +970,93 @@ mod bench {
             "  added latency over direct, progress requested",
             format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
         );
+        report_runtime_cpu(r, &calls, floor_total, fs_total);
+        report_peers(r, &mut calls, not_measured, d50, t50, own);
+    }
+
+    /// The p50s (and the direct p99) the runtime's echo rows are compared with.
+    #[derive(Clone, Copy)]
+    struct Baselines {
+        direct50: Duration,
+        direct99: Duration,
+        floor50: Duration,
+        floor_verify50: Duration,
+        floor_stack50: Duration,
+    }
+
+    /// One era's echo row, its added latency and ratios, and the latency targets judged on
+    /// them; returns its p50.
+    fn report_era(r: &mut Report, calls: &mut EchoRows, era: Era, base: &Baselines) -> Duration {
+        let Baselines {
+            direct50: d50,
+            direct99: d99,
+            floor50: f50,
+            floor_verify50: fv50,
+            floor_stack50: fs50,
+        } = *base;
+        let v = calls
+            .take(|r| matches!(r.via, Via::Runtime(e, false) if e.name() == era.name()))
+            .unwrap_or_default();
+        let (p50, _, p99, s) = summary(v);
+        r.row(
+            &format!("tools/call echo via runtime, {} era", era.name()),
+            s,
+        );
+        let (add50, add99) = (p50.saturating_sub(d50), p99.saturating_sub(d99));
+        r.row(
+            &format!("  added latency over direct, {}", era.name()),
+            format!("p50 +{} · p99 +{}", fmt_us(add50), fmt_us(add99)),
+        );
+        r.row(
+            &format!(
+                "  p50 as a ratio to the floor · to the floor with check hop · to direct, {}",
+                era.name()
+            ),
+            format!(
+                "{:.2}× · {:.2}× · {:.2}×",
+                ratio(p50, f50),
+                ratio(p50, fv50),
+                ratio(p50, d50)
+            ),
+        );
+        r.row(
+            &format!(
+                "  p50 as a ratio to the floor on the runtime's stack, {}",
+                era.name()
+            ),
+            format!(
+                "{:.2}× ({} / {})",
+                ratio(p50, fs50),
+                fmt_us(p50),
+                fmt_us(fs50)
+            ),
+        );
+        r.target(
+            &format!("p50 ≤ 1.3 × the floor's ({})", era.name()),
+            format!(
+                "{:.2}× ({} / {})",
+                ratio(p50, f50),
+                fmt_us(p50),
+                fmt_us(f50)
+            ),
+            ratio(p50, f50) <= 1.3,
+        );
+        r.target(
+            &format!("added p99 ≤ 1 ms ({})", era.name()),
+            fmt_us(add99),
+            add99 <= Duration::from_millis(1),
+        );
+        p50
+    }
+
+    /// The runtime's CPU per call, and as ratios to the floor's (`floor_total`) and to the
+    /// floor on the runtime's stack (`fs_total`).
+    fn report_runtime_cpu(
+        r: &mut Report,
+        calls: &EchoRows,
+        floor_total: Option<Duration>,
+        fs_total: Option<Duration>,
+    ) {
         let (rt_cpu, _) = calls.cpu(System::Runtime);
         r.row(
             "  CPU per call (frontend · worker · kernel)",
@@ -972,7 +1082,6 @@ mod bench {
                 ),
             );
         }
-        report_peers(r, &mut calls, not_measured, d50, t50, own);
     }
 
     /// A system's echo row and its CPU-per-call row (`cpu_label`); its p50 and its CPU per
@@ -2034,29 +2143,9 @@ mod bench {
     }
 
     fn write_doc(path: &std::path::Path, r: &Report, smoke: bool) -> Result<()> {
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown CPU".into());
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0);
-        let date = Command::new("date")
-            .arg("-u")
-            .arg("+%Y-%m-%d %H:%M UTC")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
         let mut s = String::new();
         s.push_str("# Benchmarks\n\nProduced by (one line; run it on a quiet machine):\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools && TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md\n```\n\n");
-        s.push_str(&format!(
-            "Machine: {cores} cores, {cpu}{}. Date: {date}.\n\n",
-            idle_polling()
-        ));
+        s.push_str(&machine());
         s.push_str(
             "How: the direct baseline writes JSON-RPC lines to the fixture upstream's stdin and \
              reads its replies (blocking, one process). The runtime and peer rows send the same \
@@ -2096,21 +2185,7 @@ mod bench {
              `tutti up` to ready: five starts on fresh state directories after one untimed \
              start.\n\n",
         );
-        s.push_str("| measurement | result |\n|---|---|\n");
-        for (what, value) in &r.rows {
-            s.push_str(&format!("| {} | {} |\n", what.trim(), value));
-        }
-        s.push_str("\n## Targets\n\n| target | measured | verdict |\n|---|---|---|\n");
-        for (what, measured, met) in &r.targets {
-            s.push_str(&format!(
-                "| {what} | {measured} | {} |\n",
-                match (smoke, *met) {
-                    (true, _) => "not judged (smoke run)",
-                    (false, true) => "met",
-                    (false, false) => "**missed**",
-                }
-            ));
-        }
+        s.push_str(&tables(r, smoke));
         if guest_halt_polling_off() {
             s.push_str(
                 "\nGuest halt polling is off on this machine (`guest_halt_poll_ns` 0, the Linux \
@@ -2129,6 +2204,52 @@ mod bench {
             s.push_str(&old[at..]);
         }
         std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// The document's machine line: cores, CPU model, idle polling and the date.
+    fn machine() -> String {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown CPU".into());
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0);
+        let date = Command::new("date")
+            .arg("-u")
+            .arg("+%Y-%m-%d %H:%M UTC")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        format!(
+            "Machine: {cores} cores, {cpu}{}. Date: {date}.\n\n",
+            idle_polling()
+        )
+    }
+
+    /// The document's two tables: the measurements, and the targets with their verdicts.
+    fn tables(r: &Report, smoke: bool) -> String {
+        let mut s = String::new();
+        s.push_str("| measurement | result |\n|---|---|\n");
+        for (what, value) in &r.rows {
+            s.push_str(&format!("| {} | {} |\n", what.trim(), value));
+        }
+        s.push_str("\n## Targets\n\n| target | measured | verdict |\n|---|---|---|\n");
+        for (what, measured, met) in &r.targets {
+            s.push_str(&format!(
+                "| {what} | {measured} | {} |\n",
+                match (smoke, *met) {
+                    (true, _) => "not judged (smoke run)",
+                    (false, true) => "met",
+                    (false, false) => "**missed**",
+                }
+            ));
+        }
+        s
     }
 
     /// The heading of the section `--tool-search` owns in BENCHMARKS.md.
