@@ -65,7 +65,9 @@ fn pypi(args: &[String], from: &str) -> Result<Packaged, String> {
     };
     let plain = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
     if name.is_empty() || !name.chars().all(plain) {
-        return Err(format!("{spec:?} is not a PyPI package name (or name==version)"));
+        return Err(format!(
+            "{spec:?} is not a PyPI package name (or name==version)"
+        ));
     }
     // `--from pkg cmd`: the pinned release runs the console script named after pkg.
     if given.is_some() && normal(&first) != normal(name) {
@@ -116,7 +118,10 @@ fn oci(args: &[String]) -> Result<Packaged, String> {
             i += 2;
             continue;
         }
-        if !matches!(option, "-i" | "--interactive" | "--rm" | "-t" | "-it" | "--tty") {
+        if !matches!(
+            option,
+            "-i" | "--interactive" | "--rm" | "-t" | "-it" | "--tty"
+        ) {
             runtime_args.push(option.to_owned());
         }
         i += 1;
@@ -190,14 +195,29 @@ mod tests {
     #[test]
     fn package_launch_lines_become_market_sources() {
         let table: &[(&str, &str, &[&str], &[&str])] = &[
-            ("npx -y @scope/pkg@1.2.3 stdio --x", "npm:@scope/pkg@1.2.3", &["stdio", "--x"], &[]),
+            (
+                "npx -y @scope/pkg@1.2.3 stdio --x",
+                "npm:@scope/pkg@1.2.3",
+                &["stdio", "--x"],
+                &[],
+            ),
             ("npx pkg", "npm:pkg", &[], &[]),
             ("/usr/bin/npx --yes -- pkg@2 a", "npm:pkg@2", &["a"], &[]),
             ("bunx --bun pkg", "npm:pkg", &[], &[]),
             ("pnpm dlx @a/b@1 c", "npm:@a/b@1", &["c"], &[]),
-            ("uvx mcp-server-time==1.2 --tz x", "pypi:mcp-server-time@1.2", &["--tz", "x"], &[]),
+            (
+                "uvx mcp-server-time==1.2 --tz x",
+                "pypi:mcp-server-time@1.2",
+                &["--tz", "x"],
+                &[],
+            ),
             ("uvx mcp-server-time", "pypi:mcp-server-time", &[], &[]),
-            ("uvx --from mcp_server_time==0.6 mcp-server-time -v", "pypi:mcp_server_time@0.6", &["-v"], &[]),
+            (
+                "uvx --from mcp_server_time==0.6 mcp-server-time -v",
+                "pypi:mcp_server_time@0.6",
+                &["-v"],
+                &[],
+            ),
             ("pipx run pkg a", "pypi:pkg", &["a"], &[]),
             ("pipx run --spec pkg==1 pkg", "pypi:pkg@1", &[], &[]),
             (
@@ -220,7 +240,11 @@ mod tests {
 
     #[test]
     fn other_programs_are_not_packages_and_unreadable_lines_are_refused() {
-        for line in ["node server.js", "python -m x", "/opt/bin/tutti-fixture-server"] {
+        for line in [
+            "node server.js",
+            "python -m x",
+            "/opt/bin/tutti-fixture-server",
+        ] {
             assert_eq!(read(line), Ok(None), "{line}");
         }
         for line in [

@@ -320,7 +320,10 @@ fn show(p: &Planned) {
         (None, false) => "not needed (runs the program named)",
     };
     if let (Some(_), entry::Launch::Stdio { command, args, .. }) = (&p.staged, &p.launch) {
-        let written: Vec<String> = std::iter::once(command).chain(args).map(|a| visible(a)).collect();
+        let written: Vec<String> = std::iter::once(command)
+            .chain(args)
+            .map(|a| visible(a))
+            .collect();
         note(&format!("  launch as written: {}", written.join(" ")));
     }
     let allows = p
