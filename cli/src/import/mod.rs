@@ -96,14 +96,25 @@ pub(crate) async fn run(state_dir: &Path, args: ImportArgs) -> Result<ExitCode, 
                 continue;
             }
             let key = unique_key(&e.name, &mut installed.keys);
-            let p = plan(&mut kernel, &staging, source, index, e, &key, &args).await?;
+            let p = plan(&mut kernel, &staging, source, index, e, &key, &args).await;
+            let p = match p {
+                Ok(p) => p,
+                Err(err) => {
+                    discard_all(&mut kernel, &planned).await;
+                    return Err(err);
+                }
+            };
             if let Some(p) = p {
                 installed.launches.push(release::fingerprint_of(&e.launch));
                 planned.push(p);
             }
         }
     }
-    install_all(&mut kernel, &planned, args.yes).await?;
+    let done = install_all(&mut kernel, &planned, args.yes).await;
+    if done.is_err() {
+        discard_all(&mut kernel, &planned).await;
+    }
+    done?;
     for p in &planned {
         imported[p.source].push(p.entry_name.clone());
     }
@@ -188,48 +199,24 @@ async fn plan(
     let unpinned = args.no_pin && release::runs_a_package(e);
     let record = json!({"client": source.client, "entry": e.name, "unpinned": unpinned,
         "launch": release::fingerprint_of(&e.launch)});
-    let (dir, staged, allow) = match package_of(e, args.no_pin) {
-        Err(reason) => {
-            note(&format!(
-                "tutti: {}: {}; pass --no-pin to run the command as written",
-                e.name,
-                visible(&reason)
-            ));
-            return Ok(None);
-        }
-        Ok(Some(package)) => match pinned::stage(kernel, &package, &built, key).await {
-            Ok(staged) => {
-                let dir = PathBuf::from(&staged.staging_dir);
-                release::write_record(&dir, &record)?;
-                let line = pinned::describe(&package, &staged);
-                (dir.clone(), Some((staged, line)), pinned::program(&dir))
-            }
-            Err(reason) => {
-                note(&format!("tutti: {}: {}; skipped", e.name, visible(&reason)));
-                return Ok(None);
-            }
-        },
-        Ok(None) => {
-            let dir = staging.0.join(key);
-            release::write(&dir, &built, &record)?;
-            (dir, None, built.allow.clone())
-        }
+    let Some((dir, staged, allow)) = folder(kernel, staging, e, &built, key, &record, args).await?
+    else {
+        return Ok(None);
     };
     let request = InstallRequest {
         source_dir: dir.display().to_string(),
         allow_commands: allow.iter().cloned().collect(),
         ..Default::default()
     };
-    let plan = kernel
-        .client
-        .plan_install(request.clone())
-        .await
-        .map_err(|s| kernel.error(s))?
-        .into_inner();
+    let planned = kernel.client.plan_install(request.clone()).await;
+    let problems = planned
+        .as_ref()
+        .map_or(true, |p| !p.get_ref().problems.is_empty());
+    if let (true, Some((staged, _))) = (problems, &staged) {
+        pinned::discard(kernel, staged).await;
+    }
+    let plan = planned.map_err(|s| kernel.error(s))?.into_inner();
     if !plan.problems.is_empty() {
-        if let Some((staged, _)) = &staged {
-            pinned::discard(kernel, staged).await;
-        }
         for problem in &plan.problems {
             note(&format!("tutti: {}: {}; skipped", e.name, visible(problem)));
         }
@@ -246,6 +233,62 @@ async fn plan(
         request,
         plan,
     }))
+}
+
+/// The release folder of an entry, the market's staging of it when pinned, and the program
+/// to allow; `None` (after one line) when the entry is refused or cannot be pinned.
+async fn folder(
+    kernel: &mut Kernel,
+    staging: &Staging,
+    e: &Entry,
+    built: &release::Built,
+    key: &str,
+    record: &Value,
+    args: &ImportArgs,
+) -> Result<Option<Folder>, CliError> {
+    match package_of(e, args.no_pin) {
+        Err(reason) => {
+            note(&format!(
+                "tutti: {}: {}; pass --no-pin to run the command as written",
+                e.name,
+                visible(&reason)
+            ));
+            Ok(None)
+        }
+        Ok(Some(package)) => match pinned::stage(kernel, &package, built, key).await {
+            Ok(staged) => {
+                let dir = PathBuf::from(&staged.staging_dir);
+                if let Err(err) = release::write_record(&dir, record) {
+                    pinned::discard(kernel, &staged).await;
+                    return Err(err);
+                }
+                let line = pinned::describe(&package, &staged);
+                let program = pinned::program(&dir);
+                Ok(Some((dir, Some((staged, line)), program)))
+            }
+            Err(reason) => {
+                note(&format!("tutti: {}: {}; skipped", e.name, visible(&reason)));
+                Ok(None)
+            }
+        },
+        Ok(None) => {
+            let dir = staging.0.join(key);
+            release::write(&dir, built, record)?;
+            Ok(Some((dir, None, built.allow.clone())))
+        }
+    }
+}
+
+/// A release folder, its staging by the market (with the pinning line), the program allowed.
+type Folder = (PathBuf, Option<(StageReply, String)>, Option<String>);
+
+/// The market's staged folders of `planned` go (each once installed, or all on a failure).
+async fn discard_all(kernel: &mut Kernel, planned: &[Planned]) {
+    for p in planned {
+        if let Some((staged, _)) = &p.staged {
+            pinned::discard(kernel, staged).await;
+        }
+    }
 }
 
 /// The package an entry runs, when it is to be pinned (`--no-pin`: none).
@@ -265,13 +308,8 @@ async fn install_all(kernel: &mut Kernel, planned: &[Planned], yes: bool) -> Res
     for p in planned {
         show(p);
     }
-    if !yes && let Err(e) = confirm(Verb::Install) {
-        for p in planned {
-            if let Some((staged, _)) = &p.staged {
-                pinned::discard(kernel, staged).await;
-            }
-        }
-        return Err(e);
+    if !yes {
+        confirm(Verb::Install)?;
     }
     for p in planned {
         let mut request = p.request.clone();
