@@ -285,6 +285,13 @@ impl Market for MarketService {
     ) -> Result<Response<pb::StageReply>, Status> {
         let req = req.into_inner();
         let mut resolved = self.resolve(&req).await.map_err(market_status)?;
+        let extra_env: BTreeMap<String, String> = req.extra_env.clone().into_iter().collect();
+        resolved.plan.extend_launch(
+            &req.extra_args,
+            &req.extra_runtime_args,
+            &extra_env,
+            &req.extra_secrets,
+        );
         if let Some(url) = resolved.plan.remote_url()
             && self.client.wants_oauth(url).await
         {

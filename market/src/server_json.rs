@@ -144,6 +144,26 @@ impl ReleasePlan {
         }
     }
 
+    /// Adds what a launch line around the package gives (an imported entry, SPEC §18): its
+    /// arguments after the package's, runtime options, plain env and secret names.
+    pub fn extend_launch(
+        &mut self,
+        args: &[String],
+        runtime_args: &[String],
+        env: &BTreeMap<String, String>,
+        secrets: &[String],
+    ) {
+        self.package_args.extend(args.iter().cloned());
+        self.runtime_args.extend(runtime_args.iter().cloned());
+        let mcp = &mut self.manifest["mcp"];
+        if !env.is_empty() {
+            let mut all: Map<String, Value> = mcp["env"].as_object().cloned().unwrap_or_default();
+            all.extend(env.iter().map(|(k, v)| (k.clone(), json!(v))));
+            mcp["env"] = Value::Object(all);
+        }
+        add_secrets(mcp, secrets);
+    }
+
     /// Every secret name the manifest declares.
     pub fn secret_names(&self) -> Vec<String> {
         let mcp = &self.manifest["mcp"];

@@ -6,6 +6,8 @@
 //! the stdio bridge; `--undo CLIENT` restores the file.
 
 mod entry;
+mod launch;
+mod pinned;
 mod release;
 mod rewrite;
 mod sources;
@@ -15,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
-use tutti_proto::kernel::{ConnectRequest, Empty, InstallPlan, InstallRequest};
+use tutti_proto::kernel::{ConnectRequest, Empty, InstallPlan, InstallRequest, StageReply};
 
 use crate::args::{ImportArgs, ToolsArg};
 use crate::binding_stdio::Launch as BridgeLaunch;
@@ -44,8 +46,11 @@ struct Planned {
     key: String,
     source: usize,
     entry_name: String,
+    launch: entry::Launch,
     built: release::Built,
     unpinned: bool,
+    /// The market's staged release of a pinned package entry (and the pinning line).
+    staged: Option<(StageReply, String)>,
     request: InstallRequest,
     plan: InstallPlan,
 }
@@ -90,22 +95,26 @@ pub(crate) async fn run(state_dir: &Path, args: ImportArgs) -> Result<ExitCode, 
                 imported[index].push(e.name.clone());
                 continue;
             }
-            if release::runs_a_package(e) && !args.no_pin {
-                note(&format!(
-                    "tutti: {}: pinning of npx/uvx/docker entries is not available yet; pass --no-pin to run the command as written",
-                    e.name
-                ));
-                continue;
-            }
             let key = unique_key(&e.name, &mut installed.keys);
-            let p = plan(&mut kernel, &staging, source, index, e, &key, &args).await?;
+            let p = plan(&mut kernel, &staging, source, index, e, &key, &args).await;
+            let p = match p {
+                Ok(p) => p,
+                Err(err) => {
+                    discard_all(&mut kernel, &planned).await;
+                    return Err(err);
+                }
+            };
             if let Some(p) = p {
                 installed.launches.push(release::fingerprint_of(&e.launch));
                 planned.push(p);
             }
         }
     }
-    install_all(&mut kernel, &planned, args.yes).await?;
+    let done = install_all(&mut kernel, &planned, args.yes).await;
+    if done.is_err() {
+        discard_all(&mut kernel, &planned).await;
+    }
+    done?;
     for p in &planned {
         imported[p.source].push(p.entry_name.clone());
     }
@@ -152,16 +161,17 @@ async fn installed(kernel: &mut Kernel, state_dir: &Path) -> Result<Installed, C
         launches: Vec::new(),
     };
     for c in reply.connectors {
-        let manifest = state_dir
-            .join("releases")
-            .join(&c.key)
-            .join(&c.sha256)
-            .join("connector.json");
-        let launch = std::fs::read(&manifest)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .and_then(|m| release::fingerprint_of_manifest(&m));
+        let release = state_dir.join("releases").join(&c.key).join(&c.sha256);
+        let read = |name: &str| {
+            std::fs::read(release.join(name))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        };
+        let launch = read("connector.json").and_then(|m| release::fingerprint_of_manifest(&m));
         out.launches.extend(launch);
+        // A pinned import runs something else than its entry: the entry's launch is recorded.
+        let written = read(release::IMPORT_RECORD).map(|r| r["launch"].clone());
+        out.launches.extend(written.filter(|l| !l.is_null()));
         out.keys.insert(c.key);
     }
     Ok(out)
@@ -186,21 +196,26 @@ async fn plan(
             return Ok(None);
         }
     };
-    let dir = staging.0.join(key);
-    let unpinned = release::runs_a_package(e);
-    let record = json!({"client": source.client, "entry": e.name, "unpinned": unpinned});
-    release::write(&dir, &built, &record)?;
+    let unpinned = args.no_pin && release::runs_a_package(e);
+    let record = json!({"client": source.client, "entry": e.name, "unpinned": unpinned,
+        "launch": release::fingerprint_of(&e.launch)});
+    let Some((dir, staged, allow)) = folder(kernel, staging, e, &built, key, &record, args).await?
+    else {
+        return Ok(None);
+    };
     let request = InstallRequest {
         source_dir: dir.display().to_string(),
-        allow_commands: built.allow.iter().cloned().collect(),
+        allow_commands: allow.iter().cloned().collect(),
         ..Default::default()
     };
-    let plan = kernel
-        .client
-        .plan_install(request.clone())
-        .await
-        .map_err(|s| kernel.error(s))?
-        .into_inner();
+    let planned = kernel.client.plan_install(request.clone()).await;
+    let problems = planned
+        .as_ref()
+        .map_or(true, |p| !p.get_ref().problems.is_empty());
+    if let (true, Some((staged, _))) = (problems, &staged) {
+        pinned::discard(kernel, staged).await;
+    }
+    let plan = planned.map_err(|s| kernel.error(s))?.into_inner();
     if !plan.problems.is_empty() {
         for problem in &plan.problems {
             note(&format!("tutti: {}: {}; skipped", e.name, visible(problem)));
@@ -211,11 +226,77 @@ async fn plan(
         key: key.to_owned(),
         source: index,
         entry_name: e.name.clone(),
+        launch: e.launch.clone(),
         built,
         unpinned,
+        staged,
         request,
         plan,
     }))
+}
+
+/// The release folder of an entry, the market's staging of it when pinned, and the program
+/// to allow; `None` (after one line) when the entry is refused or cannot be pinned.
+async fn folder(
+    kernel: &mut Kernel,
+    staging: &Staging,
+    e: &Entry,
+    built: &release::Built,
+    key: &str,
+    record: &Value,
+    args: &ImportArgs,
+) -> Result<Option<Folder>, CliError> {
+    match package_of(e, args.no_pin) {
+        Err(reason) => {
+            note(&format!(
+                "tutti: {}: {}; pass --no-pin to run the command as written",
+                e.name,
+                visible(&reason)
+            ));
+            Ok(None)
+        }
+        Ok(Some(package)) => match pinned::stage(kernel, &package, built, key).await {
+            Ok(staged) => {
+                let dir = PathBuf::from(&staged.staging_dir);
+                if let Err(err) = release::write_record(&dir, record) {
+                    pinned::discard(kernel, &staged).await;
+                    return Err(err);
+                }
+                let line = pinned::describe(&package, &staged);
+                let program = pinned::program(&dir);
+                Ok(Some((dir, Some((staged, line)), program)))
+            }
+            Err(reason) => {
+                note(&format!("tutti: {}: {}; skipped", e.name, visible(&reason)));
+                Ok(None)
+            }
+        },
+        Ok(None) => {
+            let dir = staging.0.join(key);
+            release::write(&dir, built, record)?;
+            Ok(Some((dir, None, built.allow.clone())))
+        }
+    }
+}
+
+/// A release folder, its staging by the market (with the pinning line), the program allowed.
+type Folder = (PathBuf, Option<(StageReply, String)>, Option<String>);
+
+/// The market's staged folders of `planned` go (each once installed, or all on a failure).
+async fn discard_all(kernel: &mut Kernel, planned: &[Planned]) {
+    for p in planned {
+        if let Some((staged, _)) = &p.staged {
+            pinned::discard(kernel, staged).await;
+        }
+    }
+}
+
+/// The package an entry runs, when it is to be pinned (`--no-pin`: none).
+fn package_of(e: &Entry, no_pin: bool) -> Result<Option<launch::Packaged>, String> {
+    match &e.launch {
+        entry::Launch::Stdio { command, args, .. } if !no_pin => launch::packaged(command, args),
+        _ => Ok(None),
+    }
 }
 
 /// One confirmation for every planned connector, then each install and its secrets.
@@ -225,27 +306,7 @@ async fn install_all(kernel: &mut Kernel, planned: &[Planned], yes: bool) -> Res
         return Ok(());
     }
     for p in planned {
-        note(confirmation(&p.plan, Verb::Install).trim_end());
-        let moved: Vec<&str> = p.built.secrets.keys().map(String::as_str).collect();
-        let pinning = if p.unpinned {
-            "not pinned (--no-pin: runs as written)"
-        } else {
-            "not needed (runs the program named)"
-        };
-        let allows = p
-            .built
-            .allow
-            .as_ref()
-            .map(|program| format!("; allows the program PATH finds for {}", visible(program)))
-            .unwrap_or_default();
-        note(&format!(
-            "  secrets moved: {}; pinning: {pinning}{allows}",
-            if moved.is_empty() {
-                "none".to_owned()
-            } else {
-                moved.join(", ")
-            }
-        ));
+        show(p);
     }
     if !yes {
         confirm(Verb::Install)?;
@@ -253,12 +314,11 @@ async fn install_all(kernel: &mut Kernel, planned: &[Planned], yes: bool) -> Res
     for p in planned {
         let mut request = p.request.clone();
         request.expected_sha256 = p.plan.sha256.clone();
-        let reply = kernel
-            .client
-            .install(request)
-            .await
-            .map_err(|s| kernel.error(s))?
-            .into_inner();
+        let installed = kernel.client.install(request).await;
+        if let Some((staged, _)) = &p.staged {
+            pinned::discard(kernel, staged).await;
+        }
+        let reply = installed.map_err(|s| kernel.error(s))?.into_inner();
         if !p.built.secrets.is_empty() {
             let request = ConnectRequest {
                 key: p.key.clone(),
@@ -285,6 +345,39 @@ async fn install_all(kernel: &mut Kernel, planned: &[Planned], yes: bool) -> Res
         }
     }
     Ok(())
+}
+
+/// One connector's part of the confirmation: the kernel's plan, the launch as written, the
+/// moved secrets, the pinning and the program allowed.
+fn show(p: &Planned) {
+    note(confirmation(&p.plan, Verb::Install).trim_end());
+    let moved: Vec<&str> = p.built.secrets.keys().map(String::as_str).collect();
+    let pinning = match (&p.staged, p.unpinned) {
+        (Some((_, line)), _) => line.as_str(),
+        (None, true) => "not pinned (--no-pin: runs as written)",
+        (None, false) => "not needed (runs the program named)",
+    };
+    if let (Some(_), entry::Launch::Stdio { command, args, .. }) = (&p.staged, &p.launch) {
+        let written: Vec<String> = std::iter::once(command)
+            .chain(args)
+            .map(|a| visible(a))
+            .collect();
+        note(&format!("  launch as written: {}", written.join(" ")));
+    }
+    let allows = p
+        .request
+        .allow_commands
+        .first()
+        .map(|program| format!("; allows the program PATH finds for {}", visible(program)))
+        .unwrap_or_default();
+    note(&format!(
+        "  secrets moved: {}; pinning: {pinning}{allows}",
+        if moved.is_empty() {
+            "none".to_owned()
+        } else {
+            moved.join(", ")
+        }
+    ));
 }
 
 fn rewrite_all(

@@ -183,12 +183,18 @@ fn http_auth(
 /// Writes the release folder `dir` (`connector.json` and the import record).
 pub(crate) fn write(dir: &Path, built: &Built, record: &Value) -> Result<(), CliError> {
     std::fs::create_dir_all(dir).map_err(|e| CliError::io("create", dir, e))?;
-    for (name, value) in [("connector.json", &built.manifest), (IMPORT_RECORD, record)] {
-        let path = dir.join(name);
-        let text = serde_json::to_string_pretty(value).unwrap_or_default();
-        std::fs::write(&path, text).map_err(|e| CliError::io("write", &path, e))?;
-    }
-    Ok(())
+    write_json(&dir.join("connector.json"), &built.manifest)?;
+    write_record(dir, record)
+}
+
+/// Writes the import record into the release folder `dir` (built here or staged pinned).
+pub(crate) fn write_record(dir: &Path, record: &Value) -> Result<(), CliError> {
+    write_json(&dir.join(IMPORT_RECORD), record)
+}
+
+fn write_json(path: &Path, value: &Value) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    std::fs::write(path, text).map_err(|e| CliError::io("write", path, e))
 }
 
 #[cfg(test)]

@@ -293,3 +293,27 @@ fn documents_without_anything_to_run_or_a_name_are_refused() {
     assert!(err(&doc(json!({})), &Choices::default()).contains("nothing to run"));
     assert!(parse(br#"{"version": "1"}"#).is_err());
 }
+
+#[test]
+fn an_imported_launch_adds_its_arguments_env_and_secret_names_around_the_pinned_one() {
+    let oci = PackageRef::Oci {
+        image: "ghcr.io/x/w:2".into(),
+    };
+    let mut p =
+        crate::source::package_plan(&oci, &Choices::default()).unwrap_or_else(|e| panic!("{e}"));
+    let env = BTreeMap::from([("LOG_LEVEL".to_owned(), "warn".to_owned())]);
+    p.extend_launch(
+        &["stdio".into()],
+        &["-e".into(), "GITHUB_TOKEN".into()],
+        &env,
+        &["GITHUB_TOKEN".into()],
+    );
+    let m = compose(&p, Some(&pinned("docker", &["run", "-i", "img@sha256:ab"])))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        m["mcp"]["args"],
+        json!(["run", "-i", "-e", "GITHUB_TOKEN", "img@sha256:ab", "stdio"])
+    );
+    assert_eq!(m["mcp"]["env"], json!({"LOG_LEVEL": "warn"}));
+    assert_eq!(m["mcp"]["secrets"], json!(["GITHUB_TOKEN"]));
+}

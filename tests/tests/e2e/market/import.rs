@@ -1,8 +1,10 @@
 //! `tutti connector import` (SPEC §18) over the real runtime: the config files of every
 //! client (`tests/fixtures/import/`, each citing where its shape comes from) placed at their
 //! Linux paths under a fresh HOME become connectors of the fixture server; credentials move
-//! into `secrets/` and appear nowhere else; a key collision gets a suffix; an `npx` entry is
-//! refused until `--no-pin`, then runs as written and `status` marks it unpinned; a second
+//! into `secrets/` and appear nowhere else; a key collision gets a suffix; an `npx` line that
+//! is not one package is refused until `--no-pin`, then runs as written and `status` marks it
+//! unpinned; a claude-code `npx -y server-everything@VERSION` entry is pinned through the
+//! market (a lockfile in its release) and answers through the frontend; a second
 //! import skips what is there; `--rewrite` points each file at the stdio bridge (TOML
 //! comments kept) and `--undo` restores the original bytes.
 #![cfg(unix)]
@@ -11,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tutti_tests::secret_scan::{Scan, leaks};
-use tutti_tests::{Runtime, RuntimeOptions, repo_root};
+use tutti_tests::{Runtime, RuntimeOptions, repo_root, require_node22};
 
 const READY: Duration = Duration::from_secs(30);
 const SECRET: &str = "sk-live-import-Q7vX93kLpZ";
@@ -87,13 +89,13 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// The first import: every client's entries, the npx one refused for want of pinning.
+/// The first import: every client's entries, the npx one refused (not one package).
 fn first_import(rt: &Runtime, home: &Path) -> Output {
     let out = import(rt, home, &["--yes"]);
     let said = text(&out);
     assert!(
         said.contains(
-            "everything: pinning of npx/uvx/docker entries is not available yet; pass --no-pin"
+            "everything: option --tools is not read here; pass --no-pin to run the command as written"
         ),
         "{said}"
     );
@@ -215,4 +217,72 @@ fn every_clients_servers_become_connectors_without_leaking_a_secret_and_rewrite_
     )
     .unwrap_or_default();
     assert!(!registry.to_string().contains(SECRET));
+}
+
+/// The version of server-everything the registry fixture names (and `.tools/npm` holds).
+fn everything_version() -> String {
+    let path = repo_root().join("tests/fixtures/registry/everything.json");
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    doc["server"]["version"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no version in {}", path.display()))
+        .to_owned()
+}
+
+/// A runtime whose PATH finds Node 22 first (the pinned release runs `node`; npm pins).
+fn runtime_with_node_first() -> Runtime {
+    let node_bin = require_node22()
+        .parent()
+        .unwrap_or_else(|| panic!("node has no folder"))
+        .to_path_buf();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::iter::once(node_bin).chain(std::env::split_paths(&path));
+    let path = std::env::join_paths(dirs).unwrap_or_else(|e| panic!("{e}"));
+    Runtime::start(RuntimeOptions {
+        env: vec![("PATH".into(), path.to_string_lossy().into_owned())],
+        ..RuntimeOptions::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_npx_entry_is_pinned_through_the_market_and_answers_echo() {
+    let rt = runtime_with_node_first();
+    let home = rt.root().join("home");
+    let project = rt.root().join("project");
+    std::fs::create_dir_all(&project).unwrap_or_else(|e| panic!("{e}"));
+    let package = format!(
+        "@modelcontextprotocol/server-everything@{}",
+        everything_version()
+    );
+    let entry = json!({"mcpServers": {"everything": {"command": "npx",
+        "args": ["-y", package, "stdio"], "env": {"LOG_LEVEL": "warn"}}}});
+    std::fs::write(project.join(".mcp.json"), entry.to_string()).unwrap_or_else(|e| panic!("{e}"));
+
+    let out = import(&rt, &home, &["--from", "claude-code", "--yes"]);
+    let said = text(&out);
+    for line in [
+        format!("  launch as written: npx -y {package} stdio"),
+        format!("pinning: {package} ("),
+        "imported everything as everything".to_owned(),
+    ] {
+        assert!(said.contains(&line), "{line:?} missing:\n{said}");
+    }
+    let everything = rt.wait_status("everything", "ready", READY);
+    assert!(everything.get("unpinned").is_none(), "{everything}");
+    assert!(!rt.tutti_ok(&["status"]).contains("(unpinned)"));
+    let releases = rt.state_dir().join("releases").join("everything");
+    let locked = std::fs::read_dir(&releases)
+        .map(|d| {
+            d.flatten()
+                .any(|r| r.path().join("tutti-lock.json").is_file())
+        })
+        .unwrap_or(false);
+    assert!(locked, "no tutti-lock.json under {}", releases.display());
+    let echoed = super::echo_through_frontend(&rt, "everything").await;
+    assert!(echoed.contains("from the market"), "{echoed}");
+
+    // The same entry again is already there.
+    let again = text(&import(&rt, &home, &["--from", "claude-code", "--yes"]));
+    assert!(again.contains("already imported (same launch)"), "{again}");
 }
