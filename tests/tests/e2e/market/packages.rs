@@ -192,3 +192,123 @@ async fn npm_and_pypi_servers_install_by_name_pinned_and_answer() {
         assert_answers(&rt, package).await;
     }
 }
+
+/// A release folder that runs the npm server with `npx`, fetched at every start (unpinned).
+fn npx_release(rt: &mut Runtime) -> PathBuf {
+    let version = fixture_version(&EVERYTHING);
+    let manifest = json!({"key": "everything-npx", "name": "Everything with npx",
+        "description": "server-everything fetched by npx when it starts", "version": version,
+        "mcp": {"transport": "stdio", "command": "npx",
+            "args": ["-y", format!("@modelcontextprotocol/server-everything@{version}"), "stdio"]},
+        "timeouts": {"startMs": 120_000}});
+    rt.write_release(&manifest, &[])
+}
+
+/// The next start of `rt` sees no package index: the kernel's environment names a dead one
+/// for npm, pip and uv, with no proxy. An upstream gets only PATH, HOME, LANG and TMPDIR from
+/// the kernel, so the indexes are also made unreachable where npm and pip read them under
+/// HOME (`~/.npmrc`, `~/.config/pip/pip.conf`), with an empty npm cache (npx must download)
+/// and no fetch retries (npm fails at once instead of after a minute of retries).
+fn without_package_indexes(rt: &mut Runtime, home: &Path) {
+    let cache = home.join("empty-npm-cache");
+    let pip = home.join(".config/pip");
+    for dir in [&cache, &pip] {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    }
+    let npmrc = format!(
+        "registry={DEAD_INDEX}\ncache={}\nfetch-retries=0\n",
+        cache.display()
+    );
+    let pip_conf = format!("[global]\nindex-url = {DEAD_INDEX}simple\n");
+    for (path, content) in [
+        (home.join(".npmrc"), npmrc),
+        (pip.join("pip.conf"), pip_conf),
+    ] {
+        std::fs::write(&path, content).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let options = rt.options_mut();
+    for (name, value) in [
+        ("npm_config_registry", DEAD_INDEX.to_owned()),
+        ("npm_config_cache", cache.display().to_string()),
+        ("PIP_INDEX_URL", format!("{DEAD_INDEX}simple")),
+        ("UV_INDEX_URL", format!("{DEAD_INDEX}simple")),
+        ("NO_PROXY", "*".to_owned()),
+        ("no_proxy", "*".to_owned()),
+    ] {
+        options.env.push((name.to_owned(), value));
+    }
+    options.env_remove = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
+        .into_iter()
+        .flat_map(|n| [n.to_owned(), n.to_ascii_lowercase()])
+        .collect();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pinned_servers_start_without_package_indexes_where_npx_cannot() {
+    let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let home_env = ("HOME".to_owned(), home.path().display().to_string());
+    let (mut rt, _registry) = packages_runtime(vec![home_env]);
+    for package in [&EVERYTHING, &TIME] {
+        install_by_name(&rt, package);
+    }
+    let npx = npx_release(&mut rt);
+    rt.tutti_ok(&["connector", "install", &npx.display().to_string(), "--yes"]);
+    // Online, all three start: the unpinned one fails later for the missing index only.
+    for key in [EVERYTHING.key, TIME.key, "everything-npx"] {
+        rt.wait_status(key, "ready", Duration::from_secs(180));
+    }
+    rt.stop();
+
+    without_package_indexes(&mut rt, home.path());
+    rt.restart();
+    for package in [&EVERYTHING, &TIME] {
+        rt.wait_status(package.key, "ready", READY);
+        assert_answers(&rt, package).await;
+    }
+    let status = rt.wait_connector("everything-npx", READY, "a failed start", |c| {
+        c["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("exited with status"))
+    });
+    assert_ne!(status["status"], "ready", "{status}");
+    let log = rt.log("connector-everything-npx.log");
+    assert!(
+        log.contains("ECONNREFUSED") && log.contains(DEAD_INDEX),
+        "npx tried the dead index:\n{}",
+        rt.log_tail("connector-everything-npx.log", 30)
+    );
+}
+
+#[test]
+fn a_changed_byte_in_a_pinned_release_fails_its_connector_naming_the_copy() {
+    let (mut rt, _registry) = packages_runtime(Vec::new());
+    let copy = install_by_name(&rt, &EVERYTHING);
+    rt.wait_status(EVERYTHING.key, "ready", READY);
+    rt.stop();
+
+    // The last byte of the server's entry file, a newline, becomes a space: still valid
+    // JavaScript, so only the check of the copy's hash can stop it.
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(copy.join("connector.json")).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    let entry = manifest["mcp"]["args"][0].as_str().unwrap_or_default();
+    let entry = copy.join(entry.trim_start_matches("${release}/"));
+    let mut bytes = std::fs::read(&entry).unwrap_or_else(|e| panic!("{}: {e}", entry.display()));
+    assert_eq!(bytes.last(), Some(&b'\n'), "{}", entry.display());
+    if let Some(last) = bytes.last_mut() {
+        *last = b' ';
+    }
+    std::fs::write(&entry, bytes).unwrap_or_else(|e| panic!("{}: {e}", entry.display()));
+
+    rt.restart();
+    let status = rt.wait_status(EVERYTHING.key, "failed", READY);
+    let why = status["lastError"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(&copy.display().to_string()) && why.contains("does not match"),
+        "the reason names the copy: {status}"
+    );
+    assert!(
+        rt.workers().iter().all(|w| w.key != EVERYTHING.key),
+        "a worker runs the changed copy"
+    );
+}
