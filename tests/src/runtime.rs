@@ -25,6 +25,9 @@ pub struct RuntimeOptions {
     pub demo: bool,
     /// Extra environment for `tutti up` (and so for the kernel and its children).
     pub env: Vec<(String, String)>,
+    /// Variables removed from the environment `tutti up` inherits from the test (before
+    /// `env` is applied).
+    pub env_remove: Vec<String>,
     /// Extra arguments for `tutti up`.
     pub args: Vec<String>,
     /// How long to wait for `frontendUrl` in `tutti status --json`.
@@ -41,6 +44,7 @@ impl Default for RuntimeOptions {
         Self {
             demo: false,
             env: Vec::new(),
+            env_remove: Vec::new(),
             args: Vec::new(),
             ready_timeout: Duration::from_secs(20),
             cwd: None,
@@ -116,8 +120,11 @@ impl Runtime {
             // The owner's launch allowlist for the test upstreams that live outside their
             // releases (the fixture binary, copies of it, mcp-server-time). A test that sets
             // TUTTI_ALLOW_COMMANDS itself (even to "") overrides it.
-            .env("TUTTI_ALLOW_COMMANDS", self.allowed_commands())
-            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
+            .env("TUTTI_ALLOW_COMMANDS", self.allowed_commands());
+        for name in &self.opts.env_remove {
+            cmd.env_remove(name);
+        }
+        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stderr(open("up.stderr"));
         if self.opts.closed_stdout {
@@ -146,6 +153,11 @@ impl Runtime {
         );
         self.spawn_up();
         self.frontend_url = self.wait_ready(self.opts.ready_timeout);
+    }
+
+    /// The options the next [`Runtime::restart`] uses (another environment, say).
+    pub fn options_mut(&mut self) -> &mut RuntimeOptions {
+        &mut self.opts
     }
 
     /// SIGKILLs `tutti up` (the kernel) and reaps it; nothing is stopped cleanly. Returns

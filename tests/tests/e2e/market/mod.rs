@@ -6,6 +6,7 @@
 #![cfg(unix)]
 
 mod import;
+mod packages;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
