@@ -379,6 +379,9 @@ mod imp {
                 "mark" => std::fs::write(&file, b"ran").unwrap_or_else(|e| panic!("{e}")),
                 "tree" => {
                     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+                    // Left running on purpose: the test checks that stopping the child ends
+                    // this grandchild too (its job object, not a wait, ends it).
+                    #[allow(clippy::zombie_processes)]
                     let _beat = std::process::Command::new(exe)
                         .args(helper_args())
                         .env(HELPER, "beat")
@@ -395,14 +398,12 @@ mod imp {
             }
         }
 
+        /// The test harness's arguments that run `helper_process` alone, named from this
+        /// module's own path (so moving the module cannot leave the helper unfound).
         fn helper_args() -> Vec<String> {
-            [
-                "--exact",
-                "spawn::imp::tests::helper_process",
-                "--nocapture",
-            ]
-            .map(str::to_owned)
-            .to_vec()
+            let here = module_path!().split_once("::").map_or("", |(_, rest)| rest);
+            let name = format!("{here}::helper_process");
+            vec!["--exact".into(), name, "--nocapture".into()]
         }
 
         /// The helper's environment: what Wine/Windows needs to start a process, plus the mode.

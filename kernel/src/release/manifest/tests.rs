@@ -1,5 +1,5 @@
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use super::fields::*;
 use super::launch::*;
@@ -368,7 +368,8 @@ fn commands_resolve_to_their_real_path_and_release_files_to_the_copy() {
         resolve(&format!("${{release}}/{}bin/sh", "../".repeat(40))).expect("resolves outside");
     assert!(!out.starts_with(dest), "{out:?}");
     assert!(
-        !out.components().any(|c| c == Component::ParentDir),
+        !out.components()
+            .any(|c| c == std::path::Component::ParentDir),
         "{out:?}"
     );
     assert!(resolve("${release}/bin/missing").is_err());
