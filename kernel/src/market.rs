@@ -5,10 +5,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tutti_market::MarketError;
+use tutti_market::pin::{PinEvent, Progress};
 use tutti_market::plan::{PinOptions, Pinned};
 use tutti_market::registry::{self, Client, Registries};
 use tutti_market::server_json::{self, Choices, ReleasePlan};
@@ -21,9 +24,11 @@ use crate::error::KernelError;
 /// Servers one search returns at most.
 const SEARCH_MAX: usize = 100;
 
+/// Cheap to clone: a staging step runs as a task of its own with a clone.
+#[derive(Clone)]
 pub struct MarketService {
     state: PathBuf,
-    list: Mutex<Registries>,
+    list: Arc<Mutex<Registries>>,
     from_env: bool,
     client: Client,
 }
@@ -40,7 +45,7 @@ impl MarketService {
         let _ = std::fs::remove_dir_all(staging_root(state));
         Ok(Self {
             state: state.to_path_buf(),
-            list: Mutex::new(list),
+            list: Arc::new(Mutex::new(list)),
             from_env,
             client: Client::new().map_err(refused)?,
         })
@@ -109,12 +114,63 @@ impl MarketService {
         }
     }
 
+    /// Resolves and pins `req` into a new folder under `staging/`, reporting pinning progress.
+    async fn stage(
+        &self,
+        req: pb::StageRequest,
+        progress: Progress<'_>,
+    ) -> Result<pb::StageReply, Status> {
+        let mut resolved = self.resolve(&req).await.map_err(market_status)?;
+        let extra_env: BTreeMap<String, String> = req.extra_env.clone().into_iter().collect();
+        resolved.plan.extend_launch(
+            &req.extra_args,
+            &req.extra_runtime_args,
+            &extra_env,
+            &req.extra_secrets,
+        );
+        if let Some(url) = resolved.plan.remote_url()
+            && self.client.wants_oauth(url).await
+        {
+            resolved.plan.use_oauth();
+        }
+        let dir = new_staging_dir(&self.state)?;
+        let pinned = match self.build(&resolved.plan, &req, &dir, progress).await {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(market_status(e));
+            }
+        };
+        let artefacts = pinned
+            .as_ref()
+            .map(|p| p.artefacts.as_slice())
+            .unwrap_or_default();
+        Ok(pb::StageReply {
+            staging_dir: dir.display().to_string(),
+            source: resolved.label,
+            version: resolved.plan.manifest["version"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            artefacts: u32::try_from(artefacts.len()).unwrap_or(u32::MAX),
+            total_bytes: artefacts.iter().map(|a| a.size).sum(),
+            scripts: pinned
+                .as_ref()
+                .map(|p| p.scripts.clone())
+                .unwrap_or_default(),
+            scripts_allowed: req.allow_scripts,
+            secret_names: resolved.plan.secret_names(),
+            warnings: resolved.warning.into_iter().collect(),
+        })
+    }
+
     /// Pins the plan's package (if any) into `dir` and writes `connector.json` there.
     async fn build(
         &self,
         plan: &ReleasePlan,
         req: &pb::StageRequest,
         dir: &Path,
+        progress: Progress<'_>,
     ) -> Result<Option<Pinned>, MarketError> {
         let pinned = match &plan.package {
             Some(package) => {
@@ -122,10 +178,7 @@ impl MarketService {
                     allow_scripts: req.allow_scripts,
                     allow_sdist: req.allow_sdist,
                 };
-                let mut progress = |event: tutti_market::pin::PinEvent| {
-                    tracing::info!(?event, "market: pinning");
-                };
-                Some(tutti_market::pin::pin(package, dir, &options, &mut progress).await?)
+                Some(tutti_market::pin::pin(package, dir, &options, progress).await?)
             }
             None => None,
         };
@@ -176,6 +229,24 @@ fn read_list(path: &Path) -> Result<Registries, KernelError> {
             context: format!("reading {}", path.display()),
             source,
         }),
+    }
+}
+
+fn progress_event(event: &PinEvent) -> pb::StageEvent {
+    let (phase, source, artefacts, bytes) = match event {
+        PinEvent::Resolving { source } => ("resolving", source.clone(), 0, 0),
+        PinEvent::Downloading { artefacts, bytes } => {
+            ("downloading", String::new(), *artefacts, *bytes)
+        }
+        PinEvent::Installing { artefacts } => ("installing", String::new(), *artefacts, 0),
+    };
+    pb::StageEvent {
+        event: Some(pb::stage_event::Event::Progress(pb::StageProgress {
+            phase: phase.into(),
+            source,
+            artefacts: u32::try_from(artefacts).unwrap_or(u32::MAX),
+            bytes,
+        })),
     }
 }
 
@@ -279,53 +350,35 @@ impl Market for MarketService {
         Ok(Response::new(pb::SearchReply { servers }))
     }
 
+    type StageInstallStream = ReceiverStream<Result<pb::StageEvent, Status>>;
+
+    /// Staging runs as its own task and streams pinning progress, then the staged release. A
+    /// caller gone before the end (Ctrl-C) gets nothing, and its staged folder goes at once.
     async fn stage_install(
         &self,
         req: Request<pb::StageRequest>,
-    ) -> Result<Response<pb::StageReply>, Status> {
+    ) -> Result<Response<Self::StageInstallStream>, Status> {
+        let (tx, rx) = mpsc::channel(32);
+        let service = self.clone();
         let req = req.into_inner();
-        let mut resolved = self.resolve(&req).await.map_err(market_status)?;
-        let extra_env: BTreeMap<String, String> = req.extra_env.clone().into_iter().collect();
-        resolved.plan.extend_launch(
-            &req.extra_args,
-            &req.extra_runtime_args,
-            &extra_env,
-            &req.extra_secrets,
-        );
-        if let Some(url) = resolved.plan.remote_url()
-            && self.client.wants_oauth(url).await
-        {
-            resolved.plan.use_oauth();
-        }
-        let dir = new_staging_dir(&self.state)?;
-        let pinned = match self.build(&resolved.plan, &req, &dir).await {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(market_status(e));
+        tokio::spawn(async move {
+            let events = tx.clone();
+            // Progress is advisory: a full channel (a slow reader) drops an event, never waits.
+            let mut progress = move |event: PinEvent| {
+                let _ = events.try_send(Ok(progress_event(&event)));
+            };
+            let result = service.stage(req, &mut progress).await;
+            let staged_dir = result.as_ref().ok().map(|r| PathBuf::from(&r.staging_dir));
+            let event = result.map(|staged| pb::StageEvent {
+                event: Some(pb::stage_event::Event::Staged(staged)),
+            });
+            if tx.send(event).await.is_err()
+                && let Some(dir) = staged_dir
+            {
+                let _ = std::fs::remove_dir_all(dir);
             }
-        };
-        let artefacts = pinned
-            .as_ref()
-            .map(|p| p.artefacts.as_slice())
-            .unwrap_or_default();
-        Ok(Response::new(pb::StageReply {
-            staging_dir: dir.display().to_string(),
-            source: resolved.label,
-            version: resolved.plan.manifest["version"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-            artefacts: u32::try_from(artefacts.len()).unwrap_or(u32::MAX),
-            total_bytes: artefacts.iter().map(|a| a.size).sum(),
-            scripts: pinned
-                .as_ref()
-                .map(|p| p.scripts.clone())
-                .unwrap_or_default(),
-            scripts_allowed: req.allow_scripts,
-            secret_names: resolved.plan.secret_names(),
-            warnings: resolved.warning.into_iter().collect(),
-        }))
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 
     async fn discard_staged(

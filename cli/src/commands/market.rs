@@ -7,9 +7,10 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use tutti_market::source::{self, Source};
+use tutti_proto::kernel::stage_event::Event;
 use tutti_proto::kernel::{
-    DiscardRequest, Empty, MarketRegistry, RemoveRegistryRequest, SearchRequest, StageReply,
-    StageRequest,
+    DiscardRequest, Empty, MarketRegistry, RemoveRegistryRequest, SearchRequest, StageProgress,
+    StageReply, StageRequest,
 };
 
 use crate::args::{InstallArgs, RegistryCommand, SearchArgs};
@@ -164,11 +165,7 @@ pub(super) async fn install(state_dir: &Path, args: &InstallArgs) -> Result<Exit
     let request = stage_request(args)?;
     let mut kernel = Kernel::connect(state_dir).await?;
     let mut market = kernel.market();
-    let staged = market
-        .stage_install(request)
-        .await
-        .map_err(|s| kernel.error(s))?
-        .into_inner();
+    let staged = stage(&kernel, request, args.json).await?;
     for warning in &staged.warnings {
         note(&format!("tutti: {}", visible(warning)));
     }
@@ -186,6 +183,74 @@ pub(super) async fn install(state_dir: &Path, args: &InstallArgs) -> Result<Exit
         tracing::warn!(error = %status.message(), "the staged release was not removed");
     }
     outcome
+}
+
+/// Stages a market source in the kernel, showing pinning progress while it runs (a line per
+/// step on stderr; with `json`, `{"event":"progress",…}` lines on stdout), and returns the
+/// staged release.
+pub(crate) async fn stage(
+    kernel: &Kernel,
+    request: StageRequest,
+    json: bool,
+) -> Result<StageReply, CliError> {
+    let mut events = kernel
+        .market()
+        .stage_install(request)
+        .await
+        .map_err(|s| kernel.error(s))?
+        .into_inner();
+    while let Some(event) = events.message().await.map_err(|s| kernel.error(s))? {
+        match event.event {
+            Some(Event::Progress(p)) if json => emit(&json_line(&ProgressJson::from(&p))?)?,
+            Some(Event::Progress(p)) => note(&progress_line(&p)),
+            Some(Event::Staged(staged)) => return Ok(staged),
+            None => {}
+        }
+    }
+    Err(CliError::Market(
+        "the kernel ended the install before the release was staged; see `tutti logs kernel`"
+            .into(),
+    ))
+}
+
+fn progress_line(p: &StageProgress) -> String {
+    match p.phase.as_str() {
+        "resolving" => format!("tutti: resolving {}…", visible(&p.source)),
+        "downloading" if p.bytes > 0 => format!(
+            "tutti: downloaded {} artefact(s), {:.1} MB",
+            p.artefacts,
+            p.bytes as f64 / 1e6
+        ),
+        "downloading" => format!("tutti: downloading {} artefact(s)…", p.artefacts),
+        "installing" => format!(
+            "tutti: installing {} artefact(s) into the release…",
+            p.artefacts
+        ),
+        other => format!("tutti: {}", visible(other)),
+    }
+}
+
+/// A pinning step as `--json` prints it.
+#[derive(Serialize)]
+struct ProgressJson<'a> {
+    event: &'static str,
+    phase: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    source: &'a str,
+    artefacts: u32,
+    bytes: u64,
+}
+
+impl<'a> From<&'a StageProgress> for ProgressJson<'a> {
+    fn from(p: &'a StageProgress) -> Self {
+        Self {
+            event: "progress",
+            phase: &p.phase,
+            source: &p.source,
+            artefacts: p.artefacts,
+            bytes: p.bytes,
+        }
+    }
 }
 
 fn stage_request(args: &InstallArgs) -> Result<StageRequest, CliError> {

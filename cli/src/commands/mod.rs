@@ -12,7 +12,7 @@ pub(crate) mod doctor;
 mod down;
 pub(crate) mod login;
 pub(crate) mod logs;
-mod market;
+pub(crate) mod market;
 pub(crate) mod review;
 pub(crate) mod service;
 pub(crate) mod session;

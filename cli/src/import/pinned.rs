@@ -37,12 +37,13 @@ pub(super) async fn stage(
         extra_secrets: strings(&mcp["secrets"]),
         ..Default::default()
     };
-    kernel
-        .market()
-        .stage_install(request)
+    crate::commands::market::stage(kernel, request, false)
         .await
-        .map(tonic::Response::into_inner)
-        .map_err(|s| s.message().to_owned())
+        .map_err(|e| match e {
+            crate::error::CliError::Kernel { message, .. }
+            | crate::error::CliError::Market(message) => message,
+            other => other.to_string(),
+        })
 }
 
 /// The bare program a staged release runs (`node`, `python3`, `docker`), to allow.

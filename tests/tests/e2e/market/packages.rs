@@ -312,3 +312,40 @@ fn a_changed_byte_in_a_pinned_release_fails_its_connector_naming_the_copy() {
         "a worker runs the changed copy"
     );
 }
+
+#[test]
+fn a_package_install_shows_its_progress_before_it_is_confirmed() {
+    let (rt, _registry) = packages_runtime(Vec::new());
+    let source = format!(
+        "npm:@modelcontextprotocol/server-everything@{}",
+        fixture_version(&EVERYTHING)
+    );
+    let stdout = rt.tutti_ok(&["connector", "install", &source, "--yes", "--json"]);
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let phases: Vec<&str> = events
+        .iter()
+        .take_while(|e| e["event"] == "progress")
+        .filter_map(|e| e["phase"].as_str())
+        .collect();
+    assert_eq!(phases.first(), Some(&"resolving"), "{stdout}");
+    assert!(phases.contains(&"downloading"), "{stdout}");
+    assert_eq!(phases.last(), Some(&"installing"), "{stdout}");
+    let rest = &events[phases.len()..];
+    assert_eq!(
+        rest.len(),
+        2,
+        "progress, then the staged release, then the result: {stdout}"
+    );
+    assert_eq!(rest[0]["event"], "staged");
+    assert_eq!(rest[1]["key"], EVERYTHING.key);
+    let downloaded = events
+        .iter()
+        .filter(|e| e["phase"] == "downloading")
+        .filter_map(|e| e["bytes"].as_u64())
+        .max()
+        .unwrap_or(0);
+    assert!(downloaded > 0, "the bytes fetched are shown: {stdout}");
+}
