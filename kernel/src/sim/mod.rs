@@ -1,4 +1,4 @@
-//! A deterministic simulator of the connector lifecycle (`lifecycle.rs`) and the generation
+//! A deterministic simulator of the connector lifecycle (`lifecycle/`) and the generation
 //! table (`table.rs`). A seeded schedule of [`Action`]s drives several connectors through
 //! every input the runtime sees; a model of the supervisor (`world.rs`) carries out the
 //! effects (spawns that may fail, workers that exit at any moment, timers on a simulated
