@@ -90,3 +90,68 @@ fn a_generation_live_again_after_its_fence_breaks_the_monotonic_invariant() {
     let v = w.check_state().err().unwrap_or_default();
     assert!(v.starts_with("live generation went back"), "{v:?}");
 }
+
+/// The shrunk replays of the lifecycle bugs the simulator found (docs/RELIABILITY.md), kept as
+/// regression cases: the seeded budget above does not reach every one of them.
+#[test]
+fn replays_of_past_findings_hold_every_invariant() {
+    use Action::*;
+    let approve_during_an_upgrade = [
+        Install { c: 1 },
+        Offer {
+            c: 1,
+            pick: 0,
+            set: 2,
+        },
+        Offer {
+            c: 1,
+            pick: 1,
+            set: 0,
+        },
+        Install { c: 1 },
+        Approve { c: 1, stale: false },
+        Offer {
+            c: 1,
+            pick: 2,
+            set: 1,
+        },
+    ];
+    let report_of_a_revoked_generation = [
+        Upgrade {
+            c: 1,
+            new_secret: false,
+        },
+        Advance { ms: 65_000 },
+        Install { c: 1 },
+        Offer {
+            c: 1,
+            pick: 2,
+            set: 4,
+        },
+        Exit { c: 1, pick: 1 },
+        Report {
+            c: 1,
+            pick: 1,
+            kind: 1,
+        },
+        Advance { ms: 1_000 },
+        Offer {
+            c: 1,
+            pick: 2,
+            set: 3,
+        },
+        Report {
+            c: 1,
+            pick: 0,
+            kind: 2,
+        },
+    ];
+    for replay in [
+        &approve_during_an_upgrade[..],
+        &report_of_a_revoked_generation[..],
+    ] {
+        if let Err((step, v)) = execute(replay) {
+            panic!("step {step}: {v}");
+        }
+    }
+}
