@@ -116,9 +116,9 @@ pub struct Kernel {
     /// Route watchers that cache verified sessions; revocations wait for their confirmation.
     pub session_caches: Arc<crate::sessions::caches::SessionCaches>,
     /// Held for the whole of every command that changes what is installed or connected
-    /// (install, uninstall, connect, disconnect): they take turns, so one never acts on
-    /// state another is half-way through changing (an uninstall deleting the release an
-    /// install just copied, a disconnect racing a connect's reload).
+    /// (install, uninstall, connect, disconnect, approve, the end of an OAuth login): they take
+    /// turns, so one never acts on state another is half-way through changing (an uninstall
+    /// deleting the release an install just copied, a disconnect racing a connect's reload).
     pub admin: tokio::sync::Mutex<()>,
     /// OAuth logins in progress and the refresh turns (SPEC §10, `connect/oauth.rs`).
     pub oauth: crate::connect::oauth_record::Logins,

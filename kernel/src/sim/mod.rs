@@ -1,4 +1,4 @@
-//! A deterministic simulator of the connector lifecycle (`lifecycle.rs`) and the generation
+//! A deterministic simulator of the connector lifecycle (`lifecycle/`) and the generation
 //! table (`table.rs`). A seeded schedule of [`Action`]s drives several connectors through
 //! every input the runtime sees; a model of the supervisor (`world.rs`) carries out the
 //! effects (spawns that may fail, workers that exit at any moment, timers on a simulated
@@ -74,12 +74,16 @@ fn kind(violation: &str) -> &str {
     violation.split(':').next().unwrap_or(violation)
 }
 
-/// Drops chunks of actions, halving the chunk size, while the same invariant still breaks.
-/// Bounded: at most `BUDGET` replays.
-fn shrink(mut s: Vec<Action>, violation: &str) -> Vec<Action> {
-    const BUDGET: usize = 4000;
+/// Drops chunks of actions while the same invariant still breaks.
+fn shrink(s: Vec<Action>, violation: &str) -> Vec<Action> {
     let want = kind(violation).to_string();
-    let fails = |s: &[Action]| matches!(execute(s), Err((_, v)) if kind(&v) == want);
+    shrink_by(s, |s| matches!(execute(s), Err((_, v)) if kind(&v) == want))
+}
+
+/// Drops chunks of actions, halving the chunk size, while `fails` still holds. Bounded: at
+/// most `BUDGET` replays.
+fn shrink_by(mut s: Vec<Action>, fails: impl Fn(&[Action]) -> bool) -> Vec<Action> {
+    const BUDGET: usize = 4000;
     let mut tries = 0;
     let mut chunk = s.len().div_ceil(2).max(1);
     loop {

@@ -1,5 +1,5 @@
 //! The simulated runtime: a registry, a generation table, worker processes, timers and one
-//! lifecycle actor per installed connector, carrying out effects as `supervisor.rs` and
+//! lifecycle actor per installed connector, carrying out effects as `supervisor/` and
 //! `state.rs` do.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -159,7 +159,7 @@ impl World {
             secret_ok: !(new_secret && old.is_some()),
             pin: old.as_ref().and_then(|o| o.pin.clone()),
             // The fallback: the release an unfinished upgrade was to replace, else the
-            // current one (`service.rs`).
+            // current one (`install/commit.rs`).
             previous: old.map(|mut o| Box::new(o.previous.take().map_or(o, |p| *p))),
         };
         let auth_required = !entry.auth_ready();
