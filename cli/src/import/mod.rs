@@ -199,13 +199,13 @@ async fn plan(
     let unpinned = args.no_pin && release::runs_a_package(e);
     let record = json!({"client": source.client, "entry": e.name, "unpinned": unpinned,
         "launch": release::fingerprint_of(&e.launch)});
-    let Some((dir, staged, allow)) = folder(kernel, staging, e, &built, key, &record, args).await?
-    else {
+    let Some((dir, staged)) = folder(kernel, staging, e, &built, key, &record, args).await? else {
         return Ok(None);
     };
+    // The launch allowlist holds as for `install`: only what the person names is added.
     let request = InstallRequest {
         source_dir: dir.display().to_string(),
-        allow_commands: allow.iter().cloned().collect(),
+        allow_commands: args.allow_commands.clone(),
         ..Default::default()
     };
     let planned = kernel.client.plan_install(request.clone()).await;
@@ -219,6 +219,15 @@ async fn plan(
     if !plan.problems.is_empty() {
         for problem in &plan.problems {
             note(&format!("tutti: {}: {}; skipped", e.name, visible(problem)));
+        }
+        let refused = plan.problems.iter().any(|p| p.contains("launch allowlist"));
+        if let (true, Some(program)) = (refused, &built.allow) {
+            note(&format!(
+                "tutti: {}: to run {} as written, import with --allow-command {}, if you trust it",
+                e.name,
+                visible(program),
+                visible(program)
+            ));
         }
         return Ok(None);
     }
@@ -235,8 +244,8 @@ async fn plan(
     }))
 }
 
-/// The release folder of an entry, the market's staging of it when pinned, and the program
-/// to allow; `None` (after one line) when the entry is refused or cannot be pinned.
+/// The release folder of an entry and the market's staging of it when pinned; `None` (after
+/// one line) when the entry is refused or cannot be pinned.
 async fn folder(
     kernel: &mut Kernel,
     staging: &Staging,
@@ -263,8 +272,7 @@ async fn folder(
                     return Err(err);
                 }
                 let line = pinned::describe(&package, &staged);
-                let program = pinned::program(&dir);
-                Ok(Some((dir, Some((staged, line)), program)))
+                Ok(Some((dir, Some((staged, line)))))
             }
             Err(reason) => {
                 note(&format!("tutti: {}: {}; skipped", e.name, visible(&reason)));
@@ -274,13 +282,13 @@ async fn folder(
         Ok(None) => {
             let dir = staging.0.join(key);
             release::write(&dir, built, record)?;
-            Ok(Some((dir, None, built.allow.clone())))
+            Ok(Some((dir, None)))
         }
     }
 }
 
-/// A release folder, its staging by the market (with the pinning line), the program allowed.
-type Folder = (PathBuf, Option<(StageReply, String)>, Option<String>);
+/// A release folder and its staging by the market (with the pinning line).
+type Folder = (PathBuf, Option<(StageReply, String)>);
 
 /// The market's staged folders of `planned` go (each once installed, or all on a failure).
 async fn discard_all(kernel: &mut Kernel, planned: &[Planned]) {
@@ -348,7 +356,7 @@ async fn install_all(kernel: &mut Kernel, planned: &[Planned], yes: bool) -> Res
 }
 
 /// One connector's part of the confirmation: the kernel's plan, the launch as written, the
-/// moved secrets, the pinning and the program allowed.
+/// moved secrets, the pinning and the programs `--allow-command` allows.
 fn show(p: &Planned) {
     note(confirmation(&p.plan, Verb::Install).trim_end());
     let moved: Vec<&str> = p.built.secrets.keys().map(String::as_str).collect();
@@ -364,12 +372,17 @@ fn show(p: &Planned) {
             .collect();
         note(&format!("  launch as written: {}", written.join(" ")));
     }
-    let allows = p
+    let allowed: Vec<String> = p
         .request
         .allow_commands
-        .first()
-        .map(|program| format!("; allows the program PATH finds for {}", visible(program)))
-        .unwrap_or_default();
+        .iter()
+        .map(|a| visible(a))
+        .collect();
+    let allows = if allowed.is_empty() {
+        String::new()
+    } else {
+        format!("; allows (--allow-command) {}", allowed.join(", "))
+    };
     note(&format!(
         "  secrets moved: {}; pinning: {pinning}{allows}",
         if moved.is_empty() {
