@@ -30,15 +30,18 @@ use sources::Source;
 
 /// Whether the installed release `key`/`sha256` was imported unpinned (`--no-pin`).
 pub(crate) fn unpinned(state_dir: &Path, key: &str, sha256: &str) -> bool {
-    let record = state_dir
-        .join("releases")
-        .join(key)
-        .join(sha256)
-        .join(release::IMPORT_RECORD);
+    let record = release_dir(state_dir, key, sha256).join(release::IMPORT_RECORD);
     std::fs::read(record)
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
         .is_some_and(|r| r["unpinned"] == true)
+}
+
+/// The kernel's copy of release `key`/`sha256`.
+fn release_dir(state_dir: &Path, key: &str, sha256: &str) -> PathBuf {
+    tutti_rules::state_dir::layout::releases(state_dir)
+        .join(key)
+        .join(sha256)
 }
 
 /// One connector to create.
@@ -161,7 +164,7 @@ async fn installed(kernel: &mut Kernel, state_dir: &Path) -> Result<Installed, C
         launches: Vec::new(),
     };
     for c in reply.connectors {
-        let release = state_dir.join("releases").join(&c.key).join(&c.sha256);
+        let release = release_dir(state_dir, &c.key, &c.sha256);
         let read = |name: &str| {
             std::fs::read(release.join(name))
                 .ok()
