@@ -283,7 +283,7 @@ async fn folder(
             }
         },
         Ok(None) => {
-            let dir = staging.0.join(key);
+            let dir = staging.join(key);
             release::write(&dir, built, record)?;
             Ok(Some((dir, None)))
         }
@@ -429,20 +429,20 @@ fn rewrite_all(
     Ok(())
 }
 
-/// The staging dir of the releases being built; removed afterwards.
-struct Staging(PathBuf);
+/// The staging dir of the releases being built: private (0700, a name no one can guess
+/// beforehand in the shared temp dir), removed when dropped.
+struct Staging(tempfile::TempDir);
 
 impl Staging {
     fn new() -> Result<Staging, CliError> {
-        let dir = std::env::temp_dir().join(format!("tutti-import-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| CliError::io("create", &dir, e))?;
-        Ok(Staging(dir))
+        tempfile::Builder::new()
+            .prefix("tutti-import-")
+            .tempdir()
+            .map(Staging)
+            .map_err(|e| CliError::io("create", std::env::temp_dir(), e))
     }
-}
 
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
     }
 }
