@@ -171,8 +171,12 @@ pub struct ImportArgs {
     /// NAME (repeatable)
     #[arg(long = "from-env", value_name = "NAME")]
     pub from_env: Vec<String>,
+    /// Allow the imported connectors to run this program besides the launch allowlist: a name
+    /// (the program PATH finds for it) or an absolute path (repeatable), as `install` takes it
+    #[arg(long = "allow-command", value_name = "NAME|PATH")]
+    pub allow_commands: Vec<String>,
     /// Restore a client's file (or FILE) as it was before --rewrite
-    #[arg(long, value_name = "CLIENT|FILE", conflicts_with_all = ["from", "only", "rewrite", "no_pin"])]
+    #[arg(long, value_name = "CLIENT|FILE", conflicts_with_all = ["from", "only", "rewrite", "no_pin", "allow_commands"])]
     pub undo: Option<String>,
 }
 

@@ -5,6 +5,7 @@
 use base64::Engine as _;
 use futures_util::StreamExt as _;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 use tokio::sync::mpsc::UnboundedSender;
@@ -131,6 +132,15 @@ pub(super) fn rpc_error(id: &Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
 }
 
+/// What [`relay`] checks of a JSON answer: whether it is JSON-RPC, and an error without an
+/// id (`None` when absent or `null`). The members' contents are skipped, not built.
+#[derive(serde::Deserialize)]
+struct Envelope {
+    jsonrpc: Option<IgnoredAny>,
+    id: Option<IgnoredAny>,
+    error: Option<IgnoredAny>,
+}
+
 /// Writes a response's messages to the client: a JSON body as one line, an event stream
 /// event by event. Returns every line written (the caller reads `initialize` results).
 pub(super) async fn relay(
@@ -157,13 +167,15 @@ pub(super) async fn relay(
         return written;
     }
     let body = response.text().await.unwrap_or_default();
-    let parsed = serde_json::from_str::<Value>(&body)
+    // Checked, not built: a tool's result can be megabytes and passes through as it came.
+    let envelope = serde_json::from_str::<Envelope>(&body)
         .ok()
-        .filter(|v| v.get("jsonrpc").is_some());
-    let line = match (parsed, peek.id.as_ref()) {
+        .filter(|e| e.jsonrpc.is_some());
+    let line = match (envelope, peek.id.as_ref()) {
         // An HTTP-level refusal (401, 404, …) answers with `id: null`: the client's request
         // gets it under its own id, or it would wait for an answer forever.
-        (Some(mut error), Some(id)) if error["id"].is_null() && error.get("error").is_some() => {
+        (Some(e), Some(id)) if e.id.is_none() && e.error.is_some() => {
+            let mut error = serde_json::from_str::<Value>(&body).unwrap_or_default();
             error["id"] = id.clone();
             error.to_string()
         }
@@ -264,6 +276,23 @@ mod tests {
                 .id
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_envelope_tells_an_id_less_error_from_an_answer_and_from_other_json() {
+        let read = |text: &str| {
+            serde_json::from_str::<Envelope>(text)
+                .ok()
+                .filter(|e| e.jsonrpc.is_some())
+                .map(|e| (e.id.is_none(), e.error.is_some()))
+        };
+        let refusal = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"x"}}"#;
+        assert_eq!(read(refusal), Some((true, true)));
+        let answer =
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"a"}]}}"#;
+        assert_eq!(read(answer), Some((false, false)));
+        assert_eq!(read(r#"{"error":"unauthorized"}"#), None);
+        assert_eq!(read("not json"), None);
     }
 
     #[test]

@@ -164,10 +164,12 @@ fn value_to_json(v: &toml_edit::Value) -> Option<Value> {
     })
 }
 
-/// Whether an env or header name looks like it carries a credential.
+/// Whether an env or header name looks like it carries a credential: it contains one of
+/// SPEC §18's words (`*TOKEN*`, `*KEY*`, `*SECRET*`, `*PASSWORD*`, `Authorization`, …), or
+/// a part of it ends in `PAT` (a personal access token; `PATH` is not one).
 pub(crate) fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    [
+    let contained = [
         "TOKEN",
         "KEY",
         "SECRET",
@@ -176,20 +178,11 @@ pub(crate) fn looks_secret(name: &str) -> bool {
         "CREDENTIAL",
         "AUTH",
         "COOKIE",
-        "PAT",
-    ]
-    .iter()
-    .any(|word| {
-        upper
+    ];
+    contained.iter().any(|word| upper.contains(word))
+        || upper
             .split(|c: char| !c.is_ascii_alphanumeric())
-            .any(|part| {
-                if word.len() > 3 {
-                    part.contains(word)
-                } else {
-                    part.ends_with(word)
-                }
-            })
-    })
+            .any(|part| part.ends_with("PAT"))
 }
 
 /// `${input:ID}` (VS Code) or `${env:NAME}` anywhere in a value: the reference's name.
@@ -241,6 +234,9 @@ mod tests {
             "X-Api-Key",
             "DB_PASSWORD",
             "client_secret",
+            "SSH_KEYS",
+            "KEYFILE_CONTENTS",
+            "GITHUB_PAT",
         ] {
             assert!(looks_secret(name), "{name}");
         }

@@ -30,15 +30,18 @@ use sources::Source;
 
 /// Whether the installed release `key`/`sha256` was imported unpinned (`--no-pin`).
 pub(crate) fn unpinned(state_dir: &Path, key: &str, sha256: &str) -> bool {
-    let record = state_dir
-        .join("releases")
-        .join(key)
-        .join(sha256)
-        .join(release::IMPORT_RECORD);
+    let record = release_dir(state_dir, key, sha256).join(release::IMPORT_RECORD);
     std::fs::read(record)
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
         .is_some_and(|r| r["unpinned"] == true)
+}
+
+/// The kernel's copy of release `key`/`sha256`.
+fn release_dir(state_dir: &Path, key: &str, sha256: &str) -> PathBuf {
+    tutti_rules::state_dir::layout::releases(state_dir)
+        .join(key)
+        .join(sha256)
 }
 
 /// One connector to create.
@@ -161,7 +164,7 @@ async fn installed(kernel: &mut Kernel, state_dir: &Path) -> Result<Installed, C
         launches: Vec::new(),
     };
     for c in reply.connectors {
-        let release = state_dir.join("releases").join(&c.key).join(&c.sha256);
+        let release = release_dir(state_dir, &c.key, &c.sha256);
         let read = |name: &str| {
             std::fs::read(release.join(name))
                 .ok()
@@ -199,13 +202,13 @@ async fn plan(
     let unpinned = args.no_pin && release::runs_a_package(e);
     let record = json!({"client": source.client, "entry": e.name, "unpinned": unpinned,
         "launch": release::fingerprint_of(&e.launch)});
-    let Some((dir, staged, allow)) = folder(kernel, staging, e, &built, key, &record, args).await?
-    else {
+    let Some((dir, staged)) = folder(kernel, staging, e, &built, key, &record, args).await? else {
         return Ok(None);
     };
+    // The launch allowlist holds as for `install`: only what the person names is added.
     let request = InstallRequest {
         source_dir: dir.display().to_string(),
-        allow_commands: allow.iter().cloned().collect(),
+        allow_commands: args.allow_commands.clone(),
         ..Default::default()
     };
     let planned = kernel.client.plan_install(request.clone()).await;
@@ -219,6 +222,15 @@ async fn plan(
     if !plan.problems.is_empty() {
         for problem in &plan.problems {
             note(&format!("tutti: {}: {}; skipped", e.name, visible(problem)));
+        }
+        let refused = plan.problems.iter().any(|p| p.contains("launch allowlist"));
+        if let (true, Some(program)) = (refused, &built.allow) {
+            note(&format!(
+                "tutti: {}: to run {} as written, import with --allow-command {}, if you trust it",
+                e.name,
+                visible(program),
+                visible(program)
+            ));
         }
         return Ok(None);
     }
@@ -235,8 +247,8 @@ async fn plan(
     }))
 }
 
-/// The release folder of an entry, the market's staging of it when pinned, and the program
-/// to allow; `None` (after one line) when the entry is refused or cannot be pinned.
+/// The release folder of an entry and the market's staging of it when pinned; `None` (after
+/// one line) when the entry is refused or cannot be pinned.
 async fn folder(
     kernel: &mut Kernel,
     staging: &Staging,
@@ -263,8 +275,7 @@ async fn folder(
                     return Err(err);
                 }
                 let line = pinned::describe(&package, &staged);
-                let program = pinned::program(&dir);
-                Ok(Some((dir, Some((staged, line)), program)))
+                Ok(Some((dir, Some((staged, line)))))
             }
             Err(reason) => {
                 note(&format!("tutti: {}: {}; skipped", e.name, visible(&reason)));
@@ -272,15 +283,15 @@ async fn folder(
             }
         },
         Ok(None) => {
-            let dir = staging.0.join(key);
+            let dir = staging.join(key);
             release::write(&dir, built, record)?;
-            Ok(Some((dir, None, built.allow.clone())))
+            Ok(Some((dir, None)))
         }
     }
 }
 
-/// A release folder, its staging by the market (with the pinning line), the program allowed.
-type Folder = (PathBuf, Option<(StageReply, String)>, Option<String>);
+/// A release folder and its staging by the market (with the pinning line).
+type Folder = (PathBuf, Option<(StageReply, String)>);
 
 /// The market's staged folders of `planned` go (each once installed, or all on a failure).
 async fn discard_all(kernel: &mut Kernel, planned: &[Planned]) {
@@ -348,7 +359,7 @@ async fn install_all(kernel: &mut Kernel, planned: &[Planned], yes: bool) -> Res
 }
 
 /// One connector's part of the confirmation: the kernel's plan, the launch as written, the
-/// moved secrets, the pinning and the program allowed.
+/// moved secrets, the pinning and the programs `--allow-command` allows.
 fn show(p: &Planned) {
     note(confirmation(&p.plan, Verb::Install).trim_end());
     let moved: Vec<&str> = p.built.secrets.keys().map(String::as_str).collect();
@@ -364,12 +375,17 @@ fn show(p: &Planned) {
             .collect();
         note(&format!("  launch as written: {}", written.join(" ")));
     }
-    let allows = p
+    let allowed: Vec<String> = p
         .request
         .allow_commands
-        .first()
-        .map(|program| format!("; allows the program PATH finds for {}", visible(program)))
-        .unwrap_or_default();
+        .iter()
+        .map(|a| visible(a))
+        .collect();
+    let allows = if allowed.is_empty() {
+        String::new()
+    } else {
+        format!("; allows (--allow-command) {}", allowed.join(", "))
+    };
     note(&format!(
         "  secrets moved: {}; pinning: {pinning}{allows}",
         if moved.is_empty() {
@@ -413,20 +429,20 @@ fn rewrite_all(
     Ok(())
 }
 
-/// The staging dir of the releases being built; removed afterwards.
-struct Staging(PathBuf);
+/// The staging dir of the releases being built: private (0700, a name no one can guess
+/// beforehand in the shared temp dir), removed when dropped.
+struct Staging(tempfile::TempDir);
 
 impl Staging {
     fn new() -> Result<Staging, CliError> {
-        let dir = std::env::temp_dir().join(format!("tutti-import-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| CliError::io("create", &dir, e))?;
-        Ok(Staging(dir))
+        tempfile::Builder::new()
+            .prefix("tutti-import-")
+            .tempdir()
+            .map(Staging)
+            .map_err(|e| CliError::io("create", std::env::temp_dir(), e))
     }
-}
 
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
     }
 }

@@ -2,8 +2,6 @@
 //! package the launch names at the version given (else the latest), with the entry's own
 //! arguments, plain env and secret names added to the pinned launch.
 
-use std::path::Path;
-
 use serde_json::Value;
 use tutti_proto::kernel::{DiscardRequest, StageReply, StageRequest};
 
@@ -44,14 +42,6 @@ pub(super) async fn stage(
             | crate::error::CliError::Market(message) => message,
             other => other.to_string(),
         })
-}
-
-/// The bare program a staged release runs (`node`, `python3`, `docker`), to allow.
-pub(super) fn program(staged_dir: &Path) -> Option<String> {
-    let bytes = std::fs::read(staged_dir.join("connector.json")).ok()?;
-    let manifest: Value = serde_json::from_slice(&bytes).ok()?;
-    let command = manifest["mcp"]["command"].as_str()?;
-    (!command.contains(['/', '\\'])).then(|| command.to_owned())
 }
 
 /// The staged folder goes (installed or not).

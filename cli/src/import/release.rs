@@ -23,7 +23,8 @@ pub(crate) struct Built {
     pub(crate) secrets: BTreeMap<String, String>,
     /// Secret names whose values are not known here (`${input:…}`, `${env:…}`).
     pub(crate) pending: Vec<String>,
-    /// The bare program name to allow (`install --allow-command`), for stdio entries.
+    /// The bare program name a stdio entry runs: the launch allowlist decides whether it may
+    /// (as for any release; `import --allow-command NAME` adds it).
     pub(crate) allow: Option<String>,
 }
 

@@ -85,9 +85,39 @@ fn rewrite_json(text: &str, names: &[String], launch: &Launch) -> Result<String,
     }
     servers.insert(SERVER_NAME.to_owned(), raw(&entry)?);
     top.insert(field.to_owned(), raw(&servers)?);
+    if let Some(projects) = top.get("projects") {
+        let projects = without_project_entries(projects, names)?;
+        top.insert("projects".to_owned(), projects);
+    }
     let mut out = serde_json::to_string_pretty(&top).map_err(|e| e.to_string())?;
     out.push('\n');
     Ok(out)
+}
+
+/// Claude Code's `projects.*.mcpServers` without the imported `names` (the user-scope
+/// `connector` entry serves every project); a project with none of them stays as it was.
+fn without_project_entries(projects: &RawValue, names: &[String]) -> Result<Box<RawValue>, String> {
+    let Ok(mut parsed) = serde_json::from_str::<Object>(projects.get()) else {
+        return Ok(projects.to_owned());
+    };
+    for project in parsed.values_mut() {
+        let Ok(mut fields) = serde_json::from_str::<Object>(project.get()) else {
+            continue;
+        };
+        let Some(Ok(mut servers)) = fields
+            .get("mcpServers")
+            .map(|s| serde_json::from_str::<Object>(s.get()))
+        else {
+            continue;
+        };
+        let before = servers.len();
+        servers.retain(|name, _| !names.contains(name));
+        if servers.len() != before {
+            fields.insert("mcpServers".to_owned(), raw(&servers)?);
+            *project = raw(&fields)?;
+        }
+    }
+    raw(&parsed)
 }
 
 fn raw(value: &impl serde::Serialize) -> Result<Box<RawValue>, String> {
@@ -115,4 +145,36 @@ pub(crate) fn undo(what: &str, cwd: &Path) -> Result<Vec<PathBuf>, CliError> {
         });
     }
     Ok(restored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_code_project_entries_that_were_imported_leave_the_file_too() {
+        let text = r#"{"numStartups": 3,
+  "mcpServers": {"code-add": {"command": "/x", "args": []}},
+  "projects": {
+    "/p": {"allowedTools": [], "mcpServers": {"project-echo": {"command": "/y"}, "kept": {"command": "/z"}}},
+    "/q": {"history": [1, 2]}
+  }}"#;
+        let launch = Launch {
+            command: "/bin/tutti".into(),
+            args: vec!["mcp-stdio".into()],
+        };
+        let names = ["code-add".to_owned(), "project-echo".to_owned()];
+        let out = rewrite_json(text, &names, &launch).unwrap_or_else(|e| panic!("{e}"));
+        let doc: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let servers = &doc["mcpServers"];
+        assert!(servers.get("code-add").is_none(), "{out}");
+        assert_eq!(servers["connector"]["command"], "/bin/tutti", "{out}");
+        let project = &doc["projects"]["/p"];
+        assert!(project["mcpServers"].get("project-echo").is_none(), "{out}");
+        assert_eq!(project["mcpServers"]["kept"]["command"], "/z", "{out}");
+        assert_eq!(project["allowedTools"], serde_json::json!([]), "{out}");
+        assert_eq!(doc["projects"]["/q"]["history"], serde_json::json!([1, 2]));
+        assert_eq!(doc["numStartups"], 3);
+    }
 }

@@ -286,3 +286,34 @@ async fn an_npx_entry_is_pinned_through_the_market_and_answers_echo() {
     let again = text(&import(&rt, &home, &["--from", "claude-code", "--yes"]));
     assert!(again.contains("already imported (same launch)"), "{again}");
 }
+
+/// A bare command off the launch allowlist is refused as `install` refuses it, with the
+/// fix named; `--allow-command` (the person's own word) admits it.
+#[test]
+fn a_command_off_the_allowlist_is_imported_only_with_allow_command() {
+    let rt = Runtime::start(RuntimeOptions::default());
+    let home = rt.root().join("home");
+    std::fs::create_dir_all(&home).unwrap_or_else(|e| panic!("{e}"));
+    let file = rt.root().join("shell.json");
+    let entry = json!({"mcpServers": {"shell": {"command": "sh", "args": ["-c", "exit 3"]}}});
+    std::fs::write(&file, entry.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let from = file.display().to_string();
+
+    let refused = text(&import(&rt, &home, &["--from", &from, "--yes"]));
+    for line in [
+        "is not allowed by the launch allowlist",
+        "shell: to run sh as written, import with --allow-command sh",
+    ] {
+        assert!(refused.contains(line), "{line:?} missing:\n{refused}");
+    }
+    assert!(rt.connector_status("shell").is_none(), "{refused}");
+
+    let allowed = text(&import(
+        &rt,
+        &home,
+        &["--from", &from, "--yes", "--allow-command", "sh"],
+    ));
+    for line in ["allows (--allow-command) sh", "imported shell as shell"] {
+        assert!(allowed.contains(line), "{line:?} missing:\n{allowed}");
+    }
+}
