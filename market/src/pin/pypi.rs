@@ -42,7 +42,7 @@ pub(super) async fn pin(
     options: &PinOptions,
     progress: Progress<'_>,
 ) -> Result<Pinned, MarketError> {
-    let spec = format!("{name}=={version}");
+    let spec = requirement(name, version);
     progress(PinEvent::Resolving {
         source: format!("pypi:{spec}"),
     });
@@ -65,6 +65,9 @@ pub(super) async fn pin(
     download.arg(&wheels).arg("-r").arg(&requirements);
     PYTHON.run(&spec, &mut download).await?;
     let artefacts = check_files(&wheels, &resolved)?;
+    let version = resolved_version(&resolved, name)
+        .unwrap_or(version)
+        .to_string();
     progress(PinEvent::Downloading {
         artefacts: artefacts.len(),
         bytes: artefacts.iter().map(|a| a.size).sum(),
@@ -95,7 +98,7 @@ pub(super) async fn pin(
         "checked-hash",
     ]);
     PYTHON.output(compile.arg(&target)).await?;
-    write_launcher(dir, name, version)?;
+    write_launcher(dir, name, &version)?;
     Ok(Pinned {
         command: PYTHON.program.into(),
         args: vec!["-I".into(), "-B".into(), format!("${{release}}/{LAUNCHER}")],
@@ -103,9 +106,27 @@ pub(super) async fn pin(
         artefacts,
         interpreter: Some(interpreter),
         scripts: Vec::new(),
-        version: version.to_string(),
+        version,
         secrets: Vec::new(),
     })
+}
+
+/// The requirement pip resolves: `NAME==VERSION`, or `NAME` (the latest) without a version.
+fn requirement(name: &str, version: &str) -> String {
+    if version.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}=={version}")
+    }
+}
+
+/// The version pip resolved for the distribution `name` itself.
+fn resolved_version<'a>(resolved: &'a [Resolved], name: &str) -> Option<&'a str> {
+    let normal = normalize(name);
+    resolved
+        .iter()
+        .find(|r| normalize(&r.name) == normal)
+        .map(|r| r.version.as_str())
 }
 
 /// `python3 -m pip SUBCOMMAND` with a private cache under `work`, quiet and never asking.
@@ -350,6 +371,29 @@ mod tests {
             format!(
                 "pypi a==1.0 (a-1.0-py3-none-any.whl): hash mismatch: expected sha256-{expected}, got sha256-{got}; the download is not what the source published, check the source and retry"
             )
+        );
+    }
+
+    #[test]
+    fn without_a_version_pip_resolves_the_latest_and_the_resolved_one_is_pinned() {
+        assert_eq!(requirement("mcp-server-time", ""), "mcp-server-time");
+        assert_eq!(
+            requirement("mcp-server-time", "2026.10.19"),
+            "mcp-server-time==2026.10.19"
+        );
+        let resolved = |name: &str, version: &str| Resolved {
+            name: name.into(),
+            version: version.into(),
+            url: String::new(),
+            sha256: String::new(),
+        };
+        let tree = [
+            resolved("mcp", "1.2.0"),
+            resolved("MCP_Server.Time", "2026.10.19"),
+        ];
+        assert_eq!(
+            resolved_version(&tree, "mcp-server-time"),
+            Some("2026.10.19")
         );
     }
 
