@@ -31,6 +31,7 @@ pub async fn pin(
     options: &PinOptions,
     progress: Progress<'_>,
 ) -> Result<Pinned, MarketError> {
+    package.check()?;
     let staging = Staging::next_to(release_dir)?;
     let dir = staging.path();
     let pinned = match package {
@@ -54,6 +55,32 @@ pub async fn pin(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_option_for_a_name_is_refused_before_any_tool_runs_leaving_nothing() {
+        let parent = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let package = PackageRef::Pypi {
+            name: "--index-url=http://127.0.0.1:9/simple".into(),
+            version: "1.0".into(),
+        };
+        let mut progress = |_: PinEvent| {};
+        let release = parent.path().join("release");
+        let err = pin(&package, &release, &PinOptions::default(), &mut progress)
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with(
+                "PyPI distribution \"--index-url=http://127.0.0.1:9/simple\" cannot be pinned"
+            ),
+            "{err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(parent.path())
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
 
     #[test]
     fn a_pinning_step_can_be_spawned_on_a_multi_threaded_runtime() {
