@@ -13,7 +13,7 @@ use std::path::Path;
 use tokio::process::Command;
 
 use super::event::{PinEvent, Progress};
-use super::files::{file_sha256, io};
+use super::files::{blocking, file_sha256, io};
 use super::tool::{Tool, summary};
 use crate::error::MarketError;
 use crate::plan::{LockedArtefact, PinOptions, Pinned};
@@ -64,7 +64,14 @@ pub(super) async fn pin(
     download.args(["--require-hashes", "--no-deps", "-d"]);
     download.arg(&wheels).arg("-r").arg(&requirements);
     PYTHON.run(&spec, &mut download).await?;
-    let artefacts = check_files(&wheels, &resolved)?;
+    let (resolved, artefacts) = {
+        let wheels = wheels.clone();
+        blocking(move || {
+            let artefacts = check_files(&wheels, &resolved)?;
+            Ok((resolved, artefacts))
+        })
+        .await?
+    };
     let version = resolved_version(&resolved, name)
         .unwrap_or(version)
         .to_string();
