@@ -123,7 +123,16 @@ async fn fetch(
         url: location.to_string(),
         problem,
     };
-    let response = reqwest::get(location)
+    // https only, redirects included; a server that stops sending ends the install.
+    let client = reqwest::Client::builder()
+        .https_only(true)
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .read_timeout(std::time::Duration::from_secs(60))
+        .build()
+        .map_err(|e| download(e.to_string()))?;
+    let response = client
+        .get(location)
+        .send()
         .await
         .map_err(|e| download(e.to_string()))?;
     let response = response
