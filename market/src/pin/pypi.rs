@@ -82,29 +82,14 @@ pub(super) async fn pin(
     progress(PinEvent::Installing {
         artefacts: artefacts.len(),
     });
-    let target = dir.join("site-packages");
-    let mut install = pip(work.path(), options, "install");
-    install.args(["--require-hashes", "--no-deps", "--no-compile"]);
-    if options.allow_sdist {
-        // A source build may need its build requirements from the index.
-        install.args(["--find-links"]).arg(&wheels);
-    } else {
-        install.args(["--no-index", "--find-links"]).arg(&wheels);
-    }
-    install.arg("--target").arg(&target);
-    install.arg("-r").arg(&requirements);
-    PYTHON.run(&spec, &mut install).await?;
-    // Bytecode validated by the source's hash (not its time), so it stays valid in the
-    // kernel's copy and starts are faster; a file that does not compile is left to the source.
-    let mut compile = PYTHON.command();
-    compile.args([
-        "-m",
-        "compileall",
-        "-q",
-        "--invalidation-mode",
-        "checked-hash",
-    ]);
-    PYTHON.output(compile.arg(&target)).await?;
+    install(
+        &spec,
+        work.path(),
+        &wheels,
+        &dir.join("site-packages"),
+        options,
+    )
+    .await?;
     write_launcher(dir, name, &version)?;
     Ok(Pinned {
         command: PYTHON.program.into(),
@@ -116,6 +101,40 @@ pub(super) async fn pin(
         version,
         secrets: Vec::new(),
     })
+}
+
+/// Installs the checked files (`-r requirements.txt` in `work`) from `wheels` into `target`,
+/// then compiles their bytecode.
+async fn install(
+    spec: &str,
+    work: &Path,
+    wheels: &Path,
+    target: &Path,
+    options: &PinOptions,
+) -> Result<(), MarketError> {
+    let mut install = pip(work, options, "install");
+    install.args(["--require-hashes", "--no-deps", "--no-compile"]);
+    if options.allow_sdist {
+        // A source build may need its build requirements from the index.
+        install.args(["--find-links"]).arg(wheels);
+    } else {
+        install.args(["--no-index", "--find-links"]).arg(wheels);
+    }
+    install.arg("--target").arg(target);
+    install.arg("-r").arg(work.join("requirements.txt"));
+    PYTHON.run(spec, &mut install).await?;
+    // Bytecode validated by the source's hash (not its time), so it stays valid in the
+    // kernel's copy and starts are faster; a file that does not compile is left to the source.
+    let mut compile = PYTHON.command();
+    compile.args([
+        "-m",
+        "compileall",
+        "-q",
+        "--invalidation-mode",
+        "checked-hash",
+    ]);
+    PYTHON.output(compile.arg(target)).await?;
+    Ok(())
 }
 
 /// The requirement pip resolves: `NAME==VERSION`, or `NAME` (the latest) without a version.
