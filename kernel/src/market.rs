@@ -137,7 +137,7 @@ impl MarketService {
         let pinned = match self.build(&resolved.plan, &req, &dir, progress).await {
             Ok(p) => p,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
+                remove_staged(dir).await;
                 return Err(market_status(e));
             }
         };
@@ -375,7 +375,7 @@ impl Market for MarketService {
             if tx.send(event).await.is_err()
                 && let Some(dir) = staged_dir
             {
-                let _ = std::fs::remove_dir_all(dir);
+                remove_staged(dir).await;
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -389,7 +389,7 @@ impl Market for MarketService {
         // Only a folder directly under staging/ (never anything else the caller names).
         let root = staging_root(&self.state);
         if dir.parent() == Some(root.as_path()) && dir.file_name().is_some() {
-            let _ = std::fs::remove_dir_all(&dir);
+            remove_staged(dir).await;
         }
         Ok(Response::new(pb::Empty {}))
     }
@@ -398,6 +398,12 @@ impl Market for MarketService {
 /// The service as the kernel's gRPC server adds it (beside `Kernel`, on the same socket).
 pub fn server(state: &Path) -> Result<MarketServer<MarketService>, KernelError> {
     Ok(MarketServer::new(MarketService::open(state)?))
+}
+
+/// Removes a staged release (a whole node_modules tree, say) on the blocking pool: the kernel
+/// serves everything else from its one thread meanwhile.
+async fn remove_staged(dir: PathBuf) {
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
 }
 
 fn new_staging_dir(state: &Path) -> Result<PathBuf, Status> {

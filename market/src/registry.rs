@@ -147,17 +147,41 @@ pub fn check_url(raw: &str) -> Result<String, MarketError> {
         ))
     };
     let url = url::Url::parse(raw).map_err(|_| refuse())?;
+    if !secure(&url)
+        || !url.username().is_empty()
+        || url.password().is_some()
+        || url.query().is_some()
+    {
+        return Err(refuse());
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// `https://`, or `http://` to a loopback address: the rule for a registry and for every
+/// redirect it answers with.
+fn secure(url: &url::Url) -> bool {
     let loopback = match url.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => return Err(refuse()),
+        None => return false,
     };
-    let ok = url.scheme() == "https" || (url.scheme() == "http" && loopback);
-    if !ok || !url.username().is_empty() || url.password().is_some() || url.query().is_some() {
-        return Err(refuse());
-    }
-    Ok(url.as_str().trim_end_matches('/').to_owned())
+    url.scheme() == "https" || (url.scheme() == "http" && loopback)
+}
+
+/// Follows at most 3 redirects, each to a URL the registry rule allows (a registry over
+/// https is never read over plain http off this machine).
+fn redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        if attempt.previous().len() >= 3 {
+            attempt.error("more than 3 redirects")
+        } else if secure(attempt.url()) {
+            attempt.follow()
+        } else {
+            let to = attempt.url().to_string();
+            attempt.error(format!("a redirect to {to}, which is not https://"))
+        }
+    })
 }
 
 /// A registry's status of a server version.
@@ -248,7 +272,7 @@ impl Client {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::limited(3))
+            .redirect(redirects())
             .user_agent(concat!("tutti/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| MarketError::Registries(format!("cannot start an HTTP client: {e}")))?;
@@ -494,6 +518,39 @@ mod tests {
         ] {
             assert!(check_url(bad).is_err(), "{bad}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_redirect_off_https_is_not_followed() {
+        let app = axum::Router::new().fallback(|| async {
+            axum::response::Redirect::temporary("http://registry.example/v0.1/servers")
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let port = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("addr: {e}"))
+            .port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let registry = Registry {
+            name: "r".into(),
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let client = Client::new().unwrap_or_else(|e| panic!("{e}"));
+        let err = client
+            .search(&registry, "x", 10)
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with(&format!("registry {} is unreachable", registry.url))
+                && err.contains(
+                    "a redirect to http://registry.example/v0.1/servers, which is not https://"
+                ),
+            "{err}"
+        );
     }
 
     #[test]

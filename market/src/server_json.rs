@@ -341,6 +341,14 @@ fn package_ref(p: &Package, doc_version: &str) -> Result<PackageRef, MarketError
             name: p.identifier.clone(),
             version,
         },
+        // A document names a bundle by URL; a local file is a source of its own (`./x.mcpb`),
+        // never something a registry's document may point the kernel at.
+        "mcpb" if !p.identifier.starts_with("https://") => {
+            return Err(MarketError::ServerJson(format!(
+                "mcpb package {:?}: the identifier must be an https:// URL with fileSha256; install a local bundle as ./x.mcpb",
+                p.identifier
+            )));
+        }
         "mcpb" => PackageRef::Mcpb {
             location: p.identifier.clone(),
             sha256: p.file_sha256.clone(),

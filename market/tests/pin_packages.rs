@@ -193,6 +193,24 @@ fn a_pypi_package_pinned_starts_from_its_release_with_the_index_unreachable() {
 }
 
 #[test]
+fn a_pypi_package_without_a_version_pins_the_latest_and_names_its_version() {
+    let parent = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    // pyflakes: one small wheel without dependencies, with a console script of its name.
+    let package = PackageRef::Pypi {
+        name: "pyflakes".into(),
+        version: String::new(),
+    };
+    let (pinned, _) = pin_into(parent.path(), &package, &PinOptions::default());
+    let pinned = pinned.unwrap_or_else(|e| panic!("{e}"));
+    let artefact = pinned.artefacts.iter().find(|a| a.name == "pyflakes");
+    let artefact = artefact.unwrap_or_else(|| panic!("{:?}", pinned.artefacts));
+    assert!(!pinned.version.is_empty(), "{pinned:?}");
+    assert_eq!(pinned.version, artefact.version);
+    let lock = lock::read(&parent.path().join("release")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(lock.version, pinned.version);
+}
+
+#[test]
 fn a_pypi_package_without_a_wheel_is_refused_naming_sdist_leaving_nothing() {
     let parent = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     // docopt 0.6.2 is published as a source distribution only.

@@ -47,6 +47,16 @@ impl Staging {
     }
 }
 
+/// Runs file work (reading, hashing, unpacking, walking a tree) on the blocking pool: the
+/// kernel serves everything from one thread, which must not stop while a release is pinned.
+pub(super) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, MarketError> + Send + 'static,
+) -> Result<T, MarketError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| MarketError::Pin(format!("a pinning step stopped ({e}); retry the install")))?
+}
+
 /// Refuses links and special files anywhere in the release (the kernel hashes and copies
 /// regular files and folders only).
 pub(super) fn only_regular_files(root: &Path) -> Result<(), MarketError> {

@@ -9,7 +9,7 @@ use std::path::Path;
 use futures_util::StreamExt;
 
 use super::event::{PinEvent, Progress};
-use super::files::{io, sha256_hex};
+use super::files::{blocking, io, sha256_hex};
 use crate::error::MarketError;
 use crate::plan::{LockedArtefact, Pinned};
 
@@ -33,7 +33,12 @@ pub(super) async fn pin(
         source: format!("mcpb:{location}"),
     });
     let bytes = fetch(location, expected.is_some(), progress).await?;
-    let got = sha256_hex(&bytes);
+    let size = bytes.len() as u64;
+    let (bytes, got) = blocking(move || {
+        let got = sha256_hex(&bytes);
+        Ok((bytes, got))
+    })
+    .await?;
     if let Some(expected) = expected.filter(|e| *e != got) {
         return Err(MarketError::HashMismatch {
             artefact: format!("mcpb {location}"),
@@ -43,8 +48,12 @@ pub(super) async fn pin(
     }
     progress(PinEvent::Installing { artefacts: 1 });
     let bundle = dir.join(BUNDLE_DIR);
-    unpack(&bytes, &bundle, location)?;
-    let manifest = read_manifest(&bundle, location)?;
+    let owned = location.to_string();
+    let manifest = blocking(move || {
+        unpack(&bytes, &bundle, &owned)?;
+        read_manifest(&bundle, &owned)
+    })
+    .await?;
     let launch = launch(&manifest, location)?;
     let name = manifest["name"].as_str().unwrap_or_default().to_string();
     let version = manifest["version"].as_str().unwrap_or_default().to_string();
@@ -58,7 +67,7 @@ pub(super) async fn pin(
             version: version.clone(),
             url: location.to_string(),
             hash: format!("sha256-{got}"),
-            size: bytes.len() as u64,
+            size,
         }],
         scripts: Vec::new(),
         version,
@@ -87,17 +96,21 @@ async fn fetch(
         ));
     }
     if !location.starts_with("https://") {
-        let path = Path::new(location);
-        let size = std::fs::metadata(path)
-            .map_err(|source| io(path, source))?
-            .len();
-        if size > MAX_BYTES {
-            return Err(bundle_error(
-                location,
-                "larger than 1 GiB; a bundle must be smaller",
-            ));
-        }
-        return std::fs::read(path).map_err(|source| io(path, source));
+        let location = location.to_string();
+        return blocking(move || {
+            let path = Path::new(&location);
+            let size = std::fs::metadata(path)
+                .map_err(|source| io(path, source))?
+                .len();
+            if size > MAX_BYTES {
+                return Err(bundle_error(
+                    &location,
+                    "larger than 1 GiB; a bundle must be smaller",
+                ));
+            }
+            std::fs::read(path).map_err(|source| io(path, source))
+        })
+        .await;
     }
     if !has_hash {
         return Err(MarketError::Unpinnable {
@@ -110,7 +123,16 @@ async fn fetch(
         url: location.to_string(),
         problem,
     };
-    let response = reqwest::get(location)
+    // https only, redirects included; a server that stops sending ends the install.
+    let client = reqwest::Client::builder()
+        .https_only(true)
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .read_timeout(std::time::Duration::from_secs(60))
+        .build()
+        .map_err(|e| download(e.to_string()))?;
+    let response = client
+        .get(location)
+        .send()
         .await
         .map_err(|e| download(e.to_string()))?;
     let response = response

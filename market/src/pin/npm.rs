@@ -11,7 +11,7 @@ use base64::Engine;
 use sha2::Digest;
 
 use super::event::{PinEvent, Progress};
-use super::files::io;
+use super::files::{blocking, io};
 use super::tool::Tool;
 use crate::error::MarketError;
 use crate::plan::{LockedArtefact, PinOptions, Pinned};
@@ -86,7 +86,14 @@ pub(super) async fn pin(
     }
     NPM.run(&spec, &mut install).await?;
 
-    let artefacts = installed_artefacts(dir, cache.path(), &tree)?;
+    let (tree, artefacts) = {
+        let (dir, cache) = (dir.to_path_buf(), cache.path().to_path_buf());
+        blocking(move || {
+            let artefacts = installed_artefacts(&dir, &cache, &tree)?;
+            Ok((tree, artefacts))
+        })
+        .await?
+    };
     let bytes = artefacts.iter().map(|a| a.size).sum();
     progress(PinEvent::Downloading {
         artefacts: artefacts.len(),

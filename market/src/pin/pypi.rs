@@ -13,7 +13,7 @@ use std::path::Path;
 use tokio::process::Command;
 
 use super::event::{PinEvent, Progress};
-use super::files::{file_sha256, io};
+use super::files::{blocking, file_sha256, io};
 use super::tool::{Tool, summary};
 use crate::error::MarketError;
 use crate::plan::{LockedArtefact, PinOptions, Pinned};
@@ -42,7 +42,7 @@ pub(super) async fn pin(
     options: &PinOptions,
     progress: Progress<'_>,
 ) -> Result<Pinned, MarketError> {
-    let spec = format!("{name}=={version}");
+    let spec = requirement(name, version);
     progress(PinEvent::Resolving {
         source: format!("pypi:{spec}"),
     });
@@ -64,7 +64,17 @@ pub(super) async fn pin(
     download.args(["--require-hashes", "--no-deps", "-d"]);
     download.arg(&wheels).arg("-r").arg(&requirements);
     PYTHON.run(&spec, &mut download).await?;
-    let artefacts = check_files(&wheels, &resolved)?;
+    let (resolved, artefacts) = {
+        let wheels = wheels.clone();
+        blocking(move || {
+            let artefacts = check_files(&wheels, &resolved)?;
+            Ok((resolved, artefacts))
+        })
+        .await?
+    };
+    let version = resolved_version(&resolved, name)
+        .unwrap_or(version)
+        .to_string();
     progress(PinEvent::Downloading {
         artefacts: artefacts.len(),
         bytes: artefacts.iter().map(|a| a.size).sum(),
@@ -72,18 +82,47 @@ pub(super) async fn pin(
     progress(PinEvent::Installing {
         artefacts: artefacts.len(),
     });
-    let target = dir.join("site-packages");
-    let mut install = pip(work.path(), options, "install");
+    install(
+        &spec,
+        work.path(),
+        &wheels,
+        &dir.join("site-packages"),
+        options,
+    )
+    .await?;
+    write_launcher(dir, name, &version)?;
+    Ok(Pinned {
+        command: PYTHON.program.into(),
+        args: vec!["-I".into(), "-B".into(), format!("${{release}}/{LAUNCHER}")],
+        env: BTreeMap::new(),
+        artefacts,
+        interpreter: Some(interpreter),
+        scripts: Vec::new(),
+        version,
+        secrets: Vec::new(),
+    })
+}
+
+/// Installs the checked files (`-r requirements.txt` in `work`) from `wheels` into `target`,
+/// then compiles their bytecode.
+async fn install(
+    spec: &str,
+    work: &Path,
+    wheels: &Path,
+    target: &Path,
+    options: &PinOptions,
+) -> Result<(), MarketError> {
+    let mut install = pip(work, options, "install");
     install.args(["--require-hashes", "--no-deps", "--no-compile"]);
     if options.allow_sdist {
         // A source build may need its build requirements from the index.
-        install.args(["--find-links"]).arg(&wheels);
+        install.args(["--find-links"]).arg(wheels);
     } else {
-        install.args(["--no-index", "--find-links"]).arg(&wheels);
+        install.args(["--no-index", "--find-links"]).arg(wheels);
     }
-    install.arg("--target").arg(&target);
-    install.arg("-r").arg(&requirements);
-    PYTHON.run(&spec, &mut install).await?;
+    install.arg("--target").arg(target);
+    install.arg("-r").arg(work.join("requirements.txt"));
+    PYTHON.run(spec, &mut install).await?;
     // Bytecode validated by the source's hash (not its time), so it stays valid in the
     // kernel's copy and starts are faster; a file that does not compile is left to the source.
     let mut compile = PYTHON.command();
@@ -94,18 +133,26 @@ pub(super) async fn pin(
         "--invalidation-mode",
         "checked-hash",
     ]);
-    PYTHON.output(compile.arg(&target)).await?;
-    write_launcher(dir, name, version)?;
-    Ok(Pinned {
-        command: PYTHON.program.into(),
-        args: vec!["-I".into(), "-B".into(), format!("${{release}}/{LAUNCHER}")],
-        env: BTreeMap::new(),
-        artefacts,
-        interpreter: Some(interpreter),
-        scripts: Vec::new(),
-        version: version.to_string(),
-        secrets: Vec::new(),
-    })
+    PYTHON.output(compile.arg(target)).await?;
+    Ok(())
+}
+
+/// The requirement pip resolves: `NAME==VERSION`, or `NAME` (the latest) without a version.
+fn requirement(name: &str, version: &str) -> String {
+    if version.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}=={version}")
+    }
+}
+
+/// The version pip resolved for the distribution `name` itself.
+fn resolved_version<'a>(resolved: &'a [Resolved], name: &str) -> Option<&'a str> {
+    let normal = normalize(name);
+    resolved
+        .iter()
+        .find(|r| normalize(&r.name) == normal)
+        .map(|r| r.version.as_str())
 }
 
 /// `python3 -m pip SUBCOMMAND` with a private cache under `work`, quiet and never asking.
@@ -350,6 +397,29 @@ mod tests {
             format!(
                 "pypi a==1.0 (a-1.0-py3-none-any.whl): hash mismatch: expected sha256-{expected}, got sha256-{got}; the download is not what the source published, check the source and retry"
             )
+        );
+    }
+
+    #[test]
+    fn without_a_version_pip_resolves_the_latest_and_the_resolved_one_is_pinned() {
+        assert_eq!(requirement("mcp-server-time", ""), "mcp-server-time");
+        assert_eq!(
+            requirement("mcp-server-time", "2026.10.19"),
+            "mcp-server-time==2026.10.19"
+        );
+        let resolved = |name: &str, version: &str| Resolved {
+            name: name.into(),
+            version: version.into(),
+            url: String::new(),
+            sha256: String::new(),
+        };
+        let tree = [
+            resolved("mcp", "1.2.0"),
+            resolved("MCP_Server.Time", "2026.10.19"),
+        ];
+        assert_eq!(
+            resolved_version(&tree, "mcp-server-time"),
+            Some("2026.10.19")
         );
     }
 

@@ -317,3 +317,30 @@ fn an_imported_launch_adds_its_arguments_env_and_secret_names_around_the_pinned_
     assert_eq!(m["mcp"]["env"], json!({"LOG_LEVEL": "warn"}));
     assert_eq!(m["mcp"]["secrets"], json!(["GITHUB_TOKEN"]));
 }
+
+#[test]
+fn a_bundle_is_named_by_an_https_url_never_a_local_path() {
+    let bundle = |identifier: &str| {
+        doc(
+            json!({"packages": [{"registryType": "mcpb", "identifier": identifier,
+            "fileSha256": "ab".repeat(32)}]}),
+        )
+    };
+    let remote = plan(&bundle("https://x.example/w.mcpb"), &Choices::default());
+    assert!(
+        matches!(remote.map(|p| p.package), Ok(Some(PackageRef::Mcpb { .. }))),
+        "an https bundle plans"
+    );
+    for local in [
+        "/home/me/.ssh/id_ed25519",
+        "../w.mcpb",
+        "http://x.example/w.mcpb",
+    ] {
+        assert_eq!(
+            err(&bundle(local), &Choices::default()),
+            format!(
+                "server.json: mcpb package {local:?}: the identifier must be an https:// URL with fileSha256; install a local bundle as ./x.mcpb"
+            )
+        );
+    }
+}
