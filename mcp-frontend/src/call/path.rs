@@ -17,6 +17,7 @@ use crate::call::progress;
 use crate::call::relay::{self, Answering, Era, MISSING_CAPABILITY};
 use crate::call::result::call_response;
 use crate::catalog::routes::Tool;
+use crate::catalog::search::{self, Routed};
 use crate::era::shared::Ctx;
 use crate::era::tables::Revision;
 use crate::rpc;
@@ -124,6 +125,50 @@ impl Caller {
             Era::Legacy => Streaming::from(progress),
             Era::Modern => Streaming::Refusing(progress),
         }
+    }
+}
+
+/// What a `tools/call` calls.
+pub(crate) struct Target {
+    pub(crate) tool: Arc<Tool>,
+    /// The params the tool gets: the request's, or the inner call's through `tutti_call_tool`.
+    pub(crate) params: Option<Value>,
+    /// The request named the tool itself (its headers describe this call).
+    pub(crate) direct: bool,
+}
+
+/// The tool the `tools/call` with `params` names (directly or through `tutti_call_tool`), or
+/// the answer, in `revision`'s form, when there is nothing to call (no name, an unknown or
+/// unavailable one, a search tool's own answer).
+pub(crate) async fn target(
+    ctx: &Ctx,
+    id: &Value,
+    params: Option<Value>,
+    revision: Revision,
+) -> Result<Target, Response> {
+    let resolved = match execute::tool_name(params.as_ref()) {
+        Err(e) => Err(e),
+        Ok(name) => match search::route(ctx, name, params.as_ref()).await {
+            Routed::Direct => execute::resolve(&ctx.app, name).await,
+            Routed::Answer(answer) => {
+                return Err(call_response(id, answer.map(|r| r.in_era(revision))));
+            }
+            Routed::Call { tool, params } => {
+                return Ok(Target {
+                    tool,
+                    params,
+                    direct: false,
+                });
+            }
+        },
+    };
+    match resolved {
+        Ok(tool) => Ok(Target {
+            tool,
+            params,
+            direct: true,
+        }),
+        Err(e) => Err(call_response(id, Err(e))),
     }
 }
 
