@@ -246,7 +246,9 @@ async fn direct(
     let revision = caller.revision;
     if let Some(token) = caller.progress.take() {
         let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
-        return progress::respond(id.clone(), token, move |sink| async move {
+        let era = caller.era;
+        let status = move |e: &_| error_status(era, e);
+        return progress::respond(id.clone(), token, status, move |sink| async move {
             let _hold = hold;
             let streaming = caller.unrelayed(Some(sink));
             execute::execute(&app, &identity, &tool, arguments, cancelled, streaming)
@@ -268,11 +270,20 @@ async fn direct(
     .map(|r| r.in_era(revision));
     drop(hold);
     match answer {
-        // SPEC §11 / 2026-07-28: a missing client capability is HTTP 400.
-        Err(e) if caller.era == Era::Modern && e.code == MISSING_CAPABILITY => {
+        Err(e) if error_status(caller.era, &e) == StatusCode::BAD_REQUEST => {
             rpc::error_response(StatusCode::BAD_REQUEST, id, &e)
         }
         answer => call_response(id, answer),
+    }
+}
+
+/// The HTTP status of an unrelayed call's error answered before anything was streamed: SPEC §11
+/// / 2026-07-28: a missing client capability is HTTP 400.
+fn error_status(era: Era, e: &rpc::RpcError) -> StatusCode {
+    if era == Era::Modern && e.code == MISSING_CAPABILITY {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
     }
 }
 
