@@ -77,8 +77,8 @@ pub(crate) async fn in_flight<R, T>(
     } = flight;
     let (key, generation) = (connector.key.as_str(), connector.generation);
     let mut guard = CancelGuard {
-        backend: app.backend.clone(),
-        endpoint: connector.endpoint.clone(),
+        backend: &app.backend,
+        endpoint: &connector.endpoint,
         request: Some(CancelRequest {
             generation,
             call_id,
@@ -249,20 +249,21 @@ pub(crate) fn timed_out(key: &str, generation: u64, what: &str) -> RpcError {
 }
 
 /// Sends `Cancel` to the worker unless disarmed (the call completed). Dropping the call's
-/// future (the client closed the stream) therefore cancels the upstream call.
-struct CancelGuard {
-    backend: Arc<dyn Backend>,
-    endpoint: String,
+/// future (the client closed the stream) therefore cancels the upstream call. What the
+/// `Cancel` needs is copied only when one is sent, not for every call.
+struct CancelGuard<'a> {
+    backend: &'a Arc<dyn Backend>,
+    endpoint: &'a str,
     request: Option<CancelRequest>,
 }
 
-impl CancelGuard {
+impl CancelGuard<'_> {
     fn disarm(&mut self) {
         self.request = None;
     }
 }
 
-impl Drop for CancelGuard {
+impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
         let Some(request) = self.request.take() else {
             return;
@@ -270,8 +271,8 @@ impl Drop for CancelGuard {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let backend = self.backend.clone();
-        let endpoint = std::mem::take(&mut self.endpoint);
+        let backend = Arc::clone(self.backend);
+        let endpoint = self.endpoint.to_owned();
         handle.spawn(async move {
             if let Err(e) = backend.cancel(&endpoint, request).await {
                 tracing::debug!(error = %e, "cancel not delivered");

@@ -210,10 +210,9 @@ async fn execute_call(
         return (Err(refused), Outcome::RpcError);
     };
     flight.cancelled = cancelled;
-    let call_id = flight.call_id.clone();
     let request = CallToolRequest {
         generation,
-        call_id: call_id.clone(),
+        call_id: flight.call_id.clone(),
         tool: tool.upstream_name.clone(),
         arguments_json,
         timeout_ms: connector.timeout_ms,
@@ -228,7 +227,7 @@ async fn execute_call(
         },
     };
     if let Streaming::Relay(relay) = &streaming {
-        let _ = relay.call_id.set(call_id);
+        let _ = relay.call_id.set(flight.call_id.clone());
     }
     let reply = send_call(app, tool, request, streaming);
     in_flight(flight, reply, |reply| {

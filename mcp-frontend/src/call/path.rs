@@ -17,6 +17,7 @@ use crate::call::progress;
 use crate::call::relay::{self, Answering, Era, MISSING_CAPABILITY};
 use crate::call::result::call_response;
 use crate::catalog::routes::Tool;
+use crate::catalog::search::{self, Routed};
 use crate::era::shared::Ctx;
 use crate::era::tables::Revision;
 use crate::rpc;
@@ -127,6 +128,50 @@ impl Caller {
     }
 }
 
+/// What a `tools/call` calls.
+pub(crate) struct Target {
+    pub(crate) tool: Arc<Tool>,
+    /// The params the tool gets: the request's, or the inner call's through `tutti_call_tool`.
+    pub(crate) params: Option<Value>,
+    /// The request named the tool itself (its headers describe this call).
+    pub(crate) direct: bool,
+}
+
+/// The tool the `tools/call` with `params` names (directly or through `tutti_call_tool`), or
+/// the answer, in `revision`'s form, when there is nothing to call (no name, an unknown or
+/// unavailable one, a search tool's own answer).
+pub(crate) async fn target(
+    ctx: &Ctx,
+    id: &Value,
+    params: Option<Value>,
+    revision: Revision,
+) -> Result<Target, Response> {
+    let resolved = match execute::tool_name(params.as_ref()) {
+        Err(e) => Err(e),
+        Ok(name) => match search::route(ctx, name, params.as_ref()).await {
+            Routed::Direct => execute::resolve(&ctx.app, name).await,
+            Routed::Answer(answer) => {
+                return Err(call_response(id, answer.map(|r| r.in_era(revision))));
+            }
+            Routed::Call { tool, params } => {
+                return Ok(Target {
+                    tool,
+                    params,
+                    direct: false,
+                });
+            }
+        },
+    };
+    match resolved {
+        Ok(tool) => Ok(Target {
+            tool,
+            params,
+            direct: true,
+        }),
+        Err(e) => Err(call_response(id, Err(e))),
+    }
+}
+
 /// A `tools/call` of `tool`, sent the way [`how_sent`] decides, answered in the caller's era.
 pub(crate) async fn tools_call(
     ctx: &Ctx,
@@ -201,7 +246,9 @@ async fn direct(
     let revision = caller.revision;
     if let Some(token) = caller.progress.take() {
         let (app, identity) = (ctx.app.clone(), ctx.identity.clone());
-        return progress::respond(id.clone(), token, move |sink| async move {
+        let era = caller.era;
+        let status = move |e: &_| error_status(era, e);
+        return progress::respond(id.clone(), token, status, move |sink| async move {
             let _hold = hold;
             let streaming = caller.unrelayed(Some(sink));
             execute::execute(&app, &identity, &tool, arguments, cancelled, streaming)
@@ -223,11 +270,20 @@ async fn direct(
     .map(|r| r.in_era(revision));
     drop(hold);
     match answer {
-        // SPEC §11 / 2026-07-28: a missing client capability is HTTP 400.
-        Err(e) if caller.era == Era::Modern && e.code == MISSING_CAPABILITY => {
+        Err(e) if error_status(caller.era, &e) == StatusCode::BAD_REQUEST => {
             rpc::error_response(StatusCode::BAD_REQUEST, id, &e)
         }
         answer => call_response(id, answer),
+    }
+}
+
+/// The HTTP status of an unrelayed call's error answered before anything was streamed: SPEC §11
+/// / 2026-07-28: a missing client capability is HTTP 400.
+fn error_status(era: Era, e: &rpc::RpcError) -> StatusCode {
+    if era == Era::Modern && e.code == MISSING_CAPABILITY {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
     }
 }
 

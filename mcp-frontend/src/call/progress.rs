@@ -9,7 +9,7 @@
 use std::future::Future;
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 use serde_json::{Map, Value};
@@ -46,26 +46,40 @@ pub(crate) fn accepts_event_stream(headers: &HeaderMap) -> bool {
 /// progress params (JSON text, no token) and resolves to the answer. Resolves once the first
 /// event is ready, so the response head goes out with it (for a call without progress: head,
 /// answer and end of stream in one write) instead of waking the client once more for the head
-/// alone; dropping it before then (the client left) drops the call, which cancels it.
+/// alone; dropping it before then (the client left) drops the call, which cancels it. An
+/// error that comes before any progress and that `status` answers 400 (a 2026-07-28 missing
+/// capability) is a plain JSON response with that status.
 pub(crate) async fn respond<F>(
     id: Value,
     token: Value,
+    status: impl FnOnce(&RpcError) -> StatusCode,
     call: impl FnOnce(mpsc::Sender<String>) -> F,
 ) -> Response
 where
     F: Future<Output = Result<CallResult, RpcError>> + Send + 'static,
 {
     let (sink, notes) = mpsc::channel(BUFFER);
-    let state = State {
+    let mut state = State {
         call: Some(Box::pin(call(sink))),
         notes,
         answer: None,
         id,
         token,
     };
-    let mut events = Box::pin(futures_util::stream::unfold(state, next_event));
-    let first = events.next().await;
-    rpc::event_stream_response(futures_util::stream::iter(first).chain(events))
+    let first = match next(&mut state).await {
+        Some(Next::Answer(answer)) => {
+            if let Err(e) = &answer
+                && let refused @ StatusCode::BAD_REQUEST = status(e)
+            {
+                return rpc::error_response(refused, &state.id, e);
+            }
+            final_event(&mut state, &answer)
+        }
+        Some(Next::Note(event)) => Some(event),
+        None => None,
+    };
+    let rest = futures_util::stream::unfold(state, next_event);
+    rpc::event_stream_response(futures_util::stream::iter(first).chain(rest))
 }
 
 type Call = std::pin::Pin<Box<dyn Future<Output = Result<CallResult, RpcError>> + Send>>;
@@ -80,38 +94,57 @@ struct State {
     token: Value,
 }
 
-async fn next_event(mut s: State) -> Option<(Bytes, State)> {
+/// What comes next on the stream: a progress event, or the answer once every progress
+/// notification before it has been sent.
+enum Next {
+    Note(Bytes),
+    Answer(Result<CallResult, RpcError>),
+}
+
+async fn next(s: &mut State) -> Option<Next> {
     loop {
         if let Some(answer) = s.answer.take() {
             // The call is over and its sender gone: drain what it sent, then the answer.
             if let Ok(note) = s.notes.try_recv() {
                 s.answer = Some(answer);
                 match progress_event(&s.token, &note) {
-                    Some(event) => return Some((event, s)),
+                    Some(event) => return Some(Next::Note(event)),
                     None => continue,
                 }
             }
-            let message = match crate::call::result::call_message(&s.id, &answer) {
-                Ok(message) => message,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot serialize a tools/call answer");
-                    return None;
-                }
-            };
-            s.call = None;
-            return Some((rpc::sse_event(&message), s));
+            return Some(Next::Answer(answer));
         }
         let call = s.call.as_mut()?;
         tokio::select! {
             biased;
             Some(note) = s.notes.recv() => {
                 if let Some(event) = progress_event(&s.token, &note) {
-                    return Some((event, s));
+                    return Some(Next::Note(event));
                 }
             }
             answer = call => s.answer = Some(answer),
         }
     }
+}
+
+/// The answer's event; the stream ends after it.
+fn final_event(s: &mut State, answer: &Result<CallResult, RpcError>) -> Option<Bytes> {
+    s.call = None;
+    match crate::call::result::call_message(&s.id, answer) {
+        Ok(message) => Some(rpc::sse_event(&message)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot serialize a tools/call answer");
+            None
+        }
+    }
+}
+
+async fn next_event(mut s: State) -> Option<(Bytes, State)> {
+    let event = match next(&mut s).await? {
+        Next::Note(event) => event,
+        Next::Answer(answer) => final_event(&mut s, &answer)?,
+    };
+    Some((event, s))
 }
 
 /// `notifications/progress` with the client's token around the upstream's params.

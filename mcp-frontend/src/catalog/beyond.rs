@@ -588,12 +588,11 @@ async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Valu
         // Fenced between resolution and now: nothing was sent upstream.
         return (Err(refused(target)), Outcome::RpcError);
     };
-    let call_id = flight.call_id.clone();
     let (cancelled, reply) = match via {
         Via::Unary(what) => {
             let request = ForwardRequest {
                 generation,
-                call_id: call_id.clone(),
+                call_id: flight.call_id.clone(),
                 params_json: Value::Object(params).to_string(),
                 timeout_ms: connector.timeout_ms,
             };
@@ -603,8 +602,8 @@ async fn send(app: &App, target: &Target<'_>, via: Via, params: Map<String, Valu
             )
         }
         Via::Relay(stream, cancelled) => {
-            let request = relayed_request(connector, &call_id, params, &stream);
-            let _ = stream.call_id.set(call_id.clone());
+            let request = relayed_request(connector, &flight.call_id, params, &stream);
+            let _ = stream.call_id.set(flight.call_id.clone());
             let events = stream.events;
             let reply = app
                 .backend

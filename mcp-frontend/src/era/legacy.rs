@@ -5,11 +5,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
-use crate::call::execute;
 use crate::call::path::{self, Caller, Cancel, Sending};
 use crate::call::progress;
 use crate::call::relay::Era;
-use crate::call::result;
 use crate::catalog::beyond::{self, List};
 use crate::catalog::search;
 use crate::catalog::skills;
@@ -135,8 +133,8 @@ async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {
 /// `notifications/cancelled` for `id` cancels it however it is sent.
 async fn tools_call(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let revision = revision(&ctx);
-    let (tool, params) = match call_target(&ctx, &id, params, revision).await {
-        Ok(target) => target,
+    let (tool, params) = match path::target(&ctx, &id, params, revision).await {
+        Ok(target) => (target.tool, target.params),
         Err(answer) => return answer,
     };
     let mut caller = caller(&ctx, params.as_ref(), revision);
@@ -182,33 +180,6 @@ async fn prompts_get(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     }
     caller.cancel = Some(cancel(&ctx, &id));
     crate::call::prompt_relay::relayed(&ctx, &id, params, caller).await
-}
-
-/// The tool a `tools/call` names (directly or through `tutti_call_tool`) and its params, or
-/// the answer when there is nothing to call.
-async fn call_target(
-    ctx: &Ctx,
-    id: &Value,
-    params: Option<Value>,
-    revision: Revision,
-) -> Result<(std::sync::Arc<crate::catalog::routes::Tool>, Option<Value>), Response> {
-    let (tool, params) = match execute::tool_name(params.as_ref()) {
-        Ok(name) => match search::route(ctx, name, params.as_ref()).await {
-            search::Routed::Direct => (execute::resolve(&ctx.app, name).await, params),
-            search::Routed::Answer(answer) => {
-                return Err(result::call_response(
-                    id,
-                    answer.map(|r| r.in_era(revision)),
-                ));
-            }
-            search::Routed::Call { tool, params } => (Ok(tool), params),
-        },
-        Err(e) => (Err(e), None),
-    };
-    match tool {
-        Ok(tool) => Ok((tool, params)),
-        Err(e) => Err(result::call_response(id, Err(e))),
-    }
 }
 
 /// `logging/setLevel`: log messages of this token's calls at or above `level` from now on.

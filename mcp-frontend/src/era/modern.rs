@@ -9,7 +9,6 @@ use serde_json::{Map, Value, json};
 use crate::call::execute;
 use crate::call::path::{self, Caller, Sending};
 use crate::call::relay::Era;
-use crate::call::result;
 use crate::catalog::beyond::{self, List};
 use crate::era::shared::{
     Ctx, META_PROTOCOL_VERSION, MODERN_VERSION, PROTOCOL_VERSION_HEADER, list_tools, target_param,
@@ -284,17 +283,9 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     }
     // Through `tutti_call_tool` the request's headers describe that call, not the inner one:
     // `Mcp-Param-*` headers are checked for direct calls only.
-    let (tool, params, direct) = match crate::catalog::search::route(ctx, name, params.as_ref())
-        .await
-    {
-        crate::catalog::search::Routed::Direct => match execute::resolve(&ctx.app, name).await {
-            Ok(tool) => (tool, params, true),
-            Err(e) => return rpc::answer_response(id, Err(e)),
-        },
-        crate::catalog::search::Routed::Answer(answer) => {
-            return result::call_response(id, answer.map(|r| r.in_era(Revision::V2026_07_28)));
-        }
-        crate::catalog::search::Routed::Call { tool, params } => (tool, params, false),
+    let (tool, params, direct) = match path::target(ctx, id, params, Revision::V2026_07_28).await {
+        Ok(target) => (target.tool, target.params, target.direct),
+        Err(answer) => return answer,
     };
     if direct && let Err(problem) = check_param_headers(ctx, &tool, params.as_ref()) {
         return bad(id, mismatch(problem));

@@ -138,3 +138,19 @@ async fn a_modern_upstreams_request_the_client_cannot_answer_is_missing_capabili
         assert_eq!(status, 400, "{key}: {refused}");
     }
 }
+
+/// The same refusal when the client also asked for progress (a `progressToken`, an event stream
+/// accepted): no progress came before it, so it is still HTTP 400, not a one-event stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_capability_is_http_400_with_a_progress_token_too() {
+    let (rt, _fixtures, token) = tokio::task::block_in_place(runtime);
+    let mcp = Mcp::modern(rt.frontend_url(), &token);
+    for key in ["new", "old"] {
+        let mut params = call_params(&format!("{key}_missing_capability"), json!({}));
+        params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+        params["_meta"]["progressToken"] = json!("p1");
+        let (status, _, refused) = mcp.request("tools/call", params).await;
+        assert_eq!(refused["error"]["code"], -32021, "{key}: {refused}");
+        assert_eq!(status, 400, "{key}: {refused}");
+    }
+}
