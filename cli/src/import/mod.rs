@@ -30,8 +30,7 @@ use sources::Source;
 
 /// Whether the installed release `key`/`sha256` was imported unpinned (`--no-pin`).
 pub(crate) fn unpinned(state_dir: &Path, key: &str, sha256: &str) -> bool {
-    let record = state_dir
-        .join("releases")
+    let record = tutti_rules::state_dir::layout::releases(state_dir)
         .join(key)
         .join(sha256)
         .join(release::IMPORT_RECORD);
@@ -161,7 +160,9 @@ async fn installed(kernel: &mut Kernel, state_dir: &Path) -> Result<Installed, C
         launches: Vec::new(),
     };
     for c in reply.connectors {
-        let release = state_dir.join("releases").join(&c.key).join(&c.sha256);
+        let release = tutti_rules::state_dir::layout::releases(state_dir)
+            .join(&c.key)
+            .join(&c.sha256);
         let read = |name: &str| {
             std::fs::read(release.join(name))
                 .ok()
