@@ -65,8 +65,8 @@ pub(crate) fn render(
     match format {
         Format::Runtime => json_line(&json!({
             "mcpServers": [{"name": SERVER_NAME, "type": "stdio", "command": command, "args": args}],
-            "skillRoots": [state_dir.join("skills").display().to_string()],
-            "path": [state_dir.join("bin").display().to_string()],
+            "skillRoots": [tutti_rules::state_dir::layout::skills(state_dir).display().to_string()],
+            "path": [tutti_rules::state_dir::layout::bin(state_dir).display().to_string()],
         })),
         Format::Acp => json_line(&json!({
             "mcpServers": [{"name": SERVER_NAME, "command": command, "args": args, "env": []}],

@@ -142,10 +142,10 @@ fn init_tracing(state_dir: &std::path::Path) {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
     };
-    let logs = state_dir.join("logs");
+    let logs = tutti_rules::state_dir::layout::logs(state_dir);
     // Owner-only: logs may hold what an upstream printed (ARCHITECTURE.md, Hardening).
     let _ = tutti_kernel::create_private_dir(&logs);
-    let file = tutti_kernel::open_log(&logs.join("kernel.log")).ok();
+    let file = tutti_kernel::open_log(&tutti_rules::state_dir::layout::kernel_log(state_dir)).ok();
     let file_layer = file.map(|f| {
         let layer = tracing_subscriber::fmt::layer()
             .with_ansi(false)

@@ -187,7 +187,7 @@ fn absolute(p: &std::path::Path) -> Result<PathBuf, KernelError> {
 /// lifetime (the OS drops it if the kernel dies).
 fn acquire_lock(paths: &paths::Paths) -> Result<std::fs::File, KernelError> {
     use std::io::{Read, Seek, Write};
-    let path = paths.run().join("kernel.lock");
+    let path = tutti_rules::state_dir::layout::kernel_lock(&paths.state);
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -91,7 +91,7 @@ impl Known {
 
 impl SecretStore {
     pub fn open(state_dir: &Path) -> Result<Self, KernelError> {
-        let dir = state_dir.join("secrets");
+        let dir = tutti_rules::state_dir::layout::secrets(state_dir);
         crate::paths::create_private_dir(&dir).map_err(|source| KernelError::Io {
             context: format!("creating {}", dir.display()),
             source,

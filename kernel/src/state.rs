@@ -161,7 +161,7 @@ impl Kernel {
         let (events, _) = broadcast::channel(4096);
         let (shutdown, _) = watch::channel(false);
         let boot_epoch = registry.boot_epoch;
-        let paths_audit = paths.logs().join("audit.jsonl");
+        let paths_audit = tutti_rules::state_dir::layout::audit_log(&paths.state);
         let first_generation = registry.generation_ceiling.saturating_sub(GENERATION_BLOCK) + 1;
         Arc::new(Self {
             paths,

@@ -359,8 +359,8 @@ async fn bind(port: u16) -> Result<TcpListener, Error> {
 /// Writes `<state>/run/frontend.json` atomically ([`atomic_file::write`], in the owner-only
 /// `run/` directory).
 fn write_frontend_file(state_dir: &Path, port: u16) -> Result<(), Error> {
-    let run_dir = tutti_proto::transport::run_dir(state_dir)?;
-    let path = run_dir.join("frontend.json");
+    tutti_proto::transport::run_dir(state_dir)?;
+    let path = tutti_rules::state_dir::layout::frontend_json(state_dir);
     let body = serde_json::json!({
         "url": endpoint_url(port),
         "port": port,

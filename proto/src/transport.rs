@@ -349,8 +349,7 @@ mod imp {
 
     pub(super) fn endpoint(state_dir: &Path, stem: &str) -> LocalEndpoint {
         LocalEndpoint(
-            state_dir
-                .join("run")
+            tutti_rules::state_dir::layout::run(state_dir)
                 .join(format!("{stem}.sock"))
                 .to_string_lossy()
                 .into_owned(),

@@ -63,16 +63,28 @@ const UPSTREAM: &[Var] = &[
     same("PATHEXT"),
 ];
 
+/// The variables that turn OpenTelemetry export on (any one of them, not empty).
+pub const OTEL_ENDPOINTS: [&str; 3] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+];
+
 /// The OpenTelemetry variables, for workers and services: export is configured once, for
 /// `tutti up`.
 pub const OTEL: &[Var] = &[
-    same("OTEL_EXPORTER_OTLP_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-    same("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    same(OTEL_ENDPOINTS[0]),
+    same(OTEL_ENDPOINTS[1]),
+    same(OTEL_ENDPOINTS[2]),
     same("OTEL_EXPORTER_OTLP_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+    same("OTEL_EXPORTER_OTLP_METRICS_HEADERS"),
     same("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    same("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"),
+    same("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"),
     same("OTEL_BSP_SCHEDULE_DELAY"),
     same("OTEL_BSP_MAX_QUEUE_SIZE"),
+    same("OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
     same("OTEL_METRIC_EXPORT_INTERVAL"),
     same("OTEL_RESOURCE_ATTRIBUTES"),
 ];

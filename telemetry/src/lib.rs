@@ -57,12 +57,9 @@ pub use queue::QueueConfig;
 /// 10 s).
 pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(1);
 
-/// The variables that turn export on (any one of them, not empty).
-pub const ENDPOINT_VARS: [&str; 3] = [
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-];
+/// The variables that turn export on (any one of them, not empty); the kernel passes them on
+/// with the rest of its `OTEL_*` list ([`tutti_rules::child_env::OTEL`]).
+pub use tutti_rules::child_env::OTEL_ENDPOINTS as ENDPOINT_VARS;
 
 /// The metric export interval when `OTEL_METRIC_EXPORT_INTERVAL` (ms) is unset (the SDK's).
 const METRIC_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);

@@ -284,6 +284,22 @@ mod tests {
         assert_eq!(bad.max_queue_size, 2048);
     }
 
+    #[test]
+    fn every_variable_the_queue_reads_reaches_workers_and_services() {
+        let read = std::cell::RefCell::new(Vec::new());
+        QueueConfig::from_vars(|name| {
+            read.borrow_mut().push(name.to_owned());
+            None
+        });
+        let passed = tutti_rules::child_env::OTEL;
+        for name in read.into_inner() {
+            assert!(
+                passed.iter().any(|v| v.name == name && v.from == name),
+                "{name} is not passed on to children"
+            );
+        }
+    }
+
     /// Yields to the loop until `done` or 10 s pass.
     async fn until(done: impl Fn() -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

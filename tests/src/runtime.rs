@@ -305,7 +305,8 @@ impl Runtime {
 
     /// The frontend's pid, from the `run/frontend.json` it writes.
     pub fn frontend_pid(&self) -> Option<u32> {
-        let bytes = std::fs::read(self.state.join("run").join("frontend.json")).ok()?;
+        let bytes =
+            std::fs::read(tutti_rules::state_dir::layout::frontend_json(&self.state)).ok()?;
         let info: Value = serde_json::from_slice(&bytes).ok()?;
         u32::try_from(info["pid"].as_u64()?).ok()
     }
@@ -497,7 +498,7 @@ impl Runtime {
     /// The last `lines` lines of `<state>/logs/<name>`.
     /// Every record of `logs/audit.jsonl` so far (a line that is not JSON fails the test).
     pub fn audit_lines(&self) -> Vec<Value> {
-        let path = self.state.join("logs").join("audit.jsonl");
+        let path = tutti_rules::state_dir::layout::audit_log(&self.state);
         let text = std::fs::read_to_string(path).unwrap_or_default();
         text.lines()
             .map(|l| {
@@ -508,12 +509,15 @@ impl Runtime {
     }
 
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
-        file_tail(&self.state.join("logs").join(name), lines)
+        file_tail(
+            &tutti_rules::state_dir::layout::logs(&self.state).join(name),
+            lines,
+        )
     }
 
     /// The whole of `<state>/logs/<name>` (empty if missing).
     pub fn log(&self, name: &str) -> String {
-        std::fs::read(self.state.join("logs").join(name))
+        std::fs::read(tutti_rules::state_dir::layout::logs(&self.state).join(name))
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
     }

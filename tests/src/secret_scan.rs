@@ -52,7 +52,11 @@ pub struct Scan<'a> {
 /// skipped ones. Names the place and which needle (by index), never the value.
 pub fn leaks<N: AsRef<str>>(needles: &[N], state: &Path, scan: &Scan<'_>) -> Vec<String> {
     let mut files = Vec::new();
-    files_under(state, &[state.join("secrets")], &mut files);
+    files_under(
+        state,
+        &[tutti_rules::state_dir::layout::secrets(state)],
+        &mut files,
+    );
     files.extend(scan.files.iter().cloned());
     let mut out = file_leaks(needles, &files);
     out.extend(output_leaks(needles, &scan.outputs));

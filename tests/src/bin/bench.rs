@@ -1723,7 +1723,7 @@ mod bench {
 
     /// The kernel's pid, from its lock file (0 if unreadable).
     fn kernel_pid(state: &std::path::Path) -> u32 {
-        std::fs::read_to_string(state.join("run/kernel.lock"))
+        std::fs::read_to_string(tutti_rules::state_dir::layout::kernel_lock(state))
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0)
@@ -1736,7 +1736,7 @@ mod bench {
 
     /// The frontend's pid, from the address file it writes (0 if unreadable).
     fn frontend_pid(state: &std::path::Path) -> u32 {
-        std::fs::read(state.join("run/frontend.json"))
+        std::fs::read(tutti_rules::state_dir::layout::frontend_json(state))
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             .and_then(|v| v["pid"].as_u64())
@@ -1888,7 +1888,7 @@ mod bench {
     /// time is the timestamp of the kernel's `committed` log line, written right after it
     /// publishes the route change: this errs low by the microseconds between the two.
     async fn commit_to_event(client: &Client, rt: &mut Runtime, many: &str) -> Result<Duration> {
-        let log = rt.state_dir().join("logs").join("kernel.log");
+        let log = tutti_rules::state_dir::layout::kernel_log(rt.state_dir());
         let before = commit_lines(&log, "lc").len();
         let mut listen = Listener::open(client).await?;
         let event = tokio::spawn(async move {
