@@ -69,11 +69,12 @@ pub async fn run_until(
     let endpoint = transport::kernel_endpoint(&state_dir);
     let incoming = transport::bind_granting(&endpoint, config.pipe_grant.as_ref())?;
     let mut shutdown_rx = k.shutdown.subscribe();
-    let server = tokio::spawn(
-        crate::grpc::router(&k, &state_dir)?.serve_with_incoming_shutdown(incoming, async move {
+    let server = tokio::spawn(crate::grpc::router(&k)?.serve_with_incoming_shutdown(
+        incoming,
+        async move {
             let _ = shutdown_rx.wait_for(|s| *s).await;
-        }),
-    );
+        },
+    ));
     tracing::info!(state_dir = %state_dir.display(), boot_epoch = k.boot_epoch, "kernel listening on {endpoint}");
 
     let frontend = tokio::spawn(services::supervise(k.clone(), services::Role::Frontend));

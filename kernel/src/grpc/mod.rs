@@ -8,7 +8,6 @@ mod admin;
 mod routes;
 mod workers;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use tonic::transport::server::Router;
@@ -22,7 +21,7 @@ use crate::state::Kernel;
 
 /// The kernel's services on one server, each request bounded in size: the three above and
 /// the market's (`crate::market`, for the CLI and the console).
-pub fn router(k: &Arc<Kernel>, state_dir: &Path) -> Result<Router, KernelError> {
+pub fn router(k: &Arc<Kernel>) -> Result<Router, KernelError> {
     Ok(tonic::transport::Server::builder()
         .add_service(
             AdminServer::new(admin::Admin { k: k.clone() })
@@ -36,5 +35,8 @@ pub fn router(k: &Arc<Kernel>, state_dir: &Path) -> Result<Router, KernelError> 
             WorkersServer::new(workers::Workers { k: k.clone() })
                 .max_decoding_message_size(MAX_KERNEL_REQUEST_BYTES),
         )
-        .add_service(crate::market::server(state_dir)?))
+        .add_service(
+            crate::market::server(&k.paths.state)?
+                .max_decoding_message_size(MAX_KERNEL_REQUEST_BYTES),
+        ))
 }
