@@ -8,6 +8,8 @@
 
 pub mod codec;
 pub mod frames;
+#[cfg(test)]
+mod frames_props;
 pub mod key;
 mod labels;
 pub mod limits;

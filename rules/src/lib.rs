@@ -34,3 +34,6 @@ pub mod sibling;
 pub mod state_dir;
 pub mod timing;
 pub mod token_refresh;
+
+#[cfg(test)]
+mod props;
