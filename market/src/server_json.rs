@@ -642,4 +642,6 @@ pub fn normalise_key(segment: &str) -> String {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
