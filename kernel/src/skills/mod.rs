@@ -1,6 +1,8 @@
 //! `SKILL.md` front matter: `name`, `description`, optional `title`.
 
 pub(crate) mod scan;
+#[cfg(test)]
+mod scan_props;
 
 use std::path::Path;
 

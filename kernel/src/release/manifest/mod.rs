@@ -6,6 +6,8 @@ mod launch;
 mod model;
 mod parse;
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
 
 use std::path::Path;
