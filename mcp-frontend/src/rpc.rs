@@ -128,6 +128,9 @@ pub(crate) fn classify(mut object: Map<String, Value>) -> Result<Message, (Value
         Some(Value::String(_)) => Err(invalid("id must be a string or an integer")),
         Some(_) => Err(invalid("method must be a string")),
         None if has_id && (object.contains_key("result") || object.contains_key("error")) => {
+            if !id_ok {
+                return Err(invalid("id must be a string or an integer"));
+            }
             let answer = match object.remove("result") {
                 Some(result) => Ok(result),
                 None => Err(object.remove("error").unwrap_or(Value::Null)),
@@ -292,5 +295,60 @@ mod tests {
         let (_, e) = classify(obj(json!({"jsonrpc":"2.0","id":1,"method":"x","params":3})))
             .expect_err("scalar params");
         assert_eq!(e.code, INVALID_REQUEST);
+    }
+
+    /// Values an envelope member may have: right, wrong and odd ones.
+    fn member_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Value::Null),
+            Just(json!("2.0")),
+            Just(json!("1.0")),
+            Just(json!("tools/call")),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<bool>().prop_map(Value::from),
+            Just(json!({"a": 1})),
+            Just(json!([1])),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 2048, ..Default::default() })]
+
+        /// Any object is a request, a notification, a response or an error; an error echoes
+        /// the id only when it is a string or an integer (never an object, a float or a
+        /// bool), a request always has such an id, and nothing without `"jsonrpc":"2.0"`
+        /// is accepted.
+        #[test]
+        fn any_object_is_classified_and_echoes_only_a_valid_id(
+            members in proptest::collection::btree_map(
+                proptest::sample::select(vec!["jsonrpc", "id", "method", "params", "result", "error", "extra"]),
+                member_value(),
+                0..7,
+            )
+        ) {
+            use proptest::prelude::*;
+            let object: Map<String, Value> =
+                members.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+            let valid_id = |id: &Value| id.is_string() || id.is_i64() || id.is_u64();
+            let versioned = members.get("jsonrpc") == Some(&json!("2.0"));
+            match classify(object) {
+                Ok(Message::Request { id, method, .. }) => {
+                    prop_assert!(versioned && valid_id(&id));
+                    prop_assert_eq!(Some(&Value::String(method)), members.get("method"));
+                }
+                Ok(Message::Notification { .. }) => {
+                    prop_assert!(versioned && !members.contains_key("id"));
+                }
+                Ok(Message::Response { id, .. }) => {
+                    prop_assert!(versioned && valid_id(&id));
+                }
+                Err((id, error)) => {
+                    prop_assert!(id.is_null() || valid_id(&id), "{id}");
+                    prop_assert_eq!(error.code, INVALID_REQUEST);
+                }
+            }
+        }
     }
 }

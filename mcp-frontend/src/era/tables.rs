@@ -389,4 +389,116 @@ mod tests {
             Revision::V2025_11_25
         );
     }
+
+    /// Member text as an upstream may write it: numbers that do not survive a float, escapes,
+    /// non-ASCII, nesting. Kept members must come out byte for byte.
+    fn raw_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just("9007199254740993".to_owned()),
+            Just("1.50".to_owned()),
+            Just(r#""\u00e9\n""#.to_owned()),
+            Just(r#"[{"type":"text","text":"x"}]"#.to_owned()),
+            Just("null".to_owned()),
+            "[a-z]{0,6}".prop_map(|s| format!("{s:?}")),
+            any::<i64>().prop_map(|n| format!("{{ \"n\" : {n} }}")),
+        ]
+    }
+
+    /// A result object's members in order: defined and undefined fields, a `_meta` whose
+    /// members may include the upstream's `serverInfo`.
+    fn result_members() -> impl proptest::strategy::Strategy<Value = Vec<(String, String)>> {
+        use proptest::prelude::*;
+        let key = prop::sample::select(vec![
+            "content",
+            "structuredContent",
+            "isError",
+            "resultType",
+            "inputRequests",
+            "ttlMs",
+            "x",
+        ]);
+        let meta_key = prop::sample::select(vec![META_SERVER_INFO, "a", "trace", "é"]);
+        let meta = prop::collection::vec((meta_key, raw_value()), 0..4).prop_map(|members| {
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("{}:{v}", quoted(k)))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        });
+        let member = prop_oneof![
+            4 => (key, raw_value()).prop_map(|(k, v)| (k.to_owned(), v)),
+            1 => meta.prop_map(|m| ("_meta".to_owned(), m)),
+        ];
+        prop::collection::vec(member, 0..6).prop_map(|members| {
+            let mut seen = std::collections::BTreeSet::new();
+            members
+                .into_iter()
+                .filter(|(k, _)| seen.insert(k.clone()))
+                .collect()
+        })
+    }
+
+    /// The members of a `_meta` object as written, but the server's identity.
+    fn meta_members(raw: &str) -> Vec<(String, String)> {
+        serde_json::from_str::<RawMembers<'_>>(raw)
+            .map(|RawMembers(m)| {
+                m.into_iter()
+                    .filter(|(k, _)| k.as_ref() != META_SERVER_INFO)
+                    .map(|(k, v)| (k.into_owned(), v.get().to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 512, ..Default::default() })]
+
+        /// For every revision: the result is JSON; each defined member other than `_meta`
+        /// is byte-exact and in order; an undefined one is gone; `resultType` exists only on
+        /// the modern surface; the upstream's `serverInfo` never reaches a client, ours only
+        /// the modern one; every other `_meta` member is kept byte-exact.
+        #[test]
+        fn each_revision_edits_only_the_members_it_must(members in result_members()) {
+            let text = format!(
+                "{{{}}}",
+                members.iter().map(|(k, v)| format!("{}:{v}", quoted(k))).collect::<Vec<_>>().join(",")
+            );
+            for revision in Revision::ALL {
+                let out = write(revision, &text);
+                let parsed: serde_json::Value = serde_json::from_str(&out)
+                    .unwrap_or_else(|e| panic!("{out}: {e}"));
+                let RawMembers(written) = serde_json::from_str(&out)
+                    .unwrap_or_else(|e| panic!("{out}: {e}"));
+                let kept: Vec<(&str, &str)> = members
+                    .iter()
+                    .filter(|(k, _)| k != "_meta" && defines(RESULT_FIELDS, revision, k))
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                let got: Vec<(&str, &str)> = written
+                    .iter()
+                    .map(|(k, v)| (k.as_ref(), v.get()))
+                    .filter(|(k, _)| *k != "_meta" && !(revision.modern() && *k == "resultType" && !members.iter().any(|(m, _)| m == "resultType")))
+                    .collect();
+                proptest::prop_assert_eq!(&got, &kept, "{:?}: {} -> {}", revision, text, out);
+                proptest::prop_assert_eq!(parsed.get("resultType").is_some(), revision.modern());
+                let info = parsed.pointer("/_meta").and_then(|m| m.get(META_SERVER_INFO));
+                match revision.modern() {
+                    true => proptest::prop_assert_eq!(info, Some(&server_info())),
+                    false => proptest::prop_assert!(info.is_none(), "{}", out),
+                }
+                let upstream_meta: Vec<_> = members
+                    .iter()
+                    .filter(|(k, _)| k == "_meta")
+                    .flat_map(|(_, v)| meta_members(v))
+                    .collect();
+                let out_meta: Vec<_> = written
+                    .iter()
+                    .filter(|(k, _)| k == "_meta")
+                    .flat_map(|(_, v)| meta_members(v.get()))
+                    .collect();
+                proptest::prop_assert_eq!(out_meta, upstream_meta, "{}", out);
+            }
+        }
+    }
 }
