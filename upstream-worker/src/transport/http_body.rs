@@ -168,4 +168,50 @@ mod tests {
             .unwrap_or_else(|| panic!("no error in {over:?}"));
         assert!(err.to_string().contains("exceeds 8 bytes"), "{err}");
     }
+
+    /// Events (lines of `data: …`, `\r\n` or `\n` line ends), cut into chunks anywhere.
+    fn event_stream() -> impl proptest::strategy::Strategy<Value = (Vec<Vec<String>>, bool)> {
+        use proptest::prelude::*;
+        let line = "[a-z:{} ]{0,12}".prop_map(|l| format!("data: {l}"));
+        (
+            prop::collection::vec(prop::collection::vec(line, 1..4), 0..5),
+            any::<bool>(),
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 512, ..Default::default() })]
+
+        /// The stream ends with an error exactly when one event (its bytes but line ends)
+        /// is over the bound, wherever the chunks are cut, and every byte before passes.
+        #[test]
+        fn the_bound_holds_per_event_wherever_chunks_are_cut(
+            (events, crlf) in event_stream(),
+            cuts in proptest::collection::vec(proptest::prelude::any::<proptest::sample::Index>(), 0..6),
+            max in 8usize..48,
+        ) {
+            let end = if crlf { "\r\n" } else { "\n" };
+            let text: String = events
+                .iter()
+                .map(|lines| format!("{}{end}", lines.iter().map(|l| format!("{l}{end}")).collect::<String>()))
+                .collect();
+            let over = events.iter().any(|lines| lines.iter().map(String::len).sum::<usize>() > max);
+            let bytes = text.into_bytes();
+            let mut at: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+            at.extend([0, bytes.len()]);
+            at.sort_unstable();
+            let pieces: Vec<_> = at
+                .windows(2)
+                .map(|w| Ok::<_, reqwest::Error>(bytes[w[0]..w[1]].to_vec()))
+                .collect();
+            let out: Vec<_> = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .block_on(bounded(futures_util::stream::iter(pieces), max).collect());
+            let failed = out.iter().any(Result::is_err);
+            proptest::prop_assert_eq!(failed, over);
+            let passed: Vec<u8> = out.into_iter().map_while(Result::ok).flatten().collect();
+            proptest::prop_assert!(bytes.starts_with(&passed));
+        }
+    }
 }
