@@ -389,6 +389,44 @@ impl Client {
         matches!(self.http.get(well_known).send().await, Ok(r) if r.status().is_success())
     }
 
+    /// The latest version a package index publishes: npm's `dist-tags.latest` (from
+    /// `npm_config_registry`, else the public registry), PyPI's JSON API `info.version`.
+    /// `Ok(None)` when the index does not know the package.
+    pub async fn package_latest(
+        &self,
+        kind: &str,
+        name: &str,
+    ) -> Result<Option<String>, MarketError> {
+        let (base, segments, pointer) = match kind {
+            "npm" => {
+                let base = std::env::var("npm_config_registry")
+                    .unwrap_or_else(|_| "https://registry.npmjs.org/".to_owned());
+                (base, vec![name.to_owned()], "/dist-tags/latest")
+            }
+            "pypi" => (
+                "https://pypi.org/pypi/".to_owned(),
+                vec![name.to_owned(), "json".to_owned()],
+                "/info/version",
+            ),
+            other => {
+                return Err(MarketError::Source(format!(
+                    "a {other} source has no index to ask for newer versions; install the version you want by name"
+                )));
+            }
+        };
+        let index = Registry {
+            name: kind.to_owned(),
+            url: base,
+        };
+        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+        let url = endpoint(&index, &segments)?;
+        Ok(self.get(&index, url).await?.and_then(|v| {
+            v.pointer(pointer)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        }))
+    }
+
     /// `GET` a JSON answer: `Ok(None)` on 404.
     async fn get(&self, registry: &Registry, url: url::Url) -> Result<Option<Value>, MarketError> {
         let unreachable = |reason: String| MarketError::RegistryUnreachable {
