@@ -6,6 +6,7 @@
 #![cfg(unix)]
 
 mod import;
+mod lock;
 mod packages;
 
 use std::io::{BufRead, BufReader};
