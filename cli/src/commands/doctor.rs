@@ -1,7 +1,8 @@
 //! `tutti doctor [--json]` (SPEC §14): checks what commonly keeps an agent from the
 //! connectors and prints one line per check, `OK`, `WARN` or `FAIL`, with the exact fix.
 //! It writes nothing: it reads the state dir, the agent configs in their usual places
-//! (`.mcp.json` in the current directory, `~/.claude.json`, `$CODEX_HOME/config.toml`), asks
+//! (`.mcp.json` in the current directory, `~/.claude.json`, `$CODEX_HOME/config.toml`; every
+//! client's configuration for `doctor_market`'s checks), asks
 //! the kernel for its status and the service manager for its state. Exits non-zero when a
 //! check fails. Never prints a token: agent configs are read for their URL only.
 
@@ -34,7 +35,7 @@ pub(crate) struct Check {
     fix: Option<String>,
 }
 
-fn check(name: impl Into<String>, level: Level, message: impl Into<String>) -> Check {
+pub(super) fn check(name: impl Into<String>, level: Level, message: impl Into<String>) -> Check {
     Check {
         name: name.into(),
         level,
@@ -44,7 +45,7 @@ fn check(name: impl Into<String>, level: Level, message: impl Into<String>) -> C
 }
 
 impl Check {
-    fn fix(mut self, fix: impl Into<String>) -> Check {
+    pub(super) fn fix(mut self, fix: impl Into<String>) -> Check {
         self.fix = Some(fix.into());
         self
     }
@@ -98,6 +99,8 @@ pub(crate) async fn run(state_dir: &Path, json: bool) -> Result<ExitCode, CliErr
         live.as_ref().map(|s| s.frontend_url.as_str()),
     ));
     checks.extend(launch_commands(state_dir, &env));
+    let market = super::doctor_market::checks(state_dir, env.cwd.as_deref(), live.is_some());
+    checks.extend(market.await);
     checks.push(clock(state_dir));
     let failed = checks.iter().filter(|c| c.level == Level::Fail).count();
     if json {

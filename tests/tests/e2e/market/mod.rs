@@ -5,6 +5,7 @@
 //! nothing behind, and no secret value shows up in the state, the logs or the confirmation.
 #![cfg(unix)]
 
+mod doctor;
 mod import;
 mod lock;
 mod packages;
