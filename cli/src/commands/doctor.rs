@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
 use serde_json::Value;
 use tutti_proto::kernel::{Empty, StatusReply};
 
@@ -19,52 +18,7 @@ use crate::error::CliError;
 use crate::kernel::Kernel;
 use crate::output::{emit, json_line};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Level {
-    Ok,
-    Warn,
-    Fail,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct Check {
-    name: String,
-    level: Level,
-    message: String,
-    fix: Option<String>,
-}
-
-pub(super) fn check(name: impl Into<String>, level: Level, message: impl Into<String>) -> Check {
-    Check {
-        name: name.into(),
-        level,
-        message: message.into(),
-        fix: None,
-    }
-}
-
-impl Check {
-    pub(super) fn fix(mut self, fix: impl Into<String>) -> Check {
-        self.fix = Some(fix.into());
-        self
-    }
-
-    fn line(&self) -> String {
-        let level = match self.level {
-            Level::Ok => "OK",
-            Level::Warn => "WARN",
-            Level::Fail => "FAIL",
-        };
-        let text = format!("{}: {}", self.name, self.message);
-        let text = match &self.fix {
-            Some(fix) => format!("{text}; fix: {fix}"),
-            None => text,
-        };
-        let text = crate::output::visible(&crate::output::one_line(&text, 4096));
-        format!("{level:<4} {text}")
-    }
-}
+use super::doctor_check::{Check, Level, check};
 
 /// Reads one environment variable (empty counts as unset).
 type VarFn = dyn Fn(&str) -> Option<OsString>;

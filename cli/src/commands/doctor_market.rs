@@ -12,7 +12,7 @@ use serde_json::Value;
 use tutti_market::plan::PackageRef;
 use tutti_proto::kernel::{Empty, SearchRequest};
 
-use super::doctor::{Check, Level, check};
+use super::doctor_check::{Check, Level, check};
 use crate::kernel::Kernel;
 
 /// How long one registry may take to answer.

@@ -9,6 +9,7 @@ use crate::error::CliError;
 
 pub(crate) mod connector;
 pub(crate) mod doctor;
+mod doctor_check;
 mod doctor_market;
 mod down;
 mod lockfile;

@@ -4,18 +4,18 @@
 //! allow flags), and a runtime brought to exactly that set. Never a secret value: secrets
 //! are names in a release, and the source's `--set` values are refused for secrets.
 
+mod document;
 mod sync;
 pub(crate) mod upgrade;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tutti_market::origin::{self, Origin};
-use tutti_market::plan::LockedArtefact;
+use tutti_market::origin;
 use tutti_proto::kernel::{ConnectorStatus, Empty};
+
+use document::{FORMAT, LockFile, LockedConnector, read_json, release_dir, strings};
 
 use crate::args::LockArgs;
 use crate::error::CliError;
@@ -23,49 +23,6 @@ use crate::kernel::Kernel;
 use crate::output::{emit, json_line};
 
 pub(crate) use sync::sync;
-
-/// The lock file's format version; a reader refuses any other.
-const FORMAT: u32 = 1;
-
-/// `tutti.lock.json`.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LockFile {
-    format: u32,
-    connectors: Vec<LockedConnector>,
-}
-
-/// One installed connector as the lock names it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LockedConnector {
-    key: String,
-    /// `folder`, `server.json`, or the install argument that builds it again.
-    source: String,
-    version: String,
-    /// The release's SHA-256.
-    sha256: String,
-    /// How a market release is built again (`None`: a folder install).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    origin: Option<Origin>,
-    #[serde(default)]
-    artefacts: Vec<LockedArtefact>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    interpreter: Option<String>,
-    #[serde(default)]
-    secret_names: Vec<String>,
-    /// The manifest's `toolRisk` overrides.
-    #[serde(default)]
-    tool_risk: BTreeMap<String, Value>,
-    #[serde(default)]
-    allow_commands: Vec<String>,
-    #[serde(default)]
-    allow_env: Vec<String>,
-    #[serde(default)]
-    trust_updates: bool,
-    #[serde(default)]
-    allow_skill_findings: bool,
-}
 
 pub(crate) async fn lock(state_dir: &Path, args: LockArgs) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
@@ -137,47 +94,4 @@ fn locked(
             .as_array()
             .is_some_and(|f| !f.is_empty()),
     })
-}
-
-/// The kernel's copy of release `key`/`sha256`.
-fn release_dir(state_dir: &Path, key: &str, sha256: &str) -> PathBuf {
-    tutti_rules::state_dir::layout::releases(state_dir)
-        .join(key)
-        .join(sha256)
-}
-
-/// The strings of a JSON array (none for anything else).
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.as_str().map(str::to_owned))
-        .collect()
-}
-
-/// A JSON file, `null` when it is missing or not JSON.
-fn read_json(path: &Path) -> Value {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null)
-}
-
-/// Reads a lock file written by `lock`.
-fn read_lock_file(path: &Path) -> Result<LockFile, CliError> {
-    let bytes = std::fs::read(path).map_err(|e| CliError::io("read", path, e))?;
-    let file: LockFile = serde_json::from_slice(&bytes).map_err(|e| {
-        CliError::Market(format!(
-            "{}: not a lock file ({e}); give a file written by `tutti connector lock`",
-            path.display()
-        ))
-    })?;
-    if file.format != FORMAT {
-        return Err(CliError::Market(format!(
-            "{}: lock format {} is not the supported {FORMAT}; write it again with this version's `tutti connector lock`",
-            path.display(),
-            file.format
-        )));
-    }
-    Ok(file)
 }

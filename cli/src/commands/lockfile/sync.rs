@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use tutti_market::plan::LockedArtefact;
 use tutti_proto::kernel::{DiscardRequest, Empty, InstallPlan, InstallRequest, KeyRequest};
 
-use super::{LockedConnector, read_lock_file};
+use super::document::{LockedConnector, read_lock_file, stage_request};
 use crate::args::SyncArgs;
 use crate::commands::connector::{Verb, confirm, confirmation};
 use crate::commands::market::stage;
@@ -147,7 +147,7 @@ async fn prepare(
     let Some(origin) = &entry.origin else {
         return prepare_folder(kernel, entry, from).await;
     };
-    let request = super::upgrade::stage_request(origin, None);
+    let request = stage_request(origin, None);
     let staged = stage(kernel, request, false)
         .await
         .map_err(|e| e.to_string())?;

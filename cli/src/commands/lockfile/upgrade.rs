@@ -9,41 +9,13 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use tutti_market::origin::{self, Origin};
-use tutti_proto::kernel::{ConnectorStatus, Empty, LatestRequest, StageRequest};
+use tutti_proto::kernel::{ConnectorStatus, Empty, LatestRequest};
 
-use super::{read_json, release_dir, strings};
+use super::document::{read_json, release_dir, stage_request, strings};
 use crate::args::{InstallArgs, JsonFlag, MarketInstallArgs, UpgradeArgs};
 use crate::error::CliError;
 use crate::kernel::Kernel;
 use crate::output::{emit, json_line, note, table, visible};
-
-/// The install request that builds `origin` again (at `version`, when given).
-pub(crate) fn stage_request(origin: &Origin, version: Option<&str>) -> StageRequest {
-    let c = &origin.choices;
-    let index = |n: Option<u32>| n.map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX));
-    let source = version
-        .and_then(|v| origin.at_version(v))
-        .unwrap_or_else(|| origin.source.clone());
-    StageRequest {
-        source,
-        server_json: origin
-            .server_json
-            .as_ref()
-            .map(|doc| serde_json::to_vec(doc).unwrap_or_default())
-            .unwrap_or_default(),
-        source_label: "from the lock".into(),
-        set: c.set.clone().into_iter().collect(),
-        package_index: index(c.package_index),
-        remote_index: index(c.remote_index),
-        key: c.key.clone(),
-        allow_scripts: c.allow_scripts,
-        allow_sdist: c.allow_sdist,
-        extra_args: c.extra_args.clone(),
-        extra_runtime_args: c.extra_runtime_args.clone(),
-        extra_env: c.extra_env.clone().into_iter().collect(),
-        extra_secrets: c.extra_secrets.clone(),
-    }
-}
 
 /// A connector whose source publishes another version.
 #[derive(Serialize)]
