@@ -112,7 +112,7 @@ async fn tool_names(rt: &Runtime) -> Vec<String> {
 }
 
 /// The release SHA-256 `registry.json` records for `key`.
-fn release_hash(rt: &Runtime, key: &str) -> String {
+pub(super) fn release_hash(rt: &Runtime, key: &str) -> String {
     let bytes = std::fs::read(rt.state_dir().join("registry.json"));
     let registry: Value = serde_json::from_slice(&bytes.unwrap_or_default()).unwrap_or_default();
     let hash = registry["connectors"][key]["sha256"].as_str();
@@ -121,7 +121,7 @@ fn release_hash(rt: &Runtime, key: &str) -> String {
 }
 
 /// A second runtime on the same registry, with nothing installed.
-fn fresh_runtime(registry: &Registry) -> Runtime {
+pub(super) fn fresh_runtime(registry: &Registry) -> Runtime {
     Runtime::start(RuntimeOptions {
         env: vec![("TUTTI_REGISTRIES".into(), format!("fix={}", registry.url))],
         ..Default::default()
