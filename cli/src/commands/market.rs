@@ -295,7 +295,7 @@ fn stage_request(args: &InstallArgs) -> Result<StageRequest, CliError> {
 }
 
 /// What a market source adds to the install confirmation (SPEC §17).
-fn confirmation(s: &StageReply) -> String {
+pub(crate) fn confirmation(s: &StageReply) -> String {
     let mut out = format!("  source: {}\n", visible(&s.source));
     out.push_str(&format!("  resolved version: {}\n", visible(&s.version)));
     out.push_str(&format!(

@@ -15,7 +15,7 @@ use tutti_proto::kernel::{DiscardRequest, Empty, InstallPlan, InstallRequest, Ke
 use super::document::{LockedConnector, read_lock_file, stage_request};
 use crate::args::SyncArgs;
 use crate::commands::connector::{Verb, confirm, confirmation};
-use crate::commands::market::stage;
+use crate::commands::market::{confirmation as market_confirmation, stage};
 use crate::error::CliError;
 use crate::kernel::Kernel;
 use crate::output::{emit, note, one_line, visible};
@@ -25,6 +25,8 @@ struct Prepared {
     key: String,
     /// The market's staged folder (discarded whatever happens), `None` for a folder.
     staged: Option<String>,
+    /// What the market adds to the confirmation (source, version, artefacts, scripts).
+    extra: Option<String>,
     request: InstallRequest,
     plan: InstallPlan,
 }
@@ -98,6 +100,9 @@ async fn apply(
     }
     for p in prepared {
         note(confirmation(&p.plan, Verb::Install).trim_end());
+        if let Some(extra) = &p.extra {
+            note(extra.trim_end());
+        }
     }
     for key in prune {
         note(&format!("Uninstall connector {key} (not in the lock file)"));
@@ -154,6 +159,7 @@ async fn prepare(
     let mut prepared = Prepared {
         key: entry.key.clone(),
         staged: Some(staged.staging_dir.clone()),
+        extra: Some(market_confirmation(&staged)),
         request: install_request(entry, Path::new(&staged.staging_dir)),
         plan: InstallPlan::default(),
     };
@@ -220,6 +226,7 @@ async fn prepare_folder(
             return Ok(Prepared {
                 key: entry.key.clone(),
                 staged: None,
+                extra: None,
                 request,
                 plan,
             });

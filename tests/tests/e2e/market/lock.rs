@@ -203,6 +203,12 @@ async fn a_locked_set_syncs_onto_a_fresh_runtime_and_a_forged_hash_is_refused() 
     let out = other.tutti(&["connector", "sync", &lock_arg, "--yes", "--from", &from]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
+    // The one confirmation shows what the market adds for the rebuilt bundle.
+    assert!(
+        stderr.contains("Install connector bundled 2.0.0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("  artefacts: 1 ("), "{stderr}");
     assert!(
         stderr.contains("fixture-remote is already this release; left alone"),
         "{stderr}"
