@@ -123,8 +123,13 @@ pub(crate) async fn upgrade(state_dir: &Path, args: UpgradeArgs) -> Result<ExitC
         )));
     }
     if target == origin.version {
+        let what = if args.to.is_some() {
+            ""
+        } else {
+            ", its source's latest"
+        };
         emit(&format!(
-            "{} is at {} already, its source's latest\n",
+            "{} is at {} already{what}\n",
             args.key,
             visible(&target)
         ))?;

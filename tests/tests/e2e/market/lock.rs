@@ -307,6 +307,8 @@ async fn outdated_names_the_newer_registry_version_and_upgrade_moves_to_it() {
             .await
             .contains("from the market")
     );
+    let same = rt.tutti_ok(&["connector", "upgrade", "fixture-remote", "--to", "1.1.0"]);
+    assert_eq!(same, "fixture-remote is at 1.1.0 already\n");
     let table = rt.tutti_ok(&["connector", "outdated"]);
     assert!(table.contains("at its source's latest version"), "{table}");
     let folder = rt.tutti(&["connector", "upgrade", "nope"]);
