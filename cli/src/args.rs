@@ -146,6 +146,61 @@ pub enum ConnectorCommand {
     /// Turn the MCP servers of your clients' configs (Claude, Cursor, VS Code, Codex,
     /// Windsurf, Gemini) into connectors
     Import(ImportArgs),
+    /// Write one lock file naming every installed connector, its release and artefact hashes
+    Lock(LockArgs),
+    /// Make this runtime hold exactly the connectors of a lock file
+    Sync(SyncArgs),
+    /// List market-installed connectors whose source has a newer version
+    Outdated(JsonFlag),
+    /// Build, confirm and install the newer pinned release of a market-installed connector
+    Upgrade(UpgradeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// Where to write the lock file
+    #[arg(
+        long,
+        short = 'o',
+        value_name = "FILE",
+        default_value = "tutti.lock.json"
+    )]
+    pub output: PathBuf,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// A lock file written by `tutti connector lock`
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Confirm non-interactively
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Also uninstall the connectors the lock file does not name
+    #[arg(long)]
+    pub prune: bool,
+    /// Where the release folders of folder installs are (DIR/<key>, or DIR itself)
+    #[arg(long = "from", value_name = "DIR")]
+    pub from: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct UpgradeArgs {
+    /// The connector's key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The version to move to [default: the source's latest]
+    #[arg(long, value_name = "VERSION")]
+    pub to: Option<String>,
+    /// Confirm non-interactively
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -11,8 +11,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tutti_market::MarketError;
+use tutti_market::origin::{self, Origin, OriginChoices};
 use tutti_market::pin::{PinEvent, Progress};
-use tutti_market::plan::{PinOptions, Pinned};
+use tutti_market::plan::{PackageRef, PinOptions, Pinned};
 use tutti_market::registry::{self, Client, Registries};
 use tutti_market::server_json::{self, Choices, ReleasePlan};
 use tutti_market::source::{self, Source};
@@ -82,10 +83,15 @@ impl MarketService {
         let choices = choices(req);
         if !req.server_json.is_empty() {
             let doc = server_json::parse(&req.server_json)?;
+            let origin = Origin {
+                server_json: serde_json::from_slice(&req.server_json).ok(),
+                ..Default::default()
+            };
             return Ok(Resolved {
                 label: format!("server.json {}", req.source_label),
                 plan: server_json::plan(&doc, &choices)?,
                 warning: None,
+                origin,
             });
         }
         match source::parse(&req.source, &self.state)? {
@@ -96,16 +102,27 @@ impl MarketService {
                 let warning = entry.installable()?;
                 let bytes = serde_json::to_vec(&entry.server).unwrap_or_default();
                 let doc = server_json::parse(&bytes)?;
+                let origin = Origin {
+                    source: format!("registry:{}@{}", entry.name(), entry.version()),
+                    registry: entry.registry.clone(),
+                    name: entry.name().to_owned(),
+                    ..Default::default()
+                };
                 Ok(Resolved {
                     label: format!("registry {}: {}", entry.registry, entry.name()),
                     plan: server_json::plan(&doc, &choices)?,
                     warning,
+                    origin,
                 })
             }
             Source::Package(package) => Ok(Resolved {
                 label: req.source.clone(),
                 plan: source::package_plan(&package, &choices)?,
                 warning: None,
+                origin: Origin {
+                    source: req.source.clone(),
+                    ..Default::default()
+                },
             }),
             Source::Folder(_) | Source::ServerJson(_) => Err(MarketError::Source(format!(
                 "{:?} is a release folder or a server.json file: give it to the CLI, which reads it",
@@ -134,7 +151,18 @@ impl MarketService {
             resolved.plan.use_oauth();
         }
         let dir = new_staging_dir(&self.state)?;
-        let pinned = match self.build(&resolved.plan, &req, &dir, progress).await {
+        let built = match self.build(&resolved.plan, &req, &dir, progress).await {
+            Ok(p) => write_origin(
+                &dir,
+                resolved.origin.clone(),
+                &resolved.plan,
+                p.as_ref(),
+                &req,
+            )
+            .map(|()| p),
+            Err(e) => Err(e),
+        };
+        let pinned = match built {
             Ok(p) => p,
             Err(e) => {
                 remove_staged(dir).await;
@@ -194,6 +222,51 @@ struct Resolved {
     label: String,
     plan: ReleasePlan,
     warning: Option<String>,
+    /// Where the release comes from, completed with the pinned version once built.
+    origin: Origin,
+}
+
+/// Writes the staged release's `tutti-source.json`: its source at the version resolved, and
+/// the choices that build it again.
+fn write_origin(
+    dir: &Path,
+    mut origin: Origin,
+    plan: &ReleasePlan,
+    pinned: Option<&Pinned>,
+    req: &pb::StageRequest,
+) -> Result<(), MarketError> {
+    origin.version = plan.manifest["version"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if let (Some(PackageRef::Npm { name, .. } | PackageRef::Pypi { name, .. }), Some(pinned)) =
+        (&plan.package, pinned)
+        && origin.name.is_empty()
+        && !origin.source.is_empty()
+    {
+        let kind = origin
+            .source
+            .split_once(':')
+            .map_or("", |(k, _)| k)
+            .to_owned();
+        origin.source = format!("{kind}:{name}@{}", pinned.version);
+        origin.name = name.clone();
+        origin.version = pinned.version.clone();
+    }
+    let index = |n: i32| u32::try_from(n).ok();
+    origin.choices = OriginChoices {
+        set: req.set.clone().into_iter().collect(),
+        package_index: index(req.package_index),
+        remote_index: index(req.remote_index),
+        key: req.key.clone(),
+        allow_scripts: req.allow_scripts,
+        allow_sdist: req.allow_sdist,
+        extra_args: req.extra_args.clone(),
+        extra_runtime_args: req.extra_runtime_args.clone(),
+        extra_env: req.extra_env.clone().into_iter().collect(),
+        extra_secrets: req.extra_secrets.clone(),
+    };
+    origin::write(dir, &origin)
 }
 
 fn choices(req: &pb::StageRequest) -> Choices {
@@ -392,6 +465,28 @@ impl Market for MarketService {
             remove_staged(dir).await;
         }
         Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn latest(
+        &self,
+        req: Request<pb::LatestRequest>,
+    ) -> Result<Response<pb::LatestReply>, Status> {
+        let req = req.into_inner();
+        let version = if req.kind == "registry" {
+            let list = self.registries().select(None).map_err(market_status)?;
+            let entry = registry::resolve(&self.client, &list, &req.name, None).await;
+            Some(entry.map_err(market_status)?.version().to_owned())
+        } else {
+            let found = self.client.package_latest(&req.kind, &req.name).await;
+            found.map_err(market_status)?
+        };
+        let version = version.ok_or_else(|| {
+            Status::not_found(format!(
+                "the {} index does not know {:?}; check the name",
+                req.kind, req.name
+            ))
+        })?;
+        Ok(Response::new(pb::LatestReply { version }))
     }
 }
 

@@ -389,6 +389,54 @@ impl Client {
         matches!(self.http.get(well_known).send().await, Ok(r) if r.status().is_success())
     }
 
+    /// The latest version a package index publishes: npm's `dist-tags.latest` (from
+    /// `npm_config_registry`, else the public registry), PyPI's JSON API `info.version`.
+    /// `Ok(None)` when the index does not know the package.
+    pub async fn package_latest(
+        &self,
+        kind: &str,
+        name: &str,
+    ) -> Result<Option<String>, MarketError> {
+        let npm = std::env::var("npm_config_registry")
+            .unwrap_or_else(|_| "https://registry.npmjs.org/".to_owned());
+        self.package_latest_at(kind, name, &npm, "https://pypi.org/pypi/")
+            .await
+    }
+
+    /// [`Self::package_latest`] against these indexes (npm registry, PyPI JSON API base).
+    async fn package_latest_at(
+        &self,
+        kind: &str,
+        name: &str,
+        npm: &str,
+        pypi: &str,
+    ) -> Result<Option<String>, MarketError> {
+        let (base, segments, pointer) = match kind {
+            "npm" => (npm, vec![name.to_owned()], "/dist-tags/latest"),
+            "pypi" => (
+                pypi,
+                vec![name.to_owned(), "json".to_owned()],
+                "/info/version",
+            ),
+            other => {
+                return Err(MarketError::Source(format!(
+                    "a {other} source has no index to ask for newer versions; install the version you want by name"
+                )));
+            }
+        };
+        let index = Registry {
+            name: kind.to_owned(),
+            url: base.to_owned(),
+        };
+        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+        let url = endpoint(&index, &segments)?;
+        Ok(self.get(&index, url).await?.and_then(|v| {
+            v.pointer(pointer)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        }))
+    }
+
     /// `GET` a JSON answer: `Ok(None)` on 404.
     async fn get(&self, registry: &Registry, url: url::Url) -> Result<Option<Value>, MarketError> {
         let unreachable = |reason: String| MarketError::RegistryUnreachable {
@@ -520,11 +568,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_redirect_off_https_is_not_followed() {
-        let app = axum::Router::new().fallback(|| async {
-            axum::response::Redirect::temporary("http://registry.example/v0.1/servers")
-        });
+    /// Serves `app` on a loopback port; the port.
+    async fn serve(app: axum::Router) -> u16 {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .unwrap_or_else(|e| panic!("bind: {e}"));
@@ -533,6 +578,50 @@ mod tests {
             .unwrap_or_else(|e| panic!("addr: {e}"))
             .port();
         tokio::spawn(async move { axum::serve(listener, app).await });
+        port
+    }
+
+    #[tokio::test]
+    async fn the_latest_version_comes_from_npm_dist_tags_and_the_pypi_json_api() {
+        use axum::routing::get;
+        let npm_doc =
+            || async { axum::Json(serde_json::json!({"dist-tags": {"latest": "2.0.0"}})) };
+        let pypi_doc = || async { axum::Json(serde_json::json!({"info": {"version": "3.1"}})) };
+        let app = axum::Router::new()
+            .route("/npm/@scope%2Fpkg", get(npm_doc))
+            .route("/pypi/mcp-x/json", get(pypi_doc));
+        let port = serve(app).await;
+        let npm = format!("http://127.0.0.1:{port}/npm/");
+        let pypi = format!("http://127.0.0.1:{port}/pypi/");
+        let client = Client::new().unwrap_or_else(|e| panic!("{e}"));
+        let latest =
+            async |kind: &str, name: &str| client.package_latest_at(kind, name, &npm, &pypi).await;
+        let got = latest("npm", "@scope/pkg")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.as_deref(), Some("2.0.0"));
+        let got = latest("pypi", "mcp-x")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.as_deref(), Some("3.1"));
+        let unknown = latest("npm", "nope")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(unknown, None);
+        let oci = latest("oci", "x")
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(oci.contains("no index to ask"), "{oci:?}");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_off_https_is_not_followed() {
+        let app = axum::Router::new().fallback(|| async {
+            axum::response::Redirect::temporary("http://registry.example/v0.1/servers")
+        });
+        let port = serve(app).await;
         let registry = Registry {
             name: "r".into(),
             url: format!("http://127.0.0.1:{port}"),

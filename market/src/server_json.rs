@@ -187,6 +187,16 @@ pub fn parse(bytes: &[u8]) -> Result<ServerJson, MarketError> {
 
 /// Maps a document to a release plan (SPEC §17).
 pub fn plan(doc: &ServerJson, choices: &Choices) -> Result<ReleasePlan, MarketError> {
+    plan_with(doc, choices, None)
+}
+
+/// [`plan`] of a document the market composed for one package the person named (`given`:
+/// a local bundle is allowed there, never in a document a registry serves).
+pub(crate) fn plan_with(
+    doc: &ServerJson,
+    choices: &Choices,
+    given: Option<&PackageRef>,
+) -> Result<ReleasePlan, MarketError> {
     refuse_secret_settings(doc, choices)?;
     let key = key_for(doc, choices)?;
     let description = doc
@@ -206,7 +216,10 @@ pub fn plan(doc: &ServerJson, choices: &Choices) -> Result<ReleasePlan, MarketEr
             manifest["mcp"] = mcp;
             Ok(ReleasePlan {
                 manifest,
-                package: Some(package_ref(p, &doc.version)?),
+                package: Some(match given {
+                    Some(given) => given.clone(),
+                    None => package_ref(p, &doc.version)?,
+                }),
                 runtime_args,
                 package_args,
             })

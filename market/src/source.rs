@@ -136,9 +136,7 @@ pub fn package_plan(package: &PackageRef, choices: &Choices) -> Result<ReleasePl
         }],
         remotes: Vec::new(),
     };
-    let mut plan = crate::server_json::plan(&doc, choices)?;
-    plan.package = Some(package.clone());
-    Ok(plan)
+    crate::server_json::plan_with(&doc, choices, Some(package))
 }
 
 #[cfg(test)]
@@ -220,5 +218,12 @@ mod tests {
         };
         let plan = package_plan(&oci, &Choices::default()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(plan.manifest["key"], "time-server");
+        let bundle = PackageRef::Mcpb {
+            location: "/work/tools/bundled.mcpb".into(),
+            sha256: None,
+        };
+        let plan = package_plan(&bundle, &Choices::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plan.manifest["key"], "bundled");
+        assert_eq!(plan.package, Some(bundle));
     }
 }

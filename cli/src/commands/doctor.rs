@@ -1,7 +1,8 @@
 //! `tutti doctor [--json]` (SPEC §14): checks what commonly keeps an agent from the
 //! connectors and prints one line per check, `OK`, `WARN` or `FAIL`, with the exact fix.
 //! It writes nothing: it reads the state dir, the agent configs in their usual places
-//! (`.mcp.json` in the current directory, `~/.claude.json`, `$CODEX_HOME/config.toml`), asks
+//! (`.mcp.json` in the current directory, `~/.claude.json`, `$CODEX_HOME/config.toml`; every
+//! client's configuration for `doctor_market`'s checks), asks
 //! the kernel for its status and the service manager for its state. Exits non-zero when a
 //! check fails. Never prints a token: agent configs are read for their URL only.
 
@@ -10,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
 use serde_json::Value;
 use tutti_proto::kernel::{Empty, StatusReply};
 
@@ -18,52 +18,7 @@ use crate::error::CliError;
 use crate::kernel::Kernel;
 use crate::output::{emit, json_line};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Level {
-    Ok,
-    Warn,
-    Fail,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct Check {
-    name: String,
-    level: Level,
-    message: String,
-    fix: Option<String>,
-}
-
-fn check(name: impl Into<String>, level: Level, message: impl Into<String>) -> Check {
-    Check {
-        name: name.into(),
-        level,
-        message: message.into(),
-        fix: None,
-    }
-}
-
-impl Check {
-    fn fix(mut self, fix: impl Into<String>) -> Check {
-        self.fix = Some(fix.into());
-        self
-    }
-
-    fn line(&self) -> String {
-        let level = match self.level {
-            Level::Ok => "OK",
-            Level::Warn => "WARN",
-            Level::Fail => "FAIL",
-        };
-        let text = format!("{}: {}", self.name, self.message);
-        let text = match &self.fix {
-            Some(fix) => format!("{text}; fix: {fix}"),
-            None => text,
-        };
-        let text = crate::output::visible(&crate::output::one_line(&text, 4096));
-        format!("{level:<4} {text}")
-    }
-}
+use super::doctor_check::{Check, Level, check};
 
 /// Reads one environment variable (empty counts as unset).
 type VarFn = dyn Fn(&str) -> Option<OsString>;
@@ -98,6 +53,8 @@ pub(crate) async fn run(state_dir: &Path, json: bool) -> Result<ExitCode, CliErr
         live.as_ref().map(|s| s.frontend_url.as_str()),
     ));
     checks.extend(launch_commands(state_dir, &env));
+    let market = super::doctor_market::checks(state_dir, env.cwd.as_deref(), live.is_some());
+    checks.extend(market.await);
     checks.push(clock(state_dir));
     let failed = checks.iter().filter(|c| c.level == Level::Fail).count();
     if json {

@@ -162,7 +162,15 @@ pub(crate) async fn search(state_dir: &Path, args: SearchArgs) -> Result<ExitCod
 /// `install` of a market source: the kernel stages the release, the folder install confirms
 /// and installs it, and the staged folder goes whatever happened.
 pub(super) async fn install(state_dir: &Path, args: &InstallArgs) -> Result<ExitCode, CliError> {
-    let request = stage_request(args)?;
+    install_staged(state_dir, stage_request(args)?, args).await
+}
+
+/// Stages `request` and installs the staged release as `install` does (also `upgrade`'s).
+pub(crate) async fn install_staged(
+    state_dir: &Path,
+    request: StageRequest,
+    args: &InstallArgs,
+) -> Result<ExitCode, CliError> {
     let mut kernel = Kernel::connect(state_dir).await?;
     let mut market = kernel.market();
     let staged = stage(&kernel, request, args.json).await?;
@@ -287,7 +295,7 @@ fn stage_request(args: &InstallArgs) -> Result<StageRequest, CliError> {
 }
 
 /// What a market source adds to the install confirmation (SPEC §17).
-fn confirmation(s: &StageReply) -> String {
+pub(crate) fn confirmation(s: &StageReply) -> String {
     let mut out = format!("  source: {}\n", visible(&s.source));
     out.push_str(&format!("  resolved version: {}\n", visible(&s.version)));
     out.push_str(&format!(

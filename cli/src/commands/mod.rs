@@ -9,7 +9,10 @@ use crate::error::CliError;
 
 pub(crate) mod connector;
 pub(crate) mod doctor;
+mod doctor_check;
+mod doctor_market;
 mod down;
+mod lockfile;
 pub(crate) mod login;
 pub(crate) mod logs;
 pub(crate) mod market;
@@ -42,6 +45,10 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
             ConnectorCommand::Approve(a) => review::approve(state_dir, a).await,
             ConnectorCommand::Search(a) => market::search(state_dir, a).await,
             ConnectorCommand::Import(a) => crate::import::run(state_dir, a).await,
+            ConnectorCommand::Lock(a) => lockfile::lock(state_dir, a).await,
+            ConnectorCommand::Sync(a) => lockfile::sync(state_dir, a).await,
+            ConnectorCommand::Outdated(a) => lockfile::upgrade::outdated(state_dir, a).await,
+            ConnectorCommand::Upgrade(a) => lockfile::upgrade::upgrade(state_dir, a).await,
         },
         Command::Registry(r) => market::registry(state_dir, r).await,
         Command::Logs(a) => logs::run(state_dir, a).await,

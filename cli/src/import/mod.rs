@@ -30,11 +30,15 @@ use sources::Source;
 
 /// Whether the installed release `key`/`sha256` was imported unpinned (`--no-pin`).
 pub(crate) fn unpinned(state_dir: &Path, key: &str, sha256: &str) -> bool {
+    import_record(state_dir, key, sha256).is_some_and(|r| r["unpinned"] == true)
+}
+
+/// What the import of release `key`/`sha256` recorded (client, entry, unpinned, launch).
+pub(crate) fn import_record(state_dir: &Path, key: &str, sha256: &str) -> Option<Value> {
     let record = release_dir(state_dir, key, sha256).join(release::IMPORT_RECORD);
     std::fs::read(record)
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .is_some_and(|r| r["unpinned"] == true)
 }
 
 /// The kernel's copy of release `key`/`sha256`.
@@ -165,19 +169,83 @@ async fn installed(kernel: &mut Kernel, state_dir: &Path) -> Result<Installed, C
     };
     for c in reply.connectors {
         let release = release_dir(state_dir, &c.key, &c.sha256);
-        let read = |name: &str| {
-            std::fs::read(release.join(name))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        };
-        let launch = read("connector.json").and_then(|m| release::fingerprint_of_manifest(&m));
-        out.launches.extend(launch);
-        // A pinned import runs something else than its entry: the entry's launch is recorded.
-        let written = read(release::IMPORT_RECORD).map(|r| r["launch"].clone());
-        out.launches.extend(written.filter(|l| !l.is_null()));
+        out.launches.extend(release_launches(&release));
         out.keys.insert(c.key);
     }
     Ok(out)
+}
+
+/// The launches an installed release stands for: its own, and for a pinned import the
+/// entry's launch it was made from (recorded at import).
+fn release_launches(release: &Path) -> Vec<Value> {
+    let read = |name: &str| {
+        std::fs::read(release.join(name))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    };
+    let own = read("connector.json").and_then(|m| release::fingerprint_of_manifest(&m));
+    let written = read(release::IMPORT_RECORD).map(|r| r["launch"].clone());
+    own.into_iter()
+        .chain(written.filter(|l| !l.is_null()))
+        .collect()
+}
+
+/// One server entry of a client configuration, as `tutti doctor` checks it.
+pub(crate) struct ClientEntry {
+    pub(crate) client: String,
+    pub(crate) path: PathBuf,
+    pub(crate) name: String,
+    /// The entry's launch as the installed connectors' launches are compared.
+    pub(crate) launch: Value,
+    /// The program of an entry that runs the stdio bridge (`… mcp-stdio`).
+    pub(crate) bridge: Option<String>,
+}
+
+/// Every entry of every client configuration found (files that cannot be read are passed by).
+pub(crate) fn client_entries(cwd: &Path) -> Vec<ClientEntry> {
+    let sources = sources::gather(&[], cwd).unwrap_or_default();
+    let mut out = Vec::new();
+    for source in sources {
+        for e in source.entries {
+            let bridge = match &e.launch {
+                entry::Launch::Stdio { command, args, .. }
+                    if args.first().is_some_and(|a| a == "mcp-stdio") =>
+                {
+                    Some(command.clone())
+                }
+                _ => None,
+            };
+            out.push(ClientEntry {
+                client: source.client.clone(),
+                path: source.path.clone(),
+                name: e.name.clone(),
+                launch: release::fingerprint_of(&e.launch),
+                bridge,
+            });
+        }
+    }
+    out
+}
+
+/// Each installed connector's key with the launches it stands for (`registry.json`).
+pub(crate) fn installed_launches(state_dir: &Path) -> Vec<(String, Vec<Value>)> {
+    let path = tutti_rules::state_dir::layout::registry(state_dir);
+    let registry: Value = std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let connectors = registry["connectors"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    connectors
+        .into_iter()
+        .map(|(key, c)| {
+            let sha = c["sha256"].as_str().unwrap_or_default().to_owned();
+            let launches = release_launches(&release_dir(state_dir, &key, &sha));
+            (key, launches)
+        })
+        .collect()
 }
 
 /// Builds `e`'s release in the staging dir and asks the kernel for its install plan;

@@ -125,6 +125,8 @@ async fn install(
     PYTHON.run(spec, &mut install).await?;
     // Bytecode validated by the source's hash (not its time), so it stays valid in the
     // kernel's copy and starts are faster; a file that does not compile is left to the source.
+    // The staging folder's path is stripped from the file names the bytecode records, so the
+    // same wheels give the same bytes wherever they are pinned (`connector sync`).
     let mut compile = PYTHON.command();
     compile.args([
         "-m",
@@ -132,7 +134,9 @@ async fn install(
         "-q",
         "--invalidation-mode",
         "checked-hash",
+        "-s",
     ]);
+    compile.arg(target);
     PYTHON.output(compile.arg(target)).await?;
     Ok(())
 }

@@ -5,7 +5,9 @@
 //! nothing behind, and no secret value shows up in the state, the logs or the confirmation.
 #![cfg(unix)]
 
+mod doctor;
 mod import;
+mod lock;
 mod packages;
 
 use std::io::{BufRead, BufReader};

@@ -184,12 +184,33 @@ async fn assert_answers(rt: &Runtime, package: &Package) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn npm_and_pypi_servers_install_by_name_pinned_and_answer() {
-    let (rt, _registry) = packages_runtime(Vec::new());
+async fn npm_and_pypi_servers_install_by_name_pinned_and_answer_and_sync_elsewhere() {
+    let (rt, registry) = packages_runtime(Vec::new());
     for package in [&EVERYTHING, &TIME] {
         install_by_name(&rt, package);
         rt.wait_status(package.key, "ready", READY);
         assert_answers(&rt, package).await;
+    }
+    let other = super::lock::fresh_runtime(&registry);
+    let lock = rt.root().join("tutti.lock.json").display().to_string();
+    rt.tutti_ok(&["connector", "lock", "--output", &lock]);
+    let synced = other.tutti(&["connector", "sync", &lock, "--yes"]);
+    let stderr = text(&synced.stderr);
+    assert!(synced.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("the release built here is"),
+        "re-pinned otherwise: {stderr}"
+    );
+    for package in [&EVERYTHING, &TIME] {
+        let hash = |rt: &Runtime| super::lock::release_hash(rt, package.key);
+        assert_eq!(
+            hash(&rt),
+            hash(&other),
+            "{} re-pinned otherwise",
+            package.key
+        );
+        other.wait_status(package.key, "ready", READY);
+        assert_answers(&other, package).await;
     }
 }
 
