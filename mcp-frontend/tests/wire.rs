@@ -291,7 +291,10 @@ async fn start_with(page_size: usize) -> Harness {
     let server = tokio::spawn(serve(
         listener,
         backend,
-        ServeOptions { page_size },
+        ServeOptions {
+            page_size,
+            session_id_key: None,
+        },
         async move {
             let _ = stop_rx.await;
         },
