@@ -80,46 +80,50 @@ fn assert_kept(written: &str) {
     assert!(doc["mcp_servers"]["connector"]["url"].is_str(), "{written}");
 }
 
+/// A binding issued for session `name` with PATH holding only a fake `codex` that lists
+/// `listing` (`None`: no `codex` at all), checked to keep the user's keys: (stdout, stderr,
+/// config.toml, the fake's directory).
+fn issue_with(rt: &Runtime, name: &str, listing: Option<&str>) -> [String; 4] {
+    let dir = match listing {
+        Some(listing) => fake_codex(rt.root(), name, listing),
+        None => rt.root().join(name),
+    };
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let (out, err, written) = issue_codex(rt, name, &dir);
+    assert_kept(&written);
+    [out, err, written, dir.display().to_string()]
+}
+
+fn assert_no_flag(out: &str, written: &str) {
+    assert!(
+        !written.contains("mcp_tool_list_changed") && !out.contains("[features]"),
+        "{written}\n{out}"
+    );
+}
+
 #[test]
 fn a_codex_binding_turns_on_list_changed_only_where_the_installed_codex_has_it() {
     let rt = Runtime::start(RuntimeOptions::default());
-    let with = fake_codex(
-        rt.root(),
-        "with",
-        "apply_patch_freeform  stable  true\\nmcp_tool_list_changed  experimental  false\\n",
-    );
-    let (out, err, written) = issue_codex(&rt, "with", &with);
-    assert_kept(&written);
-    let doc = toml("config.toml", &written);
-    assert_eq!(
-        doc["features"]["mcp_tool_list_changed"].as_bool(),
-        Some(true),
-        "{written}"
-    );
-    let printed = toml("stdout", &out);
-    assert_eq!(
-        printed["features"]["mcp_tool_list_changed"].as_bool(),
-        Some(true),
-        "{out}"
-    );
+    let listing =
+        "apply_patch_freeform  stable  true\\nmcp_tool_list_changed  experimental  false\\n";
+    let [out, err, written, dir] = issue_with(&rt, "with", Some(listing));
+    let flag =
+        |text: &str, what: &str| toml(what, text)["features"]["mcp_tool_list_changed"].as_bool();
+    assert_eq!(flag(&written, "config.toml"), Some(true), "{written}");
+    assert_eq!(flag(&out, "stdout"), Some(true), "{out}");
     assert!(err.contains("[features]"), "{err}");
-    let asked = std::fs::read_to_string(with.join("args.txt")).unwrap_or_default();
+    let asked = std::fs::read_to_string(Path::new(&dir).join("args.txt")).unwrap_or_default();
     assert_eq!(
         asked, "features list\n",
         "codex was asked exactly once, directly"
     );
 
-    let without = fake_codex(
-        rt.root(),
+    let [out, err, written, _] = issue_with(
+        &rt,
         "without",
-        "apply_patch_freeform  stable  true\\n",
+        Some("apply_patch_freeform  stable  true\\n"),
     );
-    let (out, err, written) = issue_codex(&rt, "without", &without);
-    assert_kept(&written);
-    assert!(
-        !written.contains("mcp_tool_list_changed") && !out.contains("[features]"),
-        "{written}\n{out}"
-    );
+    assert_no_flag(&out, &written);
     let notes: Vec<_> = err
         .lines()
         .filter(|l| l.contains("mcp_tool_list_changed"))
@@ -130,13 +134,7 @@ fn a_codex_binding_turns_on_list_changed_only_where_the_installed_codex_has_it()
         "{err}"
     );
 
-    let empty = rt.root().join("no-codex");
-    std::fs::create_dir_all(&empty).unwrap_or_else(|e| panic!("{e}"));
-    let (out, err, written) = issue_codex(&rt, "none", &empty);
-    assert_kept(&written);
-    assert!(
-        !written.contains("mcp_tool_list_changed") && !out.contains("[features]"),
-        "{written}\n{out}"
-    );
+    let [out, err, written, _] = issue_with(&rt, "none", None);
+    assert_no_flag(&out, &written);
     assert!(err.contains("codex is not on PATH"), "{err}");
 }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tutti_tests::{Mcp, Runtime, RuntimeOptions, SseStream};
 
 use super::{AT_ONCE, READY, blocking, ends, list_changed};
@@ -99,7 +99,7 @@ async fn tool_changes(stream: &mut SseStream, window: Duration) -> usize {
         .next_event(deadline.saturating_duration_since(Instant::now()))
         .await
     {
-        if event["method"] == Value::from("notifications/tools/list_changed") {
+        if event["method"] == "notifications/tools/list_changed" {
             seen += 1;
         }
     }
