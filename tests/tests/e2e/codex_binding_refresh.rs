@@ -107,8 +107,11 @@ fn a_codex_binding_turns_on_list_changed_only_where_the_installed_codex_has_it()
     let listing =
         "apply_patch_freeform  stable  true\\nmcp_tool_list_changed  experimental  false\\n";
     let [out, err, written, dir] = issue_with(&rt, "with", Some(listing));
-    let flag =
-        |text: &str, what: &str| toml(what, text)["features"]["mcp_tool_list_changed"].as_bool();
+    let flag = |text: &str, what: &str| {
+        let doc = toml(what, text);
+        let features = doc.get("features").and_then(|f| f.as_table_like());
+        features.and_then(|f| f.get("mcp_tool_list_changed")?.as_bool())
+    };
     assert_eq!(flag(&written, "config.toml"), Some(true), "{written}");
     assert_eq!(flag(&out, "stdout"), Some(true), "{out}");
     assert!(err.contains("[features]"), "{err}");
