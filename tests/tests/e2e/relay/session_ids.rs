@@ -176,3 +176,29 @@ async fn delete_ends_only_its_ids_get_streams_and_each_stream_of_an_id_hears_eve
         "an uninstall (other token)",
     );
 }
+
+/// The kernel makes the key once per run: a frontend it restarts names the same ids, so a
+/// client's session survives the restart.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_frontend_names_the_same_session_id() {
+    let rt = blocking(|| Runtime::start(RuntimeOptions::default()));
+    let token = blocking(|| rt.issue_token("w", "restart"));
+    let mcp = Mcp::legacy(rt.frontend_url(), &token);
+    let id = session_of(&mcp).await;
+    let Some(pid) = rt.frontend_pid() else {
+        panic!("no frontend pid\n{}", rt.diagnostics());
+    };
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX)),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let deadline = Instant::now() + READY;
+    while rt.frontend_pid().is_none_or(|now| now == pid) {
+        assert!(Instant::now() < deadline, "the frontend was not restarted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Waiting connections are served by the successor on the same port.
+    assert_eq!(list_status(&mcp, &with_id(&id)).await, 200);
+    assert_eq!(session_of(&mcp).await, id, "the restarted frontend's id");
+}
