@@ -1,5 +1,6 @@
 //! The legacy surface: MCP 2025-06-18 (also 2025-03-26 and 2025-11-25 at initialize),
-//! without sessions: no `Mcp-Session-Id` is ever issued.
+//! without protocol session state: `initialize` names the token's `Mcp-Session-Id`, derived
+//! from the token (`session/ids.rs`).
 
 use axum::http::StatusCode;
 use axum::response::Response;
