@@ -11,6 +11,7 @@ mod binding;
 mod binding_stdio;
 mod bridge;
 mod browser;
+mod codex_features;
 mod commands;
 mod console;
 mod error;

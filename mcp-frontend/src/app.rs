@@ -48,10 +48,16 @@ pub(crate) struct App {
     pub(crate) skills: crate::catalog::skills::SkillCatalogue,
     /// The slots for argument checks off the request's task.
     pub(crate) checks: crate::call::validate::Checks,
+    /// The key every token's `Mcp-Session-Id` is derived under (SPEC §11).
+    pub(crate) session_ids: crate::session::ids::SessionIds,
 }
 
 impl App {
-    pub(crate) fn new(backend: Arc<dyn Backend>, page_size: usize) -> Self {
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        page_size: usize,
+        session_ids: crate::session::ids::SessionIds,
+    ) -> Self {
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
@@ -75,6 +81,7 @@ impl App {
             search_index: crate::catalog::search_index::IndexCache::default(),
             skills: crate::catalog::skills::SkillCatalogue::default(),
             checks: crate::call::validate::Checks::default(),
+            session_ids,
         }
     }
 

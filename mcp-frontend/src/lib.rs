@@ -32,6 +32,7 @@ use tutti_rules::{atomic_file, timing};
 
 pub use backend::{Backend, Forward, Identity, ResourceUpdates, RouteStream};
 pub use error::Error;
+pub use session::ids::parse_key as parse_session_id_key;
 
 use app::App;
 use watcher::WatchEnd;
@@ -54,6 +55,8 @@ pub struct Config {
     pub port: u16,
     /// `tools/list` page size.
     pub page_size: usize,
+    /// The kernel's key for `Mcp-Session-Id`s (SPEC §11); `None`: a random one of this process.
+    pub session_id_key: Option<[u8; 32]>,
 }
 
 impl Config {
@@ -62,6 +65,7 @@ impl Config {
             state_dir,
             port,
             page_size: DEFAULT_PAGE_SIZE,
+            session_id_key: None,
         }
     }
 }
@@ -70,12 +74,15 @@ impl Config {
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub page_size: usize,
+    /// As [`Config::session_id_key`].
+    pub session_id_key: Option<[u8; 32]>,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
             page_size: DEFAULT_PAGE_SIZE,
+            session_id_key: None,
         }
     }
 }
@@ -101,6 +108,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         backend,
         ServeOptions {
             page_size: config.page_size,
+            session_id_key: config.session_id_key,
         },
         shutdown_signal(),
     )
@@ -117,7 +125,8 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let app = Arc::new(App::new(backend, options.page_size));
+    let session_ids = session::ids::SessionIds::new(options.session_id_key);
+    let app = Arc::new(App::new(backend, options.page_size, session_ids));
     let router = axum::Router::new()
         .fallback(http::handle)
         .with_state(app.clone());

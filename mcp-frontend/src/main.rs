@@ -66,6 +66,12 @@ async fn start(args: Args) -> anyhow::Result<()> {
     };
     let mut config = Config::new(state_dir, args.port);
     config.page_size = args.page_size.max(1);
+    if let Ok(text) = std::env::var(tutti_rules::child_env::SESSION_ID_KEY) {
+        config.session_id_key = tutti_mcp_frontend::parse_session_id_key(&text);
+        if config.session_id_key.is_none() {
+            tracing::warn!("the kernel's session id key is malformed; using a key of this process");
+        }
+    }
     tutti_mcp_frontend::run(config).await?;
     Ok(())
 }

@@ -291,7 +291,10 @@ async fn start_with(page_size: usize) -> Harness {
     let server = tokio::spawn(serve(
         listener,
         backend,
-        ServeOptions { page_size },
+        ServeOptions {
+            page_size,
+            session_id_key: None,
+        },
         async move {
             let _ = stop_rx.await;
         },
@@ -488,6 +491,10 @@ impl Sse {
 
 fn no_session_or_cors(headers: &reqwest::header::HeaderMap) {
     assert!(headers.get("mcp-session-id").is_none());
+    no_cors(headers);
+}
+
+fn no_cors(headers: &reqwest::header::HeaderMap) {
     assert!(
         !headers
             .keys()
@@ -817,6 +824,7 @@ async fn framing_errors_batches_and_notifications() {
 #[tokio::test]
 async fn legacy_initialize_and_simple_methods() {
     let h = start().await;
+    let mut session_ids = std::collections::BTreeSet::new();
     for (asked, answered) in [
         ("2025-06-18", "2025-06-18"),
         ("2025-03-26", "2025-03-26"),
@@ -831,7 +839,10 @@ async fn legacy_initialize_and_simple_methods() {
             .await
             .expect("send");
         assert_eq!(r.status(), StatusCode::OK);
-        no_session_or_cors(r.headers());
+        // Every initialize with one token names the same session id (SPEC §11).
+        let id = r.headers().get("mcp-session-id").expect("Mcp-Session-Id");
+        session_ids.insert(id.to_str().expect("visible ASCII").to_owned());
+        no_cors(r.headers());
         let body: Value = r.json().await.expect("json");
         assert_eq!(body["id"], "i");
         assert_eq!(body["result"]["protocolVersion"], answered);
@@ -846,6 +857,7 @@ async fn legacy_initialize_and_simple_methods() {
             json!({"name":"connector","version":env!("CARGO_PKG_VERSION")})
         );
     }
+    assert_eq!(session_ids.len(), 1, "one token, one id: {session_ids:?}");
     let (_, body) = h
         .legacy(json!({"jsonrpc":"2.0","id":2,"method":"ping"}))
         .await;

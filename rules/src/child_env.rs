@@ -26,6 +26,10 @@ pub const WORKER_GENERATION: &str = "TUTTI_WORKER_GENERATION";
 /// The one-time token a worker proves itself with (never in argv).
 pub const WORKER_TOKEN: &str = "TUTTI_WORKER_TOKEN";
 
+/// The key the frontend derives `Mcp-Session-Id`s under (32 bytes, base64url): made by the
+/// kernel once per run, so a restarted frontend gives every token the same id (never in argv).
+pub const SESSION_ID_KEY: &str = "TUTTI_SESSION_ID_KEY";
+
 /// The frontend's data-plane switch (`grpc` or `frames`, the default), passed from the
 /// kernel's environment to the frontend; the wire's side of it is `tutti_proto::frames`.
 pub const DATA_PLANE_ENV: &str = "TUTTI_DATA_PLANE";

@@ -7,8 +7,8 @@ Prints one JSON object per line, one per step, `event` naming the step:
 `sampling`, `elicitation-declined`, `sampling-declined`, `done`; on a failure
 `{"event": "error", ...}` and exit status 1.
 
-Legacy mode (2025-06-18 surface): the SDK's transport goes through `token_session.py`, so its
-own GET stream is open (the runtime sends unclaimed log messages and `resources/updated` there);
+Legacy mode (2025-06-18 surface): the runtime names the token's session id at `initialize`, so
+the SDK's own GET stream is open (the runtime sends unclaimed log messages and `resources/updated` there);
 `logging/setLevel` and `resources/subscribe`. Modern mode (2026-07-28): the log level travels
 in each request's `_meta` (`io.modelcontextprotocol/logLevel`, the SDK's `log_level`), and the
 subscription is a `subscriptions/listen` stream (`Client.listen(resource_subscriptions=...)`).
@@ -30,7 +30,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
 
-from token_session import use_token_session
+from get_stream_events import watch_get_stream
 
 LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
 # server-everything's simulated logging and resource updates come every 5 s.
@@ -212,7 +212,7 @@ async def main():
     legacy = mode == "legacy"
     cb = Callbacks()
     if legacy:
-        use_token_session(cb.get_event)
+        watch_get_stream(cb.get_event)
     headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
     async with httpx2.AsyncClient(headers=headers, timeout=60) as hc:
         transport = streamable_http.streamable_http_client(url, http_client=hc, terminate_on_close=False)

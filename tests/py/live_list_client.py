@@ -1,8 +1,8 @@
 """The Python `mcp` 2.3.0 client in 2025-06-18 (legacy) mode with the runtime's GET stream
 (tests/tests/e2e/catalog/live_list_sdk.rs, "live list for legacy clients").
 
-The SDK's own GET stream code runs through `token_session.py` (the token is the session; the
-SDK's placeholder session id never reaches the wire).
+The SDK's own, unchanged GET stream code runs (the runtime names the token's session id at
+`initialize`); `get_stream_events.py` reports it.
 
 Prints one JSON object per line: `{"event": "listed", "tools": [...]}` once connected,
 `{"event": "get-open"}` / `{"event": "get-ended"}` / `{"event": "get-error"}` from the SDK's
@@ -21,7 +21,7 @@ import httpx2
 import mcp.client.streamable_http as streamable_http
 from mcp import Client
 
-from token_session import use_token_session
+from get_stream_events import watch_get_stream
 
 
 def out(**kw):
@@ -36,7 +36,7 @@ async def on_message(message):
 
 async def main():
     url = sys.argv[1]
-    use_token_session(lambda event: out(event="get-" + event))
+    watch_get_stream(lambda event: out(event="get-" + event))
     headers = {"Authorization": "Bearer " + os.environ["TUTTI_TEST_TOKEN"]}
     async with httpx2.AsyncClient(headers=headers, timeout=60) as hc:
         transport = streamable_http.streamable_http_client(url, http_client=hc, terminate_on_close=False)

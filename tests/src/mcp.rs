@@ -310,14 +310,29 @@ impl Mcp {
         }
     }
 
-    /// The legacy notification stream (SPEC §11): `GET` with `Accept: text/event-stream`.
+    /// The legacy notification stream (SPEC §11): `GET` with `Accept: text/event-stream`, and
+    /// the `Mcp-Session-Id` captured at `initialize` when there was one.
     pub async fn get_stream(&self) -> SseStream {
+        let session = self.session_id();
+        let extra: Vec<(&str, &str)> = session
+            .as_deref()
+            .map(|s| ("Mcp-Session-Id", s))
+            .into_iter()
+            .collect();
+        self.get_stream_with(&extra).await
+    }
+
+    /// [`Mcp::get_stream`] with exactly the extra headers given (no captured session id).
+    pub async fn get_stream_with(&self, extra: &[(&str, &str)]) -> SseStream {
         let mut b = self
             .http
             .get(&self.url)
             .header("Accept", "text/event-stream");
         if let Some(t) = &self.token {
             b = b.header("Authorization", format!("Bearer {t}"));
+        }
+        for (name, value) in extra {
+            b = b.header(*name, *value);
         }
         let resp = b
             .send()

@@ -252,7 +252,6 @@ async fn conformance_suite_passes_both_requirement_sets() {
         panic!("this test needs @modelcontextprotocol/conformance: run scripts/install-test-tools")
     });
     let baseline = baseline_entries();
-    assert!(!baseline.is_empty());
 
     let mut rt = Runtime::start(RuntimeOptions::default());
     // The suite's prompts, resources, template and completion too.

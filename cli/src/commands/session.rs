@@ -11,6 +11,7 @@ use tutti_proto::kernel::{IssueSessionRequest, RevokeSessionRequest};
 use crate::args::{Format, IssueArgs, RevokeArgs, Via};
 use crate::binding::{self, AcpGate, Binding};
 use crate::binding_stdio::{self, Launch};
+use crate::codex_features;
 use crate::error::CliError;
 use crate::fsutil;
 use crate::kernel::Kernel;
@@ -88,8 +89,10 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
         None => None,
     };
 
+    let refresh = codex_refresh(args.format).await;
+
     if args.via == Via::Stdio {
-        return issue_stdio(state_dir, &args, codex);
+        return issue_stdio(state_dir, &args, codex, refresh);
     }
 
     let mut kernel = Kernel::connect(state_dir).await?;
@@ -107,15 +110,37 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
     let binding = Binding::from(reply);
 
     if let Some(config) = &mut codex {
-        config.merge_and_write(&binding)?;
-        note(&format!(
-            "tutti: updated {} ([mcp_servers.{}])",
-            config.path.display(),
-            binding::SERVER_NAME
-        ));
+        config.merge_and_write(&binding, refresh)?;
     }
-    emit(&binding::render(&binding, args.format)?)?;
+    emit(&printed(binding::render(&binding, args.format)?, refresh))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// With `--format codex`: whether the binding also turns on Codex's list-changed feature
+/// (`codex_features.rs`); says on stderr, in one line, when it does not.
+async fn codex_refresh(format: Format) -> bool {
+    if format != Format::Codex {
+        return false;
+    }
+    match codex_features::detect().await {
+        Ok(()) => true,
+        Err(why) => {
+            note(&format!(
+                "tutti: note: not setting [features] {}: {why}; Codex then sees connectors installed during a session only after it restarts",
+                codex_features::LIST_CHANGED
+            ));
+            false
+        }
+    }
+}
+
+/// The binding as printed: with the features table when `refresh`.
+fn printed(rendered: String, refresh: bool) -> String {
+    if refresh {
+        codex_features::with_features(rendered)
+    } else {
+        rendered
+    }
 }
 
 /// `--via stdio`: the entry runs the stdio bridge; no token is issued or printed.
@@ -123,6 +148,7 @@ fn issue_stdio(
     state_dir: &Path,
     args: &IssueArgs,
     codex: Option<CodexConfig>,
+    refresh: bool,
 ) -> Result<ExitCode, CliError> {
     let state_dir =
         std::path::absolute(state_dir).map_err(|e| CliError::io("resolve", state_dir, e))?;
@@ -139,14 +165,10 @@ fn issue_stdio(
                 path: config.path.clone(),
             }
         })?;
-        config.write()?;
-        note(&format!(
-            "tutti: updated {} ([mcp_servers.{}])",
-            config.path.display(),
-            binding::SERVER_NAME
-        ));
+        config.write_noting(refresh)?;
     }
-    emit(&binding_stdio::render(&launch, args.format, &state_dir)?)?;
+    let rendered = binding_stdio::render(&launch, args.format, &state_dir)?;
+    emit(&printed(rendered, refresh))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -187,11 +209,33 @@ impl CodexConfig {
         Ok(Self { path, doc })
     }
 
-    fn merge_and_write(&mut self, binding: &Binding) -> Result<(), CliError> {
+    fn merge_and_write(&mut self, binding: &Binding, refresh: bool) -> Result<(), CliError> {
         binding::merge_codex(&mut self.doc, binding).map_err(|()| CliError::CodexMcpServers {
             path: self.path.clone(),
         })?;
-        self.write()
+        self.write_noting(refresh)
+    }
+
+    /// Writes the file (with the features flag when `refresh`) and says what changed.
+    fn write_noting(&mut self, refresh: bool) -> Result<(), CliError> {
+        let mut tables = format!("[mcp_servers.{}]", binding::SERVER_NAME);
+        if refresh {
+            if codex_features::merge(&mut self.doc).is_ok() {
+                tables.push_str(", [features]");
+            } else {
+                note(&format!(
+                    "tutti: note: not setting [features] {} in {}: its `features` is not a table",
+                    codex_features::LIST_CHANGED,
+                    self.path.display()
+                ));
+            }
+        }
+        self.write()?;
+        note(&format!(
+            "tutti: updated {} ({tables})",
+            self.path.display()
+        ));
+        Ok(())
     }
 
     fn write(&self) -> Result<(), CliError> {
@@ -289,7 +333,7 @@ mod tests {
         let dir = home.path().join("new-home");
         let mut config = CodexConfig::load(&dir).unwrap_or_else(|e| panic!("{e}"));
         config
-            .merge_and_write(&binding())
+            .merge_and_write(&binding(), false)
             .unwrap_or_else(|e| panic!("{e}"));
         let path = dir.join("config.toml");
         let written = fs::read_to_string(&path).unwrap_or_default();
@@ -310,7 +354,7 @@ mod tests {
         fs::write(&path, before).unwrap_or_else(|e| panic!("{e}"));
         let mut config = CodexConfig::load(&dir).unwrap_or_else(|e| panic!("{e}"));
         config
-            .merge_and_write(&binding())
+            .merge_and_write(&binding(), false)
             .unwrap_or_else(|e| panic!("{e}"));
         let written = fs::read_to_string(&path).unwrap_or_default();
         assert!(written.starts_with(before), "{written}");
@@ -340,7 +384,7 @@ mod tests {
         std::os::unix::fs::symlink(&real, &link).unwrap_or_else(|e| panic!("{e}"));
         let mut config = CodexConfig::load(home.path()).unwrap_or_else(|e| panic!("{e}"));
         config
-            .merge_and_write(&binding())
+            .merge_and_write(&binding(), false)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()));
         let written = fs::read_to_string(&real).unwrap_or_default();

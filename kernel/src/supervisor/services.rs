@@ -56,6 +56,8 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
     };
     let mut socket: Option<std::net::TcpListener> = None; // bound once, kept for good
     let mut fence_requests = fence_requests(&k, role);
+    // Made once per kernel run: every frontend it starts derives the same session ids.
+    let session_id_key = (role == Role::Frontend).then(session_id_key).flatten();
     loop {
         if *shutdown.borrow() {
             return;
@@ -74,7 +76,10 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
             }
         };
         let log = crate::housekeeping::open_log(&k.paths.logs().join(role.log())).ok();
-        let env = child_env::inherited(child_env::ChildKind::Service, child_env::from_process);
+        let mut env = child_env::inherited(child_env::ChildKind::Service, child_env::from_process);
+        if let Some(key) = &session_id_key {
+            env.push((child_env::SESSION_ID_KEY.to_owned(), key.clone()));
+        }
         let started = Instant::now();
         let mut child = match spawn::spawn(ChildSpec {
             program: &program,
@@ -117,6 +122,20 @@ pub async fn supervise(k: Arc<Kernel>, role: Role) {
         let delay = restarts.delay(k.now(), started.elapsed());
         if !pause(delay, &mut fence_requests, &mut shutdown).await {
             return;
+        }
+    }
+}
+
+/// The key of the frontend's `Mcp-Session-Id`s (SPEC §11): 32 random bytes, base64url. `None`
+/// without OS randomness: each frontend then makes its own (ids change when it restarts).
+fn session_id_key() -> Option<String> {
+    use base64::Engine;
+    let mut bytes = [0u8; 32];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)),
+        Err(e) => {
+            tracing::warn!(error = %e, "no OS randomness for the session id key");
+            None
         }
     }
 }

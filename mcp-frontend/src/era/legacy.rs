@@ -1,5 +1,6 @@
 //! The legacy surface: MCP 2025-06-18 (also 2025-03-26 and 2025-11-25 at initialize),
-//! without sessions: no `Mcp-Session-Id` is ever issued.
+//! without protocol session state: `initialize` names the token's `Mcp-Session-Id`, derived
+//! from the token (`session/ids.rs`).
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -59,13 +60,7 @@ pub(crate) async fn handle(ctx: Ctx, message: Message) -> Response {
         }
         Message::Request { id, method, params } => {
             let answer = match method.as_str() {
-                "initialize" => {
-                    let capabilities = params.as_ref().and_then(|p| p.get("capabilities"));
-                    let caps = crate::session::clients::Caps::from_json(capabilities);
-                    let token = ctx.token_key;
-                    ctx.app.clients.set_caps(token, caps);
-                    Ok(initialize(&ctx.app, params.as_ref()).await)
-                }
+                "initialize" => return initialize_response(&ctx, &id, params.as_ref()).await,
                 "logging/setLevel" => set_level(&ctx, params.as_ref()),
                 "ping" => Ok(json!({})),
                 "tools/list" => {
@@ -107,6 +102,22 @@ async fn beyond_tools(ctx: &Ctx, method: &str, params: Option<Value>) -> Result<
         },
     };
     answer.map(|result| beyond::in_era(result, false))
+}
+
+/// The `initialize` answer: the client's capabilities are kept for its token, and the answer
+/// names the token's session id in `Mcp-Session-Id` (SPEC §11).
+async fn initialize_response(ctx: &Ctx, id: &Value, params: Option<&Value>) -> Response {
+    let capabilities = params.and_then(|p| p.get("capabilities"));
+    let caps = crate::session::clients::Caps::from_json(capabilities);
+    ctx.app.clients.set_caps(ctx.token_key, caps);
+    let mut response = rpc::answer_response(id, Ok(initialize(&ctx.app, params).await));
+    let session_id = ctx.app.session_ids.id(&ctx.token_key);
+    if let Ok(value) = axum::http::HeaderValue::from_str(&session_id) {
+        response
+            .headers_mut()
+            .insert(crate::session::ids::SESSION_ID_HEADER, value);
+    }
+    response
 }
 
 async fn initialize(app: &crate::app::App, params: Option<&Value>) -> Value {

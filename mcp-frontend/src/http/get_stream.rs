@@ -1,6 +1,7 @@
 //! The 2025-06-18 notification stream (SPEC §11): `GET /mcp/connector` with
 //! `Accept: text/event-stream` and a live token opens a server-to-client stream for that
-//! token (the token is the session: still no `Mcp-Session-Id`). It carries
+//! token (the token is the session; its `Mcp-Session-Id`, `session/ids.rs`, may be carried, and
+//! a `DELETE` with it ends the token's GET streams). It carries
 //! `notifications/tools/list_changed` after every committed change of the tool set, the
 //! prompts/resources list changes and the token's resource updates (`session/notify.rs`), and
 //! whatever [`deliver`] is given for the token (log messages, resource updates, other
@@ -122,7 +123,8 @@ async fn next_frame(mut s: Stream) -> Option<(Bytes, Stream)> {
                 s.tools.borrow_and_update();
                 json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             }
-            Some(message) = s.pushed.recv() => message,
+            // `None`: a DELETE with the session id ended this stream (`Clients::close_streams`).
+            message = s.pushed.recv() => message?,
             Some(note) = s.events.next() => {
                 // Tool list changes come from `tools` above (once per committed change).
                 if note.get("method").and_then(Value::as_str)

@@ -50,6 +50,14 @@ pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// The `Mcp-Session-Id` a request carries; an unreadable value is an empty id, which names
+/// no session.
+pub(crate) fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(crate::session::ids::SESSION_ID_HEADER)
+        .map(|v| v.to_str().unwrap_or_default())
+}
+
 /// Why a header value could not be used.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum HeaderProblem {

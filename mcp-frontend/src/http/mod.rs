@@ -282,10 +282,14 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
         headers: &parts.headers,
         proof,
     };
+    let carried = headers::session_id(&parts.headers);
     let (identity, pending) = match authenticate(&app, request, body, early).await {
         Ok(authenticated) => authenticated,
-        Err(rejection) => return rejection,
+        Err(rejection) => return session_ended_or(&app, carried, &key, rejection),
     };
+    if let Some(answer) = session_answer(&app, carried, &key, &parts.method, on_endpoint) {
+        return answer;
+    }
     // SPEC §11: the legacy notification stream.
     if on_endpoint
         && parts.method == Method::GET
@@ -324,6 +328,60 @@ pub(crate) async fn handle(State(app): State<Arc<App>>, request: Request) -> Res
     } else {
         legacy::handle(ctx, message).await
     }
+}
+
+/// The 404 of the 2025-06-18 transport for a session id that names no live session of the
+/// request's token (SPEC §11); the connection closes as for a rejected token.
+fn session_not_found() -> Response {
+    let mut response = rpc::reject(
+        StatusCode::NOT_FOUND,
+        "Not Found: this Mcp-Session-Id names no live session of this token; send initialize again without it",
+    );
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// A request whose token was rejected: when it carries that token's own session id, the
+/// session ended (the token was revoked): 404, so the client starts again; else `rejection`.
+fn session_ended_or(
+    app: &App,
+    carried: Option<&str>,
+    key: &crate::session::sessions::TokenKey,
+    rejection: Response,
+) -> Response {
+    let ended = rejection.status() == StatusCode::UNAUTHORIZED
+        && carried.is_some_and(|id| app.session_ids.matches(id, key));
+    if ended {
+        session_not_found()
+    } else {
+        rejection
+    }
+}
+
+/// For a request with a live token: 404 when it carries a session id that is not its token's;
+/// for `DELETE` with its token's id, that id's GET streams end (the token stays valid) and the
+/// answer is 204. `None`: go on.
+fn session_answer(
+    app: &App,
+    carried: Option<&str>,
+    key: &crate::session::sessions::TokenKey,
+    method: &Method,
+    on_endpoint: bool,
+) -> Option<Response> {
+    let carried = carried?;
+    if !app.session_ids.matches(carried, key) {
+        return Some(session_not_found());
+    }
+    if on_endpoint && method == Method::DELETE {
+        let closed = app.clients.close_streams(key);
+        tracing::debug!(closed, "a client ended its session's GET streams");
+        return Some(axum::response::IntoResponse::into_response(
+            StatusCode::NO_CONTENT,
+        ));
+    }
+    None
 }
 
 /// The 403 for a Host or an Origin that is not loopback, checked before anything else.

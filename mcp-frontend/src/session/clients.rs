@@ -3,8 +3,8 @@
 //! requests relayed to legacy clients that wait for their answer; and the modern calls parked
 //! behind an `input_required` result, by `requestState`.
 //!
-//! The token is the session (SPEC §6: no `Mcp-Session-Id`), so everything is keyed by the
-//! token's SHA-256, never the token itself. Plain data: the flows are in `call/relay.rs`.
+//! The token is the session (its `Mcp-Session-Id` is derived from it, `session/ids.rs`), so
+//! everything is keyed by the token's SHA-256, never the token itself. Plain data: the flows are in `call/relay.rs`.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -267,6 +267,15 @@ impl Clients {
 
     pub(crate) fn unregister_stream(&self, id: u64) {
         lock(&self.streams).remove(&id);
+    }
+
+    /// Ends every GET stream of `token` (their senders go, so each stream ends once it has
+    /// sent what it has queued); returns how many.
+    pub(crate) fn close_streams(&self, token: &TokenKey) -> usize {
+        let mut streams = lock(&self.streams);
+        let before = streams.len();
+        streams.retain(|_, (t, _)| t != token);
+        before - streams.len()
     }
 
     /// Queues `message` on every GET stream of `token` (dropped where one is full).

@@ -6,6 +6,7 @@ mod agents;
 mod bridge;
 mod calls;
 mod catalog;
+mod codex_binding_refresh;
 mod console;
 mod docs;
 mod floor;

@@ -716,6 +716,10 @@ fn assert_no_session_no_cors(headers: &reqwest::header::HeaderMap, what: &str) {
         header(headers, "mcp-session-id").is_none(),
         "{what}: Mcp-Session-Id"
     );
+    assert_no_cors(headers, what);
+}
+
+fn assert_no_cors(headers: &reqwest::header::HeaderMap, what: &str) {
     for (name, _) in headers {
         assert!(
             !name.as_str().starts_with("access-control-"),
@@ -814,12 +818,17 @@ async fn status_codes_on_the_wire() {
         .notify("notifications/cancelled", json!({"requestId": 99}))
         .await;
     assert_eq!((status, body), (202, Value::Null));
-    // initialize is served without a session; an unsupported legacy version header is 400.
+    // initialize names the token's session id (SPEC §11); an unsupported legacy version
+    // header is 400.
     let init = mcp.initialize().await;
     assert_eq!(init["protocolVersion"], LEGACY_VERSION);
     let (status, headers, _) = mcp.request("initialize", json!({"protocolVersion": LEGACY_VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})).await;
     assert_eq!(status, 200);
-    assert_no_session_no_cors(&headers, "initialize");
+    assert!(
+        header(&headers, "mcp-session-id").is_some(),
+        "initialize: {headers:?}"
+    );
+    assert_no_cors(&headers, "initialize");
     let (status, _, _) = mcp
         .post_raw(PING.to_vec(), &[h("MCP-Protocol-Version", "1999-01-01")])
         .await;

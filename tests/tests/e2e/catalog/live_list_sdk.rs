@@ -1,6 +1,6 @@
 //! The live tool list for legacy clients with the Python SDK (mcp 2.3.0) in
-//! 2025-06-18 mode: its own GET stream code (`tests/py/live_list_client.py`, a transport
-//! subclass whose placeholder session id never reaches the wire) sees
+//! 2025-06-18 mode: its own, unchanged GET stream code (`tests/py/live_list_client.py`; the
+//! runtime names the token's session id at `initialize`) sees
 //! `notifications/tools/list_changed` within 1 s of an install, an upgrade and an uninstall;
 //! the stream ends when the token is reissued and when it is revoked, and the SDK's reconnect
 //! with the dead token is refused.

@@ -7,8 +7,8 @@
 //! as a Streamable HTTP connector (started by the test).
 //!
 //! Eras: legacy is the SDK's `mode="legacy"` (initialize; `logging/setLevel`;
-//! `resources/subscribe` with the runtime's GET stream, opened by the SDK's own code through
-//! `tests/py/token_session.py`); modern is `mode="auto"`, which discovers 2026-07-28 (the log
+//! `resources/subscribe` with the runtime's GET stream, opened by the SDK's own, unchanged code
+//! once `initialize` named the session id); modern is `mode="auto"`, which discovers 2026-07-28 (the log
 //! level in each request's `_meta`; the subscription as a `subscriptions/listen` stream).
 
 use std::time::Duration;

@@ -9,6 +9,7 @@ mod input_response_keys;
 mod modern_upstream;
 mod own_input_responses;
 mod prompts;
+mod session_ids;
 
 use std::time::{Duration, Instant};
 
