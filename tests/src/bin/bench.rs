@@ -11,6 +11,7 @@
 
 #[cfg(unix)]
 mod bench {
+    mod bridge;
     mod otel_ab;
     mod systems;
     mod tool_search;
@@ -492,6 +493,8 @@ mod bench {
         Hub(systems::SseClient),
         /// Another runtime's frontend (the data-plane rows), legacy era.
         RuntimeAt { url: String, token: String },
+        /// The runtime through its stdio bridge (`tutti mcp-stdio`), legacy era.
+        Bridge(bridge::Bridge),
     }
 
     /// Which system a row measures (its CPU counters are read per system).
@@ -509,6 +512,8 @@ mod bench {
         Trivial,
         Hub,
         Gateway,
+        /// The runtime through `tutti mcp-stdio` (CPU: the bridge process alone).
+        Bridge,
     }
 
     impl System {
@@ -529,6 +534,7 @@ mod bench {
                 System::Trivial => "tools/call, trivial HTTP server (canned answer, no upstream)",
                 System::Hub => "tools/call echo via mcp-hub 4.2.1 (peer, HTTP+SSE)",
                 System::Gateway => "tools/call echo via supergateway 4.0.0 (peer)",
+                System::Bridge => "tools/call echo via the stdio bridge (tutti mcp-stdio), legacy",
             }
         }
 
@@ -543,6 +549,7 @@ mod bench {
                 System::Trivial => "trivial",
                 System::Hub => "mcp-hub",
                 System::Gateway => "peer",
+                System::Bridge => "stdio bridge",
             }
         }
     }
@@ -587,6 +594,7 @@ mod bench {
                     &echo,
                     share,
                 )?,
+                Via::Bridge(b) => b.tool_calls("bench_echo", &echo, share, WARMUP_CALLS)?,
             };
             self.samples.extend(v);
             self.calls += share + WARMUP_CALLS;
@@ -785,6 +793,15 @@ mod bench {
             (System::FloorStack, floor_stack.pids()),
         ];
         let _hub = hub_row(hub, n, &mut rows, &mut pids, &mut not_measured);
+        let bridge = bridge::Bridge::start(rt.tutti_cmd(&[
+            "mcp-stdio",
+            "--workspace",
+            "bench",
+            "--session",
+            "bench-bridge",
+        ]))?;
+        pids.push((System::Bridge, vec![bridge.pid()]));
+        rows.push(EchoRow::new(System::Bridge, Via::Bridge(bridge), n));
         match &gateway {
             Ok((proc, url, session)) => {
                 rows.push(EchoRow::new(
@@ -950,8 +967,12 @@ mod bench {
             ("floor + check hop", fv50.saturating_sub(t50)),
             ("floor on the stack", fs50.saturating_sub(t50)),
         ];
+        let mut legacy50 = Duration::ZERO;
         for era in [Era::Legacy, Era::Modern] {
             let p50 = report_era(r, &mut calls, era, &base);
+            if let Era::Legacy = era {
+                legacy50 = p50;
+            }
             own.push((
                 if let Era::Legacy = era {
                     "runtime legacy"
@@ -971,7 +992,35 @@ mod bench {
             format!("p50 +{}", fmt_us(p50.saturating_sub(d50))),
         );
         report_runtime_cpu(r, &calls, floor_total, fs_total);
+        report_bridge(r, &mut calls, legacy50);
         report_peers(r, &mut calls, not_measured, d50, t50, own);
+    }
+
+    /// The stdio bridge's row, what it adds to the runtime's legacy p50 (measured in the same
+    /// rounds) and its process's CPU per call; the target is under 100 µs added.
+    fn report_bridge(r: &mut Report, calls: &mut EchoRows, legacy50: Duration) {
+        let v = calls
+            .take(|r| r.system == System::Bridge)
+            .unwrap_or_default();
+        let (b50, _, _, s) = summary(v);
+        r.row(System::Bridge.label(), s);
+        let added = b50.saturating_sub(legacy50);
+        let cpu = calls.cpu(System::Bridge).1;
+        r.row(
+            "  added by the stdio bridge over the runtime's HTTP (p50 · CPU per call of the bridge)",
+            format!(
+                "+{} ({} → {}) · {}",
+                fmt_us(added),
+                fmt_us(legacy50),
+                fmt_us(b50),
+                cpu.map_or("unknown".into(), fmt_us)
+            ),
+        );
+        r.target(
+            "stdio bridge adds < 100 µs p50 per call",
+            format!("+{}", fmt_us(added)),
+            added < Duration::from_micros(100),
+        );
     }
 
     /// The p50s (and the direct p99) the runtime's echo rows are compared with.
