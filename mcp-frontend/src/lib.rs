@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tutti_rules::{atomic_file, timing};
 
-pub use backend::{Backend, Forward, Identity, ResourceUpdates, RouteStream};
+pub use backend::{Backend, ConfirmVia, Forward, Identity, ResourceUpdates, RouteStream};
 pub use error::Error;
 
 use app::App;

@@ -55,6 +55,7 @@ impl Routes for FakeKernel {
             session: if valid { "s".into() } else { String::new() },
             tools: 0,
             confirm_high: false,
+            ..Default::default()
         }))
     }
     type WatchRoutesStream = futures_util::stream::BoxStream<'static, Result<RouteEvent, Status>>;

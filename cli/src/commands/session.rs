@@ -99,7 +99,9 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
             workspace: args.workspace,
             session: args.session,
             tools: args.tools.wire().into(),
-            confirm_high: args.confirm == Some(crate::args::ConfirmArg::High),
+            confirm_high: args.confirm.high(),
+            confirm_via_person: args.confirm.via().0,
+            confirm_via_agent: args.confirm.via().1,
         })
         .await
         .map_err(|status| kernel.error(status))?
@@ -131,7 +133,7 @@ fn issue_stdio(
         &args.workspace,
         &args.session,
         args.tools,
-        args.confirm,
+        &args.confirm,
     )?;
     if let Some(mut config) = codex {
         binding_stdio::merge_codex(&mut config.doc, &launch).map_err(|()| {
@@ -389,7 +391,7 @@ mod tests {
             session: "s".into(),
             format,
             tools: crate::args::ToolsArg::All,
-            confirm: None,
+            confirm: Default::default(),
             acp_initialize,
             codex_home,
             via: crate::args::Via::Http,
