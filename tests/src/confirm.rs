@@ -4,7 +4,7 @@
 //! person's side: `tests/py/confirm_client.py`, the Python SDK client that answers.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -37,10 +37,56 @@ impl RiskyFixture {
         RiskyFixture { rt, record }
     }
 
-    /// A token of workspace `w`, session `session`; with `--confirm high` when `confirm`.
+    /// A token of workspace `w`, session `session`; with `--confirm high --confirm-via agent`
+    /// (the agent's client is asked) when `confirm`.
     pub fn token(&self, session: &str, confirm: bool) -> String {
-        let extra: &[&str] = if confirm { &["--confirm", "high"] } else { &[] };
-        self.rt.issue_token_with("w", session, extra)
+        if confirm {
+            self.token_via(session, "agent")
+        } else {
+            self.rt.issue_token_with("w", session, &[])
+        }
+    }
+
+    /// A `--confirm high --confirm-via VIA` token of workspace `w`, session `session`.
+    pub fn token_via(&self, session: &str, via: &str) -> String {
+        let extra = ["--confirm", "high", "--confirm-via", via];
+        self.rt.issue_token_with("w", session, &extra)
+    }
+
+    /// The calls `tutti confirm list --json` shows, waiting up to 15 s for `n` of them.
+    pub fn wait_pending(&self, n: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let out = self.rt.tutti_ok(&["confirm", "list", "--json"]);
+            let list: Value = serde_json::from_str(out.trim())
+                .unwrap_or_else(|e| panic!("`confirm list --json` printed no JSON ({e}): {out}"));
+            let pending = list["pending"].as_array().cloned().unwrap_or_default();
+            if pending.len() >= n || Instant::now() > deadline {
+                return pending;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The audit `confirmation` records as `(state, channel)`, waiting up to 10 s for `n`.
+    pub fn confirmation_states(&self, n: usize) -> Vec<(String, String)> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let states: Vec<(String, String)> = self
+                .rt
+                .audit_lines()
+                .into_iter()
+                .filter(|l| l["event"] == "confirmation" && l["tool"] == "fx_destroy")
+                .map(|l| {
+                    let field = |k: &str| l[k].as_str().unwrap_or_default().to_owned();
+                    (field("state"), field("channel"))
+                })
+                .collect();
+            if states.len() >= n || Instant::now() > deadline {
+                return states;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// How many `tools/call` of `destroy` the fixture got.
@@ -94,11 +140,18 @@ impl RiskyFixture {
         answer: &str,
         arguments: &Value,
     ) -> Value {
+        let child = self.spawn_client(mode, token, answer, arguments);
+        client_answer(answer, child)
+    }
+
+    /// Starts the client of [`RiskyFixture::run_client_with`] without waiting for it; its
+    /// answer comes from [`client_answer`].
+    pub fn spawn_client(&self, mode: &str, token: &str, answer: &str, arguments: &Value) -> Child {
         let script = repo_root()
             .join("tests")
             .join("py")
             .join("confirm_client.py");
-        let out = Command::new(require_python())
+        Command::new(require_python())
             .arg(&script)
             .args([answer, self.rt.frontend_url(), mode, &arguments.to_string()])
             .env("TUTTI_TEST_TOKEN", token)
@@ -108,15 +161,25 @@ impl RiskyFixture {
             .env_remove("ALL_PROXY")
             .env_remove("all_proxy")
             .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run the Python client: {e}"));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "Python client ({answer}) failed: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|e| panic!("client ({answer}) printed no JSON ({e}): {stdout}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run the Python client: {e}"))
     }
+}
+
+/// The JSON line a client started by [`RiskyFixture::spawn_client`] (answering `answer`)
+/// prints, once it ended. Panics, with its output, when it fails.
+pub fn client_answer(answer: &str, child: Child) -> Value {
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("cannot wait for the Python client: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "Python client ({answer}) failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("client ({answer}) printed no JSON ({e}): {stdout}"))
 }

@@ -236,7 +236,7 @@ pub(crate) async fn wait(tool: &Tool, mut waiting: ConfirmWait<'_>) -> Decided {
     let decision = match tokio::time::timeout(limit(&tool.connector), waiting.answer()).await {
         Ok(Ok(answer)) => Decision::of_answer(&answer),
         Ok(Err(_)) => Decision::Cancelled,
-        Err(_) => Decision::Timeout,
+        Err(_) => return Decided::by(Decision::Timeout, ""),
     };
     Decided::by(decision, "agent")
 }
@@ -315,8 +315,8 @@ pub(crate) fn refused(
             tool.name, tool.risk
         ),
         (Decision::Timeout, _) => format!(
-            "declined: not confirmed in time: the call of {} waited for the person's \
-             confirmation until the connector's call timeout; nothing was sent",
+            "declined: not confirmed in time (timeout): nobody confirmed the call of {} \
+             within the connector's call timeout; nothing was sent",
             tool.name
         ),
         (Decision::Declined, "person") => format!(
