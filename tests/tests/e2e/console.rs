@@ -12,6 +12,8 @@
 //!   as stale; bad input (missing folder, invalid manifest, a stopped kernel) says why and
 //!   changes nothing; Ctrl-C stops the console.
 
+mod confirmations;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
