@@ -312,6 +312,40 @@ pub(crate) fn oauth_connect(s: &pb::ConnectorStatus) -> Markup {
     }
 }
 
+/// The calls that wait for the person's confirmation (SPEC §12), each with its arguments as
+/// the frontend showed them (secret-looking keys masked, long values cut) and Allow once /
+/// Deny. Served alone too: the page refreshes it every second.
+pub(crate) fn confirmations(list: &pb::ConfirmationsReply, csrf_token: &str) -> Markup {
+    html! {
+        @if list.pending.is_empty() { p #no-confirmations { "No call waits for confirmation." } }
+        @for p in &list.pending {
+            div.confirmation data-confirmation=(p.id) {
+                p {
+                    strong { (crate::output::visible(&p.tool)) }
+                    " (connector " (p.connector) ", risk " (p.risk) ") from session "
+                    (crate::output::visible(&p.workspace)) "/" (crate::output::visible(&p.session))
+                    " · " span.left { (p.remaining_ms.div_ceil(1000)) " s left" }
+                    " · id " code { (p.id) }
+                }
+                table.arguments {
+                    @for a in &p.arguments {
+                        tr { td { code { (crate::output::visible(&a.name)) } } td { code { (crate::output::visible(&a.value)) } } }
+                    }
+                    @if p.arguments.is_empty() { tr { td { "No arguments." } } }
+                    @if p.more_arguments > 0 { tr { td { "… and " (p.more_arguments) " more" } } }
+                }
+                form.answer method="post" action="/confirmations/answer" {
+                    (csrf(csrf_token))
+                    input type="hidden" name="id" value=(p.id);
+                    button type="submit" name="answer" value="allow" { "Allow once" }
+                    " "
+                    button type="submit" name="answer" value="deny" { "Deny" }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,39 +405,5 @@ mod tests {
         let known = oauth_connect(&s).into_string();
         assert!(known.contains("2026-09-21"), "{known}");
         assert!(!known.contains("type=\"password\""), "{known}");
-    }
-}
-
-/// The calls that wait for the person's confirmation (SPEC §12), each with its arguments as
-/// the frontend showed them (secret-looking keys masked, long values cut) and Allow once /
-/// Deny. Served alone too: the page refreshes it every second.
-pub(crate) fn confirmations(list: &pb::ConfirmationsReply, csrf_token: &str) -> Markup {
-    html! {
-        @if list.pending.is_empty() { p #no-confirmations { "No call waits for confirmation." } }
-        @for p in &list.pending {
-            div.confirmation data-confirmation=(p.id) {
-                p {
-                    strong { (crate::output::visible(&p.tool)) }
-                    " (connector " (p.connector) ", risk " (p.risk) ") from session "
-                    (crate::output::visible(&p.workspace)) "/" (crate::output::visible(&p.session))
-                    " · " span.left { (p.remaining_ms.div_ceil(1000)) " s left" }
-                    " · id " code { (p.id) }
-                }
-                table.arguments {
-                    @for a in &p.arguments {
-                        tr { td { code { (crate::output::visible(&a.name)) } } td { code { (crate::output::visible(&a.value)) } } }
-                    }
-                    @if p.arguments.is_empty() { tr { td { "No arguments." } } }
-                    @if p.more_arguments > 0 { tr { td { "… and " (p.more_arguments) " more" } } }
-                }
-                form.answer method="post" action="/confirmations/answer" {
-                    (csrf(csrf_token))
-                    input type="hidden" name="id" value=(p.id);
-                    button type="submit" name="answer" value="allow" { "Allow once" }
-                    " "
-                    button type="submit" name="answer" value="deny" { "Deny" }
-                }
-            }
-        }
     }
 }

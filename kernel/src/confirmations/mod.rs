@@ -9,9 +9,11 @@
 //! denied, expired and withdrawn confirmation is an audit record naming the channel.
 
 mod desktop;
+mod held;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+pub use held::Confirmations;
+use held::{Channel, Held};
+
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -19,60 +21,10 @@ use tonic::Status;
 use tutti_proto::kernel as pb;
 
 use crate::audit::Event;
-use crate::state::{Kernel, lock, unix_ms};
+use crate::state::{Kernel, unix_ms};
 
 /// Longest wait the frontend may ask for (a connector's `callMs` is bounded lower).
 const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// Who answered a held call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Channel {
-    Person,
-    Agent,
-}
-
-impl Channel {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Person => "person",
-            Self::Agent => "agent",
-        }
-    }
-}
-
-struct Held {
-    shown: pb::PendingConfirmation,
-    call_key: String,
-    deadline: Instant,
-    answer: oneshot::Sender<(bool, Channel)>,
-}
-
-#[derive(Default)]
-struct Table {
-    held: BTreeMap<String, Held>,
-    by_key: HashMap<String, String>,
-}
-
-impl Table {
-    fn take(&mut self, id: &str) -> Option<Held> {
-        let held = self.held.remove(id)?;
-        self.by_key.remove(&held.call_key);
-        Some(held)
-    }
-}
-
-/// The held calls.
-#[derive(Default)]
-pub struct Confirmations {
-    table: Mutex<Table>,
-}
-
-impl Confirmations {
-    /// How many calls wait (`status`).
-    pub fn waiting(&self) -> usize {
-        lock(&self.table).held.len()
-    }
-}
 
 /// Withdraws the held call when the frontend's request goes away before it was decided.
 struct Withdraw<'a> {
@@ -82,7 +34,7 @@ struct Withdraw<'a> {
 
 impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
-        if let Some(held) = lock(&self.k.confirmations.table).take(&self.id) {
+        if let Some(held) = self.k.confirmations.lock().take(&self.id) {
             audit(self.k, &held.shown, "withdrawn", None);
         }
     }
@@ -100,7 +52,7 @@ pub async fn await_decision(
     let answer = match tokio::time::timeout(wait, rx).await {
         Ok(answer) => answer.ok(),
         // Expired, unless an answer took the entry at the same moment.
-        Err(_) => match lock(&k.confirmations.table).take(&id) {
+        Err(_) => match k.confirmations.lock().take(&id) {
             Some(held) => {
                 audit(k, &held.shown, "expired", None);
                 None
@@ -148,7 +100,7 @@ fn hold(
         remaining_ms: 0,
         asked_unix_ms: unix_ms(std::time::SystemTime::now()),
     };
-    let mut table = lock(&k.confirmations.table);
+    let mut table = k.confirmations.lock();
     if table.by_key.contains_key(&req.call_key) {
         return Err(Status::already_exists(
             "this call already waits for confirmation",
@@ -190,9 +142,12 @@ fn new_id() -> Result<String, getrandom::Error> {
 
 /// The person's answer to the held call `id`.
 pub fn answer(k: &Kernel, id: &str, allow: bool) -> Result<(), Status> {
-    let held = lock(&k.confirmations.table).take(id.trim());
+    let held = k.confirmations.lock().take(id.trim());
     match held {
-        Some(held) => Ok(decide(k, held, allow, Channel::Person)),
+        Some(held) => {
+            decide(k, held, allow, Channel::Person);
+            Ok(())
+        }
         None => Err(Status::not_found(format!(
             "no call waits for confirmation under id {id:?}: it was answered, it expired, or the \
              id is wrong; see `tutti confirm list`"
@@ -204,7 +159,7 @@ pub fn answer(k: &Kernel, id: &str, allow: bool) -> Result<(), Status> {
 /// call was decided.
 pub fn answer_by_agent(k: &Kernel, call_key: &str, allow: bool) {
     let held = {
-        let mut table = lock(&k.confirmations.table);
+        let mut table = k.confirmations.lock();
         let id = table.by_key.get(call_key).cloned();
         id.and_then(|id| table.take(&id))
     };
@@ -224,7 +179,7 @@ fn decide(k: &Kernel, held: Held, allow: bool, channel: Channel) {
 /// The held calls, oldest first, each with the time it has left.
 pub fn list(k: &Kernel) -> pb::ConfirmationsReply {
     let now = Instant::now();
-    let table = lock(&k.confirmations.table);
+    let table = k.confirmations.lock();
     let mut pending: Vec<pb::PendingConfirmation> = table
         .held
         .values()
