@@ -68,18 +68,19 @@ impl RiskyFixture {
         }
     }
 
-    /// The audit `confirmation` records as `(state, channel)`, waiting up to 10 s for `n`.
-    pub fn confirmation_states(&self, n: usize) -> Vec<(String, String)> {
+    /// The audit `confirmation` records of `fx_destroy`, each `state` or `state:channel`
+    /// (`pending`, `allowed:person`, `expired`, …), waiting up to 10 s for `n`.
+    pub fn confirmation_states(&self, n: usize) -> Vec<String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let states: Vec<(String, String)> = self
+            let states: Vec<String> = self
                 .rt
                 .audit_lines()
                 .into_iter()
                 .filter(|l| l["event"] == "confirmation" && l["tool"] == "fx_destroy")
-                .map(|l| {
-                    let field = |k: &str| l[k].as_str().unwrap_or_default().to_owned();
-                    (field("state"), field("channel"))
+                .map(|l| match (l["state"].as_str(), l["channel"].as_str()) {
+                    (Some(state), Some(channel)) => format!("{state}:{channel}"),
+                    (state, _) => state.unwrap_or_default().to_owned(),
                 })
                 .collect();
             if states.len() >= n || Instant::now() > deadline {
@@ -182,4 +183,15 @@ pub fn client_answer(answer: &str, child: Child) -> Value {
     );
     serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("client ({answer}) printed no JSON ({e}): {stdout}"))
+}
+
+/// Asserts that the client's call (its JSON line) waited for the connector's `call_ms`, and
+/// not much longer.
+pub fn assert_waited_for(answered: &Value, call_ms: u64) {
+    let waited = answered["seconds"].as_f64().unwrap_or_default();
+    let limit = call_ms as f64 / 1000.0;
+    assert!(
+        waited >= limit - 0.2 && waited < limit + 20.0,
+        "the call waited for the call timeout ({limit} s): {waited} s"
+    );
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde::Serialize;
-use tutti_proto::kernel::{AnswerConfirmationRequest, Empty, PendingConfirmation};
+use tutti_proto::kernel::{AnswerConfirmationRequest, Empty, HeldCall, PendingConfirmation};
 
 use crate::error::CliError;
 use crate::kernel::Kernel;
@@ -42,14 +42,15 @@ fn render(pending: &[PendingConfirmation]) -> String {
     let rows: Vec<Vec<String>> = pending
         .iter()
         .map(|p| {
+            let call = p.call.clone().unwrap_or_default();
             vec![
                 p.id.clone(),
-                p.connector.clone(),
-                p.tool.clone(),
-                p.workspace.clone(),
-                p.session.clone(),
+                call.connector.clone(),
+                call.tool.clone(),
+                call.workspace.clone(),
+                call.session.clone(),
                 format!("{}s", p.remaining_ms.div_ceil(1000)),
-                one_line(&arguments_text(p), ARGUMENTS_CELL),
+                one_line(&arguments_text(&call), ARGUMENTS_CELL),
             ]
         })
         .collect();
@@ -68,7 +69,7 @@ fn render(pending: &[PendingConfirmation]) -> String {
 }
 
 /// `name=value, …` (the values as the frontend showed them).
-fn arguments_text(p: &PendingConfirmation) -> String {
+fn arguments_text(p: &HeldCall) -> String {
     let mut parts: Vec<String> = p
         .arguments
         .iter()
@@ -139,12 +140,13 @@ struct ArgumentJson {
 
 impl From<&PendingConfirmation> for PendingJson {
     fn from(p: &PendingConfirmation) -> Self {
+        let call = p.call.clone().unwrap_or_default();
         Self {
             id: p.id.clone(),
-            connector: p.connector.clone(),
-            tool: p.tool.clone(),
-            risk: p.risk.clone(),
-            arguments: p
+            connector: call.connector,
+            tool: call.tool,
+            risk: call.risk,
+            arguments: call
                 .arguments
                 .iter()
                 .map(|a| ArgumentJson {
@@ -152,9 +154,9 @@ impl From<&PendingConfirmation> for PendingJson {
                     value: a.value.clone(),
                 })
                 .collect(),
-            more_arguments: p.more_arguments,
-            workspace: p.workspace.clone(),
-            session: p.session.clone(),
+            more_arguments: call.more_arguments,
+            workspace: call.workspace,
+            session: call.session,
             remaining_ms: p.remaining_ms,
         }
     }

@@ -319,20 +319,21 @@ pub(crate) fn confirmations(list: &pb::ConfirmationsReply, csrf_token: &str) -> 
     html! {
         @if list.pending.is_empty() { p #no-confirmations { "No call waits for confirmation." } }
         @for p in &list.pending {
+            @let call = p.call.clone().unwrap_or_default();
             div.confirmation data-confirmation=(p.id) {
                 p {
-                    strong { (crate::output::visible(&p.tool)) }
-                    " (connector " (p.connector) ", risk " (p.risk) ") from session "
-                    (crate::output::visible(&p.workspace)) "/" (crate::output::visible(&p.session))
+                    strong { (crate::output::visible(&call.tool)) }
+                    " (connector " (call.connector) ", risk " (call.risk) ") from session "
+                    (crate::output::visible(&call.workspace)) "/" (crate::output::visible(&call.session))
                     " · " span.left { (p.remaining_ms.div_ceil(1000)) " s left" }
                     " · id " code { (p.id) }
                 }
                 table.arguments {
-                    @for a in &p.arguments {
+                    @for a in &call.arguments {
                         tr { td { code { (crate::output::visible(&a.name)) } } td { code { (crate::output::visible(&a.value)) } } }
                     }
-                    @if p.arguments.is_empty() { tr { td { "No arguments." } } }
-                    @if p.more_arguments > 0 { tr { td { "… and " (p.more_arguments) " more" } } }
+                    @if call.arguments.is_empty() { tr { td { "No arguments." } } }
+                    @if call.more_arguments > 0 { tr { td { "… and " (call.more_arguments) " more" } } }
                 }
                 form.answer method="post" action="/confirmations/answer" {
                     (csrf(csrf_token))

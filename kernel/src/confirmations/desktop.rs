@@ -63,7 +63,7 @@ fn command(text: &str) -> (&'static str, Vec<String>) {
 }
 
 /// Announces the held call `shown` (spawned from the calling tokio task; never waits).
-pub fn announce(shown: &pb::PendingConfirmation) {
+pub fn announce(shown: &pb::HeldCall) {
     let text = format!(
         "{} (connector {}, session {}/{}): see `tutti confirm list` or the console",
         shown.tool, shown.connector, shown.workspace, shown.session

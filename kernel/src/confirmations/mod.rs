@@ -80,26 +80,11 @@ fn hold(
     wait: Duration,
     answer: oneshot::Sender<(bool, Channel)>,
 ) -> Result<String, Status> {
-    let shown = pb::PendingConfirmation {
-        id: String::new(),
-        workspace: req.workspace,
-        session: req.session,
-        connector: req.connector,
-        tool: req.tool,
-        risk: req.risk,
-        arguments: req
-            .arguments
-            .into_iter()
-            .map(|a| pb::ShownArgument {
-                // The frontend masked secret-looking keys; values the kernel knows are masked too.
-                value: k.redact(&a.value),
-                name: a.name,
-            })
-            .collect(),
-        more_arguments: req.more_arguments,
-        remaining_ms: 0,
-        asked_unix_ms: unix_ms(std::time::SystemTime::now()),
-    };
+    let mut call = req.call.unwrap_or_default();
+    for argument in &mut call.arguments {
+        // The frontend masked secret-looking keys; values the kernel knows are masked too.
+        argument.value = k.redact(&argument.value);
+    }
     let mut table = k.confirmations.lock();
     if table.by_key.contains_key(&req.call_key) {
         return Err(Status::already_exists(
@@ -114,10 +99,12 @@ fn hold(
     };
     let shown = pb::PendingConfirmation {
         id: id.clone(),
-        ..shown
+        call: Some(call),
+        remaining_ms: 0,
+        asked_unix_ms: unix_ms(std::time::SystemTime::now()),
     };
     audit(k, &shown, "pending", None);
-    let announced = shown.clone();
+    let announced = shown.call.clone().unwrap_or_default();
     table.by_key.insert(req.call_key.clone(), id.clone());
     table.held.insert(
         id.clone(),
@@ -194,12 +181,13 @@ pub fn list(k: &Kernel) -> pb::ConfirmationsReply {
 }
 
 fn audit(k: &Kernel, shown: &pb::PendingConfirmation, state: &str, channel: Option<Channel>) {
+    let call = shown.call.clone().unwrap_or_default();
     k.audit.record(Event::Confirmation {
         id: shown.id.clone(),
-        workspace: shown.workspace.clone(),
-        session: shown.session.clone(),
-        connector: shown.connector.clone(),
-        tool: shown.tool.clone(),
+        workspace: call.workspace,
+        session: call.session,
+        connector: call.connector,
+        tool: call.tool,
         state: state.to_owned(),
         channel: channel.map(|c| c.as_str().to_owned()),
     });

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tutti_proto::kernel::{AgentConfirmationAnswer, ConfirmationRequest, ShownArgument};
+use tutti_proto::kernel::{AgentConfirmationAnswer, ConfirmationRequest, HeldCall, ShownArgument};
 use tutti_rules::redact::escape_hidden;
 use tutti_rules::shown_arguments::shown_arguments;
 
@@ -151,8 +151,7 @@ fn held(
     agent_asked: bool,
 ) -> ConfirmationRequest {
     let shown = shown_arguments(arguments);
-    ConfirmationRequest {
-        call_key: format!("{}-{}", std::process::id(), app.clients.next_id()),
+    let call = HeldCall {
         workspace: who.workspace.clone(),
         session: who.session.clone(),
         connector: tool.connector.key.clone(),
@@ -164,6 +163,10 @@ fn held(
             .map(|(name, value)| ShownArgument { name, value })
             .collect(),
         more_arguments: u32::try_from(shown.more).unwrap_or(u32::MAX),
+    };
+    ConfirmationRequest {
+        call_key: format!("{}-{}", std::process::id(), app.clients.next_id()),
+        call: Some(call),
         wait_ms: u64::try_from(limit(&tool.connector).as_millis()).unwrap_or(u64::MAX),
         agent_asked,
     }
