@@ -55,26 +55,31 @@ impl RiskyFixture {
 
     /// The calls `tutti confirm list --json` shows, waiting up to 15 s for `n` of them.
     pub fn wait_pending(&self, n: usize) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
+        poll_for(n, Duration::from_secs(15), || {
             let out = self.rt.tutti_ok(&["confirm", "list", "--json"]);
             let list: Value = serde_json::from_str(out.trim())
                 .unwrap_or_else(|e| panic!("`confirm list --json` printed no JSON ({e}): {out}"));
-            let pending = list["pending"].as_array().cloned().unwrap_or_default();
-            if pending.len() >= n || Instant::now() > deadline {
-                return pending;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            list["pending"].as_array().cloned().unwrap_or_default()
+        })
+    }
+
+    /// Answers the one call `tutti confirm list` shows with `tutti confirm VERB ID` (`allow`
+    /// or `deny`), once it shows; its id.
+    pub fn answer_pending(&self, verb: &str) -> String {
+        let pending = self.wait_pending(1);
+        let id = pending.first().and_then(|p| p["id"].as_str());
+        let id = id
+            .unwrap_or_else(|| panic!("no call waits: {pending:?}"))
+            .to_owned();
+        self.rt.tutti_ok(&["confirm", verb, &id]);
+        id
     }
 
     /// The audit `confirmation` records of `fx_destroy`, each `state` or `state:channel`
     /// (`pending`, `allowed:person`, `expired`, …), waiting up to 10 s for `n`.
     pub fn confirmation_states(&self, n: usize) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let states: Vec<String> = self
-                .rt
+        poll_for(n, Duration::from_secs(10), || {
+            self.rt
                 .audit_lines()
                 .into_iter()
                 .filter(|l| l["event"] == "confirmation" && l["tool"] == "fx_destroy")
@@ -82,12 +87,8 @@ impl RiskyFixture {
                     (Some(state), Some(channel)) => format!("{state}:{channel}"),
                     (state, _) => state.unwrap_or_default().to_owned(),
                 })
-                .collect();
-            if states.len() >= n || Instant::now() > deadline {
-                return states;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .collect()
+        })
     }
 
     /// How many `tools/call` of `destroy` the fixture got.
@@ -102,19 +103,13 @@ impl RiskyFixture {
 
     /// The audit `call` records of `fx_destroy`, waiting up to 10 s for `n` of them.
     pub fn destroy_records(&self, n: usize) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let records: Vec<Value> = self
-                .rt
+        poll_for(n, Duration::from_secs(10), || {
+            self.rt
                 .audit_lines()
                 .into_iter()
                 .filter(|l| l["event"] == "call" && l["tool"] == "fx_destroy")
-                .collect();
-            if records.len() >= n || Instant::now() > deadline {
-                return records;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .collect()
+        })
     }
 
     /// The audit `confirmation` words of `fx_destroy` calls, waiting up to 10 s for `n`.
@@ -194,4 +189,16 @@ pub fn assert_waited_for(answered: &Value, call_ms: u64) {
         waited >= limit - 0.2 && waited < limit + 20.0,
         "the call waited for the call timeout ({limit} s): {waited} s"
     );
+}
+
+/// Reads `read` every 50 ms until it holds `n` items or `within` passed; the last reading.
+fn poll_for<T>(n: usize, within: Duration, read: impl Fn() -> Vec<T>) -> Vec<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        let items = read();
+        if items.len() >= n || Instant::now() > deadline {
+            return items;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -526,6 +526,7 @@ mod tests {
                 "routeRevision": 7,
                 "registryRevision": 9,
                 "auditDropped": 0,
+                "confirmationsWaiting": 0,
                 "connectors": [
                     {"key": "github", "name": "GitHub", "version": "1.4.0",
                      "generation": (3u64 << 32) | 1, "status": "ready", "toolCount": 4,

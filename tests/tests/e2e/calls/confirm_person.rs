@@ -136,9 +136,7 @@ fn a_denied_or_unanswered_person_channel_call_is_refused_and_nothing_is_sent() {
     let token = fx.token_via("held", "person");
 
     let client = fx.spawn_client("legacy", &token, "accept", &json!({}));
-    let pending = fx.wait_pending(1);
-    let id = pending[0]["id"].as_str().unwrap_or_default().to_owned();
-    fx.rt.tutti_ok(&["confirm", "deny", &id]);
+    let id = fx.answer_pending("deny");
     let denied = client_answer("accept", client);
     assert_eq!(denied["result"]["isError"], true, "{denied}");
     assert!(text(&denied["result"]).starts_with("declined:"), "{denied}");
@@ -179,9 +177,7 @@ fn with_both_channels_the_first_answer_wins_and_the_audit_names_it() {
 
     // The agent's client never answers: the person's allow wins.
     let client = fx.spawn_client("legacy", &token, "never", &json!({}));
-    let pending = fx.wait_pending(1);
-    let id = pending[0]["id"].as_str().unwrap_or_default().to_owned();
-    fx.rt.tutti_ok(&["confirm", "allow", &id]);
+    fx.answer_pending("allow");
     // The client exits once it printed its result (its callback still waits).
     let second = client_answer("never", client);
     assert_ne!(second["result"]["isError"], true, "{second}");
