@@ -343,7 +343,7 @@ pub struct ProbeArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ConfirmCommand {
-    /// The calls that wait (sessions issued with `--confirm high --confirm-via person`)
+    /// The calls that wait for your confirmation, their arguments masked
     List(JsonFlag),
     /// Let the waiting call ID run, once
     Allow(ConfirmIdArg),
