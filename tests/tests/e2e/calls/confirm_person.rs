@@ -133,7 +133,8 @@ fn a_person_channel_call_runs_only_after_the_person_allows_it() {
 fn a_denied_or_unanswered_person_channel_call_is_refused_and_nothing_is_sent() {
     const CALL_MS: u64 = 4000;
     let fx = RiskyFixture::start(Some(CALL_MS));
-    let token = fx.token_via("held", "person");
+    // The person is the default channel.
+    let token = fx.rt.issue_token_with("w", "held", &["--confirm", "high"]);
 
     let client = fx.spawn_client("legacy", &token, "accept", &json!({}));
     let id = fx.answer_pending("deny");
