@@ -2,9 +2,9 @@
 //! is held in the kernel and listed by `tutti confirm list` (arguments masked and cut) while
 //! the agent's client, the official Python SDK client answering every elicitation with accept,
 //! is never asked and cannot make it run; it runs once after `tutti confirm allow`, is
-//! refused after `deny` or when nobody answers within the connector's `callMs`, and with
-//! both channels the first answer wins. The fixture upstream records every message it gets;
-//! the audit log names the channel that answered.
+//! refused after `deny` or when nobody answers within the connector's `callMs`, withdrawn when
+//! its client goes away, and with both channels the first answer wins. The fixture upstream
+//! records every message it gets; the audit log names the channel that answered.
 
 use std::time::Duration;
 
@@ -196,4 +196,20 @@ fn with_both_channels_the_first_answer_wins_and_the_audit_names_it() {
         .map(|r| r["confirmedVia"].as_str().unwrap_or_default().to_owned())
         .collect();
     assert_eq!(via, ["agent", "person"]);
+}
+
+#[test]
+fn a_held_call_whose_client_goes_away_is_withdrawn_and_never_sent() {
+    let fx = RiskyFixture::start(Some(60_000));
+    let token = fx.token_via("gone", "person");
+    let mut client = fx.spawn_client("legacy", &token, "accept", &json!({}));
+    assert_eq!(fx.wait_pending(1).len(), 1, "the call waits");
+    let _ = client.kill();
+    let _ = client.wait();
+    assert_eq!(fx.confirmation_states(2), ["pending", "withdrawn"]);
+    assert!(
+        fx.wait_pending(0).is_empty(),
+        "the withdrawn call is no longer listed"
+    );
+    assert_eq!(fx.upstream_calls(), 0, "a withdrawn call is never sent");
 }
