@@ -46,19 +46,23 @@ pub async fn await_decision(
     req: pb::ConfirmationRequest,
 ) -> Result<pb::ConfirmationDecision, Status> {
     let wait = Duration::from_millis(req.wait_ms).min(MAX_WAIT);
-    let (tx, rx) = oneshot::channel();
+    let (tx, mut rx) = oneshot::channel();
     let id = hold(k, req, wait, tx)?;
     let withdraw = Withdraw { k, id: id.clone() };
-    let answer = match tokio::time::timeout(wait, rx).await {
+    let answer = match tokio::time::timeout(wait, &mut rx).await {
         Ok(answer) => answer.ok(),
-        // Expired, unless an answer took the entry at the same moment.
-        Err(_) => match k.confirmations.lock().take(&id) {
-            Some(held) => {
-                audit(k, &held.shown, "expired", None);
-                None
+        // Expired, unless an answer took the entry at the same moment: then its answer is
+        // on its way.
+        Err(_) => {
+            let expired = k.confirmations.lock().take(&id);
+            match expired {
+                Some(held) => {
+                    audit(k, &held.shown, "expired", None);
+                    None
+                }
+                None => rx.await.ok(),
             }
-            None => None,
-        },
+        }
     };
     drop(withdraw);
     let (outcome, channel) = match answer {
