@@ -213,3 +213,20 @@ fn a_held_call_whose_client_goes_away_is_withdrawn_and_never_sent() {
     );
     assert_eq!(fx.upstream_calls(), 0, "a withdrawn call is never sent");
 }
+
+#[test]
+fn a_modern_client_waits_for_the_person_as_well() {
+    let fx = RiskyFixture::start(Some(60_000));
+    let token = fx.token_via("modern", "person");
+    let client = fx.spawn_client("auto", &token, "accept", &json!({}));
+    fx.answer_pending("allow");
+    let ran = client_answer("accept", client);
+    assert_eq!(
+        ran["version"], "2026-07-28",
+        "the client spoke 2026-07-28: {ran}"
+    );
+    assert_eq!(ran["asked"], json!([]), "the client is never asked: {ran}");
+    assert_ne!(ran["result"]["isError"], true, "{ran}");
+    assert_eq!(fx.upstream_calls(), 1);
+    assert_eq!(fx.confirmation_states(2), ["pending", "allowed:person"]);
+}
