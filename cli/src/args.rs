@@ -43,6 +43,9 @@ pub enum Command {
     /// Issue and revoke agent session tokens
     #[command(subcommand)]
     Session(SessionCommand),
+    /// List, allow and deny the high-risk calls that wait for your confirmation
+    #[command(subcommand)]
+    Confirm(ConfirmCommand),
     /// Run the kernel under the system's service manager (systemd, launchd, Windows services)
     #[command(subcommand)]
     Service(ServiceCommand),
@@ -67,9 +70,8 @@ pub struct McpStdioArgs {
     /// What the session's tools/list holds (as `session issue --tools`)
     #[arg(long, value_enum, default_value_t = ToolsArg::All)]
     pub tools: ToolsArg,
-    /// Ask the person before each call of a tool at this risk level (as `session issue`)
-    #[arg(long, value_enum, value_name = "LEVEL")]
-    pub confirm: Option<ConfirmArg>,
+    #[command(flatten)]
+    pub confirm: ConfirmArgs,
 }
 
 #[derive(Debug, Args)]
@@ -395,6 +397,23 @@ pub struct ProbeArgs {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ConfirmCommand {
+    /// The calls that wait for your confirmation, their arguments masked
+    List(JsonFlag),
+    /// Let the waiting call ID run, once
+    Allow(ConfirmIdArg),
+    /// Refuse the waiting call ID (nothing is sent)
+    Deny(ConfirmIdArg),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfirmIdArg {
+    /// The ID `tutti confirm list` shows
+    #[arg(value_name = "ID")]
+    pub id: String,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum SessionCommand {
     /// Issue a session token and print the agent binding
     Issue(IssueArgs),
@@ -456,6 +475,64 @@ pub enum ConfirmArg {
     High,
 }
 
+/// `--confirm-via` of `session issue` (SPEC §12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ConfirmVia {
+    /// The person, outside the agent: `tutti confirm allow|deny ID`, the console
+    Person,
+    /// The agent's own client, by elicitation (for hosts that show it to their person)
+    Agent,
+}
+
+/// `--confirm LEVEL [--confirm-via CHANNEL,…]` of `session issue` and `mcp-stdio`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Args)]
+pub struct ConfirmArgs {
+    /// Have each call of a tool at this risk level confirmed before it is sent
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub confirm: Option<ConfirmArg>,
+    /// Who confirms: person (tutti confirm, the console; the default), agent (the agent's
+    /// client, by elicitation), or both (first answer wins). Repeat it or give a comma list
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        value_name = "CHANNEL",
+        requires = "confirm"
+    )]
+    pub confirm_via: Vec<ConfirmVia>,
+}
+
+impl ConfirmArgs {
+    pub fn high(&self) -> bool {
+        self.confirm == Some(ConfirmArg::High)
+    }
+
+    /// `(person, agent)`: the channels given (none given: the kernel asks the person).
+    pub fn via(&self) -> (bool, bool) {
+        (
+            self.confirm_via.contains(&ConfirmVia::Person),
+            self.confirm_via.contains(&ConfirmVia::Agent),
+        )
+    }
+
+    /// The same options as command-line arguments (the stdio bridge's launch).
+    pub fn argv(&self) -> Vec<String> {
+        if !self.high() {
+            return Vec::new();
+        }
+        let mut args = vec!["--confirm".to_owned(), "high".to_owned()];
+        let names: Vec<&str> = [(ConfirmVia::Person, "person"), (ConfirmVia::Agent, "agent")]
+            .into_iter()
+            .filter(|(via, _)| self.confirm_via.contains(via))
+            .map(|(_, name)| name)
+            .collect();
+        if !names.is_empty() {
+            args.extend(["--confirm-via".to_owned(), names.join(",")]);
+        }
+        args
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct IssueArgs {
     /// Workspace the session belongs to: a name of your choice, usually the project directory
@@ -473,10 +550,8 @@ pub struct IssueArgs {
     /// them (auto: search above 80 tools)
     #[arg(long, value_enum, default_value_t = ToolsArg::All)]
     pub tools: ToolsArg,
-    /// Ask the person (through the client's elicitation) before each call of a tool at this
-    /// risk level
-    #[arg(long, value_enum, value_name = "LEVEL")]
-    pub confirm: Option<ConfirmArg>,
+    #[command(flatten)]
+    pub confirm: ConfirmArgs,
     /// The agent's ACP initialize response (JSON); bind only if it supports MCP over HTTP
     #[arg(long, value_name = "FILE")]
     pub acp_initialize: Option<PathBuf>,

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::json;
 use toml_edit::{Array, DocumentMut, Item, Table, Value};
 
-use crate::args::{ConfirmArg, Format, ToolsArg};
+use crate::args::{ConfirmArgs, Format, ToolsArg};
 use crate::binding::SERVER_NAME;
 use crate::error::CliError;
 use crate::output::json_line;
@@ -20,13 +20,13 @@ pub(crate) struct Launch {
 }
 
 impl Launch {
-    /// `tutti mcp-stdio --workspace W --session S [--tools T] [--confirm high] --state-dir D`.
+    /// `tutti mcp-stdio --workspace W --session S [--tools T] [--confirm high [--confirm-via C]] --state-dir D`.
     pub(crate) fn new(
         state_dir: &Path,
         workspace: &str,
         session: &str,
         tools: ToolsArg,
-        confirm: Option<ConfirmArg>,
+        confirm: &ConfirmArgs,
     ) -> Result<Launch, CliError> {
         let exe = std::env::current_exe()
             .and_then(std::fs::canonicalize)
@@ -44,9 +44,7 @@ impl Launch {
         if let Some(mode) = tools {
             args.extend(["--tools".to_owned(), mode.to_owned()]);
         }
-        if confirm == Some(ConfirmArg::High) {
-            args.extend(["--confirm".to_owned(), "high".to_owned()]);
-        }
+        args.extend(confirm.argv());
         args.extend(["--state-dir".to_owned(), state_dir.display().to_string()]);
         Ok(Launch {
             command: exe.display().to_string(),

@@ -204,6 +204,22 @@ pub enum Event {
         /// The person's decision on a confirmed high-risk call.
         #[serde(skip_serializing_if = "Option::is_none")]
         confirmation: Option<String>,
+        /// Which channel answered the confirmation (person | agent).
+        #[serde(rename = "confirmedVia", skip_serializing_if = "Option::is_none")]
+        confirmed_via: Option<String>,
+    },
+    /// A high-risk call held for the person's confirmation (SPEC §12): `state` is pending,
+    /// allowed, denied, expired or withdrawn (its call went away); `channel` names who
+    /// answered (person | agent).
+    Confirmation {
+        id: String,
+        workspace: String,
+        session: String,
+        connector: String,
+        tool: String,
+        state: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        channel: Option<String>,
     },
     /// An offer of a pinned release that adds or changes definitions was held (SPEC §12).
     Hold {
@@ -715,6 +731,7 @@ mod tests {
             kind: None,
             relayed: Vec::new(),
             confirmation: None,
+            confirmed_via: None,
         };
         assert_eq!(
             line(call(None)),

@@ -30,5 +30,6 @@ pub fn record(k: &Kernel, record: pb::CallRecord) {
         },
         relayed: record.relayed,
         confirmation: (!record.confirmation.is_empty()).then_some(record.confirmation),
+        confirmed_via: (!record.confirmed_via.is_empty()).then_some(record.confirmed_via),
     });
 }

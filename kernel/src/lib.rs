@@ -6,6 +6,7 @@ mod audit;
 mod calls;
 mod catalog;
 mod circuit;
+mod confirmations;
 mod connect;
 mod demo;
 mod error;

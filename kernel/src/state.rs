@@ -122,6 +122,8 @@ pub struct Kernel {
     pub admin: tokio::sync::Mutex<()>,
     /// OAuth logins in progress and the refresh turns (SPEC §10, `connect/oauth.rs`).
     pub oauth: crate::connect::oauth_record::Logins,
+    /// High-risk calls held for the person's confirmation (SPEC §12).
+    pub confirmations: crate::confirmations::Confirmations,
 }
 
 /// How many generation numbers one registry write reserves.
@@ -189,6 +191,7 @@ impl Kernel {
             session_caches: Arc::default(),
             admin: tokio::sync::Mutex::new(()),
             oauth: Default::default(),
+            confirmations: Default::default(),
         })
     }
 

@@ -27,6 +27,7 @@ pub fn status(k: &Kernel) -> pb::StatusReply {
         bin_dir: k.paths.bin().to_string_lossy().into_owned(),
         resource_clashes: resource_clashes(&inner.table),
         registry_revision: inner.registry.revision,
+        confirmations_waiting: u32::try_from(k.confirmations.waiting()).unwrap_or(u32::MAX),
         ..k.telemetry_drops.reply()
     }
 }

@@ -12,7 +12,8 @@ use futures_util::stream::BoxStream;
 use tonic::transport::Channel;
 use tutti_proto::kernel::routes_client::RoutesClient;
 use tutti_proto::kernel::{
-    AckRoutesRequest, CallRecord, RouteEvent, ToolsMode, VerifySessionRequest, WatchRoutesRequest,
+    AckRoutesRequest, AgentConfirmationAnswer, CallRecord, ConfirmationDecision,
+    ConfirmationRequest, RouteEvent, ToolsMode, VerifySessionRequest, WatchRoutesRequest,
 };
 use tutti_proto::transport::{self, LocalEndpoint};
 use tutti_proto::worker::worker_client::WorkerClient;
@@ -62,6 +63,17 @@ pub struct Identity {
     pub tools: ToolsMode,
     /// `--confirm high` (SPEC §12): high-risk calls are confirmed by the person first.
     pub confirm_high: bool,
+    /// `--confirm-via` (SPEC §12): who is asked.
+    pub confirm_via: ConfirmVia,
+}
+
+/// Who is asked to confirm a high-risk call (`--confirm-via`, SPEC §12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ConfirmVia {
+    /// Outside the agent: `tutti confirm`, the console (held in the kernel).
+    pub person: bool,
+    /// The agent's own client, by elicitation.
+    pub agent: bool,
 }
 
 /// Everything the frontend needs from the kernel and the workers.
@@ -210,6 +222,27 @@ pub trait Backend: Send + Sync + 'static {
     fn report_circuit(
         &self,
         _report: tutti_proto::kernel::CircuitReport,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Holds a call for the person's confirmation (`--confirm-via person`) until it is
+    /// answered or expires. The default (backends without a kernel) cannot ask anybody.
+    fn await_confirmation(
+        &self,
+        _request: ConfirmationRequest,
+    ) -> BoxFuture<'_, Result<ConfirmationDecision, Error>> {
+        Box::pin(async {
+            Err(Error::KernelUnavailable {
+                detail: "no kernel holds confirmations here".into(),
+            })
+        })
+    }
+
+    /// The agent's client answered the held call `call_key` too (both channels).
+    fn answer_agent_confirmation(
+        &self,
+        _answer: AgentConfirmationAnswer,
     ) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async { Ok(()) })
     }
@@ -366,6 +399,10 @@ impl Backend for GrpcBackend {
                     Ok(reply.valid.then(|| Identity {
                         tools: reply.tools(),
                         confirm_high: reply.confirm_high,
+                        confirm_via: ConfirmVia {
+                            person: reply.confirm_via_person,
+                            agent: reply.confirm_via_agent,
+                        },
                         workspace: reply.workspace,
                         session: reply.session,
                     }))
@@ -636,6 +673,34 @@ impl Backend for GrpcBackend {
             let mut client = self.kernel().await?;
             client
                 .report_circuit(report)
+                .await
+                .map(|_| ())
+                .map_err(|status| kernel_status(&status))
+        })
+    }
+
+    fn await_confirmation(
+        &self,
+        request: ConfirmationRequest,
+    ) -> BoxFuture<'_, Result<ConfirmationDecision, Error>> {
+        Box::pin(async move {
+            let mut client = self.kernel().await?;
+            client
+                .await_confirmation(request)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|status| kernel_status(&status))
+        })
+    }
+
+    fn answer_agent_confirmation(
+        &self,
+        answer: AgentConfirmationAnswer,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let mut client = self.kernel().await?;
+            client
+                .answer_agent_confirmation(answer)
                 .await
                 .map(|_| ())
                 .map_err(|status| kernel_status(&status))

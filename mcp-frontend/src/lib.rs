@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tutti_rules::{atomic_file, timing};
 
-pub use backend::{Backend, Forward, Identity, ResourceUpdates, RouteStream};
+pub use backend::{Backend, ConfirmVia, Forward, Identity, ResourceUpdates, RouteStream};
 pub use error::Error;
 pub use session::ids::parse_key as parse_session_id_key;
 

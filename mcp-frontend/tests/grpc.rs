@@ -55,6 +55,7 @@ impl Routes for FakeKernel {
             session: if valid { "s".into() } else { String::new() },
             tools: 0,
             confirm_high: false,
+            ..Default::default()
         }))
     }
     type WatchRoutesStream = futures_util::stream::BoxStream<'static, Result<RouteEvent, Status>>;
@@ -87,6 +88,18 @@ impl Routes for FakeKernel {
         _: tonic::Request<tutti_proto::kernel::CircuitReport>,
     ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
         Err(tonic::Status::unimplemented("ReportCircuit"))
+    }
+    async fn await_confirmation(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::ConfirmationRequest>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::ConfirmationDecision>, tonic::Status> {
+        Err(tonic::Status::unimplemented("AwaitConfirmation"))
+    }
+    async fn answer_agent_confirmation(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::AgentConfirmationAnswer>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
+        Err(tonic::Status::unimplemented("AnswerAgentConfirmation"))
     }
 }
 

@@ -263,6 +263,7 @@ async fn start_with(page_size: usize) -> Harness {
             session: "s1".into(),
             tools: tutti_proto::kernel::ToolsMode::All,
             confirm_high: false,
+            confirm_via: Default::default(),
         },
     );
     tokens.insert(
@@ -272,6 +273,7 @@ async fn start_with(page_size: usize) -> Harness {
             session: "s2".into(),
             tools: tutti_proto::kernel::ToolsMode::All,
             confirm_high: false,
+            confirm_via: Default::default(),
         },
     );
     let fake = Arc::new(Fake {

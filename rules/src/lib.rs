@@ -15,6 +15,7 @@
 //! - [`log_format`]: `TUTTI_LOG_FORMAT` (text or one JSON object per line);
 //! - [`release_path`]: a path inside a release as processes exchange it (`/`-separated).
 //! - [`log_filter`]: the dependencies' log events that carry codes or tokens, off everywhere;
+//! - [`shown_arguments`]: a call's arguments as a person sees them before confirming it;
 //! - [`secret_name`]: a header, input or setting name as a secret (variable-shaped) name;
 //! - [`token_refresh`]: how long before expiry an OAuth access token is renewed.
 
@@ -30,6 +31,7 @@ pub mod redact;
 pub mod release_path;
 pub mod schema_pattern;
 pub mod secret_name;
+pub mod shown_arguments;
 pub mod sibling;
 pub mod state_dir;
 pub mod timing;

@@ -229,6 +229,18 @@ impl Routes for FakeKernel {
     ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
         Err(tonic::Status::unimplemented("ReportCircuit"))
     }
+    async fn await_confirmation(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::ConfirmationRequest>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::ConfirmationDecision>, tonic::Status> {
+        Err(tonic::Status::unimplemented("AwaitConfirmation"))
+    }
+    async fn answer_agent_confirmation(
+        &self,
+        _: tonic::Request<tutti_proto::kernel::AgentConfirmationAnswer>,
+    ) -> Result<tonic::Response<tutti_proto::kernel::Empty>, tonic::Status> {
+        Err(tonic::Status::unimplemented("AnswerAgentConfirmation"))
+    }
 }
 
 /// A fake kernel listening on the state directory's kernel endpoint.

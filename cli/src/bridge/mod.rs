@@ -21,7 +21,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tutti_proto::kernel::IssueSessionRequest;
 
-use crate::args::{ConfirmArg, McpStdioArgs};
+use crate::args::McpStdioArgs;
 use crate::error::CliError;
 use http::Peek;
 use link::{Current, Link, Renewal};
@@ -39,7 +39,9 @@ pub(crate) async fn run(state_dir: &Path, args: McpStdioArgs) -> Result<ExitCode
             .session
             .unwrap_or_else(|| format!("mcp-stdio-{}", std::process::id())),
         tools: args.tools.wire().into(),
-        confirm_high: args.confirm == Some(ConfirmArg::High),
+        confirm_high: args.confirm.high(),
+        confirm_via_person: args.confirm.via().0,
+        confirm_via_agent: args.confirm.via().1,
     };
     let link = match Link::open(state_dir, request).await {
         Ok(link) => Arc::new(link),

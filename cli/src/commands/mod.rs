@@ -4,9 +4,10 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::args::{Command, ConnectorCommand, ServiceCommand, SessionCommand};
+use crate::args::{Command, ConfirmCommand, ConnectorCommand, ServiceCommand, SessionCommand};
 use crate::error::CliError;
 
+mod confirm;
 pub(crate) mod connector;
 pub(crate) mod doctor;
 mod doctor_check;
@@ -56,6 +57,11 @@ pub(crate) async fn dispatch(state_dir: &Path, command: Command) -> Result<ExitC
         Command::Session(s) => match s {
             SessionCommand::Issue(a) => session::issue(state_dir, a).await,
             SessionCommand::Revoke(a) => session::revoke(state_dir, a).await,
+        },
+        Command::Confirm(c) => match c {
+            ConfirmCommand::List(a) => confirm::list(state_dir, a.json).await,
+            ConfirmCommand::Allow(a) => confirm::answer(state_dir, a.id, true).await,
+            ConfirmCommand::Deny(a) => confirm::answer(state_dir, a.id, false).await,
         },
         Command::Service(s) => match s {
             ServiceCommand::Install(a) => service::install(state_dir, a),

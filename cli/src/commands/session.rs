@@ -102,7 +102,9 @@ pub(crate) async fn issue(state_dir: &Path, args: IssueArgs) -> Result<ExitCode,
             workspace: args.workspace,
             session: args.session,
             tools: args.tools.wire().into(),
-            confirm_high: args.confirm == Some(crate::args::ConfirmArg::High),
+            confirm_high: args.confirm.high(),
+            confirm_via_person: args.confirm.via().0,
+            confirm_via_agent: args.confirm.via().1,
         })
         .await
         .map_err(|status| kernel.error(status))?
@@ -157,7 +159,7 @@ fn issue_stdio(
         &args.workspace,
         &args.session,
         args.tools,
-        args.confirm,
+        &args.confirm,
     )?;
     if let Some(mut config) = codex {
         binding_stdio::merge_codex(&mut config.doc, &launch).map_err(|()| {
@@ -433,7 +435,7 @@ mod tests {
             session: "s".into(),
             format,
             tools: crate::args::ToolsArg::All,
-            confirm: None,
+            confirm: Default::default(),
             acp_initialize,
             codex_home,
             via: crate::args::Via::Http,

@@ -54,6 +54,8 @@ struct StatusJson {
     /// `registry.json`'s revision: it grows with every change of the installed state.
     registry_revision: u64,
     audit_dropped: u64,
+    /// High-risk calls waiting for the person's confirmation (`tutti confirm list`).
+    confirmations_waiting: u32,
     /// Spans dropped from the OpenTelemetry export queues; absent when none were.
     #[serde(skip_serializing_if = "Option::is_none")]
     telemetry_dropped: Option<TelemetryDroppedJson>,
@@ -184,6 +186,7 @@ impl StatusJson {
             route_revision: reply.route_revision,
             registry_revision: reply.registry_revision,
             audit_dropped: reply.audit_dropped,
+            confirmations_waiting: reply.confirmations_waiting,
             telemetry_dropped: TelemetryDroppedJson::of(reply),
             connectors: sorted(reply)
                 .into_iter()
@@ -320,6 +323,12 @@ fn render_table_with(reply: &StatusReply, state_dir: &Path, spark: bool) -> Stri
     if let Some(dropped) = TelemetryDroppedJson::of(reply) {
         out.push_str(&dropped.line());
     }
+    if reply.confirmations_waiting > 0 {
+        out.push_str(&format!(
+            "confirmations: {} call(s) wait for you (see `tutti confirm list`)\n",
+            reply.confirmations_waiting
+        ));
+    }
     out.push('\n');
     if reply.connectors.is_empty() {
         out.push_str("no connectors installed (add one with `tutti connector install DIR`)\n");
@@ -427,6 +436,7 @@ mod tests {
             audit_dropped: 0,
             telemetry_dropped: 0,
             frontend_telemetry_dropped: 0,
+            confirmations_waiting: 0,
             bin_dir: "/s/bin".into(),
             connectors: vec![
                 ConnectorStatus {
@@ -516,6 +526,7 @@ mod tests {
                 "routeRevision": 7,
                 "registryRevision": 9,
                 "auditDropped": 0,
+                "confirmationsWaiting": 0,
                 "connectors": [
                     {"key": "github", "name": "GitHub", "version": "1.4.0",
                      "generation": (3u64 << 32) | 1, "status": "ready", "toolCount": 4,

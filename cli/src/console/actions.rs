@@ -345,3 +345,38 @@ pub(crate) async fn approve(
     })
     .await
 }
+
+/// The person's Allow once / Deny of a call that waits for confirmation (SPEC §12).
+pub(crate) async fn answer_confirmation(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = Fields(fields);
+    let id = fields.get("id").to_owned();
+    let allow = match fields.get("answer") {
+        "allow" => true,
+        "deny" => false,
+        _ => {
+            let p = Problem::new(StatusCode::BAD_REQUEST, "answer with Allow once or Deny");
+            return failed("Confirmations", &p);
+        }
+    };
+    let change = async {
+        let request = pb::AnswerConfirmationRequest {
+            id: id.clone(),
+            allow,
+        };
+        link::call(&c.state_dir, async |k| k.answer_confirmation(request).await).await?;
+        pages::confirmations_list(&c, session).await
+    };
+    submit(&c, session, &fields, "Confirmations", change, |list| {
+        let text = match allow {
+            true => format!("allowed {id}: the call is sent now"),
+            false => format!("denied {id}: the call is refused and nothing was sent"),
+        };
+        let body = html! { (views::notice(&text)) div #confirmations data-poll="/fragment/confirmations" { (list) } };
+        page("Confirmations", &body)
+    })
+    .await
+}

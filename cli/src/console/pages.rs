@@ -1,5 +1,5 @@
-//! The views (GET): connectors, a connector's detail, install, connect, the confirmations,
-//! sessions and activity; and the console's own script and stylesheet.
+//! The views (GET): connectors, a connector's detail, install, connect, the confirmations
+//! of changes, sessions, the calls that wait for the person's confirmation and activity; and the console's own script and stylesheet.
 
 use axum::Extension;
 use axum::extract::{Path as UrlPath, Query, State};
@@ -290,6 +290,41 @@ pub(crate) async fn sessions(
 pub(crate) async fn sessions_body(c: &Shared, session: Session) -> Result<Markup, Problem> {
     let list = link::call(&c.state_dir, async |k| k.list_sessions(pb::Empty {}).await).await?;
     Ok(views::sessions(&list, &c.access.csrf_for(session)))
+}
+
+pub(crate) async fn confirmations(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+) -> Response {
+    match confirmations_list(&c, session).await {
+        Ok(list) => {
+            let body = html! {
+                p.hint { "High-risk calls of sessions issued with " code { "--confirm high" } " wait here for your answer (also " code { "tutti confirm list" } ")." }
+                div #confirmations data-poll="/fragment/confirmations" { (list) }
+            };
+            page("Confirmations", &body)
+        }
+        Err(p) => failed("Confirmations", &p),
+    }
+}
+
+/// The waiting calls alone: the confirmations page refreshes them every second.
+pub(crate) async fn confirmation_rows(
+    State(c): State<Shared>,
+    Extension(session): Extension<Session>,
+) -> Response {
+    match confirmations_list(&c, session).await {
+        Ok(list) => list.into_response(),
+        Err(p) => (p.status, views::problems(&p.lines)).into_response(),
+    }
+}
+
+pub(crate) async fn confirmations_list(c: &Shared, session: Session) -> Result<Markup, Problem> {
+    let list = link::call(&c.state_dir, async |k| {
+        k.list_confirmations(pb::Empty {}).await
+    })
+    .await?;
+    Ok(views::confirmations(&list, &c.access.csrf_for(session)))
 }
 
 #[derive(serde::Deserialize)]

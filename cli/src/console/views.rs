@@ -24,6 +24,7 @@ pub(crate) fn layout(title: &str, body: &Markup) -> Markup {
                         a href="/" { "Connectors" }
                         a href="/install" { "Install" }
                         a href="/sessions" { "Sessions" }
+                        a href="/confirmations" { "Confirmations" }
                         a href="/activity" { "Activity" }
                     }
                 }
@@ -308,6 +309,41 @@ pub(crate) fn oauth_connect(s: &pb::ConnectorStatus) -> Markup {
             }
         }
         p.hint { "The tokens stay in the runtime's secret store and are never shown." }
+    }
+}
+
+/// The calls that wait for the person's confirmation (SPEC §12), each with its arguments as
+/// the frontend showed them (secret-looking keys masked, long values cut) and Allow once /
+/// Deny. Served alone too: the page refreshes it every second.
+pub(crate) fn confirmations(list: &pb::ConfirmationsReply, csrf_token: &str) -> Markup {
+    html! {
+        @if list.pending.is_empty() { p #no-confirmations { "No call waits for confirmation." } }
+        @for p in &list.pending {
+            @let call = p.call.clone().unwrap_or_default();
+            div.confirmation data-confirmation=(p.id) {
+                p {
+                    strong { (crate::output::visible(&call.tool)) }
+                    " (connector " (call.connector) ", risk " (call.risk) ") from session "
+                    (crate::output::visible(&call.workspace)) "/" (crate::output::visible(&call.session))
+                    " · " span.left { (p.remaining_ms.div_ceil(1000)) " s left" }
+                    " · id " code { (p.id) }
+                }
+                table.arguments {
+                    @for a in &call.arguments {
+                        tr { td { code { (crate::output::visible(&a.name)) } } td { code { (crate::output::visible(&a.value)) } } }
+                    }
+                    @if call.arguments.is_empty() { tr { td { "No arguments." } } }
+                    @if call.more_arguments > 0 { tr { td { "… and " (call.more_arguments) " more" } } }
+                }
+                form.answer method="post" action="/confirmations/answer" {
+                    (csrf(csrf_token))
+                    input type="hidden" name="id" value=(p.id);
+                    button type="submit" name="answer" value="allow" { "Allow once" }
+                    " "
+                    button type="submit" name="answer" value="deny" { "Deny" }
+                }
+            }
+        }
     }
 }
 

@@ -480,7 +480,7 @@ fn rewrite_all(
             &source.client,
             &source.client,
             ToolsArg::All,
-            None,
+            &Default::default(),
         )?;
         rewrite::apply(source, names, &launch)?;
         emit(&format!(

@@ -9,7 +9,7 @@ use tutti_proto::kernel::admin_server::Admin as AdminRpc;
 
 use crate::install::{self, Install};
 use crate::state::Kernel;
-use crate::{connect, review, sessions, status};
+use crate::{confirmations, connect, review, sessions, status};
 
 pub struct Admin {
     pub k: Arc<Kernel>,
@@ -125,5 +125,18 @@ impl AdminRpc for Admin {
     ) -> Answer<pb::RedactTextReply> {
         let text = self.k.redact(&req.into_inner().text);
         Ok(Response::new(pb::RedactTextReply { text }))
+    }
+
+    async fn list_confirmations(&self, _req: Request<pb::Empty>) -> Answer<pb::ConfirmationsReply> {
+        Ok(Response::new(confirmations::list(&self.k)))
+    }
+
+    async fn answer_confirmation(
+        &self,
+        req: Request<pb::AnswerConfirmationRequest>,
+    ) -> Answer<pb::Empty> {
+        let req = req.into_inner();
+        confirmations::answer(&self.k, &req.id, req.allow)?;
+        Ok(Response::new(pb::Empty {}))
     }
 }

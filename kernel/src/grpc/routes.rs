@@ -9,7 +9,7 @@ use tutti_proto::kernel::routes_server::Routes as RoutesRpc;
 
 use crate::state::Kernel;
 use crate::watch::EventStream;
-use crate::{calls, review, sessions, shims, watch};
+use crate::{calls, confirmations, review, sessions, shims, watch};
 
 pub struct Routes {
     pub k: Arc<Kernel>,
@@ -64,5 +64,22 @@ impl RoutesRpc for Routes {
             &self.k,
             &req.into_inner().key,
         )))
+    }
+
+    async fn await_confirmation(
+        &self,
+        req: Request<pb::ConfirmationRequest>,
+    ) -> Answer<pb::ConfirmationDecision> {
+        let decision = confirmations::await_decision(&self.k, req.into_inner()).await?;
+        Ok(Response::new(decision))
+    }
+
+    async fn answer_agent_confirmation(
+        &self,
+        req: Request<pb::AgentConfirmationAnswer>,
+    ) -> Answer<pb::Empty> {
+        let req = req.into_inner();
+        confirmations::answer_by_agent(&self.k, &req.call_key, req.allow);
+        Ok(Response::new(pb::Empty {}))
     }
 }

@@ -35,11 +35,15 @@ pub async fn issue(
     // Reissue revokes the previous token; its listen streams end, and no session cache
     // accepts it once this returns.
     let tools = req.tools();
+    let options = tokens::TokenOptions {
+        tools,
+        confirm_high: req.confirm_high,
+        confirm_via: tokens::ConfirmVia::or_person(req.confirm_via_person, req.confirm_via_agent),
+    };
     let reissue = Revocation::Reissue {
         id,
         token: &token,
-        tools,
-        confirm_high: req.confirm_high,
+        options,
     };
     revoke(k, reissue).await;
     // One stable root: the shim manager keeps every live connector's
@@ -50,7 +54,7 @@ pub async fn issue(
         workspace: req.workspace.clone(),
         session: req.session.clone(),
     });
-    tracing::info!(workspace = %req.workspace, session = %req.session, tools = ?tools, confirm_high = req.confirm_high, "session issued");
+    tracing::info!(workspace = %req.workspace, session = %req.session, tools = ?tools, confirm_high = req.confirm_high, confirm_via = ?options.confirm_via, "session issued");
     Ok(pb::IssueSessionReply {
         token,
         url,
@@ -101,6 +105,8 @@ pub fn verify(k: &Kernel, token: &str) -> pb::VerifySessionReply {
             session: record.id.session.clone(),
             tools: record.tools.into(),
             confirm_high: record.confirm_high,
+            confirm_via_person: record.confirm_via.person,
+            confirm_via_agent: record.confirm_via.agent,
         },
         None => pb::VerifySessionReply::default(),
     }

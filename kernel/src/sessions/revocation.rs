@@ -6,7 +6,7 @@
 
 use tutti_proto::kernel as pb;
 
-use crate::sessions::tokens::SessionId;
+use crate::sessions::tokens::{SessionId, TokenOptions};
 use crate::state::{Kernel, lock};
 
 /// What to revoke.
@@ -19,8 +19,7 @@ pub enum Revocation<'a> {
     Reissue {
         id: SessionId,
         token: &'a str,
-        tools: pb::ToolsMode,
-        confirm_high: bool,
+        options: TokenOptions,
     },
 }
 
@@ -36,15 +35,10 @@ pub async fn revoke(k: &Kernel, what: Revocation<'_>) -> u32 {
                 (n, event(true, None), true)
             }
             Revocation::One(id) => (u32::from(tokens.revoke(id)), event(false, Some(id)), true),
-            Revocation::Reissue {
-                id,
-                token,
-                tools,
-                confirm_high,
-            } => {
+            Revocation::Reissue { id, token, options } => {
                 let had = u32::from(tokens.revoke(&id));
                 let event = event(false, Some(&id));
-                tokens.issue_with(id, token, tools, confirm_high);
+                tokens.issue_with(id, token, options);
                 (had, event, false)
             }
         };

@@ -24,6 +24,33 @@ pub struct TokenRecord {
     pub tools: ToolsMode,
     /// `--confirm high` (SPEC §12).
     pub confirm_high: bool,
+    /// `--confirm-via` (SPEC §12): who is asked.
+    pub confirm_via: ConfirmVia,
+}
+
+/// Who confirms a high-risk call (`--confirm-via`, SPEC §12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConfirmVia {
+    pub person: bool,
+    pub agent: bool,
+}
+
+impl ConfirmVia {
+    /// As requested; nobody named means the person (the default).
+    pub fn or_person(person: bool, agent: bool) -> Self {
+        Self {
+            person: person || !agent,
+            agent,
+        }
+    }
+}
+
+/// The options a token is issued with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenOptions {
+    pub tools: ToolsMode,
+    pub confirm_high: bool,
+    pub confirm_via: ConfirmVia,
 }
 
 #[derive(Debug, Default)]
@@ -49,11 +76,16 @@ impl TokenTable {
     /// Binds `token` to `id` with the default options (tests).
     #[cfg(test)]
     pub fn issue(&mut self, id: SessionId, token: &str) {
-        self.issue_with(id, token, ToolsMode::All, false);
+        let options = TokenOptions {
+            tools: ToolsMode::All,
+            confirm_high: false,
+            confirm_via: ConfirmVia::default(),
+        };
+        self.issue_with(id, token, options);
     }
 
     /// Binds `token` to `id`; a previous token of the same session is revoked at once.
-    pub fn issue_with(&mut self, id: SessionId, token: &str, tools: ToolsMode, confirm_high: bool) {
+    pub fn issue_with(&mut self, id: SessionId, token: &str, options: TokenOptions) {
         let h = hash(token);
         if let Some(old) = self.by_session.insert(id.clone(), h) {
             self.by_hash.remove(&old);
@@ -63,8 +95,9 @@ impl TokenTable {
             h,
             TokenRecord {
                 id,
-                tools,
-                confirm_high,
+                tools: options.tools,
+                confirm_high: options.confirm_high,
+                confirm_via: options.confirm_via,
             },
         );
     }
@@ -168,14 +201,43 @@ mod tests {
     }
 
     #[test]
+    fn nobody_named_to_confirm_means_the_person() {
+        let both = ConfirmVia {
+            person: true,
+            agent: true,
+        };
+        assert_eq!(
+            ConfirmVia::or_person(false, false),
+            ConfirmVia {
+                person: true,
+                agent: false
+            }
+        );
+        assert_eq!(ConfirmVia::or_person(true, true), both);
+    }
+
+    #[test]
     fn the_record_keeps_the_tools_mode_until_reissued() {
         let mut t = TokenTable::default();
-        t.issue_with(id("w", "s"), "tts_one", ToolsMode::Search, true);
+        let options = TokenOptions {
+            tools: ToolsMode::Search,
+            confirm_high: true,
+            confirm_via: ConfirmVia::or_person(false, true),
+        };
+        t.issue_with(id("w", "s"), "tts_one", options);
         assert_eq!(
             t.record("tts_one").map(|r| r.tools),
             Some(ToolsMode::Search)
         );
         assert_eq!(t.record("tts_one").map(|r| r.confirm_high), Some(true));
+        let via = t.record("tts_one").map(|r| r.confirm_via);
+        assert_eq!(
+            via,
+            Some(ConfirmVia {
+                person: false,
+                agent: true
+            })
+        );
         t.issue(id("w", "s"), "tts_two");
         assert_eq!(t.record("tts_two").map(|r| r.confirm_high), Some(false));
         assert!(t.record("tts_one").is_none());

@@ -1,23 +1,34 @@
-//! Confirmed high-risk calls (SPEC §12): a session issued with
-//! `--confirm high` has each call of a `high`-risk tool confirmed by the person through the
-//! client's elicitation before anything is sent upstream.
+//! Confirmed high-risk calls (SPEC §12): a session issued with `--confirm high` has each call
+//! of a `high`-risk tool confirmed before anything is sent upstream, through the channels
+//! named by `--confirm-via` ([`Ask`]).
 //!
-//! The question is a frontend-originated `elicitation/create`: on the legacy surface a
-//! JSON-RPC request on the call's event stream (id `tutti-<n>`, the client's POSTed answer
-//! comes back through [`crate::call::relay::answer_legacy`]); on the modern surface the call's
-//! `input_required` result (`inputRequests["tutti-<n>"]`, with the relay's `requestState`;
-//! the client's retry brings the answer through [`crate::call::relay::resume_modern`]). It names
-//! the tool, its connector and its risk, and the arguments (secret-looking keys masked, long
-//! values cut, hidden characters written out). Accept → the call runs; decline, cancel, an
-//! error answer or no answer within the tool's timeout → an `isError` result starting
-//! `declined:`; a client that cannot be asked → an `isError` result saying so. Each decision is the call's audit
-//! `confirmation`.
+//! - **person** (the default): the call is held in the kernel ([`by_person`], the `Routes`
+//!   RPC `AwaitConfirmation`), which lists it for `tutti confirm list` and the console and
+//!   announces it on the desktop, until the person allows or denies it there, or the wait
+//!   ends. An answer of the agent's own client never decides it.
+//! - **agent**: a frontend-originated `elicitation/create` to the call's own client: on the
+//!   legacy surface a JSON-RPC request on the call's event stream (id `tutti-<n>`, the
+//!   client's POSTed answer comes back through [`crate::call::relay::answer_legacy`]); on the
+//!   modern surface the call's `input_required` result (`inputRequests["tutti-<n>"]`, with
+//!   the relay's `requestState`; the client's retry brings the answer through
+//!   [`crate::call::relay::resume_modern`]). With both channels, the client's accept or
+//!   decline goes to the kernel as the agent's answer (`AnswerAgentConfirmation`) and the
+//!   first answer wins; its cancel leaves the question to the person.
+//!
+//! Both show the tool, its connector and risk, and the arguments as
+//! [`tutti_rules::shown_arguments`] writes them. Accepted → the call runs; declined,
+//! cancelled, an error answer or no answer within the connector's call timeout → an `isError`
+//! result starting `declined:`; a session whose only channel is a client that cannot be asked
+//! → an `isError` result saying so. Each decision, and the channel that answered, is the
+//! call's audit `confirmation` / `confirmedVia`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tutti_proto::kernel::{AgentConfirmationAnswer, ConfirmationRequest, HeldCall, ShownArgument};
 use tutti_rules::redact::escape_hidden;
+use tutti_rules::shown_arguments::shown_arguments;
 
 use crate::app::App;
 use crate::backend::Identity;
@@ -29,10 +40,24 @@ use crate::session::clients::ConfirmWait;
 
 /// How long the person has when the tool has no timeout of its own.
 const DEFAULT_WAIT: Duration = Duration::from_secs(60);
+/// How much longer than the kernel's wait the frontend waits for the kernel's answer.
+const KERNEL_SLACK: Duration = Duration::from_secs(5);
 
-/// Whether `who`'s call of `tool` must be confirmed first.
-pub(crate) fn required(who: &Identity, tool: &Tool) -> bool {
-    who.confirm_high && tool.risk == "high"
+/// Who is asked to confirm one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Ask {
+    /// The person, outside the agent (held in the kernel).
+    pub(crate) person: bool,
+    /// The call's own client, by elicitation.
+    pub(crate) agent: bool,
+}
+
+/// Who must confirm `who`'s call of `tool` first; `None` when nobody must.
+pub(crate) fn required(who: &Identity, tool: &Tool) -> Option<Ask> {
+    (who.confirm_high && tool.risk == "high").then_some(Ask {
+        person: who.confirm_via.person || !who.confirm_via.agent,
+        agent: who.confirm_via.agent,
+    })
 }
 
 /// The person's decision (its audit word).
@@ -69,18 +94,47 @@ impl Decision {
             _ => Self::Cancelled,
         }
     }
+
+    /// The kernel's outcome of a held call.
+    fn of_outcome(outcome: &str) -> Self {
+        match outcome {
+            "allowed" => Self::Accepted,
+            "denied" => Self::Declined,
+            _ => Self::Timeout,
+        }
+    }
+}
+
+/// A decision and the channel that made it (`person` | `agent`; empty when nobody did).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Decided {
+    pub(crate) decision: Decision,
+    pub(crate) via: &'static str,
+}
+
+impl Decided {
+    pub(crate) fn by(decision: Decision, via: &'static str) -> Self {
+        Self { decision, via }
+    }
+
+    fn channel(channel: &str) -> &'static str {
+        match channel {
+            "person" => "person",
+            "agent" => "agent",
+            _ => "",
+        }
+    }
 }
 
 /// The question's `elicitation/create` params (a form with no fields: the answer is the
-/// action alone): the tool, its connector and risk, and the arguments as [`shown_arguments`]
-/// writes them.
+/// action alone): the tool, its connector and risk, and the arguments as shown to a person.
 pub(crate) fn params(tool: &Tool, arguments: Option<&Value>) -> Value {
     let message = format!(
         "Allow the call of tool {} (connector {}, risk {})?\n{}",
         escape_hidden(&tool.name, &[]),
         tool.connector.key,
         tool.risk,
-        shown_arguments(arguments)
+        shown_arguments(arguments).lines()
     );
     json!({
         "message": message,
@@ -88,76 +142,88 @@ pub(crate) fn params(tool: &Tool, arguments: Option<&Value>) -> Value {
     })
 }
 
-/// Words that make an argument's key secret-looking (compared ignoring ASCII case, as parts
-/// of the key): its value is masked. The frontend does not hold the connector's secret values,
-/// so the key is what it can judge by.
-const SECRET_KEY_WORDS: &[&str] = &[
-    "token",
-    "password",
-    "passwd",
-    "secret",
-    "key",
-    "authorization",
-    "cookie",
-    "credential",
-];
-/// Most characters of one argument's value in the question; a longer one is cut with `…`.
-const MAX_VALUE_CHARS: usize = 200;
-/// Most arguments listed in the question; the rest are counted.
-const MAX_ARGUMENTS: usize = 20;
-
-fn secret_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    SECRET_KEY_WORDS.iter().any(|w| key.contains(w))
-}
-
-/// `value` with the value of every secret-looking key (at any depth) replaced by the mask.
-fn masked(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let v = if secret_key(k) {
-                        json!(tutti_rules::redact::MASK)
-                    } else {
-                        masked(v)
-                    };
-                    (k.clone(), v)
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(masked).collect()),
-        other => other.clone(),
-    }
-}
-
-/// The arguments, one `  name: value` line each (the value as JSON, secret-looking keys
-/// masked, cut at [`MAX_VALUE_CHARS`], hidden characters written out), or `No arguments.`
-fn shown_arguments(arguments: Option<&Value>) -> String {
-    let map = match arguments {
-        Some(Value::Object(map)) if !map.is_empty() => map,
-        None | Some(Value::Object(_)) | Some(Value::Null) => return "No arguments.".into(),
-        Some(other) => return format!("Arguments: {}", shown_value(&masked(other))),
+/// What the kernel lists of `who`'s call of `tool` (`tutti confirm list`, the console).
+fn held(
+    app: &App,
+    who: &Identity,
+    tool: &Tool,
+    arguments: Option<&Value>,
+    agent_asked: bool,
+) -> ConfirmationRequest {
+    let shown = shown_arguments(arguments);
+    let call = HeldCall {
+        workspace: who.workspace.clone(),
+        session: who.session.clone(),
+        connector: tool.connector.key.clone(),
+        tool: tool.name.clone(),
+        risk: tool.risk.clone(),
+        arguments: shown
+            .items
+            .into_iter()
+            .map(|(name, value)| ShownArgument { name, value })
+            .collect(),
+        more_arguments: u32::try_from(shown.more).unwrap_or(u32::MAX),
     };
-    let mut out = String::from("Arguments:");
-    for (key, value) in map.iter().take(MAX_ARGUMENTS) {
-        let value = if secret_key(key) {
-            tutti_rules::redact::MASK.to_owned()
-        } else {
-            shown_value(&masked(value))
-        };
-        out.push_str(&format!("\n  {}: {value}", escape_hidden(key, &[])));
+    ConfirmationRequest {
+        call_key: format!("{}-{}", std::process::id(), app.clients.next_id()),
+        call: Some(call),
+        wait_ms: u64::try_from(limit(&tool.connector).as_millis()).unwrap_or(u64::MAX),
+        agent_asked,
     }
-    if map.len() > MAX_ARGUMENTS {
-        out.push_str(&format!("\n  … and {} more", map.len() - MAX_ARGUMENTS));
-    }
-    out
 }
 
-fn shown_value(value: &Value) -> String {
-    let text = value.to_string();
-    let cut = tutti_rules::redact::truncate_chars(&text, MAX_VALUE_CHARS);
-    escape_hidden(&cut, &[]).into_owned()
+/// Holds the call in the kernel for the person; with `agent` (the client's answer to the
+/// question already asked), the client's accept or decline counts as the agent's answer.
+/// The first answer wins.
+pub(crate) async fn by_person(
+    app: &App,
+    who: &Identity,
+    tool: &Tool,
+    arguments: Option<&Value>,
+    agent: Option<ConfirmWait<'_>>,
+) -> Decided {
+    let request = held(app, who, tool, arguments, agent.is_some());
+    let call_key = request.call_key.clone();
+    let kernel = tokio::time::timeout(
+        limit(&tool.connector) + KERNEL_SLACK,
+        app.backend.await_confirmation(request),
+    );
+    let mut kernel = std::pin::pin!(kernel);
+    if let Some(mut waiting) = agent {
+        tokio::select! {
+            decided = &mut kernel => return person_decided(decided),
+            answer = waiting.answer() => {
+                let decision = answer.map_or(Decision::Cancelled, |a| Decision::of_answer(&a));
+                if decision != Decision::Cancelled {
+                    let allow = decision == Decision::Accepted;
+                    let answer = AgentConfirmationAnswer { call_key, allow };
+                    if let Err(e) = app.backend.answer_agent_confirmation(answer).await {
+                        tracing::warn!(error = %e, "cannot pass the agent's confirmation to the kernel");
+                    }
+                }
+            }
+        }
+    }
+    person_decided(kernel.await)
+}
+
+fn person_decided(
+    decided: Result<
+        Result<tutti_proto::kernel::ConfirmationDecision, crate::Error>,
+        tokio::time::error::Elapsed,
+    >,
+) -> Decided {
+    match decided {
+        Ok(Ok(d)) => Decided::by(
+            Decision::of_outcome(&d.outcome),
+            Decided::channel(&d.channel),
+        ),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot hold a call for the person's confirmation");
+            Decided::by(Decision::Cancelled, "")
+        }
+        Err(_) => Decided::by(Decision::Timeout, ""),
+    }
 }
 
 /// How long the person has to answer: the call timeout of the tool's connector.
@@ -169,12 +235,13 @@ pub(crate) fn limit(connector: &Connector) -> Duration {
 }
 
 /// Waits for the answer to a question about `tool` (the entry leaves the map with `waiting`).
-pub(crate) async fn wait(tool: &Tool, mut waiting: ConfirmWait<'_>) -> Decision {
-    match tokio::time::timeout(limit(&tool.connector), waiting.answer()).await {
+pub(crate) async fn wait(tool: &Tool, mut waiting: ConfirmWait<'_>) -> Decided {
+    let decision = match tokio::time::timeout(limit(&tool.connector), waiting.answer()).await {
         Ok(Ok(answer)) => Decision::of_answer(&answer),
         Ok(Err(_)) => Decision::Cancelled,
-        Err(_) => Decision::Timeout,
-    }
+        Err(_) => return Decided::by(Decision::Timeout, ""),
+    };
+    Decided::by(decision, "agent")
 }
 
 /// A question the person has not answered yet. Dropped undecided (the call went away: its
@@ -218,7 +285,7 @@ impl Drop for Undecided<'_> {
                 self.who,
                 self.tool,
                 self.relayed,
-                Decision::Cancelled,
+                Decided::by(Decision::Cancelled, ""),
             );
         }
     }
@@ -230,9 +297,9 @@ pub(crate) fn refused(
     who: &Identity,
     tool: &Tool,
     relayed: &Arc<Relayed>,
-    decision: Decision,
+    decided: Decided,
 ) -> Result<CallResult, RpcError> {
-    relayed.confirm(decision.as_str());
+    relayed.confirm(decided.decision.as_str(), decided.via);
     app.audit.record(
         who,
         tool,
@@ -241,15 +308,25 @@ pub(crate) fn refused(
         0,
         Some(relayed),
     );
-    let text = match decision {
-        Decision::NotAsked => format!(
-            "confirmation required: the call of {} (risk {}) must be confirmed by the person, \
-             and this client could not be asked (it declared no elicitation capability, or on \
-             2025-06-18 does not accept an event stream); nothing was sent. To call it, use a \
-             client that answers elicitation, or issue the session without `--confirm high`",
+    let text = match (decided.decision, decided.via) {
+        (Decision::NotAsked, _) => format!(
+            "confirmation required: the call of {} (risk {}) must be confirmed through the \
+             agent's client, and this client could not be asked (it declared no elicitation \
+             capability, or on 2025-06-18 does not accept an event stream); nothing was sent. \
+             To call it, issue the session with `--confirm-via person` and answer with \
+             `tutti confirm allow ID` or the console",
             tool.name, tool.risk
         ),
-        other => format!(
+        (Decision::Timeout, _) => format!(
+            "declined: not confirmed in time (timeout): nobody confirmed the call of {} \
+             within the connector's call timeout; nothing was sent",
+            tool.name
+        ),
+        (Decision::Declined, "person") => format!(
+            "declined: the person denied the call of {}; nothing was sent",
+            tool.name
+        ),
+        (other, _) => format!(
             "declined: the person did not confirm the call of {} ({}); nothing was sent",
             tool.name,
             other.as_str()
@@ -267,44 +344,6 @@ pub(crate) fn not_asked(
     revision: crate::era::tables::Revision,
 ) -> Result<CallResult, RpcError> {
     let relayed = Arc::new(Relayed::default());
-    refused(&ctx.app, &ctx.identity, tool, &relayed, Decision::NotAsked).map(|r| r.in_era(revision))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_question_shows_arguments_masked_cut_and_escaped() {
-        let long = "x".repeat(500);
-        let args = json!({
-            "path": "/srv/data",
-            "api_token": "tok-123",
-            "options": {"Password": "hunter2", "depth": 2},
-            "note": long,
-            "label": "a\u{202e}b",
-        });
-        let shown = shown_arguments(Some(&args));
-        assert!(shown.starts_with("Arguments:\n"), "{shown}");
-        assert!(shown.contains("\n  path: \"/srv/data\""), "{shown}");
-        assert!(shown.contains("\n  api_token: ***"), "{shown}");
-        assert!(
-            shown.contains(r#"options: {"Password":"***","depth":2}"#),
-            "{shown}"
-        );
-        assert!(!shown.contains("tok-123") && !shown.contains("hunter2"));
-        let note = shown
-            .lines()
-            .find(|l| l.contains("note:"))
-            .unwrap_or_default();
-        assert_eq!(
-            note.chars().count(),
-            "  note: ".len() + MAX_VALUE_CHARS + 1,
-            "{note}"
-        );
-        assert!(note.ends_with('…'), "{note}");
-        assert!(shown.contains("label: \"a\\u{202e}b\""), "{shown}");
-        assert_eq!(shown_arguments(None), "No arguments.");
-        assert_eq!(shown_arguments(Some(&json!({}))), "No arguments.");
-    }
+    let decided = Decided::by(Decision::NotAsked, "");
+    refused(&ctx.app, &ctx.identity, tool, &relayed, decided).map(|r| r.in_era(revision))
 }

@@ -11,7 +11,7 @@ use axum::response::Response;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::call::confirm;
+use crate::call::confirm::{self, Ask};
 use crate::call::execute::{self, Streaming};
 use crate::call::progress;
 use crate::call::relay::{self, Answering, Era, MISSING_CAPABILITY};
@@ -67,15 +67,14 @@ pub(crate) enum Sending {
     Plain,
 }
 
-/// The one decision of how a call of `caller` is sent; `confirm`: the person confirms it
-/// first (`--confirm high`).
-pub(crate) fn how_sent(caller: &Caller, confirm: bool) -> Sending {
-    // A legacy relay answers on the call's event stream; a modern one with JSON results.
-    let reachable = caller.streams || caller.era == Era::Modern;
-    if confirm && !(caller.caps.elicitation && reachable) {
+/// The one decision of how a call of `caller` is sent; `confirm`: who confirms it first
+/// (`--confirm high`), as [`Caller::asks`] narrows it.
+pub(crate) fn how_sent(caller: &Caller, confirm: Option<Ask>) -> Sending {
+    let reachable = caller.reachable();
+    if confirm.is_some_and(|a| !a.person && !a.agent) {
         return Sending::NotAsked;
     }
-    let relays = confirm
+    let relays = confirm.is_some()
         || caller.caps.any()
         || caller.logs
         || caller.resuming
@@ -90,6 +89,21 @@ pub(crate) fn how_sent(caller: &Caller, confirm: bool) -> Sending {
 }
 
 impl Caller {
+    /// A legacy relay answers on the call's event stream; a modern one with JSON results.
+    fn reachable(&self) -> bool {
+        self.streams || self.era == Era::Modern
+    }
+
+    /// Who of `confirm` can be asked about this caller's call: the agent's channel only when
+    /// this client can be asked (it declared elicitation and can take the question).
+    pub(crate) fn asks(&self, confirm: Option<Ask>) -> Option<Ask> {
+        let can_elicit = self.caps.elicitation && self.reachable();
+        confirm.map(|a| Ask {
+            person: a.person,
+            agent: a.agent && can_elicit,
+        })
+    }
+
     /// Takes out what the call waits on for the client's cancellation.
     pub(crate) fn cancelled(&mut self) -> Option<oneshot::Receiver<()>> {
         self.cancel.as_mut().and_then(|c| c.cancelled.take())
@@ -179,8 +193,9 @@ pub(crate) async fn tools_call(
     tool: Arc<Tool>,
     params: Option<Value>,
     caller: Caller,
-    confirm: bool,
+    confirm: Option<Ask>,
 ) -> Response {
+    let confirm = caller.asks(confirm);
     match how_sent(&caller, confirm) {
         Sending::NotAsked => {
             let revision = caller.revision;
@@ -188,6 +203,22 @@ pub(crate) async fn tools_call(
             call_response(id, confirm::not_asked(ctx, &tool, revision))
         }
         Sending::Relayed => relayed(ctx, id, tool, params, caller, confirm).await,
+        Sending::Progress | Sending::Plain if confirm.is_some() => {
+            // Only the person can be asked, and this client takes no event stream: the
+            // call waits for the person before it is sent.
+            let arguments = params.as_ref().and_then(|p| p.get("arguments"));
+            let decided = confirm::by_person(&ctx.app, &ctx.identity, &tool, arguments, None);
+            match decided.await {
+                d if d.decision == confirm::Decision::Accepted => {
+                    direct(ctx, id, tool, params, caller).await
+                }
+                d => {
+                    let relayed = Arc::new(crate::observe::audit::Relayed::default());
+                    let refused = confirm::refused(&ctx.app, &ctx.identity, &tool, &relayed, d);
+                    call_response(id, refused.map(|r| r.in_era(caller.revision)))
+                }
+            }
+        }
         Sending::Progress | Sending::Plain => direct(ctx, id, tool, params, caller).await,
     }
 }
@@ -200,7 +231,7 @@ async fn relayed(
     tool: Arc<Tool>,
     mut params: Option<Value>,
     mut caller: Caller,
-    confirm: bool,
+    confirm: Option<Ask>,
 ) -> Response {
     let resumed = params.as_ref().filter(|_| caller.resuming);
     let running = match resumed {
@@ -306,31 +337,36 @@ mod tests {
         }
     }
 
+    const AGENT: Ask = Ask {
+        person: false,
+        agent: true,
+    };
+
     #[test]
     fn a_legacy_call_is_relayed_only_on_an_event_stream() {
         let mut plain = caller(Era::Legacy, false);
         plain.logs = true;
-        assert_eq!(how_sent(&plain, false), Sending::Plain);
-        assert_eq!(how_sent(&plain, true), Sending::NotAsked);
+        assert_eq!(how_sent(&plain, None), Sending::Plain);
+        assert_eq!(how_sent(&plain, plain.asks(Some(AGENT))), Sending::NotAsked);
         let mut streamed = caller(Era::Legacy, true);
         streamed.logs = true;
-        assert_eq!(how_sent(&streamed, false), Sending::Relayed);
+        assert_eq!(how_sent(&streamed, None), Sending::Relayed);
         streamed.logs = false;
         streamed.progress = Some(Value::from(1));
-        assert_eq!(how_sent(&streamed, false), Sending::Progress);
+        assert_eq!(how_sent(&streamed, None), Sending::Progress);
     }
 
     #[test]
     fn a_modern_call_is_relayed_without_an_event_stream() {
         let mut resuming = caller(Era::Modern, false);
         resuming.resuming = true;
-        assert_eq!(how_sent(&resuming, false), Sending::Relayed);
+        assert_eq!(how_sent(&resuming, None), Sending::Relayed);
         let mut answering = caller(Era::Modern, false);
         answering.own_answers = Some("{}".to_owned());
-        assert_eq!(how_sent(&answering, false), Sending::Relayed);
-        assert_eq!(how_sent(&caller(Era::Modern, true), false), Sending::Plain);
+        assert_eq!(how_sent(&answering, None), Sending::Relayed);
+        assert_eq!(how_sent(&caller(Era::Modern, true), None), Sending::Plain);
         assert_eq!(
-            how_sent(&caller(Era::Modern, true), true),
+            how_sent(&caller(Era::Modern, true), Some(Ask::default())),
             Sending::NotAsked
         );
     }

@@ -36,7 +36,7 @@ use tutti_proto::worker::{
 
 use crate::app::App;
 use crate::backend::{Identity, WorkerEvent};
-use crate::call::confirm::{self, Decision};
+use crate::call::confirm::{self, Decided, Decision};
 use crate::call::execute::{self, RelayStream, Streaming};
 use crate::call::result::{self, CallResult};
 use crate::catalog::routes::{Connector, Tool};
@@ -117,8 +117,8 @@ pub(crate) struct Start {
     pub(crate) logs: bool,
     /// Whose client the call came from.
     pub(crate) token: TokenKey,
-    /// The person confirms the call first (`--confirm high`, [`crate::call::confirm`]).
-    pub(crate) confirm: bool,
+    /// Who confirms the call first (`--confirm high`, [`crate::call::confirm`]).
+    pub(crate) confirm: Option<confirm::Ask>,
     /// The client's own `inputResponses` without a `requestState`
     /// ([`RelayStream::input_responses`]).
     pub(crate) input_responses: Option<String>,
@@ -138,8 +138,8 @@ pub(crate) fn start(s: Start) -> Running {
         (requests, logs),
         move |mut stream, steps| async move {
             stream.input_responses = s.input_responses.clone();
-            if s.confirm
-                && let Some(refused) = confirm_first(&s, &steps, &stream.relayed).await
+            if let Some(ask) = s.confirm
+                && let Some(refused) = confirm_first(&s, ask, &steps, &stream.relayed).await
             {
                 return refused.map(|r| r.in_era(s.revision));
             }
@@ -211,29 +211,39 @@ where
     }
 }
 
-/// Asks the person to confirm the call; `None` when accepted, else the call's refusal.
+/// Has the call confirmed through the channels of `ask`; `None` when accepted, else the
+/// call's refusal.
 async fn confirm_first(
     s: &Start,
+    ask: confirm::Ask,
     steps: &mpsc::Sender<Step>,
     relayed: &Arc<Relayed>,
 ) -> Option<Result<CallResult, RpcError>> {
-    let id = s.app.clients.next_id();
-    // Dropped with this task (the call's stream closed, its parked state expired): the
-    // question leaves the map then too.
-    let waiting = s.app.clients.expect_confirm(s.token, id.clone());
     let undecided = confirm::Undecided::new(&s.app, &s.who, &s.tool, relayed);
-    let question = Step::Confirm(id, confirm::params(&s.tool, s.arguments.as_ref()));
-    let decision = if steps.send(question).await.is_ok() {
-        confirm::wait(&s.tool, waiting).await
-    } else {
-        Decision::Cancelled
+    let mut waiting = None;
+    if ask.agent {
+        let id = s.app.clients.next_id();
+        // Dropped with this task (the call's stream closed, its parked state expired): the
+        // question leaves the map then too.
+        let wait = s.app.clients.expect_confirm(s.token, id.clone());
+        let question = Step::Confirm(id, confirm::params(&s.tool, s.arguments.as_ref()));
+        if steps.send(question).await.is_ok() {
+            waiting = Some(wait);
+        }
+    }
+    let decided = match (ask.person, waiting) {
+        (true, agent) => {
+            confirm::by_person(&s.app, &s.who, &s.tool, s.arguments.as_ref(), agent).await
+        }
+        (false, Some(agent)) => confirm::wait(&s.tool, agent).await,
+        (false, None) => Decided::by(Decision::Cancelled, ""),
     };
     undecided.decided();
-    if decision == Decision::Accepted {
-        relayed.confirm(decision.as_str());
+    if decided.decision == Decision::Accepted {
+        relayed.confirm(decided.decision.as_str(), decided.via);
         return None;
     }
-    Some(confirm::refused(&s.app, &s.who, &s.tool, relayed, decision))
+    Some(confirm::refused(&s.app, &s.who, &s.tool, relayed, decided))
 }
 
 /// How the answer to one request of a relayed call is written.

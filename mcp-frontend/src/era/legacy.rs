@@ -185,7 +185,7 @@ fn cancel(ctx: &Ctx, id: &Value) -> Cancel {
 /// may ask it something or send it log messages), else forwarded.
 async fn prompts_get(ctx: Ctx, id: Value, params: Option<Value>) -> Response {
     let mut caller = caller(&ctx, None, revision(&ctx));
-    if path::how_sent(&caller, false) != Sending::Relayed {
+    if path::how_sent(&caller, None) != Sending::Relayed {
         let answer = beyond::get_prompt(&ctx.app, &ctx.identity, params).await;
         return rpc::answer_response(&id, answer.map(|result| beyond::in_era(result, false)));
     }

@@ -199,7 +199,7 @@ fn prompt_caller(ctx: &Ctx, params: Option<&Value>) -> Option<Caller> {
         own_answers: None,
         ..caller(ctx, params)
     };
-    (path::how_sent(&caller, false) == Sending::Relayed).then_some(caller)
+    (path::how_sent(&caller, None) == Sending::Relayed).then_some(caller)
 }
 
 /// `prompts/get` (relayed when the call path would relay it) or `resources/read`, in this
@@ -292,7 +292,7 @@ async fn tools_call(ctx: &Ctx, id: &Value, params: Option<Value>) -> Response {
     }
     let caller = caller(ctx, params.as_ref());
     // A retry resumes a call that was confirmed (or asked) when it started.
-    let confirm = !caller.resuming && crate::call::confirm::required(&ctx.identity, &tool);
+    let confirm = crate::call::confirm::required(&ctx.identity, &tool).filter(|_| !caller.resuming);
     path::tools_call(ctx, id, tool, params, caller, confirm).await
 }
 

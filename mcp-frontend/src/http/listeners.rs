@@ -88,6 +88,7 @@ mod tests {
             session: s.into(),
             tools: tutti_proto::kernel::ToolsMode::All,
             confirm_high: false,
+            confirm_via: Default::default(),
         }
     }
 

@@ -80,9 +80,12 @@ pub(crate) struct Audited<'a> {
 /// What a call's audit record says beyond its outcome: the upstream's requests to
 /// the client relayed during the call (`<method>:<outcome>`, never contents) and the person's
 /// decision on a confirmed high-risk call.
+/// The relayed requests, the confirmation decision and the channel that made it.
+type Notes = (Vec<String>, String, String);
+
 #[derive(Debug, Default)]
 pub(crate) struct Relayed {
-    notes: std::sync::Mutex<(Vec<String>, String)>,
+    notes: std::sync::Mutex<Notes>,
 }
 
 impl Relayed {
@@ -109,13 +112,15 @@ impl Relayed {
     }
 
     /// The person's decision on a confirmed call (`--confirm high`).
-    pub(crate) fn confirm(&self, decision: &str) {
+    /// `via`: the channel that answered (`person` | `agent`; empty when none did).
+    pub(crate) fn confirm(&self, decision: &str, via: &str) {
         if let Ok(mut notes) = self.notes.lock() {
             decision.clone_into(&mut notes.1);
+            via.clone_into(&mut notes.2);
         }
     }
 
-    fn take(&self) -> (Vec<String>, String) {
+    fn take(&self) -> Notes {
         self.notes
             .lock()
             .map(|mut n| std::mem::take(&mut *n))
@@ -147,7 +152,7 @@ impl CallAudit {
         error_code: i32,
         relayed: Option<&Relayed>,
     ) {
-        let (relayed, confirmation) = relayed.map(Relayed::take).unwrap_or_default();
+        let (relayed, confirmation, confirmed_via) = relayed.map(Relayed::take).unwrap_or_default();
         let record = CallRecord {
             time_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -167,6 +172,7 @@ impl CallAudit {
             kind: String::new(),
             relayed,
             confirmation,
+            confirmed_via,
         };
         crate::observe::otel::record(&tool.otel, started.elapsed(), outcome.as_str());
         self.send(record);

@@ -272,6 +272,7 @@ mod tests {
             workspace: "w".into(),
             session: s.into(),
             confirm_high: false,
+            confirm_via: Default::default(),
             tools: Default::default(),
         }
     }

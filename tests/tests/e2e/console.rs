@@ -12,6 +12,8 @@
 //!   as stale; bad input (missing folder, invalid manifest, a stopped kernel) says why and
 //!   changes nothing; Ctrl-C stops the console.
 
+mod confirmations;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
@@ -783,6 +785,18 @@ async fn browser(driver: &Driver, profile: &std::path::Path) -> fantoccini::Clie
         .unwrap_or_else(|e| panic!("cannot start a Chromium session: {e}"))
 }
 
+/// A Chromium session signed in to the console `c` with its login URL: chromedriver and the
+/// browser's profile folder (both kept as long as the browser), and the browser.
+async fn signed_in(c: &Console) -> (Driver, tempfile::TempDir, fantoccini::Client) {
+    let driver = start_driver();
+    let profile = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let b = browser(&driver, profile.path()).await;
+    b.goto(&c.login)
+        .await
+        .unwrap_or_else(|e| panic!("goto login: {e}"));
+    (driver, profile, b)
+}
+
 fn screenshots_dir() -> PathBuf {
     let dir = repo_root().join("target").join("console-screenshots");
     let _ = std::fs::create_dir_all(&dir);
@@ -841,15 +855,9 @@ async fn console_in_a_real_browser() {
     }
     let release = fixture_release(&mut rt, "fx", "1.0.0");
     let c = Console::start(&rt);
-    let driver = start_driver();
-    let profile = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let b = browser(&driver, profile.path()).await;
-    let t = Duration::from_secs(20);
-
     // 1, 2: login, the demo cards ready.
-    b.goto(&c.login)
-        .await
-        .unwrap_or_else(|e| panic!("goto login: {e}"));
+    let (_driver, _profile, b) = signed_in(&c).await;
+    let t = Duration::from_secs(20);
     for key in ["hello", "clock"] {
         wait_text(
             &b,

@@ -3,24 +3,34 @@
 // live parts: the connectors' cards refresh, and the activity view's event stream.
 "use strict";
 
+// Replaces what `el` shows with the fragment at `url`.
+async function reload(el, url) {
+  try {
+    const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+    if (r.ok) {
+      // Server-rendered and escaped by the console.
+      el.innerHTML = await r.text();
+    }
+  } catch (e) {
+    // The console is gone or restarting: keep the last view.
+  }
+}
+
 function refreshCards(el) {
   const url = el.getAttribute("data-live");
-  const refresh = async () => {
-    try {
-      const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
-      if (r.ok) {
-        // Server-rendered and escaped by the console.
-        el.innerHTML = await r.text();
-      }
-    } catch (e) {
-      // The console is gone or restarting: keep the last view.
-    }
-  };
+  const refresh = () => reload(el, url);
   // Every committed or fenced generation, at once (the kernel's route stream)...
   const changes = new EventSource(url + "/events");
   changes.addEventListener("changed", refresh);
   // ...and status-only changes (restarts, retries) on a slower poll.
   setInterval(refresh, 5000);
+}
+
+// A fragment that changes on its own (the calls waiting for confirmation, their time
+// left): fetched again every second.
+function poll(el) {
+  const url = el.getAttribute("data-poll");
+  setInterval(() => reload(el, url), 1000);
 }
 
 function cell(row, text) {
@@ -58,6 +68,8 @@ function activity(table) {
 document.addEventListener("DOMContentLoaded", () => {
   const cards = document.querySelector("[data-live]");
   if (cards) refreshCards(cards);
+  const polled = document.querySelector("[data-poll]");
+  if (polled) poll(polled);
   const table = document.getElementById("activity");
   if (table) activity(table);
 });

@@ -6,6 +6,7 @@ mod circuit;
 mod circuit_fences;
 mod confirm;
 mod confirm_modern;
+mod confirm_person;
 mod confirm_waits;
 mod era_hygiene;
 mod frame_data_plane;
