@@ -282,6 +282,15 @@ impl Telemetry {
     pub fn dropped_spans(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
+
+    /// Resolves once more spans were dropped since it last resolved (never without a span
+    /// queue), for the one task that reports [`Telemetry::dropped_spans`]: no polling.
+    pub async fn spans_dropped(&self) {
+        match &self.span_queue {
+            Some(q) => q.dropped_more().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// The metric export loop: collect and export every `interval` until `stop`, then once more.

@@ -62,6 +62,8 @@ pub(super) struct SpanQueue {
     batch_ready: Notify,
     /// Woken by the push into an empty queue (the schedule delay starts then).
     first_waiting: Notify,
+    /// Woken when a span is dropped (see [`SpanQueue::dropped_more`]).
+    dropped_more: Notify,
     config: QueueConfig,
     dropped: Arc<AtomicU64>,
 }
@@ -81,6 +83,7 @@ impl SpanQueue {
             spans: Mutex::new(Spans::default()),
             batch_ready: Notify::new(),
             first_waiting: Notify::new(),
+            dropped_more: Notify::new(),
             config,
             dropped,
         })
@@ -100,7 +103,7 @@ impl SpanQueue {
             }
             if spans.waiting.len() >= self.config.max_queue_size {
                 drop(spans);
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.count_drop();
                 return;
             }
             spans.waiting.push(span);
@@ -127,10 +130,21 @@ impl SpanQueue {
         }
         if spans.waiting.len() >= self.config.max_queue_size {
             drop(spans);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.count_drop();
             return false;
         }
         true
+    }
+
+    fn count_drop(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.dropped_more.notify_one();
+    }
+
+    /// Resolves once a span was dropped since it last resolved (for one waiter: whoever
+    /// reports the drop count), so that nothing needs to look at the count on a timer.
+    pub(super) async fn dropped_more(&self) {
+        self.dropped_more.notified().await;
     }
 
     fn is_empty(&self) -> bool {

@@ -11,6 +11,7 @@
 
 #[cfg(unix)]
 mod bench {
+    mod idle;
     mod otel_ab;
     mod systems;
     mod tool_search;
@@ -55,6 +56,9 @@ mod bench {
         /// (default 300), for quick A/B runs of the big-result path.
         #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab"])]
         big_only: bool,
+        /// Only the idle wake-up rows (2 and 50 connectors; `--smoke`: 2 and 5).
+        #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab", "big_only"])]
+        idle_only: bool,
     }
 
     struct Scale {
@@ -127,6 +131,12 @@ mod bench {
             let n = args.calls.unwrap_or(if args.smoke { 50 } else { 5000 });
             return tokio::task::block_in_place(|| otel_ab::run(n, &otel_kit()));
         }
+        if args.idle_only {
+            let mut r = Report::default();
+            idle_rows(&mut r, args.smoke)?;
+            print_targets(&r, args.smoke);
+            return Ok(());
+        }
         if args.big_only {
             return big_only(args.calls.unwrap_or(if args.smoke { 5 } else { 300 }));
         }
@@ -160,6 +170,8 @@ mod bench {
         big_result_rows(&mut r, &url, &token, scale.big_calls)?;
 
         rt.stop();
+        // On fresh runtimes, once the measured one is gone.
+        idle_rows(&mut r, args.smoke)?;
         print_targets(&r, args.smoke);
         if guest_halt_polling_off() {
             println!(
@@ -170,6 +182,17 @@ mod bench {
         if let Some(path) = args.write {
             write_doc(&path, &r, args.smoke)?;
         }
+        Ok(())
+    }
+
+    /// The idle wake-up rows and their target (blocking: fresh runtimes left idle).
+    fn idle_rows(r: &mut Report, smoke: bool) -> Result<()> {
+        let idle = tokio::task::block_in_place(|| idle::rows(smoke))?;
+        for (what, value) in idle.rows {
+            r.row(&what, value);
+        }
+        let (what, measured, met) = idle.target;
+        r.target(&what, measured, met);
         Ok(())
     }
 
