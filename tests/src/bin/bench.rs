@@ -2206,7 +2206,11 @@ mod bench {
              tool set; the commit's time is the kernel's `committed` log line, written just after \
              the route change is published); the target is judged on the slower of the two. \
              `tutti up` to ready: five starts on fresh state directories after one untimed \
-             start.\n\n",
+             start. Idle wake-ups: a fresh runtime with 2, then 50 fixture connectors, no call \
+             and no change; each process's voluntary context switches (every thread's, a thread \
+             that ended counting as one) over 60 s, counted once the one-off work after the start \
+             has ended (each worker's start deadline, `startMs` 3 s there, and the kernel's \
+             blocking threads, which end 10 s after their last use).\n\n",
         );
         s.push_str(&tables(r, smoke));
         if guest_halt_polling_off() {
