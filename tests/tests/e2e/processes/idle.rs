@@ -67,8 +67,9 @@ async fn an_idle_runtime_does_not_wake_up() {
     assert_idle_runtime_sleeps(Vec::new()).await;
 }
 
-/// The same with spans and metrics exported (the default intervals: spans every 5 s while
-/// any wait, metrics every 60 s).
+/// The same with spans and metrics exported at the default intervals: spans 5 s after the
+/// first one waiting, none while none wait; metrics every 60 s, the first after this window
+/// (and unchanged ones skipped, `tutti_telemetry`'s unit tests).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_runtime_exporting_telemetry_does_not_wake_up() {
     let receiver = OtlpReceiver::start(0);
