@@ -25,6 +25,7 @@
 
 mod health;
 mod queue;
+mod unchanged;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -282,10 +283,21 @@ impl Telemetry {
     pub fn dropped_spans(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
+
+    /// Resolves once more spans were dropped since it last resolved (never without a span
+    /// queue), for the one task that reports [`Telemetry::dropped_spans`]: no polling.
+    pub async fn spans_dropped(&self) {
+        match &self.span_queue {
+            Some(q) => q.dropped_more().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
-/// The metric export loop: collect and export every `interval` until `stop`, then once more.
-/// An export in flight when `stop` comes is abandoned for the last one.
+/// The metric export loop: collect and export every `interval` until `stop`, then once more;
+/// points that only repeat the last export's are skipped a few intervals in a row
+/// (`unchanged.rs`), so an idle process rarely exports. An export in flight when `stop` comes
+/// is abandoned for the last one.
 async fn export_metrics(
     reader: SharedReader,
     exporter: MetricExporter,
@@ -294,6 +306,7 @@ async fn export_metrics(
 ) {
     let mut metrics = ResourceMetrics::default();
     let mut health = health::ExportHealth::new("metrics");
+    let mut pacing = unchanged::ExportPacing::default();
     let mut next = tokio::time::Instant::now() + interval;
     loop {
         tokio::select! {
@@ -301,9 +314,12 @@ async fn export_metrics(
             _ = stop.wait_for(|s| *s) => break,
         }
         next = tokio::time::Instant::now() + interval;
-        if reader.collect(&mut metrics).is_ok() {
+        if reader.collect(&mut metrics).is_ok() && pacing.worth_exporting(&metrics) {
             tokio::select! {
-                result = exporter.export(&metrics) => health.note(&result),
+                result = exporter.export(&metrics) => {
+                    pacing.exported(&metrics, result.is_ok());
+                    health.note(&result);
+                }
                 _ = stop.wait_for(|s| *s) => break,
             }
         }

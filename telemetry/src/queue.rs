@@ -7,8 +7,10 @@
 //! the process's own runtime (see the parent module for why not a thread): it takes a batch
 //! when a whole one (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`) is waiting — the push that completes it
 //! wakes the task, a same-thread wake-up with no system call — or when its timer
-//! (`OTEL_BSP_SCHEDULE_DELAY`) runs out, as the SDK's processor does. While an export waits
-//! for a receiver that does not answer, the vector fills and spans are dropped.
+//! (`OTEL_BSP_SCHEDULE_DELAY`) runs out, as the SDK's processor does. The timer runs only while
+//! spans wait: with the queue empty the loop sleeps until a span arrives, so an idle process
+//! never wakes for it. While an export waits for a receiver that does not answer, the vector
+//! fills and spans are dropped.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -58,6 +60,10 @@ pub(super) struct SpanQueue {
     spans: Mutex<Spans>,
     /// Woken by the push that completes a batch.
     batch_ready: Notify,
+    /// Woken by the push into an empty queue (the schedule delay starts then).
+    first_waiting: Notify,
+    /// Woken when a span is dropped (see [`SpanQueue::dropped_more`]).
+    dropped_more: Notify,
     config: QueueConfig,
     dropped: Arc<AtomicU64>,
 }
@@ -76,6 +82,8 @@ impl SpanQueue {
         Arc::new(SpanQueue {
             spans: Mutex::new(Spans::default()),
             batch_ready: Notify::new(),
+            first_waiting: Notify::new(),
+            dropped_more: Notify::new(),
             config,
             dropped,
         })
@@ -87,7 +95,7 @@ impl SpanQueue {
     }
 
     fn push(&self, span: SpanData) {
-        let batch_ready = {
+        let (first, batch_ready) = {
             let mut spans = self.lock();
             if spans.closed {
                 // Shutting down: nothing will export it (the SDK does not count these either).
@@ -95,12 +103,16 @@ impl SpanQueue {
             }
             if spans.waiting.len() >= self.config.max_queue_size {
                 drop(spans);
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.count_drop();
                 return;
             }
             spans.waiting.push(span);
-            spans.waiting.len() == self.config.max_export_batch_size
+            let n = spans.waiting.len();
+            (n == 1, n == self.config.max_export_batch_size)
         };
+        if first {
+            self.first_waiting.notify_one();
+        }
         if batch_ready {
             self.batch_ready.notify_one();
         }
@@ -118,10 +130,25 @@ impl SpanQueue {
         }
         if spans.waiting.len() >= self.config.max_queue_size {
             drop(spans);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.count_drop();
             return false;
         }
         true
+    }
+
+    fn count_drop(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.dropped_more.notify_one();
+    }
+
+    /// Resolves once a span was dropped since it last resolved (for one waiter: whoever
+    /// reports the drop count), so that nothing needs to look at the count on a timer.
+    pub(super) async fn dropped_more(&self) {
+        self.dropped_more.notified().await;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().waiting.is_empty()
     }
 
     /// Takes at most one batch.
@@ -170,8 +197,8 @@ impl SpanProcessor for QueueProcessor {
     }
 }
 
-/// The span export loop: a batch when one is full or the schedule delay passed, until `stop`
-/// turns true; then whatever is queued, once (bounded by the caller's shutdown budget). An
+/// The span export loop: a batch when one is full or the schedule delay passed since the
+/// first span waiting arrived (an empty queue arms no timer), until `stop` turns true; then whatever is queued, once (bounded by the caller's shutdown budget). An
 /// export in flight when `stop` comes is abandoned for that last one.
 pub(super) async fn export_spans<E: SpanExporter>(
     queue: Arc<SpanQueue>,
@@ -182,6 +209,13 @@ pub(super) async fn export_spans<E: SpanExporter>(
     let mut health = super::health::ExportHealth::new("spans");
     let mut due = tokio::time::Instant::now() + delay;
     loop {
+        if queue.is_empty() {
+            tokio::select! {
+                () = queue.first_waiting.notified() => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            due = tokio::time::Instant::now() + delay;
+        }
         tokio::select! {
             () = queue.batch_ready.notified() => {}
             () = tokio::time::sleep_until(due) => {}
@@ -360,6 +394,31 @@ mod tests {
         assert_eq!(queue.queued(), 0);
         // Closed: nothing is admitted any more, and that is not a drop.
         assert!(!queue.admit());
+    }
+
+    /// An empty queue arms no timer (an idle process never wakes for it): the schedule delay
+    /// starts with the first span waiting, however long the queue was empty before.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_delay_starts_with_the_first_span_not_while_the_queue_is_empty() {
+        let exporter = Stuck::new(true);
+        let (_queue, processor, stop, export) = running(
+            &exporter,
+            (16, 4, Duration::from_millis(400)),
+            Arc::default(),
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let pushed = tokio::time::Instant::now();
+        processor.on_end(span());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(
+            exporter.exported(),
+            0,
+            "the span went out before the delay counted from its arrival"
+        );
+        until(|| exporter.exported() == 1).await;
+        assert!(pushed.elapsed() >= Duration::from_millis(400));
+        let _ = stop.send(true);
+        let _ = export.await;
     }
 
     /// A full batch is exported at once, not at the (here one-minute) timer.

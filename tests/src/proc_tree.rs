@@ -45,21 +45,77 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// How many times the threads of `pid` gave up the CPU of their own accord so far (the sum of
-/// `voluntary_ctxt_switches` over `/proc/PID/task/*/status`): each is a wake-up from a wait.
-/// `None` when the process is gone.
-pub fn voluntary_switches(pid: u32) -> Option<u64> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut total = 0;
-    for task in tasks.flatten() {
-        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        total += status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
+/// The wake-ups of one process so far: each thread's `voluntary_ctxt_switches` (from
+/// `/proc/PID/task/*/status`), each one a wake-up from a wait. Compare two with
+/// [`Wakeups::since`].
+#[derive(Clone, Debug, Default)]
+pub struct Wakeups(HashMap<u32, u64>);
+
+impl Wakeups {
+    /// Those of `pid` now; `None` when the process is gone.
+    pub fn of(pid: u32) -> Option<Wakeups> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let mut threads = HashMap::new();
+        for task in tasks.flatten() {
+            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            let switches = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            if let Some(n) = switches {
+                threads.insert(tid, n);
+            }
+        }
+        Some(Wakeups(threads))
     }
-    Some(total)
+
+    /// The wake-ups between `earlier` and these: a thread's growth, all of a thread started
+    /// since, and one for each thread that ended since (it woke to end; its count is gone
+    /// with it, so a plain sum over the threads would shrink).
+    pub fn since(&self, earlier: &Wakeups) -> u64 {
+        let grown: u64 = self
+            .0
+            .iter()
+            .map(|(tid, n)| n.saturating_sub(earlier.0.get(tid).copied().unwrap_or(0)))
+            .sum();
+        let ended = earlier.0.keys().filter(|t| !self.0.contains_key(t)).count();
+        grown + ended as u64
+    }
+}
+
+/// The runtime's own processes: the kernel `kernel` and its children (frontend, shim manager,
+/// workers), each with its program's file name (`tutti-kernel`, `tutti-mcp-frontend`, …).
+/// Upstreams, the workers' children, are not among them.
+pub fn runtime_processes(kernel: u32) -> Vec<(String, u32)> {
+    let program = |p: &ProcInfo| {
+        let exe = p.cmdline.split(' ').next().unwrap_or_default();
+        let name = std::path::Path::new(exe).file_name().unwrap_or_default();
+        name.to_string_lossy().into_owned()
+    };
+    let procs = snapshot();
+    procs
+        .iter()
+        .filter(|p| !p.is_zombie() && (p.pid == kernel || p.ppid == kernel))
+        .map(|p| (program(p), p.pid))
+        .collect()
+}
+
+/// The wake-ups of each of `procs` (name, pid) over `window`, measured side by side; a
+/// process gone by the end is left out.
+pub fn wakeups_over(procs: &[(String, u32)], window: Duration) -> Vec<(String, u32, u64)> {
+    let before: Vec<Option<Wakeups>> = procs.iter().map(|(_, pid)| Wakeups::of(*pid)).collect();
+    std::thread::sleep(window);
+    procs
+        .iter()
+        .zip(before)
+        .filter_map(|((name, pid), before)| {
+            let woke = Wakeups::of(*pid)?.since(&before?);
+            Some((name.clone(), *pid, woke))
+        })
+        .collect()
 }
 
 /// Whether `pid` exists and is not a zombie.

@@ -16,23 +16,25 @@ use opentelemetry::{Context, KeyValue};
 
 use crate::control::KernelLink;
 
-/// How often the worker looks at its drop count (a report only when it changed).
+/// At most one drop report per this long (later drops are folded into the next one).
 const DROPS_EVERY: Duration = Duration::from_secs(1);
 
 /// Starts [`report_drops`] when export is on.
 pub(crate) fn spawn_drop_reports(kernel: &KernelLink) {
-    if telemetry::get().is_some() {
-        tokio::spawn(report_drops(kernel.clone()));
+    if let Some(t) = telemetry::get() {
+        tokio::spawn(report_drops(t, kernel.clone()));
     }
 }
 
-/// Reports the running total of spans dropped from the export queue whenever it grew,
-/// at most once per [`DROPS_EVERY`] (spawned only with export on; ends with the worker).
-async fn report_drops(kernel: KernelLink) {
+/// Reports the running total of spans dropped from the export queue whenever it grew, at
+/// most once per [`DROPS_EVERY`]; it waits for a drop, so an idle worker never wakes for it
+/// (spawned only with export on; ends with the worker).
+async fn report_drops(t: &'static telemetry::Telemetry, kernel: KernelLink) {
     let mut reported = 0;
     loop {
+        t.spans_dropped().await;
         tokio::time::sleep(DROPS_EVERY).await;
-        let total = telemetry::dropped();
+        let total = t.dropped_spans();
         if total != reported {
             let message =
                 format!("{total} span(s) dropped: the OpenTelemetry export queue was full");

@@ -12,6 +12,7 @@
 #[cfg(unix)]
 mod bench {
     mod bridge;
+    mod idle;
     mod otel_ab;
     mod systems;
     mod tool_search;
@@ -56,6 +57,9 @@ mod bench {
         /// (default 300), for quick A/B runs of the big-result path.
         #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab"])]
         big_only: bool,
+        /// Only the idle wake-up rows (2 and 50 connectors; `--smoke`: 2 and 5).
+        #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab", "big_only"])]
+        idle_only: bool,
     }
 
     struct Scale {
@@ -128,6 +132,12 @@ mod bench {
             let n = args.calls.unwrap_or(if args.smoke { 50 } else { 5000 });
             return tokio::task::block_in_place(|| otel_ab::run(n, &otel_kit()));
         }
+        if args.idle_only {
+            let mut r = Report::default();
+            idle_rows(&mut r, args.smoke)?;
+            print_targets(&r, args.smoke);
+            return Ok(());
+        }
         if args.big_only {
             return big_only(args.calls.unwrap_or(if args.smoke { 5 } else { 300 }));
         }
@@ -161,6 +171,8 @@ mod bench {
         big_result_rows(&mut r, &url, &token, scale.big_calls)?;
 
         rt.stop();
+        // On fresh runtimes, once the measured one is gone.
+        idle_rows(&mut r, args.smoke)?;
         print_targets(&r, args.smoke);
         if guest_halt_polling_off() {
             println!(
@@ -171,6 +183,17 @@ mod bench {
         if let Some(path) = args.write {
             write_doc(&path, &r, args.smoke)?;
         }
+        Ok(())
+    }
+
+    /// The idle wake-up rows and their target (blocking: fresh runtimes left idle).
+    fn idle_rows(r: &mut Report, smoke: bool) -> Result<()> {
+        let idle = tokio::task::block_in_place(|| idle::rows(smoke))?;
+        for (what, value) in idle.rows {
+            r.row(&what, value);
+        }
+        let (what, measured, met) = idle.target;
+        r.target(&what, measured, met);
         Ok(())
     }
 
@@ -2232,7 +2255,11 @@ mod bench {
              tool set; the commit's time is the kernel's `committed` log line, written just after \
              the route change is published); the target is judged on the slower of the two. \
              `tutti up` to ready: five starts on fresh state directories after one untimed \
-             start.\n\n",
+             start. Idle wake-ups: a fresh runtime with 2, then 50 fixture connectors, no call \
+             and no change; each process's voluntary context switches (every thread's, a thread \
+             that ended counting as one) over 60 s, counted once the one-off work after the start \
+             has ended (each worker's start deadline, `startMs` 3 s there, and the kernel's \
+             blocking threads, which end 10 s after their last use).\n\n",
         );
         s.push_str(&tables(r, smoke));
         if guest_halt_polling_off() {

@@ -531,30 +531,3 @@ async fn a_setsid_grandchild_is_gone_after_the_kernel_is_killed() {
     rt.kill();
     assert_gone("after SIGKILL of the kernel", &[grandchild]);
 }
-
-/// An idle worker costs no wake-ups: with no call and no change for 15 s, a worker (whose
-/// parent's death is a signal, not a poll) wakes at most 3 times.
-#[test]
-fn an_idle_worker_does_not_wake_up() {
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    rt.install_ok(
-        &rt.private_fixture_connector("idle", &["--tools", "echo"]),
-        &[],
-    );
-    rt.wait_status("idle", "ready", READY);
-    // Let the start-up's own work (the first listings, the shim and skills publication) end.
-    std::thread::sleep(Duration::from_secs(2));
-    let worker = rt
-        .workers()
-        .into_iter()
-        .find(|w| w.key == "idle")
-        .unwrap_or_else(|| panic!("no worker of idle"));
-    let switches = || proc_tree::voluntary_switches(worker.pid).unwrap_or_default();
-    let before = switches();
-    std::thread::sleep(Duration::from_secs(15));
-    let woke = switches() - before;
-    assert!(
-        woke <= 3,
-        "the idle worker woke {woke} times in 15 s (a timer or a poll that should not run)"
-    );
-}

@@ -8,6 +8,7 @@
 //! The chaos test prints its random seed; rerun a sequence with `TUTTI_CHAOS_SEED=<n>`.
 
 mod hardening;
+mod idle;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
