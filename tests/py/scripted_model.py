@@ -3,8 +3,8 @@ answered as a server-sent event stream), standard library only.
 
     scripted_model.py TOOL_SUFFIX LOG
 
-Prints `{"event": "listening", "port": N}` on stdout once it serves on 127.0.0.1. Each request is answered from
-what it carries, so a turn's outcome shows what the agent offered the model:
+Prints `{"event": "listening", "port": N}` on stdout once it serves on 127.0.0.1. Each request
+is answered from what it carries, so a turn's outcome shows what the agent offered the model:
 
 - the last input item is a tool result (`function_call_output`): a final text
   `tool answered: <output>`;
