@@ -3,6 +3,7 @@
 //! (`tests/README.md`).
 
 mod agents;
+mod agents_real;
 mod bridge;
 mod calls;
 mod catalog;
