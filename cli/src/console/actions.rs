@@ -255,7 +255,7 @@ pub(crate) async fn install(
         let installed = link::call(&c.state_dir, async |k| k.install(request).await).await;
         // A market source's staged release goes whatever happened, as the CLI's does.
         if fields.get("staged") == "yes" {
-            super::market::discard(&c, fields.get("dir")).await;
+            link::discard_staged_quietly(&c.state_dir, fields.get("dir")).await;
         }
         installed
     };

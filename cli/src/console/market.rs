@@ -138,7 +138,7 @@ pub(crate) async fn stage(
                 ))
             }
             Err(p) => {
-                discard(&c, &staged.staging_dir).await;
+                link::discard_staged_quietly(&c.state_dir, &staged.staging_dir).await;
                 Err(p)
             }
         }
@@ -184,25 +184,6 @@ async fn stage_source(c: &Shared, fields: &Fields) -> Result<pb::StageReply, Pro
         .map_err(|e| Problem::from_cli(&c.state_dir, e))
 }
 
-/// Removes a staged release folder (the kernel removes only a folder of its `staging/`).
-pub(super) async fn discard(c: &Shared, dir: &str) {
-    let request = pb::DiscardRequest {
-        staging_dir: dir.to_owned(),
-    };
-    let outcome = match link::kernel(&c.state_dir).await {
-        Ok(kernel) => kernel
-            .market()
-            .discard_staged(request)
-            .await
-            .err()
-            .map(|s| s.message().to_owned()),
-        Err(p) => Some(p.lines.join("; ")),
-    };
-    if let Some(reason) = outcome {
-        tracing::warn!(%reason, "the staged release was not removed");
-    }
-}
-
 /// `POST /install/discard`: the confirmation's cancel.
 pub(crate) async fn cancel(
     State(c): State<Shared>,
@@ -210,10 +191,7 @@ pub(crate) async fn cancel(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
     let fields = Fields(fields);
-    let change = async {
-        discard(&c, fields.get("dir")).await;
-        Ok(())
-    };
+    let change = link::discard_staged(&c.state_dir, fields.get("dir"));
     match checked(&c, session, &fields, change).await {
         Ok(()) => actions::done(
             "Install",

@@ -91,6 +91,13 @@ async fn missing_input_then_cancel(c: &Console, cookie: &str, csrf: &str, rt: &R
         "the confirmation holds one staged release"
     );
     let dir = input_value(&plan, "dir");
+    let forged = post(c, cookie, "/install/discard", &[("dir", dir.as_str())]).await;
+    assert_eq!(
+        forged.0, 403,
+        "a cancel without the page token: {}",
+        forged.1
+    );
+    assert_eq!(staged(rt).len(), 1, "is refused and discards nothing");
     let cancel = [("csrf", csrf), ("dir", dir.as_str())];
     let (status, cancelled) = post(c, cookie, "/install/discard", &cancel).await;
     assert_eq!(status, 200, "{cancelled}");
