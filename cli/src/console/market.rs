@@ -36,6 +36,7 @@ pub(crate) async fn view(
         Err(p) => (p.status, views::problems(&p.lines)),
     };
     let body = html! {
+        h2 { "From a folder" }
         (pages::install_form(&c, session, ""))
         (market_forms(&c, session, &query.q, ""))
         (found)
