@@ -13,7 +13,7 @@ use tutti_proto::kernel::{
     StageReply, StageRequest,
 };
 
-use crate::args::{InstallArgs, RegistryCommand, SearchArgs};
+use crate::args::{InstallArgs, MarketInstallArgs, RegistryCommand, SearchArgs};
 use crate::error::CliError;
 use crate::kernel::Kernel;
 use crate::output::{emit, json_line, note, one_line, table, visible};
@@ -162,7 +162,7 @@ pub(crate) async fn search(state_dir: &Path, args: SearchArgs) -> Result<ExitCod
 /// `install` of a market source: the kernel stages the release, the folder install confirms
 /// and installs it, and the staged folder goes whatever happened.
 pub(super) async fn install(state_dir: &Path, args: &InstallArgs) -> Result<ExitCode, CliError> {
-    install_staged(state_dir, stage_request(args)?, args).await
+    install_staged(state_dir, stage_request(&args.source, &args.market)?, args).await
 }
 
 /// Stages `request` and installs the staged release as `install` does (also `upgrade`'s).
@@ -261,11 +261,12 @@ impl<'a> From<&'a StageProgress> for ProgressJson<'a> {
     }
 }
 
-fn stage_request(args: &InstallArgs) -> Result<StageRequest, CliError> {
-    let m = &args.market;
+/// The kernel's request to stage market source `source` with `m`'s choices (also the
+/// console's Install view). A `server.json` path is read here, relative to this process.
+pub(crate) fn stage_request(source: &str, m: &MarketInstallArgs) -> Result<StageRequest, CliError> {
     let index = |n: Option<u32>| n.map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX));
     let mut request = StageRequest {
-        source: args.source.clone(),
+        source: source.to_owned(),
         set: m.set.iter().cloned().collect(),
         package_index: index(m.package),
         remote_index: index(m.remote),
@@ -275,11 +276,11 @@ fn stage_request(args: &InstallArgs) -> Result<StageRequest, CliError> {
         ..Default::default()
     };
     let cwd = std::env::current_dir().map_err(|e| CliError::io("resolve", Path::new("."), e))?;
-    match source::parse(&args.source, &cwd).map_err(|e| CliError::Market(e.to_string()))? {
+    match source::parse(source, &cwd).map_err(|e| CliError::Market(e.to_string()))? {
         Source::ServerJson(path) => {
             request.server_json =
                 std::fs::read(&path).map_err(|e| CliError::io("read", &path, e))?;
-            request.source_label = args.source.clone();
+            request.source_label = source.to_owned();
             request.source.clear();
         }
         Source::Package(tutti_market::plan::PackageRef::Mcpb {

@@ -19,10 +19,10 @@ use super::pages::{self, failed, page};
 use super::views;
 
 /// A form's fields. Secret values among them are moved out, never copied or shown.
-struct Fields(Vec<(String, String)>);
+pub(super) struct Fields(pub(super) Vec<(String, String)>);
 
 impl Fields {
-    fn get(&self, name: &str) -> &str {
+    pub(super) fn get(&self, name: &str) -> &str {
         self.0
             .iter()
             .find(|(n, _)| n == name)
@@ -44,7 +44,7 @@ impl Fields {
 
 /// A form's change, once its page token is checked: what `change` gives, or why nothing
 /// changed.
-async fn checked<T>(
+pub(super) async fn checked<T>(
     c: &Shared,
     session: Session,
     fields: &Fields,
@@ -70,7 +70,7 @@ async fn submit<T>(
     }
 }
 
-fn done(title: &str, text: &str) -> Response {
+pub(super) fn done(title: &str, text: &str) -> Response {
     let body = html! { (views::notice(text)) p { a href="/" { "Back to the connectors" } } };
     page(title, &body)
 }
@@ -186,7 +186,7 @@ pub(crate) async fn uninstall(
 }
 
 /// The folder as the kernel gets it: absolute, and a directory (else the CLI's message).
-fn release_dir(dir: &str) -> Result<String, Problem> {
+pub(super) fn release_dir(dir: &str) -> Result<String, Problem> {
     let dir = dir.trim();
     let path = std::path::absolute(dir).unwrap_or_else(|_| dir.into());
     if dir.is_empty() || !path.is_dir() {
@@ -203,6 +203,23 @@ fn release_dir(dir: &str) -> Result<String, Problem> {
     })
 }
 
+/// The kernel's install plan of release folder `dir`, or its problems.
+pub(super) async fn plan_of(c: &Shared, dir: &str) -> Result<pb::InstallPlan, Problem> {
+    let request = pb::InstallRequest {
+        source_dir: dir.to_owned(),
+        ..Default::default()
+    };
+    let plan = link::call(&c.state_dir, async |k| k.plan_install(request).await).await?;
+    if plan.problems.is_empty() {
+        Ok(plan)
+    } else {
+        Err(Problem {
+            status: StatusCode::BAD_REQUEST,
+            lines: plan.problems,
+        })
+    }
+}
+
 pub(crate) async fn plan(
     State(c): State<Shared>,
     Extension(session): Extension<Session>,
@@ -211,18 +228,8 @@ pub(crate) async fn plan(
     let fields = Fields(fields);
     let change = async {
         let dir = release_dir(fields.get("dir"))?;
-        let request = pb::InstallRequest {
-            source_dir: dir.clone(),
-            ..Default::default()
-        };
-        let plan = link::call(&c.state_dir, async |k| k.plan_install(request).await).await?;
-        if !plan.problems.is_empty() {
-            return Err(Problem {
-                status: StatusCode::BAD_REQUEST,
-                lines: plan.problems,
-            });
-        }
-        Ok(views::plan(&plan, &dir, &c.access.csrf_for(session)))
+        let plan = plan_of(&c, &dir).await?;
+        Ok(views::plan(&plan, &dir, &c.access.csrf_for(session), None))
     };
     match checked(&c, session, &fields, change).await {
         Ok(body) => page("Install: confirm", &body),
@@ -245,7 +252,12 @@ pub(crate) async fn install(
             expected_sha256: fields.get("sha256").to_owned(),
             ..Default::default()
         };
-        link::call(&c.state_dir, async |k| k.install(request).await).await
+        let installed = link::call(&c.state_dir, async |k| k.install(request).await).await;
+        // A market source's staged release goes whatever happened, as the CLI's does.
+        if fields.get("staged") == "yes" {
+            link::discard_staged_quietly(&c.state_dir, fields.get("dir")).await;
+        }
+        installed
     };
     submit(&c, session, &fields, "Install", change, |r| {
         let verb = if r.upgraded {

@@ -93,6 +93,27 @@ pub(crate) fn rpc(state_dir: &Path, kernel: &Kernel, status: tonic::Status) -> P
     Problem::from_cli(state_dir, kernel.error(status))
 }
 
+/// Removes a staged release folder of a market source (the kernel removes only a folder of
+/// its `staging/`).
+pub(crate) async fn discard_staged(state_dir: &Path, dir: &str) -> Result<(), Problem> {
+    let request = pb::DiscardRequest {
+        staging_dir: dir.to_owned(),
+    };
+    let k = kernel(state_dir).await?;
+    k.market()
+        .discard_staged(request)
+        .await
+        .map_err(|s| rpc(state_dir, &k, s))?;
+    Ok(())
+}
+
+/// [`discard_staged`] after an install or a refusal: a failure is logged, the page goes on.
+pub(crate) async fn discard_staged_quietly(state_dir: &Path, dir: &str) {
+    if let Err(p) = discard_staged(state_dir, dir).await {
+        tracing::warn!(reason = ?p.lines, "the staged release was not removed");
+    }
+}
+
 /// Status and Available together: what the connectors pages show.
 pub(crate) struct Overview {
     pub(crate) status: pb::StatusReply,

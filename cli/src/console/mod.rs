@@ -14,6 +14,7 @@ mod actions;
 mod activity;
 mod link;
 mod live;
+mod market;
 mod pages;
 mod views;
 
@@ -146,8 +147,10 @@ fn router(console: Shared) -> Router {
             "/connectors/{key}/uninstall",
             get(pages::confirm_uninstall).post(actions::uninstall),
         )
-        .route("/install", get(pages::install).post(actions::install))
+        .route("/install", get(market::view).post(actions::install))
         .route("/install/plan", post(actions::plan))
+        .route("/install/stage", post(market::stage))
+        .route("/install/discard", post(market::cancel))
         .route("/sessions", get(pages::sessions))
         .route("/sessions/revoke", post(actions::revoke))
         .route("/sessions/revoke-all", post(actions::revoke_all))

@@ -258,13 +258,6 @@ pub(crate) async fn confirm_uninstall(
     confirm(&c, session, &key, "Uninstall", what).await
 }
 
-pub(crate) async fn install(
-    State(c): State<Shared>,
-    Extension(session): Extension<Session>,
-) -> Response {
-    page("Install", &install_form(&c, session, ""))
-}
-
 pub(crate) fn install_form(c: &Shared, session: Session, dir: &str) -> Markup {
     let csrf = c.access.csrf_for(session);
     html! {

@@ -185,7 +185,14 @@ pub(crate) fn confirm_form(action: &str, csrf_token: &str, sha: &str, label: &st
 /// Every field of the manifest is shown with its hidden characters written out by the CLI's
 /// rule (`visible`, `shell_join`): a manifest must not be able to reorder or hide what the
 /// person confirming sees.
-pub(crate) fn plan(plan: &pb::InstallPlan, dir: &str, csrf_token: &str) -> Markup {
+/// The install confirmation of a release folder; of a market source's staged release
+/// (`staged`), also what the market resolved (SPEC §17), and cancel discards it.
+pub(crate) fn plan(
+    plan: &pb::InstallPlan,
+    dir: &str,
+    csrf_token: &str,
+    staged: Option<&pb::StageReply>,
+) -> Markup {
     use crate::output::{shell_join, visible};
     let launch = if plan.transport == "http" {
         visible(&plan.url)
@@ -210,14 +217,26 @@ pub(crate) fn plan(plan: &pb::InstallPlan, dir: &str, csrf_token: &str) -> Marku
             }
             dt { "SHA-256" } dd { code #sha256 { (plan.sha256) } }
         }
+        @if let Some(staged) = staged {
+            @for warning in &staged.warnings { (notice(&visible(warning))) }
+            pre #market-source { (crate::commands::market::confirmation(staged)) }
+        }
         // The confirmation carries the SHA-256 shown: the kernel installs exactly that
         // content or refuses (SPEC §12).
         form method="post" action="/install" {
             (csrf(csrf_token))
             input type="hidden" name="dir" value=(dir);
             input type="hidden" name="sha256" value=(plan.sha256);
+            @if staged.is_some() { input type="hidden" name="staged" value="yes"; }
             button type="submit" { "Install " (plan.key) }
-            " " a href="/install" { "cancel" }
+            @if staged.is_none() { " " a href="/install" { "cancel" } }
+        }
+        @if staged.is_some() {
+            form method="post" action="/install/discard" {
+                (csrf(csrf_token))
+                input type="hidden" name="dir" value=(dir);
+                button type="submit" #cancel { "Cancel" }
+            }
         }
     }
 }

@@ -25,6 +25,9 @@ use tutti_tests::{
     Mcp, Runtime, RuntimeOptions, fixture_connector, free_port, repo_root, require_python_venv,
 };
 
+#[cfg(unix)]
+mod market;
+
 const READY: Duration = Duration::from_secs(30);
 /// A test-only secret value (never a real credential).
 const SECRET: &str = "console-secret-value-93";

@@ -21,7 +21,7 @@ use tutti_tests::{FixtureHttp, Mcp, Runtime, RuntimeOptions, bin, free_port, rep
 const READY: Duration = Duration::from_secs(30);
 
 /// `tutti-registry-fixture` over `tests/fixtures/registry`, killed on drop.
-struct Registry {
+pub(crate) struct Registry {
     child: Child,
     url: String,
 }
@@ -55,7 +55,7 @@ impl Drop for Registry {
 }
 
 /// A runtime whose only registry is the fixture (`TUTTI_REGISTRIES`), a remote for it.
-fn market() -> (Runtime, Registry, FixtureHttp) {
+pub(crate) fn market() -> (Runtime, Registry, FixtureHttp) {
     let remote = FixtureHttp::start(&["--tools", "echo"]);
     let registry = Registry::start(&remote.url);
     let rt = Runtime::start(RuntimeOptions {
