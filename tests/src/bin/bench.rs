@@ -816,15 +816,7 @@ mod bench {
             (System::FloorStack, floor_stack.pids()),
         ];
         let _hub = hub_row(hub, n, &mut rows, &mut pids, &mut not_measured);
-        let bridge = bridge::Bridge::start(rt.tutti_cmd(&[
-            "mcp-stdio",
-            "--workspace",
-            "bench",
-            "--session",
-            "bench-bridge",
-        ]))?;
-        pids.push((System::Bridge, vec![bridge.pid()]));
-        rows.push(EchoRow::new(System::Bridge, Via::Bridge(bridge), n));
+        bridge_row(rt, n, &mut rows, &mut pids)?;
         match &gateway {
             Ok((proc, url, session)) => {
                 rows.push(EchoRow::new(
@@ -843,6 +835,26 @@ mod bench {
         let mut calls = measure_echo_rows(url, token, n, rows, &pids)?;
         report_planes(r, &mut calls);
         report_echo(r, calls, &not_measured);
+        Ok(())
+    }
+
+    /// The stdio bridge's echo row: `tutti mcp-stdio` in front of the same runtime.
+    fn bridge_row(
+        rt: &Runtime,
+        n: usize,
+        rows: &mut Vec<EchoRow>,
+        pids: &mut Vec<(System, Vec<u32>)>,
+    ) -> Result<()> {
+        let args = [
+            "mcp-stdio",
+            "--workspace",
+            "bench",
+            "--session",
+            "bench-bridge",
+        ];
+        let bridge = bridge::Bridge::start(rt.tutti_cmd(&args))?;
+        pids.push((System::Bridge, vec![bridge.pid()]));
+        rows.push(EchoRow::new(System::Bridge, Via::Bridge(bridge), n));
         Ok(())
     }
 
