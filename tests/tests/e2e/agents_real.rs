@@ -5,7 +5,8 @@
 //!
 //! Codex runs as `codex app-server` (one process, one thread, several turns over stdio), with
 //! `CODEX_HOME` a fresh folder whose config is what `tutti session issue --format codex
-//! --codex-home` wrote plus the scripted model provider.
+//! --codex-home` wrote plus the scripted model provider: once the URL entry, once (with
+//! `--via stdio`) the `command` entry running the stdio bridge `tutti mcp-stdio`.
 //!
 //! Claude Code runs as `claude -p` with stream-json input (one process, one session, several
 //! user messages over stdin), its MCP config what `tutti session issue --format claude --via
