@@ -5,7 +5,8 @@
 //!
 //! Codex runs as `codex app-server` (one process, one thread, several turns over stdio), with
 //! `CODEX_HOME` a fresh folder whose config is what `tutti session issue --format codex
-//! --codex-home` wrote plus the scripted model provider.
+//! --codex-home` wrote plus the scripted model provider: once the URL entry, once (with
+//! `--via stdio`) the `command` entry running the stdio bridge `tutti mcp-stdio`.
 //!
 //! Claude Code runs as `claude -p` with stream-json input (one process, one session, several
 //! user messages over stdin), its MCP config what `tutti session issue --format claude --via
@@ -17,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toml_edit::{DocumentMut, value};
+use toml_edit::{DocumentMut, TableLike, value};
 use tutti_tests::{
     PySdk, Runtime, RuntimeOptions, StdioClient, fixture_connector, py_script, require_node22,
     tools_dir,
@@ -96,11 +97,11 @@ fn model_log(root: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// Issues the Codex binding into `home` (as a user would) and adds the scripted model
-/// provider; returns the written config as the binding left it.
-fn bind_codex(rt: &Runtime, home: &Path, path: &str, model_url: &str) -> DocumentMut {
+/// Issues the Codex binding (with `via`, e.g. `--via stdio`) into `home` (as a user would)
+/// and adds the scripted model provider; returns the written config as the binding left it.
+fn bind_codex(rt: &Runtime, home: &Path, path: &str, via: &[&str], model_url: &str) -> DocumentMut {
     std::fs::create_dir_all(home).unwrap_or_else(|e| panic!("{e}"));
-    let (_, _, written) = issue_codex_into(rt, "codex", home, Path::new(path));
+    let (_, _, written) = issue_codex_into(rt, "codex", home, Path::new(path), via);
     let config = home.join("config.toml");
     let bound: DocumentMut = written
         .parse()
@@ -175,20 +176,57 @@ fn turn(codex: &mut StdioClient, thread: &str, text: &str) -> Vec<String> {
 
 #[test]
 fn codex_calls_a_connector_installed_after_its_first_turn_in_its_second_turn() {
+    codex_calls_the_late_connector_in_its_second_turn(&[], |entry, bound| {
+        assert!(
+            entry.get("url").is_some_and(|u| u.is_str()),
+            "no connector bound by URL:\n{bound}"
+        );
+    });
+}
+
+#[test]
+fn codex_calls_a_connector_installed_after_its_first_turn_through_the_stdio_bridge() {
+    codex_calls_the_late_connector_in_its_second_turn(&["--via", "stdio"], |entry, bound| {
+        let runs_bridge = entry.get("command").is_some_and(|c| c.is_str())
+            && entry
+                .get("args")
+                .and_then(|a| a.as_array()?.get(0)?.as_str().map(str::to_owned))
+                .as_deref()
+                == Some("mcp-stdio");
+        assert!(runs_bridge, "not the stdio bridge:\n{bound}");
+        let text = bound.to_string();
+        for http in ["url", "http_headers", "bearer_token_env_var"] {
+            assert!(
+                entry.get(http).is_none(),
+                "`{http}` in the bridge entry:\n{text}"
+            );
+        }
+        assert!(
+            !text.contains("Bearer") && !text.contains("tts_"),
+            "a token in config.toml:\n{text}"
+        );
+    });
+}
+
+/// Codex bound by `tutti session issue --format codex --codex-home` plus `via` (the written
+/// `[mcp_servers.connector]` judged by `check_entry`, with the whole file) has no tool to
+/// call in its first turn and calls the connector installed after it in its second.
+fn codex_calls_the_late_connector_in_its_second_turn(
+    via: &[&str],
+    check_entry: fn(&dyn TableLike, &DocumentMut),
+) {
     let codex_bin = require_agent("@openai/codex", CODEX_VERSION, "codex");
     let mut rt = Runtime::start(RuntimeOptions::default());
     let path = agent_path(&codex_bin);
     let (home, work) = (rt.root().join("codex-home"), rt.root().join("work"));
     std::fs::create_dir_all(&work).unwrap_or_else(|e| panic!("{e}"));
     let (_model, model_origin) = scripted_model(rt.root());
-    let bound = bind_codex(&rt, &home, &path, &format!("{model_origin}/v1"));
-    let url = bound
+    let bound = bind_codex(&rt, &home, &path, via, &format!("{model_origin}/v1"));
+    let entry = bound
         .get("mcp_servers")
-        .and_then(|m| m.get("connector")?.get("url"));
-    assert!(
-        url.is_some_and(|u| u.is_str()),
-        "no connector bound:\n{bound}"
-    );
+        .and_then(|m| m.get("connector")?.as_table_like())
+        .unwrap_or_else(|| panic!("no connector bound:\n{bound}"));
+    check_entry(entry, &bound);
     let flag = bound
         .get("features")
         .and_then(|f| f.get("mcp_tool_list_changed"));
@@ -210,7 +248,8 @@ fn codex_calls_a_connector_installed_after_its_first_turn_in_its_second_turn() {
     let first = turn(&mut codex, &thread, "Say what tools you have.");
     assert_no_late_tool_yet(&rt, &first);
 
-    // Codex hears `notifications/tools/list_changed` on its GET stream and lists again.
+    // Codex hears `notifications/tools/list_changed` (on its GET stream, or through the
+    // bridge) and lists again.
     let record = install_late(&mut rt);
     let second = turn(&mut codex, &thread, "Use the new tool.");
     assert_late_called(&rt, &record, &second, &codex.stderr());

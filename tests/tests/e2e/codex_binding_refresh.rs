@@ -38,23 +38,25 @@ fn issue_codex(rt: &Runtime, session: &str, path: &Path) -> (String, String, Str
     let home = rt.root().join(format!("home-{session}"));
     std::fs::create_dir_all(&home).unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(home.join("config.toml"), BEFORE).unwrap_or_else(|e| panic!("{e}"));
-    issue_codex_into(rt, session, &home, path)
+    issue_codex_into(rt, session, &home, path, &[])
 }
 
-/// `tutti session issue --workspace w --session SESSION --format codex --codex-home HOME` with
-/// `path` as PATH, as a user runs it: (stdout, stderr, the written config.toml). Panics unless
-/// it succeeds.
+/// `tutti session issue --workspace w --session SESSION --format codex --codex-home HOME` and
+/// `extra` (e.g. `--via stdio`) with `path` as PATH, as a user runs it: (stdout, stderr, the
+/// written config.toml). Panics unless it succeeds.
 pub(crate) fn issue_codex_into(
     rt: &Runtime,
     session: &str,
     home: &Path,
     path: &Path,
+    extra: &[&str],
 ) -> (String, String, String) {
     let home_arg = home.display().to_string();
     let args = ["session", "issue", "--workspace", "w", "--session", session];
     let out = rt
         .tutti_cmd(&args)
         .args(["--format", "codex", "--codex-home", &home_arg])
+        .args(extra)
         .env("PATH", path)
         .output()
         .unwrap_or_else(|e| panic!("cannot run tutti: {e}"));
