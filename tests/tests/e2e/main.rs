@@ -9,6 +9,7 @@ mod calls;
 mod catalog;
 mod codex_binding_refresh;
 mod console;
+mod crash;
 mod docs;
 mod floor;
 mod harness;
