@@ -1,13 +1,17 @@
 //! Each state a kill between two writes of one command leaves, built on a stopped runtime,
 //! and what the next start makes of it: the uninstall and the disconnect finished (their
 //! secrets and copies deleted), a connect's stored secret counted, the temp files of atomic
-//! writes removed, a torn audit record cut off. The random loop (`mod.rs`) reaches these
+//! writes removed, a torn audit record cut off, a disconnected OAuth login revoked at its
+//! server. The random loop (`mod.rs`) reaches these
 //! windows by real kills, but not on every run; here each is certain.
 
 use std::path::Path;
 
 use serde_json::{Value, json};
+use tutti_tests::oauth::oauth_connector;
 use tutti_tests::{Runtime, RuntimeOptions};
+
+use crate::oauth::{Remote, audit_events, log_in};
 
 const SECRET: &str = "CRASH_TOKEN";
 
@@ -155,4 +159,45 @@ fn every_state_a_kill_between_two_writes_leaves_is_finished_at_start() {
     );
     // The connector no command touched kept its secret.
     assert!(kept_value.contains(&value("kept")), "kept lost its secret");
+}
+
+/// A disconnect killed after its registry write, before it revoked the OAuth login and
+/// deleted it: the next start deletes the login and revokes it at the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_login_a_cut_short_disconnect_left_is_revoked_and_deleted_at_start() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let remote = Remote::start(&rt, &["--ttl", "300"]);
+    let manifest = oauth_connector("remote", &remote.server.mcp_url, json!({}));
+    rt.install_ok(&manifest, &[]);
+    let (_, _, (ok, stdout, stderr)) = log_in(&rt, "remote").await;
+    assert!(ok, "the login failed: {stdout}{stderr}");
+    let secrets = rt.state_dir().join("secrets/remote.json");
+    assert!(secrets.is_file(), "no login stored");
+    tokio::task::block_in_place(|| rt.stop());
+    edit_registry(rt.state_dir(), |r| {
+        r["connectors"]["remote"]["connected"] = json!(false);
+        r["connectors"]["remote"]["auth"] = json!("required");
+    });
+    tokio::task::block_in_place(|| rt.restart());
+    assert!(
+        !secrets.exists(),
+        "the disconnected connector kept its login"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while audit_events(&rt, "oauth_revoke", "remote").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the login was not revoked after the start\n{}",
+            rt.diagnostics()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let revoked = audit_events(&rt, "oauth_revoke", "remote");
+    assert_eq!(revoked[0]["outcome"], "revoked", "{revoked:?}");
+    let seen = remote.server.seen("revocation").await;
+    assert!(
+        seen.len() == 2 && seen.iter().all(|e| e["status"] == 200),
+        "the access and refresh tokens were not both revoked: {seen:?}"
+    );
+    assert_eq!(status_of(&rt, "remote"), "auth_required");
 }

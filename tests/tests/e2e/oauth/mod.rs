@@ -128,7 +128,7 @@ impl Login {
 
 /// Runs a whole login as the user: `connect`, the browser, the callback. Returns the
 /// authorization URL, the callback URL and the command's outcome.
-async fn log_in(rt: &Runtime, key: &str) -> (String, String, (bool, String, String)) {
+pub(crate) async fn log_in(rt: &Runtime, key: &str) -> (String, String, (bool, String, String)) {
     finish_login(Login::start(rt, key)).await
 }
 
@@ -143,7 +143,7 @@ async fn finish_login(mut login: Login) -> (String, String, (bool, String, Strin
     (url, callback, outcome)
 }
 
-fn audit_events(rt: &Runtime, event: &str, key: &str) -> Vec<Value> {
+pub(crate) fn audit_events(rt: &Runtime, event: &str, key: &str) -> Vec<Value> {
     rt.audit_lines()
         .into_iter()
         .filter(|l| l["event"] == event && l["connector"] == key)
