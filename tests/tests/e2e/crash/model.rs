@@ -90,6 +90,9 @@ fn manifest(rt: &Runtime, key: &str, v: usize) -> Value {
     m
 }
 
+/// A `tutti` command line and its environment.
+pub type Command = (Vec<String>, Vec<(String, String)>);
+
 /// A command the loop runs and kills the kernel during.
 #[derive(Clone, Debug)]
 pub enum Op {
@@ -191,7 +194,7 @@ impl Op {
     }
 
     /// The `tutti` arguments and environment of the command (`None`: no command).
-    pub fn command(&self, sources: &Sources) -> Option<(Vec<String>, Vec<(String, String)>)> {
+    pub fn command(&self, sources: &Sources) -> Option<Command> {
         let args = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         Some(match self {
             Op::Install { key, version } | Op::Upgrade { key, version } => {
