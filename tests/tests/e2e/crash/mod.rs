@@ -237,7 +237,6 @@ fn check_start(
     Ok((came, now))
 }
 
-#[cfg(unix)]
 #[test]
 fn kernel_killed_at_random_points_leaves_every_connector_old_or_new() {
     let iterations = iterations("TUTTI_CRASH_ITERATIONS", DEFAULT_ITERATIONS);

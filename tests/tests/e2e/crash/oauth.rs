@@ -193,7 +193,6 @@ fn observe(rt: &Runtime) -> Result<State, String> {
     }))
 }
 
-#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread")]
 async fn oauth_records_survive_kills_during_login_disconnect_and_uninstall() {
     let iterations = iterations("TUTTI_CRASH_OAUTH_ITERATIONS", DEFAULT_ITERATIONS);
