@@ -249,6 +249,9 @@ fn audit_whole(state: &Path) -> Result<(), String> {
 /// How a connector came out of an interrupted command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Came {
+    /// The command changes nothing the test sees (no command, a disconnect of a
+    /// disconnected connector, a login again), and nothing changed.
+    Unchanged,
     Old,
     /// The state after the first of a command's own steps (`connect` of an OAuth connector
     /// reconnects it, then logs in: two kernel commands, each whole).
@@ -265,7 +268,9 @@ pub fn old_or_new<S: PartialEq + std::fmt::Debug>(
     new: &S,
     acked: bool,
 ) -> Result<Came, String> {
-    if now == new {
+    if now == new && old == new {
+        Ok(Came::Unchanged)
+    } else if now == new {
         Ok(Came::New)
     } else if now == old && !acked {
         Ok(Came::Old)

@@ -134,30 +134,27 @@ fn interrupt(rt: &mut Runtime, op: &Op, sources: &Sources, delay: Duration) -> O
     out
 }
 
-/// Per kind of command: how often the state came out old, new, and new after a success.
+/// Per kind of command: how often the state came out unchanged, old, between, new, and how
+/// often the command had succeeded before the kill.
 #[derive(Default)]
-struct Tally(BTreeMap<&'static str, [u32; 4]>);
+struct Tally(BTreeMap<&'static str, [u32; 5]>);
 
 impl Tally {
     fn note(&mut self, kind: &'static str, came: Came, acked: bool) {
         let row = self.0.entry(kind).or_default();
-        match came {
-            Came::Old => row[0] += 1,
-            Came::Between => row[1] += 1,
-            Came::New => row[2] += 1,
-        }
-        row[3] += u32::from(acked);
+        row[came as usize] += 1;
+        row[4] += u32::from(acked);
     }
 
     fn print(&self, what: &str, iterations: usize, wall: Duration, kernel_log: &str) {
         eprintln!("{what}: {iterations} kills in {:.1} s", wall.as_secs_f64());
         eprintln!(
-            "{:<11} {:>5} {:>5} {:>7} {:>5} {:>9}",
-            "command", "kills", "old", "between", "new", "succeeded"
+            "{:<11} {:>5} {:>9} {:>5} {:>7} {:>5} {:>9}",
+            "command", "kills", "unchanged", "old", "between", "new", "succeeded"
         );
-        for (kind, [old, between, new, acked]) in &self.0 {
-            let kills = old + between + new;
-            eprintln!("{kind:<11} {kills:>5} {old:>5} {between:>7} {new:>5} {acked:>9}");
+        for (kind, [same, old, between, new, acked]) in &self.0 {
+            let kills = same + old + between + new;
+            eprintln!("{kind:<11} {kills:>5} {same:>9} {old:>5} {between:>7} {new:>5} {acked:>9}");
         }
         for (found, count) in finished_at_start(kernel_log) {
             eprintln!("finished at start: {found}: {count}");

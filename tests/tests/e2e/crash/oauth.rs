@@ -23,7 +23,7 @@ use crate::oauth::{Login, Remote};
 
 const KEY: &str = "remote";
 /// Kills per run unless `TUTTI_CRASH_OAUTH_ITERATIONS` says otherwise.
-const DEFAULT_ITERATIONS: usize = 24;
+const DEFAULT_ITERATIONS: usize = 30;
 
 /// The connector as the test expects it; `None`: not installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +48,7 @@ impl Op {
             None => Op::Install,
             Some(c) if !c.logged_in => match rng.below(6) {
                 0 => Op::Uninstall,
-                1 => Op::Disconnect,
+                1 if c.connected => Op::Disconnect,
                 _ => Op::Login,
             },
             Some(_) => match rng.below(10) {
@@ -96,7 +96,8 @@ impl Op {
 }
 
 /// A login as the user does it, the kernel killed `delay` after the browser was sent back
-/// to `connect`'s callback (the kernel then exchanges the code and stores the login).
+/// to `connect`'s callback (the kernel then exchanges the code and stores the login). The
+/// login counts as acknowledged once the kernel answered `connect`'s completion.
 async fn login_killed(rt: &mut Runtime, delay: Duration) -> Outcome {
     let login = Login::start(rt, KEY);
     let (mut login, url) = tokio::task::spawn_blocking(move || {
@@ -108,7 +109,18 @@ async fn login_killed(rt: &mut Runtime, delay: Duration) -> Outcome {
     .unwrap_or_else(|e| panic!("connect: {e}"));
     let callback = Browser::new().authorize(&url, "alice").await;
     let back = tokio::spawn(async move { Browser::new().get(&callback).await });
-    let out = tokio::task::block_in_place(|| kill_after(rt, delay, || login.ended()));
+    // The kernel's part is done when `connect` says it waits for the connector to start:
+    // from then on the login must survive.
+    let done = format!("waiting for {KEY} to start");
+    let out = tokio::task::block_in_place(|| {
+        kill_after(rt, delay, || {
+            if login.printed(&done) {
+                Some(true)
+            } else {
+                login.ended().filter(|ok| !ok)
+            }
+        })
+    });
     // The callback reaches `connect` whatever became of the kernel, so the command ends.
     let _ = tokio::time::timeout(Duration::from_secs(30), back).await;
     let (_, stdout, stderr) = tokio::task::spawn_blocking(move || login.finish())

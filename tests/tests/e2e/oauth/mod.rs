@@ -103,6 +103,14 @@ impl Login {
         panic!("connect printed no URL:\n{}", self.stderr.join("\n"));
     }
 
+    /// Whether the command printed a line holding `text` by now (without waiting).
+    pub(crate) fn printed(&mut self, text: &str) -> bool {
+        while let Ok(line) = self.lines.try_recv() {
+            self.stderr.push(line);
+        }
+        self.stderr.iter().any(|l| l.contains(text))
+    }
+
     /// Whether the command ended, and if so whether it succeeded (without waiting).
     pub(crate) fn ended(&mut self) -> Option<bool> {
         self.child
