@@ -584,7 +584,7 @@ mod tests {
         assert_eq!(repair_torn_tail(&path)?, 0);
         assert_eq!(std::fs::read_to_string(&path)?, whole);
         std::fs::write(&path, format!("{whole}{{\"event\":\"unin"))?;
-        assert_eq!(repair_torn_tail(&path)?, 13);
+        assert_eq!(repair_torn_tail(&path)?, 14);
         assert_eq!(std::fs::read_to_string(&path)?, whole);
         // A fragment longer than one read chunk, and a file that is only a fragment.
         let long = "x".repeat(200 * 1024);

@@ -86,9 +86,10 @@ fn owner_only(path: &Path) -> std::io::Result<()> {
 /// Removes what a crashed kernel or worker left: temporary release copies
 /// (`releases/<key>/.tmp-*`), damaged copies moved aside (`releases/<key>/*.damaged-*`), the
 /// temp files of atomic writes (`.<name>.tutti-<pid>.tmp` beside `registry.json`, in
-/// `secrets/`, where one holds a secret, and in `run/`) and worker sockets (`run/w-*.sock`: no
-/// worker runs before this kernel starts one, and new generations never reuse a name). Called
-/// with the state directory's lock held. Returns how many entries were removed.
+/// `secrets/`, where one holds a secret, and in `run/`) and worker sockets (`run/w-*.sock` and
+/// the frame data plane's `run/d-*.sock`: no worker runs before this kernel starts one, and new
+/// generations never reuse a name). Called with the state directory's lock held. Returns how
+/// many entries were removed.
 pub fn sweep(paths: &Paths) -> usize {
     let mut removed = 0;
     let secrets = tutti_rules::state_dir::layout::secrets(&paths.state);
@@ -109,7 +110,8 @@ pub fn sweep(paths: &Paths) -> usize {
     }
     for entry in entries(&paths.run()) {
         let name = file_name(&entry);
-        if name.starts_with("w-") && name.ends_with(".sock") && remove(&entry) {
+        let worker = name.starts_with("w-") || name.starts_with("d-");
+        if worker && name.ends_with(".sock") && remove(&entry) {
             removed += 1;
         }
     }
@@ -253,6 +255,7 @@ mod tests {
         std::fs::create_dir_all(key.join("abc"))?;
         std::fs::create_dir_all(p.run())?;
         std::fs::write(p.run().join("w-1f.sock"), "")?;
+        std::fs::write(p.run().join("d-1f.sock"), "")?;
         std::fs::write(p.run().join("kernel.lock"), "")?;
         // The temp files of atomic writes a kill left (one of them holding a secret).
         let secrets = dir.path().join("secrets");
@@ -267,14 +270,14 @@ mod tests {
         }
         std::fs::write(secrets.join("gh.json"), "{}")?;
         std::fs::write(dir.path().join("registry.json"), "{}")?;
-        assert_eq!(sweep(&p), 6);
+        assert_eq!(sweep(&p), 7);
         for t in &temps {
             assert!(!t.exists(), "{} left", t.display());
         }
         assert!(secrets.join("gh.json").is_file() && p.registry().is_file());
         assert!(key.join("abc").is_dir());
         assert!(!key.join(".tmp-42-abc").exists() && !key.join("abc.damaged-7").exists());
-        assert!(!p.run().join("w-1f.sock").exists());
+        assert!(!p.run().join("w-1f.sock").exists() && !p.run().join("d-1f.sock").exists());
         assert!(p.run().join("kernel.lock").exists());
         Ok(())
     }

@@ -10,6 +10,9 @@ use sha2::{Digest, Sha256};
 
 use super::model::{Conn, SECRET, State, VERSIONS, version_name};
 
+/// Generation numbers come in blocks of this many, one block per start (`kernel/src/state.rs`).
+const GENERATION_BLOCK: u64 = 1000;
+
 /// One installed connector as `registry.json` holds it, its release copies checked.
 #[derive(Debug)]
 pub struct Entry {
@@ -31,6 +34,7 @@ pub fn state_dir(state: &Path) -> Result<BTreeMap<String, Entry>, String> {
         found.insert(key.clone(), connector(state, key, entry)?);
     }
     no_temp_files(state)?;
+    no_dead_worker_sockets(state, &registry)?;
     releases_belong(state, &found)?;
     secrets_belong(state, &found)?;
     audit_whole(state)?;
@@ -182,15 +186,48 @@ fn names(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// No temp file of an atomic write is left where the kernel writes them.
+/// The pid in a temp file's name (`.<name>.tutti-<pid>.tmp`).
+fn temp_pid(name: &str) -> Option<u32> {
+    name.strip_suffix(".tmp")?
+        .rsplit_once(".tutti-")?
+        .1
+        .parse()
+        .ok()
+}
+
+/// No temp file of an atomic write is left where the kernel writes them, but those of a
+/// live process (the new frontend writing `run/frontend.json` as the check runs, say).
 fn no_temp_files(state: &Path) -> Result<(), String> {
     for dir in [
         state.to_path_buf(),
         state.join("secrets"),
         state.join("run"),
     ] {
-        if let Some(t) = names(&dir).into_iter().find(|n| n.ends_with(".tmp")) {
+        let left = names(&dir).into_iter().find(|n| {
+            n.ends_with(".tmp")
+                && !temp_pid(n).is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        });
+        if let Some(t) = left {
             return Err(format!("temp file left: {}", dir.join(t).display()));
+        }
+    }
+    Ok(())
+}
+
+/// No socket of a worker of an earlier start (`run/w-<gen>.sock`, `run/d-<gen>.sock`, the
+/// generation in hex): this start's generations begin at its ceiling's block.
+fn no_dead_worker_sockets(state: &Path, registry: &Value) -> Result<(), String> {
+    let ceiling = registry["generationCeiling"].as_u64().unwrap_or(0);
+    let first = ceiling.saturating_sub(GENERATION_BLOCK) + 1;
+    for name in names(&state.join("run")) {
+        let generation = ["w-", "d-"]
+            .iter()
+            .find_map(|p| name.strip_prefix(p)?.strip_suffix(".sock"))
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+        if generation.is_some_and(|g| g < first) {
+            return Err(format!(
+                "run/{name} is left of a worker of an earlier start"
+            ));
         }
     }
     Ok(())

@@ -44,7 +44,7 @@ fn write(path: &Path, text: &str) {
 }
 
 /// Leaves, for each of four connectors, what a kill between two writes of one command
-/// leaves; returns the temp files the kills left.
+/// leaves; returns the temp files and worker sockets the kills left.
 fn cut_short(state: &Path) -> Vec<std::path::PathBuf> {
     // `un`: uninstall killed after the registry forgot it, before its secrets and release
     // copies were deleted (the copies half deleted).
@@ -72,6 +72,12 @@ fn cut_short(state: &Path) -> Vec<std::path::PathBuf> {
     ];
     for t in &temps {
         write(t, &format!(r#"{{"{SECRET}":"half-written-secret"}}"#));
+    }
+    // A worker killed with the kernel leaves its sockets, the frame data plane's too.
+    let mut temps = temps;
+    for name in ["run/w-7fff0.sock", "run/d-7fff0.sock"] {
+        write(&state.join(name), "");
+        temps.push(state.join(name));
     }
     // A kill in the middle of a batch of audit records.
     let audit = state.join("logs/audit.jsonl");
