@@ -26,7 +26,7 @@ use check::Came;
 use model::{Op, Rng, Sources, State};
 
 /// Kills per run unless `TUTTI_CRASH_ITERATIONS` says otherwise.
-const DEFAULT_ITERATIONS: usize = 150;
+const DEFAULT_ITERATIONS: usize = 200;
 /// How long a kernel may take to listen after `tutti up`.
 const KERNEL_START: Duration = Duration::from_secs(20);
 
