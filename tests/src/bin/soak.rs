@@ -104,6 +104,7 @@ mod soak {
     /// The runtime with every connector ready and every session's token issued.
     fn prepare() -> Result<(Runtime, Fleet, Arc<Shared>)> {
         let mut rt = Runtime::start(RuntimeOptions::default());
+        eprintln!("tutti-soak: state dir {}", rt.state_dir().display());
         let mut fleet = Fleet::start()?;
         setup::install_all(&mut rt, &mut fleet)?;
         let shared = Arc::new(Shared::new(

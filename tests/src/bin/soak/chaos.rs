@@ -307,13 +307,14 @@ impl Chaos {
         let Some(id) = watch::stat(pid).map(|s| s.id()) else {
             return;
         };
-        lock(&self.shared.frontend_deaths).push(now_ms());
+        let before = now_ms();
         signal(pid, Signal::SIGKILL);
         self.shared.count("frontend SIGKILL");
         if !watch::survivors(&[id], Duration::from_secs(2)).is_empty() {
             self.shared
                 .fault(format!("SIGKILL did not end frontend {pid}"));
         }
+        lock(&self.shared.frontend_deaths).push((before, now_ms()));
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.rt.frontend_pid().is_none_or(|p| p == pid) {
             if Instant::now() > deadline {
@@ -335,7 +336,6 @@ impl Chaos {
         let tree: Vec<Id> = watch::tree(&[kernel]).iter().map(|p| p.id()).collect();
         let at = now_ms();
         lock(&self.shared.kernel_kills).push(at);
-        lock(&self.shared.frontend_deaths).push(at);
         self.rt.kill();
         // Tokens end with their kernel: refused from the moment it is gone.
         let gone = now_ms();
@@ -348,6 +348,7 @@ impl Chaos {
         self.shared.count("kernel SIGKILL + tutti up");
         let left = watch::survivors(&tree, Duration::from_secs(3));
         self.orphans(&left, &format!("a process of killed kernel {kernel}"));
+        lock(&self.shared.frontend_deaths).push((at, now_ms()));
         self.bring_back();
         let to = now_ms();
         if let Some(o) = lock(&self.shared.outages).last_mut() {

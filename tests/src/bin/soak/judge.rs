@@ -197,7 +197,7 @@ pub enum Expect {
     MustNot,
 }
 
-pub fn expect(c: &Call, frontend_deaths: &[i64]) -> Expect {
+pub fn expect(c: &Call, frontend_deaths: &[(i64, i64)]) -> Expect {
     let base = match &c.answer {
         Answer::Result {
             refused: Some(_), ..
@@ -218,11 +218,11 @@ pub fn expect(c: &Call, frontend_deaths: &[i64]) -> Expect {
         Answer::Rpc { .. } | Answer::Http { .. } => Expect::MustNot,
         Answer::Transport(_) | Answer::Hang => Expect::May,
     };
-    // The frontend died after the call reached it (a death is stamped just before the
-    // signal) and at most IN_TRANSIT_MS after the client had its answer.
+    // The frontend died (between the stamp before the signal and the one after it was
+    // seen gone) after the call was sent and at most IN_TRANSIT_MS after its answer.
     let in_transit = frontend_deaths
         .iter()
-        .any(|d| *d >= c.start_ms && *d <= c.end_ms + IN_TRANSIT_MS);
+        .any(|(from, to)| *to >= c.start_ms && *from <= c.end_ms + IN_TRANSIT_MS);
     if base == Expect::Must && in_transit {
         Expect::May
     } else {
@@ -274,7 +274,7 @@ fn owner(calls: &[&Call], taken: &[bool], r: &CallRecord) -> Option<usize> {
     })
 }
 
-pub fn audit(calls: &[Call], audit: &Audit, frontend_deaths: &[i64]) -> AuditVerdict {
+pub fn audit(calls: &[Call], audit: &Audit, frontend_deaths: &[(i64, i64)]) -> AuditVerdict {
     let mut v = AuditVerdict::default();
     let mut by_session: BTreeMap<&str, Vec<&Call>> = BTreeMap::new();
     for c in calls {
@@ -319,7 +319,7 @@ fn judge_calls(
     v: &mut AuditVerdict,
     by_session: &BTreeMap<&str, Vec<&Call>>,
     taken: &BTreeMap<&str, Vec<bool>>,
-    frontend_deaths: &[i64],
+    frontend_deaths: &[(i64, i64)],
 ) {
     for (session, list) in by_session {
         for (i, c) in list.iter().enumerate() {
@@ -489,11 +489,13 @@ mod tests {
                 },
             ),
         ];
-        let mut a = Audit::default();
-        a.calls = vec![
-            record("s", "fa_echo", 109, "ok"),
-            record("s", "fa_whoami", 110, "ok"),
-        ];
+        let mut a = Audit {
+            calls: vec![
+                record("s", "fa_echo", 109, "ok"),
+                record("s", "fa_whoami", 110, "ok"),
+            ],
+            ..Audit::default()
+        };
         let v = audit(&calls, &a, &[]);
         assert!(v.missing.is_empty() && v.extra.is_empty(), "{v:?}");
         assert_eq!((v.records, v.matched, v.must), (2, 2, 2));
@@ -501,11 +503,11 @@ mod tests {
         // A lost record is missing, unless its frontend died right after the answer.
         a.calls.pop();
         assert_eq!(audit(&calls, &a, &[]).missing.len(), 1);
-        assert!(audit(&calls, &a, &[500]).missing.is_empty());
-        // A death stamped before the answer reached the client counts too; one before the
-        // call was sent does not.
-        assert!(audit(&calls, &a, &[115]).missing.is_empty());
-        assert_eq!(audit(&calls, &a, &[105]).missing.len(), 1);
+        assert!(audit(&calls, &a, &[(500, 510)]).missing.is_empty());
+        // A death that may have come after the call was sent counts too; one over before it
+        // was sent does not.
+        assert!(audit(&calls, &a, &[(105, 112)]).missing.is_empty());
+        assert_eq!(audit(&calls, &a, &[(100, 108)]).missing.len(), 1);
 
         // A record of a refused call, a second record, or a wrong outcome is extra.
         for extra in [
@@ -513,11 +515,13 @@ mod tests {
             record("s", "fa_echo", 105, "ok"),
             record("s", "fa_whoami", 115, "timeout"),
         ] {
-            let mut b = Audit::default();
-            b.calls = vec![
-                record("s", "fa_echo", 109, "ok"),
-                record("s", "fa_whoami", 111, "ok"),
-            ];
+            let mut b = Audit {
+                calls: vec![
+                    record("s", "fa_echo", 109, "ok"),
+                    record("s", "fa_whoami", 111, "ok"),
+                ],
+                ..Audit::default()
+            };
             b.calls.push(extra);
             let v = audit(&calls, &b, &[]);
             assert_eq!(v.extra.len(), 1, "{v:?}");

@@ -18,7 +18,7 @@ pub struct Facts<'a> {
     pub calls: &'a [Call],
     pub audit: &'a Audit,
     pub kernel_kills: &'a [i64],
-    pub frontend_deaths: &'a [i64],
+    pub frontend_deaths: &'a [(i64, i64)],
     pub revoked: &'a std::collections::HashMap<u64, i64>,
     pub orphans: &'a [String],
     pub faults: &'a [String],
@@ -184,26 +184,28 @@ fn mib(kib: u64) -> String {
 fn trends_table(out: &mut String, trends: &[Trend], partial: usize, half: (i64, i64)) -> bool {
     let _ = writeln!(
         out,
-        "\nSecond half ({} s): every process that lived through it ({partial} others were started or ended by the chaos meanwhile). Growth is the fitted line's over the window.\n",
+        "\nSecond half ({} s): every process that lived through it ({partial} others were started or ended by the chaos meanwhile). Growth: the fitted line's rise over the window / the floor's rise (lowest of the last quarter minus lowest of the first); a leak raises both.\n",
         (half.1 - half.0) / 1000
     );
     let _ = writeln!(
         out,
-        "| process | samples | RSS MiB first → last | RSS growth | fds first → last | fd growth | flat |\n|---|---:|---:|---:|---:|---:|---|"
+        "| process | samples | RSS MiB first → last | RSS growth (line / floor) | fds first → last | fd growth (line / floor) | flat |\n|---|---:|---:|---:|---:|---:|---|"
     );
     for t in trends {
         let _ = writeln!(
             out,
-            "| {} (pid {}) | {} | {} → {} | {:+.0} KiB | {} → {} | {:+.1} | {} |",
+            "| {} (pid {}) | {} | {} → {} | {:+.0} / {:+} KiB | {} → {} | {:+.1} / {:+} | {} |",
             t.role,
             t.id.0,
             t.samples,
             mib(t.rss_first_kib),
             mib(t.rss_last_kib),
             t.rss_growth_kib,
+            t.rss_floor_kib,
             t.fds_first,
             t.fds_last,
             t.fds_growth,
+            t.fds_floor,
             if t.flat { "yes" } else { "**no**" }
         );
     }

@@ -1,9 +1,12 @@
 //! Whether a process's resident set and open descriptors stay flat over the second half of
-//! the run: a least-squares line through its samples there, and the growth that line makes
-//! over the window. Only processes that lived through the whole second half are judged (the
-//! chaos kills the others); a process is flat when the line grows less than
-//! [`RSS_FLAT_KIB`] KiB plus [`RELATIVE`] of its median, and less than [`FDS_FLAT`]
-//! descriptors plus [`RELATIVE`] of its median.
+//! the run. Two measures of growth over the window: the least-squares line through the
+//! samples (how much it rises from the window's start to its end), and the floor's rise (the
+//! lowest sample of the last quarter minus the lowest of the first). Descriptors and memory
+//! swing with the load (pooled connections, buffers); a leak raises the line *and* the floor,
+//! a swing at most one of them. A process is flat unless both rise by more than the
+//! allowance: [`RSS_FLAT_KIB`] KiB or [`FDS_FLAT`] descriptors, plus [`RELATIVE`] of its
+//! median. Only processes that lived through the whole second half are judged (the chaos
+//! kills the others).
 
 use super::watch::{Id, Lives, Sample};
 
@@ -28,9 +31,12 @@ pub struct Trend {
     pub rss_last_kib: u64,
     /// Growth of the fitted line over the window.
     pub rss_growth_kib: f64,
+    /// The floor's rise: lowest of the last quarter minus lowest of the first.
+    pub rss_floor_kib: i64,
     pub fds_first: u64,
     pub fds_last: u64,
     pub fds_growth: f64,
+    pub fds_floor: i64,
     pub flat: bool,
 }
 
@@ -73,12 +79,26 @@ pub fn trend(id: Id, role: &str, samples: &[Sample], from: i64, to: i64) -> Opti
             .collect();
         slope(&points) * minutes
     };
+    let quarter = (to - from) / 4;
+    let floor = |f: &dyn Fn(&Sample) -> u64| {
+        let low = |a: i64, b: i64| {
+            inside
+                .iter()
+                .filter(|s| s.at_ms >= a && s.at_ms <= b)
+                .map(|s| f(s))
+                .min()
+                .unwrap_or(0) as i64
+        };
+        low(to - quarter, to) - low(from, from + quarter)
+    };
     let rss_growth_kib = growth(&|s| s.rss_kib);
     let fds_growth = growth(&|s| s.fds);
-    let rss_median = median(inside.iter().map(|s| s.rss_kib).collect());
-    let fds_median = median(inside.iter().map(|s| s.fds).collect());
-    let flat = rss_growth_kib <= RSS_FLAT_KIB + RELATIVE * rss_median
-        && fds_growth <= FDS_FLAT + RELATIVE * fds_median;
+    let (rss_floor_kib, fds_floor) = (floor(&|s| s.rss_kib), floor(&|s| s.fds));
+    let rss_allowed = RSS_FLAT_KIB + RELATIVE * median(inside.iter().map(|s| s.rss_kib).collect());
+    let fds_allowed = FDS_FLAT + RELATIVE * median(inside.iter().map(|s| s.fds).collect());
+    let leaks = |fit: f64, floor: i64, allowed: f64| fit > allowed && floor as f64 > allowed;
+    let flat = !leaks(rss_growth_kib, rss_floor_kib, rss_allowed)
+        && !leaks(fds_growth, fds_floor, fds_allowed);
     Some(Trend {
         id,
         role: role.to_owned(),
@@ -86,9 +106,11 @@ pub fn trend(id: Id, role: &str, samples: &[Sample], from: i64, to: i64) -> Opti
         rss_first_kib: first.rss_kib,
         rss_last_kib: last.rss_kib,
         rss_growth_kib,
+        rss_floor_kib,
         fds_first: first.fds,
         fds_last: last.fds,
         fds_growth,
+        fds_floor,
         flat,
     })
 }
@@ -145,6 +167,15 @@ mod tests {
         // One descriptor every 5 s.
         let fds = samples(|s| (20_000, 12 + (s / 5) as u64));
         let t = trend((1, 1), "kernel", &fds, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        assert!(!t.flat, "{t:?}");
+        // Pooled connections that swing by ten, busier late in the window: the line rises,
+        // the floor does not.
+        let swings = samples(|s| (20_000, 30 + if s > 40 { (s % 2) as u64 * 10 } else { 0 }));
+        let t = trend((1, 1), "frontend", &swings, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        assert!(t.fds_growth > FDS_FLAT + 2.0 && t.flat, "{t:?}");
+        // A leak under swings: both rise.
+        let leak = samples(|s| (20_000, 30 + (s / 4) as u64 + (s % 2) as u64 * 10));
+        let t = trend((1, 1), "frontend", &leak, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
         assert!(!t.flat, "{t:?}");
     }
 

@@ -172,8 +172,9 @@ pub struct Shared {
     pub bridge_pid: AtomicU32,
     pub tokens: Mutex<TokenBook>,
     pub outages: Mutex<Vec<Outage>>,
-    /// Wall times (ms) at which a frontend died (its SIGKILL, or its kernel's).
-    pub frontend_deaths: Mutex<Vec<i64>>,
+    /// When a frontend died (its SIGKILL, or its kernel's): stamped before the signal and
+    /// after the process was seen gone, wall ms.
+    pub frontend_deaths: Mutex<Vec<(i64, i64)>>,
     /// Wall times (ms) of the kernel SIGKILLs: every generation live then ended then.
     pub kernel_kills: Mutex<Vec<i64>>,
     /// Every worker seen (pid → key, generation), for answers whose worker is gone by the
