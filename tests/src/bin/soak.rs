@@ -105,7 +105,7 @@ mod soak {
     fn prepare() -> Result<(Runtime, Fleet, Arc<Shared>)> {
         let mut rt = Runtime::start(RuntimeOptions::default());
         eprintln!("tutti-soak: state dir {}", rt.state_dir().display());
-        let mut fleet = Fleet::start()?;
+        let mut fleet = Fleet::start(rt.root().join("upstream-records"))?;
         setup::install_all(&mut rt, &mut fleet)?;
         let shared = Arc::new(Shared::new(
             rt.state_dir().to_path_buf(),
@@ -223,6 +223,8 @@ mod soak {
         }
         stop_and_sweep(&mut chaos, &shared, &w.lives);
         lock(&w.tail).step(&audit::path(&shared.state_dir), &mut lock(&w.audit));
+        let records = shared.state_dir.with_file_name("upstream-records");
+        let (echoes, twice) = setup::received_twice(&records);
         let (audit, lives) = (lock(&w.audit), lock(&w.lives));
         let (kernel_kills, frontend_deaths) =
             (lock(&shared.kernel_kills), lock(&shared.frontend_deaths));
@@ -241,6 +243,8 @@ mod soak {
             faults: &faults,
             actions: &actions,
             lives: &lives,
+            upstream_echoes: echoes,
+            upstream_twice: &twice,
             half: (start_ms + (end_ms - start_ms) / 2, end_ms),
         };
         let (table, held) = report::report(&facts);

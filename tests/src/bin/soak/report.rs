@@ -24,6 +24,9 @@ pub struct Facts<'a> {
     pub faults: &'a [String],
     pub actions: &'a BTreeMap<&'static str, usize>,
     pub lives: &'a Lives,
+    /// Echo calls the fixture upstreams received, and those that arrived twice.
+    pub upstream_echoes: usize,
+    pub upstream_twice: &'a [String],
     /// The second half, wall ms.
     pub half: (i64, i64),
 }
@@ -59,6 +62,11 @@ pub fn report(f: &Facts<'_>) -> (String, bool) {
         out,
         "| audit call records / calls they belong to | {} / {} ({} calls had to have one, {} could: {} did) |",
         audit.records, audit.matched, audit.must, audit.may, audit.may_recorded
+    );
+    let _ = writeln!(
+        out,
+        "| echo calls the fixture upstreams received (each message unique) | {} |",
+        f.upstream_echoes
     );
     let _ = writeln!(out, "\n| invariant | count | must be |\n|---|---:|---:|");
     let mut held = true;
@@ -155,6 +163,10 @@ fn checks(
             routing.misrouted.clone(),
         ),
         check("echoes answering another call".into(), wrong),
+        check(
+            "calls that reached an upstream twice".into(),
+            f.upstream_twice.to_vec(),
+        ),
         check(
             "answers to a revoked token".into(),
             judge::revoked_answers(f.calls, f.revoked),

@@ -33,11 +33,14 @@ pub struct Fleet {
     time_server: PathBuf,
     remote: FixtureHttp,
     versions: HashMap<&'static str, u32>,
+    /// Where every fixture upstream records the messages it receives (`--record`).
+    records: PathBuf,
 }
 
 impl Fleet {
-    /// Starts the remote fixture; fails when the real upstream is not installed.
-    pub fn start() -> Result<Fleet> {
+    /// Starts the remote fixture; fails when the real upstream is not installed. The
+    /// fixtures record what they receive under `records`.
+    pub fn start(records: PathBuf) -> Result<Fleet> {
         let time_server = tools_dir().join("venv").join("bin").join("mcp-server-time");
         if !time_server.is_file() {
             bail!(
@@ -45,10 +48,13 @@ impl Fleet {
                 time_server.display()
             );
         }
+        std::fs::create_dir_all(&records)?;
+        let remote_record = records.join("remote.jsonl").to_string_lossy().into_owned();
         Ok(Fleet {
             time_server,
-            remote: FixtureHttp::start(&["--tools", "echo"]),
+            remote: FixtureHttp::start(&["--tools", "echo", "--record", &remote_record]),
             versions: HashMap::new(),
+            records,
         })
     }
 
@@ -65,6 +71,7 @@ impl Fleet {
             }),
             _ => {
                 let doc = format!("{key}://doc");
+                let record = self.records.join(format!("{key}.jsonl"));
                 rt.private_fixture_connector(
                     key,
                     &[
@@ -74,6 +81,8 @@ impl Fleet {
                         "hello",
                         "--resource",
                         &doc,
+                        "--record",
+                        &record.to_string_lossy(),
                     ],
                 )
             }
@@ -103,6 +112,32 @@ impl Fleet {
         }
         Ok(())
     }
+}
+
+/// The echo calls the fixture upstreams received (each client's message is unique), and
+/// each message that arrived more than once: a call the runtime sent twice.
+pub fn received_twice(records: &std::path::Path) -> (usize, Vec<String>) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for entry in std::fs::read_dir(records).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines() {
+            let Ok(m) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            if m["method"] == "tools/call" && m["params"]["name"] == "echo" {
+                let message = m["params"]["arguments"]["message"].as_str().unwrap_or("");
+                *seen.entry(message.to_owned()).or_default() += 1;
+            }
+        }
+    }
+    let total = seen.values().sum();
+    let mut twice: Vec<String> = seen
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(m, n)| format!("echo {m:?} reached its upstream {n} times"))
+        .collect();
+    twice.sort();
+    (total, twice)
 }
 
 /// Installs every connector and waits until each is ready.
