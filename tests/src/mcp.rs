@@ -70,9 +70,21 @@ impl Mcp {
         self.era
     }
 
+    /// The bearer token this client sends, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     /// The `Mcp-Session-Id` captured at `initialize`, if the server issued one.
     pub fn session_id(&self) -> Option<String> {
         self.session.lock().ok().and_then(|s| s.clone())
+    }
+
+    /// Drops the `Mcp-Session-Id` captured at `initialize` (after a 404 that ended it).
+    pub fn forget_session(&self) {
+        if let Ok(mut slot) = self.session.lock() {
+            *slot = None;
+        }
     }
 
     fn fresh_id(&self) -> u64 {
@@ -160,13 +172,42 @@ impl Mcp {
     /// POSTs `body` as-is with `Content-Type: application/json`, `Accept` for both types, the
     /// bearer token (if any) and `headers` (which win over those defaults). For wire tests.
     pub async fn post_raw(&self, body: Vec<u8>, headers: &[(String, String)]) -> Reply {
+        self.try_post_raw(body, headers)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Mcp::request`] that returns a failure to connect, send or read (the server went
+    /// away mid-request, say) as an `Err` naming it instead of panicking: for clients that
+    /// expect the server to die now and then (`tutti-soak`).
+    pub async fn try_request(&self, method: &str, params: Value) -> Result<Reply, String> {
+        let msg = self.message(Some(json!(self.fresh_id())), method, params);
+        let headers = self.standard_headers(&msg);
+        let body = serde_json::to_vec(&msg).unwrap_or_default();
+        self.try_post_raw(body, &headers).await
+    }
+
+    /// [`Mcp::notify`] with a transport failure as an `Err`.
+    pub async fn try_notify(&self, method: &str, params: Value) -> Result<Reply, String> {
+        let msg = self.message(None, method, params);
+        let headers = self.standard_headers(&msg);
+        let body = serde_json::to_vec(&msg).unwrap_or_default();
+        self.try_post_raw(body, &headers).await
+    }
+
+    /// [`Mcp::post_raw`] with a transport failure as an `Err`.
+    async fn try_post_raw(
+        &self,
+        body: Vec<u8>,
+        headers: &[(String, String)],
+    ) -> Result<Reply, String> {
         let resp = self
             .builder(reqwest::Method::POST, headers)
             .timeout(REQUEST_TIMEOUT)
             .body(body)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("POST {} failed: {e}", self.url));
+            .map_err(|e| format!("POST {} failed: {}", self.url, error_chain(&e)))?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         if let Some(s) = headers.get("mcp-session-id").and_then(|v| v.to_str().ok())
@@ -174,12 +215,15 @@ impl Mcp {
         {
             *slot = Some(s.to_owned());
         }
-        let bytes = resp
-            .bytes()
-            .await
-            .unwrap_or_else(|e| panic!("reading the body from {} failed: {e}", self.url));
+        let bytes = resp.bytes().await.map_err(|e| {
+            format!(
+                "reading the body from {} failed: {}",
+                self.url,
+                error_chain(&e)
+            )
+        })?;
         let is_sse = content_type(&headers).starts_with("text/event-stream");
-        (status, headers, parse_body(&bytes, is_sse))
+        Ok((status, headers, parse_body(&bytes, is_sse)))
     }
 
     /// Sends any method (GET, DELETE, …) with the default headers; body parsed as in
@@ -358,6 +402,19 @@ impl Mcp {
         )
         .await
     }
+}
+
+/// An error with its sources, `: `-joined (reqwest's own message hides the cause:
+/// "connection refused", "connection closed before message completed").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 fn expect_result(what: &str, status: u16, body: &Value) -> Value {

@@ -5,8 +5,9 @@
 //! For a 2025-06-18 client it also opens the notification stream after `initialize`; a
 //! 2026-07-28 client's `subscriptions/listen` is a request like any other. When the kernel is
 //! replaced (tokens end with it) the bridge takes a new token, replays the client's
-//! `initialize`, and sends the message again: the client does not notice. Closing stdin
-//! revokes the token.
+//! `initialize`, and sends the message again: the client does not notice. A `tools/call`
+//! whose connection broke after it was sent is not sent again (it may have run): it is
+//! answered `[MCP_UNAVAILABLE]`. Closing stdin revokes the token.
 
 mod http;
 mod link;
@@ -28,6 +29,11 @@ use link::{Current, Link, Renewal};
 
 /// JSON-RPC code of the bridge's own errors (implementation-defined server error).
 const BRIDGE_ERROR: i64 = -32000;
+/// JSON-RPC code of SPEC §5's `[MCP_UNAVAILABLE]` answers.
+const INTERNAL_ERROR: i64 = -32603;
+/// The answer to a `tools/call` whose connection broke before its answer came.
+const CALL_LOST: &str = "[MCP_UNAVAILABLE] connector: the runtime went away during the call and \
+its answer was lost; the call may have reached the upstream, so it is not sent again";
 
 pub(crate) async fn run(state_dir: &Path, args: McpStdioArgs) -> Result<ExitCode, CliError> {
     let (out, rx) = mpsc::unbounded_channel::<String>();
@@ -116,6 +122,14 @@ async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
                 return;
             }
             Ok(unauthorized) => Some(unauthorized),
+            // The connection broke after the call may have reached the frontend: it may have
+            // run, so it is not sent twice. Anything else is sent again.
+            Err(e) if !e.is_connect() && peek.method.as_deref() == Some("tools/call") => {
+                if let Some(id) = &peek.id {
+                    let _ = out.send(http::rpc_error(id, INTERNAL_ERROR, CALL_LOST));
+                }
+                return;
+            }
             Err(_) => None,
         };
         match link.renew(&current).await {

@@ -1,7 +1,8 @@
 //! The stdio bridge (`tutti mcp-stdio`, SPEC §18) with the official Python SDK's stdio client
 //! (mcp 2.3.0): it lists and calls tools, gets progress, answers an upstream's elicitation,
 //! hears a list change after an install, and goes on across a kernel restart (`tutti down`,
-//! then `tutti up`) without noticing; with no runtime, `initialize` gets an error naming
+//! then `tutti up`) without noticing; a call whose frontend died under it is answered
+//! `[MCP_UNAVAILABLE]` and not sent again; with no runtime, `initialize` gets an error naming
 //! `tutti up`.
 #![cfg(unix)]
 
@@ -292,6 +293,27 @@ impl RawBridge {
         }
     }
 
+    /// Writes `message` without waiting for anything.
+    fn write(&mut self, message: &Value) {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .unwrap_or_else(|| panic!("stdin closed"));
+        writeln!(stdin, "{message}").unwrap_or_else(|e| panic!("write: {e}"));
+    }
+
+    /// The answer to request `id` (notifications before it are skipped); `None` at EOF.
+    fn answer(&mut self, id: u64) -> Option<Value> {
+        loop {
+            let line = self.lines.next()?.unwrap_or_else(|e| panic!("read: {e}"));
+            let message: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            if message["id"] == json!(id) {
+                return Some(message);
+            }
+        }
+    }
+
     /// Sends `message`; the next line when it is a request.
     fn send(&mut self, message: &Value) -> Option<Value> {
         let stdin = self
@@ -349,5 +371,74 @@ fn a_revoked_bridge_session_stays_revoked_and_closing_stdin_revokes_the_token() 
     assert!(
         left.contains("\"revoked\":0"),
         "stdin's end revoked the token: {left}"
+    );
+}
+
+/// The `tools/call` lines an upstream started with `--record FILE` received for `tool`.
+fn recorded_calls(file: &std::path::Path, tool: &str) -> usize {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == tool)
+        .count()
+}
+
+#[test]
+fn a_call_in_flight_when_the_frontend_dies_is_answered_unavailable_and_not_sent_again() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    let record = rt.root().join("fx.calls");
+    let record_arg = record.to_string_lossy().into_owned();
+    rt.install_ok(
+        &fixture_connector("fx", &["--tools", "sleep,echo", "--record", &record_arg]),
+        &[],
+    );
+    rt.wait_status("fx", "ready", READY);
+    let mut bridge = RawBridge::start(&rt, "mid-call");
+    bridge.send(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}),
+    );
+    bridge.write(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+
+    bridge.write(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "fx_sleep", "arguments": {"ms": 4000}}}));
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while recorded_calls(&record, "sleep") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never reached the upstream"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let frontend = rt
+        .frontend_pid()
+        .unwrap_or_else(|| panic!("no frontend pid"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(frontend).unwrap_or(i32::MAX)),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap_or_else(|e| panic!("cannot kill the frontend: {e}"));
+
+    // The answer was lost with the frontend; the call may have run, so it is not repeated.
+    let answer = bridge
+        .answer(7)
+        .unwrap_or_else(|| panic!("the bridge ended"));
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("[MCP_UNAVAILABLE]"), "{answer}");
+    // The bridge goes on with the restarted frontend, and the upstream got the call once.
+    let echo = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "fx_echo", "arguments": {"message": "after"}}});
+    bridge.write(&echo);
+    let echoed = bridge
+        .answer(8)
+        .unwrap_or_else(|| panic!("the bridge ended"));
+    assert_eq!(result_texts(&echoed["result"]), "after", "{echoed}");
+    assert_eq!(
+        recorded_calls(&record, "sleep"),
+        1,
+        "the call was sent again"
     );
 }
