@@ -406,14 +406,7 @@ fn repair_torn_tail(path: &std::path::Path) -> std::io::Result<u64> {
     use std::io::{Read, Seek, SeekFrom};
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true).write(true);
-    // As `housekeeping::open_log`: never through a link, never blocking on a FIFO.
-    #[cfg(unix)]
-    {
-        use nix::fcntl::OFlag;
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits());
-    }
-    let mut file = match opts.open(path) {
+    let mut file = match crate::housekeeping::no_follow(&mut opts).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(e),

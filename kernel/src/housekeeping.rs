@@ -25,12 +25,10 @@ pub fn open_log(path: &Path) -> std::io::Result<File> {
     opts.create(true).append(true);
     #[cfg(unix)]
     {
-        use nix::fcntl::OFlag;
         use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600)
-            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits());
+        opts.mode(0o600);
     }
-    let file = opts.open(path)?;
+    let file = no_follow(&mut opts).open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(std::io::Error::other(format!(
@@ -46,6 +44,18 @@ pub fn open_log(path: &Path) -> std::io::Result<File> {
         }
     }
     Ok(file)
+}
+
+/// Never through a link, never blocking on a FIFO (Unix): how the kernel opens a log file it
+/// reads or appends to. The caller checks that what it opened is a regular file.
+pub fn no_follow(opts: &mut OpenOptions) -> &mut OpenOptions {
+    #[cfg(unix)]
+    {
+        use nix::fcntl::OFlag;
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits());
+    }
+    opts
 }
 
 /// `logs/` 0700 (created if missing), every regular file in it and `registry.json` 0600.

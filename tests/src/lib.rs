@@ -25,6 +25,7 @@ pub mod oauth;
 pub mod otlp;
 pub mod proc_tree;
 mod py;
+pub mod rng;
 mod runtime;
 pub mod secret_scan;
 mod server;

@@ -31,9 +31,19 @@ use link::{Current, Link, Renewal};
 const BRIDGE_ERROR: i64 = -32000;
 /// JSON-RPC code of SPEC §5's `[MCP_UNAVAILABLE]` answers.
 const INTERNAL_ERROR: i64 = -32603;
-/// The answer to a `tools/call` whose connection broke before its answer came.
-const CALL_LOST: &str = "[MCP_UNAVAILABLE] connector: the runtime went away during the call and \
-its answer was lost; the call may have reached the upstream, so it is not sent again";
+
+/// The answer to a `tools/call` of `tool` (`<key>_<tool>`) whose connection broke before its
+/// answer came, in SPEC §5's form `[MCP_UNAVAILABLE] <key>: …` (the runtime's server name when
+/// the name holds no key).
+fn call_lost(tool: Option<&str>) -> String {
+    let key = tool
+        .and_then(|t| t.split_once('_'))
+        .map_or("connector", |(key, _)| key);
+    format!(
+        "[MCP_UNAVAILABLE] {key}: the runtime went away during the call and its answer was \
+         lost; the call may have reached the upstream, so it is not sent again"
+    )
+}
 
 pub(crate) async fn run(state_dir: &Path, args: McpStdioArgs) -> Result<ExitCode, CliError> {
     let (out, rx) = mpsc::unbounded_channel::<String>();
@@ -126,7 +136,8 @@ async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
             // run, so it is not sent twice. Anything else is sent again.
             Err(e) if !e.is_connect() && peek.method.as_deref() == Some("tools/call") => {
                 if let Some(id) = &peek.id {
-                    let _ = out.send(http::rpc_error(id, INTERNAL_ERROR, CALL_LOST));
+                    let lost = call_lost(peek.name.as_deref());
+                    let _ = out.send(http::rpc_error(id, INTERNAL_ERROR, &lost));
                 }
                 return;
             }
@@ -185,5 +196,19 @@ async fn listen(link: Arc<Link>, epoch: u64, out: UnboundedSender<String>) {
             Renewal::Current(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             Renewal::Gone(_) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::call_lost;
+
+    #[test]
+    fn a_lost_call_names_its_connector_as_the_runtime_does() {
+        assert!(
+            call_lost(Some("gh-issues_create_issue")).starts_with("[MCP_UNAVAILABLE] gh-issues: ")
+        );
+        assert!(call_lost(Some("plain")).starts_with("[MCP_UNAVAILABLE] connector: "));
+        assert!(call_lost(None).starts_with("[MCP_UNAVAILABLE] connector: "));
     }
 }

@@ -428,6 +428,10 @@ fn a_call_in_flight_when_the_frontend_dies_is_answered_unavailable_and_not_sent_
     assert_eq!(answer["error"]["code"], -32603, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     assert!(message.starts_with("[MCP_UNAVAILABLE]"), "{answer}");
+    assert!(
+        message.starts_with("[MCP_UNAVAILABLE] fx: "),
+        "names the connector: {answer}"
+    );
     // The bridge goes on with the restarted frontend, and the upstream got the call once.
     let echo = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
         "params": {"name": "fx_echo", "arguments": {"message": "after"}}});

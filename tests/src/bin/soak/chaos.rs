@@ -11,46 +11,15 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use tutti_tests::Runtime;
+pub use tutti_tests::rng::Rng;
 
 use super::setup::{self, CHURNED, Fleet, REMOVABLE, SESSIONS};
 use super::watch::{self, Id, Lives};
 use super::world::{CALL_MS, Outage, Shared, lock, nap, now_ms};
-
-/// A tiny xorshift generator; the seed is printed so that a run's choices can be repeated.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: Option<u64>) -> Rng {
-        let seed = seed.unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        }) | 1;
-        Rng(seed)
-    }
-
-    pub fn seed(&self) -> u64 {
-        self.0
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// Something the chaos does later: install an uninstalled connector again, issue a revoked
 /// session's token again.
@@ -122,7 +91,7 @@ impl Chaos {
     /// Faults until `end`, then whatever is still owed (installs, tokens).
     pub fn run(&mut self, end: Instant) {
         while Instant::now() < end && !self.shared.stopping() {
-            let pause = Duration::from_millis(700 + self.rng.below(600) as u64);
+            let pause = Duration::from_millis(700 + self.rng.below(600));
             nap(
                 &self.shared,
                 pause.min(end.saturating_duration_since(Instant::now())),
@@ -172,7 +141,7 @@ impl Chaos {
             5 | 6 => self.upgrade(),
             7 => self.uninstall(),
             8 | 9 => {
-                let (session, _, _) = SESSIONS[self.rng.below(SESSIONS.len())];
+                let (session, _, _) = SESSIONS[self.rng.index(SESSIONS.len())];
                 self.issue(session);
                 self.shared.count("token reissue");
             }
@@ -191,7 +160,7 @@ impl Chaos {
         if workers.is_empty() {
             return None;
         }
-        let w = &workers[self.rng.below(workers.len())];
+        let w = &workers[self.rng.index(workers.len())];
         let id = watch::stat(w.pid)?.id();
         Some((w.pid, w.key.clone(), id))
     }
@@ -249,7 +218,7 @@ impl Chaos {
             .into_iter()
             .filter(|k| !self.uninstalled.contains(k))
             .collect();
-        let key = keys[self.rng.below(keys.len())];
+        let key = keys[self.rng.index(keys.len())];
         match self.fleet.install(&mut self.rt, key) {
             Ok(()) => self.shared.count("upgrade"),
             Err(e) => self.shared.fault(format!("upgrading {key}: {e:#}")),
@@ -264,7 +233,7 @@ impl Chaos {
         if keys.is_empty() {
             return;
         }
-        let key = keys[self.rng.below(keys.len())];
+        let key = keys[self.rng.index(keys.len())];
         let out = self.rt.tutti(&["connector", "uninstall", key]);
         if !out.status.success() {
             self.shared.fault(format!(
@@ -282,7 +251,7 @@ impl Chaos {
     }
 
     fn revoke(&mut self) {
-        let (session, _, _) = SESSIONS[self.rng.below(SESSIONS.len())];
+        let (session, _, _) = SESSIONS[self.rng.index(SESSIONS.len())];
         if lock(&self.shared.tokens).held(session).token.is_none() {
             return;
         }

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use tutti_tests::{Runtime, RuntimeOptions};
 
 use check::Came;
-use model::{Op, Rng, Sources, State};
+use model::{Op, Sources, State};
+use tutti_tests::rng::Rng;
 
 /// Kills per run unless `TUTTI_CRASH_ITERATIONS` says otherwise.
 const DEFAULT_ITERATIONS: usize = 200;
@@ -237,7 +238,7 @@ fn check_start(
 #[test]
 fn kernel_killed_at_random_points_leaves_every_connector_old_or_new() {
     let iterations = iterations("TUTTI_CRASH_ITERATIONS", DEFAULT_ITERATIONS);
-    let mut rng = Rng::seeded("TUTTI_CRASH_SEED");
+    let mut rng = Rng::seeded("TUTTI_CRASH_SEED", "crash loop");
     let mut rt = Runtime::start(RuntimeOptions::default());
     let sources = Sources::write(&mut rt);
     let mut spans = Spans::new(&[
@@ -260,13 +261,8 @@ fn kernel_killed_at_random_points_leaves_every_connector_old_or_new() {
         }
         let new = op.apply(&state);
         spans.seen("starting", restart_kernel(&mut rt));
-        let (came, now) = check_start(&rt, &state, &new, out.acked).unwrap_or_else(|e| {
-            panic!(
-                "kill {i} ({op:?}, {delay:?} after it began, succeeded before: {}): {e}\nkernel log:\n{}",
-                out.acked,
-                rt.log_tail("kernel.log", 30)
-            )
-        });
+        let (came, now) = check_start(&rt, &state, &new, out.acked)
+            .unwrap_or_else(|e| kill_failed(&rt, i, &op, delay, out.acked, &e));
         tally.note(op.kind(), came, out.acked);
         state = now;
     }
@@ -276,4 +272,20 @@ fn kernel_killed_at_random_points_leaves_every_connector_old_or_new() {
         began.elapsed(),
         &rt.log("kernel.log"),
     );
+}
+
+/// Ends a crash loop at the kill whose start broke an invariant, with what it interrupted and
+/// the end of the kernel's log.
+pub(super) fn kill_failed(
+    rt: &Runtime,
+    i: usize,
+    op: &impl std::fmt::Debug,
+    delay: Duration,
+    acked: bool,
+    e: &str,
+) -> ! {
+    panic!(
+        "kill {i} ({op:?}, {delay:?} after it began, succeeded before: {acked}): {e}\nkernel log:\n{}",
+        rt.log_tail("kernel.log", 30)
+    )
 }

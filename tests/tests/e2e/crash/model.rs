@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use tutti_tests::Runtime;
+use tutti_tests::rng::Rng;
 
 /// Two connectors without a worker (a CLI each) and one with an MCP upstream (the fixture),
 /// whose first offer after every start commits and pins.
@@ -119,35 +120,6 @@ pub enum Op {
     Idle,
     /// The kill lands on a kernel starting (reclaiming what the last kill left).
     Starting,
-}
-
-/// A tiny xorshift generator (no dependency; the seed is printed for reruns).
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn seeded(var: &str) -> Rng {
-        let seed = std::env::var(var)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            })
-            | 1;
-        eprintln!("crash loop seed: {var}={seed}");
-        Rng(seed)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x % n.max(1)
-    }
 }
 
 impl Op {

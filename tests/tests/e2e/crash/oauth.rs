@@ -17,9 +17,9 @@ use tutti_tests::oauth::{Browser, oauth_connector};
 use tutti_tests::{Runtime, RuntimeOptions};
 
 use super::check::{self, Came};
-use super::model::Rng;
 use super::{Outcome, Spans, Tally, iterations, kill_after, restart_kernel};
 use crate::oauth::{Login, Remote};
+use tutti_tests::rng::Rng;
 
 const KEY: &str = "remote";
 /// Kills per run unless `TUTTI_CRASH_OAUTH_ITERATIONS` says otherwise.
@@ -208,7 +208,7 @@ fn observe(rt: &Runtime) -> Result<State, String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn oauth_records_survive_kills_during_login_disconnect_and_uninstall() {
     let iterations = iterations("TUTTI_CRASH_OAUTH_ITERATIONS", DEFAULT_ITERATIONS);
-    let mut rng = Rng::seeded("TUTTI_CRASH_SEED");
+    let mut rng = Rng::seeded("TUTTI_CRASH_SEED", "OAuth crash loop");
     let mut rt = Runtime::start(RuntimeOptions::default());
     let remote = Remote::start(&rt, &["--ttl", "300"]);
     let release = rt.write_release(
@@ -238,13 +238,8 @@ async fn oauth_records_survive_kills_during_login_disconnect_and_uninstall() {
             let came = check::old_or_new(&now, &state, between.as_ref(), &new, out.acked)?;
             Ok::<_, String>((came, now))
         });
-        let (came, now): (Came, State) = checked.unwrap_or_else(|e| {
-            panic!(
-                "kill {i} ({op:?}, {delay:?} after it began, succeeded before: {}): {e}\nkernel log:\n{}",
-                out.acked,
-                rt.log_tail("kernel.log", 30)
-            )
-        });
+        let (came, now): (Came, State) =
+            checked.unwrap_or_else(|e| super::kill_failed(&rt, i, &op, delay, out.acked, &e));
         tally.note(op.kind(), came, out.acked);
         state = now;
     }

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+use tutti_tests::rng::Rng;
 use tutti_tests::{Mcp, Runtime, RuntimeOptions, proc_tree};
 
 const READY: Duration = Duration::from_secs(20);
@@ -80,39 +81,6 @@ fn signal(pid: u32, sig: nix::sys::signal::Signal) {
 #[cfg(not(unix))]
 fn sigkill(pid: u32) {
     panic!("this test sends SIGKILL (to pid {pid}): Unix only");
-}
-
-/// A tiny xorshift generator (no dependency; the seed is printed for reruns).
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Rng {
-        let seed = std::env::var("TUTTI_CHAOS_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            })
-            | 1;
-        eprintln!("chaos seed: TUTTI_CHAOS_SEED={seed}");
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 /// Unix ms of an RFC 3339 UTC timestamp `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
@@ -340,7 +308,7 @@ fn kill_random_workers(
     seen: &Mutex<HashMap<u32, (String, u64)>>,
     until: Instant,
 ) -> Vec<Kill> {
-    let mut rng = Rng::seeded();
+    let mut rng = Rng::seeded("TUTTI_CHAOS_SEED", "chaos");
     let mut kills: Vec<Kill> = Vec::new();
     loop {
         let pause = Duration::from_millis(700 + rng.below(600));
