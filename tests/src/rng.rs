@@ -30,7 +30,7 @@ impl Rng {
         self.0
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
@@ -41,11 +41,26 @@ impl Rng {
 
     /// A number in `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
 
     /// An index into a slice of `len` items (0 when it is empty).
     pub fn index(&mut self, len: usize) -> usize {
         self.below(len as u64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rng;
+
+    #[test]
+    fn the_generator_repeats_from_its_seed() {
+        let (mut a, mut b) = (Rng::new(Some(7)), Rng::new(Some(7)));
+        let xs: Vec<u64> = (0..5).map(|_| a.below(100)).collect();
+        let ys: Vec<u64> = (0..5).map(|_| b.below(100)).collect();
+        assert_eq!(xs, ys);
+        assert!(xs.iter().all(|x| *x < 100));
+        assert_eq!(Rng::new(None).below(0), 0);
     }
 }

@@ -382,12 +382,4 @@ mod tests {
                 .all(|t| *t < half && *t > start)
         );
     }
-
-    #[test]
-    fn the_generator_repeats_from_its_seed() {
-        let (mut a, mut b) = (Rng::new(Some(7)), Rng::new(Some(7)));
-        let xs: Vec<usize> = (0..5).map(|_| a.below(100)).collect();
-        let ys: Vec<usize> = (0..5).map(|_| b.below(100)).collect();
-        assert_eq!(xs, ys);
-    }
 }

@@ -169,6 +169,7 @@ fn bad_circuit_settings_are_refused_at_install() {
     );
 }
 
+#[cfg(unix)]
 /// Calls `chaos_echo` until `stop` is set; each call's outcome is ignored (calls to a killed
 /// worker fail, which is what feeds the breaker).
 async fn call_until(mcp: Mcp, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {

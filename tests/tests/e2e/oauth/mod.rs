@@ -87,6 +87,17 @@ impl Login {
         }
     }
 
+    /// Ctrl-C: SIGINT on Unix; elsewhere the process is ended (no console signal to send).
+    fn interrupt(&mut self) {
+        #[cfg(unix)]
+        {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        }
+        #[cfg(not(unix))]
+        let _ = self.child.kill();
+    }
+
     /// The authorization URL the command prints (it must within 60 s).
     pub(crate) fn url(&mut self) -> String {
         let deadline = Instant::now() + READY;
@@ -103,6 +114,7 @@ impl Login {
         panic!("connect printed no URL:\n{}", self.stderr.join("\n"));
     }
 
+    #[cfg(unix)]
     /// Whether the command printed a line holding `text` by now (without waiting).
     pub(crate) fn printed(&mut self, text: &str) -> bool {
         while let Ok(line) = self.lines.try_recv() {
@@ -111,6 +123,7 @@ impl Login {
         self.stderr.iter().any(|l| l.contains(text))
     }
 
+    #[cfg(unix)]
     /// Whether the command ended, and if so whether it succeeded (without waiting).
     pub(crate) fn ended(&mut self) -> Option<bool> {
         self.child
@@ -542,8 +555,7 @@ async fn bad_input_gets_one_clear_line_and_changes_nothing() {
         matches!(login.child.try_wait(), Ok(None)),
         "a forged state ended the login"
     );
-    let pid = nix::unistd::Pid::from_raw(login.child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+    login.interrupt();
     let (ok, _, stderr) = tokio::task::spawn_blocking(move || login.finish())
         .await
         .unwrap_or_else(|e| panic!("connect: {e}"));
@@ -1073,6 +1085,7 @@ async fn a_revocation_endpoint_at_a_private_address_gets_no_login_and_no_token()
     }
 }
 
+#[cfg(unix)]
 /// The kernel's resident set, in MiB (from /proc).
 fn kernel_rss_mib(rt: &Runtime) -> u64 {
     let pid = rt.pid().unwrap_or_else(|| panic!("no kernel pid"));
@@ -1084,6 +1097,7 @@ fn kernel_rss_mib(rt: &Runtime) -> u64 {
         .map_or(0, |kib| kib / 1024)
 }
 
+#[cfg(unix)]
 /// `login` runs while the kernel's RSS is sampled every 50 ms; returns the outcome and the
 /// largest sample.
 async fn with_peak_rss<F: std::future::Future>(rt: &Runtime, login: F) -> (F::Output, u64) {
