@@ -52,10 +52,11 @@ pub async fn run_until(
     if swept > 0 {
         tracing::info!(swept, "removed leftovers of an earlier run");
     }
-    let (registry, manifests, broken) = load_connectors(&paths)?;
     // What a crash kept an uninstall or a disconnect from deleting goes before anything
-    // reads the secrets.
-    let reclaimed = housekeeping::reclaim(&paths, &registry);
+    // reads the secrets (and before the registry is written again without the uninstalls).
+    let mut registry = registry::Registry::load(&paths.registry())?;
+    let reclaimed = housekeeping::reclaim(&paths, &mut registry);
+    let (registry, manifests, broken) = load_connectors(&paths, registry)?;
     let secrets = secrets::SecretStore::open(&state_dir)?;
     let keys: Vec<String> = manifests.keys().cloned().collect();
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
@@ -154,8 +155,10 @@ type Loaded = (
 /// The registry (with a new boot epoch and a fresh block of generation numbers, saved),
 /// the manifests of the installed releases, and the connectors whose release cannot be
 /// read (with why).
-fn load_connectors(paths: &paths::Paths) -> Result<Loaded, KernelError> {
-    let mut registry = registry::Registry::load(&paths.registry())?;
+fn load_connectors(
+    paths: &paths::Paths,
+    mut registry: registry::Registry,
+) -> Result<Loaded, KernelError> {
     registry.boot_epoch = registry.boot_epoch.saturating_add(1);
     // Reserve a fresh block of generation numbers above anything a previous kernel used.
     registry.generation_ceiling += state::GENERATION_BLOCK;

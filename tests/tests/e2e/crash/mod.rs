@@ -172,7 +172,7 @@ fn finished_at_start(kernel_log: &str) -> BTreeMap<&'static str, usize> {
             } else if line.contains(".tutti-") {
                 "temp files of atomic writes removed"
             } else if line.contains("/releases/") {
-                "copies of connectors not installed removed"
+                "copies of uninstalled connectors removed"
             } else {
                 continue;
             }

@@ -46,12 +46,13 @@ fn write(path: &Path, text: &str) {
 /// Leaves, for each of four connectors, what a kill between two writes of one command
 /// leaves; returns the temp files and worker sockets the kills left.
 fn cut_short(state: &Path) -> Vec<std::path::PathBuf> {
-    // `un`: uninstall killed after the registry forgot it, before its secrets and release
-    // copies were deleted (the copies half deleted).
+    // `un`: uninstall killed after the registry forgot it (naming it in `uninstalling`),
+    // before its secrets and release copies were deleted (the copies half deleted).
     edit_registry(state, |r| {
         if let Some(c) = r["connectors"].as_object_mut() {
             c.remove("un");
         }
+        r["uninstalling"] = json!(["un"]);
     });
     let un = state.join("releases/un");
     for copy in std::fs::read_dir(&un).into_iter().flatten().flatten() {
@@ -79,6 +80,9 @@ fn cut_short(state: &Path) -> Vec<std::path::PathBuf> {
         write(&state.join(name), "");
         temps.push(state.join(name));
     }
+    // What the registry does not name stays (a registry moved away to be fixed, say).
+    std::fs::create_dir_all(state.join("releases/moved/0123")).unwrap_or_else(|e| panic!("{e}"));
+    write(&state.join("secrets/moved.json"), r#"{"TOKEN":"kept"}"#);
     // A kill in the middle of a batch of audit records.
     let audit = state.join("logs/audit.jsonl");
     let mut text = std::fs::read_to_string(&audit).unwrap_or_default();
@@ -113,6 +117,10 @@ fn problems_after_start(rt: &mut Runtime, temps: &[std::path::PathBuf]) -> Vec<S
     expect(
         !state.join("secrets/dis.json").exists(),
         "the disconnected dis kept its secrets",
+    );
+    expect(
+        state.join("secrets/moved.json").is_file() && state.join("releases/moved/0123").is_dir(),
+        "what the registry does not name was deleted",
     );
     expect(
         status_of(rt, "con") != "auth_required",
