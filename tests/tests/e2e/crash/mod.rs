@@ -204,6 +204,12 @@ fn iterations(var: &str, default: usize) -> usize {
 fn restart_kernel(rt: &mut Runtime) -> Duration {
     let began = Instant::now();
     rt.restart_unwaited();
+    wait_listening(rt);
+    began.elapsed()
+}
+
+/// Waits until the kernel `tutti up` started accepts connections on its socket.
+fn wait_listening(rt: &mut Runtime) {
     let socket = rt.state_dir().join("run/kernel.sock");
     let deadline = Instant::now() + KERNEL_START;
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
@@ -217,7 +223,6 @@ fn restart_kernel(rt: &mut Runtime) -> Duration {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    began.elapsed()
 }
 
 /// Checks every invariant after a start; the state now.

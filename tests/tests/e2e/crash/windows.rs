@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tutti_tests::oauth::oauth_connector;
 use tutti_tests::{Runtime, RuntimeOptions};
 
+use super::wait_listening;
 use crate::oauth::{Remote, audit_events, log_in};
 
 const SECRET: &str = "CRASH_TOKEN";
@@ -214,4 +215,34 @@ async fn a_login_a_cut_short_disconnect_left_is_revoked_and_deleted_at_start() {
         "the access and refresh tokens were not both revoked: {seen:?}"
     );
     assert_eq!(status_of(&rt, "remote"), "auth_required");
+}
+
+/// A kernel killed while it started a child leaves its locked `run/kernel.lock` descriptor in
+/// that child until the child's exec or death: the next kernel, started at once, waits for it
+/// (the file names a kernel that is gone) instead of refusing to run. The crash loop met this
+/// after 1,178 kills.
+#[test]
+fn a_lock_still_held_for_a_killed_kernel_is_waited_for() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.kill();
+    // The file names the killed kernel; the test holds the lock as its child would.
+    let path = rt.state_dir().join("run/kernel.lock");
+    let holder = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    holder
+        .try_lock()
+        .unwrap_or_else(|e| panic!("the killed kernel's lock is not free: {e}"));
+    rt.restart_unwaited();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert!(
+        rt.exited().is_none(),
+        "the kernel gave up while a gone kernel's lock was held:\n{}",
+        rt.up_stderr()
+    );
+    drop(holder);
+    wait_listening(&mut rt);
+    rt.status_json();
 }
