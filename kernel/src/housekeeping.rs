@@ -6,9 +6,11 @@
 //! short had still to delete.
 //!
 //! `registry.json` is the commit point of every change: a command changes the registry, then
-//! deletes what the change leaves without an owner (secrets, release copies). A kernel killed
-//! between the two leaves those, and the next start deletes them, so after any crash every
-//! connector is wholly as it was or wholly as the command left it.
+//! deletes what the change leaves without an owner (secrets, release copies), and the registry
+//! write says what that will be (an uninstall names the connector in `uninstalling`; a
+//! disconnected connector has no secrets). A kernel killed between the two leaves those, and
+//! the next start deletes them, so after any crash every connector is wholly as it was or
+//! wholly as the command left it.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -133,32 +135,37 @@ pub fn sweep(paths: &Paths) -> usize {
 pub type Reclaimed = BTreeMap<String, BTreeMap<String, String>>;
 
 /// Finishes what an uninstall or a disconnect cut short by a crash had still to delete, as
-/// the registry (read at start, before anything else uses the files) says: the release
-/// copies of a connector that is not installed (`releases/<key>/`, perhaps half deleted), and
-/// every secrets file (`secrets/<key>.json`) of a connector that is not installed or is
-/// disconnected. Called with the state directory's lock held, before the secret store opens.
-pub fn reclaim(paths: &Paths, registry: &Registry) -> Reclaimed {
-    for key_dir in entries(&paths.releases()) {
-        if !registry.connectors.contains_key(&file_name(&key_dir)) {
-            remove(&key_dir);
-        }
-    }
-    let mut taken = Reclaimed::new();
+/// the registry (read at start, before anything else uses the files) says: for each
+/// connector an uninstall took out (`uninstalling`, emptied here) and that is not installed
+/// again, its secrets file and release copies (perhaps half deleted); for each disconnected
+/// connector, its secrets file (a disconnect deletes it after the registry write; a connect
+/// that stored values before its registry write never finished). Nothing the registry does
+/// not name is touched: a state dir whose registry was moved away keeps its files. Called
+/// with the state directory's lock held, before the secret store opens.
+pub fn reclaim(paths: &Paths, registry: &mut Registry) -> Reclaimed {
     let secrets = tutti_rules::state_dir::layout::secrets(&paths.state);
-    for file in entries(&secrets) {
-        let name = file_name(&file);
-        let Some(key) = name.strip_suffix(".json") else {
-            continue;
-        };
-        if registry.connectors.get(key).is_some_and(|c| c.connected) {
-            continue;
-        }
+    let mut taken = Reclaimed::new();
+    let mut take = |key: &str| {
+        let file = secrets.join(format!("{key}.json"));
         let stored = std::fs::read(&file)
             .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
-        if remove(&file) {
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if let Some(stored) = stored.filter(|_| remove(&file)) {
             taken.insert(key.to_owned(), stored);
+        }
+    };
+    for key in std::mem::take(&mut registry.uninstalling) {
+        if !registry.connectors.contains_key(&key) {
+            take(&key);
+            let copies = paths.releases().join(&key);
+            if copies.exists() {
+                remove(&copies);
+            }
+        }
+    }
+    for (key, entry) in &registry.connectors {
+        if !entry.connected {
+            take(key);
         }
     }
     taken
@@ -301,32 +308,47 @@ mod tests {
             serde_json::json!({"version": "1", "sha256": "abc", "releaseDir": "/r",
                 "installedAtUnix": 0, "auth": "ready", "connected": connected})
         };
-        let registry: Registry = serde_json::from_value(serde_json::json!({
-            "connectors": {"kept": entry(true), "off": entry(false)}
+        // `gone` was uninstalled (its deletes cut short), `again` uninstalled and installed
+        // again since; `unknown` is named nowhere (a registry moved away, say).
+        let mut registry: Registry = serde_json::from_value(serde_json::json!({
+            "connectors": {"kept": entry(true), "off": entry(false), "again": entry(true)},
+            "uninstalling": ["gone", "again"]
         }))
         .map_err(std::io::Error::other)?;
         let secrets = dir.path().join("secrets");
         std::fs::create_dir_all(&secrets)?;
-        for key in ["kept", "off", "gone"] {
+        for key in ["kept", "off", "gone", "again", "unknown"] {
             std::fs::create_dir_all(p.releases().join(key).join("abc/sub"))?;
             std::fs::write(
                 secrets.join(format!("{key}.json")),
                 format!(r#"{{"TOKEN":"{key}-value"}}"#),
             )?;
         }
-        std::fs::write(secrets.join("notes.txt"), "not a secrets file")?;
 
-        let taken = reclaim(&p, &registry);
-        // An uninstalled connector's releases (half deleted, say) go; installed ones stay.
-        assert!(!p.releases().join("gone").exists());
-        assert!(p.releases().join("kept/abc/sub").is_dir());
-        assert!(p.releases().join("off/abc/sub").is_dir());
-        // Secrets stay only with a connected, installed connector; what went is returned.
-        assert!(secrets.join("kept.json").is_file());
-        assert!(!secrets.join("off.json").exists() && !secrets.join("gone.json").exists());
-        assert!(secrets.join("notes.txt").is_file());
+        let taken = reclaim(&p, &mut registry);
+        assert!(
+            registry.uninstalling.is_empty(),
+            "the uninstalls are finished"
+        );
+        // The uninstalled connector's secrets and copies go; a disconnected one's secrets go.
+        assert!(!p.releases().join("gone").exists() && !secrets.join("gone.json").exists());
+        assert!(!secrets.join("off.json").exists());
         assert_eq!(taken.keys().collect::<Vec<_>>(), ["gone", "off"]);
         assert_eq!(taken["gone"]["TOKEN"], "gone-value");
+        // Everything else stays: installed connectors' files, the disconnected one's copies,
+        // and what the registry does not name.
+        for key in ["kept", "off", "again", "unknown"] {
+            assert!(
+                p.releases().join(key).join("abc/sub").is_dir(),
+                "{key}'s copies"
+            );
+        }
+        for key in ["kept", "again", "unknown"] {
+            assert!(
+                secrets.join(format!("{key}.json")).is_file(),
+                "{key}'s secrets"
+            );
+        }
         Ok(())
     }
 }

@@ -24,6 +24,11 @@ pub struct Registry {
     pub generation_ceiling: u64,
     #[serde(default)]
     pub connectors: BTreeMap<String, Installed>,
+    /// Connectors an uninstall took out of `connectors` in the same write, until their
+    /// secrets and release copies are deleted: a kernel killed in between deletes them at its
+    /// next start (`housekeeping::reclaim`), and only what this names.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub uninstalling: std::collections::BTreeSet<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -52,10 +52,11 @@ pub async fn run_until(
     if swept > 0 {
         tracing::info!(swept, "removed leftovers of an earlier run");
     }
-    let (registry, manifests, broken) = load_connectors(&paths)?;
     // What a crash kept an uninstall or a disconnect from deleting goes before anything
-    // reads the secrets.
-    let reclaimed = housekeeping::reclaim(&paths, &registry);
+    // reads the secrets (and before the registry is written again without the uninstalls).
+    let mut registry = registry::Registry::load(&paths.registry())?;
+    let reclaimed = housekeeping::reclaim(&paths, &mut registry);
+    let (registry, manifests, broken) = load_connectors(&paths, registry)?;
     let secrets = secrets::SecretStore::open(&state_dir)?;
     let keys: Vec<String> = manifests.keys().cloned().collect();
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
@@ -154,8 +155,10 @@ type Loaded = (
 /// The registry (with a new boot epoch and a fresh block of generation numbers, saved),
 /// the manifests of the installed releases, and the connectors whose release cannot be
 /// read (with why).
-fn load_connectors(paths: &paths::Paths) -> Result<Loaded, KernelError> {
-    let mut registry = registry::Registry::load(&paths.registry())?;
+fn load_connectors(
+    paths: &paths::Paths,
+    mut registry: registry::Registry,
+) -> Result<Loaded, KernelError> {
     registry.boot_epoch = registry.boot_epoch.saturating_add(1);
     // Reserve a fresh block of generation numbers above anything a previous kernel used.
     registry.generation_ceiling += state::GENERATION_BLOCK;
@@ -207,15 +210,58 @@ fn acquire_lock(paths: &paths::Paths) -> Result<std::fs::File, KernelError> {
     if f.try_lock().is_err() {
         let mut pid = String::new();
         let _ = f.read_to_string(&mut pid);
-        return Err(KernelError::AlreadyRunning {
-            state_dir: paths.state.clone(),
-            pid: pid.trim().to_string(),
-        });
+        let pid = pid.trim().to_string();
+        if !holder_gone(&pid) || !lock_within(&f, ORPHANED_LOCK_WAIT) {
+            return Err(KernelError::AlreadyRunning {
+                state_dir: paths.state.clone(),
+                pid,
+            });
+        }
+        tracing::info!(
+            pid,
+            "the lock of a kernel that is gone was held a moment longer"
+        );
     }
     let _ = f.set_len(0);
     let _ = f.rewind();
     let _ = write!(f, "{}", std::process::id());
     Ok(f)
+}
+
+/// How long a lock whose kernel is gone is waited for. A kernel killed while it started a
+/// child leaves its locked descriptor in that child from the fork until the child's exec
+/// (which closes it) or its death by the parent-death signal: a few milliseconds, longer on a
+/// loaded machine. Without the wait, a kernel started again at once (by a service manager,
+/// say) refused to run, naming the dead kernel as running.
+const ORPHANED_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether the process the lock file names is gone (Unix; elsewhere never assumed).
+fn holder_gone(pid: &str) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = pid.parse::<i32>() else {
+            return false;
+        };
+        let probe = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None);
+        matches!(probe, Err(nix::errno::Errno::ESRCH))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
+/// Takes the lock if it is released within `wait`.
+fn lock_within(f: &std::fs::File, wait: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        if f.try_lock().is_ok() {
+            return true;
+        }
+    }
+    false
 }
 
 async fn install_demo(k: &Arc<Kernel>) -> Vec<String> {

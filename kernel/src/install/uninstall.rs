@@ -41,6 +41,9 @@ pub async fn uninstall(k: &Arc<Kernel>, key: &str, expected_sha256: &str) -> Res
         inner.manifests.remove(key);
         inner.live_releases.remove(key);
         inner.registry.connectors.remove(key);
+        // The deletes below follow this write; if the kernel dies first, the next start
+        // does them (`housekeeping::reclaim`).
+        inner.registry.uninstalling.insert(key.to_owned());
         k.save_registry(&mut inner)
             .map_err(|e| Status::internal(e.to_string()))?;
     }
@@ -50,6 +53,14 @@ pub async fn uninstall(k: &Arc<Kernel>, key: &str, expected_sha256: &str) -> Res
     // Off the kernel's one runtime thread: a release can hold many files.
     let releases = k.paths.releases().join(key);
     let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(releases)).await;
+    {
+        let mut inner = lock(&k.inner);
+        if inner.registry.uninstalling.remove(key)
+            && let Err(e) = k.save_registry(&mut inner)
+        {
+            tracing::warn!(key, error = %e, "the uninstall is done but not recorded; the next start finishes it again");
+        }
+    }
     k.audit.record(Event::Uninstall {
         connector: key.to_owned(),
     });

@@ -233,18 +233,23 @@ fn no_dead_worker_sockets(state: &Path, registry: &Value) -> Result<(), String> 
     Ok(())
 }
 
-/// `releases/` holds copies of installed connectors only, and no temporary or damaged copy.
+/// `releases/` holds no temporary or damaged copy, and of a connector not installed only
+/// whole copies (an install killed after its copy, before its registry write: kept, and
+/// verified again if that release is installed); never a half-deleted one.
 fn releases_belong(state: &Path, found: &BTreeMap<String, Entry>) -> Result<(), String> {
     let releases = state.join("releases");
     for key in names(&releases) {
-        if !found.contains_key(&key) {
-            return Err(format!(
-                "releases/{key} is left of a connector not installed"
-            ));
-        }
         for copy in names(&releases.join(&key)) {
             if copy.starts_with(".tmp-") || copy.contains(".damaged-") {
                 return Err(format!("releases/{key}/{copy} is left of a copy"));
+            }
+            if !found.contains_key(&key) {
+                let hashed = hash_listed(&releases.join(&key).join(&copy));
+                if hashed.as_deref() != Ok(copy.as_str()) {
+                    return Err(format!(
+                        "releases/{key}/{copy} is a broken copy of a connector not installed: {hashed:?}"
+                    ));
+                }
             }
         }
     }

@@ -173,7 +173,7 @@ fn finished_at_start(kernel_log: &str) -> BTreeMap<&'static str, usize> {
             } else if line.contains(".tutti-") {
                 "temp files of atomic writes removed"
             } else if line.contains("/releases/") {
-                "copies of connectors not installed removed"
+                "copies of uninstalled connectors removed"
             } else {
                 continue;
             }
@@ -205,6 +205,12 @@ fn iterations(var: &str, default: usize) -> usize {
 fn restart_kernel(rt: &mut Runtime) -> Duration {
     let began = Instant::now();
     rt.restart_unwaited();
+    wait_listening(rt);
+    began.elapsed()
+}
+
+/// Waits until the kernel `tutti up` started accepts connections on its socket.
+fn wait_listening(rt: &mut Runtime) {
     let socket = rt.state_dir().join("run/kernel.sock");
     let deadline = Instant::now() + KERNEL_START;
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
@@ -218,7 +224,6 @@ fn restart_kernel(rt: &mut Runtime) -> Duration {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    began.elapsed()
 }
 
 /// Checks every invariant after a start; the state now.

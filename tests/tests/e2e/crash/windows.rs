@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tutti_tests::oauth::oauth_connector;
 use tutti_tests::{Runtime, RuntimeOptions};
 
+use super::wait_listening;
 use crate::oauth::{Remote, audit_events, log_in};
 
 const SECRET: &str = "CRASH_TOKEN";
@@ -46,12 +47,13 @@ fn write(path: &Path, text: &str) {
 /// Leaves, for each of four connectors, what a kill between two writes of one command
 /// leaves; returns the temp files and worker sockets the kills left.
 fn cut_short(state: &Path) -> Vec<std::path::PathBuf> {
-    // `un`: uninstall killed after the registry forgot it, before its secrets and release
-    // copies were deleted (the copies half deleted).
+    // `un`: uninstall killed after the registry forgot it (naming it in `uninstalling`),
+    // before its secrets and release copies were deleted (the copies half deleted).
     edit_registry(state, |r| {
         if let Some(c) = r["connectors"].as_object_mut() {
             c.remove("un");
         }
+        r["uninstalling"] = json!(["un"]);
     });
     let un = state.join("releases/un");
     for copy in std::fs::read_dir(&un).into_iter().flatten().flatten() {
@@ -79,6 +81,9 @@ fn cut_short(state: &Path) -> Vec<std::path::PathBuf> {
         write(&state.join(name), "");
         temps.push(state.join(name));
     }
+    // What the registry does not name stays (a registry moved away to be fixed, say).
+    std::fs::create_dir_all(state.join("releases/moved/0123")).unwrap_or_else(|e| panic!("{e}"));
+    write(&state.join("secrets/moved.json"), r#"{"TOKEN":"kept"}"#);
     // A kill in the middle of a batch of audit records.
     let audit = state.join("logs/audit.jsonl");
     let mut text = std::fs::read_to_string(&audit).unwrap_or_default();
@@ -113,6 +118,10 @@ fn problems_after_start(rt: &mut Runtime, temps: &[std::path::PathBuf]) -> Vec<S
     expect(
         !state.join("secrets/dis.json").exists(),
         "the disconnected dis kept its secrets",
+    );
+    expect(
+        state.join("secrets/moved.json").is_file() && state.join("releases/moved/0123").is_dir(),
+        "what the registry does not name was deleted",
     );
     expect(
         status_of(rt, "con") != "auth_required",
@@ -206,4 +215,34 @@ async fn a_login_a_cut_short_disconnect_left_is_revoked_and_deleted_at_start() {
         "the access and refresh tokens were not both revoked: {seen:?}"
     );
     assert_eq!(status_of(&rt, "remote"), "auth_required");
+}
+
+/// A kernel killed while it started a child leaves its locked `run/kernel.lock` descriptor in
+/// that child until the child's exec or death: the next kernel, started at once, waits for it
+/// (the file names a kernel that is gone) instead of refusing to run. The crash loop met this
+/// after 1,178 kills.
+#[test]
+fn a_lock_still_held_for_a_killed_kernel_is_waited_for() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.kill();
+    // The file names the killed kernel; the test holds the lock as its child would.
+    let path = rt.state_dir().join("run/kernel.lock");
+    let holder = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    holder
+        .try_lock()
+        .unwrap_or_else(|e| panic!("the killed kernel's lock is not free: {e}"));
+    rt.restart_unwaited();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert!(
+        rt.exited().is_none(),
+        "the kernel gave up while a gone kernel's lock was held:\n{}",
+        rt.up_stderr()
+    );
+    drop(holder);
+    wait_listening(&mut rt);
+    rt.status_json();
 }
