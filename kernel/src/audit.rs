@@ -35,6 +35,17 @@ impl Audit {
             .and_then(|v| v.parse::<u64>().ok())
             .map(Duration::from_millis);
         let dropped = Arc::new(AtomicU64::new(0));
+        match repair_torn_tail(&path) {
+            Ok(0) => {}
+            Ok(torn) => tracing::warn!(
+                path = %path.display(),
+                bytes = torn,
+                "the audit log ended in a record a crash cut short; removed it"
+            ),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot check the end of the audit log")
+            }
+        }
         tokio::spawn(writer(
             Sink::new(path, MAX_BYTES, dropped.clone()),
             rx,
@@ -386,6 +397,52 @@ impl Sink {
     }
 }
 
+/// A kernel killed in the middle of a write (a large batch is written in pieces, and a kill
+/// ends the write between them) leaves a last line without its newline: a record cut short.
+/// It is cut off at start, before anything is appended, so every line of the file stays one
+/// whole record (the next one would otherwise be glued to the fragment). Returns how many
+/// bytes were cut (0 when the file ends with a newline, is empty or does not exist).
+fn repair_torn_tail(path: &std::path::Path) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true).write(true);
+    // As `housekeeping::open_log`: never through a link, never blocking on a FIFO.
+    #[cfg(unix)]
+    {
+        use nix::fcntl::OFlag;
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits());
+    }
+    let mut file = match opts.open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(0);
+    }
+    let len = meta.len();
+    let mut end = len;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let part = &mut chunk[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(part)?;
+        if let Some(i) = part.iter().rposition(|b| *b == b'\n') {
+            end = start + i as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    if end < len {
+        file.set_len(end)?;
+        file.sync_all()?;
+    }
+    Ok(len - end)
+}
+
 /// The length of the file at `path` (0 when there is none or it cannot be read).
 fn len_at(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
@@ -514,6 +571,29 @@ mod tests {
         sink.flush();
         assert_eq!(lines(&path), vec![3]);
         assert_eq!(dropped.load(Ordering::Relaxed), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_off_and_whole_ones_are_kept() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("audit.jsonl");
+        assert_eq!(repair_torn_tail(&path)?, 0, "no file");
+        let whole = "{\"event\":\"install\"}\n{\"event\":\"commit\"}\n";
+        std::fs::write(&path, whole)?;
+        assert_eq!(repair_torn_tail(&path)?, 0);
+        assert_eq!(std::fs::read_to_string(&path)?, whole);
+        std::fs::write(&path, format!("{whole}{{\"event\":\"unin"))?;
+        assert_eq!(repair_torn_tail(&path)?, 14);
+        assert_eq!(std::fs::read_to_string(&path)?, whole);
+        // A fragment longer than one read chunk, and a file that is only a fragment.
+        let long = "x".repeat(200 * 1024);
+        std::fs::write(&path, format!("{whole}{long}"))?;
+        assert_eq!(repair_torn_tail(&path)?, long.len() as u64);
+        assert_eq!(std::fs::read_to_string(&path)?, whole);
+        std::fs::write(&path, &long)?;
+        assert_eq!(repair_torn_tail(&path)?, long.len() as u64);
+        assert_eq!(std::fs::read_to_string(&path)?, "");
         Ok(())
     }
 

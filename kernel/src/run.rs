@@ -52,10 +52,15 @@ pub async fn run_until(
     if swept > 0 {
         tracing::info!(swept, "removed leftovers of an earlier run");
     }
-    let secrets = secrets::SecretStore::open(&state_dir)?;
     let (registry, manifests, broken) = load_connectors(&paths)?;
+    // What a crash kept an uninstall or a disconnect from deleting goes before anything
+    // reads the secrets.
+    let reclaimed = housekeeping::reclaim(&paths, &registry);
+    let secrets = secrets::SecretStore::open(&state_dir)?;
     let keys: Vec<String> = manifests.keys().cloned().collect();
     let k = Kernel::new(paths.clone(), secrets, registry, manifests);
+    k.settle_auth_at_start();
+    crate::connect::oauth::revoke_reclaimed(&k, reclaimed);
     let export = crate::telemetry::otel::observe(&k);
     for (key, err) in broken {
         let why = format!(

@@ -309,6 +309,30 @@ impl Kernel {
         }
     }
 
+    /// Sets every installed connector's auth state from what is stored now, as each
+    /// command that changes secrets does after storing them ([`Kernel::auth_state`]): a
+    /// crash between the secrets file and the registry leaves the registry's state behind
+    /// the stored values. Saved when anything changed.
+    pub fn settle_auth_at_start(&self) {
+        let mut inner = lock(&self.inner);
+        let inner = &mut *inner;
+        let mut changed = false;
+        for (key, entry) in inner.registry.connectors.iter_mut() {
+            let Some(manifest) = inner.manifests.get(key) else {
+                continue;
+            };
+            let auth = self.auth_state(key, manifest, entry.connected);
+            if entry.auth != auth {
+                tracing::info!(key, ?auth, "auth state set from the stored secrets");
+                entry.auth = auth;
+                changed = true;
+            }
+        }
+        if changed && let Err(e) = self.save_registry(inner) {
+            tracing::error!(error = %e, "cannot record the auth states");
+        }
+    }
+
     /// Replaces every known secret value in `text` with `***`.
     pub fn redact(&self, text: &str) -> String {
         self.redactor()(text)

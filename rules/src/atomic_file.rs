@@ -15,16 +15,37 @@ use std::path::{Path, PathBuf};
 /// gets exactly that mode, whatever the umask; `None` leaves the platform default (Windows:
 /// always; the file inherits its directory's ACL).
 pub fn write(path: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".to_owned());
-    let tmp = dir_of(path).join(format!(".{name}.tutti-{}.tmp", std::process::id()));
+    let tmp = temp_path(path);
     let _ = fs::remove_file(&tmp);
     replace_with(path, &tmp, |tmp| {
         let mut file = create_new(tmp, mode)?;
         file.write_all(bytes)?;
         file.sync_all()
+    })
+}
+
+/// `.<name>.tutti-<pid>.tmp` beside `path`.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".to_owned());
+    dir_of(path).join(format!(".{name}{TEMP_INFIX}{}.tmp", std::process::id()))
+}
+
+/// What every temp file name of [`write`] holds, between the target's name and the pid.
+const TEMP_INFIX: &str = ".tutti-";
+
+/// Whether `name` is the name of a temp file [`write`] makes (`.<name>.tutti-<pid>.tmp`):
+/// what a process killed between creating it and the rename leaves behind. A kernel
+/// killed while writing a secret leaves one in `secrets/` holding the value, so the start of
+/// the next one removes them ([`write`] itself replaces only its own pid's).
+pub fn is_temp_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
+        return false;
+    };
+    rest.rsplit_once(TEMP_INFIX).is_some_and(|(target, pid)| {
+        !target.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
     })
 }
 
@@ -115,6 +136,31 @@ mod tests {
             assert_eq!(fs::metadata(&path)?.permissions().mode() & 0o777, 0o644);
         }
         Ok(())
+    }
+
+    #[test]
+    fn temp_names_are_told_from_other_files() {
+        assert!(is_temp_name(".registry.json.tutti-4242.tmp"));
+        assert!(is_temp_name(".gh.json.tutti-1.tmp"));
+        for other in [
+            "registry.json",
+            "gh.json",
+            ".tutti-4242.tmp",
+            ".gh.json.tutti-.tmp",
+            ".gh.json.tutti-42x.tmp",
+            "gh.json.tutti-42.tmp",
+            ".tmp-42-abc",
+        ] {
+            assert!(!is_temp_name(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn the_temp_file_of_a_write_has_a_temp_name() {
+        let tmp = temp_path(Path::new("/state/secrets/gh.json"));
+        assert_eq!(tmp.parent(), Some(Path::new("/state/secrets")));
+        let name = tmp.file_name().map(|n| n.to_string_lossy().into_owned());
+        assert!(name.as_deref().is_some_and(is_temp_name), "{tmp:?}");
     }
 
     #[test]

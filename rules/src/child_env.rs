@@ -275,6 +275,14 @@ mod tests {
     }
 
     #[test]
+    fn the_kernels_own_environment_is_read_as_it_is() {
+        // PATH is set wherever the tests run; the other name is set nowhere.
+        assert!(from_process("PATH").is_some_and(|p| !p.is_empty()));
+        assert_eq!(from_process("PATH"), std::env::var("PATH").ok());
+        assert_eq!(from_process("TUTTI_TEST_NEVER_SET_ANYWHERE"), None);
+    }
+
+    #[test]
     fn a_worker_gets_its_identity() {
         let env = worker(parent(&[("PATH", "/bin")]), "github", 7, "tok");
         assert_eq!(

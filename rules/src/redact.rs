@@ -309,6 +309,9 @@ mod tests {
             !shown.contains("hunter2") && !shown.contains("line"),
             "{shown}"
         );
+        // How many values (the whole multi-line value and each of its lines) it masks.
+        assert_eq!(shown, "Redactor { values: 4 }");
+        assert!(!r.is_empty());
     }
 
     #[test]

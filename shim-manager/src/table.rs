@@ -149,6 +149,8 @@ mod tests {
         ]);
         assert_eq!(actions, vec![publish("a", 3), publish("b", 5)]);
         assert!(t.contains("a") && t.contains("b") && !t.contains("m"));
+        // What the sweep after a snapshot keeps in `bin/`.
+        assert_eq!(t.keys().collect::<Vec<_>>(), ["a", "b"]);
     }
 
     #[test]
@@ -170,6 +172,10 @@ mod tests {
         // A stale upsert for an older generation is ignored.
         assert_eq!(t.upsert(route("a", 1, true)), None);
         assert_eq!(t.generation("a"), Some(2));
+        // The live generation upserted again (it re-offered its tools) publishes again:
+        // publishing is idempotent and puts back a shim deleted meanwhile.
+        assert_eq!(t.upsert(route("a", 2, true)), Some(publish("a", 2)));
+        assert_eq!(t.keys().collect::<Vec<_>>(), ["a"]);
     }
 
     #[test]

@@ -147,12 +147,19 @@ impl Runtime {
     /// [`Runtime::kill`], and waits for a `frontendUrl` as [`Runtime::start`] does. The URL
     /// may change (a new kernel picks a new port).
     pub fn restart(&mut self) {
+        self.restart_unwaited();
+        self.frontend_url = self.wait_ready(self.opts.ready_timeout);
+    }
+
+    /// Starts `tutti up` again on the same state dir like [`Runtime::restart`], but returns
+    /// at once (to kill it again while it starts, or to wait for the kernel alone). The
+    /// frontend URL is not updated.
+    pub fn restart_unwaited(&mut self) {
         assert!(
             self.child.is_none(),
             "Runtime::restart: the runtime is still running; stop or kill it first"
         );
         self.spawn_up();
-        self.frontend_url = self.wait_ready(self.opts.ready_timeout);
     }
 
     /// The options the next [`Runtime::restart`] uses (another environment, say).

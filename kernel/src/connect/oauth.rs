@@ -263,7 +263,27 @@ pub fn step_up(k: &Kernel, key: &str, scope: &str) {
 /// `disconnect`: revoke at the server where it offers revocation (before the tokens are
 /// deleted by the caller).
 pub async fn revoke(k: &Kernel, key: &str) {
-    let Some(grant) = record(&k.secrets.load(key)).grant else {
+    revoke_stored(k, key, &k.secrets.load(key)).await;
+}
+
+/// The OAuth logins among the secrets [`crate::housekeeping::reclaim`] deleted at start (an
+/// uninstall or a disconnect a crash cut short before they were revoked): revoked at their
+/// servers in the background, as the uninstall or disconnect would have.
+pub fn revoke_reclaimed(k: &Arc<Kernel>, reclaimed: crate::housekeeping::Reclaimed) {
+    for (key, stored) in reclaimed {
+        tracing::info!(
+            key,
+            "deleted the secrets of a connector no longer installed or connected"
+        );
+        if record(&stored).grant.is_some() {
+            let k = k.clone();
+            tokio::spawn(async move { revoke_stored(&k, &key, &stored).await });
+        }
+    }
+}
+
+async fn revoke_stored(k: &Kernel, key: &str, stored: &BTreeMap<String, String>) {
+    let Some(grant) = record(stored).grant else {
         return;
     };
     let outcome = match grant.revoke().await {

@@ -649,3 +649,25 @@ fn only_the_fences_of_a_failing_connector_count_as_its_failures() {
         assert!(!fence_is_failure(deliberate), "{deliberate}");
     }
 }
+
+#[test]
+fn each_status_has_its_spec_name() {
+    let names = [
+        (Status::Starting, "starting"),
+        (Status::Ready, "ready"),
+        (Status::Restarting, "restarting"),
+        (Status::CrashLoop, "crash_loop"),
+        (Status::AuthRequired, "auth_required"),
+        (Status::AuthFailed, "auth_failed"),
+        (Status::Failed, "failed"),
+        (Status::Stopped, "stopped"),
+    ];
+    for (status, name) in names {
+        assert_eq!(status.as_str(), name);
+    }
+    assert_eq!(
+        Connector::new(KEY).restarts(),
+        0,
+        "a new connector never restarted"
+    );
+}

@@ -190,3 +190,11 @@ fn the_published_table_is_what_the_rule_gives_on_real_catalogues() {
         );
     }
 }
+
+#[test]
+fn words_split_at_humps_after_digits_and_keep_acronyms_whole() {
+    let split = |text: &str| super::words(text).collect::<Vec<_>>();
+    assert_eq!(split("utf8Decode"), ["utf8", "decode"]);
+    assert_eq!(split("listHTTPServers"), ["list", "http", "servers"]);
+    assert_eq!(split("HTTP_GET"), ["http", "get"]);
+}

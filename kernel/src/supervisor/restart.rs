@@ -220,6 +220,55 @@ mod tests {
     }
 
     #[test]
+    fn an_exit_exactly_one_period_old_still_counts() {
+        let p = RestartPolicy::default();
+        let mut t = RestartTracker::default();
+        for i in 0..5 {
+            assert_ne!(t.on_exit(&p, ms(i), ms(1), false, 0.0), Decision::GiveUp);
+        }
+        // The first exit (at 0) is exactly `period` old: still inside the window.
+        assert_eq!(
+            t.on_exit(&p, ms(60_000), ms(1), false, 0.0),
+            Decision::GiveUp
+        );
+        // One millisecond later it has left the window: five failed starts, no crash loop.
+        let mut t = RestartTracker::default();
+        for i in 0..5 {
+            t.on_exit(&p, ms(i), ms(1), false, 0.0);
+        }
+        assert_ne!(
+            t.on_exit(&p, ms(60_001), ms(1), false, 0.0),
+            Decision::GiveUp
+        );
+    }
+
+    #[test]
+    fn reset_forgets_a_crash_loop_and_the_backoff() {
+        let p = RestartPolicy::default();
+        let mut t = RestartTracker::default();
+        for i in 0..5 {
+            t.on_exit(&p, ms(i * 10), ms(1), false, 0.0);
+        }
+        for i in 0..30 {
+            t.on_exit(&p, ms(100 + i), ms(1), true, 0.0);
+        }
+        t.reset();
+        // No failed start or flap is remembered, and the delay starts at the base again.
+        assert_eq!(
+            t.on_exit(&p, ms(200), ms(1), false, 0.0),
+            Decision::RestartAfter(ms(100))
+        );
+        assert_eq!(
+            t.on_exit(&p, ms(300), ms(1), false, 0.0),
+            Decision::RestartAfter(ms(200))
+        );
+        assert_eq!(
+            t.on_exit(&p, ms(400), ms(1), true, 0.0),
+            Decision::RestartAfter(ms(100))
+        );
+    }
+
+    #[test]
     fn delay_is_capped_and_jittered() {
         let p = RestartPolicy {
             intensity: 100,

@@ -84,7 +84,11 @@ pub(super) async fn pin(
     if !options.allow_scripts {
         install.arg("--ignore-scripts");
     }
-    NPM.run(&spec, &mut install).await?;
+    let out = NPM.output(&mut install).await?;
+    if let Some(refusal) = integrity_refusal(&String::from_utf8_lossy(&out.stderr), &tree) {
+        return Err(refusal);
+    }
+    NPM.check(&spec, &out)?;
 
     let (tree, artefacts) = {
         let (dir, cache) = (dir.to_path_buf(), cache.path().to_path_buf());
@@ -161,6 +165,30 @@ fn check_tree(tree: &[TreePackage], options: &PinOptions) -> Result<Vec<String>,
         }
     }
     Ok(scripts)
+}
+
+/// npm's own refusal of a tarball unlike its integrity (`EINTEGRITY`: "… wanted sha512-A but
+/// got sha512-B"), as the market's hash mismatch naming the package of the tree it is for.
+fn integrity_refusal(stderr: &str, tree: &[TreePackage]) -> Option<MarketError> {
+    let rest = stderr.split(" wanted ").nth(1)?;
+    let (expected, rest) = rest.split_once(" but got ")?;
+    let got = rest.split_whitespace().next()?.trim_end_matches('.');
+    let package = tree.iter().find(|p| {
+        let integrity = p.entry.integrity.as_deref().unwrap_or_default();
+        integrity.split_whitespace().any(|hash| hash == expected)
+    });
+    let artefact = package.map_or_else(
+        || "npm tarball".to_string(),
+        |p| {
+            let version = p.entry.version.as_deref().unwrap_or_default();
+            format!("npm {}@{version}", p.name)
+        },
+    );
+    Some(MarketError::HashMismatch {
+        artefact,
+        expected: expected.to_string(),
+        got: got.to_string(),
+    })
 }
 
 /// The packages of `dir/package-lock.json`, the root excluded, sorted by path.
@@ -387,6 +415,21 @@ mod tests {
             err.unwrap_or_default()
                 .starts_with("npm gitdep: no integrity in the lockfile")
         );
+    }
+
+    #[test]
+    fn npms_integrity_refusal_becomes_a_hash_mismatch_naming_the_package() {
+        let stderr = "npm error code EINTEGRITY\nnpm error sha512-u86s== integrity checksum failed when using sha512: wanted sha512-u86s== but got sha512-MvGf==. (51 bytes)\nnpm error A complete log of this run can be found in: /tmp/x.log\n";
+        let tree = [
+            package("other", Some("sha512-AAAA=="), false),
+            package("tampered", Some("sha1-x sha512-u86s=="), false),
+        ];
+        let err = integrity_refusal(stderr, &tree).map(|e| e.to_string());
+        assert_eq!(
+            err.unwrap_or_default(),
+            "npm tampered@1.0.0: hash mismatch: expected sha512-u86s==, got sha512-MvGf==; the download is not what the source published, check the source and retry"
+        );
+        assert!(integrity_refusal("npm error 404 Not Found - GET x", &tree).is_none());
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub(super) async fn pin(
     let mut download = pip(work.path(), options, "download");
     download.args(["--require-hashes", "--no-deps", "-d"]);
     download.arg(&wheels).arg("-r").arg(&requirements);
-    PYTHON.run(&spec, &mut download).await?;
+    run_pip(&spec, &mut download).await?;
     let (resolved, artefacts) = {
         let wheels = wheels.clone();
         blocking(move || {
@@ -122,7 +122,7 @@ async fn install(
     }
     install.arg("--target").arg(target);
     install.arg("-r").arg(work.join("requirements.txt"));
-    PYTHON.run(spec, &mut install).await?;
+    run_pip(spec, &mut install).await?;
     // Bytecode validated by the source's hash (not its time), so it stays valid in the
     // kernel's copy and starts are faster; a file that does not compile is left to the source.
     // The staging folder's path is stripped from the file names the bytecode records, so the
@@ -210,9 +210,48 @@ async fn resolve(
             detail: summary(&stderr, out.status),
         });
     }
+    if let Some(refusal) = hash_refusal(&stderr) {
+        return Err(refusal);
+    }
     PYTHON.check(spec, &out)?;
     let text = std::fs::read_to_string(&report).map_err(|source| io(&report, source))?;
     parse_report(&text, options)
+}
+
+/// Runs a pip command to its end: pip's refusal of a file unlike its hash is a hash mismatch,
+/// any other failure the tool's.
+async fn run_pip(spec: &str, cmd: &mut Command) -> Result<(), MarketError> {
+    let out = PYTHON.output(cmd).await?;
+    if let Some(refusal) = hash_refusal(&String::from_utf8_lossy(&out.stderr)) {
+        return Err(refusal);
+    }
+    PYTHON.check(spec, &out)
+}
+
+/// pip's own refusal of a downloaded file unlike the hash its index or our requirements give
+/// (`NAME==VERSION from URL:`, then `Expected sha256 A` and `Got B`), as the market's hash
+/// mismatch naming the distribution and the file.
+fn hash_refusal(stderr: &str) -> Option<MarketError> {
+    let mut artefact = None;
+    let mut expected = None;
+    for line in stderr.lines().map(str::trim) {
+        if let Some(hash) = line.strip_prefix("Expected sha256 ") {
+            expected = expected.or(Some(hash.trim()));
+        } else if let (Some(hash), Some(expected)) = (line.strip_prefix("Got "), expected) {
+            return Some(MarketError::HashMismatch {
+                artefact: artefact.unwrap_or_else(|| "pypi file".to_string()),
+                expected: format!("sha256-{expected}"),
+                got: format!("sha256-{}", hash.trim()),
+            });
+        } else if let Some((requirement, url)) =
+            line.strip_suffix(':').and_then(|l| l.split_once(" from "))
+        {
+            let file = url.split(['#', '?']).next().unwrap_or_default();
+            let file = file.rsplit('/').next().unwrap_or_default();
+            artefact = Some(format!("pypi {requirement} ({file})"));
+        }
+    }
+    None
 }
 
 /// The `install` entries of a pip report; a file without a SHA-256 from its index, or an
@@ -402,6 +441,18 @@ mod tests {
                 "pypi a==1.0 (a-1.0-py3-none-any.whl): hash mismatch: expected sha256-{expected}, got sha256-{got}; the download is not what the source published, check the source and retry"
             )
         );
+    }
+
+    #[test]
+    fn pips_hash_refusal_becomes_a_hash_mismatch_naming_the_file() {
+        let stderr = "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the package versions, please update the hashes. Otherwise, examine the package contents carefully; someone may have tampered with them.\n    tutti-tampered==1.0.0 from http://127.0.0.1:9/pypi/files/tutti_tampered-1.0.0-py3-none-any.whl#sha256=df6a:\n        Expected sha256 df6a\n             Got        6a1d\n\n";
+        let err = hash_refusal(stderr).map(|e| e.to_string());
+        assert_eq!(
+            err.unwrap_or_default(),
+            "pypi tutti-tampered==1.0.0 (tutti_tampered-1.0.0-py3-none-any.whl): hash mismatch: expected sha256-df6a, got sha256-6a1d; the download is not what the source published, check the source and retry"
+        );
+        let other = "ERROR: Could not find a version that satisfies the requirement x==1 (from versions: none)\n";
+        assert!(hash_refusal(other).is_none());
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! and prints `listening <port>`. `GET /v0.1/servers?search=&limit=&cursor=&version=latest`
 //! (a name substring, case-insensitive; the cursor is a decimal offset) and
 //! `GET /v0.1/servers/{name}/versions/{version|latest}` (404 `{"error"}` when unknown).
+//! Beside the registry, package indexes that serve other bytes than the hashes they publish
+//! (`packages`): an npm registry at `/npm/` and a PyPI simple index at `/pypi/simple/`.
+
+#[path = "registry_fixture/packages.rs"]
+mod packages;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -113,12 +118,21 @@ async fn main() -> anyhow::Result<()> {
         entries: load(&args)?,
         page_size: args.page_size.max(1),
     });
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
+    let port = listener.local_addr()?.port();
+    let indexes = axum::Router::new()
+        .route("/npm/{name}", get(packages::npm_packument))
+        .route("/npm/{name}/-/{file}", get(packages::served_file))
+        .route("/pypi/simple/{name}", get(packages::pypi_simple))
+        .route("/pypi/simple/{name}/", get(packages::pypi_simple))
+        .route("/pypi/files/{file}", get(packages::served_file))
+        .with_state(packages::Base(format!("http://127.0.0.1:{port}")));
     let app = axum::Router::new()
         .route("/v0.1/servers", get(list))
         .route("/v0.1/servers/{name}/versions/{version}", get(version))
-        .with_state(catalogue);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
-    println!("listening {}", listener.local_addr()?.port());
+        .with_state(catalogue)
+        .merge(indexes);
+    println!("listening {port}");
     axum::serve(listener, app).await?;
     Ok(())
 }

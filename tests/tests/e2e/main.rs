@@ -9,6 +9,9 @@ mod calls;
 mod catalog;
 mod codex_binding_refresh;
 mod console;
+// SIGKILL, Unix sockets and file modes: Unix only.
+#[cfg(unix)]
+mod crash;
 mod docs;
 mod floor;
 mod harness;

@@ -9,6 +9,7 @@ mod doctor;
 mod import;
 mod lock;
 mod packages;
+mod refusals;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};

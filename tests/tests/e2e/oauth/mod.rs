@@ -22,13 +22,13 @@ const READY: Duration = Duration::from_secs(60);
 
 /// The fixture MCP server and, in front of it, the authorization server and the protected
 /// resource. `args` go to `provider.mjs`.
-struct Remote {
-    server: OAuthServer,
+pub(crate) struct Remote {
+    pub(crate) server: OAuthServer,
     _fixture: FixtureHttp,
 }
 
 impl Remote {
-    fn start(rt: &Runtime, args: &[&str]) -> Remote {
+    pub(crate) fn start(rt: &Runtime, args: &[&str]) -> Remote {
         Self::start_with(rt, args, &[])
     }
 
@@ -45,14 +45,14 @@ impl Remote {
 
 /// A running `tutti connector connect KEY --no-browser --json`: its stderr is read as it
 /// comes (the URL to open is printed there).
-struct Login {
+pub(crate) struct Login {
     child: Child,
     lines: mpsc::Receiver<String>,
     stderr: Vec<String>,
 }
 
 impl Login {
-    fn start(rt: &Runtime, key: &str) -> Login {
+    pub(crate) fn start(rt: &Runtime, key: &str) -> Login {
         Self::start_with(rt, key, &[], &[])
     }
 
@@ -88,7 +88,7 @@ impl Login {
     }
 
     /// The authorization URL the command prints (it must within 60 s).
-    fn url(&mut self) -> String {
+    pub(crate) fn url(&mut self) -> String {
         let deadline = Instant::now() + READY;
         while let Ok(line) = self
             .lines
@@ -103,8 +103,25 @@ impl Login {
         panic!("connect printed no URL:\n{}", self.stderr.join("\n"));
     }
 
+    /// Whether the command printed a line holding `text` by now (without waiting).
+    pub(crate) fn printed(&mut self, text: &str) -> bool {
+        while let Ok(line) = self.lines.try_recv() {
+            self.stderr.push(line);
+        }
+        self.stderr.iter().any(|l| l.contains(text))
+    }
+
+    /// Whether the command ended, and if so whether it succeeded (without waiting).
+    pub(crate) fn ended(&mut self) -> Option<bool> {
+        self.child
+            .try_wait()
+            .ok()
+            .flatten()
+            .map(|status| status.success())
+    }
+
     /// Waits for the command's end: (success, stdout, stderr).
-    fn finish(mut self) -> (bool, String, String) {
+    pub(crate) fn finish(mut self) -> (bool, String, String) {
         let mut stdout = String::new();
         if let Some(mut out) = self.child.stdout.take() {
             let _ = std::io::Read::read_to_string(&mut out, &mut stdout);
@@ -119,7 +136,7 @@ impl Login {
 
 /// Runs a whole login as the user: `connect`, the browser, the callback. Returns the
 /// authorization URL, the callback URL and the command's outcome.
-async fn log_in(rt: &Runtime, key: &str) -> (String, String, (bool, String, String)) {
+pub(crate) async fn log_in(rt: &Runtime, key: &str) -> (String, String, (bool, String, String)) {
     finish_login(Login::start(rt, key)).await
 }
 
@@ -134,7 +151,7 @@ async fn finish_login(mut login: Login) -> (String, String, (bool, String, Strin
     (url, callback, outcome)
 }
 
-fn audit_events(rt: &Runtime, event: &str, key: &str) -> Vec<Value> {
+pub(crate) fn audit_events(rt: &Runtime, event: &str, key: &str) -> Vec<Value> {
     rt.audit_lines()
         .into_iter()
         .filter(|l| l["event"] == event && l["connector"] == key)
