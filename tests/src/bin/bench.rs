@@ -13,6 +13,7 @@
 mod bench {
     mod bridge;
     mod idle;
+    mod market;
     mod otel_ab;
     mod systems;
     mod tool_search;
@@ -60,6 +61,12 @@ mod bench {
         /// Only the idle wake-up rows (2 and 50 connectors; `--smoke`: 2 and 5).
         #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab", "big_only"])]
         idle_only: bool,
+        /// Only the market rows: start to ready of a pinned market release against the same
+        /// server run by `npx` (7 interleaved rounds; `--smoke`: 1), and both with npm's
+        /// network unreachable. Needs the network (npm). Not part of the `--smoke` run: its
+        /// install and npx's first download would almost double that run.
+        #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab", "big_only", "idle_only"])]
+        market_only: bool,
     }
 
     struct Scale {
@@ -141,6 +148,9 @@ mod bench {
         if args.big_only {
             return big_only(args.calls.unwrap_or(if args.smoke { 5 } else { 300 }));
         }
+        if args.market_only {
+            return market_rows(&mut Report::default(), args.smoke);
+        }
         let scale = scale(&args);
         let mut r = Report::default();
 
@@ -194,6 +204,15 @@ mod bench {
         }
         let (what, measured, met) = idle.target;
         r.target(&what, measured, met);
+        Ok(())
+    }
+
+    /// The market rows (blocking: runtimes started and stopped): 1 round (`smoke`) or 7.
+    fn market_rows(r: &mut Report, smoke: bool) -> Result<()> {
+        let rounds = if smoke { 1 } else { 7 };
+        for (what, value) in tokio::task::block_in_place(|| market::rows(rounds))? {
+            r.row(&what, value);
+        }
         Ok(())
     }
 
