@@ -2,10 +2,13 @@
 //! socket), the kernel that issued it, and a fresh token (with the client's `initialize`
 //! replayed) when that kernel was replaced.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Mutex, RwLock};
+use serde_json::Value;
+use tokio::sync::{Mutex, Notify, RwLock};
 use tutti_proto::kernel::{Empty, IssueSessionRequest, RevokeSessionRequest};
 
 use super::http::{self, Peek, Target};
@@ -47,6 +50,46 @@ pub(super) struct Link {
     renewing: Mutex<()>,
     /// The client's `initialize` line, replayed for a new token (2025-06-18 only).
     initialize: std::sync::Mutex<Option<String>>,
+    /// The client's open `subscriptions/listen` requests (2026-07-28).
+    pub(super) listens: OpenListens,
+}
+
+/// Open listen requests by id (its JSON text), each with what ends it.
+#[derive(Default)]
+pub(super) struct OpenListens(std::sync::Mutex<HashMap<String, Arc<Notify>>>);
+
+impl OpenListens {
+    pub(super) fn open(&self, id: &Value) -> Arc<Notify> {
+        let end = Arc::new(Notify::new());
+        if let Ok(mut open) = self.0.lock() {
+            open.insert(id.to_string(), end.clone());
+        }
+        end
+    }
+
+    pub(super) fn close(&self, id: &Value) {
+        if let Ok(mut open) = self.0.lock() {
+            open.remove(&id.to_string());
+        }
+    }
+
+    /// A client's `notifications/cancelled` line: ends the open listen request it names.
+    pub(super) fn cancelled(&self, line: &str) {
+        let Ok(message) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        let Some(id) = message.pointer("/params/requestId") else {
+            return;
+        };
+        if let Some(end) = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|o| o.get(&id.to_string()).cloned())
+        {
+            end.notify_one();
+        }
+    }
 }
 
 impl Link {
@@ -75,6 +118,7 @@ impl Link {
             }),
             renewing: Mutex::new(()),
             initialize: std::sync::Mutex::new(None),
+            listens: OpenListens::default(),
         })
     }
 
