@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -20,6 +21,8 @@ use crate::kernel::Kernel;
 pub(super) const COMEBACK: Duration = Duration::from_secs(90);
 const RETRY_PAUSE: Duration = Duration::from_millis(300);
 const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+/// The revision a request that names none is sent as before the client's `initialize`.
+const MODERN_VERSION: &str = "2026-07-28";
 
 /// One token's lifetime: the kernel that issued it and a counter that grows per token.
 #[derive(Clone, Debug)]
@@ -52,6 +55,8 @@ pub(super) struct Link {
     initialize: std::sync::Mutex<Option<String>>,
     /// The client's open `subscriptions/listen` requests (2026-07-28).
     pub(super) listens: OpenListens,
+    /// The client sent a 2025-era `initialize`.
+    legacy_client: AtomicBool,
 }
 
 /// Open listen requests by id (its JSON text), each with what ends it.
@@ -119,7 +124,30 @@ impl Link {
             renewing: Mutex::new(()),
             initialize: std::sync::Mutex::new(None),
             listens: OpenListens::default(),
+            legacy_client: AtomicBool::new(false),
         })
+    }
+
+    /// The era of a client message, called in the order the lines came. A 2025-era client
+    /// begins with `initialize` (a `ping` may come first); any other request before it whose
+    /// `_meta` names no protocol version is a 2026-07-28 request missing what that revision
+    /// requires, so it goes to that surface and gets its refusal (-32602), as from a
+    /// 2026-07-28 stdio server, not the 2025 surface's answer.
+    pub(super) fn place(&self, peek: &mut Peek) {
+        match peek.method.as_deref() {
+            Some("initialize") if peek.modern_version.is_none() => {
+                self.legacy_client.store(true, Ordering::Relaxed);
+            }
+            Some("initialize" | "ping") | None => {}
+            Some(_) => {
+                if peek.id.is_some()
+                    && peek.modern_version.is_none()
+                    && !self.legacy_client.load(Ordering::Relaxed)
+                {
+                    peek.modern_version = Some(MODERN_VERSION.to_owned());
+                }
+            }
+        }
     }
 
     pub(super) async fn current(&self) -> Current {

@@ -90,6 +90,7 @@ async fn write_stdout(mut rx: UnboundedReceiver<String>) {
 /// sends it again with the new token.
 async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
     let mut peek = Peek::of(&line);
+    link.place(&mut peek);
     let initialize = peek.method.as_deref() == Some("initialize");
     let modern = peek.modern_version.is_some();
     if modern && peek.method.as_deref() == Some("tools/call") {

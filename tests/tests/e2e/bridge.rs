@@ -479,6 +479,11 @@ fn a_2026_07_28_listen_stream_through_the_bridge_goes_on_across_kernel_restarts(
     rt.install_ok(&fixture_connector("fx", &["--tools", "echo"]), &[]);
     rt.wait_status("fx", "ready", READY);
     let mut bridge = RawBridge::start(&rt, "listen");
+    // Before any `initialize`, a request whose `_meta` names no revision is a 2026-07-28
+    // request missing its `_meta`: refused as such (not answered by the 2025 surface).
+    let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}});
+    let refused = bridge.send(&discover).unwrap_or_default();
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
     bridge.write(&listen_request());
     let ack = next_on_listen(&bridge, "opened");
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
