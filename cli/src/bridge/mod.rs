@@ -96,7 +96,7 @@ async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
     if modern && peek.method.as_deref() == Some("tools/call") {
         peek.params = link.params.for_call(&line);
     }
-    if modern && peek.method.as_deref() == Some("subscriptions/listen") {
+    if modern && peek.id.is_some() && peek.method.as_deref() == Some("subscriptions/listen") {
         let gone = subscriptions::hold_open(&link, &line, &peek, &out, spawn_listen).await;
         if let (Some(reason), Some(id)) = (gone, &peek.id) {
             let _ = out.send(http::rpc_error(id, BRIDGE_ERROR, &reason));
