@@ -30,6 +30,7 @@ mod runtime;
 pub mod secret_scan;
 mod server;
 mod stdio;
+pub mod stdio_http;
 mod support;
 
 pub use auth_proxy::AuthProxy;
@@ -41,6 +42,7 @@ pub use py::{PY_RUN, PySdk, py_script};
 pub use runtime::{Runtime, RuntimeOptions, WorkerProc};
 pub use server::Server;
 pub use stdio::{FixtureHttp, StdioClient};
+pub use stdio_http::StdioHttp;
 pub use support::{
     LEGACY_VERSION, MODERN_VERSION, bin, bin_dir, file_tail, fixture_bin, fixture_connector,
     free_port, node22, npm_package, python_venv, repo_root, require_node22, require_python,

@@ -4,7 +4,9 @@
 //! the loopback `tutti-auth-proxy` that only adds the bearer token (the suite cannot send
 //! one). Both frozen requirement sets run with `tests/conformance/expected-failures.yml`; the
 //! suite itself fails the run on any failure or warning outside that file and on any entry of
-//! it that passes. Results: docs/CONFORMANCE.md.
+//! it that passes. The same two runs go through the stdio bridge too (`tutti mcp-stdio` behind
+//! the test adapter `tutti-stdio-http`), with `expected-failures-bridge.yml` added for what
+//! only the adapter changes. Results: docs/CONFORMANCE.md.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,8 +14,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tutti_tests::{
-    AuthProxy, FixtureHttp, Mcp, Runtime, RuntimeOptions, fixture_connector, npm_package,
-    repo_root, require_node22,
+    AuthProxy, FixtureHttp, Mcp, Runtime, RuntimeOptions, StdioHttp, bin, fixture_connector,
+    npm_package, repo_root, require_node22,
 };
 
 /// The upstream tools of the `test` connector: the suite's tool scenarios, the diagnostic
@@ -53,11 +55,18 @@ fn expected_failures() -> PathBuf {
         .join("expected-failures.yml")
 }
 
-/// The entries (`scenario` or `scenario:check`) of the expected-failures file with their
+/// What differs through the stdio bridge only because of the HTTP adapter in front of it.
+fn bridge_expected_failures() -> PathBuf {
+    repo_root()
+        .join("tests")
+        .join("conformance")
+        .join("expected-failures-bridge.yml")
+}
+
+/// The entries (`scenario` or `scenario:check`) of an expected-failures file with their
 /// one-line reasons (the comment after the entry).
-fn baseline_entries() -> Vec<(String, String)> {
-    let path = expected_failures();
-    let text = std::fs::read_to_string(&path)
+fn baseline_entries(path: &Path) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text.lines()
         .filter_map(|line| line.trim().strip_prefix("- "))
@@ -116,12 +125,19 @@ fn results(out_dir: &Path) -> Vec<(String, usize, usize, usize)> {
     rows
 }
 
-fn run_suite(node: &Path, suite: &Path, url: &str, revision: &str, out_dir: &Path) -> String {
+fn run_suite(
+    node: &Path,
+    suite: &Path,
+    url: &str,
+    revision: &str,
+    out_dir: &Path,
+    baseline: &Path,
+) -> String {
     let out = Command::new(node)
         .arg(suite.join("dist").join("index.js"))
         .args(["server", "--url", url, "--requirements", revision])
         .arg("--expected-failures")
-        .arg(expected_failures())
+        .arg(baseline)
         .arg("-o")
         .arg(out_dir)
         .env("NO_COLOR", "1")
@@ -245,40 +261,23 @@ fn assert_every_expected_failure_is_explained(baseline: &[(String, String)]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn conformance_suite_passes_both_requirement_sets() {
+/// The suite's two requirement sets against `url` with `baseline`: each run's verdict, then
+/// its results table (returned) with the reasons of `entries`.
+fn run_both(
+    rt: &Runtime,
+    url: &str,
+    name: &str,
+    baseline: &Path,
+    entries: &[(String, String)],
+) -> String {
     let node = require_node22();
     let suite = npm_package("@modelcontextprotocol/conformance").unwrap_or_else(|| {
         panic!("this test needs @modelcontextprotocol/conformance: run scripts/install-test-tools")
     });
-    let baseline = baseline_entries();
-
-    let mut rt = Runtime::start(RuntimeOptions::default());
-    // The suite's prompts, resources, template and completion too.
-    // A 2026-07-28 upstream (`--stateless --sse`); its record shows what it was sent.
-    let record = rt.root().join("test-upstream.jsonl");
-    let record_arg = record.display().to_string();
-    let fixture = FixtureHttp::start(&[
-        "--tools",
-        TEST_TOOLS,
-        "--conformance-catalog",
-        "--stateless",
-        "--sse",
-        "--record",
-        &record_arg,
-    ]);
-    // The suite makes the upstream add tools: trusted, so they commit without review.
-    rt.install_trusted(&http_connector("test", &fixture.url), &[]);
-    rt.wait_status("test", "ready", Duration::from_secs(20));
-    let token = rt.issue_token("conformance", "suite");
-    let proxy = AuthProxy::start(rt.frontend_url(), &token);
-
-    assert_the_proxy_adds_only_the_token(&rt, &proxy).await;
-
     let mut report = String::new();
     for revision in REVISIONS {
-        let out_dir = rt.root().join(format!("conformance-{revision}"));
-        let summary = run_suite(&node, &suite, &proxy.url(), revision, &out_dir);
+        let out_dir = rt.root().join(format!("{name}-{revision}"));
+        let summary = run_suite(&node, &suite, url, revision, &out_dir, baseline);
         let rows = results(&out_dir);
         assert!(
             rows.len() >= 20,
@@ -299,19 +298,99 @@ async fn conformance_suite_passes_both_requirement_sets() {
             );
         }
         let unscored = not_scored(&suite, revision);
-        report_rows(&mut report, revision, &rows, &baseline, &unscored);
-
+        report_rows(&mut report, revision, &rows, entries, &unscored);
         eprintln!("{summary}");
     }
-    assert_the_upstream_was_spoken_to_as_2026_07_28(&record);
-
     // The per-run table (for docs/CONFORMANCE.md); `--nocapture` shows it.
     println!("{report}");
-    let _ = std::fs::write(rt.root().join("conformance-results.md"), &report);
+    let _ = std::fs::write(rt.root().join(format!("{name}-results.md")), &report);
+    report
+}
 
+/// `tutti up` with the `test` connector (see [`http_connector`]), its upstream, and the file
+/// where the upstream records what it was sent.
+fn runtime_with_test_connector() -> (Runtime, FixtureHttp, PathBuf) {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    // The suite's prompts, resources, template and completion too.
+    // A 2026-07-28 upstream (`--stateless --sse`); its record shows what it was sent.
+    let record = rt.root().join("test-upstream.jsonl");
+    let record_arg = record.display().to_string();
+    let fixture = FixtureHttp::start(&[
+        "--tools",
+        TEST_TOOLS,
+        "--conformance-catalog",
+        "--stateless",
+        "--sse",
+        "--record",
+        &record_arg,
+    ]);
+    // The suite makes the upstream add tools: trusted, so they commit without review.
+    rt.install_trusted(&http_connector("test", &fixture.url), &[]);
+    rt.wait_status("test", "ready", Duration::from_secs(20));
+    (rt, fixture, record)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_suite_passes_both_requirement_sets() {
+    let baseline = baseline_entries(&expected_failures());
+    let (rt, _fixture, record) = runtime_with_test_connector();
+    let token = rt.issue_token("conformance", "suite");
+    let proxy = AuthProxy::start(rt.frontend_url(), &token);
+
+    assert_the_proxy_adds_only_the_token(&rt, &proxy).await;
+
+    run_both(
+        &rt,
+        &proxy.url(),
+        "conformance",
+        &expected_failures(),
+        &baseline,
+    );
+    assert_the_upstream_was_spoken_to_as_2026_07_28(&record);
     assert_every_expected_failure_is_explained(&baseline);
 
     drop(proxy);
+}
+
+/// The same two runs through the stdio bridge: `tutti-stdio-http` (`tests/src/stdio_http/`)
+/// serves HTTP and runs `tutti mcp-stdio` per 2025-era session and one for all 2026-07-28
+/// requests, carrying bodies and lines only. The baseline is the frontend's plus
+/// `expected-failures-bridge.yml`, whose every entry is a check of HTTP itself (headers,
+/// `Host`) that the adapter does not imitate; the bridge's own failures are fixed, not listed.
+#[test]
+fn conformance_suite_passes_both_requirement_sets_through_the_stdio_bridge() {
+    let (rt, _fixture, record) = runtime_with_test_connector();
+    let bridge = [
+        bin("tutti").into_os_string(),
+        "--state-dir".into(),
+        rt.state_dir().as_os_str().to_owned(),
+        "mcp-stdio".into(),
+        "--workspace".into(),
+        "conformance-bridge".into(),
+    ];
+    let adapter = StdioHttp::start(&bridge);
+    let own = baseline_entries(&bridge_expected_failures());
+    assert!(
+        own.iter()
+            .all(|(_, reason)| reason.starts_with("adapter: ")),
+        "every entry of the bridge's baseline is the adapter's: {own:?}"
+    );
+    let mut entries = baseline_entries(&expected_failures());
+    entries.extend(own.iter().cloned());
+    let merged = rt.root().join("expected-failures-through-the-bridge.yml");
+    let mut text = String::from("server:\n");
+    for (entry, reason) in &entries {
+        text.push_str(&format!("  - {entry} # {reason}\n"));
+    }
+    if entries.is_empty() {
+        text = String::from("server: []\n");
+    }
+    std::fs::write(&merged, text).unwrap_or_else(|e| panic!("cannot write the baseline: {e}"));
+
+    run_both(&rt, &adapter.url(), "bridge", &merged, &entries);
+    assert_the_upstream_was_spoken_to_as_2026_07_28(&record);
+    assert_every_expected_failure_is_explained(&own);
+    drop(adapter);
 }
 
 /// The skills extension scenarios (SEP-2640; not part of either frozen requirement set, so

@@ -2,10 +2,14 @@
 //! socket), the kernel that issued it, and a fresh token (with the client's `initialize`
 //! replayed) when that kernel was replaced.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Mutex, RwLock};
+use serde_json::Value;
+use tokio::sync::{Mutex, Notify, RwLock};
 use tutti_proto::kernel::{Empty, IssueSessionRequest, RevokeSessionRequest};
 
 use super::http::{self, Peek, Target};
@@ -17,6 +21,8 @@ use crate::kernel::Kernel;
 pub(super) const COMEBACK: Duration = Duration::from_secs(90);
 const RETRY_PAUSE: Duration = Duration::from_millis(300);
 const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+/// The revision a request that names none is sent as before the client's `initialize`.
+const MODERN_VERSION: &str = "2026-07-28";
 
 /// One token's lifetime: the kernel that issued it and a counter that grows per token.
 #[derive(Clone, Debug)]
@@ -47,6 +53,48 @@ pub(super) struct Link {
     renewing: Mutex<()>,
     /// The client's `initialize` line, replayed for a new token (2025-06-18 only).
     initialize: std::sync::Mutex<Option<String>>,
+    /// The client's open `subscriptions/listen` requests (2026-07-28).
+    pub(super) listens: OpenListens,
+    /// The client sent a 2025-era `initialize`.
+    legacy_client: AtomicBool,
+}
+
+/// Open listen requests by id (its JSON text), each with what ends it.
+#[derive(Default)]
+pub(super) struct OpenListens(std::sync::Mutex<HashMap<String, Arc<Notify>>>);
+
+impl OpenListens {
+    pub(super) fn open(&self, id: &Value) -> Arc<Notify> {
+        let end = Arc::new(Notify::new());
+        if let Ok(mut open) = self.0.lock() {
+            open.insert(id.to_string(), end.clone());
+        }
+        end
+    }
+
+    pub(super) fn close(&self, id: &Value) {
+        if let Ok(mut open) = self.0.lock() {
+            open.remove(&id.to_string());
+        }
+    }
+
+    /// A client's `notifications/cancelled` line: ends the open listen request it names.
+    pub(super) fn cancelled(&self, line: &str) {
+        let Ok(message) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        let Some(id) = message.pointer("/params/requestId") else {
+            return;
+        };
+        if let Some(end) = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|o| o.get(&id.to_string()).cloned())
+        {
+            end.notify_one();
+        }
+    }
 }
 
 impl Link {
@@ -75,7 +123,31 @@ impl Link {
             }),
             renewing: Mutex::new(()),
             initialize: std::sync::Mutex::new(None),
+            listens: OpenListens::default(),
+            legacy_client: AtomicBool::new(false),
         })
+    }
+
+    /// The era of a client message, called in the order the lines came. A 2025-era client
+    /// begins with `initialize` (a `ping` may come first); any other request before it whose
+    /// `_meta` names no protocol version is a 2026-07-28 request missing what that revision
+    /// requires, so it goes to that surface and gets its refusal (-32602), as from a
+    /// 2026-07-28 stdio server, not the 2025 surface's answer.
+    pub(super) fn place(&self, peek: &mut Peek) {
+        match peek.method.as_deref() {
+            Some("initialize") if peek.modern_version.is_none() => {
+                self.legacy_client.store(true, Ordering::Relaxed);
+            }
+            Some("initialize" | "ping") | None => {}
+            Some(_) => {
+                if peek.id.is_some()
+                    && peek.modern_version.is_none()
+                    && !self.legacy_client.load(Ordering::Relaxed)
+                {
+                    peek.modern_version = Some(MODERN_VERSION.to_owned());
+                }
+            }
+        }
     }
 
     pub(super) async fn current(&self) -> Current {

@@ -3,15 +3,16 @@
 //! on an argv), then carries every line of stdin to the frontend as an HTTP POST, unchanged,
 //! and every message of the answers (JSON or event streams) back to stdout, one per line.
 //! For a 2025-06-18 client it also opens the notification stream after `initialize`; a
-//! 2026-07-28 client's `subscriptions/listen` is a request like any other. When the kernel is
-//! replaced (tokens end with it) the bridge takes a new token, replays the client's
-//! `initialize`, and sends the message again: the client does not notice. A `tools/call`
-//! whose connection broke after it was sent is not sent again (it may have run): it is
-//! answered `[MCP_UNAVAILABLE]`. Closing stdin revokes the token.
+//! 2026-07-28 client's `subscriptions/listen` is a request held open across restarts
+//! (`subscriptions.rs`). When the kernel is replaced (tokens end with it) the bridge takes a new
+//! token, replays the client's `initialize`, and sends the message again: the client does not
+//! notice. A `tools/call` whose connection broke after it was sent is not sent again (it may
+//! have run): it is answered `[MCP_UNAVAILABLE]`. Closing stdin revokes the token.
 
 mod http;
 mod link;
 mod params;
+mod subscriptions;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -105,10 +106,21 @@ async fn write_stdout(mut rx: UnboundedReceiver<String>) {
 /// sends it again with the new token.
 async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
     let mut peek = Peek::of(&line);
+    link.place(&mut peek);
     let initialize = peek.method.as_deref() == Some("initialize");
     let modern = peek.modern_version.is_some();
     if modern && peek.method.as_deref() == Some("tools/call") {
         peek.params = link.params.for_call(&line);
+    }
+    if modern && peek.id.is_some() && peek.method.as_deref() == Some("subscriptions/listen") {
+        let gone = subscriptions::hold_open(&link, &line, &peek, &out, spawn_listen).await;
+        if let (Some(reason), Some(id)) = (gone, &peek.id) {
+            let _ = out.send(http::rpc_error(id, BRIDGE_ERROR, &reason));
+        }
+        return;
+    }
+    if peek.method.as_deref() == Some("notifications/cancelled") {
+        link.listens.cancelled(&line);
     }
     loop {
         let current = link.current().await;

@@ -1,13 +1,15 @@
 //! The stdio bridge (`tutti mcp-stdio`, SPEC §18) with the official Python SDK's stdio client
 //! (mcp 2.3.0): it lists and calls tools, gets progress, answers an upstream's elicitation,
 //! hears a list change after an install, and goes on across a kernel restart (`tutti down`,
-//! then `tutti up`) without noticing; a call whose frontend died under it is answered
-//! `[MCP_UNAVAILABLE]` and not sent again; with no runtime, `initialize` gets an error naming
-//! `tutti up`.
+//! then `tutti up`) without noticing, its notification stream (2025-06-18) or
+//! `subscriptions/listen` stream (2026-07-28) included; a call whose frontend died under it is
+//! answered `[MCP_UNAVAILABLE]` and not sent again; with no runtime, `initialize` gets an error
+//! naming `tutti up`.
 #![cfg(unix)]
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -63,9 +65,23 @@ async def main():
         if mode != "legacy":
             r = await c.call_tool("fx_param_header", {"region": "eu-west"})
             out(event="param-header", result=dump(r))
+            # Held open for the rest of the run, across the restart.
+            asyncio.get_running_loop().create_task(listen_for_changes(c))
         await wait_go(root, "restarted")
         r = await c.call_tool("fx_echo", {"message": "after the restart"})
         out(event="called-again", result=dump(r))
+        # Stays connected: the test installs a connector and waits for the change.
+        await asyncio.Event().wait()
+
+async def listen_for_changes(c):
+    try:
+        async with c.listen(tools_list_changed=True) as sub:
+            out(event="listening")
+            async for event in sub:
+                out(event="listen-event", kind=type(event).__name__)
+        out(event="listen-ended")
+    except Exception as e:
+        out(event="listen-lost", error=repr(e))
 
 run(main)
 "#;
@@ -122,8 +138,13 @@ fn bridge_client(rt: &Runtime, mode: &str) -> PySdk {
     )
 }
 
+/// The client's next `event` line; the end of its listen stream on the way fails the test.
 fn next_event(py: &PySdk, event: &str) -> Value {
-    py.until(event, Duration::from_secs(90), |v| v["event"] == event)
+    py.until(event, Duration::from_secs(90), |v| {
+        let ended = matches!(v["event"].as_str(), Some("listen-ended" | "listen-lost"));
+        assert!(!ended, "the listen stream ended (waiting for {event}): {v}");
+        v["event"] == event
+    })
 }
 
 /// The calls before the restart: list, call, progress, elicitation.
@@ -159,7 +180,9 @@ fn restart_and_call_again(rt: &mut Runtime, py: &PySdk, mode: &str) {
     rt.tutti_ok(&["down"]);
     rt.stop();
     rt.restart();
+    // Both back, so that no list change of their own comes after this point.
     rt.wait_status("fx", "ready", READY);
+    rt.wait_status("ev", "ready", READY);
     std::fs::write(rt.root().join("go-restarted"), b"")
         .unwrap_or_else(|e| panic!("cannot write the go file: {e}"));
     let again = next_event(py, "called-again");
@@ -187,10 +210,17 @@ fn the_python_sdk_over_the_stdio_bridge_in_2025_06_18_mode_hears_changes_and_out
         v["event"] == "note" && v["method"] == "notifications/tools/list_changed"
     });
     restart_and_call_again(&mut rt, &py, "legacy");
+    // The notification stream was opened again for the new token.
+    rt.install_ok(&fixture_connector("later", &["--tools", "echo"]), &[]);
+    py.until(
+        "list_changed after an install after the restart",
+        READY,
+        |v| v["event"] == "note" && v["method"] == "notifications/tools/list_changed",
+    );
 }
 
 #[test]
-fn the_python_sdk_over_the_stdio_bridge_in_2026_07_28_mode_calls_and_outlives_a_restart() {
+fn the_python_sdk_over_the_stdio_bridge_in_2026_07_28_mode_calls_listens_and_outlives_a_restart() {
     let (mut rt, _everything) = runtime_with_connectors();
     let py = bridge_client(&rt, "2026-07-28");
     let connected = next_event(&py, "connected");
@@ -202,7 +232,28 @@ fn the_python_sdk_over_the_stdio_bridge_in_2026_07_28_mode_calls_and_outlives_a_
         result_texts(&param["result"]).contains("eu-west"),
         "{param}"
     );
+    next_event(&py, "listening");
+    rt.install_ok(&fixture_connector("late", &["--tools", "echo"]), &[]);
+    hears_a_tool_list_change(&py, "before the restart");
     restart_and_call_again(&mut rt, &py, "2026-07-28");
+    // The listen stream goes on for the new token: a change after the restart reaches it.
+    rt.install_ok(&fixture_connector("later", &["--tools", "echo"]), &[]);
+    hears_a_tool_list_change(&py, "after the restart");
+}
+
+/// The next event of the client's `subscriptions/listen` stream is a tool list change (not
+/// its end).
+fn hears_a_tool_list_change(py: &PySdk, when: &str) {
+    let event = py.until("a listen event", READY, |v| {
+        v["event"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("listen-"))
+    });
+    assert_eq!(
+        (&event["event"], &event["kind"]),
+        (&json!("listen-event"), &json!("ToolsListChanged")),
+        "the listen stream {when}: {event}"
+    );
 }
 
 #[test]
@@ -272,7 +323,7 @@ fn the_frontend_keeps_its_port_across_restarts_and_moves_when_it_is_taken() {
 struct RawBridge {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    lines: mpsc::Receiver<String>,
 }
 
 impl RawBridge {
@@ -286,10 +337,18 @@ impl RawBridge {
             .unwrap_or_else(|e| panic!("cannot run tutti mcp-stdio: {e}"));
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
         RawBridge {
             child,
             stdin,
-            lines: BufReader::new(stdout).lines(),
+            lines,
         }
     }
 
@@ -302,27 +361,26 @@ impl RawBridge {
         writeln!(stdin, "{message}").unwrap_or_else(|e| panic!("write: {e}"));
     }
 
-    /// The answer to request `id` (notifications before it are skipped); `None` at EOF.
-    fn answer(&mut self, id: u64) -> Option<Value> {
+    /// Sends `message`; the next line when it is a request.
+    fn send(&mut self, message: &Value) -> Option<Value> {
+        self.write(message);
+        message.get("id")?;
+        self.next(READY)
+    }
+
+    /// The answer to request `id` within `READY` (notifications before it are skipped).
+    fn answer(&self, id: u64) -> Option<Value> {
         loop {
-            let line = self.lines.next()?.unwrap_or_else(|e| panic!("read: {e}"));
-            let message: Value =
-                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            let message = self.next(READY)?;
             if message["id"] == json!(id) {
                 return Some(message);
             }
         }
     }
 
-    /// Sends `message`; the next line when it is a request.
-    fn send(&mut self, message: &Value) -> Option<Value> {
-        let stdin = self
-            .stdin
-            .as_mut()
-            .unwrap_or_else(|| panic!("stdin closed"));
-        writeln!(stdin, "{message}").unwrap_or_else(|e| panic!("write: {e}"));
-        message.get("id")?;
-        let line = self.lines.next()?.unwrap_or_else(|e| panic!("read: {e}"));
+    /// The next line within `timeout`, `None` when there is none.
+    fn next(&self, timeout: Duration) -> Option<Value> {
+        let line = self.lines.recv_timeout(timeout).ok()?;
         Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
     }
 }
@@ -444,5 +502,138 @@ fn a_call_in_flight_when_the_frontend_dies_is_answered_unavailable_and_not_sent_
         recorded_calls(&record, "sleep"),
         1,
         "the call was sent again"
+    );
+}
+
+const LISTEN_ID: &str = "listen-7";
+
+/// A 2026-07-28 `subscriptions/listen` request for tool list changes.
+fn listen_request() -> Value {
+    json!({"jsonrpc": "2.0", "id": LISTEN_ID, "method": "subscriptions/listen", "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}},
+        "notifications": {"toolsListChanged": true}}})
+}
+
+/// The next line of the listen stream: a notification naming the listen request as its
+/// subscription. The request's own answer (the stream's end) fails the test.
+fn next_on_listen(bridge: &RawBridge, what: &str) -> Value {
+    let line = bridge
+        .next(Duration::from_secs(90))
+        .unwrap_or_else(|| panic!("no line on the listen stream ({what})"));
+    assert_ne!(
+        line["id"], LISTEN_ID,
+        "the listen stream ended ({what}): {line}"
+    );
+    assert_eq!(
+        line["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], LISTEN_ID,
+        "{what}: {line}"
+    );
+    line
+}
+
+/// Lines that are already there or come within `quiet`, read and dropped; each must still
+/// belong to the listen stream.
+fn drain_listen(bridge: &RawBridge, quiet: Duration) {
+    while let Some(line) = bridge.next(quiet) {
+        assert_ne!(line["id"], LISTEN_ID, "the listen stream ended: {line}");
+    }
+}
+
+/// After a restart: the bridge asks again under the same id, so the new stream's
+/// acknowledgement arrives on the client's stream, which never got an answer; then a
+/// connector `key` installed now reaches it as a list change.
+fn listen_goes_on(rt: &mut Runtime, bridge: &RawBridge, key: &str) {
+    rt.wait_status("fx", "ready", READY);
+    let again = next_on_listen(bridge, "after the restart");
+    assert_eq!(
+        again["method"], "notifications/subscriptions/acknowledged",
+        "{again}"
+    );
+    drain_listen(bridge, Duration::from_secs(2));
+    rt.install_ok(&fixture_connector(key, &["--tools", "echo"]), &[]);
+    let change = next_on_listen(bridge, "an install after the restart");
+    assert_eq!(change["method"], "notifications/tools/list_changed");
+}
+
+#[test]
+fn a_2026_07_28_listen_stream_through_the_bridge_goes_on_across_kernel_restarts() {
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(&fixture_connector("fx", &["--tools", "echo"]), &[]);
+    rt.wait_status("fx", "ready", READY);
+    let mut bridge = RawBridge::start(&rt, "listen");
+    // Before any `initialize`, a request whose `_meta` names no revision is a 2026-07-28
+    // request missing its `_meta`: refused as such (not answered by the 2025 surface).
+    let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}});
+    let refused = bridge.send(&discover).unwrap_or_default();
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    bridge.write(&listen_request());
+    let ack = next_on_listen(&bridge, "opened");
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    rt.install_ok(&fixture_connector("before", &["--tools", "echo"]), &[]);
+    let change = next_on_listen(&bridge, "an install");
+    assert_eq!(change["method"], "notifications/tools/list_changed");
+
+    // `tutti down`: the frontend ends the stream with its final result.
+    rt.tutti_ok(&["down"]);
+    rt.stop();
+    rt.restart();
+    listen_goes_on(&mut rt, &bridge, "later");
+    // The kernel killed: the stream breaks off without an answer.
+    rt.kill();
+    rt.restart();
+    listen_goes_on(&mut rt, &bridge, "last");
+
+    // Calls go on beside it with the new token.
+    let meta = listen_request()["params"]["_meta"].clone();
+    bridge.write(&json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list",
+        "params": {"_meta": meta}}));
+    let listed = loop {
+        let line = bridge
+            .next(READY)
+            .unwrap_or_else(|| panic!("no answer to tools/list"));
+        assert_ne!(line["id"], LISTEN_ID, "the listen stream ended: {line}");
+        if line["id"] == 8 {
+            break line;
+        }
+    };
+    assert!(
+        listed.to_string().contains("last_echo"),
+        "tools/list after the restarts: {listed}"
+    );
+
+    // A second listen, cancelled by the client, is gone for good; revoking the session ends
+    // the first with its answer (asked again, the frontend refuses the token).
+    let mut second = listen_request();
+    second["id"] = json!("listen-8");
+    bridge.write(&second);
+    let ack = bridge.next(READY).unwrap_or_default();
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-8"
+    );
+    bridge.write(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "listen-8"}}),
+    );
+    rt.tutti_ok(&[
+        "session",
+        "revoke",
+        "--workspace",
+        "w",
+        "--session",
+        "listen",
+    ]);
+    let end = bridge
+        .next(READY)
+        .unwrap_or_else(|| panic!("no answer to the listen request after the revocation"));
+    assert_eq!(end["id"], LISTEN_ID, "{end}");
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+    let after = bridge.next(Duration::from_secs(2));
+    assert!(
+        after.is_none(),
+        "the cancelled listen was answered: {after:?}"
     );
 }
