@@ -63,14 +63,7 @@ pub async fn run_until(
     k.settle_auth_at_start();
     crate::connect::oauth::revoke_reclaimed(&k, reclaimed);
     let export = crate::telemetry::otel::observe(&k);
-    for (key, err) in broken {
-        let why = format!(
-            "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
-        );
-        let mut conn = state::ConnState::new(&key);
-        conn.life = lifecycle::Connector::unreadable(&key, why);
-        lock(&k.inner).conns.insert(key, conn);
-    }
+    mark_unreadable(&k, broken);
 
     let endpoint = transport::kernel_endpoint(&state_dir);
     let incoming = transport::bind_granting(&endpoint, config.pipe_grant.as_ref())?;
@@ -226,6 +219,18 @@ fn acquire_lock(paths: &paths::Paths) -> Result<std::fs::File, KernelError> {
     let _ = f.rewind();
     let _ = write!(f, "{}", std::process::id());
     Ok(f)
+}
+
+/// Shows each connector whose installed release could not be read as failed, with the fix.
+fn mark_unreadable(k: &Arc<Kernel>, broken: Vec<(String, String)>) {
+    for (key, err) in broken {
+        let why = format!(
+            "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
+        );
+        let mut conn = state::ConnState::new(&key);
+        conn.life = lifecycle::Connector::unreadable(&key, why);
+        lock(&k.inner).conns.insert(key, conn);
+    }
 }
 
 /// How long a lock whose kernel is gone is waited for. A kernel killed while it started a
