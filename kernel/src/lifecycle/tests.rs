@@ -524,6 +524,48 @@ fn an_abandoned_upgrade_note_stays_until_the_next_install() {
 }
 
 #[test]
+fn a_live_generation_that_exits_restarts_though_its_refused_reoffer_shows_failed() {
+    // Generation 1 served; its upstream went away, which fenced its route, and its re-offer
+    // was refused while the table did not serve it: the connector shows failed.
+    let mut h = Harness::run(vec![
+        reload(),
+        I(offer(1)),
+        I(report(1, ReportKind::UpstreamUnavailable, "503")),
+        Table(false),
+        I(refuse(1, "bad")),
+    ]);
+    assert_eq!(h.c.status(), Status::Failed);
+    // A generation that served restarts like any crash when it exits (its candidate's offer
+    // is checked again); only a candidate refused before it ever served stays failed.
+    assert_eq!(
+        h.input(exited(1)),
+        vec![forget(1), fence(1, "worker exited"), retry_after(2, 100)]
+    );
+    assert_eq!(h.c.status(), Status::Restarting);
+    assert_eq!(h.c.last_error(), "upstream unavailable: 503");
+}
+
+#[test]
+fn an_upgrade_that_cannot_restore_beside_a_live_release_leaves_it_serving() {
+    // Generation 1 of 1.0.0 serves; the upgrade's candidate exits before it offered.
+    let mut h = Harness::run(vec![reload(), I(offer(1)), Upgrade, reload()]);
+    assert_eq!(
+        h.input(exited(2)),
+        vec![forget(2), abandon(&format!("it did not start ({EXIT})"))]
+    );
+    // The release the upgrade replaced could not be restored in the registry: the live
+    // generation goes on serving, so there is nothing to restart and no retry to show.
+    let effects = h.input(Input::Abandoned {
+        note: None,
+        why: "gone".into(),
+    });
+    assert_eq!(effects, vec![]);
+    assert_eq!(h.c.status(), Status::Ready);
+    assert_eq!(h.c.next_retry_unix_ms(), 0);
+    assert_eq!(h.c.restarts(), 0);
+}
+
+#[test]
 fn restarts_are_counted_and_the_retry_time_shown_until_ready() {
     let mut h = Harness::run(vec![reload(), T(500)]);
     h.input(exited(1));

@@ -51,8 +51,10 @@ impl Plan {
 }
 
 pub struct Chaos {
-    pub rt: Runtime,
+    /// Dropped before `rt` (fields drop in order): the remote fixture records under the
+    /// runtime's temporary root, so the runtime's sweep for leftovers would name it as one.
     pub fleet: Fleet,
+    pub rt: Runtime,
     shared: Arc<Shared>,
     lives: Arc<Mutex<Lives>>,
     rng: Rng,
