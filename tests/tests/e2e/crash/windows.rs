@@ -236,7 +236,19 @@ fn a_lock_still_held_for_a_killed_kernel_is_waited_for() {
         .try_lock()
         .unwrap_or_else(|e| panic!("the killed kernel's lock is not free: {e}"));
     rt.restart_unwaited();
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    // The new kernel has opened the lock file: it has met the held lock (or is past it).
+    let kernel = rt.pid().unwrap_or_else(|| panic!("no kernel pid"));
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !holds_open(kernel, &path) && rt.exited().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the kernel never opened {}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
     assert!(
         rt.exited().is_none(),
         "the kernel gave up while a gone kernel's lock was held:\n{}",
@@ -245,4 +257,13 @@ fn a_lock_still_held_for_a_killed_kernel_is_waited_for() {
     drop(holder);
     wait_listening(&mut rt);
     rt.status_json();
+}
+
+/// Whether process `pid` has `path` open (one of its `/proc/PID/fd` links names it).
+fn holds_open(pid: u32, path: &std::path::Path) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
 }
