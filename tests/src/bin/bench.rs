@@ -5,9 +5,10 @@
 //! (`--smoke`: a few iterations, only checks that every section works; CI runs that).
 //! Compares the runtime with a direct stdio call, the architectural floor
 //! (`tutti-floor-front` + `tutti-floor-worker`, see `tutti_tests::floor`) on its blocking
-//! stack and on the runtime's (tokio + axum, serde_json), a trivial HTTP server and two peers
-//! (mcp-hub 4.2.1, supergateway 4.0.0; `scripts/install-test-tools` installs them;
-//! `TUTTI_MCP_HUB_DIR` points at another mcp-hub package directory).
+//! stack and on the runtime's (tokio + axum, serde_json), a trivial HTTP server and the peers
+//! (mcp-hub 4.2.1, supergateway 4.0.0, ContextForge 1.0.7.post20260921;
+//! `scripts/install-test-tools` installs them; `TUTTI_MCP_HUB_DIR` points at another mcp-hub
+//! package directory; 1MCP is reported as not measured, its package cannot be installed).
 
 #[cfg(unix)]
 mod bench {
@@ -41,7 +42,8 @@ mod bench {
         /// Also write the table (with command, machine and date) to this Markdown file.
         #[arg(long)]
         write: Option<PathBuf>,
-        /// Only the per-call latency rows (direct vs runtime, both eras), for quick A/B runs.
+        /// Only the per-call latency rows (direct vs runtime, both eras, the floors and the
+        /// peers, with the memory and idle wake-up rows of the runtime and the peers).
         #[arg(long, conflicts_with = "write")]
         latency_only: bool,
         /// Calls per latency row (default 5,000); raise it to keep the runtime busy long
@@ -565,7 +567,7 @@ mod bench {
         Bridge,
     }
 
-    /// Why 1MCP has no row: the bench would start it like mcp-hub, but it cannot be installed.
+    /// Why 1MCP has no row (reported as "not measured"; a smoke run does not fail for it).
     const ONE_MCP_WHY: &str = "@1mcp/agent cannot be installed: the npm registry the project's \
         machines reach answers 404 Not Found for it (`npm view @1mcp/agent`), so \
         scripts/install-test-tools does not install it";
@@ -2433,12 +2435,8 @@ mod bench {
                 .is_ok_and(|d| d.trim() == "haltpoll")
     }
 
-    fn write_doc(path: &std::path::Path, r: &Report, smoke: bool) -> Result<()> {
-        let mut s = String::new();
-        s.push_str("# Benchmarks\n\nProduced by (one line; run it on a quiet machine):\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools && TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md\n```\n\n");
-        s.push_str(&machine());
-        s.push_str(
-            "How: the direct baseline writes JSON-RPC lines to the fixture upstream's stdin and \
+    /// The document's account of how each row is measured.
+    const HOW: &str = "How: the direct baseline writes JSON-RPC lines to the fixture upstream's stdin and \
              reads its replies (blocking, one process). The runtime and peer rows send the same \
              calls with a minimal blocking HTTP/1.1 client on one keep-alive connection, so the \
              added latency is the cost of the path, not of a client library; the reqwest row \
@@ -2464,9 +2462,19 @@ mod bench {
              the stack. The trivial HTTP server answers a canned result itself; \
              \"own cost\" is a system's p50 minus its. mcp-hub runs offline (a fresh \
              marketplace cache) and is called over its HTTP+SSE transport (POST, `202`, the \
-             answer on the event stream). \"CPU per call\" is each process's on-CPU time \
-             (`/proc/PID/schedstat`) over the rounds divided by the calls through its system, \
-             untimed ones included. The other per-call rows: \
+             answer on the event stream). ContextForge runs offline on its SQLite default in a fresh \
+             directory, behind its own stdio bridge (`mcpgateway.translate`, Streamable HTTP), \
+             registered as a gateway and called through a virtual server with a bearer token, \
+             with loopback upstreams allowed, its rate limit off and stateful sessions (so it \
+             keeps one upstream session per client session), 20 untimed calls per block; 1MCP \
+             is not measured (its package cannot be installed here). \"CPU per call\" is the \
+             on-CPU time over the rounds divided by the calls through the system, untimed ones \
+             included: per process from `/proc/PID/stat` (utime + stime) for the runtime and the \
+             floors, and for a peer per thread from `/proc/PID/task/*/schedstat` over its whole \
+             process tree without the upstream. The RSS row sums VmRSS over the same trees (the \
+             runtime's: kernel, frontend, shim manager, workers) after the echo rounds; the \
+             peers' idle wake-ups are their trees' voluntary context switches over 60 s, 12 s \
+             after the rounds, with no client connected. The other per-call rows: \
              percentiles over n timed calls after 200 untimed ones; the throughput rows count \
              every call of their window. The list_changed rows time a listener's \
              `subscriptions/listen` stream from a worker's SIGKILL (the fence) and from the \
@@ -2478,8 +2486,13 @@ mod bench {
              and no change; each process's voluntary context switches (every thread's, a thread \
              that ended counting as one) over 60 s, counted once the one-off work after the start \
              has ended (each worker's start deadline, `startMs` 3 s there, and the kernel's \
-             blocking threads, which end 10 s after their last use).\n\n",
-        );
+             blocking threads, which end 10 s after their last use).\n\n";
+
+    fn write_doc(path: &std::path::Path, r: &Report, smoke: bool) -> Result<()> {
+        let mut s = String::new();
+        s.push_str("# Benchmarks\n\nProduced by (one line; run it on a quiet machine):\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools && TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md\n```\n\n");
+        s.push_str(&machine());
+        s.push_str(HOW);
         s.push_str(&tables(r, smoke));
         if guest_halt_polling_off() {
             s.push_str(
