@@ -45,6 +45,23 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The on-CPU time of `pid` in ns: the first field of `/proc/PID/task/TID/schedstat`, summed
+/// over its threads (nanosecond precision, where `/proc/PID/stat` counts 10 ms ticks). A thread
+/// that has ended is no longer counted; `None` when the process is gone.
+pub fn on_cpu_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut sum = 0;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        sum += stat
+            .split_whitespace()
+            .next()
+            .and_then(|ns| ns.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(sum)
+}
+
 /// The wake-ups of one process so far: each thread's `voluntary_ctxt_switches` (from
 /// `/proc/PID/task/*/status`), each one a wake-up from a wait. Compare two with
 /// [`Wakeups::since`].
@@ -319,5 +336,21 @@ mod tests {
         assert!(zombie_children(std::process::id()).contains(&pid));
         let _ = child.wait();
         assert!(info(pid).is_none() || !zombie_children(std::process::id()).contains(&pid));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn counts_this_process_on_cpu_time() {
+        let me = std::process::id();
+        let before = on_cpu_ns(me).unwrap_or_else(|| panic!("no schedstat for this process"));
+        let start = Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let after = on_cpu_ns(me).unwrap_or(0);
+        // 50 ms of spinning shows as at least 10 ms on the CPU, even on a loaded machine.
+        assert!(after >= before + 10_000_000, "{before} → {after} ns ({x})");
+        assert_eq!(on_cpu_ns(u32::MAX), None);
     }
 }

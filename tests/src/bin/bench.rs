@@ -5,16 +5,19 @@
 //! (`--smoke`: a few iterations, only checks that every section works; CI runs that).
 //! Compares the runtime with a direct stdio call, the architectural floor
 //! (`tutti-floor-front` + `tutti-floor-worker`, see `tutti_tests::floor`) on its blocking
-//! stack and on the runtime's (tokio + axum, serde_json), a trivial HTTP server and two peers
-//! (mcp-hub 4.2.1, supergateway 4.0.0; `scripts/install-test-tools` installs them;
-//! `TUTTI_MCP_HUB_DIR` points at another mcp-hub package directory).
+//! stack and on the runtime's (tokio + axum, serde_json), a trivial HTTP server and the peers
+//! (mcp-hub 4.2.1, supergateway 4.0.0, ContextForge 1.0.7.post20260921;
+//! `scripts/install-test-tools` installs them; `TUTTI_MCP_HUB_DIR` points at another mcp-hub
+//! package directory; 1MCP is reported as not measured, its package cannot be installed).
 
 #[cfg(unix)]
 mod bench {
     mod bridge;
+    mod contextforge;
     mod idle;
     mod market;
     mod otel_ab;
+    mod peer_costs;
     mod systems;
     mod tool_search;
     use std::io::{BufRead, BufReader, Write};
@@ -39,7 +42,8 @@ mod bench {
         /// Also write the table (with command, machine and date) to this Markdown file.
         #[arg(long)]
         write: Option<PathBuf>,
-        /// Only the per-call latency rows (direct vs runtime, both eras), for quick A/B runs.
+        /// Only the per-call latency rows (direct vs runtime, both eras, the floors and the
+        /// peers, with the memory and idle wake-up rows of the runtime and the peers).
         #[arg(long, conflicts_with = "write")]
         latency_only: bool,
         /// Calls per latency row (default 5,000); raise it to keep the runtime busy long
@@ -524,12 +528,13 @@ mod bench {
     enum Via {
         /// The runtime's frontend, in an era, with or without a `progressToken`.
         Runtime(Era, bool),
-        /// A system answering MCP over HTTP/1.1 on `url` (stateful peers: with a session),
-        /// calling `tool`.
+        /// A system answering MCP over HTTP/1.1 on `url` (stateful peers: with a session;
+        /// with a bearer `token` unless empty), calling `tool`.
         Http {
             url: String,
             session: Option<String>,
             tool: &'static str,
+            token: String,
         },
         /// mcp-hub's HTTP+SSE transport.
         Hub(systems::SseClient),
@@ -554,9 +559,22 @@ mod bench {
         Trivial,
         Hub,
         Gateway,
+        /// IBM ContextForge's gateway with its stdio bridge (`contextforge`).
+        ContextForge,
+        /// 1MCP (`@1mcp/agent`): not measured, see [`ONE_MCP_WHY`].
+        OneMcp,
         /// The runtime through `tutti mcp-stdio` (CPU: the bridge process alone).
         Bridge,
     }
+
+    /// Why 1MCP has no row (reported as "not measured"; a smoke run does not fail for it).
+    const ONE_MCP_WHY: &str = "@1mcp/agent cannot be installed: the npm registry the project's \
+        machines reach answers 404 Not Found for it (`npm view @1mcp/agent`), so \
+        scripts/install-test-tools does not install it";
+
+    /// ContextForge's untimed calls per block: about a second at its latency, as long as the
+    /// other rows' 200 (each of its calls takes tens of ms where theirs take hundreds of µs).
+    const CONTEXTFORGE_WARMUP: usize = 20;
 
     impl System {
         fn label(self) -> &'static str {
@@ -576,8 +594,21 @@ mod bench {
                 System::Trivial => "tools/call, trivial HTTP server (canned answer, no upstream)",
                 System::Hub => "tools/call echo via mcp-hub 4.2.1 (peer, HTTP+SSE)",
                 System::Gateway => "tools/call echo via supergateway 4.0.0 (peer)",
+                System::ContextForge => {
+                    "tools/call echo via ContextForge 1.0.7.post20260921 (peer, Streamable HTTP)"
+                }
+                System::OneMcp => "tools/call echo via 1MCP (peer)",
                 System::Bridge => "tools/call echo via the stdio bridge (tutti mcp-stdio), legacy",
             }
+        }
+
+        /// A peer: its CPU is read per thread from `/proc/PID/task/*/schedstat` over its
+        /// whole process tree (see `peer_costs`).
+        fn is_peer(self) -> bool {
+            matches!(
+                self,
+                System::Hub | System::Gateway | System::ContextForge | System::OneMcp
+            )
         }
 
         fn short(self) -> &'static str {
@@ -590,7 +621,9 @@ mod bench {
                 System::FloorStack => "floor on the stack",
                 System::Trivial => "trivial",
                 System::Hub => "mcp-hub",
-                System::Gateway => "peer",
+                System::Gateway => "supergateway",
+                System::ContextForge => "ContextForge",
+                System::OneMcp => "1MCP",
                 System::Bridge => "stdio bridge",
             }
         }
@@ -603,6 +636,8 @@ mod bench {
         samples: Vec<Duration>,
         /// Calls made through this row, untimed ones included.
         calls: usize,
+        /// Untimed calls before each block.
+        warmup: usize,
     }
 
     impl EchoRow {
@@ -612,34 +647,45 @@ mod bench {
                 via,
                 samples: Vec::with_capacity(n),
                 calls: 0,
+                warmup: WARMUP_CALLS,
             }
         }
 
+        /// With `warmup` untimed calls before each block instead of [`WARMUP_CALLS`].
+        fn with_warmup(self, warmup: usize) -> EchoRow {
+            EchoRow { warmup, ..self }
+        }
+
         /// One block: a fresh connection (Node peers close connections idle for 5 s), then
-        /// [`WARMUP_CALLS`] untimed calls and `share` timed ones.
+        /// the row's untimed calls and `share` timed ones.
         fn block(&mut self, url: &str, token: &str, share: usize) -> Result<()> {
             let echo = json!({"message": "x"});
+            let warmup = self.warmup;
             let v = match &mut self.via {
                 Via::Runtime(era, progress) => {
                     let mut c = RawHttp::connect(url, token, None)?;
                     c.progress = *progress;
-                    c.tool_calls(*era, "bench_echo", &echo, share)?
+                    c.tool_calls_after(*era, "bench_echo", &echo, share, warmup)?
                 }
-                Via::Http { url, session, tool } => RawHttp::connect(url, "", session.as_deref())?
-                    .tool_calls(Era::Legacy, tool, &echo, share)?,
-                Via::Hub(c) => {
-                    c.tool_calls("echo__echo", &echo.to_string(), share, WARMUP_CALLS)?
-                }
-                Via::RuntimeAt { url, token } => RawHttp::connect(url, token, None)?.tool_calls(
+                Via::Http {
+                    url,
+                    session,
+                    tool,
+                    token,
+                } => RawHttp::connect(url, token, session.as_deref())?.tool_calls_after(
                     Era::Legacy,
-                    "bench_echo",
+                    tool,
                     &echo,
                     share,
+                    warmup,
                 )?,
-                Via::Bridge(b) => b.tool_calls("bench_echo", &echo, share, WARMUP_CALLS)?,
+                Via::Hub(c) => c.tool_calls("echo__echo", &echo.to_string(), share, warmup)?,
+                Via::RuntimeAt { url, token } => RawHttp::connect(url, token, None)?
+                    .tool_calls_after(Era::Legacy, "bench_echo", &echo, share, warmup)?,
+                Via::Bridge(b) => b.tool_calls("bench_echo", &echo, share, warmup)?,
             };
             self.samples.extend(v);
-            self.calls += share + WARMUP_CALLS;
+            self.calls += share + warmup;
             Ok(())
         }
     }
@@ -650,6 +696,8 @@ mod bench {
         rows: Vec<EchoRow>,
         /// CPU time per call of each system's processes (`None`: a counter was unreadable).
         cpu: Vec<(System, Vec<Option<Duration>>)>,
+        /// Each system's processes, in the order of `cpu`.
+        pids: Vec<(System, Vec<u32>)>,
     }
 
     impl EchoRows {
@@ -692,7 +740,7 @@ mod bench {
         let mut direct_samples = Vec::with_capacity(n);
         let before: Vec<Vec<Option<u64>>> = pids
             .iter()
-            .map(|(_, p)| p.iter().map(|&p| cpu_ns(p)).collect())
+            .map(|(s, p)| p.iter().map(|&p| cpu_counter(*s, p)).collect())
             .collect();
         tokio::task::block_in_place(|| -> Result<()> {
             for round in 0..rounds {
@@ -719,7 +767,7 @@ mod bench {
                     .iter()
                     .zip(before)
                     .map(|(&pid, b)| {
-                        let spent = cpu_ns(pid)?.checked_sub(b?)?;
+                        let spent = cpu_counter(*system, pid)?.checked_sub(b?)?;
                         Some(Duration::from_nanos(spent / calls.max(1) as u64))
                     })
                     .collect();
@@ -730,12 +778,13 @@ mod bench {
             direct: direct_samples,
             rows,
             cpu,
+            pids: pids.to_vec(),
         })
     }
-
     /// The systems compared with the runtime in the echo rounds. The floor and the trivial
     /// server are this crate's binaries and must start; a peer that cannot start is reported
-    /// as "not measured" with the reason (and fails a `--smoke` run: CI installs the peers).
+    /// as "not measured" with the reason (and fails a `--smoke` run, CI installs the peers,
+    /// except 1MCP, which cannot be installed: [`ONE_MCP_WHY`]).
     struct Peers {
         floor: systems::Floor,
         floor_verify: systems::Floor,
@@ -743,9 +792,13 @@ mod bench {
         trivial: (systems::Proc, String),
         hub: Result<(systems::Hub, systems::SseClient)>,
         gateway: Result<(systems::Proc, String, String)>,
+        contextforge: Result<contextforge::ContextForge>,
     }
 
     async fn start_peers() -> Result<Peers> {
+        // ContextForge starts slowest (it migrates a fresh database): in the background.
+        let ports = (free_port()?, free_port()?);
+        let contextforge = tokio::spawn(contextforge::start(fixture_bin(), ports));
         let start =
             |verify, stack| systems::Floor::start(tutti_tests::bin, &fixture_bin(), verify, stack);
         let floor = start(false, Stack::Blocking)?;
@@ -763,6 +816,7 @@ mod bench {
             Ok((hub, client))
         });
         let gateway = start_gateway().await;
+        let contextforge = contextforge.await?;
         Ok(Peers {
             floor,
             floor_verify,
@@ -770,6 +824,7 @@ mod bench {
             trivial,
             hub,
             gateway,
+            contextforge,
         })
     }
 
@@ -782,6 +837,40 @@ mod bench {
         dir.join("dist/cli.js").is_file().then_some(dir)
     }
 
+    /// The rows of the echo rounds and each system's processes (for CPU per call), the
+    /// process trees of the runtime and the peers (for memory and idle wake-ups), and why a
+    /// peer has no row.
+    #[derive(Default)]
+    struct EchoSet {
+        rows: Vec<EchoRow>,
+        pids: Vec<(System, Vec<u32>)>,
+        trees: Vec<peer_costs::Tree>,
+        not_measured: Vec<(System, String)>,
+    }
+
+    impl EchoSet {
+        /// A peer's row; its processes are the trees of `roots` without the upstream.
+        fn peer(&mut self, row: EchoRow, roots: &[u32]) {
+            let pids = peer_costs::tree(roots, &fixture_bin());
+            self.trees.push(peer_costs::Tree {
+                name: row.system.short(),
+                pids: pids.clone(),
+            });
+            self.pids.push((row.system, pids));
+            self.rows.push(row);
+        }
+    }
+
+    /// A row calling `tool` over HTTP/1.1 without a token.
+    fn http(url: &str, session: Option<&str>, tool: &'static str) -> Via {
+        Via::Http {
+            url: url.to_string(),
+            session: session.map(str::to_string),
+            tool,
+            token: String::new(),
+        }
+    }
+
     async fn echo_section(
         r: &mut Report,
         rt: &Runtime,
@@ -790,73 +879,111 @@ mod bench {
         n: usize,
         smoke: bool,
     ) -> Result<()> {
+        let peers = start_peers().await?;
+        let mut set = EchoSet {
+            rows: baseline_rows(&peers, n),
+            pids: vec![
+                (
+                    System::Runtime,
+                    vec![
+                        frontend_pid(rt.state_dir()),
+                        worker_pid(rt.state_dir(), "bench").unwrap_or(0),
+                        kernel_pid(rt.state_dir()),
+                    ],
+                ),
+                (System::Floor, peers.floor.pids()),
+                (System::FloorVerify, peers.floor_verify.pids()),
+                (System::FloorStack, peers.floor_stack.pids()),
+            ],
+            trees: vec![peer_costs::Tree {
+                name: "runtime",
+                pids: tutti_tests::proc_tree::runtime_processes(kernel_pid(rt.state_dir()))
+                    .into_iter()
+                    .map(|(_, pid)| pid)
+                    .collect(),
+            }],
+            ..EchoSet::default()
+        };
         let Peers {
-            floor,
-            floor_verify,
-            floor_stack,
-            trivial,
             hub,
             gateway,
-        } = start_peers().await?;
-        let mut not_measured = Vec::new();
-        let http = |url: &str, session: Option<&str>, tool| Via::Http {
-            url: url.to_string(),
-            session: session.map(str::to_string),
-            tool,
-        };
-        let mut rows = vec![
+            contextforge,
+            ..
+        } = peers;
+        let _hub = hub_row(hub, n, &mut set);
+        bridge_row(rt, n, &mut set.rows, &mut set.pids)?;
+        peer_rows(&gateway, &contextforge, n, &mut set);
+        let must_run = |m: &&(System, String)| m.0 != System::OneMcp;
+        if smoke && let Some((system, why)) = set.not_measured.iter().find(must_run) {
+            bail!("{} not measured: {why}", system.label());
+        }
+        let _planes = plane_rows(n, &mut set.rows, &mut set.pids)?;
+        let mut calls = measure_echo_rows(url, token, n, set.rows, &set.pids)?;
+        report_planes(r, &mut calls);
+        // Ends the clients' connections (mcp-hub's event stream too) before the idle window.
+        report_echo(r, calls, &set.not_measured);
+        let costs = tokio::task::block_in_place(|| peer_costs::rows(&set.trees, smoke));
+        for (what, value) in costs {
+            r.row(&what, value);
+        }
+        Ok(())
+    }
+
+    /// The rows of the runtime (both eras, and with progress), the floors and the trivial
+    /// server.
+    fn baseline_rows(peers: &Peers, n: usize) -> Vec<EchoRow> {
+        vec![
             EchoRow::new(System::Runtime, Via::Runtime(Era::Legacy, false), n),
             EchoRow::new(System::Runtime, Via::Runtime(Era::Modern, false), n),
             EchoRow::new(System::Runtime, Via::Runtime(Era::Legacy, true), n),
-            EchoRow::new(System::Floor, http(&floor.url, None, "bench_echo"), n),
+            EchoRow::new(System::Floor, http(&peers.floor.url, None, "bench_echo"), n),
             EchoRow::new(
                 System::FloorVerify,
-                http(&floor_verify.url, None, "bench_echo"),
+                http(&peers.floor_verify.url, None, "bench_echo"),
                 n,
             ),
             EchoRow::new(
                 System::FloorStack,
-                http(&floor_stack.url, None, "bench_echo"),
+                http(&peers.floor_stack.url, None, "bench_echo"),
                 n,
             ),
-            EchoRow::new(System::Trivial, http(&trivial.1, None, "echo"), n),
-        ];
-        let mut pids = vec![
-            (
-                System::Runtime,
-                vec![
-                    frontend_pid(rt.state_dir()),
-                    worker_pid(rt.state_dir(), "bench").unwrap_or(0),
-                    kernel_pid(rt.state_dir()),
-                ],
-            ),
-            (System::Floor, floor.pids()),
-            (System::FloorVerify, floor_verify.pids()),
-            (System::FloorStack, floor_stack.pids()),
-        ];
-        let _hub = hub_row(hub, n, &mut rows, &mut pids, &mut not_measured);
-        bridge_row(rt, n, &mut rows, &mut pids)?;
-        match &gateway {
-            Ok((proc, url, session)) => {
-                rows.push(EchoRow::new(
-                    System::Gateway,
-                    http(url, Some(session), "echo"),
-                    n,
-                ));
-                pids.push((System::Gateway, vec![proc.pid()]));
-            }
-            Err(e) => not_measured.push((System::Gateway, format!("{e:#}"))),
-        }
-        if smoke && let Some((system, why)) = not_measured.first() {
-            bail!("{} not measured: {why}", system.label());
-        }
-        let _planes = plane_rows(n, &mut rows, &mut pids)?;
-        let mut calls = measure_echo_rows(url, token, n, rows, &pids)?;
-        report_planes(r, &mut calls);
-        report_echo(r, calls, &not_measured);
-        Ok(())
+            EchoRow::new(System::Trivial, http(&peers.trivial.1, None, "echo"), n),
+        ]
     }
 
+    /// supergateway's and ContextForge's rows, or why they are not measured, and 1MCP's
+    /// reason.
+    fn peer_rows(
+        gateway: &Result<(systems::Proc, String, String)>,
+        contextforge: &Result<contextforge::ContextForge>,
+        n: usize,
+        set: &mut EchoSet,
+    ) {
+        match gateway {
+            Ok((proc, url, session)) => {
+                let via = http(url, Some(session), "echo");
+                set.peer(EchoRow::new(System::Gateway, via, n), &[proc.pid()]);
+            }
+            Err(e) => set.not_measured.push((System::Gateway, format!("{e:#}"))),
+        }
+        match contextforge {
+            Ok(cf) => {
+                let via = Via::Http {
+                    url: cf.url.clone(),
+                    session: Some(cf.session.clone()),
+                    tool: contextforge::TOOL,
+                    token: cf.token.clone(),
+                };
+                let row = EchoRow::new(System::ContextForge, via, n);
+                set.peer(row.with_warmup(CONTEXTFORGE_WARMUP), &cf.pids());
+            }
+            Err(e) => set
+                .not_measured
+                .push((System::ContextForge, format!("{e:#}"))),
+        }
+        set.not_measured
+            .push((System::OneMcp, ONE_MCP_WHY.to_owned()));
+    }
     /// The stdio bridge's echo row: `tutti mcp-stdio` in front of the same runtime.
     fn bridge_row(
         rt: &Runtime,
@@ -882,18 +1009,18 @@ mod bench {
     fn hub_row(
         hub: Result<(systems::Hub, systems::SseClient)>,
         n: usize,
-        rows: &mut Vec<EchoRow>,
-        pids: &mut Vec<(System, Vec<u32>)>,
-        not_measured: &mut Vec<(System, String)>,
+        set: &mut EchoSet,
     ) -> Option<systems::Hub> {
         match hub {
             Ok((hub, client)) => {
-                rows.push(EchoRow::new(System::Hub, Via::Hub(client), n));
-                pids.push((System::Hub, vec![hub.proc.pid()]));
+                set.peer(
+                    EchoRow::new(System::Hub, Via::Hub(client), n),
+                    &[hub.proc.pid()],
+                );
                 Some(hub)
             }
             Err(e) => {
-                not_measured.push((System::Hub, format!("{e:#}")));
+                set.not_measured.push((System::Hub, format!("{e:#}")));
                 None
             }
         }
@@ -1047,7 +1174,7 @@ mod bench {
         );
         report_runtime_cpu(r, &calls, floor_total, fs_total);
         report_bridge(r, &mut calls, legacy50);
-        report_peers(r, &mut calls, not_measured, d50, t50, own);
+        report_peers(r, &mut calls, not_measured, (d50, d99), t50, own);
     }
 
     /// The stdio bridge's row, what it adds to the runtime's legacy p50 (measured in the same
@@ -1234,31 +1361,47 @@ mod bench {
         (fs50, total)
     }
 
+    /// The peers' rows: latency, added latency over direct (`direct`: its p50 and p99), CPU
+    /// per call of the process tree, own cost, and the target on mcp-hub's.
     fn report_peers(
         r: &mut Report,
         calls: &mut EchoRows,
         not_measured: &[(System, String)],
-        d50: Duration,
+        direct: (Duration, Duration),
         t50: Duration,
         mut own: Vec<(&'static str, Duration)>,
     ) {
+        let (d50, d99) = direct;
         let mut hub_own = None;
-        for system in [System::Hub, System::Gateway] {
+        let peers = [
+            System::Hub,
+            System::Gateway,
+            System::ContextForge,
+            System::OneMcp,
+        ];
+        for system in peers {
             let Some(v) = calls.take(|r| r.system == system) else {
                 let why = not_measured.iter().find(|m| m.0 == system);
                 let why = why.map_or("not started", |m| m.1.as_str());
                 r.row(system.label(), format!("not measured: {why}"));
                 continue;
             };
-            let p = p50(&v);
-            r.row(system.label(), summary(v).3);
+            let (p, _, p99, s) = summary(v);
+            r.row(system.label(), s);
             r.row(
                 &format!("  added latency over direct, {}", system.short()),
-                format!("p50 +{}", fmt_us(p.saturating_sub(d50))),
+                format!(
+                    "p50 +{} · p99 +{}",
+                    fmt_us(p.saturating_sub(d50)),
+                    fmt_us(p99.saturating_sub(d99))
+                ),
             );
             r.row(
-                &format!("  CPU per call, {} (node)", system.short()),
-                fmt_cpu(&calls.cpu(system).0),
+                &format!(
+                    "  CPU per call, {} (process tree without the upstream)",
+                    system.short()
+                ),
+                peer_cpu(calls, system),
             );
             own.push((system.short(), p.saturating_sub(t50)));
             if system == System::Hub {
@@ -1295,6 +1438,43 @@ mod bench {
                 false,
             ),
         }
+    }
+
+    /// A peer's CPU per call: the sum, and each process's by its name ("12 µs (node 12 µs)").
+    fn peer_cpu(calls: &EchoRows, system: System) -> String {
+        let (per, total) = calls.cpu(system);
+        let pids = calls.pids.iter().find(|p| p.0 == system);
+        let pids = pids.map(|p| p.1.as_slice()).unwrap_or_default();
+        let each = per
+            .iter()
+            .zip(pids)
+            .map(|(cpu, &pid)| {
+                let name = program(pid);
+                format!("{name} {}", cpu.map_or_else(|| "n/a".to_owned(), fmt_us))
+            })
+            .collect::<Vec<_>>()
+            .join(" · ");
+        format!(
+            "{} ({each})",
+            total.map_or_else(|| "n/a".to_owned(), fmt_us)
+        )
+    }
+
+    /// A process's program: its executable's file name, or for `python -m MODULE`, the module.
+    fn program(pid: u32) -> String {
+        let Some(info) = tutti_tests::proc_tree::info(pid) else {
+            return "gone".to_owned();
+        };
+        let argv: Vec<&str> = info.cmdline.split(' ').collect();
+        if let Some(at) = argv.iter().position(|a| *a == "-m")
+            && let Some(module) = argv.get(at + 1)
+        {
+            return (*module).to_owned();
+        }
+        let exe = std::path::Path::new(argv[0])
+            .file_name()
+            .unwrap_or_default();
+        exe.to_string_lossy().into_owned()
     }
 
     /// `--big-only`: a runtime with the bench connector and only the 1 MiB rows.
@@ -1846,6 +2026,16 @@ mod bench {
             .unwrap_or(0) as u32
     }
 
+    /// A process's CPU counter in ns: a peer's from its threads' `schedstat` (nanoseconds;
+    /// see [`System::is_peer`]), every other system's from [`cpu_ns`].
+    fn cpu_counter(system: System, pid: u32) -> Option<u64> {
+        if system.is_peer() {
+            tutti_tests::proc_tree::on_cpu_ns(pid)
+        } else {
+            cpu_ns(pid)
+        }
+    }
+
     /// CPU time of a whole process (every thread, exited ones included), in ns: utime +
     /// stime of `/proc/<pid>/stat`, in clock ticks (10 ms each, so
     /// compare it over thousands of calls). `None` for pid 0 or when unreadable.
@@ -2245,12 +2435,8 @@ mod bench {
                 .is_ok_and(|d| d.trim() == "haltpoll")
     }
 
-    fn write_doc(path: &std::path::Path, r: &Report, smoke: bool) -> Result<()> {
-        let mut s = String::new();
-        s.push_str("# Benchmarks\n\nProduced by (one line; run it on a quiet machine):\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools && TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md\n```\n\n");
-        s.push_str(&machine());
-        s.push_str(
-            "How: the direct baseline writes JSON-RPC lines to the fixture upstream's stdin and \
+    /// The document's account of how each row is measured.
+    const HOW: &str = "How: the direct baseline writes JSON-RPC lines to the fixture upstream's stdin and \
              reads its replies (blocking, one process). The runtime and peer rows send the same \
              calls with a minimal blocking HTTP/1.1 client on one keep-alive connection, so the \
              added latency is the cost of the path, not of a client library; the reqwest row \
@@ -2276,9 +2462,19 @@ mod bench {
              the stack. The trivial HTTP server answers a canned result itself; \
              \"own cost\" is a system's p50 minus its. mcp-hub runs offline (a fresh \
              marketplace cache) and is called over its HTTP+SSE transport (POST, `202`, the \
-             answer on the event stream). \"CPU per call\" is each process's on-CPU time \
-             (`/proc/PID/schedstat`) over the rounds divided by the calls through its system, \
-             untimed ones included. The other per-call rows: \
+             answer on the event stream). ContextForge runs offline on its SQLite default in a fresh \
+             directory, behind its own stdio bridge (`mcpgateway.translate`, Streamable HTTP), \
+             registered as a gateway and called through a virtual server with a bearer token, \
+             with loopback upstreams allowed, its rate limit off and stateful sessions (so it \
+             keeps one upstream session per client session), 20 untimed calls per block; 1MCP \
+             is not measured (its package cannot be installed here). \"CPU per call\" is the \
+             on-CPU time over the rounds divided by the calls through the system, untimed ones \
+             included: per process from `/proc/PID/stat` (utime + stime) for the runtime and the \
+             floors, and for a peer per thread from `/proc/PID/task/*/schedstat` over its whole \
+             process tree without the upstream. The RSS row sums VmRSS over the same trees (the \
+             runtime's: kernel, frontend, shim manager, workers) after the echo rounds; the \
+             peers' idle wake-ups are their trees' voluntary context switches over 60 s, 12 s \
+             after the rounds, with no client connected. The other per-call rows: \
              percentiles over n timed calls after 200 untimed ones; the throughput rows count \
              every call of their window. The list_changed rows time a listener's \
              `subscriptions/listen` stream from a worker's SIGKILL (the fence) and from the \
@@ -2290,8 +2486,13 @@ mod bench {
              and no change; each process's voluntary context switches (every thread's, a thread \
              that ended counting as one) over 60 s, counted once the one-off work after the start \
              has ended (each worker's start deadline, `startMs` 3 s there, and the kernel's \
-             blocking threads, which end 10 s after their last use).\n\n",
-        );
+             blocking threads, which end 10 s after their last use).\n\n";
+
+    fn write_doc(path: &std::path::Path, r: &Report, smoke: bool) -> Result<()> {
+        let mut s = String::new();
+        s.push_str("# Benchmarks\n\nProduced by (one line; run it on a quiet machine):\n\n```sh\ncargo build --release --workspace --bins && scripts/install-test-tools && TUTTI_BIN_DIR=$PWD/target/release target/release/tutti-bench --write docs/BENCHMARKS.md\n```\n\n");
+        s.push_str(&machine());
+        s.push_str(HOW);
         s.push_str(&tables(r, smoke));
         if guest_halt_polling_off() {
             s.push_str(
