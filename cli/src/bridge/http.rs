@@ -4,11 +4,15 @@
 
 use base64::Engine as _;
 use futures_util::StreamExt as _;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http_body_util::BodyExt as _;
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, StatusCode};
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 use tokio::sync::mpsc::UnboundedSender;
+
+use super::conn::{Answer, Connections, Endpoint, Failure};
 
 /// The 2025-06-18 session id header.
 pub(super) const SESSION_ID: &str = "mcp-session-id";
@@ -63,10 +67,10 @@ impl Peek {
     }
 }
 
-/// Where and as whom to send: the frontend's URL and this bridge's session.
-#[derive(Clone, Debug, Default)]
+/// Where and as whom to send: the frontend's endpoint and this bridge's session.
+#[derive(Clone, Debug)]
 pub(super) struct Target {
-    pub(super) url: String,
+    pub(super) endpoint: Endpoint,
     pub(super) token: String,
     pub(super) session_id: Option<String>,
     /// The version the 2025-06-18 `initialize` settled on.
@@ -141,32 +145,65 @@ struct Envelope {
     error: Option<IgnoredAny>,
 }
 
-/// Writes a response's messages to the client: a JSON body as one line, an event stream
-/// event by event. Returns every line written (the caller reads `initialize` results).
-pub(super) async fn relay(
-    response: reqwest::Response,
-    peek: &Peek,
-    out: &UnboundedSender<String>,
-) -> Vec<String> {
-    let status = response.status();
-    let event_stream = response
+/// POSTs one client message (`line`, as it came) with `headers`.
+pub(super) async fn post(
+    connections: &Connections,
+    target: &Target,
+    headers: HeaderMap,
+    line: String,
+) -> Result<Answer, Failure> {
+    connections
+        .send(&target.endpoint, Method::POST, headers, line)
+        .await
+}
+
+/// Whether an answer is an event stream.
+pub(super) fn is_event_stream(answer: &Answer) -> bool {
+    answer
+        .response
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with(EVENT_STREAM));
+        .is_some_and(|ct| ct.starts_with(EVENT_STREAM))
+}
+
+/// Writes a response's messages to the client: a JSON body as one line, an event stream
+/// event by event. Returns every line written (the caller reads `initialize` results). An
+/// answer read to its end leaves its connection open for the next message.
+pub(super) async fn relay(
+    answer: Answer,
+    peek: &Peek,
+    out: &UnboundedSender<String>,
+) -> Vec<String> {
+    let event_stream = is_event_stream(&answer);
+    let (response, lease) = answer.into_parts();
+    let status = response.status();
     let mut written = Vec::new();
     if event_stream {
-        let mut events = SseStream::from_bytes_stream(response.bytes_stream());
-        while let Some(Ok(event)) = events.next().await {
-            if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
-                let line = one_line(&data);
-                let _ = out.send(line.clone());
-                written.push(line);
+        let mut events = SseStream::new(response.into_body());
+        loop {
+            match events.next().await {
+                Some(Ok(event)) => {
+                    if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
+                        let line = one_line(&data);
+                        let _ = out.send(line.clone());
+                        written.push(line);
+                    }
+                }
+                Some(Err(_)) => return written,
+                None => break,
             }
         }
+        lease.reuse();
         return written;
     }
-    let body = response.text().await.unwrap_or_default();
+    let body = match response.into_body().collect().await {
+        Ok(body) => {
+            lease.reuse();
+            String::from_utf8_lossy(&body.to_bytes()).into_owned()
+        }
+        Err(_) => String::new(),
+    };
     // Checked, not built: a tool's result can be megabytes and passes through as it came.
     let envelope = serde_json::from_str::<Envelope>(&body)
         .ok()
@@ -189,7 +226,7 @@ pub(super) async fn relay(
 
 /// A non-JSON-RPC answer to a request: a JSON-RPC error naming the HTTP status.
 fn relay_refusal(
-    status: reqwest::StatusCode,
+    status: StatusCode,
     body: &str,
     peek: &Peek,
     out: &UnboundedSender<String>,
@@ -224,9 +261,10 @@ pub(super) fn settle(target: &mut Target, session: Option<String>, lines: &[Stri
     }
 }
 
-/// The session id header of a response.
-pub(super) fn session_of(response: &reqwest::Response) -> Option<String> {
-    response
+/// The session id header of an answer.
+pub(super) fn session_of(answer: &Answer) -> Option<String> {
+    answer
+        .response
         .headers()
         .get(SESSION_ID)
         .and_then(|v| v.to_str().ok())
@@ -235,13 +273,15 @@ pub(super) fn session_of(response: &reqwest::Response) -> Option<String> {
 
 /// Opens the 2025-06-18 notification stream of `target`.
 pub(super) async fn open_stream(
-    http: &reqwest::Client,
+    connections: &Connections,
     target: &Target,
-) -> reqwest::Result<reqwest::Response> {
+) -> Result<Answer, Failure> {
     let mut h = headers(target, &Peek::default());
     h.remove(CONTENT_TYPE);
     h.insert(ACCEPT, HeaderValue::from_static(EVENT_STREAM));
-    http.get(&target.url).headers(h).send().await
+    connections
+        .send(&target.endpoint, Method::GET, h, String::new())
+        .await
 }
 
 #[cfg(test)]
@@ -253,8 +293,11 @@ mod tests {
         let line = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"gh_ünï","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
         let peek = Peek::of(line);
         assert!(peek.id.is_some());
+        let Some(endpoint) = Endpoint::of("http://127.0.0.1:1/mcp/connector") else {
+            panic!("an http URL")
+        };
         let target = Target {
-            url: "http://127.0.0.1:1/mcp/connector".into(),
+            endpoint,
             token: "tts_x".into(),
             session_id: Some("sid".into()),
             legacy_version: Some("2025-06-18".into()),

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::{Mutex, Notify, RwLock};
 use tutti_proto::kernel::{Empty, IssueSessionRequest, RevokeSessionRequest};
 
+use super::conn::{Connections, Endpoint};
 use super::http::{self, Peek, Target};
 use super::params::ParamHeaders;
 use crate::error::CliError;
@@ -46,7 +47,7 @@ pub(super) enum Renewal {
 pub(super) struct Link {
     state_dir: PathBuf,
     request: IssueSessionRequest,
-    pub(super) http: reqwest::Client,
+    pub(super) http: Connections,
     /// The `x-mcp-header` declarations of the listed tools (2026-07-28).
     pub(super) params: ParamHeaders,
     current: RwLock<Current>,
@@ -104,17 +105,10 @@ impl Link {
         request: IssueSessionRequest,
     ) -> Result<Link, CliError> {
         let (target, kernel_pid) = issue(state_dir, &request).await?;
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| CliError::Bridge {
-                reason: e.to_string(),
-            })?;
         Ok(Link {
             state_dir: state_dir.to_path_buf(),
             request,
-            http,
+            http: Connections::default(),
             params: ParamHeaders::default(),
             current: RwLock::new(Current {
                 target,
@@ -220,25 +214,20 @@ impl Link {
         target.session_id = None;
         target.legacy_version = None;
         let peek = Peek::of(&line);
-        let post = self
-            .http
-            .post(&target.url)
-            .headers(http::headers(target, &peek));
-        let Ok(response) = post.body(line).send().await else {
+        let headers = http::headers(target, &peek);
+        let Ok(answer) = http::post(&self.http, target, headers, line).await else {
             return;
         };
-        let session = http::session_of(&response);
+        let session = http::session_of(&answer);
         let (sink, _drop) = tokio::sync::mpsc::unbounded_channel();
-        let answer = http::relay(response, &peek, &sink).await;
-        http::settle(target, session, &answer);
+        let lines = http::relay(answer, &peek, &sink).await;
+        http::settle(target, session, &lines);
         let headers = http::headers(target, &Peek::default());
-        let _ = self
-            .http
-            .post(&target.url)
-            .headers(headers)
-            .body(INITIALIZED)
-            .send()
-            .await;
+        let initialized = INITIALIZED.to_owned();
+        if let Ok(answer) = http::post(&self.http, target, headers, initialized).await {
+            // Read to its end (nothing is written): the connection serves the next message.
+            http::relay(answer, &Peek::default(), &sink).await;
+        }
     }
 
     /// Revokes this bridge's token (stdin closed).
@@ -269,8 +258,14 @@ async fn issue(state_dir: &Path, request: &IssueSessionRequest) -> Result<(Targe
         .await
         .map_err(|status| kernel.error(status))?
         .into_inner();
+    let endpoint = Endpoint::of(&reply.url).ok_or_else(|| CliError::Bridge {
+        reason: format!(
+            "the kernel named a frontend URL that is not http://: {}",
+            reply.url
+        ),
+    })?;
     let target = Target {
-        url: reply.url,
+        endpoint,
         token: reply.token,
         session_id: None,
         legacy_version: None,

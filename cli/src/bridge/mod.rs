@@ -9,9 +9,11 @@
 //! notice. A `tools/call` whose connection broke after it was sent is not sent again (it may
 //! have run): it is answered `[MCP_UNAVAILABLE]`. Closing stdin revokes the token.
 
+mod conn;
 mod http;
 mod link;
 mod params;
+mod stdio;
 mod subscriptions;
 
 use std::path::Path;
@@ -19,12 +21,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::StatusCode;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tutti_proto::kernel::IssueSessionRequest;
 
 use crate::args::McpStdioArgs;
 use crate::error::CliError;
+use conn::Failure;
 use http::Peek;
 use link::{Current, Link, Renewal};
 
@@ -47,9 +51,11 @@ fn call_lost(tool: Option<&str>) -> String {
 }
 
 pub(crate) async fn run(state_dir: &Path, args: McpStdioArgs) -> Result<ExitCode, CliError> {
+    // Dropped last, when the bridge ends: shared pipes are blocking again.
+    let (stdin, stdout, _restore) = stdio::open();
     let (out, rx) = mpsc::unbounded_channel::<String>();
-    let writer = tokio::spawn(write_stdout(rx));
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let writer = tokio::spawn(write_stdout(stdout, rx));
+    let mut lines = BufReader::new(stdin).lines();
     let request = IssueSessionRequest {
         workspace: args.workspace.unwrap_or_else(default_workspace),
         session: args
@@ -92,8 +98,7 @@ fn default_workspace() -> String {
         .unwrap_or_else(|_| "mcp-stdio".to_owned())
 }
 
-async fn write_stdout(mut rx: UnboundedReceiver<String>) {
-    let mut stdout = tokio::io::stdout();
+async fn write_stdout(mut stdout: stdio::Output, mut rx: UnboundedReceiver<String>) {
     while let Some(mut line) = rx.recv().await {
         line.push('\n');
         if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
@@ -125,14 +130,11 @@ async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
     loop {
         let current = link.current().await;
         let target = &current.target;
-        let post = link
-            .http
-            .post(&target.url)
-            .headers(http::headers(target, &peek));
-        let failure = match post.body(line.clone()).send().await {
-            Ok(response) if response.status() != reqwest::StatusCode::UNAUTHORIZED => {
-                let session = http::session_of(&response);
-                let answer = http::relay(response, &peek, &out).await;
+        let headers = http::headers(target, &peek);
+        let failure = match http::post(&link.http, target, headers, line.clone()).await {
+            Ok(answer) if answer.response.status() != StatusCode::UNAUTHORIZED => {
+                let session = http::session_of(&answer);
+                let answer = http::relay(answer, &peek, &out).await;
                 if modern && peek.method.as_deref() == Some("tools/list") {
                     link.params.learn(&answer);
                 }
@@ -146,7 +148,7 @@ async fn forward(link: Arc<Link>, line: String, out: UnboundedSender<String>) {
             Ok(unauthorized) => Some(unauthorized),
             // The connection broke after the call may have reached the frontend: it may have
             // run, so it is not sent twice. Anything else is sent again.
-            Err(e) if !e.is_connect() && peek.method.as_deref() == Some("tools/call") => {
+            Err(Failure::Cut) if peek.method.as_deref() == Some("tools/call") => {
                 if let Some(id) = &peek.id {
                     let lost = call_lost(peek.name.as_deref());
                     let _ = out.send(http::rpc_error(id, INTERNAL_ERROR, &lost));
@@ -194,9 +196,9 @@ async fn listen(link: Arc<Link>, epoch: u64, out: UnboundedSender<String>) {
             return;
         }
         match http::open_stream(&link.http, &current.target).await {
-            Ok(response) if response.status().is_success() => {
+            Ok(answer) if answer.response.status().is_success() => {
                 failures = 0;
-                http::relay(response, &Peek::default(), &out).await;
+                http::relay(answer, &Peek::default(), &out).await;
             }
             // No stream for this session (revoked, or not offered): nothing to relay.
             Ok(_) if failures > 0 => return,

@@ -9,11 +9,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::StatusCode;
-use reqwest::header::CONTENT_TYPE;
+use hyper::StatusCode;
 use serde_json::Value;
 use tokio::sync::mpsc::{self, UnboundedSender};
 
+use super::conn::Answer;
 use super::http::{self, Peek};
 use super::link::{Current, Link, Renewal};
 
@@ -30,7 +30,7 @@ enum Attempt {
     /// The stream ended; its final answer when one came (held back).
     Ended(Option<String>),
     /// 401: the token is not (or no longer) valid.
-    Refused(reqwest::Response),
+    Refused(Answer),
     /// No frontend answered.
     Unreachable,
 }
@@ -114,24 +114,15 @@ async fn attempt(
     id: &Value,
     out: &UnboundedSender<String>,
 ) -> Attempt {
-    let post = link
-        .http
-        .post(&current.target.url)
-        .headers(http::headers(&current.target, peek))
-        .body(line.to_owned());
-    let response = match post.send().await {
+    let headers = http::headers(&current.target, peek);
+    let response = match http::post(&link.http, &current.target, headers, line.to_owned()).await {
         Ok(response) => response,
         Err(_) => return Attempt::Unreachable,
     };
-    if response.status() == StatusCode::UNAUTHORIZED {
+    if response.response.status() == StatusCode::UNAUTHORIZED {
         return Attempt::Refused(response);
     }
-    let stream = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with("text/event-stream"));
-    if !stream {
+    if !http::is_event_stream(&response) {
         http::relay(response, peek, out).await;
         return Attempt::Answered;
     }

@@ -637,3 +637,95 @@ fn a_2026_07_28_listen_stream_through_the_bridge_goes_on_across_kernel_restarts(
         "the cancelled listen was answered: {after:?}"
     );
 }
+
+/// `initialize`, then a `tools/call` of `fx_echo`, over a bridge's stdin and stdout; the
+/// echoed text.
+fn initialize_and_echo(
+    input: &mut impl std::io::Write,
+    output: &mut impl std::io::BufRead,
+) -> String {
+    let mut exchange = |message: Value| {
+        writeln!(input, "{message}").unwrap_or_else(|e| panic!("write: {e}"));
+        message.get("id")?;
+        let mut line = String::new();
+        output
+            .read_line(&mut line)
+            .unwrap_or_else(|e| panic!("read: {e}"));
+        Some(serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
+    };
+    let init = exchange(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}),
+    );
+    assert!(
+        init.as_ref()
+            .is_some_and(|v| v["result"]["protocolVersion"] == "2025-06-18"),
+        "{init:?}"
+    );
+    exchange(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "fx_echo", "arguments": {"message": "through the descriptors"}}});
+    result_texts(&exchange(call).unwrap_or_default()["result"])
+}
+
+fn nonblocking(fd: &std::os::fd::OwnedFd) -> bool {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = fcntl(fd, FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("F_GETFL: {e}"));
+    OFlag::from_bits_truncate(flags).contains(OFlag::O_NONBLOCK)
+}
+
+/// Node's `child_process` gives its children socket pairs, most other clients pipes: the
+/// bridge answers on both. A pipe it shares with another process (as in a shell pipeline)
+/// is non-blocking while the bridge reads it, and blocking again once the bridge exits.
+#[test]
+fn the_bridge_serves_clients_on_socket_pairs_and_on_pipes_and_leaves_shared_pipes_blocking() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let mut rt = Runtime::start(RuntimeOptions::default());
+    rt.install_ok(&fixture_connector("fx", &["--tools", "echo"]), &[]);
+    rt.wait_status("fx", "ready", READY);
+    let pair = || UnixStream::pair().unwrap_or_else(|e| panic!("socketpair: {e}"));
+    let ((mut to_bridge, its_stdin), (from_bridge, its_stdout)) = (pair(), pair());
+    let mut sockets = rt
+        .tutti_cmd(&["mcp-stdio", "--workspace", "w", "--session", "sockets"])
+        .stdin(Stdio::from(OwnedFd::from(its_stdin)))
+        .stdout(Stdio::from(OwnedFd::from(its_stdout)))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run tutti mcp-stdio: {e}"));
+    let text = initialize_and_echo(&mut to_bridge, &mut BufReader::new(from_bridge));
+    assert_eq!(text, "through the descriptors");
+    drop(to_bridge);
+    let status = sockets.wait().unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(status.success(), "the bridge exits 0 when stdin closes");
+
+    // Pipes whose bridge ends this test holds too, as a shell pipeline would.
+    let pipe =
+        || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap_or_else(|e| panic!("pipe: {e}"));
+    let ((its_stdin, to_bridge), (from_bridge, its_stdout)) = (pipe(), pipe());
+    let dup = |fd: &OwnedFd| fd.try_clone().unwrap_or_else(|e| panic!("dup: {e}"));
+    let (shared_in, shared_out) = (dup(&its_stdin), dup(&its_stdout));
+    let mut pipes = rt
+        .tutti_cmd(&["mcp-stdio", "--workspace", "w", "--session", "pipes"])
+        .stdin(Stdio::from(its_stdin))
+        .stdout(Stdio::from(its_stdout))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run tutti mcp-stdio: {e}"));
+    let mut to_bridge = std::fs::File::from(to_bridge);
+    let mut from_bridge = BufReader::new(std::fs::File::from(from_bridge));
+    let text = initialize_and_echo(&mut to_bridge, &mut from_bridge);
+    assert_eq!(text, "through the descriptors");
+    assert!(
+        nonblocking(&shared_in) && nonblocking(&shared_out),
+        "the bridge reads and writes its pipes without blocking"
+    );
+    drop(to_bridge);
+    let status = pipes.wait().unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(status.success(), "the bridge exits 0 when stdin closes");
+    assert!(
+        !nonblocking(&shared_in) && !nonblocking(&shared_out),
+        "the pipes are blocking again after the bridge"
+    );
+}
