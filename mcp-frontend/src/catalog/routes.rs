@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -83,12 +83,40 @@ pub(crate) struct Tool {
     /// serialized once at commit time: a page is written by copying these bytes, never by
     /// cloning or re-serializing a `Value`. Revisions that see the same fields share one.
     pub(crate) projected: [Arc<RawValue>; 3],
-    pub(crate) validator: Arc<Validator>,
+    /// The input schema's validator, compiled at the tool's first call: compiled validators
+    /// took ~2 KiB per tool (40 MiB at 20,000 tools), most of which are never called. Whether
+    /// the schema compiles is checked when the tool is compiled, so this never fails for a
+    /// listed tool.
+    validator: OnceLock<Arc<Validator>>,
     pub(crate) param_headers: Vec<ParamHeader>,
     /// `low` | `medium` | `high`, computed by the kernel at commit (for the audit record).
     pub(crate) risk: String,
     /// The names as OpenTelemetry attributes (used only with export on).
     pub(crate) otel: crate::observe::otel::ToolNames,
+}
+
+impl Tool {
+    /// The input schema's validator (compiled now if this is the tool's first call).
+    pub(crate) fn validator(&self) -> Result<&Arc<Validator>, String> {
+        if let Some(v) = self.validator.get() {
+            return Ok(v);
+        }
+        let compiled = Arc::new(validate::compile(&self.input_schema())?);
+        Ok(self.validator.get_or_init(|| compiled))
+    }
+
+    /// The input schema as listed (every revision shows it).
+    fn input_schema(&self) -> Value {
+        #[derive(serde::Deserialize)]
+        struct Shown {
+            #[serde(rename = "inputSchema")]
+            input_schema: Option<Value>,
+        }
+        serde_json::from_str::<Shown>(self.projected[0].get())
+            .ok()
+            .and_then(|s| s.input_schema)
+            .unwrap_or_else(|| json!({"type": "object"}))
+    }
 }
 
 /// Why a remembered name is not routable any more.
@@ -531,18 +559,16 @@ fn compile_tool(
         .get("inputSchema")
         .cloned()
         .unwrap_or_else(|| json!({"type": "object"}));
-    let validator = match validate::compile(&input_schema) {
-        Ok(v) => Arc::new(v),
-        Err(problem) => {
-            tracing::warn!(
-                connector = %route.key,
-                tool = %routed.name,
-                %problem,
-                "skipping a tool whose input schema does not compile"
-            );
-            return None;
-        }
-    };
+    // Compiled to check it, then dropped: calls compile it again when needed (`Tool::validator`).
+    if let Err(problem) = validate::compile(&input_schema) {
+        tracing::warn!(
+            connector = %route.key,
+            tool = %routed.name,
+            %problem,
+            "skipping a tool whose input schema does not compile"
+        );
+        return None;
+    }
     let projected = project(
         &routed.name,
         &routed.upstream_name,
@@ -569,7 +595,7 @@ fn compile_tool(
         upstream_name: routed.upstream_name.clone(),
         connector: connector.clone(),
         projected,
-        validator,
+        validator: OnceLock::new(),
         param_headers: validate::param_headers(&input_schema),
         risk: routed.risk.clone(),
         otel: crate::observe::otel::ToolNames::new(&connector.key, &routed.name),

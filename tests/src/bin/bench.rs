@@ -15,6 +15,7 @@ mod bench {
     mod idle;
     mod market;
     mod otel_ab;
+    mod scale;
     mod systems;
     mod tool_search;
     use std::io::{BufRead, BufReader, Write};
@@ -67,6 +68,11 @@ mod bench {
         /// install and npx's first download would almost double that run.
         #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab", "big_only", "idle_only"])]
         market_only: bool,
+        /// Only the scale rows: 200 connectors × 100 tools against 2 connectors (start to
+        /// ready, an upgrade, tools/list, the CLI, memory, call latency, memory left behind
+        /// after installing and uninstalling 198); `--smoke`: 5 × 10.
+        #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab", "big_only", "idle_only", "market_only"])]
+        scale_only: bool,
     }
 
     struct Scale {
@@ -151,6 +157,12 @@ mod bench {
         if args.market_only {
             return market_rows(&mut Report::default(), args.smoke);
         }
+        if args.scale_only {
+            let mut r = Report::default();
+            tokio::task::block_in_place(|| scale::rows(&mut r, args.smoke))?;
+            print_targets(&r, args.smoke);
+            return Ok(());
+        }
         let scale = scale(&args);
         let mut r = Report::default();
 
@@ -183,6 +195,10 @@ mod bench {
         rt.stop();
         // On fresh runtimes, once the measured one is gone.
         idle_rows(&mut r, args.smoke)?;
+        if args.smoke {
+            // The full size has a mode and a section of its own (`--scale-only`).
+            tokio::task::block_in_place(|| scale::rows(&mut r, true))?;
+        }
         print_targets(&r, args.smoke);
         if guest_halt_polling_off() {
             println!(
