@@ -63,14 +63,7 @@ pub async fn run_until(
     k.settle_auth_at_start();
     crate::connect::oauth::revoke_reclaimed(&k, reclaimed);
     let export = crate::telemetry::otel::observe(&k);
-    for (key, err) in broken {
-        let why = format!(
-            "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
-        );
-        let mut conn = state::ConnState::new(&key);
-        conn.life = lifecycle::Connector::unreadable(&key, why);
-        lock(&k.inner).conns.insert(key, conn);
-    }
+    mark_unreadable(&k, broken);
 
     let endpoint = transport::kernel_endpoint(&state_dir);
     let incoming = transport::bind_granting(&endpoint, config.pipe_grant.as_ref())?;
@@ -458,6 +451,18 @@ async fn shutdown(k: &Arc<Kernel>) {
         futures_util::future::join_all(waits),
     )
     .await;
+}
+
+/// Connectors whose installed release cannot be read: listed with why and the fix, not started.
+fn mark_unreadable(k: &Kernel, broken: Vec<(String, String)>) {
+    for (key, err) in broken {
+        let why = format!(
+            "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
+        );
+        let mut conn = state::ConnState::new(&key);
+        conn.life = lifecycle::Connector::unreadable(&key, why);
+        lock(&k.inner).conns.insert(key, conn);
+    }
 }
 
 /// Free heap goes back to the system once route changes (commits, fences, uninstalls) have

@@ -27,7 +27,10 @@ impl AfterChanges {
         tokio::spawn(async move {
             loop {
                 changes.notified().await;
-                while tokio::time::timeout(quiet, changes.notified()).await.is_ok() {}
+                while tokio::time::timeout(quiet, changes.notified())
+                    .await
+                    .is_ok()
+                {}
                 let _ = tokio::task::spawn_blocking(release_free_memory).await;
             }
         });

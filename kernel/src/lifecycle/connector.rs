@@ -364,8 +364,8 @@ impl Connector {
             summary,
         });
         let serve = pin::serve_pinned(pinned, &tools);
-        let unchanged = self.live == Some(g)
-            && self.served == Some(pin::fingerprint(&pin::entries(&serve)));
+        let unchanged =
+            self.live == Some(g) && self.served == Some(pin::fingerprint(&pin::entries(&serve)));
         (serve, unchanged)
     }
 

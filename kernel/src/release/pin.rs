@@ -142,7 +142,9 @@ fn other_entry(kind: &str, name: &str, definition_json: &str) -> Entry {
 
 /// The pinned definition of a prompt, resource or template (`None` when it is not pinned).
 fn pinned_other(pinned: &BTreeMap<(&str, &str), &Entry>, kind: &str, name: &str) -> Option<String> {
-    pinned.get(&(kind, name)).map(|e| e.definition.text().to_owned())
+    pinned
+        .get(&(kind, name))
+        .map(|e| e.definition.text().to_owned())
 }
 
 fn tool_entry(t: &ValidTool) -> Entry {

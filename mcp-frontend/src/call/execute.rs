@@ -202,8 +202,7 @@ async fn execute_call(
         Ok(v) => v,
         Err(problem) => return invalid_arguments(&problem),
     };
-    let arguments_json = match validate::check_and_encode(&app.checks, validator, arguments).await
-    {
+    let arguments_json = match validate::check_and_encode(&app.checks, validator, arguments).await {
         Ok(json) => json,
         Err(text) => return invalid_arguments(&text),
     };

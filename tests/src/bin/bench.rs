@@ -158,10 +158,7 @@ mod bench {
             return market_rows(&mut Report::default(), args.smoke);
         }
         if args.scale_only {
-            let mut r = Report::default();
-            tokio::task::block_in_place(|| scale::rows(&mut r, args.smoke))?;
-            print_targets(&r, args.smoke);
-            return Ok(());
+            return scale_only(args.smoke);
         }
         let scale = scale(&args);
         let mut r = Report::default();
@@ -194,11 +191,7 @@ mod bench {
 
         rt.stop();
         // On fresh runtimes, once the measured one is gone.
-        idle_rows(&mut r, args.smoke)?;
-        if args.smoke {
-            // The full size has a mode and a section of its own (`--scale-only`).
-            tokio::task::block_in_place(|| scale::rows(&mut r, true))?;
-        }
+        fresh_runtime_rows(&mut r, args.smoke)?;
         print_targets(&r, args.smoke);
         if guest_halt_polling_off() {
             println!(
@@ -209,6 +202,34 @@ mod bench {
         if let Some(path) = args.write {
             write_doc(&path, &r, args.smoke)?;
         }
+        Ok(())
+    }
+
+    /// The rows measured on runtimes of their own: idle wake-ups, and in a smoke run the scale
+    /// rows at 5 × 10 (the full size has a mode and a section of its own, `--scale-only`).
+    fn fresh_runtime_rows(r: &mut Report, smoke: bool) -> Result<()> {
+        idle_rows(r, smoke)?;
+        if smoke {
+            scale_rows(r, true)?;
+        }
+        Ok(())
+    }
+
+    /// `--scale-only`: the scale rows and their targets.
+    fn scale_only(smoke: bool) -> Result<()> {
+        let mut r = Report::default();
+        scale_rows(&mut r, smoke)?;
+        print_targets(&r, smoke);
+        Ok(())
+    }
+
+    /// The scale rows (blocking: runtimes started and stopped; printed as measured).
+    fn scale_rows(r: &mut Report, smoke: bool) -> Result<()> {
+        let open: scale::Connect =
+            |url, token| Ok(Box::new(RawHttp::connect(url, token, None)?) as Box<dyn scale::Post>);
+        let out = tokio::task::block_in_place(|| scale::rows(smoke, open))?;
+        r.rows.extend(out.rows);
+        r.targets.extend(out.targets);
         Ok(())
     }
 
@@ -1777,6 +1798,12 @@ mod bench {
         }
     }
 
+    impl scale::Post for RawHttp {
+        fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
+            RawHttp::post(self, extra_headers, body)
+        }
+    }
+
     impl tool_search::Post for RawHttp {
         fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
             RawHttp::post(self, extra_headers, body)
@@ -1796,22 +1823,7 @@ mod bench {
         tutti_tests::proc_tree::rss_kib(pid).unwrap_or(0)
     }
 
-    /// (Rss, Pss, Private) of a process in KiB, from `/proc/<pid>/smaps_rollup`.
-    fn smaps_kib(pid: u32) -> Option<(u64, u64, u64)> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-        let field = |name: &str| -> u64 {
-            text.lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        Some((
-            field("Rss:"),
-            field("Pss:"),
-            field("Private_Clean:") + field("Private_Dirty:"),
-        ))
-    }
+    use tutti_tests::proc_tree::smaps_kib;
 
     fn children_named(ppid: u32, name: &str) -> Vec<u32> {
         let mut out = Vec::new();

@@ -21,7 +21,48 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use tutti_tests::{Runtime, RuntimeOptions, fixture_connector, proc_tree};
 
-use super::{Era, RawHttp, Report, fmt_us, p50, ratio, smaps_kib, summary};
+/// One blocking HTTP/1.1 keep-alive connection to a frontend (the bench's raw client).
+pub(super) trait Post {
+    /// One POST with extra header lines; the status and the body.
+    fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)>;
+}
+
+/// Opens a [`Post`] connection to `url` with a bearer `token`.
+pub(super) type Connect = fn(&str, &str) -> Result<Box<dyn Post>>;
+
+/// The rows (what, value) and targets (what, measured, met) of the run; each row is printed
+/// as it is measured.
+#[derive(Default)]
+pub(super) struct Out {
+    pub(super) rows: Vec<(String, String)>,
+    pub(super) targets: Vec<(String, String, bool)>,
+}
+
+impl Out {
+    fn row(&mut self, what: &str, value: String) {
+        println!("{what:<58} {value}");
+        self.rows.push((what.to_owned(), value));
+    }
+
+    fn target(&mut self, what: &str, measured: String, met: bool) {
+        self.targets.push((what.to_owned(), measured, met));
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Era {
+    Legacy,
+    Modern,
+}
+
+impl Era {
+    fn name(self) -> &'static str {
+        match self {
+            Era::Legacy => "legacy 2025-06-18",
+            Era::Modern => "modern 2026-07-28",
+        }
+    }
+}
 
 /// Prompts and resources per connector.
 const PROMPTS: usize = 5;
@@ -75,9 +116,7 @@ fn key(i: usize) -> String {
 
 /// Connector `key` with `tools` tools (`echo` and generated ones), prompts and resources.
 fn manifest(key: &str, tools: usize) -> Value {
-    let mut args: Vec<String> = ["--tools", "echo", "--many"]
-        .map(str::to_owned)
-        .to_vec();
+    let mut args: Vec<String> = ["--tools", "echo", "--many"].map(str::to_owned).to_vec();
     args.push((tools - 1).to_string());
     args.extend(["--many-prompts".to_owned(), PROMPTS.to_string()]);
     for r in 0..RESOURCES {
@@ -93,6 +132,7 @@ fn manifest(key: &str, tools: usize) -> Value {
 /// One runtime of the run: its connectors' keys, a frontend URL and an `all` token.
 struct Side {
     rt: Runtime,
+    open: Connect,
     keys: Vec<String>,
     url: String,
     token: String,
@@ -100,7 +140,7 @@ struct Side {
 
 impl Side {
     /// A runtime with connectors `range`, installed and ready.
-    fn installed(range: std::ops::Range<usize>, tools: usize) -> Result<Side> {
+    fn installed(range: std::ops::Range<usize>, tools: usize, open: Connect) -> Result<Side> {
         let mut rt = Runtime::start(RuntimeOptions::default());
         let keys: Vec<String> = range.map(key).collect();
         for k in &keys {
@@ -111,6 +151,7 @@ impl Side {
         let token = rt.issue_token("bench", "scale");
         Ok(Side {
             rt,
+            open,
             keys,
             url,
             token,
@@ -151,11 +192,13 @@ impl Side {
             .as_str()
             .context("no frontendUrl after the restart")?
             .to_owned();
+        // Tokens live in the kernel's memory: the new one issues its own.
+        self.token = self.rt.issue_token("bench", "scale");
         Ok((after[after.len() - 1], after[0], after[after.len() / 2]))
     }
 
-    fn connect(&self, token: &str) -> Result<RawHttp> {
-        RawHttp::connect(&self.url, token, None)
+    fn connect(&self, token: &str) -> Result<Box<dyn Post>> {
+        (self.open)(&self.url, token)
     }
 }
 
@@ -220,22 +263,28 @@ fn record_time(record: &Value) -> Option<SystemTime> {
 }
 
 /// Every row and target of the scale run.
-pub(super) fn rows(r: &mut Report, smoke: bool) -> Result<()> {
+pub(super) fn rows(smoke: bool, open: Connect) -> Result<Out> {
+    let r = &mut Out::default();
     let plan = Plan::new(smoke);
     let n = plan.connectors;
     let load = load_average();
-    let mut control = Side::installed(0..BASE, plan.tools)?;
-    let mut small = Side::installed(0..BASE, plan.tools)?;
-    let mut big = Side::installed(0..n, plan.tools)?;
+    // The big runtime alone first: its memory is what one runtime of N connectors costs
+    // (pages of the programs shared with other runtimes would lower its PSS).
+    let mut big = Side::installed(0..n, plan.tools, open)?;
+    let big_up = big.fresh_up()?;
+    upgrade_rows(r, &mut big, &plan)?;
+    let worst = list_rows(r, &big, &plan)?;
+    list_target(r, n * plan.tools, worst);
+    let big_mem = RuntimeMem::of(&big.rt)?;
+    let mut control = Side::installed(0..BASE, plan.tools, open)?;
+    let mut small = Side::installed(0..BASE, plan.tools, open)?;
     control.fresh_up()?;
     let small_up = small.fresh_up()?;
-    let big_up = big.fresh_up()?;
     report_up(r, n, &plan, big_up, small_up);
-    upgrade_rows(r, &mut big, &mut small, &plan)?;
-    list_rows(r, &big, &small, &plan)?;
+    upgrade_rows(r, &mut small, &plan)?;
+    list_rows(r, &small, &plan)?;
     cli_rows(r, &big, &small, &plan)?;
-    let big_mem = memory_rows(r, &big, &small)?;
-    memory_targets(r, &big_mem, n);
+    memory_rows(r, &big_mem, n);
     let before = call_rows(r, &big, &small, &control, &plan)?;
     big.rt.stop();
     drop(big);
@@ -244,7 +293,7 @@ pub(super) fn rows(r: &mut Report, smoke: bool) -> Result<()> {
         "scale: load average (1, 5, 15 min) at the start · at the end",
         format!("{load} · {}", load_average()),
     );
-    Ok(())
+    Ok(std::mem::take(r))
 }
 
 /// `/proc/loadavg`'s first three fields.
@@ -252,6 +301,36 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into())
+}
+
+/// (p50, p90, p99, "p50 … · p90 … · p99 … (n=…)") in µs.
+fn summary(mut v: Vec<Duration>) -> (Duration, Duration, Duration, String) {
+    v.sort();
+    let pct = |p: f64| {
+        let i = ((v.len().max(1) - 1) as f64 * p).round() as usize;
+        v.get(i).copied().unwrap_or_default()
+    };
+    let (p50, p90, p99) = (pct(0.5), pct(0.9), pct(0.99));
+    let s = format!(
+        "p50 {} · p90 {} · p99 {} (n={})",
+        fmt_us(p50),
+        fmt_us(p90),
+        fmt_us(p99),
+        v.len()
+    );
+    (p50, p90, p99, s)
+}
+
+fn p50(v: &[Duration]) -> Duration {
+    summary(v.to_vec()).0
+}
+
+fn fmt_us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
 }
 
 fn secs(d: Duration) -> String {
@@ -262,8 +341,15 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
 
+/// "p50 1.2 ms · p99 3.4 ms (n=5)" and the p50.
+fn ms_summary(v: Vec<Duration>) -> (String, Duration) {
+    let n = v.len();
+    let (p50, _, p99, _) = summary(v);
+    (format!("p50 {} · p99 {} (n={n})", ms(p50), ms(p99)), p50)
+}
+
 fn report_up(
-    r: &mut Report,
+    r: &mut Out,
     n: usize,
     plan: &Plan,
     (all, first, median): (Duration, Duration, Duration),
@@ -291,34 +377,28 @@ fn report_up(
 
 /// An upgrade of one connector (a release with one tool fewer, then back) while the others
 /// are live: the install command's wall time and the new generation's launch → commit.
-fn upgrade_rows(r: &mut Report, big: &mut Side, small: &mut Side, plan: &Plan) -> Result<()> {
-    let mut results = Vec::new();
-    for side in [&mut *big, &mut *small] {
-        let (mut wall, mut own) = (Vec::new(), Vec::new());
-        let target = side.keys[1].clone();
-        for round in 0..plan.upgrades * 2 {
-            let tools = plan.tools - usize::from(round % 2 == 0);
-            let audit = tutti_rules::state_dir::layout::audit_log(side.rt.state_dir());
-            let offset = std::fs::metadata(&audit).map_or(0, |m| m.len());
-            let t0 = Instant::now();
-            side.rt.install_ok(&manifest(&target, tools), &[]);
-            wall.push(t0.elapsed());
-            own.push(launch_to_commit(&audit, offset, &target)?);
-        }
-        wait_ready(&side.rt, &side.keys, Duration::from_secs(60))?;
-        results.push((summary(wall).3, summary(own)));
+fn upgrade_rows(r: &mut Out, side: &mut Side, plan: &Plan) -> Result<()> {
+    let (mut wall, mut own) = (Vec::new(), Vec::new());
+    let target = side.keys[1].clone();
+    for round in 0..plan.upgrades * 2 {
+        let tools = plan.tools - usize::from(round % 2 == 0);
+        let audit = tutti_rules::state_dir::layout::audit_log(side.rt.state_dir());
+        let offset = std::fs::metadata(&audit).map_or(0, |m| m.len());
+        let t0 = Instant::now();
+        side.rt.install_ok(&manifest(&target, tools), &[]);
+        wall.push(t0.elapsed());
+        own.push(launch_to_commit(&audit, offset, &target)?);
     }
-    let n = big.keys.len();
-    for ((wall, own), who) in results.into_iter().zip([n, BASE]) {
-        r.row(
-            &format!("scale: upgrade of one connector, {who} live: `connector install` wall time"),
-            wall,
-        );
-        r.row(
-            &format!("scale: upgrade of one connector, {who} live: launch → commit (audit)"),
-            own.3,
-        );
-    }
+    wait_ready(&side.rt, &side.keys, Duration::from_secs(60))?;
+    let n = side.keys.len();
+    r.row(
+        &format!("scale: upgrade of one connector, {n} live: `connector install` wall time"),
+        ms_summary(wall).0,
+    );
+    r.row(
+        &format!("scale: upgrade of one connector, {n} live: launch → commit (audit)"),
+        ms_summary(own).0,
+    );
     Ok(())
 }
 
@@ -352,7 +432,7 @@ fn launch_to_commit(audit: &std::path::Path, offset: u64, key: &str) -> Result<D
 }
 
 /// One whole `tools/list` (every page): wall time, bytes of the bodies and tools listed.
-fn list_once(http: &mut RawHttp, era: Era) -> Result<(Duration, usize, usize)> {
+fn list_once(http: &mut dyn Post, era: Era) -> Result<(Duration, usize, usize)> {
     let (mut wall, mut bytes, mut tools) = (Duration::ZERO, 0, 0);
     let mut cursor = Value::Null;
     loop {
@@ -396,62 +476,67 @@ fn list_timed(
     let mut http = side.connect(token)?;
     let (mut times, mut last) = (Vec::new(), (0, 0));
     for i in 0..iters + 2 {
-        let (wall, bytes, tools) = list_once(&mut http, era)?;
+        let (wall, bytes, tools) = list_once(http.as_mut(), era)?;
         if i >= 2 {
             times.push(wall);
         }
         last = (bytes, tools);
     }
-    let (p, _, _, s) = summary(times);
+    let (s, p) = ms_summary(times);
     Ok((s, p, last.0, last.1))
 }
 
-/// tools/list of the whole catalogue (legacy, modern) and of a `--tools search` session,
-/// with the small runtime's beside it.
-fn list_rows(r: &mut Report, big: &Side, small: &Side, plan: &Plan) -> Result<()> {
+/// tools/list of a runtime's whole catalogue (legacy, modern) and of a `--tools search`
+/// session; the slower era's p50.
+fn list_rows(r: &mut Out, side: &Side, plan: &Plan) -> Result<Duration> {
     let mut worst = Duration::ZERO;
-    let total = big.keys.len() * plan.tools;
-    for (era, label) in [(Era::Legacy, "legacy"), (Era::Modern, "modern")] {
-        let (s, p, bytes, tools) = list_timed(big, &big.token, era, plan.list_iters)?;
+    let (n, total) = (side.keys.len(), side.keys.len() * plan.tools);
+    for era in [Era::Legacy, Era::Modern] {
+        let (s, p, bytes, tools) = list_timed(side, &side.token, era, plan.list_iters)?;
         if tools != total {
-            bail!("tools/list ({label}) listed {tools} tools, expected {total}");
+            bail!("tools/list listed {tools} tools, expected {total}");
         }
         worst = worst.max(p);
         r.row(
-            &format!("scale: tools/list, {total} tools, {}", era.name()),
-            format!("{s}; {:.2} MB", bytes as f64 / 1e6),
-        );
-        let (s, _, bytes, _) = list_timed(small, &small.token, era, plan.list_iters)?;
-        r.row(
             &format!(
-                "scale: tools/list, {} tools ({BASE} connectors), {}",
-                BASE * plan.tools,
+                "scale: tools/list, {total} tools ({n} connectors), {}",
                 era.name()
             ),
-            format!("{s}; {:.1} kB", bytes as f64 / 1e3),
+            format!("{s}; {}", size(bytes)),
         );
     }
-    let search = big
+    let search = side
         .rt
         .issue_token_with("bench", "scale-search", &["--tools", "search"]);
-    let (s, _, bytes, tools) = list_timed(big, &search, Era::Legacy, plan.list_iters)?;
+    let (s, _, bytes, tools) = list_timed(side, &search, Era::Legacy, plan.list_iters)?;
     if tools != 2 {
         bail!("a --tools search session listed {tools} tools, expected 2");
     }
     r.row(
-        &format!("scale: tools/list, `--tools search` session over {total} tools, legacy"),
-        format!("{s}; {bytes} B"),
+        &format!("scale: tools/list, `--tools search` session, {n} connectors, legacy"),
+        format!("{s}; {}", size(bytes)),
     );
+    Ok(worst)
+}
+
+fn list_target(r: &mut Out, total: usize, worst: Duration) {
     r.target(
         &format!("tools/list of {total} tools ≤ 20 ms p50 (slower era)"),
         ms(worst),
         worst <= Duration::from_millis(20),
     );
-    Ok(())
+}
+
+fn size(bytes: usize) -> String {
+    if bytes >= 1_000_000 {
+        format!("{:.2} MB", bytes as f64 / 1e6)
+    } else {
+        format!("{:.1} kB", bytes as f64 / 1e3)
+    }
 }
 
 /// `tutti connector available` and `tutti status` wall times, big and small runtime.
-fn cli_rows(r: &mut Report, big: &Side, small: &Side, plan: &Plan) -> Result<()> {
+fn cli_rows(r: &mut Out, big: &Side, small: &Side, plan: &Plan) -> Result<()> {
     for args in [&["connector", "available"][..], &["status"][..]] {
         let mut cells = Vec::new();
         for side in [big, small] {
@@ -461,7 +546,10 @@ fn cli_rows(r: &mut Report, big: &Side, small: &Side, plan: &Plan) -> Result<()>
                 let out = side.rt.tutti(args);
                 v.push(t.elapsed());
                 if !out.status.success() {
-                    bail!("tutti {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+                    bail!(
+                        "tutti {args:?} failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
                 }
             }
             v.remove(0);
@@ -489,7 +577,7 @@ struct Mem {
 
 impl Mem {
     fn of(pid: u32) -> Mem {
-        let (rss, pss, uss) = smaps_kib(pid).unwrap_or_default();
+        let (rss, pss, uss) = proc_tree::smaps_kib(pid).unwrap_or_default();
         Mem { rss, pss, uss }
     }
 
@@ -546,7 +634,10 @@ impl RuntimeMem {
     }
 
     fn total(&self) -> Mem {
-        self.kernel.add(self.frontend).add(self.shims).add(self.workers())
+        self.kernel
+            .add(self.frontend)
+            .add(self.shims)
+            .add(self.workers())
     }
 
     fn worker_pss_max(&self) -> u64 {
@@ -567,26 +658,16 @@ impl RuntimeMem {
     }
 }
 
-/// Each process's memory of the big and the small runtime; the big one's returned.
-fn memory_rows(r: &mut Report, big: &Side, small: &Side) -> Result<RuntimeMem> {
-    let mut measured = Vec::new();
-    for side in [big, small] {
-        let m = RuntimeMem::of(&side.rt)?;
-        let n = side.keys.len();
-        r.row(
-            &format!("scale: memory, {n} connectors (RSS / PSS / USS)"),
-            m.show(),
-        );
-        r.row(
-            &format!("scale: memory, {n} connectors, whole runtime (RSS / PSS / USS)"),
-            m.total().show(),
-        );
-        measured.push(m);
-    }
-    Ok(measured.swap_remove(0))
-}
-
-fn memory_targets(r: &mut Report, m: &RuntimeMem, n: usize) {
+/// The big runtime's memory, measured while it ran alone, and the targets on it.
+fn memory_rows(r: &mut Out, m: &RuntimeMem, n: usize) {
+    r.row(
+        &format!("scale: memory, {n} connectors, runtime alone (RSS / PSS / USS)"),
+        m.show(),
+    );
+    r.row(
+        &format!("scale: memory, {n} connectors, whole runtime (RSS / PSS / USS)"),
+        m.total().show(),
+    );
     let total = m.total().pss;
     r.target(
         &format!("PSS of the runtime with {n} connectors ≤ 300 MiB"),
@@ -616,7 +697,6 @@ fn interleaved(sides: &[&Side], calls: usize) -> Result<Vec<Vec<Duration>>> {
     let k = sides.len();
     let rounds = (2 * k).min(calls.max(1));
     let mut samples = vec![Vec::with_capacity(calls); k];
-    let echo = json!({"message": "x"});
     for round in 0..rounds {
         let share = calls / rounds + usize::from(round < calls % rounds);
         for i in 0..k {
@@ -624,28 +704,40 @@ fn interleaved(sides: &[&Side], calls: usize) -> Result<Vec<Vec<Duration>>> {
             let side = sides[at];
             let tool = format!("{}_echo", side.keys[0]);
             let mut http = side.connect(&side.token)?;
-            samples[at].extend(http.tool_calls_after(Era::Legacy, &tool, &echo, share, WARMUP)?);
+            samples[at].extend(echo_calls(http.as_mut(), &tool, share)?);
         }
     }
     Ok(samples)
 }
 
-/// What the small and control runtimes measured before the small one grew.
+/// [`WARMUP`] untimed echo calls of `tool`, then `n` timed ones (legacy era).
+fn echo_calls(http: &mut dyn Post, tool: &str, n: usize) -> Result<Vec<Duration>> {
+    let mut v = Vec::with_capacity(n);
+    for id in 0..WARMUP + n {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": {"message": "x"}}})
+        .to_string();
+        let t = Instant::now();
+        let (status, reply) = http.post("MCP-Protocol-Version: 2025-06-18\r\n", &body)?;
+        if id >= WARMUP {
+            v.push(t.elapsed());
+        }
+        let text = String::from_utf8_lossy(&reply);
+        if status != 200 || !text.contains("\"result\"") || text.contains("\"error\":{") {
+            bail!("call failed: HTTP {status}: {text}");
+        }
+    }
+    Ok(v)
+}
+
+/// The call p50s of the small and the control runtime before the small one grew.
 struct Before {
     small50: Duration,
     control50: Duration,
-    pss: u64,
-    mem: RuntimeMem,
 }
 
 /// One call's latency with N connectors against 2 (and the control), interleaved.
-fn call_rows(
-    r: &mut Report,
-    big: &Side,
-    small: &Side,
-    control: &Side,
-    plan: &Plan,
-) -> Result<Before> {
+fn call_rows(r: &mut Out, big: &Side, small: &Side, control: &Side, plan: &Plan) -> Result<Before> {
     let mut v = interleaved(&[big, small, control], plan.calls)?.into_iter();
     let (b, s, c) = (
         v.next().unwrap_or_default(),
@@ -656,8 +748,14 @@ fn call_rows(
     let (b50, _, b99, bs) = summary(b);
     let (s50, _, s99, ss) = summary(s);
     let (c50, _, _, cs) = summary(c);
-    r.row(&format!("scale: tools/call echo, {n} connectors, legacy"), bs);
-    r.row(&format!("scale: tools/call echo, {BASE} connectors, legacy"), ss);
+    r.row(
+        &format!("scale: tools/call echo, {n} connectors, legacy"),
+        bs,
+    );
+    r.row(
+        &format!("scale: tools/call echo, {BASE} connectors, legacy"),
+        ss,
+    );
     r.row(
         &format!("scale: tools/call echo, {BASE} connectors (control runtime), legacy"),
         cs,
@@ -677,32 +775,36 @@ fn call_rows(
         format!("{change:+.1} %"),
         change <= 5.0,
     );
-    let mem = RuntimeMem::of(&small.rt)?;
     Ok(Before {
         small50: s50,
         control50: c50,
-        pss: mem.total().pss,
-        mem,
     })
 }
 
 /// The small runtime grows by N−2 connectors and loses them again; after [`Plan::linger`]
 /// its memory and call latency against before.
 fn left_behind(
-    r: &mut Report,
+    r: &mut Out,
     small: &mut Side,
     control: &Side,
     plan: &Plan,
     before: Before,
 ) -> Result<()> {
     let n = plan.connectors;
+    // Measured beside the control runtime, as after: the PSS of shared pages depends on
+    // which other processes map them.
+    let mem = RuntimeMem::of(&small.rt)?;
+    r.row(
+        &format!("scale: memory, {BASE} connectors, beside the control runtime (RSS / PSS / USS)"),
+        mem.show(),
+    );
     let extra: Vec<String> = (BASE..n).map(key).collect();
     for k in &extra {
         small.rt.install_ok(&manifest(k, plan.tools), &[]);
     }
     wait_ready(&small.rt, &extra, Duration::from_secs(300))?;
     // Every page of the whole catalogue once, as an agent would.
-    list_once(&mut small.connect(&small.token)?, Era::Legacy)?;
+    list_once(small.connect(&small.token)?.as_mut(), Era::Legacy)?;
     let grown = RuntimeMem::of(&small.rt)?;
     for k in &extra {
         small.rt.tutti_ok(&["connector", "uninstall", k]);
@@ -714,32 +816,32 @@ fn left_behind(
         p50(&v.next().unwrap_or_default()),
     );
     let after = RuntimeMem::of(&small.rt)?;
-    report_left_behind(r, plan, &before, &grown, &after, (s50, c50));
+    report_left_behind(r, plan, (&before, &mem), &grown, &after, (s50, c50));
     Ok(())
 }
 
 fn report_left_behind(
-    r: &mut Report,
+    r: &mut Out,
     plan: &Plan,
-    before: &Before,
+    (before, mem): (&Before, &RuntimeMem),
     grown: &RuntimeMem,
     after: &RuntimeMem,
     (s50, c50): (Duration, Duration),
 ) {
     let more = plan.connectors - BASE;
-    let pss = after.total().pss;
+    let (pss, was) = (after.total().pss, mem.total().pss);
     r.row(
         &format!("scale: runtime PSS, {BASE} connectors: before · with {more} more · after uninstalling them"),
         format!(
             "{:.1} · {:.1} · {:.1} MiB (kernel {:.1} → {:.1}, frontend {:.1} → {:.1}, shim manager {:.1} → {:.1})",
-            mib(before.pss),
+            mib(was),
             mib(grown.total().pss),
             mib(pss),
-            mib(before.mem.kernel.pss),
+            mib(mem.kernel.pss),
             mib(after.kernel.pss),
-            mib(before.mem.frontend.pss),
+            mib(mem.frontend.pss),
             mib(after.frontend.pss),
-            mib(before.mem.shims.pss),
+            mib(mem.shims.pss),
             mib(after.shims.pss),
         ),
     );
@@ -753,7 +855,7 @@ fn report_left_behind(
             fmt_us(c50)
         ),
     );
-    let grew = (pss as f64 / before.pss.max(1) as f64 - 1.0) * 100.0;
+    let grew = (pss as f64 / was.max(1) as f64 - 1.0) * 100.0;
     r.target(
         &format!("after installing and uninstalling {more}: runtime PSS within 10 % of before"),
         format!("{grew:+.1} %"),
