@@ -38,7 +38,7 @@ pub fn review(k: &Kernel, key: &str) -> Result<pb::ReviewReply, Status> {
     reply.awaiting = true;
     reply.offered_hash = held.hash;
     reply.generation = held.generation;
-    let json = |e: &pin::Entry| e.definition.to_string();
+    let json = |e: &pin::Entry| e.definition.text().to_owned();
     let entry = |change: &str, e: &pin::Entry, pinned_json, offered_json| pb::ReviewEntry {
         change: change.into(),
         kind: e.kind.clone(),

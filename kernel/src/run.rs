@@ -76,6 +76,7 @@ pub async fn run_until(
     ));
     tracing::info!(state_dir = %state_dir.display(), boot_epoch = k.boot_epoch, "kernel listening on {endpoint}");
 
+    release_memory_after_changes(&k);
     let frontend = tokio::spawn(services::supervise(k.clone(), services::Role::Frontend));
     let shims = tokio::spawn(services::supervise(k.clone(), services::Role::ShimManager));
     for key in &keys {
@@ -462,4 +463,34 @@ async fn shutdown(k: &Arc<Kernel>) {
         futures_util::future::join_all(waits),
     )
     .await;
+}
+
+/// Connectors whose installed release cannot be read: listed with why and the fix, not started.
+fn mark_unreadable(k: &Kernel, broken: Vec<(String, String)>) {
+    for (key, err) in broken {
+        let why = format!(
+            "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
+        );
+        let mut conn = state::ConnState::new(&key);
+        conn.life = lifecycle::Connector::unreadable(&key, why);
+        lock(&k.inner).conns.insert(key, conn);
+    }
+}
+
+/// Free heap goes back to the system once route changes (commits, fences, uninstalls) have
+/// settled for a second: a commit's offer, pin and registry text are freed right after it,
+/// and glibc would otherwise keep them (`tutti_os::memory::AfterChanges`).
+fn release_memory_after_changes(k: &Arc<Kernel>) {
+    let release = tutti_os::memory::AfterChanges::spawn(Duration::from_secs(1));
+    let mut events = k.events.subscribe();
+    tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    release.changed();
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
 }

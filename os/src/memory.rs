@@ -10,6 +10,39 @@ pub fn release_free_memory() {
     glibc::trim();
 }
 
+/// Gives free heap back once a run of changes has settled: [`AfterChanges::changed`] after
+/// each change (a route table replaced, a connector gone); once `quiet` passes without
+/// another, [`release_free_memory`] runs on a blocking thread. Without changes it waits on
+/// nothing (no timer, no wake-up). Installing and uninstalling a few hundred connectors left
+/// the kernel and the frontend ~70 MiB above where they started, all of it free heap that
+/// glibc kept.
+#[derive(Clone)]
+pub struct AfterChanges(std::sync::Arc<tokio::sync::Notify>);
+
+impl AfterChanges {
+    /// Spawns the waiting task on the current tokio runtime.
+    pub fn spawn(quiet: std::time::Duration) -> AfterChanges {
+        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+        let changes = notify.clone();
+        tokio::spawn(async move {
+            loop {
+                changes.notified().await;
+                while tokio::time::timeout(quiet, changes.notified())
+                    .await
+                    .is_ok()
+                {}
+                let _ = tokio::task::spawn_blocking(release_free_memory).await;
+            }
+        });
+        AfterChanges(notify)
+    }
+
+    /// One more change: the release waits for `quiet` after the last one.
+    pub fn changed(&self) {
+        self.0.notify_one();
+    }
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)] // one FFI call into glibc, with its SAFETY comment
 mod glibc {

@@ -54,6 +54,9 @@ impl Manager {
         // shims left behind.
         let stop = stop_signal::listen();
         tokio::pin!(stop);
+        // Each event carries every tool of its connectors (a snapshot: all of them), decoded
+        // and dropped here; glibc keeps that memory unless asked.
+        let release = tutti_os::memory::AfterChanges::spawn(std::time::Duration::from_secs(1));
         loop {
             let opened = tokio::select! {
                 opened = self.open_watch() => opened,
@@ -74,6 +77,7 @@ impl Manager {
                 };
                 match message {
                     Ok(Some(event)) => {
+                        release.changed();
                         if self.handle(event) == Flow::Shutdown {
                             tracing::info!(
                                 "runtime shutdown announced; removing every shim and exiting"

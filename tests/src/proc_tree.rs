@@ -103,6 +103,24 @@ impl Wakeups {
     }
 }
 
+/// (Rss, Pss, Private) of a process in KiB, from `/proc/<pid>/smaps_rollup`: PSS divides
+/// each shared page among the processes that map it, the private part (USS) leaves them out.
+pub fn smaps_kib(pid: u32) -> Option<(u64, u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Some((
+        field("Rss:"),
+        field("Pss:"),
+        field("Private_Clean:") + field("Private_Dirty:"),
+    ))
+}
+
 /// The runtime's own processes: the kernel `kernel` and its children (frontend, shim manager,
 /// workers), each with its program's file name (`tutti-kernel`, `tutti-mcp-frontend`, …).
 /// Upstreams, the workers' children, are not among them.

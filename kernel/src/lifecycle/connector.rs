@@ -30,8 +30,9 @@ pub struct Connector {
     pub(super) restarts: u32,
     pub(super) reinitializations: u32,
     pub(super) next_retry_unix_ms: i64,
-    /// The tools the last commit made live.
-    pub(super) served: Option<Candidate>,
+    /// What the last commit made live, as its fingerprint (the set itself lives in the route
+    /// table; a second copy per connector held megabytes at thousands of tools).
+    pub(super) served: Option<[u8; 32]>,
     pub(super) live: Option<u64>,
     pub(super) candidate: Option<u64>,
     pub(super) running: BTreeMap<u64, Running>,
@@ -259,7 +260,7 @@ impl Connector {
         if settles {
             self.upgrade_note.clear();
         }
-        self.served.clone_from(&tools);
+        self.served = tools.as_ref().map(|t| pin::fingerprint(&pin::entries(t)));
         out.push(Effect::Commit {
             generation,
             tools,
@@ -363,8 +364,8 @@ impl Connector {
             summary,
         });
         let serve = pin::serve_pinned(pinned, &tools);
-        let unchanged = self.live == Some(g)
-            && self.served.as_ref().map(pin::entries) == Some(pin::entries(&serve));
+        let unchanged =
+            self.live == Some(g) && self.served == Some(pin::fingerprint(&pin::entries(&serve)));
         (serve, unchanged)
     }
 

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -40,7 +41,7 @@ pub struct Entry {
     /// The upstream's name (a tool's name, a resource's URI).
     pub name: String,
     /// The pinned fields, keys sorted.
-    pub definition: Value,
+    pub definition: Canonical,
     /// A tool's risk when it was pinned; serving the pinned definition never lowers it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk: Option<String>,
@@ -56,6 +57,50 @@ pub struct Pin {
     pub hash: String,
     /// Sorted by kind, then name.
     pub entries: Vec<Entry>,
+}
+
+/// A JSON value as canonical text: compact, every object's keys sorted. What a pinned
+/// definition is kept as in memory (a tree of `Value`s took about nine times its text's
+/// bytes: 20,000 pinned tools held ~50 MiB); written into `registry.json` as the JSON value
+/// it is, and made canonical again when read, so equal definitions are equal text.
+#[derive(Clone, Debug)]
+pub struct Canonical(Box<RawValue>);
+
+impl PartialEq for Canonical {
+    fn eq(&self, other: &Self) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl Eq for Canonical {}
+
+impl Canonical {
+    pub fn of(v: &Value) -> Canonical {
+        // A `Value` always serializes (its keys are strings); `null` is the unreachable fallback.
+        Canonical(serde_json::value::to_raw_value(&canonical(v)).unwrap_or_default())
+    }
+
+    /// The canonical text.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The definition as a `Value` (`Null` for text that is not JSON, which `of` never makes).
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.text()).unwrap_or(Value::Null)
+    }
+}
+
+impl Serialize for Canonical {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Canonical {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Value::deserialize(d).map(|v| Canonical::of(&v))
+    }
 }
 
 impl Pin {
@@ -88,7 +133,7 @@ fn other_entry(kind: &str, name: &str, definition_json: &str) -> Entry {
     Entry {
         kind: kind.into(),
         name: name.into(),
-        definition: canonical(&Value::Object(
+        definition: Canonical::of(&Value::Object(
             full.as_object().cloned().unwrap_or_default(),
         )),
         risk: None,
@@ -97,7 +142,9 @@ fn other_entry(kind: &str, name: &str, definition_json: &str) -> Entry {
 
 /// The pinned definition of a prompt, resource or template (`None` when it is not pinned).
 fn pinned_other(pinned: &BTreeMap<(&str, &str), &Entry>, kind: &str, name: &str) -> Option<String> {
-    pinned.get(&(kind, name)).map(|e| e.definition.to_string())
+    pinned
+        .get(&(kind, name))
+        .map(|e| e.definition.text().to_owned())
 }
 
 fn tool_entry(t: &ValidTool) -> Entry {
@@ -105,13 +152,13 @@ fn tool_entry(t: &ValidTool) -> Entry {
     let mut pinned = Map::new();
     for field in TOOL_FIELDS {
         if let Some(v) = full.get(*field) {
-            pinned.insert((*field).to_string(), canonical(v));
+            pinned.insert((*field).to_string(), v.clone());
         }
     }
     Entry {
         kind: "tool".into(),
         name: t.upstream_name.clone(),
-        definition: canonical(&Value::Object(pinned)),
+        definition: Canonical::of(&Value::Object(pinned)),
         risk: Some(t.risk.as_str().to_string()),
     }
 }
@@ -137,12 +184,27 @@ fn canonical(v: &Value) -> Value {
 pub fn hash(entries: &[Entry]) -> String {
     let mut h = Sha256::new();
     for e in entries {
-        let line = serde_json::json!([e.kind, e.name, e.definition]);
-        h.update(line.to_string().as_bytes());
-        h.update(b"\n");
+        // `[kind,name,definition]` as compact JSON: the definition's text is canonical already.
+        let head = serde_json::json!([e.kind, e.name]).to_string();
+        h.update(&head.as_bytes()[..head.len() - 1]);
+        h.update(b",");
+        h.update(e.definition.text().as_bytes());
+        h.update(b"]\n");
     }
     let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
+}
+
+/// A digest of `entries`, risks included: equal for equal entries (what a generation serves,
+/// kept instead of the set).
+pub fn fingerprint(entries: &[Entry]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(hash(entries).as_bytes());
+    for e in entries {
+        h.update(e.risk.as_deref().unwrap_or("-").as_bytes());
+        h.update(b"\n");
+    }
+    h.finalize().into()
 }
 
 /// How an offered set differs from the pinned one.
@@ -251,8 +313,9 @@ fn serve_pinned_tools(pin: &Pin, offered: &[ValidTool]) -> Vec<ValidTool> {
             let e = pinned.get(t.upstream_name.as_str())?;
             let mut def: Value = serde_json::from_str(&t.definition_json).ok()?;
             let obj = def.as_object_mut()?;
+            let pinned_definition = e.definition.value();
             for field in TOOL_FIELDS {
-                match e.definition.get(*field) {
+                match pinned_definition.get(*field) {
                     Some(v) => obj.insert((*field).to_string(), v.clone()),
                     None => obj.remove(*field),
                 };
@@ -434,5 +497,33 @@ mod tests {
         assert_eq!(def["_meta"], json!({"seen": 1}));
         assert_eq!(served[0].risk, Risk::Medium, "the pinned risk was higher");
         assert_eq!(hash(&entries(&served)), pin.hash);
+    }
+
+    #[test]
+    fn a_pin_reads_back_from_the_registry_equal_with_its_hash_unchanged() {
+        let t = tool(
+            "t",
+            json!({"name": "t", "description": "d é \u{1F600}", "inputSchema":
+                {"type": "object", "properties": {"z": {"type": "number", "minimum": 1.5}, "a": {}}},
+                "_meta": {"y": [2, 1], "x": null}}),
+            Risk::Low,
+        );
+        let pin = Pin::new("/r".into(), entries(&[t, echo("e")]));
+        // The hash as it was computed over the entries' `Value`s: stored hashes stay valid.
+        let mut h = Sha256::new();
+        for e in &pin.entries {
+            let line = json!([e.kind, e.name, e.definition.value()]);
+            h.update(line.to_string().as_bytes());
+            h.update(b"\n");
+        }
+        let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(pin.hash, format!("sha256:{hex}"));
+        // Read back from registry.json's text, every definition is canonical again.
+        let text = serde_json::to_string_pretty(&pin).unwrap_or_default();
+        assert!(text.contains("1.5"), "{text}");
+        let back: Pin = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(back, pin);
+        assert_eq!(hash(&back.entries), pin.hash);
+        assert!(diff(&pin.entries, &back.entries) == Diff::default());
     }
 }

@@ -198,11 +198,14 @@ async fn execute_call(
     let arguments = arguments
         .filter(|a| !a.is_null())
         .unwrap_or_else(|| Value::Object(Map::new()));
-    let arguments_json =
-        match validate::check_and_encode(&app.checks, &tool.validator, arguments).await {
-            Ok(json) => json,
-            Err(text) => return invalid_arguments(&text),
-        };
+    let validator = match tool.validator() {
+        Ok(v) => v,
+        Err(problem) => return invalid_arguments(&problem),
+    };
+    let arguments_json = match validate::check_and_encode(&app.checks, validator, arguments).await {
+        Ok(json) => json,
+        Err(text) => return invalid_arguments(&text),
+    };
 
     let Some(mut flight) = Flight::board(app, connector, ["tool ", &tool.name]) else {
         // Fenced between resolution and now: nothing was sent upstream.

@@ -18,6 +18,7 @@ mod bench {
     mod market;
     mod otel_ab;
     mod peer_costs;
+    mod scale;
     mod systems;
     mod tool_search;
     use std::io::{BufRead, BufReader, Write};
@@ -71,6 +72,11 @@ mod bench {
         /// install and npx's first download would almost double that run.
         #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab", "big_only", "idle_only"])]
         market_only: bool,
+        /// Only the scale rows: 200 connectors × 100 tools against 2 connectors (start to
+        /// ready, an upgrade, tools/list, the CLI, memory, call latency, memory left behind
+        /// after installing and uninstalling 198); `--smoke`: 5 × 10.
+        #[arg(long, conflicts_with_all = ["write", "latency_only", "tool_search", "otel_ab", "big_only", "idle_only", "market_only"])]
+        scale_only: bool,
     }
 
     struct Scale {
@@ -155,6 +161,9 @@ mod bench {
         if args.market_only {
             return market_rows(&mut Report::default(), args.smoke);
         }
+        if args.scale_only {
+            return scale_only(args.smoke);
+        }
         let scale = scale(&args);
         let mut r = Report::default();
 
@@ -186,7 +195,7 @@ mod bench {
 
         rt.stop();
         // On fresh runtimes, once the measured one is gone.
-        idle_rows(&mut r, args.smoke)?;
+        fresh_runtime_rows(&mut r, args.smoke)?;
         print_targets(&r, args.smoke);
         if guest_halt_polling_off() {
             println!(
@@ -197,6 +206,34 @@ mod bench {
         if let Some(path) = args.write {
             write_doc(&path, &r, args.smoke)?;
         }
+        Ok(())
+    }
+
+    /// The rows measured on runtimes of their own: idle wake-ups, and in a smoke run the scale
+    /// rows at 5 × 10 (the full size has a mode and a section of its own, `--scale-only`).
+    fn fresh_runtime_rows(r: &mut Report, smoke: bool) -> Result<()> {
+        idle_rows(r, smoke)?;
+        if smoke {
+            scale_rows(r, true)?;
+        }
+        Ok(())
+    }
+
+    /// `--scale-only`: the scale rows and their targets.
+    fn scale_only(smoke: bool) -> Result<()> {
+        let mut r = Report::default();
+        scale_rows(&mut r, smoke)?;
+        print_targets(&r, smoke);
+        Ok(())
+    }
+
+    /// The scale rows (blocking: runtimes started and stopped; printed as measured).
+    fn scale_rows(r: &mut Report, smoke: bool) -> Result<()> {
+        let open: scale::Connect =
+            |url, token| Ok(Box::new(RawHttp::connect(url, token, None)?) as Box<dyn scale::Post>);
+        let out = tokio::task::block_in_place(|| scale::rows(smoke, open))?;
+        r.rows.extend(out.rows);
+        r.targets.extend(out.targets);
         Ok(())
     }
 
@@ -1941,6 +1978,12 @@ mod bench {
         }
     }
 
+    impl scale::Post for RawHttp {
+        fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
+            RawHttp::post(self, extra_headers, body)
+        }
+    }
+
     impl tool_search::Post for RawHttp {
         fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
             RawHttp::post(self, extra_headers, body)
@@ -1960,22 +2003,7 @@ mod bench {
         tutti_tests::proc_tree::rss_kib(pid).unwrap_or(0)
     }
 
-    /// (Rss, Pss, Private) of a process in KiB, from `/proc/<pid>/smaps_rollup`.
-    fn smaps_kib(pid: u32) -> Option<(u64, u64, u64)> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-        let field = |name: &str| -> u64 {
-            text.lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        Some((
-            field("Rss:"),
-            field("Pss:"),
-            field("Private_Clean:") + field("Private_Dirty:"),
-        ))
-    }
+    use tutti_tests::proc_tree::smaps_kib;
 
     fn children_named(ppid: u32, name: &str) -> Vec<u32> {
         let mut out = Vec::new();
