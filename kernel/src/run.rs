@@ -222,18 +222,6 @@ fn acquire_lock(paths: &paths::Paths) -> Result<std::fs::File, KernelError> {
     Ok(f)
 }
 
-/// Shows each connector whose installed release could not be read as failed, with the fix.
-fn mark_unreadable(k: &Arc<Kernel>, broken: Vec<(String, String)>) {
-    for (key, err) in broken {
-        let why = format!(
-            "installed release is unreadable: {err}; reinstall it with `tutti connector install DIR` or remove it with `tutti connector uninstall {key}`"
-        );
-        let mut conn = state::ConnState::new(&key);
-        conn.life = lifecycle::Connector::unreadable(&key, why);
-        lock(&k.inner).conns.insert(key, conn);
-    }
-}
-
 /// How long a lock whose kernel is gone is waited for. A kernel killed while it started a
 /// child leaves its locked descriptor in that child from the fork until the child's exec
 /// (which closes it) or its death by the parent-death signal: a few milliseconds, longer on a
