@@ -479,7 +479,11 @@ impl RouteState {
         let now: HashSet<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         let mut keys: HashMap<&str, Arc<str>> = HashMap::new();
         let table = Arc::clone(&self.table);
-        for old in table.tools.iter().filter(|old| !now.contains(old.name.as_str())) {
+        for old in table
+            .tools
+            .iter()
+            .filter(|old| !now.contains(old.name.as_str()))
+        {
             let key = keys
                 .entry(old.connector.key.as_str())
                 .or_insert_with(|| Arc::from(old.connector.key.as_str()));
