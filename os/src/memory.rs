@@ -3,8 +3,8 @@
 //! set stays at its peak long after; `malloc_trim` returns what it can. Elsewhere (musl,
 //! macOS, Windows) this does nothing.
 
-/// Returns free heap memory to the system where the allocator supports it. Walks the heap:
-/// call it off any latency-sensitive thread, and only after a burst has ended.
+/// Returns free heap memory to the system where the allocator supports it. Walks the heap
+/// (about a millisecond for tens of MiB): call it only after a burst has ended.
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     glibc::trim();
@@ -12,7 +12,8 @@ pub fn release_free_memory() {
 
 /// Gives free heap back once a run of changes has settled: [`AfterChanges::changed`] after
 /// each change (a route table replaced, a connector gone); once `quiet` passes without
-/// another, [`release_free_memory`] runs on a blocking thread. Without changes it waits on
+/// another, [`release_free_memory`] runs on the runtime's own thread (a blocking-pool thread
+/// would stay for seconds in processes kept to one thread). Without changes it waits on
 /// nothing (no timer, no wake-up). Installing and uninstalling a few hundred connectors left
 /// the kernel and the frontend ~70 MiB above where they started, all of it free heap that
 /// glibc kept.
@@ -31,7 +32,7 @@ impl AfterChanges {
                     .await
                     .is_ok()
                 {}
-                let _ = tokio::task::spawn_blocking(release_free_memory).await;
+                release_free_memory();
             }
         });
         AfterChanges(notify)
