@@ -4,7 +4,7 @@
 //! macOS, Windows) this does nothing.
 
 /// Returns free heap memory to the system where the allocator supports it. Walks the heap
-/// (about a millisecond for tens of MiB): call it only after a burst has ended.
+/// under the allocator's lock: call it only after a burst has ended.
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     glibc::trim();
