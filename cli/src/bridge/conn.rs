@@ -144,6 +144,16 @@ impl Connections {
 
     /// The most recently used idle connection to `authority` that is still open.
     async fn take_idle(&self, authority: &str) -> Option<SendRequest<String>> {
+        let kept =
+            |idle: &Vec<(String, SendRequest<String>)>| idle.iter().any(|(a, _)| a == authority);
+        if !self.idle.lock().is_ok_and(|idle| kept(&idle)) {
+            return None;
+        }
+        // Until the runtime's I/O driver has run, a connection whose frontend died a moment
+        // ago (its end already on the socket) still looks open, and a request sent on it is
+        // cut off unread: a `tools/call` would be answered as lost though it never left. The
+        // yield lets each connection's task see its end first.
+        tokio::task::yield_now().await;
         loop {
             let mut sender = {
                 let mut idle = self.idle.lock().ok()?;
@@ -151,7 +161,7 @@ impl Connections {
                 idle.swap_remove(at).1
             };
             // Given back after its answer's end: ready at once, unless it closed since.
-            if sender.ready().await.is_ok() {
+            if !sender.is_closed() && sender.ready().await.is_ok() {
                 return Some(sender);
             }
         }
