@@ -19,6 +19,7 @@ mod bench {
     mod otel_ab;
     mod peer_costs;
     mod scale;
+    mod shared;
     mod systems;
     mod tool_search;
     use std::io::{BufRead, BufReader, Write};
@@ -33,6 +34,8 @@ mod bench {
     use serde_json::{Value, json};
     use tutti_tests::floor::Stack;
     use tutti_tests::{Runtime, RuntimeOptions, fixture_bin, fixture_connector};
+
+    use self::shared::{Era, Report, fmt_us, p50, ratio, summary};
 
     #[derive(Parser)]
     #[command(name = "tutti-bench")]
@@ -88,61 +91,13 @@ mod bench {
         kills: usize,
     }
 
-    #[derive(Default)]
-    struct Report {
-        rows: Vec<(String, String)>,
-        targets: Vec<(String, String, bool)>,
-    }
-
-    impl Report {
-        fn row(&mut self, what: &str, value: String) {
-            println!("{what:<58} {value}");
-            self.rows.push((what.to_string(), value));
-        }
-        fn target(&mut self, what: &str, measured: String, met: bool) {
-            self.targets.push((what.to_string(), measured, met));
-        }
-    }
-
-    fn pct(sorted: &[Duration], p: f64) -> Duration {
-        if sorted.is_empty() {
-            return Duration::ZERO;
-        }
-        let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-        sorted[i.min(sorted.len() - 1)]
-    }
-
-    fn fmt_us(d: Duration) -> String {
-        format!("{:.0} µs", d.as_secs_f64() * 1e6)
-    }
-
-    fn summary(mut v: Vec<Duration>) -> (Duration, Duration, Duration, String) {
-        v.sort();
-        let (p50, p90, p99) = (pct(&v, 0.5), pct(&v, 0.9), pct(&v, 0.99));
-        (
-            p50,
-            p90,
-            p99,
-            format!(
-                "p50 {} · p90 {} · p99 {} (n={})",
-                fmt_us(p50),
-                fmt_us(p90),
-                fmt_us(p99),
-                v.len()
-            ),
-        )
-    }
-
     #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
     pub async fn main() -> Result<()> {
         let args = Args::parse();
         if args.tool_search {
             // Blocking work (the runtime harness, a blocking HTTP client): off the runtime.
             let smoke = args.smoke;
-            let connect: tool_search::Connect = |url, token| {
-                Ok(Box::new(RawHttp::connect(url, token, None)?) as Box<dyn tool_search::Post>)
-            };
-            tokio::task::spawn_blocking(move || tool_search::run(smoke, connect)).await??;
+            tokio::task::spawn_blocking(move || tool_search::run(smoke, connect_raw)).await??;
             return Ok(());
         }
         if args.otel_ab {
@@ -229,9 +184,7 @@ mod bench {
 
     /// The scale rows (blocking: runtimes started and stopped; printed as measured).
     fn scale_rows(r: &mut Report, smoke: bool) -> Result<()> {
-        let open: scale::Connect =
-            |url, token| Ok(Box::new(RawHttp::connect(url, token, None)?) as Box<dyn scale::Post>);
-        let out = tokio::task::block_in_place(|| scale::rows(smoke, open))?;
+        let out: Report = tokio::task::block_in_place(|| scale::rows(smoke, connect_raw))?;
         r.rows.extend(out.rows);
         r.targets.extend(out.targets);
         Ok(())
@@ -1132,17 +1085,6 @@ mod bench {
         }
     }
 
-    /// p50 of `v` (sorted or not).
-    fn p50(v: &[Duration]) -> Duration {
-        let mut v = v.to_vec();
-        v.sort();
-        pct(&v, 0.5)
-    }
-
-    fn ratio(a: Duration, b: Duration) -> f64 {
-        a.as_secs_f64() / b.as_secs_f64().max(1e-9)
-    }
-
     fn fmt_cpu(per: &[Option<Duration>]) -> String {
         per.iter()
             .map(|c| c.map_or_else(|| "n/a".to_owned(), fmt_us))
@@ -1700,21 +1642,6 @@ mod bench {
 
     // === HTTP client ===
 
-    #[derive(Clone, Copy)]
-    enum Era {
-        Legacy,
-        Modern,
-    }
-
-    impl Era {
-        fn name(self) -> &'static str {
-            match self {
-                Era::Legacy => "legacy 2025-06-18",
-                Era::Modern => "modern 2026-07-28",
-            }
-        }
-    }
-
     #[derive(Clone)]
     struct Client {
         http: reqwest::Client,
@@ -1978,10 +1905,10 @@ mod bench {
         }
     }
 
-    impl scale::Post for RawHttp {
-        fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
-            RawHttp::post(self, extra_headers, body)
-        }
+    /// A [`RawHttp`] connection to `url` with a bearer `token`, for the sections that take a
+    /// [`tool_search::Connect`] (`--tool-search`, the scale rows).
+    fn connect_raw(url: &str, token: &str) -> Result<Box<dyn tool_search::Post>> {
+        Ok(Box::new(RawHttp::connect(url, token, None)?))
     }
 
     impl tool_search::Post for RawHttp {
