@@ -662,8 +662,8 @@ fn echo_calls(http: &mut dyn Post, tool: &str, n: usize) -> Result<Vec<Duration>
 
 /// The call p50s of the small and the control runtime before the small one grew.
 struct Before {
-    small50: Duration,
-    control50: Duration,
+    small_p50: Duration,
+    control_p50: Duration,
 }
 
 /// One call's latency with N connectors against 2 (and the control), interleaved.
@@ -712,8 +712,8 @@ fn call_rows(
         change <= 5.0,
     );
     Ok(Before {
-        small50: s50,
-        control50: c50,
+        small_p50: s50,
+        control_p50: c50,
     })
 }
 
@@ -785,9 +785,9 @@ fn report_left_behind(
         &format!("scale: call p50, {BASE} connectors, before · after (control runtime beside it)"),
         format!(
             "{} → {} (control {} → {})",
-            fmt_us(before.small50),
+            fmt_us(before.small_p50),
             fmt_us(s50),
-            fmt_us(before.control50),
+            fmt_us(before.control_p50),
             fmt_us(c50)
         ),
     );
@@ -799,9 +799,9 @@ fn report_left_behind(
     );
     // The machine drifts between the two measurements (other work, placement): the small
     // runtime's p50 is judged as a ratio to the control's measured in the same rounds.
-    let slower = (ratio(s50, before.small50) - 1.0) * 100.0;
-    let drift = ratio(c50, before.control50);
-    let corrected = (ratio(s50, before.small50) / drift - 1.0) * 100.0;
+    let slower = (ratio(s50, before.small_p50) - 1.0) * 100.0;
+    let drift = ratio(c50, before.control_p50);
+    let corrected = (ratio(s50, before.small_p50) / drift - 1.0) * 100.0;
     r.target(
         &format!(
             "after installing and uninstalling {more}: call p50 within 10 % of before (against the control)"
