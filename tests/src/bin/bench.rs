@@ -1450,10 +1450,7 @@ mod bench {
         {
             return (*module).to_owned();
         }
-        let exe = std::path::Path::new(argv[0])
-            .file_name()
-            .unwrap_or_default();
-        exe.to_string_lossy().into_owned()
+        info.program()
     }
 
     /// `--big-only`: a runtime with the bench connector and only the 1 MiB rows.
