@@ -384,10 +384,13 @@ fn list_once(http: &mut dyn Post, era: Era) -> Result<(Duration, usize, usize)> 
         let (status, reply) = http.post(headers, &body.to_string())?;
         wall += t.elapsed();
         bytes += reply.len();
-        let reply: Value = serde_json::from_slice(&reply).context("tools/list reply")?;
         if status != 200 {
-            bail!("tools/list: HTTP {status}: {reply}");
+            bail!(
+                "tools/list: HTTP {status}: {}",
+                String::from_utf8_lossy(&reply)
+            );
         }
+        let reply: Value = serde_json::from_slice(&reply).context("tools/list: not JSON")?;
         tools += reply["result"]["tools"].as_array().map_or(0, Vec::len);
         cursor = reply["result"]["nextCursor"].clone();
         if cursor.is_null() {
