@@ -828,13 +828,13 @@ mod bench {
     }
 
     /// The rows of the echo rounds and each system's processes (for CPU per call), the
-    /// process trees of the runtime and the peers (for memory and idle wake-ups), and why a
+    /// runtime's process tree (for memory and idle wake-ups, beside the peers'), and why a
     /// peer has no row.
     #[derive(Default)]
     struct EchoSet {
         rows: Vec<EchoRow>,
         pids: Vec<(System, Vec<u32>)>,
-        trees: Vec<peer_costs::Tree>,
+        runtime_tree: Vec<u32>,
         not_measured: Vec<(System, String)>,
     }
 
@@ -842,12 +842,22 @@ mod bench {
         /// A peer's row; its processes are the trees of `roots` without the upstream.
         fn peer(&mut self, row: EchoRow, roots: &[u32]) {
             let pids = peer_costs::tree(roots, &fixture_bin());
-            self.trees.push(peer_costs::Tree {
-                name: row.system.short(),
-                pids: pids.clone(),
-            });
             self.pids.push((row.system, pids));
             self.rows.push(row);
+        }
+
+        /// The process trees of the runtime and of each peer with a row.
+        fn trees(&self) -> Vec<peer_costs::Tree> {
+            let runtime = peer_costs::Tree {
+                name: "runtime",
+                pids: self.runtime_tree.clone(),
+            };
+            let peers = self.pids.iter().filter(|(system, _)| system.is_peer());
+            let peers = peers.map(|(system, pids)| peer_costs::Tree {
+                name: system.short(),
+                pids: pids.clone(),
+            });
+            std::iter::once(runtime).chain(peers).collect()
         }
     }
 
@@ -885,13 +895,10 @@ mod bench {
                 (System::FloorVerify, peers.floor_verify.pids()),
                 (System::FloorStack, peers.floor_stack.pids()),
             ],
-            trees: vec![peer_costs::Tree {
-                name: "runtime",
-                pids: tutti_tests::proc_tree::runtime_processes(kernel_pid(rt.state_dir()))
-                    .into_iter()
-                    .map(|(_, pid)| pid)
-                    .collect(),
-            }],
+            runtime_tree: tutti_tests::proc_tree::runtime_processes(kernel_pid(rt.state_dir()))
+                .into_iter()
+                .map(|(_, pid)| pid)
+                .collect(),
             ..EchoSet::default()
         };
         let Peers {
@@ -908,11 +915,12 @@ mod bench {
             bail!("{} not measured: {why}", system.label());
         }
         let _planes = plane_rows(n, &mut set.rows, &mut set.pids)?;
+        let trees = set.trees();
         let mut calls = measure_echo_rows(url, token, n, set.rows, &set.pids)?;
         report_planes(r, &mut calls);
         // Ends the clients' connections (mcp-hub's event stream too) before the idle window.
         report_echo(r, calls, &set.not_measured);
-        let costs = tokio::task::block_in_place(|| peer_costs::rows(&set.trees, smoke));
+        let costs = tokio::task::block_in_place(|| peer_costs::rows(&trees, smoke));
         for (what, value) in costs {
             r.row(&what, value);
         }
