@@ -13,6 +13,9 @@ pub struct ProcInfo {
     pub ppid: u32,
     /// The state letter from `/proc/<pid>/stat` (`R`, `S`, `Z`, …).
     pub state: char,
+    /// When it started, in clock ticks after boot (`/proc/<pid>/stat`'s 22nd field; 0 if
+    /// unreadable): with the pid, it names one process even once the pid is reused.
+    pub start: u64,
     /// argv joined with spaces.
     pub cmdline: String,
 }
@@ -20,6 +23,13 @@ pub struct ProcInfo {
 impl ProcInfo {
     pub fn is_zombie(&self) -> bool {
         matches!(self.state, 'Z' | 'X' | 'x')
+    }
+
+    /// The file name of its program (argv\[0\]): `tutti-kernel`, `node`, ….
+    pub fn program(&self) -> String {
+        let exe = self.cmdline.split(' ').next().unwrap_or_default();
+        let name = std::path::Path::new(exe).file_name().unwrap_or_default();
+        name.to_string_lossy().into_owned()
     }
 }
 
@@ -125,16 +135,11 @@ pub fn smaps_kib(pid: u32) -> Option<(u64, u64, u64)> {
 /// workers), each with its program's file name (`tutti-kernel`, `tutti-mcp-frontend`, …).
 /// Upstreams, the workers' children, are not among them.
 pub fn runtime_processes(kernel: u32) -> Vec<(String, u32)> {
-    let program = |p: &ProcInfo| {
-        let exe = p.cmdline.split(' ').next().unwrap_or_default();
-        let name = std::path::Path::new(exe).file_name().unwrap_or_default();
-        name.to_string_lossy().into_owned()
-    };
     let procs = snapshot();
     procs
         .iter()
         .filter(|p| !p.is_zombie() && (p.pid == kernel || p.ppid == kernel))
-        .map(|p| (program(p), p.pid))
+        .map(|p| (p.program(), p.pid))
         .collect()
 }
 
@@ -263,9 +268,16 @@ pub fn parse_stat(stat: &str) -> Option<(u32, char)> {
     Some((ppid, state))
 }
 
+/// The start time in `/proc/<pid>/stat` content: clock ticks after boot (field 22, read after
+/// the last `)` like [`parse_stat`]).
+pub fn parse_start(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 #[cfg(target_os = "linux")]
 mod imp {
-    use super::{ProcInfo, parse_stat};
+    use super::{ProcInfo, parse_start, parse_stat};
 
     pub(super) fn snapshot() -> Vec<ProcInfo> {
         let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -304,6 +316,7 @@ mod imp {
             pid,
             ppid,
             state,
+            start: parse_start(&stat).unwrap_or(0),
             cmdline,
         })
     }
@@ -335,6 +348,15 @@ mod tests {
         assert_eq!(parse_stat("12 (a b) c)) S 7 12 12 0"), Some((7, 'S')));
         assert_eq!(parse_stat("13 (x) Z 1 0"), Some((1, 'Z')));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn reads_the_start_time_after_odd_command_names() {
+        let line =
+            "4242 (a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 987654 1000 10";
+        assert_eq!(parse_stat(line), Some((17, 'S')));
+        assert_eq!(parse_start(line), Some(987_654));
+        assert_eq!(parse_start("garbage"), None);
     }
 
     #[cfg(target_os = "linux")]

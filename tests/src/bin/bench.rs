@@ -19,6 +19,7 @@ mod bench {
     mod otel_ab;
     mod peer_costs;
     mod scale;
+    mod shared;
     mod systems;
     mod tool_search;
     use std::io::{BufRead, BufReader, Write};
@@ -33,6 +34,8 @@ mod bench {
     use serde_json::{Value, json};
     use tutti_tests::floor::Stack;
     use tutti_tests::{Runtime, RuntimeOptions, fixture_bin, fixture_connector};
+
+    use self::shared::{Era, Report, fmt_us, p50, ratio, summary};
 
     #[derive(Parser)]
     #[command(name = "tutti-bench")]
@@ -88,61 +91,13 @@ mod bench {
         kills: usize,
     }
 
-    #[derive(Default)]
-    struct Report {
-        rows: Vec<(String, String)>,
-        targets: Vec<(String, String, bool)>,
-    }
-
-    impl Report {
-        fn row(&mut self, what: &str, value: String) {
-            println!("{what:<58} {value}");
-            self.rows.push((what.to_string(), value));
-        }
-        fn target(&mut self, what: &str, measured: String, met: bool) {
-            self.targets.push((what.to_string(), measured, met));
-        }
-    }
-
-    fn pct(sorted: &[Duration], p: f64) -> Duration {
-        if sorted.is_empty() {
-            return Duration::ZERO;
-        }
-        let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-        sorted[i.min(sorted.len() - 1)]
-    }
-
-    fn fmt_us(d: Duration) -> String {
-        format!("{:.0} µs", d.as_secs_f64() * 1e6)
-    }
-
-    fn summary(mut v: Vec<Duration>) -> (Duration, Duration, Duration, String) {
-        v.sort();
-        let (p50, p90, p99) = (pct(&v, 0.5), pct(&v, 0.9), pct(&v, 0.99));
-        (
-            p50,
-            p90,
-            p99,
-            format!(
-                "p50 {} · p90 {} · p99 {} (n={})",
-                fmt_us(p50),
-                fmt_us(p90),
-                fmt_us(p99),
-                v.len()
-            ),
-        )
-    }
-
     #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
     pub async fn main() -> Result<()> {
         let args = Args::parse();
         if args.tool_search {
             // Blocking work (the runtime harness, a blocking HTTP client): off the runtime.
             let smoke = args.smoke;
-            let connect: tool_search::Connect = |url, token| {
-                Ok(Box::new(RawHttp::connect(url, token, None)?) as Box<dyn tool_search::Post>)
-            };
-            tokio::task::spawn_blocking(move || tool_search::run(smoke, connect)).await??;
+            tokio::task::spawn_blocking(move || tool_search::run(smoke, connect_raw)).await??;
             return Ok(());
         }
         if args.otel_ab {
@@ -229,9 +184,7 @@ mod bench {
 
     /// The scale rows (blocking: runtimes started and stopped; printed as measured).
     fn scale_rows(r: &mut Report, smoke: bool) -> Result<()> {
-        let open: scale::Connect =
-            |url, token| Ok(Box::new(RawHttp::connect(url, token, None)?) as Box<dyn scale::Post>);
-        let out = tokio::task::block_in_place(|| scale::rows(smoke, open))?;
+        let out: Report = tokio::task::block_in_place(|| scale::rows(smoke, connect_raw))?;
         r.rows.extend(out.rows);
         r.targets.extend(out.targets);
         Ok(())
@@ -875,13 +828,13 @@ mod bench {
     }
 
     /// The rows of the echo rounds and each system's processes (for CPU per call), the
-    /// process trees of the runtime and the peers (for memory and idle wake-ups), and why a
+    /// runtime's process tree (for memory and idle wake-ups, beside the peers'), and why a
     /// peer has no row.
     #[derive(Default)]
     struct EchoSet {
         rows: Vec<EchoRow>,
         pids: Vec<(System, Vec<u32>)>,
-        trees: Vec<peer_costs::Tree>,
+        runtime_tree: Vec<u32>,
         not_measured: Vec<(System, String)>,
     }
 
@@ -889,12 +842,22 @@ mod bench {
         /// A peer's row; its processes are the trees of `roots` without the upstream.
         fn peer(&mut self, row: EchoRow, roots: &[u32]) {
             let pids = peer_costs::tree(roots, &fixture_bin());
-            self.trees.push(peer_costs::Tree {
-                name: row.system.short(),
-                pids: pids.clone(),
-            });
             self.pids.push((row.system, pids));
             self.rows.push(row);
+        }
+
+        /// The process trees of the runtime and of each peer with a row.
+        fn trees(&self) -> Vec<peer_costs::Tree> {
+            let runtime = peer_costs::Tree {
+                name: "runtime",
+                pids: self.runtime_tree.clone(),
+            };
+            let peers = self.pids.iter().filter(|(system, _)| system.is_peer());
+            let peers = peers.map(|(system, pids)| peer_costs::Tree {
+                name: system.short(),
+                pids: pids.clone(),
+            });
+            std::iter::once(runtime).chain(peers).collect()
         }
     }
 
@@ -932,13 +895,10 @@ mod bench {
                 (System::FloorVerify, peers.floor_verify.pids()),
                 (System::FloorStack, peers.floor_stack.pids()),
             ],
-            trees: vec![peer_costs::Tree {
-                name: "runtime",
-                pids: tutti_tests::proc_tree::runtime_processes(kernel_pid(rt.state_dir()))
-                    .into_iter()
-                    .map(|(_, pid)| pid)
-                    .collect(),
-            }],
+            runtime_tree: tutti_tests::proc_tree::runtime_processes(kernel_pid(rt.state_dir()))
+                .into_iter()
+                .map(|(_, pid)| pid)
+                .collect(),
             ..EchoSet::default()
         };
         let Peers {
@@ -955,11 +915,12 @@ mod bench {
             bail!("{} not measured: {why}", system.label());
         }
         let _planes = plane_rows(n, &mut set.rows, &mut set.pids)?;
+        let trees = set.trees();
         let mut calls = measure_echo_rows(url, token, n, set.rows, &set.pids)?;
         report_planes(r, &mut calls);
         // Ends the clients' connections (mcp-hub's event stream too) before the idle window.
         report_echo(r, calls, &set.not_measured);
-        let costs = tokio::task::block_in_place(|| peer_costs::rows(&set.trees, smoke));
+        let costs = tokio::task::block_in_place(|| peer_costs::rows(&trees, smoke));
         for (what, value) in costs {
             r.row(&what, value);
         }
@@ -1130,17 +1091,6 @@ mod bench {
                 ),
             );
         }
-    }
-
-    /// p50 of `v` (sorted or not).
-    fn p50(v: &[Duration]) -> Duration {
-        let mut v = v.to_vec();
-        v.sort();
-        pct(&v, 0.5)
-    }
-
-    fn ratio(a: Duration, b: Duration) -> f64 {
-        a.as_secs_f64() / b.as_secs_f64().max(1e-9)
     }
 
     fn fmt_cpu(per: &[Option<Duration>]) -> String {
@@ -1508,10 +1458,7 @@ mod bench {
         {
             return (*module).to_owned();
         }
-        let exe = std::path::Path::new(argv[0])
-            .file_name()
-            .unwrap_or_default();
-        exe.to_string_lossy().into_owned()
+        info.program()
     }
 
     /// `--big-only`: a runtime with the bench connector and only the 1 MiB rows.
@@ -1699,21 +1646,6 @@ mod bench {
     }
 
     // === HTTP client ===
-
-    #[derive(Clone, Copy)]
-    enum Era {
-        Legacy,
-        Modern,
-    }
-
-    impl Era {
-        fn name(self) -> &'static str {
-            match self {
-                Era::Legacy => "legacy 2025-06-18",
-                Era::Modern => "modern 2026-07-28",
-            }
-        }
-    }
 
     #[derive(Clone)]
     struct Client {
@@ -1978,10 +1910,10 @@ mod bench {
         }
     }
 
-    impl scale::Post for RawHttp {
-        fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)> {
-            RawHttp::post(self, extra_headers, body)
-        }
+    /// A [`RawHttp`] connection to `url` with a bearer `token`, for the sections that take a
+    /// [`tool_search::Connect`] (`--tool-search`, the scale rows).
+    fn connect_raw(url: &str, token: &str) -> Result<Box<dyn tool_search::Post>> {
+        Ok(Box::new(RawHttp::connect(url, token, None)?))
     }
 
     impl tool_search::Post for RawHttp {

@@ -21,48 +21,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use tutti_tests::{Runtime, RuntimeOptions, fixture_connector, proc_tree};
 
-/// One blocking HTTP/1.1 keep-alive connection to a frontend (the bench's raw client).
-pub(super) trait Post {
-    /// One POST with extra header lines; the status and the body.
-    fn post(&mut self, extra_headers: &str, body: &str) -> Result<(u16, Vec<u8>)>;
-}
-
-/// Opens a [`Post`] connection to `url` with a bearer `token`.
-pub(super) type Connect = fn(&str, &str) -> Result<Box<dyn Post>>;
-
-/// The rows (what, value) and targets (what, measured, met) of the run; each row is printed
-/// as it is measured.
-#[derive(Default)]
-pub(super) struct Out {
-    pub(super) rows: Vec<(String, String)>,
-    pub(super) targets: Vec<(String, String, bool)>,
-}
-
-impl Out {
-    fn row(&mut self, what: &str, value: String) {
-        println!("{what:<58} {value}");
-        self.rows.push((what.to_owned(), value));
-    }
-
-    fn target(&mut self, what: &str, measured: String, met: bool) {
-        self.targets.push((what.to_owned(), measured, met));
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Era {
-    Legacy,
-    Modern,
-}
-
-impl Era {
-    fn name(self) -> &'static str {
-        match self {
-            Era::Legacy => "legacy 2025-06-18",
-            Era::Modern => "modern 2026-07-28",
-        }
-    }
-}
+use super::shared::{Era, Report, fmt_us, p50, ratio, summary};
+use super::tool_search::{Connect, Post};
 
 /// Prompts and resources per connector.
 const PROMPTS: usize = 5;
@@ -263,8 +223,8 @@ fn record_time(record: &Value) -> Option<SystemTime> {
 }
 
 /// Every row and target of the scale run.
-pub(super) fn rows(smoke: bool, open: Connect) -> Result<Out> {
-    let r = &mut Out::default();
+pub(super) fn rows(smoke: bool, open: Connect) -> Result<Report> {
+    let r = &mut Report::default();
     let plan = Plan::new(smoke);
     let n = plan.connectors;
     let load = load_average();
@@ -303,36 +263,6 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// (p50, p90, p99, "p50 … · p90 … · p99 … (n=…)") in µs.
-fn summary(mut v: Vec<Duration>) -> (Duration, Duration, Duration, String) {
-    v.sort();
-    let pct = |p: f64| {
-        let i = ((v.len().max(1) - 1) as f64 * p).round() as usize;
-        v.get(i).copied().unwrap_or_default()
-    };
-    let (p50, p90, p99) = (pct(0.5), pct(0.9), pct(0.99));
-    let s = format!(
-        "p50 {} · p90 {} · p99 {} (n={})",
-        fmt_us(p50),
-        fmt_us(p90),
-        fmt_us(p99),
-        v.len()
-    );
-    (p50, p90, p99, s)
-}
-
-fn p50(v: &[Duration]) -> Duration {
-    summary(v.to_vec()).0
-}
-
-fn fmt_us(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
-}
-
-fn ratio(a: Duration, b: Duration) -> f64 {
-    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
-}
-
 fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
@@ -349,7 +279,7 @@ fn ms_summary(v: Vec<Duration>) -> (String, Duration) {
 }
 
 fn report_up(
-    r: &mut Out,
+    r: &mut Report,
     n: usize,
     plan: &Plan,
     (all, first, median): (Duration, Duration, Duration),
@@ -377,7 +307,7 @@ fn report_up(
 
 /// An upgrade of one connector (a release with one tool fewer, then back) while the others
 /// are live: the install command's wall time and the new generation's launch → commit.
-fn upgrade_rows(r: &mut Out, side: &mut Side, plan: &Plan) -> Result<()> {
+fn upgrade_rows(r: &mut Report, side: &mut Side, plan: &Plan) -> Result<()> {
     let (mut wall, mut own) = (Vec::new(), Vec::new());
     let target = side.keys[1].clone();
     for round in 0..plan.upgrades * 2 {
@@ -454,10 +384,13 @@ fn list_once(http: &mut dyn Post, era: Era) -> Result<(Duration, usize, usize)> 
         let (status, reply) = http.post(headers, &body.to_string())?;
         wall += t.elapsed();
         bytes += reply.len();
-        let reply: Value = serde_json::from_slice(&reply).context("tools/list reply")?;
         if status != 200 {
-            bail!("tools/list: HTTP {status}: {reply}");
+            bail!(
+                "tools/list: HTTP {status}: {}",
+                String::from_utf8_lossy(&reply)
+            );
         }
+        let reply: Value = serde_json::from_slice(&reply).context("tools/list: not JSON")?;
         tools += reply["result"]["tools"].as_array().map_or(0, Vec::len);
         cursor = reply["result"]["nextCursor"].clone();
         if cursor.is_null() {
@@ -488,7 +421,7 @@ fn list_timed(
 
 /// tools/list of a runtime's whole catalogue (legacy, modern) and of a `--tools search`
 /// session; the slower era's p50.
-fn list_rows(r: &mut Out, side: &Side, plan: &Plan) -> Result<Duration> {
+fn list_rows(r: &mut Report, side: &Side, plan: &Plan) -> Result<Duration> {
     let mut worst = Duration::ZERO;
     let (n, total) = (side.keys.len(), side.keys.len() * plan.tools);
     for era in [Era::Legacy, Era::Modern] {
@@ -519,7 +452,7 @@ fn list_rows(r: &mut Out, side: &Side, plan: &Plan) -> Result<Duration> {
     Ok(worst)
 }
 
-fn list_target(r: &mut Out, total: usize, worst: Duration) {
+fn list_target(r: &mut Report, total: usize, worst: Duration) {
     r.target(
         &format!("tools/list of {total} tools ≤ 20 ms p50 (slower era)"),
         ms(worst),
@@ -536,7 +469,7 @@ fn size(bytes: usize) -> String {
 }
 
 /// `tutti connector available` and `tutti status` wall times, big and small runtime.
-fn cli_rows(r: &mut Out, big: &Side, small: &Side, plan: &Plan) -> Result<()> {
+fn cli_rows(r: &mut Report, big: &Side, small: &Side, plan: &Plan) -> Result<()> {
     for args in [&["connector", "available"][..], &["status"][..]] {
         let mut cells = Vec::new();
         for side in [big, small] {
@@ -659,7 +592,7 @@ impl RuntimeMem {
 }
 
 /// The big runtime's memory, measured while it ran alone, and the targets on it.
-fn memory_rows(r: &mut Out, m: &RuntimeMem, n: usize) {
+fn memory_rows(r: &mut Report, m: &RuntimeMem, n: usize) {
     r.row(
         &format!("scale: memory, {n} connectors, runtime alone (RSS / PSS / USS)"),
         m.show(),
@@ -732,12 +665,18 @@ fn echo_calls(http: &mut dyn Post, tool: &str, n: usize) -> Result<Vec<Duration>
 
 /// The call p50s of the small and the control runtime before the small one grew.
 struct Before {
-    small50: Duration,
-    control50: Duration,
+    small_p50: Duration,
+    control_p50: Duration,
 }
 
 /// One call's latency with N connectors against 2 (and the control), interleaved.
-fn call_rows(r: &mut Out, big: &Side, small: &Side, control: &Side, plan: &Plan) -> Result<Before> {
+fn call_rows(
+    r: &mut Report,
+    big: &Side,
+    small: &Side,
+    control: &Side,
+    plan: &Plan,
+) -> Result<Before> {
     let mut v = interleaved(&[big, small, control], plan.calls)?.into_iter();
     let (b, s, c) = (
         v.next().unwrap_or_default(),
@@ -776,15 +715,15 @@ fn call_rows(r: &mut Out, big: &Side, small: &Side, control: &Side, plan: &Plan)
         change <= 5.0,
     );
     Ok(Before {
-        small50: s50,
-        control50: c50,
+        small_p50: s50,
+        control_p50: c50,
     })
 }
 
 /// The small runtime grows by N−2 connectors and loses them again; after [`Plan::linger`]
 /// its memory and call latency against before.
 fn left_behind(
-    r: &mut Out,
+    r: &mut Report,
     small: &mut Side,
     control: &Side,
     plan: &Plan,
@@ -821,7 +760,7 @@ fn left_behind(
 }
 
 fn report_left_behind(
-    r: &mut Out,
+    r: &mut Report,
     plan: &Plan,
     (before, mem): (&Before, &RuntimeMem),
     grown: &RuntimeMem,
@@ -849,9 +788,9 @@ fn report_left_behind(
         &format!("scale: call p50, {BASE} connectors, before · after (control runtime beside it)"),
         format!(
             "{} → {} (control {} → {})",
-            fmt_us(before.small50),
+            fmt_us(before.small_p50),
             fmt_us(s50),
-            fmt_us(before.control50),
+            fmt_us(before.control_p50),
             fmt_us(c50)
         ),
     );
@@ -863,9 +802,9 @@ fn report_left_behind(
     );
     // The machine drifts between the two measurements (other work, placement): the small
     // runtime's p50 is judged as a ratio to the control's measured in the same rounds.
-    let slower = (ratio(s50, before.small50) - 1.0) * 100.0;
-    let drift = ratio(c50, before.control50);
-    let corrected = (ratio(s50, before.small50) / drift - 1.0) * 100.0;
+    let slower = (ratio(s50, before.small_p50) - 1.0) * 100.0;
+    let drift = ratio(c50, before.control_p50);
+    let corrected = (ratio(s50, before.small_p50) / drift - 1.0) * 100.0;
     r.target(
         &format!(
             "after installing and uninstalling {more}: call p50 within 10 % of before (against the control)"

@@ -7,45 +7,43 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tutti_tests::proc_tree::{self, ProcInfo};
+
 use super::world::{Shared, lock, nap, now_ms, worker_of};
 
 /// One process: its pid and its start time (clock ticks after boot, `/proc/<pid>/stat`).
 pub type Id = (u32, u64);
 
-/// What `/proc/<pid>/stat` says about a process.
+/// What `/proc/<pid>/stat` says about a process (read by [`proc_tree`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
     pub pid: u32,
     pub ppid: u32,
-    pub state: char,
     pub start: u64,
+    live: bool,
 }
 
 impl Stat {
+    fn of(p: &ProcInfo) -> Stat {
+        Stat {
+            pid: p.pid,
+            ppid: p.ppid,
+            start: p.start,
+            live: !p.is_zombie(),
+        }
+    }
+
     pub fn id(&self) -> Id {
         (self.pid, self.start)
     }
 
     pub fn live(&self) -> bool {
-        !matches!(self.state, 'Z' | 'X' | 'x')
+        self.live
     }
 }
 
-/// Parses a `/proc/<pid>/stat` line (the command name may hold spaces and parentheses).
-pub fn parse_stat(line: &str) -> Option<Stat> {
-    let pid = line.split_whitespace().next()?.parse().ok()?;
-    let rest = &line[line.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(Stat {
-        pid,
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
-}
-
 pub fn stat(pid: u32) -> Option<Stat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    proc_tree::info(pid).map(|p| Stat::of(&p))
 }
 
 /// Whether the process `id` is still there and not a zombie.
@@ -53,20 +51,9 @@ pub fn alive(id: Id) -> bool {
     stat(id.0).is_some_and(|s| s.start == id.1 && s.live())
 }
 
-/// Every process now.
-fn all() -> Vec<Stat> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(stat)
-        .collect()
-}
-
 /// `roots` and all their descendants that live, parents before children.
 pub fn tree(roots: &[u32]) -> Vec<Stat> {
-    let procs = all();
+    let procs: Vec<Stat> = proc_tree::snapshot().iter().map(Stat::of).collect();
     let mut children: HashMap<u32, Vec<Stat>> = HashMap::new();
     for p in &procs {
         children.entry(p.ppid).or_default().push(*p);
@@ -103,10 +90,8 @@ pub fn describe(ids: &[Id], lives: &Lives) -> String {
     ids.iter()
         .map(|id| {
             let role = lives.get(id).map(|l| l.role.as_str()).unwrap_or("?");
-            let cmd = std::fs::read(format!("/proc/{}/cmdline", id.0))
-                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-                .unwrap_or_default();
-            format!("pid {} ({role}): {}", id.0, cmd.trim())
+            let cmd = proc_tree::info(id.0).map(|p| p.cmdline).unwrap_or_default();
+            format!("pid {} ({role}): {cmd}", id.0)
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -129,24 +114,15 @@ pub struct Life {
 
 pub type Lives = HashMap<Id, Life>;
 
-/// The program's file name from `/proc/<pid>/cmdline`.
-fn program(pid: u32) -> String {
-    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let first = bytes.split(|b| *b == 0).next().unwrap_or_default();
-    let path = String::from_utf8_lossy(first).into_owned();
-    std::path::Path::new(&path)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or(path)
-}
-
 /// A process's role: the runtime's binaries by name (a worker with its key), an upstream by
 /// its worker's key, the bridge.
 fn role_of(p: &Stat, shared: &Shared, lives: &Lives, parents: &HashMap<u32, Id>) -> String {
     if p.pid == shared.bridge_pid.load(Ordering::Relaxed) {
         return "bridge".into();
     }
-    let name = program(p.pid);
+    let name = proc_tree::info(p.pid)
+        .map(|i| i.program())
+        .unwrap_or_default();
     match name.as_str() {
         "tutti-kernel" | "tutti" => "kernel".into(),
         "tutti-mcp-frontend" => "frontend".into(),
@@ -192,8 +168,7 @@ pub fn sample(shared: &Shared, lives: &Mutex<Lives>) {
                 },
             );
         }
-        let (Some(rss_kib), Some(fds)) = (tutti_tests::proc_tree::rss_kib(p.pid), fd_count(p.pid))
-        else {
+        let (Some(rss_kib), Some(fds)) = (proc_tree::rss_kib(p.pid), fd_count(p.pid)) else {
             continue;
         };
         if let Some(life) = lives.get_mut(&p.id()) {
@@ -219,22 +194,6 @@ pub fn sampler(shared: Arc<Shared>, lives: Arc<Mutex<Lives>>) -> std::thread::Jo
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_lines_with_odd_command_names_parse() {
-        let line =
-            "4242 (a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 987654 1000 10";
-        assert_eq!(
-            parse_stat(line),
-            Some(Stat {
-                pid: 4242,
-                ppid: 17,
-                state: 'S',
-                start: 987_654
-            })
-        );
-        assert_eq!(parse_stat("garbage"), None);
-    }
 
     #[test]
     fn this_process_is_alive_and_a_wrong_start_time_is_not() {

@@ -95,8 +95,9 @@ pub struct Call {
     pub wrong_echo: Option<String>,
 }
 
-/// One session's token as its client should use it now.
-#[derive(Clone, Debug, Default)]
+/// One session's token as its client should use it now (no `Debug`: it holds a bearer token,
+/// which a report must never print).
+#[derive(Clone, Default)]
 pub struct Held {
     pub serial: u64,
     /// `None` while revoked and not reissued yet.
