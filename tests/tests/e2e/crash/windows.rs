@@ -11,10 +11,9 @@ use serde_json::{Value, json};
 use tutti_tests::oauth::oauth_connector;
 use tutti_tests::{Runtime, RuntimeOptions};
 
+use super::model::SECRET;
 use super::wait_listening;
 use crate::oauth::{Remote, audit_events, log_in};
-
-const SECRET: &str = "CRASH_TOKEN";
 
 fn cli_connector(key: &str) -> Value {
     json!({
