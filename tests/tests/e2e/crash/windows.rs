@@ -218,8 +218,8 @@ async fn a_login_a_cut_short_disconnect_left_is_revoked_and_deleted_at_start() {
 
 /// A kernel killed while it started a child leaves its locked `run/kernel.lock` descriptor in
 /// that child until the child's exec or death: the next kernel, started at once, waits for it
-/// (the file names a kernel that is gone) instead of refusing to run. The crash loop met this
-/// after 1,178 kills.
+/// (the file names a kernel that is gone) instead of refusing to run. The random loop
+/// reaches this window seldom; here it is certain.
 #[test]
 fn a_lock_still_held_for_a_killed_kernel_is_waited_for() {
     let mut rt = Runtime::start(RuntimeOptions::default());
