@@ -9,7 +9,7 @@
 //! frontend (modern cancellation). The token is never logged.
 
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -18,7 +18,7 @@ use axum::http::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::support::bin;
+use crate::support::{Listening, bin};
 
 #[derive(Clone)]
 struct Target {
@@ -95,8 +95,7 @@ async fn forward(State(target): State<Target>, request: Request) -> Response<Bod
 /// A running `tutti-auth-proxy` child. Dropping it closes the child's stdin (which makes it
 /// exit), then kills and reaps it.
 pub struct AuthProxy {
-    child: Child,
-    stdin: Option<ChildStdin>,
+    _process: Listening,
     /// The proxy's port on 127.0.0.1.
     pub port: u16,
 }
@@ -105,60 +104,22 @@ impl AuthProxy {
     /// Starts `tutti-auth-proxy --upstream <host:port of frontend_url>`, hands it `token` on
     /// stdin (never argv or the environment), and waits for `listening <port>`.
     pub fn start(frontend_url: &str, token: &str) -> AuthProxy {
-        use std::io::{BufRead, BufReader, Write};
         let authority = frontend_url
             .strip_prefix("http://")
             .and_then(|rest| rest.split('/').next())
             .unwrap_or_else(|| panic!("not an http:// URL: {frontend_url}"));
-        let mut child = Command::new(bin("tutti-auth-proxy"))
-            .args(["--upstream", authority])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn tutti-auth-proxy: {e}"));
-        let mut stdin = child
-            .stdin
-            .take()
-            .unwrap_or_else(|| panic!("no stdin pipe for tutti-auth-proxy"));
-        writeln!(stdin, "{token}")
-            .and_then(|()| stdin.flush())
-            .unwrap_or_else(|e| panic!("cannot hand the token to tutti-auth-proxy: {e}"));
-        let stdout = child
-            .stdout
-            .take()
-            .unwrap_or_else(|| panic!("no stdout pipe for tutti-auth-proxy"));
-        let mut line = String::new();
-        let read = BufReader::new(stdout).read_line(&mut line);
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .and_then(|p| p.parse().ok());
-        match (read, port) {
-            (Ok(_), Some(port)) => AuthProxy {
-                child,
-                stdin: Some(stdin),
-                port,
-            },
-            (read, _) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("tutti-auth-proxy did not report its port: {read:?}, line {line:?}");
-            }
+        let mut command = Command::new(bin("tutti-auth-proxy"));
+        command.args(["--upstream", authority]);
+        let process = Listening::start(command, "tutti-auth-proxy", Some(token));
+        AuthProxy {
+            port: process.port,
+            _process: process,
         }
     }
 
     /// The MCP URL through the proxy: `http://127.0.0.1:<port>/mcp/connector`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp/connector", self.port)
-    }
-}
-
-impl Drop for AuthProxy {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

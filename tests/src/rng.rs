@@ -26,6 +26,7 @@ impl Rng {
         rng
     }
 
+    /// The seed, until the first draw (after it, the state the next draws follow from).
     pub fn seed(&self) -> u64 {
         self.0
     }

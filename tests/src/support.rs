@@ -181,6 +181,74 @@ pub fn result_texts(result: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// A loopback helper binary of the harness (`tutti-auth-proxy`, `tutti-stdio-http`): run with
+/// piped stdin and stdout, it prints `listening <port>` once bound and exits at EOF on stdin.
+/// Dropping it closes its stdin, then kills and reaps it.
+pub(crate) struct Listening {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    /// Its port on 127.0.0.1.
+    pub(crate) port: u16,
+}
+
+impl Listening {
+    /// Starts `command` (binary `name`), writes `first_line` to its stdin when given (the line
+    /// is never printed: it may be a token), and waits for `listening <port>`.
+    pub(crate) fn start(
+        mut command: std::process::Command,
+        name: &str,
+        first_line: Option<&str>,
+    ) -> Listening {
+        use std::io::{BufRead, BufReader, Write};
+        use std::process::Stdio;
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {name}: {e}"));
+        let mut stdin = child
+            .stdin
+            .take()
+            .unwrap_or_else(|| panic!("no stdin pipe for {name}"));
+        if let Some(line) = first_line {
+            writeln!(stdin, "{line}")
+                .and_then(|()| stdin.flush())
+                .unwrap_or_else(|e| panic!("cannot write the first line to {name}'s stdin: {e}"));
+        }
+        let stdout = child
+            .stdout
+            .take()
+            .unwrap_or_else(|| panic!("no stdout pipe for {name}"));
+        let mut line = String::new();
+        let read = BufReader::new(stdout).read_line(&mut line);
+        let port = line
+            .trim()
+            .strip_prefix("listening ")
+            .and_then(|p| p.parse().ok());
+        match (read, port) {
+            (Ok(_), Some(port)) => Listening {
+                child,
+                stdin: Some(stdin),
+                port,
+            },
+            (read, _) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{name} did not report its port: {read:?}, line {line:?}");
+            }
+        }
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ mod child;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,7 +33,7 @@ use axum::http::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::support::bin;
+use crate::support::{Listening, bin};
 use child::{Exchange, StdioServer, is_answer};
 
 const SESSION_ID: &str = "mcp-session-id";
@@ -273,8 +273,7 @@ fn refusal(status: StatusCode, message: &str) -> Response<Body> {
 /// A running `tutti-stdio-http` child. Dropping it closes the child's stdin (which makes it
 /// exit), then kills and reaps it.
 pub struct StdioHttp {
-    child: Child,
-    stdin: Option<ChildStdin>,
+    _process: Listening,
     /// The adapter's port on 127.0.0.1.
     pub port: u16,
 }
@@ -282,47 +281,18 @@ pub struct StdioHttp {
 impl StdioHttp {
     /// Starts `tutti-stdio-http -- <command>` and waits for `listening <port>`.
     pub fn start(command: &[OsString]) -> StdioHttp {
-        use std::io::{BufRead, BufReader};
-        let mut child = Command::new(bin("tutti-stdio-http"))
-            .arg("--")
-            .args(command)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn tutti-stdio-http: {e}"));
-        let stdin = child.stdin.take();
-        let stdout = child
-            .stdout
-            .take()
-            .unwrap_or_else(|| panic!("no stdout pipe for tutti-stdio-http"));
-        let mut line = String::new();
-        let read = BufReader::new(stdout).read_line(&mut line);
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .and_then(|p| p.parse().ok());
-        match (read, port) {
-            (Ok(_), Some(port)) => StdioHttp { child, stdin, port },
-            (read, _) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("tutti-stdio-http did not report its port: {read:?}, line {line:?}");
-            }
+        let mut adapter = Command::new(bin("tutti-stdio-http"));
+        adapter.arg("--").args(command);
+        let process = Listening::start(adapter, "tutti-stdio-http", None);
+        StdioHttp {
+            port: process.port,
+            _process: process,
         }
     }
 
     /// The MCP URL: `http://127.0.0.1:<port>/mcp`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-}
-
-impl Drop for StdioHttp {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -555,7 +555,10 @@ fn listen_goes_on(rt: &mut Runtime, bridge: &RawBridge, key: &str) {
     drain_listen(bridge, Duration::from_secs(2));
     rt.install_ok(&fixture_connector(key, &["--tools", "echo"]), &[]);
     let change = next_on_listen(bridge, "an install after the restart");
-    assert_eq!(change["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        change["method"], "notifications/tools/list_changed",
+        "{change}"
+    );
 }
 
 #[test]
@@ -567,14 +570,22 @@ fn a_2026_07_28_listen_stream_through_the_bridge_goes_on_across_kernel_restarts(
     // Before any `initialize`, a request whose `_meta` names no revision is a 2026-07-28
     // request missing its `_meta`: refused as such (not answered by the 2025 surface).
     let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}});
-    let refused = bridge.send(&discover).unwrap_or_default();
+    let refused = bridge
+        .send(&discover)
+        .unwrap_or_else(|| panic!("no answer to server/discover"));
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     bridge.write(&listen_request());
     let ack = next_on_listen(&bridge, "opened");
-    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
     rt.install_ok(&fixture_connector("before", &["--tools", "echo"]), &[]);
     let change = next_on_listen(&bridge, "an install");
-    assert_eq!(change["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        change["method"], "notifications/tools/list_changed",
+        "{change}"
+    );
 
     // `tutti down`: the frontend ends the stream with its final result.
     rt.tutti_ok(&["down"]);
@@ -603,16 +614,21 @@ fn a_2026_07_28_listen_stream_through_the_bridge_goes_on_across_kernel_restarts(
         listed.to_string().contains("last_echo"),
         "tools/list after the restarts: {listed}"
     );
+    a_cancelled_listen_stays_gone_and_revoking_ends_the_first(&rt, &mut bridge);
+}
 
-    // A second listen, cancelled by the client, is gone for good; revoking the session ends
-    // the first with its answer (asked again, the frontend refuses the token).
+/// A second listen, cancelled by the client, is gone for good; revoking the session ends the
+/// first with its answer (asked again, the frontend refuses the token).
+fn a_cancelled_listen_stays_gone_and_revoking_ends_the_first(rt: &Runtime, bridge: &mut RawBridge) {
     let mut second = listen_request();
     second["id"] = json!("listen-8");
     bridge.write(&second);
-    let ack = bridge.next(READY).unwrap_or_default();
+    let ack = bridge
+        .next(READY)
+        .unwrap_or_else(|| panic!("no acknowledgement of the second listen"));
     assert_eq!(
-        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
-        "listen-8"
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "listen-8",
+        "{ack}"
     );
     bridge.write(
         &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",

@@ -17,7 +17,7 @@ mod oauth;
 mod windows;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tutti_tests::{Runtime, RuntimeOptions};
@@ -97,17 +97,36 @@ fn kill_after(
     }
 }
 
-fn spawn(rt: &Runtime, op: &Op, sources: &Sources) -> Option<Child> {
-    let (args, env) = op.command(sources)?;
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let child = rt
-        .tutti_cmd(&argv)
-        .envs(env)
+/// Runs `tutti ARGS` with `env` and SIGKILLs the kernel `delay` after it began; a command
+/// that failed on its own before the kill fails the test with its output.
+fn command_killed(
+    rt: &mut Runtime,
+    args: &[&str],
+    env: &[(String, String)],
+    delay: Duration,
+) -> Outcome {
+    let mut child = rt
+        .tutti_cmd(args)
+        .envs(env.iter().cloned())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run tutti {}: {e}", args.join(" ")));
-    Some(child)
+    let out = kill_after(rt, delay, || {
+        Some(child.try_wait().ok().flatten()?.success())
+    });
+    let output = child.wait_with_output();
+    if out.failed
+        && let Ok(o) = output
+    {
+        panic!(
+            "tutti {} failed before the kill:\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    out
 }
 
 /// Runs `op` and SIGKILLs the kernel `delay` after it began (for [`Op::Starting`], after
@@ -117,22 +136,13 @@ fn interrupt(rt: &mut Runtime, op: &Op, sources: &Sources, delay: Duration) -> O
         rt.kill();
         rt.restart_unwaited();
     }
-    let mut child = spawn(rt, op, sources);
-    let out = kill_after(rt, delay, || {
-        let status = child.as_mut()?.try_wait().ok().flatten()?;
-        Some(status.success())
-    });
-    let output = child.map(Child::wait_with_output);
-    if out.failed
-        && let Some(Ok(o)) = output
-    {
-        panic!(
-            "{op:?} failed before the kill:\n{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
+    match op.command(sources) {
+        Some((args, env)) => {
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            command_killed(rt, &argv, &env, delay)
+        }
+        None => kill_after(rt, delay, || None),
     }
-    out
 }
 
 /// Per kind of command: how often the state came out unchanged, old, between, new, and how
@@ -163,30 +173,45 @@ impl Tally {
     }
 }
 
+/// The kernel log lines of a start finishing what a kill cut short: the texts such a line
+/// holds, and what it counts as (the first row whose texts the line holds all).
+const FINISHED_AT_START: [(&[&str], &str); 6] = [
+    (
+        &["removed a leftover of an earlier run", "/.tmp-"],
+        "half-made release copies removed",
+    ),
+    (
+        &["removed a leftover of an earlier run", ".tutti-"],
+        "temp files of atomic writes removed",
+    ),
+    (
+        &["removed a leftover of an earlier run", "/releases/"],
+        "copies of uninstalled connectors removed",
+    ),
+    (
+        &["deleted the secrets of a connector no longer"],
+        "secrets of uninstalled or disconnected connectors deleted",
+    ),
+    (
+        &["auth state set from the stored secrets"],
+        "auth states set from secrets stored before the kill",
+    ),
+    (
+        &["the audit log ended in a record a crash cut short"],
+        "torn audit records cut",
+    ),
+];
+
 /// What the kernel log says the starts finished of the commands the kills cut short.
 fn finished_at_start(kernel_log: &str) -> BTreeMap<&'static str, usize> {
     let mut found = BTreeMap::new();
     for line in kernel_log.lines() {
-        let what = if line.contains("removed a leftover of an earlier run") {
-            if line.contains("/.tmp-") {
-                "half-made release copies removed"
-            } else if line.contains(".tutti-") {
-                "temp files of atomic writes removed"
-            } else if line.contains("/releases/") {
-                "copies of uninstalled connectors removed"
-            } else {
-                continue;
-            }
-        } else if line.contains("deleted the secrets of a connector no longer") {
-            "secrets of uninstalled or disconnected connectors deleted"
-        } else if line.contains("auth state set from the stored secrets") {
-            "auth states set from secrets stored before the kill"
-        } else if line.contains("the audit log ended in a record a crash cut short") {
-            "torn audit records cut"
-        } else {
-            continue;
-        };
-        *found.entry(what).or_default() += 1;
+        let row = FINISHED_AT_START
+            .iter()
+            .find(|(texts, _)| texts.iter().all(|t| line.contains(t)));
+        if let Some((_, what)) = row {
+            *found.entry(*what).or_default() += 1;
+        }
     }
     found
 }

@@ -125,7 +125,7 @@ pub enum Op {
 impl Op {
     /// A command that makes sense in `state`.
     pub fn pick(rng: &mut Rng, state: &State, iteration: usize) -> Op {
-        let key = KEYS[rng.below(KEYS.len() as u64) as usize].to_owned();
+        let key = KEYS[rng.index(KEYS.len())].to_owned();
         let Some(conn) = state.get(&key) else {
             return match rng.below(10) {
                 0 => Op::Idle,

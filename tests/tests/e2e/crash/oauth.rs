@@ -17,7 +17,7 @@ use tutti_tests::oauth::{Browser, oauth_connector};
 use tutti_tests::{Runtime, RuntimeOptions};
 
 use super::check::{self, Came};
-use super::{Outcome, Spans, Tally, iterations, kill_after, restart_kernel};
+use super::{Outcome, Spans, Tally, command_killed, iterations, kill_after, restart_kernel};
 use crate::oauth::{Login, Remote};
 use tutti_tests::rng::Rng;
 
@@ -133,31 +133,6 @@ async fn login_killed(rt: &mut Runtime, delay: Duration) -> Outcome {
     out
 }
 
-/// Runs `tutti ARGS` and kills the kernel `delay` after it began.
-fn command_killed(rt: &mut Runtime, args: &[&str], delay: Duration) -> Outcome {
-    let mut child = rt
-        .tutti_cmd(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run tutti {}: {e}", args.join(" ")));
-    let out = kill_after(rt, delay, || {
-        Some(child.try_wait().ok().flatten()?.success())
-    });
-    let output = child.wait_with_output();
-    if out.failed
-        && let Ok(o) = output
-    {
-        panic!(
-            "tutti {} failed before the kill:\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    out
-}
-
 /// Runs `op` and kills the kernel `delay` after it began.
 async fn interrupt(rt: &mut Runtime, op: Op, release: &Path, delay: Duration) -> Outcome {
     let dir = release.to_string_lossy().into_owned();
@@ -167,7 +142,7 @@ async fn interrupt(rt: &mut Runtime, op: Op, release: &Path, delay: Duration) ->
         Op::Disconnect => vec!["connector", "disconnect", KEY],
         Op::Uninstall => vec!["connector", "uninstall", KEY],
     };
-    tokio::task::block_in_place(|| command_killed(rt, &args, delay))
+    tokio::task::block_in_place(|| command_killed(rt, &args, &[], delay))
 }
 
 /// Whether the stored login (`oauth:login` in the secrets file) is usable: it parses, has
