@@ -123,6 +123,9 @@ impl Chaos {
                         self.shared.fault(format!("installing {key} again: {e:#}"));
                     }
                     self.uninstalled.remove(key);
+                    if self.uninstalled.is_empty() {
+                        self.shared.reinstalled();
+                    }
                 }
                 Later::Reissue(session) => self.issue(session),
             }
@@ -236,8 +239,13 @@ impl Chaos {
             return;
         }
         let key = keys[self.rng.index(keys.len())];
+        // Before the command: its connections close while it runs.
+        self.shared.uninstalled();
         let out = self.rt.tutti(&["connector", "uninstall", key]);
         if !out.status.success() {
+            if self.uninstalled.is_empty() {
+                self.shared.reinstalled();
+            }
             self.shared.fault(format!(
                 "uninstall of {key} failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()

@@ -78,6 +78,7 @@ pub fn report(f: &Facts<'_>) -> (String, bool) {
     let _ = writeln!(out, "\nChaos: {}.", actions.join(", "));
     let (trends, partial) = slope::trends(f.lives, f.half.0, f.half.1);
     held &= trends_table(&mut out, &trends, partial, f.half);
+    series(&mut out, &trends, f.lives, f.half);
     for c in checks.iter().filter(|c| !c.problems.is_empty()) {
         let _ = writeln!(out, "\n{}:", c.row);
         for p in c.problems.iter().take(10) {
@@ -192,11 +193,43 @@ fn mib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / 1024.0)
 }
 
+/// The samples of each process that did not stay flat, second by second, to tell a leak
+/// from a swing by eye.
+fn series(out: &mut String, trends: &[Trend], lives: &Lives, half: (i64, i64)) {
+    for t in trends.iter().filter(|t| !t.flat) {
+        let Some(life) = lives.get(&t.id) else {
+            continue;
+        };
+        let points: Vec<String> = life
+            .samples
+            .iter()
+            .filter(|s| s.at_ms >= half.0 && s.at_ms <= half.1)
+            .map(|s| {
+                let away = if s.whole { "" } else { "*" };
+                format!(
+                    "+{}s {} fds {} MiB{away}",
+                    (s.at_ms - half.0) / 1000,
+                    s.fds,
+                    mib(s.rss_kib)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "
+{} (pid {}), each sample (* while a connector was uninstalled): {}",
+            t.role,
+            t.id.0,
+            points.join(" · ")
+        );
+    }
+}
+
 /// The second half's table; whether every process in it stayed flat.
 fn trends_table(out: &mut String, trends: &[Trend], partial: usize, half: (i64, i64)) -> bool {
     let _ = writeln!(
         out,
-        "\nSecond half ({} s): every process that lived through it ({partial} others were started or ended by the chaos meanwhile). Growth: the fitted line's rise over the window / the floor's rise (lowest of the last quarter minus lowest of the first); a leak raises both.\n",
+        "\nSecond half ({} s): every process that lived through it ({partial} others were started or ended by the chaos meanwhile). Growth: the fitted line's rise over the window / the floor's rise (lowest of the last quarter minus lowest of the first, over the samples taken while every connector was installed); a leak raises both.\n",
         (half.1 - half.0) / 1000
     );
     let _ = writeln!(

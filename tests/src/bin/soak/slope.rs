@@ -3,11 +3,14 @@
 //! samples (how much it rises from the window's start to its end), and the floor's rise (the
 //! lowest sample of the last quarter minus the lowest of the first). Descriptors and memory
 //! swing with the load (pooled connections, buffers); a leak raises the line *and* the floor,
-//! a swing at most one of them. A process is flat unless both rise by more than the
+//! a swing at most one of them. A connector the chaos uninstalled for a few seconds takes its
+//! worker's connections along, a dip that would raise the floor: the floor is taken over the
+//! samples when every connector was installed. A process is flat unless both rise by more than the
 //! allowance: [`RSS_FLAT_KIB`] KiB or [`FDS_FLAT`] descriptors, plus [`RELATIVE`] of its
-//! median. Only processes that lived through the whole second half are judged (the chaos
+//! median; the frontend's descriptors also [`FRONTEND_POOLED_FDS`]. Only processes that lived through the whole second half are judged (the chaos
 //! kills the others).
 
+use super::setup::{CHURNED, SESSIONS};
 use super::watch::{Id, Lives, Sample};
 
 /// Resident-set growth over the window always taken as noise (allocator arenas, a grown
@@ -15,6 +18,12 @@ use super::watch::{Id, Lives, Sample};
 pub const RSS_FLAT_KIB: f64 = 2048.0;
 /// Descriptor growth over the window always taken as noise (connections open at the end).
 pub const FDS_FLAT: f64 = 4.0;
+/// The frontend keeps a worker generation's frame connections for as long as the generation
+/// lives, as many as calls ever ran on it at once: a young generation's pool grows towards the
+/// soak's clients' concurrency (each client one call at a time), a bounded rise that a
+/// 30-second window cannot tell from a leak. Its bound: a connection per client for each
+/// connector.
+pub const FRONTEND_POOLED_FDS: f64 = ((SESSIONS.len() + 1) * (CHURNED.len() + 1)) as f64;
 /// The share of a process's median taken as noise beside the fixed allowance.
 pub const RELATIVE: f64 = 0.05;
 /// How close to the window's ends a process's first and last samples must be to count as
@@ -31,7 +40,8 @@ pub struct Trend {
     pub rss_last_kib: u64,
     /// Growth of the fitted line over the window.
     pub rss_growth_kib: f64,
-    /// The floor's rise: lowest of the last quarter minus lowest of the first.
+    /// The floor's rise: lowest of the last quarter minus lowest of the first (samples while
+    /// every connector was installed).
     pub rss_floor_kib: i64,
     pub fds_first: u64,
     pub fds_last: u64,
@@ -79,23 +89,37 @@ pub fn trend(id: Id, role: &str, samples: &[Sample], from: i64, to: i64) -> Opti
             .collect();
         slope(&points) * minutes
     };
+    // The floor's rise, over the samples taken while every connector was installed (all
+    // samples if there are none): the lowest of the last quarter-long stretch of them minus
+    // the lowest of the first.
     let quarter = (to - from) / 4;
+    let whole: Vec<&Sample> = inside.iter().copied().filter(|s| s.whole).collect();
+    let judged = if whole.is_empty() { &inside } else { &whole };
+    let (start, end) = match (judged.first(), judged.last()) {
+        (Some(a), Some(b)) => (a.at_ms, b.at_ms),
+        _ => (from, to),
+    };
     let floor = |f: &dyn Fn(&Sample) -> u64| {
         let low = |a: i64, b: i64| {
-            inside
+            judged
                 .iter()
                 .filter(|s| s.at_ms >= a && s.at_ms <= b)
                 .map(|s| f(s))
                 .min()
                 .unwrap_or(0) as i64
         };
-        low(to - quarter, to) - low(from, from + quarter)
+        low(end - quarter, end) - low(start, start + quarter)
     };
     let rss_growth_kib = growth(&|s| s.rss_kib);
     let fds_growth = growth(&|s| s.fds);
     let (rss_floor_kib, fds_floor) = (floor(&|s| s.rss_kib), floor(&|s| s.fds));
     let rss_allowed = RSS_FLAT_KIB + RELATIVE * median(inside.iter().map(|s| s.rss_kib).collect());
-    let fds_allowed = FDS_FLAT + RELATIVE * median(inside.iter().map(|s| s.fds).collect());
+    let pooled = if role == "frontend" {
+        FRONTEND_POOLED_FDS
+    } else {
+        0.0
+    };
+    let fds_allowed = FDS_FLAT + pooled + RELATIVE * median(inside.iter().map(|s| s.fds).collect());
     let leaks = |fit: f64, floor: i64, allowed: f64| fit > allowed && floor as f64 > allowed;
     let flat = !leaks(rss_growth_kib, rss_floor_kib, rss_allowed)
         && !leaks(fds_growth, fds_floor, fds_allowed);
@@ -143,6 +167,7 @@ mod tests {
                     at_ms: s * 1000,
                     rss_kib,
                     fds,
+                    whole: true,
                 }
             })
             .collect()
@@ -158,11 +183,11 @@ mod tests {
     #[test]
     fn noise_is_flat_and_a_leak_is_not() {
         let noisy = samples(|s| (20_000 + (s % 7) as u64 * 300, 12 + (s % 3) as u64));
-        let t = trend((1, 1), "frontend", &noisy, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        let t = trend((1, 1), "kernel", &noisy, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
         assert!(t.flat, "{t:?}");
         // 100 KiB a second: 6 MiB over the minute.
         let leak = samples(|s| (20_000 + s as u64 * 100, 12));
-        let t = trend((1, 1), "frontend", &leak, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        let t = trend((1, 1), "kernel", &leak, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
         assert!(!t.flat && t.rss_growth_kib > 5000.0, "{t:?}");
         // One descriptor every 5 s.
         let fds = samples(|s| (20_000, 12 + (s / 5) as u64));
@@ -171,10 +196,55 @@ mod tests {
         // Pooled connections that swing by ten, busier late in the window: the line rises,
         // the floor does not.
         let swings = samples(|s| (20_000, 30 + if s > 40 { (s % 2) as u64 * 10 } else { 0 }));
-        let t = trend((1, 1), "frontend", &swings, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        let t = trend((1, 1), "kernel", &swings, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
         assert!(t.fds_growth > FDS_FLAT + 2.0 && t.flat, "{t:?}");
         // A leak under swings: both rise.
         let leak = samples(|s| (20_000, 30 + (s / 4) as u64 + (s % 2) as u64 * 10));
+        let t = trend((1, 1), "kernel", &leak, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        assert!(!t.flat, "{t:?}");
+    }
+
+    #[test]
+    fn a_connector_away_early_in_the_window_is_no_leak_but_a_leak_beside_it_is() {
+        // Connectors uninstalled through the first quarter (two descriptors each), busier
+        // late in the window.
+        let away = |s: i64| s <= 17;
+        let mark = |mut v: Vec<Sample>| {
+            for (s, x) in v.iter_mut().enumerate() {
+                x.whole = !away(s as i64);
+            }
+            v
+        };
+        let dip = mark(samples(|s| {
+            let busy = if s > 45 { (s % 3) as u64 * 4 } else { 0 };
+            (20_000, if away(s) { 24 } else { 30 } + busy)
+        }));
+        let t = trend((1, 1), "kernel", &dip, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        assert!(t.fds_growth > FDS_FLAT + 2.0 && t.flat, "{t:?}");
+        // The same with one descriptor more every 4 s.
+        let leak = mark(samples(|s| {
+            let busy = if s > 45 { (s % 3) as u64 * 4 } else { 0 };
+            (
+                20_000,
+                if away(s) { 24 } else { 30 } + busy + (s / 4) as u64,
+            )
+        }));
+        let t = trend((1, 1), "kernel", &leak, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        assert!(!t.flat, "{t:?}");
+    }
+
+    #[test]
+    fn the_frontend_pools_grow_to_the_clients_bound_but_a_leak_goes_past_it() {
+        // A young generation's pools fill in steps towards their bound: 12 more connections
+        // by the window's middle, kept.
+        let ratchet = samples(|s| (20_000, 30 + (s.min(30) / 3) as u64 + (s % 2) as u64));
+        let t =
+            trend((1, 1), "frontend", &ratchet, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        assert!(t.flat && t.fds_floor >= 10, "{t:?}");
+        let t = trend((1, 1), "kernel", &ratchet, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
+        assert!(!t.flat, "{t:?}");
+        // One descriptor a second in the frontend: past any pool's bound.
+        let leak = samples(|s| (20_000, 30 + s as u64));
         let t = trend((1, 1), "frontend", &leak, 0, 60_000).unwrap_or_else(|| panic!("no trend"));
         assert!(!t.flat, "{t:?}");
     }

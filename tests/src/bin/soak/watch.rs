@@ -103,6 +103,8 @@ pub struct Sample {
     pub at_ms: i64,
     pub rss_kib: u64,
     pub fds: u64,
+    /// Whether every connector was installed and settled (see [`Shared::whole_at`]).
+    pub whole: bool,
 }
 
 /// A process seen during the run and what it measured.
@@ -172,10 +174,12 @@ pub fn sample(shared: &Shared, lives: &Mutex<Lives>) {
             continue;
         };
         if let Some(life) = lives.get_mut(&p.id()) {
+            let at_ms = now_ms();
             life.samples.push(Sample {
-                at_ms: now_ms(),
+                at_ms,
                 rss_kib,
                 fds,
+                whole: shared.whole_at(at_ms),
             });
         }
     }

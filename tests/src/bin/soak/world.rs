@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -15,6 +15,8 @@ pub const CALL_MS: u64 = 2000;
 pub const GRACE: Duration = Duration::from_secs(5);
 /// The workspace every soak session is issued under.
 pub const WORKSPACE: &str = "soak";
+/// How long after its install a connector's worker is taken to be running and reached.
+pub const SETTLE_MS: i64 = 2000;
 
 /// Unix time in milliseconds.
 pub fn now_ms() -> i64 {
@@ -187,6 +189,10 @@ pub struct Shared {
     pub faults: Mutex<Vec<String>>,
     /// How many chaos actions of each kind ran.
     pub actions: Mutex<BTreeMap<&'static str, usize>>,
+    /// From when (wall ms) every connector is installed and has had [`SETTLE_MS`] to start
+    /// its worker; `i64::MAX` while one is uninstalled. The leak judgement takes a process's
+    /// floor from the samples taken then, so a connector away for a moment is no dip.
+    pub whole_from_ms: AtomicI64,
     /// Clients and watchers stop when this is set.
     pub stop: AtomicBool,
     /// When the soak began (wall ms), for the offsets of its log lines.
@@ -208,6 +214,7 @@ impl Shared {
             orphans: Mutex::default(),
             faults: Mutex::default(),
             actions: Mutex::default(),
+            whole_from_ms: AtomicI64::new(0),
             stop: AtomicBool::new(false),
             began_ms: now_ms(),
         }
@@ -218,6 +225,22 @@ impl Shared {
             .read()
             .map(|u| u.clone())
             .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// A connector was uninstalled: the set is not whole until [`Shared::reinstalled`].
+    pub fn uninstalled(&self) {
+        self.whole_from_ms.store(i64::MAX, Ordering::Relaxed);
+    }
+
+    /// Every connector is installed again (as of `now_ms()`), its worker starting.
+    pub fn reinstalled(&self) {
+        self.whole_from_ms
+            .store(now_ms() + SETTLE_MS, Ordering::Relaxed);
+    }
+
+    /// Whether every connector was installed and settled at `at_ms`.
+    pub fn whole_at(&self, at_ms: i64) -> bool {
+        at_ms >= self.whole_from_ms.load(Ordering::Relaxed)
     }
 
     pub fn stopping(&self) -> bool {
