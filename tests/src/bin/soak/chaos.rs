@@ -148,7 +148,7 @@ impl Chaos {
             8 | 9 => {
                 let (session, _, _) = SESSIONS[self.rng.index(SESSIONS.len())];
                 self.issue(session);
-                self.shared.count("token reissue");
+                self.shared.count("token reissued");
             }
             _ => self.revoke(),
         }
