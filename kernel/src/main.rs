@@ -49,6 +49,7 @@ fn pipe_grant(sid: Option<&str>) -> Result<Option<tutti_proto::pipe_access::User
 }
 
 fn main() -> ExitCode {
+    tutti_os::memory::one_arena();
     let args = Args::parse();
     if args.service && !cfg!(windows) {
         eprintln!(

@@ -465,17 +465,19 @@ fn mark_unreadable(k: &Kernel, broken: Vec<(String, String)>) {
     }
 }
 
-/// Free heap goes back to the system once route changes (commits, fences, uninstalls) have
-/// settled for a second: a commit's offer, pin and registry text are freed right after it,
-/// and glibc would otherwise keep them (`tutti_os::memory::AfterChanges`).
+/// Free heap goes back to the system once route changes (commits, fences, uninstalls) and
+/// the reaping of workers have settled for a second: a commit's offer, pin and registry text
+/// are freed right after it, a worker's connection buffers when it is gone, and glibc would
+/// otherwise keep them (`tutti_os::memory::AfterChanges`).
 fn release_memory_after_changes(k: &Arc<Kernel>) {
-    let release = tutti_os::memory::AfterChanges::spawn(Duration::from_secs(1));
+    k.memory.release_when_quiet(Duration::from_secs(1));
+    let memory = k.memory.clone();
     let mut events = k.events.subscribe();
     tokio::spawn(async move {
         loop {
             match events.recv().await {
                 Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    release.changed();
+                    memory.changed();
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }

@@ -124,6 +124,9 @@ pub struct Kernel {
     pub oauth: crate::connect::oauth_record::Logins,
     /// High-risk calls held for the person's confirmation (SPEC §12).
     pub confirmations: crate::confirmations::Confirmations,
+    /// Told of every route change and reaped worker; free heap goes back to the system once
+    /// they settle (`run.rs` starts its task).
+    pub memory: tutti_os::memory::AfterChanges,
 }
 
 /// How many generation numbers one registry write reserves.
@@ -192,6 +195,7 @@ impl Kernel {
             admin: tokio::sync::Mutex::new(()),
             oauth: Default::default(),
             confirmations: Default::default(),
+            memory: tutti_os::memory::AfterChanges::new(),
         })
     }
 
@@ -260,11 +264,10 @@ impl Kernel {
     }
 
     pub fn snapshot_event(inner: &Inner) -> pb::RouteEvent {
-        let (revision, routes) = inner.table.snapshot();
         pb::RouteEvent {
-            revision,
+            revision: inner.table.revision(),
             event: Some(pb::route_event::Event::Snapshot(pb::RouteSnapshot {
-                connectors: routes.iter().map(route_to_pb).collect(),
+                connectors: inner.table.routes().map(route_to_pb).collect(),
             })),
         }
     }

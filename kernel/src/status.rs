@@ -198,8 +198,7 @@ fn count_live(s: &mut pb::ConnectorStatus, r: &crate::table::Route) {
 
 /// Resource URIs (and identical templates) claimed by more than one live generation.
 fn resource_clashes(table: &crate::table::GenerationTable) -> Vec<pb::ResourceClash> {
-    let (_, routes) = table.snapshot();
-    crate::catalog::clashes(routes.iter().map(|r| (r.key.as_str(), &r.catalog)))
+    crate::catalog::clashes(table.routes().map(|r| (r.key.as_str(), &r.catalog)))
         .into_iter()
         .map(|c| pb::ResourceClash {
             uri: c.uri,

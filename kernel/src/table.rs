@@ -89,9 +89,15 @@ impl GenerationTable {
         self.live.get(key)
     }
 
+    /// The live routes, sorted by key (borrowed: a route holds every tool's definition).
+    pub fn routes(&self) -> impl Iterator<Item = &Route> {
+        self.live.values()
+    }
+
     /// Sorted by key.
+    #[cfg(test)]
     pub fn snapshot(&self) -> (u64, Vec<Route>) {
-        (self.revision, self.live.values().cloned().collect())
+        (self.revision, self.routes().cloned().collect())
     }
 
     #[cfg(test)]

@@ -50,6 +50,9 @@ pub(crate) struct App {
     pub(crate) checks: crate::call::validate::Checks,
     /// The key every token's `Mcp-Session-Id` is derived under (SPEC §11).
     pub(crate) session_ids: crate::session::ids::SessionIds,
+    /// Told of every route change and every ended worker stream; free heap goes back to the
+    /// system once they settle (the watcher starts its task).
+    pub(crate) memory: tutti_os::memory::AfterChanges,
 }
 
 impl App {
@@ -82,6 +85,7 @@ impl App {
             skills: crate::catalog::skills::SkillCatalogue::default(),
             checks: crate::call::validate::Checks::default(),
             session_ids,
+            memory: tutti_os::memory::AfterChanges::new(),
         }
     }
 

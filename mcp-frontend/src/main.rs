@@ -35,6 +35,7 @@ fn default_state_dir() -> anyhow::Result<PathBuf> {
 // smaller. The work per request is a few microseconds of CPU; the latency is in the hops.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    tutti_os::memory::one_arena();
     let args = Args::parse();
     // Stderr, text or TUTTI_LOG_FORMAT=json, dependencies' secret-carrying events off.
     tutti_rules::log_format::init_stderr(

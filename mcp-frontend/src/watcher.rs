@@ -31,8 +31,9 @@ const RELEASE_QUIET: Duration = Duration::from_secs(1);
 pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
     let mut state = RouteState::new();
     // A replaced table's tools (definitions, projections) are freed when its last request
-    // ends; glibc keeps that memory unless asked (`tutti_os::memory::AfterChanges`).
-    let release = tutti_os::memory::AfterChanges::spawn(RELEASE_QUIET);
+    // ends, a gone worker's connection when its log stream ends; glibc keeps that memory
+    // unless asked (`tutti_os::memory::AfterChanges`).
+    app.memory.release_when_quiet(RELEASE_QUIET);
     // When the stream was lost (None while healthy); the window to reconnect starts here.
     let mut lost_since: Option<Instant> = Some(Instant::now());
     loop {
@@ -63,7 +64,7 @@ pub(crate) async fn run(app: Arc<App>) -> WatchEnd {
                             crate::observe::unclaimed::follow(&app, &table);
                             app.publish_routes(table, tools_changed);
                             crate::catalog::beyond::resubscribe(&app);
-                            release.changed();
+                            app.memory.changed();
                         }
                         Effect::Revoked(revoked) => {
                             app.sessions.revoke(&revoked);

@@ -17,6 +17,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    tutti_os::memory::one_arena();
     // Stderr, text or TUTTI_LOG_FORMAT=json, dependencies' secret-carrying events off.
     tutti_rules::log_format::init_stderr(
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),

@@ -252,8 +252,13 @@ async fn drive(
     };
 
     let catalog = list_catalog(&session, within).await;
-    let exit = match offer(&kernel, shared, &session, tools, &catalog).await {
-        Ok(()) => serve(&kernel, shared, &mut session, events, within, parent_gone).await,
+    let offered = offer(&kernel, shared, &session, tools, &catalog).await;
+    drop(catalog);
+    let exit = match offered {
+        Ok(()) => {
+            release_listing_memory();
+            serve(&kernel, shared, &mut session, events, within, parent_gone).await
+        }
         Err(exit) => exit,
     };
     shared.stop_calls();
@@ -466,6 +471,16 @@ async fn reoffer(kernel: &KernelLink, session: &Session, within: Duration) {
         }
         Err(e) => tracing::warn!(error = %e, "cannot offer the changed tool set"),
     }
+    drop((tools, catalog));
+    release_listing_memory();
+}
+
+/// Gives back the heap a listing used. A worker's resident set is otherwise its listing's
+/// peak: the pages were held as rmcp's parse, the definitions as sent and the offer at once,
+/// then freed, and glibc keeps freed heap (a worker of 100 tools: 1.7 MiB private, 0.96 MiB
+/// after the release). One walk of a small heap, once per listing.
+fn release_listing_memory() {
+    tutti_os::memory::release_free_memory();
 }
 
 /// The upstream's prompts, resources and templates, listed within `within`. A listing that

@@ -64,6 +64,7 @@ fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
 }
 
 fn main() -> ExitCode {
+    tutti_os::memory::one_arena();
     let (state_dir, key) = match parse_cli(std::env::args_os().skip(1)) {
         Ok(Cli::Run { state_dir, key }) => (state_dir, key),
         // Written with the error ignored: `print!` would panic on a closed pipe.

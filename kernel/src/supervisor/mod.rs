@@ -469,7 +469,7 @@ impl Spawner for ProcessSpawner {
             w.generation,
             (w.endpoint, data_endpoint),
             stop_rx,
-            reaped_tx,
+            (reaped_tx, w.k.memory.clone()),
         ));
         Ok(WorkerHandle {
             stop: Some(stop_tx),
@@ -486,7 +486,7 @@ async fn watch_worker(
     generation: u64,
     (endpoint, data_endpoint): (transport::LocalEndpoint, transport::LocalEndpoint),
     stop: oneshot::Receiver<Duration>,
-    reaped: oneshot::Sender<()>,
+    (reaped, memory): (oneshot::Sender<()>, tutti_os::memory::AfterChanges),
 ) {
     let pid = child.id();
     let detail = tokio::select! {
@@ -517,6 +517,8 @@ async fn watch_worker(
     transport::remove_endpoint(&endpoint);
     transport::remove_endpoint(&data_endpoint);
     drop(reaped);
+    // Its connections' buffers are freed now.
+    memory.changed();
     let _ = tx.send(Msg::step(Input::Exited { generation, detail }));
 }
 

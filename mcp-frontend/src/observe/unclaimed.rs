@@ -42,6 +42,8 @@ async fn relay(app: Arc<App>, connector: Arc<Connector>) {
         Err(e) => tracing::debug!(connector = %key, generation, error = %e, "no log stream"),
     }
     app.server_logs.stop(key, generation);
+    // The stream's connection to the worker is usually the last one it had.
+    app.memory.changed();
 }
 
 /// Puts one message of connector `key` on the GET streams of the tokens whose level admits it.
