@@ -7,7 +7,7 @@
 //! second system call. The worker on the other end was woken by the first write, read the bare
 //! headers, went back to sleep, and was woken again by the second: on one CPU that is two extra
 //! context switches per call, measured at ~25 µs of the frontend → worker hop
-//! (docs/PERFORMANCE.md, fifth pass).
+//! (docs/PERFORMANCE.md, "One call's system calls, one write per request").
 //!
 //! Here the first write after a completed one returns `Pending` and wakes its own task at once,
 //! so every task that is already runnable (the body task among them) runs before the bytes go

@@ -155,7 +155,7 @@ mod bench {
         if guest_halt_polling_off() {
             println!(
                 "\nNote: guest halt polling is off here (guest_halt_poll_ns 0): every process hop \
-                 wakes a halted vCPU; see docs/PERFORMANCE.md, sixth pass."
+                 wakes a halted vCPU; see docs/PERFORMANCE.md, \"The frontend optimised for speed\"."
             );
         }
         if let Some(path) = args.write {
@@ -164,14 +164,11 @@ mod bench {
         Ok(())
     }
 
-    /// The rows measured on runtimes of their own: idle wake-ups, and in a smoke run the scale
-    /// rows at 5 × 10 (the full size has a mode and a section of its own, `--scale-only`).
+    /// The rows measured on runtimes of their own: idle wake-ups, and the scale rows (200
+    /// connectors × 100 tools; 5 × 10 in a smoke run).
     fn fresh_runtime_rows(r: &mut Report, smoke: bool) -> Result<()> {
         idle_rows(r, smoke)?;
-        if smoke {
-            scale_rows(r, true)?;
-        }
-        Ok(())
+        scale_rows(r, smoke)
     }
 
     /// `--scale-only`: the scale rows and their targets.
@@ -2369,7 +2366,8 @@ mod bench {
     // === doc ===
 
     /// How this machine's idle CPUs wait, which sets the cost of every cross-CPU wake-up and so
-    /// of every process hop (docs/PERFORMANCE.md, third pass): a VM whose idle vCPUs halt at
+    /// of every process hop (docs/PERFORMANCE.md, "Per-call latency: the frontend ↔ worker hop
+    /// crosses vCPUs"): a VM whose idle vCPUs halt at
     /// once (`haltpoll` with `guest_halt_poll_ns` 0) pays a hypervisor exit per hop.
     fn idle_polling() -> String {
         let read = |p: &str| {
@@ -2460,7 +2458,7 @@ mod bench {
                  default is 200000): every process hop of a call wakes a halted vCPU (an IPI and a \
                  VM exit); on our 2-vCPU benchmark VM that was about half of the runtime's CPU per \
                  call. See \
-                 [PERFORMANCE.md](PERFORMANCE.md), sixth pass, for the same build measured both \
+                 [PERFORMANCE.md](PERFORMANCE.md#the-frontend-optimised-for-speed-the-kernels-audit-writes-batched) for the same build measured both \
                  ways.\n",
             );
         }

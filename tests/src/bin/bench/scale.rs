@@ -40,7 +40,9 @@ pub(super) struct Plan {
     calls: usize,
     cli_runs: usize,
     upgrades: usize,
-    /// How long after the last uninstall the small runtime is measured again.
+    /// How long after the last uninstall the small runtime is measured again: past the
+    /// runtime's second release of free heap after a run of changes (12 s after the first,
+    /// `tutti_os::memory::RELEASE_AGAIN_AFTER`).
     linger: Duration,
 }
 
@@ -64,7 +66,7 @@ impl Plan {
                 calls: 3000,
                 cli_runs: 10,
                 upgrades: 3,
-                linger: Duration::from_secs(10),
+                linger: Duration::from_secs(15),
             }
         }
     }
