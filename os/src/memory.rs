@@ -52,8 +52,8 @@ impl AfterChanges {
     /// Spawns the waiting task on the current tokio runtime (once per handle). It releases
     /// once `quiet` after the last change and once more [`RELEASE_AGAIN_AFTER`] later (unless
     /// another change came first): what a burst of changes frees in its tail, after the first
-    /// release, stayed otherwise (the kernel kept 2.6 MiB after 198 uninstalls, given back by
-    /// a release 4 s after them).
+    /// release, stayed otherwise (the kernel kept about 2.5 MiB after 198 uninstalls, given
+    /// back by a release 4 s after them).
     pub fn release_when_quiet(&self, quiet: std::time::Duration) {
         let changes = self.0.clone();
         tokio::spawn(async move {
