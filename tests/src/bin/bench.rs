@@ -2367,8 +2367,8 @@ mod bench {
 
     /// How this machine's idle CPUs wait, which sets the cost of every cross-CPU wake-up and so
     /// of every process hop (docs/PERFORMANCE.md, "Per-call latency: the frontend ↔ worker hop
-    /// crosses vCPUs"): a VM whose idle vCPUs halt at
-    /// once (`haltpoll` with `guest_halt_poll_ns` 0) pays a hypervisor exit per hop.
+    /// crosses vCPUs"): a VM whose idle vCPUs halt at once (`haltpoll` with
+    /// `guest_halt_poll_ns` 0) pays a hypervisor exit per hop.
     fn idle_polling() -> String {
         let read = |p: &str| {
             std::fs::read_to_string(p)

@@ -41,10 +41,15 @@ pub(super) struct Plan {
     cli_runs: usize,
     upgrades: usize,
     /// How long after the last uninstall the small runtime is measured again: past the
-    /// runtime's second release of free heap after a run of changes (12 s after the first,
-    /// `tutti_os::memory::RELEASE_AGAIN_AFTER`).
+    /// runtime's second release of free heap after a run of changes ([`LINGER`]).
     linger: Duration,
 }
+
+/// The full run's wait after the uninstalls: the runtime's first release of free heap comes
+/// 1 s after the last change, its second [`tutti_os::memory::RELEASE_AGAIN_AFTER`] later; 2 s
+/// more for the release itself and the slowest process.
+const LINGER: Duration =
+    tutti_os::memory::RELEASE_AGAIN_AFTER.saturating_add(Duration::from_secs(3));
 
 impl Plan {
     pub(super) fn new(smoke: bool) -> Plan {
@@ -66,7 +71,7 @@ impl Plan {
                 calls: 3000,
                 cli_runs: 10,
                 upgrades: 3,
-                linger: Duration::from_secs(15),
+                linger: LINGER,
             }
         }
     }

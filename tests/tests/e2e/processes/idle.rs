@@ -19,9 +19,10 @@ const MOST_WAKEUPS: u64 = 2;
 /// What the runtime may still do after the last change, before the window opens: the start
 /// deadline's timer of each worker (`startMs` below plus the kernel's 2 s slack), the end of
 /// the kernel's blocking threads (10 s after their last use) and the second release of free
-/// heap (1 s + 12 s after the last change, `tutti_os::memory::RELEASE_AGAIN_AFTER`). One-off,
-/// not periodic.
-const SETTLE: Duration = Duration::from_secs(14);
+/// heap (1 s + [`tutti_os::memory::RELEASE_AGAIN_AFTER`] after the last change). One-off, not
+/// periodic.
+const SETTLE: Duration =
+    tutti_os::memory::RELEASE_AGAIN_AFTER.saturating_add(Duration::from_secs(2));
 
 /// Starts a runtime with `env`, two connectors ready and one call answered, waits
 /// [`SETTLE`], and checks every process of it over [`WINDOW`].
